@@ -1,0 +1,105 @@
+"""BenchConfig: everything one benchmark sweep needs, validated up front."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
+
+ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
+
+class BenchConfig(BaseModel):
+    # ser_json_inf_nan="strings": an infinite request_rate round-trips through the
+    # JSON file the job writes ("Infinity") instead of becoming null.
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
+
+    base_url: str
+    endpoint: Literal["completions", "chat"] = "completions"
+    model: str = Field(min_length=1)
+    tokenizer: str = Field(min_length=1)
+    isl: PositiveInt
+    osl: PositiveInt
+    range_ratio: float = 1.0
+    range_ratio_convention: Literal["inferencex", "vllm"] = "inferencex"
+    concurrency: list[PositiveInt] = Field(min_length=1)
+    request_rate: PositiveFloat = math.inf
+    num_prompts: PositiveInt | None = None
+    prompts_multiplier: PositiveInt = 10
+    min_prompts: PositiveInt = 16
+    num_warmups: NonNegativeInt | None = None
+    cooldown_s: NonNegativeFloat = 0.0
+    request_timeout_s: PositiveFloat = 600.0
+    # Not in vLLM: bound on one whole point (warmups and measured requests each);
+    # None derives it from request_timeout_s so a stuck server cannot hang a job.
+    point_timeout_s: PositiveFloat | None = None
+    seed: NonNegativeInt = 0
+    ignore_eos: bool = True
+    percentiles: list[float] = Field(default_factory=lambda: [90.0, 99.0, 99.9])
+    result_dir: str = Field(min_length=1)
+    prefill_gpus: NonNegativeInt
+    decode_gpus: NonNegativeInt
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return v.rstrip("/")
+
+    @field_validator("concurrency")
+    @classmethod
+    def _unique_concurrency(cls, v: list[int]) -> list[int]:
+        # Each point has its own result file name, so duplicates would collide.
+        if len(set(v)) != len(v):
+            raise ValueError("concurrency values must be unique")
+        return v
+
+    @field_validator("percentiles")
+    @classmethod
+    def _check_percentiles(cls, v: list[float]) -> list[float]:
+        if any(not 0 <= p <= 100 for p in v):
+            raise ValueError("percentiles must be within [0, 100]")
+        return v
+
+    @model_validator(mode="after")
+    def _check_range_ratio(self) -> BenchConfig:
+        r = self.range_ratio
+        if self.range_ratio_convention == "inferencex" and not 0.0 <= r <= 1.0:
+            raise ValueError("range_ratio must be in [0, 1] for the inferencex convention")
+        if self.range_ratio_convention == "vllm" and not 0.0 <= r < 1.0:
+            # Same bound as vLLM's RandomDataset.
+            raise ValueError("range_ratio must be in [0, 1) for the vllm convention")
+        return self
+
+    @property
+    def url(self) -> str:
+        return self.base_url + ENDPOINT_PATHS[self.endpoint]
+
+    def num_prompts_for(self, concurrency: int) -> int:
+        if self.num_prompts is not None:
+            return self.num_prompts
+        return max(self.min_prompts, self.prompts_multiplier * concurrency)
+
+    def num_warmups_for(self, concurrency: int) -> int:
+        return 2 * concurrency if self.num_warmups is None else self.num_warmups
+
+    def point_timeout_for(self, num_requests: int, concurrency: int) -> float:
+        """Upper bound for one batch of requests (warmups or the measured run)."""
+        if self.point_timeout_s is not None:
+            return self.point_timeout_s
+        waves = math.ceil(num_requests / concurrency)
+        arrivals = 0.0 if math.isinf(self.request_rate) else num_requests / self.request_rate
+        return (waves + 1) * self.request_timeout_s + 2 * arrivals

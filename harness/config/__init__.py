@@ -1,0 +1,1 @@
+from harness.config.load import ConfigError, ResolvedRecipe, load_recipe  # noqa: F401

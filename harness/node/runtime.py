@@ -1,0 +1,202 @@
+"""What runs on every node of a job (`pdbench node`), under Slurm or the local launcher.
+
+Node 0 runs prefill worker 0 and the proxy, health-gates the whole job, sends one
+smoke request, runs the benchmark client and then tells the other nodes to stop.
+Every node tears down all of its processes on success, failure, signal or timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from harness.node.affinity import pin_worker_main_threads
+from harness.node.coordination import Aborted, Coordination, discover_address
+from harness.node.health import is_healthy, smoke_request
+from harness.node.supervisor import Supervisor
+
+log = logging.getLogger("pdbench.node")
+
+EXIT_OK, EXIT_FAILED = 0, 1
+
+
+class Interrupted(Exception):
+    def __init__(self, signum: int):
+        super().__init__(f"received {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+class Failed(Exception):
+    """This node's part of the job failed; the message is the reason recorded for the run."""
+
+
+@dataclass
+class NodeContext:
+    run_dir: Path
+    node_id: int
+    plan: dict
+
+    @property
+    def timeouts(self) -> dict:
+        return self.plan["timeouts"]
+
+    @property
+    def is_head(self) -> bool:
+        return self.node_id == self.plan["proxy_node"]
+
+    def workers(self, node: int | None = None) -> list[dict]:
+        return [w for w in self.plan["workers"] if node is None or w["node"] == node]
+
+
+def _raise_interrupted(signum: int, _frame: FrameType | None) -> None:
+    raise Interrupted(signum)
+
+
+def run_node(run_dir: Path, node_id: int | None = None) -> int:
+    run_dir = run_dir.resolve()
+    plan = json.loads((run_dir / "plan.json").read_text())
+    if node_id is None:
+        node_id = int(os.environ.get("SLURM_NODEID", os.environ.get("SLURM_PROCID", "0")))
+    if not 0 <= node_id < plan["num_nodes"]:
+        log.error("node id %d is outside this job's %d nodes", node_id, plan["num_nodes"])
+        return EXIT_FAILED
+    ctx = NodeContext(run_dir, node_id, plan)
+    coord = Coordination(run_dir, node_id, plan["num_nodes"])
+    sup = Supervisor(run_dir / "logs", record=run_dir / "state" / f"procs-node{node_id}.json")
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _raise_interrupted)
+
+    rc, reason = EXIT_OK, None
+    try:
+        _run(ctx, coord, sup)
+    except Interrupted as e:
+        rc, reason = 128 + e.signum, f"node {node_id} {e}"
+        coord.abort(reason)
+    except Aborted as e:
+        rc, reason = EXIT_FAILED, f"aborted by {e}"
+    except (Failed, TimeoutError, OSError) as e:
+        rc, reason = EXIT_FAILED, str(e)
+        coord.abort(reason)
+    finally:
+        # A second signal during teardown must not cut it short.
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        sup.stop_all(ctx.timeouts["teardown_s"])
+    if ctx.is_head:
+        _write_status(ctx, rc, reason or coord.abort_reason())
+    if rc == EXIT_OK:
+        log.info("node %d finished", node_id)
+    else:
+        log.error("node %d failed: %s", node_id, reason)
+    return rc
+
+
+def _run(ctx: NodeContext, coord: Coordination, sup: Supervisor) -> None:
+    t = ctx.timeouts
+    addr = discover_address()
+    coord.announce(addr)
+    addrs = coord.wait_for_nodes(t["rendezvous_s"])
+    log.info("node %d of %d at %s; all nodes: %s", ctx.node_id, ctx.plan["num_nodes"], addr, addrs)
+
+    env = dict(os.environ, PDBENCH_NODE_ADDR=addr, PDBENCH_NODE_ID=str(ctx.node_id), RUN_DIR=str(ctx.run_dir))
+    env.update({f"PDBENCH_NODE_{i}_ADDR": a for i, a in addrs.items()})
+    server_sh = str(ctx.run_dir / "server.sh")
+
+    def start(name: str) -> None:
+        sup.start(name, ["bash", server_sh, "proc", name], env, cwd=ctx.run_dir)
+
+    mine = ctx.workers(ctx.node_id)
+    for w in mine:
+        start(w["name"])
+    if ctx.is_head:
+        start("proxy")
+
+    def check() -> None:
+        dead = sup.exited()
+        if dead:
+            name, code = dead[0]
+            raise Failed(f"{name} exited with code {code} (see logs/{name}.log)")
+        coord.check_abort()
+
+    # Health gate: this node's servers first (and pin CPU-only workers), then node 0
+    # waits for every server of the job and for the proxy's count-aware /health.
+    own = {w["name"]: f"http://127.0.0.1:{w['port']}/health" for w in mine}
+    _wait_healthy(own, t["health_s"], check)
+    for w in mine:
+        if w.get("cpu_bind"):
+            pin_worker_main_threads(sup.procs[w["name"]].pid, w["cpu_bind"])
+
+    if not ctx.is_head:
+        log.info("node %d ready; waiting for the benchmark to finish", ctx.node_id)
+        _wait(coord.is_done, t["health_s"] + t["smoke_s"] + t["bench_s"], "the job's end", check)
+        return
+
+    job = {w["name"]: f"http://{addrs[w['node']]}:{w['port']}/health" for w in ctx.workers()}
+    job["proxy"] = f"http://127.0.0.1:{ctx.plan['proxy_port']}/health"
+    _wait_healthy(job, t["health_s"], check)
+    log.info("every server and the proxy are ready")
+
+    base = f"http://127.0.0.1:{ctx.plan['proxy_port']}"
+    text = smoke_request(base, ctx.plan["served_model_name"], t["smoke_s"])
+    log.info("smoke request through the proxy answered %r", text)
+
+    start("bench")
+    deadline = time.monotonic() + t["bench_s"]
+    while (rc := sup.procs["bench"].popen.poll()) is None:
+        dead = [d for d in sup.exited() if d[0] != "bench"]
+        if dead:
+            raise Failed(f"{dead[0][0]} exited with code {dead[0][1]} during the benchmark "
+                         f"(see logs/{dead[0][0]}.log)")
+        coord.check_abort()
+        if time.monotonic() > deadline:
+            raise Failed(f"the benchmark did not finish within {t['bench_s']:.0f} s (partial results kept)")
+        time.sleep(0.5)
+    coord.mark_done()
+    if rc != 0:
+        raise Failed(f"the benchmark client exited with code {rc} (see logs/bench.log)")
+
+
+def _wait_healthy(urls: dict[str, str], timeout: float, check) -> None:
+    pending = dict(urls)
+    deadline = time.monotonic() + timeout
+    while pending:
+        check()
+        for name, url in list(pending.items()):
+            if is_healthy(url):
+                log.info("%s is healthy", name)
+                del pending[name]
+        if pending and time.monotonic() > deadline:
+            raise Failed(f"not healthy within {timeout:.0f} s: {', '.join(sorted(pending))}")
+        if pending:
+            time.sleep(1.0)
+
+
+def _wait(pred, timeout: float, what: str, check) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        check()
+        if time.monotonic() > deadline:
+            raise Failed(f"{what} did not come within {timeout:.0f} s")
+        time.sleep(0.5)
+
+
+def _write_status(ctx: NodeContext, rc: int, reason: str | None) -> None:
+    results = sorted(p.name for p in ctx.run_dir.glob("concurrency_*.json"))
+    status = {"state": "succeeded" if rc == EXIT_OK else "failed", "exit_code": rc,
+              "reason": reason, "results": results, "finished_at": time.time()}
+    tmp = ctx.run_dir / ".status.json.tmp"
+    tmp.write_text(json.dumps(status, indent=2) + "\n")
+    os.replace(tmp, ctx.run_dir / "status.json")
+
+
+def main(run_dir: str) -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s pdbench-node[%(process)d] %(levelname)s %(message)s")
+    sys.exit(run_node(Path(run_dir)))

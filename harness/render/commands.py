@@ -1,0 +1,190 @@
+"""The exact commands and environment of every process of a job, as shell words.
+
+A word is either a literal (shell-quoted when rendered) or a Shell expression that
+bash must expand at run time (a node address known only inside the job).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from dataclasses import dataclass
+from typing import Any, Union
+
+from harness.config.load import ResolvedRecipe
+from harness.config.schema import Flags
+from harness.topology import JobPlan, Worker
+
+
+@dataclass(frozen=True)
+class Shell:
+    """Text bash expands at run time; rendered inside double quotes."""
+
+    text: str
+
+
+Word = Union[str, Shell]
+
+PYTHON = Shell("${PDBENCH_PYTHON}")
+RUN_DIR = Shell("${RUN_DIR}")
+NODE_ADDR = Shell("${PDBENCH_NODE_ADDR}")
+
+
+def node_addr(node: int) -> Shell:
+    return Shell(f"${{PDBENCH_NODE_{node}_ADDR}}")
+
+
+def quote(word: Word) -> str:
+    if isinstance(word, Shell):
+        return f'"{word.text}"'
+    return shlex.quote(word)
+
+
+def flag_words(flags: Flags) -> list[str]:
+    """{'enforce-eager': True, 'dtype': 'float32'} -> ['--enforce-eager', '--dtype', 'float32']."""
+    words: list[str] = []
+    for key, value in flags.items():
+        if value is None or value is False:
+            continue
+        words.append(f"--{key}")
+        if value is True:
+            continue
+        if isinstance(value, (dict, list)):
+            words.append(json.dumps(value, separators=(",", ":")))
+        else:
+            words.append(str(value))
+    return words
+
+
+_CONNECTOR_CLASS = {
+    "nixl": "NixlConnector",
+    "moriio": "MoRIIOConnector",
+    "mooncake": "MooncakeConnector",
+    "pdbench": "PdbenchConnector",
+}
+
+
+def kv_transfer_config(rr: ResolvedRecipe, worker: Worker) -> dict[str, Any]:
+    c = rr.recipe.connector
+    cfg: dict[str, Any] = {
+        "kv_connector": _CONNECTOR_CLASS[c.name],
+        "kv_role": "kv_producer" if worker.role == "prefill" else "kv_consumer",
+    }
+    if c.kv_buffer_device:
+        cfg["kv_buffer_device"] = c.kv_buffer_device
+    extra = dict(c.extra_config)
+    if c.name == "moriio":
+        # The proxy's registration endpoint is on node 0, whose address is known only in the job.
+        extra.setdefault("proxy_ip", node_addr(0))
+        extra.setdefault("proxy_ping_port", str(c.proxy_ping_port))
+        extra.setdefault("http_port", str(worker.port))
+        if c.read_mode:
+            extra.setdefault("read_mode", True)
+    if c.name == "pdbench":
+        cfg["kv_connector_module_path"] = "connector"
+    if extra:
+        cfg["kv_connector_extra_config"] = extra
+    return cfg
+
+
+def server_env(rr: ResolvedRecipe, worker: Worker) -> dict[str, Word]:
+    """Environment of one vLLM server, later keys winning: model, role, recipe, topology."""
+    m, role = rr.model, getattr(rr.recipe.topology, worker.role)
+    env: dict[str, Word] = {**m.env, **(m.prefill_env if worker.role == "prefill" else m.decode_env)}
+    env.update(rr.recipe.env)
+    env.update(role.env)
+    c = rr.recipe.connector
+    if c.name == "nixl":
+        env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = NODE_ADDR
+        env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(worker.side_channel_port)
+    if c.name == "moriio" and c.read_mode:
+        env["VLLM_MORIIO_CONNECTOR_READ_MODE"] = "1"
+    if worker.visible_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = worker.visible_devices
+        env["HIP_VISIBLE_DEVICES"] = worker.visible_devices
+    if worker.cpu_bind is not None:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = worker.cpu_bind
+    return env
+
+
+def server_argv(rr: ResolvedRecipe, worker: Worker) -> list[Word]:
+    role = getattr(rr.recipe.topology, worker.role)
+    model_flags = rr.model.prefill_flags if worker.role == "prefill" else rr.model.decode_flags
+    argv: list[Word] = ["vllm", "serve", rr.model_source,
+                        "--port", str(worker.port),
+                        "--served-model-name", rr.served_model_name,
+                        "--max-model-len", str(rr.model.max_model_len),
+                        "--tensor-parallel-size", str(role.tp)]
+    if role.dp > 1:
+        argv += ["--data-parallel-size", str(role.dp)]
+    if role.ep > 1:
+        argv += ["--enable-expert-parallel"]
+    argv += flag_words({**model_flags, **role.flags})
+    argv += ["--kv-transfer-config", json_word(kv_transfer_config(rr, worker))]
+    return argv
+
+
+def json_word(obj: Any) -> Word:
+    """Compact JSON; when it holds Shell values, a double-quoted word that bash expands."""
+    shells: list[Shell] = []
+
+    def default(o: Any) -> str:
+        if isinstance(o, Shell):
+            shells.append(o)
+            return f"@@SHELL{len(shells) - 1}@@"
+        raise TypeError(f"not JSON serialisable: {o!r}")
+
+    text = json.dumps(obj, separators=(",", ":"), default=default)
+    if not shells:
+        return text
+    text = text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("`", "\\`")
+    for i, sh in enumerate(shells):
+        text = text.replace(f"@@SHELL{i}@@", sh.text)
+    return Shell(text)
+
+
+def proxy_argv(rr: ResolvedRecipe, plan: JobPlan) -> list[Word]:
+    p = rr.recipe.proxy
+    argv: list[Word] = [PYTHON, "-m", "harness", "proxy",
+                        "--port", str(p.port),
+                        "--connector", rr.recipe.connector.name,
+                        "--request-timeout-s", f"{p.request_timeout_s:g}",
+                        "--stream-idle-timeout-s", f"{p.stream_idle_timeout_s:g}"]
+    for w in plan.workers:
+        argv += [f"--{w.role}", Shell(f"http://{node_addr(w.node).text}:{w.port}")]
+    return argv
+
+
+def bench_argv() -> list[Word]:
+    return [PYTHON, "-m", "harness", "bench",
+            "--config", Shell("${RUN_DIR}/bench.json"),
+            "--result-dir", RUN_DIR]
+
+
+def bench_config(rr: ResolvedRecipe, plan: JobPlan, run_meta: dict[str, Any]) -> dict[str, Any]:
+    """The BenchConfig the job's client reads (bench.json); the result dir is given at run time."""
+    b = rr.recipe.benchmark
+    return {
+        "base_url": f"http://127.0.0.1:{rr.recipe.proxy.port}",
+        "endpoint": b.endpoint,
+        "model": rr.served_model_name,
+        "tokenizer": rr.tokenizer,
+        "isl": b.isl,
+        "osl": b.osl,
+        "range_ratio": b.range_ratio,
+        "range_ratio_convention": b.range_ratio_convention,
+        "concurrency": b.concurrency,
+        "request_rate": "inf" if math.isinf(b.request_rate) else b.request_rate,
+        "num_prompts": b.num_prompts,
+        "prompts_multiplier": b.prompts_multiplier,
+        "min_prompts": b.min_prompts,
+        "num_warmups": b.num_warmups,
+        "cooldown_s": b.cooldown_s,
+        "request_timeout_s": b.request_timeout_s,
+        "seed": b.seed,
+        "result_dir": ".",
+        "prefill_gpus": plan.devices("prefill"),
+        "decode_gpus": plan.devices("decode"),
+        "metadata": run_meta,
+    }

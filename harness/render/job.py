@@ -1,0 +1,183 @@
+"""Render a job into a directory: job.slurm, server.sh, plan.json, bench.json, recipe.lock.yaml."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+
+from harness import __version__
+from harness.config.load import ResolvedRecipe
+from harness.render import commands as cmd
+from harness.render.commands import Word, quote
+from harness.topology import JobPlan, plan
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "slurm_templates"
+
+
+@dataclass(frozen=True)
+class RenderContext:
+    """Where the job will find things; fixed values in golden tests, real ones otherwise."""
+
+    run_dir: str
+    root: str
+    python: str
+    git_commit: str | None
+
+
+def current_context(run_dir: Path, root: Path) -> RenderContext:
+    return RenderContext(str(run_dir.resolve()), str(root.resolve()), sys.executable, git_commit(root))
+
+
+def git_commit(root: Path) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=10, check=True)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _argv_lines(argv: list[Word], indent: int) -> str:
+    """One flag (with its values) per line, so a rendered command reads and diffs well."""
+    lines: list[list[str]] = [[]]
+    for word in argv:
+        if isinstance(word, str) and word.startswith("--") and lines[-1]:
+            lines.append([])
+        lines[-1].append(quote(word))
+    return (" \\\n" + " " * indent).join(" ".join(line) for line in lines)
+
+
+def _env(env: dict[str, Word]) -> list[tuple[str, str]]:
+    return [(k, quote(v)) for k, v in env.items()]
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["q"] = quote
+    env.filters["argv_lines"] = _argv_lines
+    return env
+
+
+def _procs(rr: ResolvedRecipe, p: JobPlan) -> list[dict[str, Any]]:
+    procs = []
+    for w in p.workers:
+        procs.append({
+            "name": w.name, "func": w.name.replace("-", "_"),
+            "summary": f"{w.role} worker {w.index} on node {w.node}, port {w.port}, "
+                       f"{w.devices} device(s)",
+            "env": _env(cmd.server_env(rr, w)), "argv": cmd.server_argv(rr, w),
+        })
+    procs.append({"name": "proxy", "func": "proxy",
+                  "summary": f"PD proxy on node {p.proxy_node}, port {rr.recipe.proxy.port}",
+                  "env": [], "argv": cmd.proxy_argv(rr, p)})
+    procs.append({"name": "bench", "func": "bench",
+                  "summary": f"benchmark client on node {p.proxy_node}, through the proxy",
+                  "env": [], "argv": cmd.bench_argv()})
+    return procs
+
+
+def _sbatch_opts(rr: ResolvedRecipe) -> list[str]:
+    s = rr.recipe.slurm
+    opts = [f"--{flag}={value}" for flag, value in (
+        ("partition", s.partition), ("account", s.account), ("qos", s.qos),
+        ("nodelist", s.nodelist), ("exclude", s.exclude), ("reservation", s.reservation),
+        ("constraint", s.constraint),
+    ) if value]
+    gpn = rr.recipe.topology.gpus_per_node
+    if gpn:
+        opts.append(f"--gpus-per-node={gpn}")
+    return opts + list(s.extra_sbatch)
+
+
+def topology_summary(rr: ResolvedRecipe) -> str:
+    t = rr.recipe.topology
+    parts = []
+    for role in ("prefill", "decode"):
+        r = getattr(t, role)
+        parts.append(f"{r.workers}x {role} on {r.nodes} node(s) (tp{r.tp} dp{r.dp} ep{r.ep}"
+                     f"{' dp-attn' if r.dp_attention else ''})")
+    return f"{' + '.join(parts)}, connector {rr.recipe.connector.name}"
+
+
+def run_metadata(rr: ResolvedRecipe, p: JobPlan, ctx: RenderContext) -> dict[str, Any]:
+    """The metadata block every result file carries."""
+    t, c = rr.recipe.topology, rr.recipe.connector
+    meta: dict[str, Any] = {
+        "recipe": rr.name, "recipe_fingerprint": rr.fingerprint,
+        "pdbench_version": __version__, "pdbench_commit": ctx.git_commit,
+        "model": rr.recipe.model, "model_source": rr.model.hf_id or rr.model.path,
+        "precision": rr.model.precision, "image": rr.recipe.container.image,
+        "container_runtime": rr.recipe.container.runtime,
+        "connector": c.name, "kv_buffer_device": c.kv_buffer_device,
+        "proxy": rr.recipe.proxy.kind, "disagg": True,
+        "num_nodes": p.num_nodes, "gpus_per_node": t.gpus_per_node,
+    }
+    for role in ("prefill", "decode"):
+        r = getattr(t, role)
+        meta.update({f"{role}_num_workers": r.workers, f"{role}_nodes": r.nodes, f"{role}_tp": r.tp,
+                     f"{role}_dp": r.dp, f"{role}_ep": r.ep, f"{role}_dp_attention": r.dp_attention,
+                     f"{role}_gpus": p.devices(role)})
+    return meta
+
+
+def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext) -> JobPlan:
+    """Write every file of the job into out_dir (which must exist)."""
+    p = plan(rr)
+    env = _environment()
+    common = {"name": rr.name, "fingerprint": rr.fingerprint, "version": __version__}
+    server = env.get_template("server.sh.j2").render(
+        **common, procs=_procs(rr, p), job_env=_env(dict(rr.recipe.env)))
+    job = env.get_template("job.slurm.j2").render(
+        **common, description=rr.recipe.description or rr.name,
+        topology_summary=topology_summary(rr), num_nodes=p.num_nodes, slurm=rr.recipe.slurm,
+        sbatch_opts=_sbatch_opts(rr), run_dir=ctx.run_dir, root=ctx.root, python=ctx.python,
+        runtime=rr.recipe.container.runtime, image=rr.recipe.container.image or "",
+        mounts=sorted(rr.recipe.container.mounts.items()),
+    )
+    lock = {
+        **rr.locked(), "fingerprint": rr.fingerprint, "pdbench_version": __version__,
+        "git_commit": ctx.git_commit,
+    }
+    plan_json = {
+        **p.to_json(), "recipe": rr.name, "fingerprint": rr.fingerprint,
+        "served_model_name": rr.served_model_name, "proxy_port": rr.recipe.proxy.port,
+        "timeouts": rr.recipe.timeouts.model_dump(),
+    }
+    files = {
+        "server.sh": server,
+        "job.slurm": job,
+        "recipe.lock.yaml": yaml.safe_dump(lock, sort_keys=False),
+        "plan.json": json.dumps(plan_json, indent=2) + "\n",
+        "bench.json": json.dumps(cmd.bench_config(rr, p, run_metadata(rr, p, ctx)), indent=2) + "\n",
+    }
+    for fname, text in files.items():
+        write_new(out_dir / fname, text, executable=fname in ("server.sh", "job.slurm"))
+    return p
+
+
+def write_new(path: Path, text: str, executable: bool = False) -> None:
+    """Write atomically and never replace an existing file."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    if executable:
+        tmp.chmod(0o755)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise FileExistsError(f"{path} already exists; pdbench never overwrites a run's files") from None
+    finally:
+        tmp.unlink()

