@@ -117,5 +117,5 @@ def test_override_changes_fingerprint_and_command(tmp_path: Path) -> None:
     b = load_recipe("local-tiny-1p1d", ["topology.decode.flags.max-num-seqs=8"])
     assert a.fingerprint != b.fingerprint
     server = (_render("local-tiny-1p1d", tmp_path, ["topology.decode.flags.max-num-seqs=8"]) / "server.sh").read_text()
-    decode = server.split("proc_decode_0()")[1].split("}")[0]
+    decode = server.split("proc_decode_0()")[1].split("\n}\n")[0]
     assert "--max-num-seqs 8" in decode

@@ -51,6 +51,15 @@ class ResolvedRecipe:
             return str(p if p.is_absolute() else (self.models_file.parent / p).resolve())
         return self.model.hf_id  # type: ignore[return-value]
 
+    def relocated(self, path: str, root: str | None) -> str:
+        """A path under the project root, re-rooted at `root` (where the job sees the project)."""
+        if root is None or not Path(path).is_absolute():
+            return path
+        try:
+            return str(Path(root) / Path(path).relative_to(self.root.resolve()))
+        except ValueError:
+            return path
+
     @property
     def tokenizer(self) -> str:
         if self.model.tokenizer:

@@ -20,6 +20,7 @@ from types import FrameType
 from harness.node.affinity import pin_worker_main_threads
 from harness.node.coordination import Aborted, Coordination, discover_address
 from harness.node.health import is_healthy, smoke_request
+from harness.node.scrape import scrape_all
 from harness.node.supervisor import Supervisor
 
 log = logging.getLogger("pdbench.node")
@@ -138,7 +139,7 @@ def _run(ctx: NodeContext, coord: Coordination, sup: Supervisor) -> None:
         _wait(coord.is_done, t["health_s"] + t["smoke_s"] + t["bench_s"], "the job's end", check)
         return
 
-    job = {w["name"]: f"http://{addrs[w['node']]}:{w['port']}/health" for w in ctx.workers()}
+    job = {w["name"]: f"http://{addrs[w['node']]}:{w['port']}/health" for w in ctx.workers() if w["name"] not in own}
     job["proxy"] = f"http://127.0.0.1:{ctx.plan['proxy_port']}/health"
     _wait_healthy(job, t["health_s"], check)
     log.info("every server and the proxy are ready")
@@ -147,6 +148,8 @@ def _run(ctx: NodeContext, coord: Coordination, sup: Supervisor) -> None:
     text = smoke_request(base, ctx.plan["served_model_name"], t["smoke_s"])
     log.info("smoke request through the proxy answered %r", text)
 
+    targets = {w["name"]: f"http://{addrs[w['node']]}:{w['port']}" for w in ctx.workers()}
+    scrape_all(targets, ctx.run_dir / "metrics", "before")
     start("bench")
     deadline = time.monotonic() + t["bench_s"]
     while (rc := sup.procs["bench"].popen.poll()) is None:
@@ -158,6 +161,7 @@ def _run(ctx: NodeContext, coord: Coordination, sup: Supervisor) -> None:
         if time.monotonic() > deadline:
             raise Failed(f"the benchmark did not finish within {t['bench_s']:.0f} s (partial results kept)")
         time.sleep(0.5)
+    scrape_all(targets, ctx.run_dir / "metrics", "after")
     coord.mark_done()
     if rc != 0:
         raise Failed(f"the benchmark client exited with code {rc} (see logs/bench.log)")

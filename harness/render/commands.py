@@ -108,10 +108,10 @@ def server_env(rr: ResolvedRecipe, worker: Worker) -> dict[str, Word]:
     return env
 
 
-def server_argv(rr: ResolvedRecipe, worker: Worker) -> list[Word]:
+def server_argv(rr: ResolvedRecipe, worker: Worker, root: str | None = None) -> list[Word]:
     role = getattr(rr.recipe.topology, worker.role)
     model_flags = rr.model.prefill_flags if worker.role == "prefill" else rr.model.decode_flags
-    argv: list[Word] = ["vllm", "serve", rr.model_source,
+    argv: list[Word] = ["vllm", "serve", rr.relocated(rr.model_source, root),
                         "--port", str(worker.port),
                         "--served-model-name", rr.served_model_name,
                         "--max-model-len", str(rr.model.max_model_len),
@@ -162,14 +162,15 @@ def bench_argv() -> list[Word]:
             "--result-dir", RUN_DIR]
 
 
-def bench_config(rr: ResolvedRecipe, plan: JobPlan, run_meta: dict[str, Any]) -> dict[str, Any]:
+def bench_config(rr: ResolvedRecipe, plan: JobPlan, run_meta: dict[str, Any],
+                 root: str | None = None) -> dict[str, Any]:
     """The BenchConfig the job's client reads (bench.json); the result dir is given at run time."""
     b = rr.recipe.benchmark
     return {
         "base_url": f"http://127.0.0.1:{rr.recipe.proxy.port}",
         "endpoint": b.endpoint,
         "model": rr.served_model_name,
-        "tokenizer": rr.tokenizer,
+        "tokenizer": rr.relocated(rr.tokenizer, root),
         "isl": b.isl,
         "osl": b.osl,
         "range_ratio": b.range_ratio,

@@ -72,14 +72,14 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def _procs(rr: ResolvedRecipe, p: JobPlan) -> list[dict[str, Any]]:
+def _procs(rr: ResolvedRecipe, p: JobPlan, root: str) -> list[dict[str, Any]]:
     procs = []
     for w in p.workers:
         procs.append({
             "name": w.name, "func": w.name.replace("-", "_"),
             "summary": f"{w.role} worker {w.index} on node {w.node}, port {w.port}, "
                        f"{w.devices} device(s)",
-            "env": _env(cmd.server_env(rr, w)), "argv": cmd.server_argv(rr, w),
+            "env": _env(cmd.server_env(rr, w)), "argv": cmd.server_argv(rr, w, root),
         })
     procs.append({"name": "proxy", "func": "proxy",
                   "summary": f"PD proxy on node {p.proxy_node}, port {rr.recipe.proxy.port}",
@@ -140,7 +140,7 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext) -> JobPlan
     env = _environment()
     common = {"name": rr.name, "fingerprint": rr.fingerprint, "version": __version__}
     server = env.get_template("server.sh.j2").render(
-        **common, procs=_procs(rr, p), job_env=_env(dict(rr.recipe.env)))
+        **common, procs=_procs(rr, p, ctx.root), job_env=_env(dict(rr.recipe.env)))
     job = env.get_template("job.slurm.j2").render(
         **common, description=rr.recipe.description or rr.name,
         topology_summary=topology_summary(rr), num_nodes=p.num_nodes, slurm=rr.recipe.slurm,
@@ -162,7 +162,7 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext) -> JobPlan
         "job.slurm": job,
         "recipe.lock.yaml": yaml.safe_dump(lock, sort_keys=False),
         "plan.json": json.dumps(plan_json, indent=2) + "\n",
-        "bench.json": json.dumps(cmd.bench_config(rr, p, run_metadata(rr, p, ctx)), indent=2) + "\n",
+        "bench.json": json.dumps(cmd.bench_config(rr, p, run_metadata(rr, p, ctx), ctx.root), indent=2) + "\n",
     }
     for fname, text in files.items():
         write_new(out_dir / fname, text, executable=fname in ("server.sh", "job.slurm"))

@@ -1,0 +1,40 @@
+"""Save every server's Prometheus /metrics around the sweep, so a run can prove that KV was
+transferred (decode's external prefix-cache hits) instead of recomputed."""
+
+from __future__ import annotations
+
+import logging
+import os
+import urllib.request
+from pathlib import Path
+
+log = logging.getLogger("pdbench.node")
+
+
+def scrape_all(targets: dict[str, str], out_dir: Path, phase: str, timeout: float = 10.0) -> None:
+    """targets: name -> base URL. Writes <out_dir>/<name>.<phase>.prom; a failed scrape is logged, not fatal."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, base in targets.items():
+        try:
+            with urllib.request.urlopen(f"{base}/metrics", timeout=timeout) as r:
+                text = r.read()
+        except OSError as e:
+            log.warning("could not scrape %s/metrics: %s", base, e)
+            continue
+        tmp = out_dir / f".{name}.{phase}.prom.tmp"
+        tmp.write_bytes(text)
+        os.replace(tmp, out_dir / f"{name}.{phase}.prom")
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """'name{labels} value' lines -> {'name{labels}': value}; comments and blank lines skipped."""
+    samples: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        key, _, value = line.rpartition(" ")
+        try:
+            samples[key] = float(value)
+        except ValueError:
+            continue
+    return samples

@@ -1,0 +1,144 @@
+"""Recipe and catalogue loading: every error names the file and key, and the CLI exits 2."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.config import ConfigError, load_recipe
+from harness.config.load import PROJECT_ROOT, parse_override
+from harness.topology import check_single_host, plan
+
+
+@pytest.fixture()
+def root(tmp_path: Path) -> Path:
+    """A copy of the project's recipes and catalogue that tests may break."""
+    shutil.copytree(PROJECT_ROOT / "recipes", tmp_path / "recipes")
+    shutil.copy(PROJECT_ROOT / "models.yaml", tmp_path / "models.yaml")
+    return tmp_path
+
+
+def _error(root: Path, recipe: str = "local-tiny-1p1d", overrides: list[str] | None = None) -> ConfigError:
+    with pytest.raises(ConfigError) as e:
+        load_recipe(recipe, overrides or [], root=root)
+    return e.value
+
+
+def test_shipped_recipes_load() -> None:
+    for name in ("local-tiny-1p1d", "dsr1-fp8-1p2d", "dsr1-fp8-1p2d-nixl"):
+        rr = load_recipe(name)
+        assert rr.name == name and len(rr.fingerprint) == 16
+    rr = load_recipe("dsr1-fp8-1p2d")
+    assert rr.recipe.connector.name == "moriio" and rr.recipe.topology.decode.ep == 8
+    assert load_recipe("dsr1-fp8-1p2d-nixl").recipe.connector.name == "nixl"
+
+
+def test_missing_recipe(root: Path) -> None:
+    e = _error(root, "no-such-recipe")
+    assert e.file.endswith("recipes/no-such-recipe.yaml") and "not found" in str(e)
+    assert "local-tiny-1p1d" in str(e)  # lists what exists
+
+
+def test_unknown_key(root: Path) -> None:
+    p = root / "recipes" / "local-tiny-1p1d.yaml"
+    p.write_text(p.read_text().replace("  isl: 256", "  isl: 256\n  input_len: 12"))
+    e = _error(root)
+    assert e.file == str(p) and e.key == "benchmark.input_len" and "unknown key" in str(e)
+
+
+def test_wrong_type(root: Path) -> None:
+    p = root / "recipes" / "local-tiny-1p1d.yaml"
+    p.write_text(p.read_text().replace("concurrency: [1, 4]", "concurrency: [1, many]"))
+    e = _error(root)
+    assert e.key == "benchmark.concurrency.1" and "integer" in str(e) and "'many'" in str(e)
+
+
+def test_model_not_in_catalogue(root: Path) -> None:
+    p = root / "recipes" / "local-tiny-1p1d.yaml"
+    p.write_text(p.read_text().replace("model: tiny-llama", "model: llama-9000"))
+    e = _error(root)
+    assert e.file == str(p) and e.key == "model"
+    assert "llama-9000" in str(e) and "models.yaml" in str(e) and "tiny-llama" in str(e)
+
+
+def test_bad_catalogue_names_models_yaml(root: Path) -> None:
+    m = root / "models.yaml"
+    m.write_text(m.read_text().replace("    precision: fp32\n", "    precision: fp32\n    colour: red\n", 1))
+    e = _error(root)
+    assert e.file == str(m) and e.key == "models.tiny-llama.colour"
+
+
+def test_invalid_yaml_names_line(root: Path) -> None:
+    p = root / "recipes" / "local-tiny-1p1d.yaml"
+    p.write_text("model: [unclosed\n")
+    e = _error(root)
+    assert e.file == str(p) and "line" in str(e) and "invalid YAML" in str(e)
+
+
+def test_overrides_typed_and_validated(root: Path) -> None:
+    rr = load_recipe("local-tiny-1p1d", ["benchmark.concurrency=[2, 8]", "benchmark.isl=1024",
+                                         "topology.decode.flags.max-num-seqs=4"], root=root)
+    assert rr.recipe.benchmark.concurrency == [2, 8] and rr.recipe.benchmark.isl == 1024
+    assert rr.recipe.topology.decode.flags == {"max-num-seqs": 4}
+    assert _error(root, overrides=["benchmark.isl=-3"]).key == "benchmark.isl"
+    assert _error(root, overrides=["benchmark.nope=1"]).key == "benchmark.nope"
+    assert _error(root, overrides=["benchmark.isl.deeper=1"]).key == "benchmark.isl"
+    with pytest.raises(ConfigError):
+        parse_override("no-equals-sign")
+
+
+def test_semantic_checks(root: Path) -> None:
+    assert "dp_attention" in str(_error(root, overrides=["topology.decode.dp_attention=true"]))
+    assert _error(root, overrides=["topology.decode.ep=3"]).key == "topology.decode"
+    assert "image" in str(_error(root, overrides=["container.runtime=docker"]))
+
+
+def test_topology_plan_and_port_conflicts(root: Path) -> None:
+    p = plan(load_recipe("dsr1-fp8-1p2d", root=root))
+    assert p.num_nodes == 3
+    assert [(w.name, w.node) for w in p.workers] == [("prefill-0", 0), ("decode-0", 1), ("decode-1", 2)]
+    assert (p.devices("prefill"), p.devices("decode")) == (8, 16)
+    rr = load_recipe("dsr1-fp8-1p2d", root=root)
+    with pytest.raises(ConfigError, match="local launcher"):
+        check_single_host(rr, p)
+    # Two TP4 workers share an 8-GPU node, each with its own devices and port.
+    rr = load_recipe("dsr1-fp8-1p2d", ["topology.decode.nodes=1", "topology.decode.tp=4",
+                                       "topology.decode.ep=4"], root=root)
+    d = plan(rr).role("decode")
+    assert [(w.node, w.port, w.visible_devices) for w in d] == [(1, 2584, "0,1,2,3"), (1, 2585, "4,5,6,7")]
+    with pytest.raises(ConfigError, match="gpus_per_node"):
+        plan(load_recipe("dsr1-fp8-1p2d", ["topology.decode.nodes=1", "topology.decode.workers=4"], root=root))
+    with pytest.raises(ConfigError, match="spans several nodes"):
+        plan(load_recipe("dsr1-fp8-1p2d", ["topology.decode.workers=1"], root=root))
+    with pytest.raises(ConfigError, match="proxy.port"):
+        plan(load_recipe("local-tiny-1p1d", ["proxy.port=8100"], root=root))
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--recipe", "no-such-recipe"], "no-such-recipe.yaml: recipe not found"),
+    (["--recipe", "local-tiny-1p1d", "--set", "benchmark.isl=abc"], "local-tiny-1p1d.yaml: benchmark.isl:"),
+    (["--recipe", "local-tiny-1p1d", "--set", "benchmark.bogus=1"], "benchmark.bogus: unknown key"),
+    (["--recipe", "local-tiny-1p1d", "--set", "model=nope"], "model: 'nope' is not in"),
+])
+def test_cli_exits_2_with_file_and_key(args: list[str], needle: str, tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "harness", "submit", *args, "--dry-run",
+                        "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr
+    assert not any(tmp_path.iterdir())  # no run directory for a bad recipe
+
+
+def test_dry_run_creates_run_dir_and_prints_sbatch(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "harness", "submit", "--recipe", "dsr1-fp8-1p2d", "--dry-run",
+                        "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    (run_dir,) = (tmp_path / "dsr1-fp8-1p2d").iterdir()
+    assert f"sbatch --parsable --chdir={run_dir} {run_dir}/job.slurm" in r.stdout
+    assert {p.name for p in run_dir.iterdir()} >= {"job.slurm", "server.sh", "recipe.lock.yaml", "plan.json", "bench.json", "logs"}
+    r2 = subprocess.run([sys.executable, "-m", "harness", "submit", "--recipe", "dsr1-fp8-1p2d", "--dry-run",
+                         "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert r2.returncode == 0 and len(list((tmp_path / "dsr1-fp8-1p2d").iterdir())) == 2  # never reused
