@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import shlex
 import sys
+import time
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -73,13 +75,38 @@ def render(
     typer.echo(f"rendered {rr.name} into {out}")
 
 
+def _slurm_overrides(**opts: object) -> list[str]:
+    """Command-line Slurm options become ordinary recipe overrides, so the lock file records them."""
+    keys = {"partition": "slurm.partition", "account": "slurm.account", "qos": "slurm.qos",
+            "time": "slurm.time_limit", "nodelist": "slurm.nodelist", "exclude": "slurm.exclude",
+            "reservation": "slurm.reservation", "constraint": "slurm.constraint",
+            "job_name": "slurm.job_name", "gpus_per_node": "topology.gpus_per_node"}
+    out = [f"{keys[k]}={json.dumps(v) if isinstance(v, str) else v}" for k, v in opts.items()
+           if k in keys and v is not None]
+    if opts.get("sbatch"):
+        out.append(f"slurm.extra_sbatch={json.dumps(list(opts['sbatch']))}")
+    return out
+
+
 @app.command()
 def submit(
     recipe: Annotated[str, typer.Option("--recipe", "-r", help="Recipe name or path.")],
     set_: SetOpt = None,
     launcher: Annotated[Launcher, typer.Option(help="slurm: sbatch; local: this machine, no Slurm.")] = Launcher.slurm,
     dry_run: Annotated[bool, typer.Option(help="Create the run directory and print the sbatch command only.")] = False,
+    wait: Annotated[bool, typer.Option(help="Follow the Slurm job to its end; Ctrl-C cancels it.")] = False,
     results_dir: Annotated[Path, typer.Option(help="Root of run directories.")] = PROJECT_ROOT / "results",
+    partition: Annotated[Optional[str], typer.Option(help="sbatch --partition")] = None,
+    account: Annotated[Optional[str], typer.Option(help="sbatch --account")] = None,
+    qos: Annotated[Optional[str], typer.Option(help="sbatch --qos")] = None,
+    time_limit: Annotated[Optional[str], typer.Option("--time", help="sbatch --time, e.g. 02:00:00")] = None,
+    nodelist: Annotated[Optional[str], typer.Option(help="sbatch --nodelist")] = None,
+    exclude: Annotated[Optional[str], typer.Option(help="sbatch --exclude")] = None,
+    reservation: Annotated[Optional[str], typer.Option(help="sbatch --reservation")] = None,
+    constraint: Annotated[Optional[str], typer.Option(help="sbatch --constraint")] = None,
+    gpus_per_node: Annotated[Optional[int], typer.Option(help="GPUs per node (topology.gpus_per_node)")] = None,
+    job_name: Annotated[Optional[str], typer.Option(help="sbatch --job-name")] = None,
+    sbatch: Annotated[Optional[list[str]], typer.Option(help="Extra #SBATCH line, e.g. --sbatch=--mem=0. Repeatable.")] = None,
 ) -> None:
     """Render a recipe into a new run directory and run it (sbatch, or the local launcher)."""
     from harness.launch import slurm
@@ -87,7 +114,11 @@ def submit(
     from harness.rundir import create_run_dir
     from harness.topology import check_single_host, plan
 
-    rr = _load(recipe, set_)
+    overrides = list(set_ or []) + _slurm_overrides(
+        partition=partition, account=account, qos=qos, time=time_limit, nodelist=nodelist, exclude=exclude,
+        reservation=reservation, constraint=constraint, gpus_per_node=gpus_per_node, job_name=job_name,
+        sbatch=sbatch)
+    rr = _load(recipe, overrides)
     try:
         job_plan = plan(rr)
         if launcher is Launcher.local:
@@ -103,11 +134,14 @@ def submit(
         if dry_run:
             typer.echo(shlex.join(cmd))
             return
+        _ensure_model(rr)
         try:
             job_id = slurm.submit(run_dir)
         except slurm.SubmitError as e:
             _fail(str(e), code=1)
         typer.echo(f"submitted Slurm job {job_id}")
+        if wait:
+            raise typer.Exit(_follow(run_dir, job_id, rr.recipe.timeouts.job_s))
         return
 
     if dry_run:
@@ -119,11 +153,139 @@ def submit(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s pdbench %(levelname)s %(message)s")
     t = rr.recipe.timeouts
     rc = run_local(run_dir, job_plan.num_nodes, t.job_s, t.teardown_s)
+    _summary(run_dir, rc)
+    raise typer.Exit(rc)
+
+
+def _summary(run_dir: Path, rc: int) -> None:
+    from harness.runs import read_status
+
     results = sorted(run_dir.glob("concurrency_*.json"))
     typer.echo(f"\n{'succeeded' if rc == 0 else f'FAILED (exit {rc})'}: {len(results)} result file(s) in {run_dir}")
     for r in results:
         typer.echo(f"  {r.name}")
-    raise typer.Exit(rc)
+    status = read_status(run_dir)
+    if rc != 0 and status and status.get("reason"):
+        typer.echo(f"reason: {status['reason']}")
+
+
+def _follow(run_dir: Path, job_id: str, timeout_s: float) -> int:
+    """Show state changes and the benchmark's progress until the job ends; Ctrl-C cancels it."""
+    from harness.launch import slurm
+    from harness.launch.local import _Tail  # same tailer as the local launcher
+
+    tail = _Tail([run_dir / "logs" / "node0.log", run_dir / "logs" / "bench.log"], sys.stdout)
+    last: list[str] = []
+
+    def on_poll(info: slurm.JobInfo) -> None:
+        if info.state not in last:
+            typer.echo(f"job {job_id}: {info.state}" + (f" ({info.reason})" if info.reason not in (None, "None") else ""))
+            last.append(info.state)
+        tail.pump()
+
+    try:
+        info = slurm.wait(job_id, timeout_s + 600, on_poll)
+    except KeyboardInterrupt:
+        typer.echo(f"\ninterrupted: cancelled Slurm job {job_id}", err=True)
+        return 130
+    except slurm.SubmitError as e:
+        typer.echo(f"error: {e}", err=True)
+        return 1
+    # The job's status.json is the authority on success; Slurm's state covers what it cannot see.
+    time.sleep(1)
+    tail.pump()
+    from harness.runs import read_status
+
+    status = read_status(run_dir)
+    ok = info.state == "COMPLETED" and status is not None and status["state"] == "succeeded"
+    if info.state == "UNKNOWN" and status is not None:
+        ok = status["state"] == "succeeded"
+    rc = 0 if ok else 1
+    typer.echo(f"job {job_id} ended: {info.state}")
+    _summary(run_dir, rc)
+    return rc
+
+
+def _run_dir(run: str, results_dir: Path) -> Path:
+    from harness.runs import RunNotFound, resolve_run
+
+    try:
+        return resolve_run(run, results_dir)
+    except RunNotFound as e:
+        _fail(str(e))
+        raise
+
+
+RunArg = Annotated[str, typer.Argument(help="Run directory, or a recipe name (its latest run).")]
+ResultsOpt = Annotated[Path, typer.Option(help="Root of run directories.")]
+
+
+@app.command()
+def status(run: RunArg, results_dir: ResultsOpt = PROJECT_ROOT / "results") -> None:
+    """Show a run's Slurm state, its outcome and its result files."""
+    from harness.launch import slurm
+    from harness.runs import read_status
+
+    run_dir = _run_dir(run, results_dir)
+    typer.echo(f"run: {run_dir}")
+    job_id = slurm.job_id_of(run_dir)
+    if job_id:
+        try:
+            info = slurm.job_info(job_id)
+            typer.echo(f"slurm job {job_id}: {info.state} (exit {info.exit_code}, nodes {info.nodes}, via {info.source})")
+        except slurm.SubmitError as e:
+            typer.echo(f"slurm job {job_id}: state unavailable ({e})")
+    st = read_status(run_dir)
+    typer.echo(f"outcome: {st['state'] if st else 'not finished (no status.json yet)'}")
+    if st and st.get("reason"):
+        typer.echo(f"reason: {st['reason']}")
+    for r in sorted(run_dir.glob("concurrency_*.json")):
+        typer.echo(f"  {r.name}")
+
+
+class LogRole(str, Enum):
+    prefill = "prefill"
+    decode = "decode"
+    proxy = "proxy"
+    bench = "bench"
+    node = "node"
+
+
+@app.command()
+def logs(
+    run: RunArg,
+    node: Annotated[Optional[int], typer.Option(help="Only this node's logs.")] = None,
+    role: Annotated[Optional[LogRole], typer.Option(help="Only this role's logs.")] = None,
+    lines: Annotated[int, typer.Option("--lines", "-n", help="Last N lines of each log (0: all).")] = 50,
+    results_dir: ResultsOpt = PROJECT_ROOT / "results",
+) -> None:
+    """Print the logs of a run, by node and role."""
+    from harness.runs import log_files
+
+    run_dir = _run_dir(run, results_dir)
+    files = log_files(run_dir, node, role.value if role else None)
+    if not files:
+        _fail(f"{run_dir}: no logs for node={node} role={role.value if role else None}", code=1)
+    for f in files:
+        text = f.read_text(errors="replace").splitlines()
+        typer.echo(f"==> {f.relative_to(run_dir)} <==")
+        typer.echo("\n".join(text[-lines:] if lines else text))
+
+
+@app.command()
+def cancel(run: RunArg, results_dir: ResultsOpt = PROJECT_ROOT / "results") -> None:
+    """Cancel a run's Slurm job (scancel); the job tears every process down on SIGTERM."""
+    from harness.launch import slurm
+
+    run_dir = _run_dir(run, results_dir)
+    job_id = slurm.job_id_of(run_dir)
+    if not job_id:
+        _fail(f"{run_dir} has no Slurm job (slurm_job_id is missing)", code=1)
+    try:
+        slurm.cancel(job_id)
+    except slurm.SubmitError as e:
+        _fail(str(e), code=1)
+    typer.echo(f"cancelled Slurm job {job_id}")
 
 
 @app.command()

@@ -21,39 +21,69 @@ ROLES: tuple[Role, Role] = ("prefill", "decode")
 class Worker:
     role: Role
     index: int  # within its role
-    node: int
-    local_index: int  # among the workers of its role on that node
+    nodes: tuple[int, ...]  # the first is the leader (HTTP server); the others run headless
+    local_index: int  # among the workers of its role on its leader node
     port: int
     side_channel_port: int  # NIXL: base of this worker's per-rank ports
     devices: int  # accelerators (or CPU "devices") this worker uses: tp x dp
-    visible_devices: Optional[str]  # e.g. "0,1,2,3"; None when the worker owns the node
+    visible_devices: Optional[str]  # e.g. "0,1,2,3"; None when the worker owns its nodes
     cpu_bind: Optional[str]
+    span: Literal["single", "data_parallel", "tensor_parallel"] = "single"
 
     @property
     def name(self) -> str:
         return f"{self.role}-{self.index}"
+
+    @property
+    def node(self) -> int:
+        return self.nodes[0]
+
+    def process_name(self, rank: int) -> str:
+        """rank 0 is the leader; a follower on the worker's rank-th node is '<name>-f<rank>'."""
+        return self.name if rank == 0 else f"{self.name}-f{rank}"
+
+
+@dataclass(frozen=True)
+class Process:
+    """One long-running process of the job on one node."""
+
+    name: str
+    node: int
+    kind: Literal["server", "follower", "proxy"]
+    worker: Optional[str] = None
+    port: Optional[int] = None  # HTTP port for health checks (servers and proxy)
+    cpu_bind: Optional[str] = None
 
 
 @dataclass(frozen=True)
 class JobPlan:
     num_nodes: int
     workers: tuple[Worker, ...]
+    proxy_port: int
     proxy_node: int = 0
 
     def role(self, role: Role) -> list[Worker]:
         return [w for w in self.workers if w.role == role]
 
-    def on_node(self, node: int) -> list[Worker]:
-        return [w for w in self.workers if w.node == node]
-
     def devices(self, role: Role) -> int:
         return sum(w.devices for w in self.role(role))
+
+    def processes(self) -> list[Process]:
+        procs = []
+        for w in self.workers:
+            procs.append(Process(w.name, w.node, "server", w.name, w.port, w.cpu_bind))
+            procs += [Process(w.process_name(r), n, "follower", w.name, None, w.cpu_bind)
+                      for r, n in enumerate(w.nodes) if r > 0]
+        procs.append(Process("proxy", self.proxy_node, "proxy", None, self.proxy_port))
+        return procs
 
     def to_json(self) -> dict:
         return {
             "num_nodes": self.num_nodes,
             "proxy_node": self.proxy_node,
-            "workers": [dict(asdict(w), name=w.name) for w in self.workers],
+            "proxy_port": self.proxy_port,
+            "workers": [dict(asdict(w), name=w.name, node=w.node) for w in self.workers],
+            "processes": [asdict(p) for p in self.processes()],
         }
 
 
@@ -61,16 +91,12 @@ def _role_workers(
     rr: ResolvedRecipe, role: Role, spec: RoleSpec, first_node: int, side_port: int
 ) -> tuple[list[Worker], int]:
     key = f"topology.{role}"
-    if spec.workers < spec.nodes:
-        raise ConfigError(
-            rr.recipe_file, key,
-            f"{spec.workers} worker(s) on {spec.nodes} nodes means a worker spans several nodes, "
-            "which this version does not launch yet; use workers >= nodes",
-        )
+    gpn = rr.recipe.topology.gpus_per_node
+    if spec.nodes > spec.workers:
+        return _spanning_workers(rr, role, spec, first_node, side_port)
     if spec.workers % spec.nodes:
         raise ConfigError(rr.recipe_file, key, f"workers ({spec.workers}) must be a multiple of nodes ({spec.nodes})")
     per_node = spec.workers // spec.nodes
-    gpn = rr.recipe.topology.gpus_per_node
     if gpn and per_node * spec.gpus_per_worker > gpn:
         raise ConfigError(
             rr.recipe_file, key,
@@ -86,7 +112,7 @@ def _role_workers(
             visible = ",".join(str(d) for d in range(first, first + spec.gpus_per_worker))
         workers.append(
             Worker(
-                role=role, index=i, node=first_node + i // per_node, local_index=local,
+                role=role, index=i, nodes=(first_node + i // per_node,), local_index=local,
                 port=spec.port + local, side_channel_port=side_port,
                 devices=spec.gpus_per_worker, visible_devices=visible,
                 cpu_bind=spec.cpu_bind[i % len(spec.cpu_bind)] if spec.cpu_bind else None,
@@ -98,20 +124,58 @@ def _role_workers(
     return workers, side_port
 
 
+def _spanning_workers(
+    rr: ResolvedRecipe, role: Role, spec: RoleSpec, first_node: int, side_port: int
+) -> tuple[list[Worker], int]:
+    """Workers that need more GPUs than a node has: data parallel across nodes when a TP
+    group fits in a node, else tensor parallel across nodes."""
+    key = f"topology.{role}"
+    gpn = rr.recipe.topology.gpus_per_node
+    if spec.nodes % spec.workers:
+        raise ConfigError(rr.recipe_file, key, f"nodes ({spec.nodes}) must be a multiple of workers ({spec.workers})")
+    per_worker = spec.nodes // spec.workers
+    if not gpn or spec.gpus_per_worker != per_worker * gpn:
+        raise ConfigError(
+            rr.recipe_file, key,
+            f"a worker on {per_worker} nodes must use all their GPUs: tp*dp is {spec.gpus_per_worker}, "
+            f"nodes x topology.gpus_per_node is {per_worker * gpn}",
+        )
+    if spec.tp <= gpn:
+        span = "data_parallel"
+        if gpn % spec.tp:
+            raise ConfigError(rr.recipe_file, f"{key}.tp", f"tp ({spec.tp}) must divide gpus_per_node ({gpn})")
+    else:
+        span = "tensor_parallel"
+        if spec.dp != 1 or spec.tp != per_worker * gpn:
+            raise ConfigError(rr.recipe_file, key,
+                              "a TP group larger than a node needs dp = 1 and tp = nodes per worker x gpus_per_node")
+    workers = []
+    for i in range(spec.workers):
+        nodes = tuple(first_node + i * per_worker + k for k in range(per_worker))
+        workers.append(Worker(
+            role=role, index=i, nodes=nodes, local_index=0, port=spec.port,
+            side_channel_port=side_port, devices=spec.gpus_per_worker, visible_devices=None,
+            cpu_bind=spec.cpu_bind[i % len(spec.cpu_bind)] if spec.cpu_bind else None, span=span,
+        ))
+        side_port += spec.gpus_per_worker
+    return workers, side_port
+
+
 def plan(rr: ResolvedRecipe) -> JobPlan:
     topo = rr.recipe.topology
     side = rr.recipe.connector.side_channel_port
     prefill, side = _role_workers(rr, "prefill", topo.prefill, 0, side)
     decode, _ = _role_workers(rr, "decode", topo.decode, topo.prefill.nodes, side)
-    plan_ = JobPlan(num_nodes=topo.prefill.nodes + topo.decode.nodes, workers=tuple(prefill + decode))
+    plan_ = JobPlan(num_nodes=topo.prefill.nodes + topo.decode.nodes, workers=tuple(prefill + decode),
+                    proxy_port=rr.recipe.proxy.port)
     _check_ports(rr, plan_, single_host=False)
     return plan_
 
 
 def _check_ports(rr: ResolvedRecipe, plan_: JobPlan, single_host: bool) -> None:
     used: dict[tuple[int, int], str] = {}
-    claims = [(w.node, p, w.name, f"topology.{w.role}.port") for w in plan_.workers
-              for p in (w.port, w.side_channel_port)]
+    claims = [(n, p, w.name, f"topology.{w.role}.port") for w in plan_.workers
+              for n in w.nodes for p in (w.port, w.side_channel_port)]
     claims.append((plan_.proxy_node, rr.recipe.proxy.port, "proxy", "proxy.port"))
     for node, port, owner, key in claims:
         slot = (0 if single_host else node, port)

@@ -112,8 +112,16 @@ def test_topology_plan_and_port_conflicts(root: Path) -> None:
     assert [(w.node, w.port, w.visible_devices) for w in d] == [(1, 2584, "0,1,2,3"), (1, 2585, "4,5,6,7")]
     with pytest.raises(ConfigError, match="gpus_per_node"):
         plan(load_recipe("dsr1-fp8-1p2d", ["topology.decode.nodes=1", "topology.decode.workers=4"], root=root))
-    with pytest.raises(ConfigError, match="spans several nodes"):
+    with pytest.raises(ConfigError, match="must use all their GPUs"):
         plan(load_recipe("dsr1-fp8-1p2d", ["topology.decode.workers=1"], root=root))
+    # One decode worker over both decode nodes: DP16 attention with EP, TP1 per rank.
+    p = plan(load_recipe("dsr1-fp8-1p2d", ["topology.decode.workers=1", "topology.decode.tp=1",
+                                           "topology.decode.dp=16", "topology.decode.ep=16",
+                                           "topology.decode.dp_attention=true"], root=root))
+    (d,) = p.role("decode")
+    assert d.nodes == (1, 2) and d.span == "data_parallel" and d.devices == 16
+    assert [(x.name, x.node, x.kind) for x in p.processes()] == [
+        ("prefill-0", 0, "server"), ("decode-0", 1, "server"), ("decode-0-f1", 2, "follower"), ("proxy", 0, "proxy")]
     with pytest.raises(ConfigError, match="proxy.port"):
         plan(load_recipe("local-tiny-1p1d", ["proxy.port=8100"], root=root))
 

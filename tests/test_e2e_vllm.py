@@ -156,7 +156,7 @@ def test_failed_server_tears_everything_down(tmp_path: Path) -> None:
     run_dir = _run_dir(tmp_path)
     assert rc != 0, out[-4000:]
     status = json.loads((run_dir / "status.json").read_text())
-    assert status["state"] == "failed" and "decode-0 exited" in status["reason"]
+    assert status["state"] == "failed" and "decode-0 (decode) on node 1 exited" in status["reason"]
     assert not list(run_dir.glob("concurrency_*.json"))
     _assert_nothing_left(watcher)
 

@@ -33,20 +33,35 @@ def _shellcheck() -> str:
     return exe
 
 
-@pytest.mark.parametrize("recipe", RECIPES)
+# Golden cases: the shipped recipes, multi-node workers and every container runtime.
+VARIANTS = {
+    **{r: (r, []) for r in RECIPES},
+    "dsr1-fp8-1p2d--decode-dp16-over-2-nodes": ("dsr1-fp8-1p2d", [
+        "topology.decode.workers=1", "topology.decode.tp=1", "topology.decode.dp=16",
+        "topology.decode.ep=16", "topology.decode.dp_attention=true"]),
+    "dsr1-fp8-1p2d-nixl--prefill-tp16-over-2-nodes": ("dsr1-fp8-1p2d-nixl", [
+        "topology.prefill.nodes=2", "topology.prefill.tp=16"]),
+    **{f"dsr1-fp8-1p2d--{rt}": ("dsr1-fp8-1p2d", [f"container.runtime={rt}"])
+       for rt in ("podman", "enroot", "apptainer", "none")},
+}
+
+
+@pytest.mark.parametrize("case", sorted(VARIANTS))
 @pytest.mark.parametrize("script", ["job.slurm", "server.sh"])
-def test_golden(recipe: str, script: str, tmp_path: Path) -> None:
-    text = (_render(recipe, tmp_path) / script).read_text()
-    golden = GOLDEN / recipe / script
+def test_golden(case: str, script: str, tmp_path: Path) -> None:
+    recipe, overrides = VARIANTS[case]
+    text = (_render(recipe, tmp_path, overrides) / script).read_text()
+    golden = GOLDEN / case / script
     if os.environ.get("PDBENCH_UPDATE_GOLDEN"):
         golden.parent.mkdir(parents=True, exist_ok=True)
         golden.write_text(text)
-    assert text == golden.read_text(), f"{script} of {recipe} differs from {golden}"
+    assert text == golden.read_text(), f"{script} of {case} differs from {golden}"
 
 
-@pytest.mark.parametrize("recipe", RECIPES)
-def test_scripts_pass_bash_n_and_shellcheck(recipe: str, tmp_path: Path) -> None:
-    out = _render(recipe, tmp_path)
+@pytest.mark.parametrize("case", sorted(VARIANTS))
+def test_scripts_pass_bash_n_and_shellcheck(case: str, tmp_path: Path) -> None:
+    recipe, overrides = VARIANTS[case]
+    out = _render(recipe, tmp_path, overrides)
     for script in ("job.slurm", "server.sh"):
         path = out / script
         r = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True, timeout=30)
@@ -119,3 +134,25 @@ def test_override_changes_fingerprint_and_command(tmp_path: Path) -> None:
     server = (_render("local-tiny-1p1d", tmp_path, ["topology.decode.flags.max-num-seqs=8"]) / "server.sh").read_text()
     decode = server.split("proc_decode_0()")[1].split("\n}\n")[0]
     assert "--max-num-seqs 8" in decode
+
+
+def test_multi_node_workers_render_headless_followers(tmp_path: Path) -> None:
+    recipe, overrides = VARIANTS["dsr1-fp8-1p2d--decode-dp16-over-2-nodes"]
+    server = (_render(recipe, tmp_path, overrides) / "server.sh").read_text()
+    leader = server.split("proc_decode_0()")[1].split("\n}\n")[0]
+    follower = server.split("proc_decode_0_f1()")[1].split("\n}\n")[0]
+    for text in (leader, follower):
+        assert "--data-parallel-size 16" in text and "--data-parallel-size-local 8" in text
+        assert '--data-parallel-address "${PDBENCH_NODE_1_ADDR}"' in text
+    assert "--headless" not in leader
+    assert "--headless" in follower and "--data-parallel-start-rank 8" in follower
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert [(p["name"], p["node"], p["kind"]) for p in plan["processes"]][1:3] == [
+        ("decode-0", 1, "server"), ("decode-0-f1", 2, "follower")]
+
+    recipe, overrides = VARIANTS["dsr1-fp8-1p2d-nixl--prefill-tp16-over-2-nodes"]
+    server = (_render(recipe, tmp_path / "tp", overrides) / "server.sh").read_text()
+    follower = server.split("proc_prefill_0_f1()")[1].split("\n}\n")[0]
+    assert "--tensor-parallel-size 16" in follower and "--nnodes 2" in follower
+    assert "--node-rank 1" in follower and "--headless" in follower
+    assert '--master-addr "${PDBENCH_NODE_0_ADDR}"' in follower

@@ -78,7 +78,8 @@ def run_local(run_dir: Path, num_nodes: int, timeout_s: float, grace_s: float,
     rc = 0
     try:
         for i in range(num_nodes):
-            with open(logs / f"node{i}.log", "ab") as out:
+            # The node runtime logs to logs/node<i>.log itself; this keeps anything else it prints.
+            with open(logs / f"node{i}.out", "ab") as out:
                 nodes.append(subprocess.Popen(
                     ["bash", str(run_dir / "server.sh")], stdin=subprocess.DEVNULL, stdout=out,
                     stderr=subprocess.STDOUT, env=node_env(run_dir, job_id, i, num_nodes),

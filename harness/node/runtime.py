@@ -52,8 +52,8 @@ class NodeContext:
     def is_head(self) -> bool:
         return self.node_id == self.plan["proxy_node"]
 
-    def workers(self, node: int | None = None) -> list[dict]:
-        return [w for w in self.plan["workers"] if node is None or w["node"] == node]
+    def processes(self, node: int | None = None) -> list[dict]:
+        return [p for p in self.plan["processes"] if node is None or p["node"] == node]
 
 
 def _raise_interrupted(signum: int, _frame: FrameType | None) -> None:
@@ -69,6 +69,10 @@ def run_node(run_dir: Path, node_id: int | None = None) -> int:
         log.error("node id %d is outside this job's %d nodes", node_id, plan["num_nodes"])
         return EXIT_FAILED
     ctx = NodeContext(run_dir, node_id, plan)
+    (run_dir / "logs").mkdir(exist_ok=True)
+    handler = logging.FileHandler(run_dir / "logs" / f"node{node_id}.log")
+    handler.setFormatter(logging.Formatter(f"%(asctime)s node{node_id} %(levelname)s %(message)s"))
+    logging.getLogger("pdbench").addHandler(handler)
     coord = Coordination(run_dir, node_id, plan["num_nodes"])
     sup = Supervisor(run_dir / "logs", record=run_dir / "state" / f"procs-node{node_id}.json")
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -113,34 +117,31 @@ def _run(ctx: NodeContext, coord: Coordination, sup: Supervisor) -> None:
     def start(name: str) -> None:
         sup.start(name, ["bash", server_sh, "proc", name], env, cwd=ctx.run_dir)
 
-    mine = ctx.workers(ctx.node_id)
-    for w in mine:
-        start(w["name"])
-    if ctx.is_head:
-        start("proxy")
+    mine = ctx.processes(ctx.node_id)
+    for p in mine:
+        start(p["name"])
 
-    def check() -> None:
-        dead = sup.exited()
+    def check(ignore: tuple[str, ...] = ()) -> None:
+        dead = [d for d in sup.exited() if d[0] not in ignore]
         if dead:
-            name, code = dead[0]
-            raise Failed(f"{name} exited with code {code} (see logs/{name}.log)")
+            raise Failed(_exit_reason(ctx, *dead[0]))
         coord.check_abort()
 
     # Health gate: this node's servers first (and pin CPU-only workers), then node 0
     # waits for every server of the job and for the proxy's count-aware /health.
-    own = {w["name"]: f"http://127.0.0.1:{w['port']}/health" for w in mine}
+    own = {p["name"]: f"http://127.0.0.1:{p['port']}/health" for p in mine if p["port"]}
     _wait_healthy(own, t["health_s"], check)
-    for w in mine:
-        if w.get("cpu_bind"):
-            pin_worker_main_threads(sup.procs[w["name"]].pid, w["cpu_bind"])
+    for p in mine:
+        if p.get("cpu_bind"):
+            pin_worker_main_threads(sup.procs[p["name"]].pid, p["cpu_bind"])
 
     if not ctx.is_head:
         log.info("node %d ready; waiting for the benchmark to finish", ctx.node_id)
         _wait(coord.is_done, t["health_s"] + t["smoke_s"] + t["bench_s"], "the job's end", check)
         return
 
-    job = {w["name"]: f"http://{addrs[w['node']]}:{w['port']}/health" for w in ctx.workers() if w["name"] not in own}
-    job["proxy"] = f"http://127.0.0.1:{ctx.plan['proxy_port']}/health"
+    servers = [p for p in ctx.processes() if p["kind"] == "server"]
+    job = {p["name"]: f"http://{addrs[p['node']]}:{p['port']}/health" for p in servers if p["name"] not in own}
     _wait_healthy(job, t["health_s"], check)
     log.info("every server and the proxy are ready")
 
@@ -148,23 +149,39 @@ def _run(ctx: NodeContext, coord: Coordination, sup: Supervisor) -> None:
     text = smoke_request(base, ctx.plan["served_model_name"], t["smoke_s"])
     log.info("smoke request through the proxy answered %r", text)
 
-    targets = {w["name"]: f"http://{addrs[w['node']]}:{w['port']}" for w in ctx.workers()}
+    targets = {p["name"]: f"http://{addrs[p['node']]}:{p['port']}" for p in servers}
     scrape_all(targets, ctx.run_dir / "metrics", "before")
     start("bench")
     deadline = time.monotonic() + t["bench_s"]
     while (rc := sup.procs["bench"].popen.poll()) is None:
-        dead = [d for d in sup.exited() if d[0] != "bench"]
-        if dead:
-            raise Failed(f"{dead[0][0]} exited with code {dead[0][1]} during the benchmark "
-                         f"(see logs/{dead[0][0]}.log)")
-        coord.check_abort()
+        check(ignore=("bench",))
         if time.monotonic() > deadline:
             raise Failed(f"the benchmark did not finish within {t['bench_s']:.0f} s (partial results kept)")
         time.sleep(0.5)
     scrape_all(targets, ctx.run_dir / "metrics", "after")
     coord.mark_done()
     if rc != 0:
-        raise Failed(f"the benchmark client exited with code {rc} (see logs/bench.log)")
+        raise Failed(_exit_reason(ctx, "bench", rc))
+
+
+def _exit_reason(ctx: NodeContext, name: str, code: int) -> str:
+    """Names the node, the role and the end of the process's log, so the run directory says why."""
+    proc = next((p for p in ctx.processes() if p["name"] == name), {"kind": "benchmark client"})
+    role = name.split("-")[0] if proc["kind"] in ("server", "follower") else proc["kind"]
+    how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+    tail = _log_tail(ctx.run_dir / "logs" / f"{name}.log")
+    return f"{name} ({role}) on node {ctx.node_id} {how}; last lines of logs/{name}.log:\n{tail}"
+
+
+def _log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return "  (no log)"
+    return "\n".join("  " + line for line in text.splitlines()[-lines:])
 
 
 def _wait_healthy(urls: dict[str, str], timeout: float, check) -> None:

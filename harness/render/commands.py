@@ -108,7 +108,8 @@ def server_env(rr: ResolvedRecipe, worker: Worker) -> dict[str, Word]:
     return env
 
 
-def server_argv(rr: ResolvedRecipe, worker: Worker, root: str | None = None) -> list[Word]:
+def server_argv(rr: ResolvedRecipe, worker: Worker, root: str | None = None, rank: int = 0) -> list[Word]:
+    """The `vllm serve` line of a worker's process on its rank-th node (0: the HTTP leader)."""
     role = getattr(rr.recipe.topology, worker.role)
     model_flags = rr.model.prefill_flags if worker.role == "prefill" else rr.model.decode_flags
     argv: list[Word] = ["vllm", "serve", rr.relocated(rr.model_source, root),
@@ -118,11 +119,32 @@ def server_argv(rr: ResolvedRecipe, worker: Worker, root: str | None = None) -> 
                         "--tensor-parallel-size", str(role.tp)]
     if role.dp > 1:
         argv += ["--data-parallel-size", str(role.dp)]
+    argv += _span_flags(rr, worker, rank)
     if role.ep > 1:
         argv += ["--enable-expert-parallel"]
     argv += flag_words({**model_flags, **role.flags})
     argv += ["--kv-transfer-config", json_word(kv_transfer_config(rr, worker))]
     return argv
+
+
+def _span_flags(rr: ResolvedRecipe, worker: Worker, rank: int) -> list[Word]:
+    """vLLM's multi-node flags for a worker spanning several nodes; followers run headless."""
+    if worker.span == "single":
+        return []
+    leader = node_addr(worker.node)
+    # Distinct per worker, so two leaders never collide even when they share a host.
+    port = 13345 + worker.index + (0 if worker.role == "prefill" else 100)
+    if worker.span == "data_parallel":
+        role = getattr(rr.recipe.topology, worker.role)
+        local = rr.recipe.topology.gpus_per_node // role.tp
+        flags: list[Word] = ["--data-parallel-size-local", str(local),
+                             "--data-parallel-address", leader, "--data-parallel-rpc-port", str(port)]
+        if rank:
+            flags += ["--data-parallel-start-rank", str(rank * local), "--headless"]
+        return flags
+    flags = ["--nnodes", str(len(worker.nodes)), "--node-rank", str(rank),
+             "--master-addr", leader, "--master-port", str(port)]
+    return flags + (["--headless"] if rank else [])
 
 
 def json_word(obj: Any) -> Word:

@@ -73,17 +73,21 @@ def _environment() -> jinja2.Environment:
 
 
 def _procs(rr: ResolvedRecipe, p: JobPlan, root: str) -> list[dict[str, Any]]:
+    workers = {w.name: w for w in p.workers}
     procs = []
-    for w in p.workers:
-        procs.append({
-            "name": w.name, "func": w.name.replace("-", "_"),
-            "summary": f"{w.role} worker {w.index} on node {w.node}, port {w.port}, "
-                       f"{w.devices} device(s)",
-            "env": _env(cmd.server_env(rr, w)), "argv": cmd.server_argv(rr, w, root),
-        })
-    procs.append({"name": "proxy", "func": "proxy",
-                  "summary": f"PD proxy on node {p.proxy_node}, port {rr.recipe.proxy.port}",
-                  "env": [], "argv": cmd.proxy_argv(rr, p)})
+    for proc in p.processes():
+        if proc.kind == "proxy":
+            procs.append({"name": "proxy", "func": "proxy",
+                          "summary": f"PD proxy on node {p.proxy_node}, port {proc.port}",
+                          "env": [], "argv": cmd.proxy_argv(rr, p)})
+            continue
+        w = workers[proc.worker]
+        rank = w.nodes.index(proc.node)
+        what = (f"{w.role} worker {w.index} on node {proc.node}, port {w.port}, {w.devices} device(s)"
+                if rank == 0 else
+                f"headless follower {rank} of {w.name} on node {proc.node} ({w.span.replace('_', ' ')})")
+        procs.append({"name": proc.name, "func": proc.name.replace("-", "_"), "summary": what,
+                      "env": _env(cmd.server_env(rr, w)), "argv": cmd.server_argv(rr, w, root, rank)})
     procs.append({"name": "bench", "func": "bench",
                   "summary": f"benchmark client on node {p.proxy_node}, through the proxy",
                   "env": [], "argv": cmd.bench_argv()})
@@ -154,7 +158,7 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext) -> JobPlan
     }
     plan_json = {
         **p.to_json(), "recipe": rr.name, "fingerprint": rr.fingerprint,
-        "served_model_name": rr.served_model_name, "proxy_port": rr.recipe.proxy.port,
+        "served_model_name": rr.served_model_name,
         "timeouts": rr.recipe.timeouts.model_dump(),
     }
     files = {
