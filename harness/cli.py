@@ -319,10 +319,12 @@ def version() -> None:
 
 def _register_components() -> None:
     from harness.bench.cli import bench_command
+    from harness.node.nic_cli import nic_command
     from harness.proxy.cli import proxy_command
 
     app.command("proxy", help="Run the PD proxy (prefill then decode, streamed back).")(proxy_command)
     app.command("bench", help="Benchmark an OpenAI-compatible endpoint over a concurrency sweep.")(bench_command)
+    app.command("nic", help="Detect RDMA NICs and print the UCX/NCCL/NIXL environment for this node.")(nic_command)
 
 
 _register_components()

@@ -81,6 +81,7 @@ class RoleSpec(Strict):
 
 class TopologySpec(Strict):
     gpus_per_node: int = Field(8, ge=0, description="0 for CPU-only nodes")
+    nic_detection: bool = Field(True, description="servers source `pdbench nic` (RDMA env) before starting")
     prefill: RoleSpec
     decode: RoleSpec
 

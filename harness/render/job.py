@@ -79,7 +79,7 @@ def _procs(rr: ResolvedRecipe, p: JobPlan, root: str) -> list[dict[str, Any]]:
         if proc.kind == "proxy":
             procs.append({"name": "proxy", "func": "proxy",
                           "summary": f"PD proxy on node {p.proxy_node}, port {proc.port}",
-                          "env": [], "argv": cmd.proxy_argv(rr, p)})
+                          "env": [], "argv": cmd.proxy_argv(rr, p), "nic": False})
             continue
         w = workers[proc.worker]
         rank = w.nodes.index(proc.node)
@@ -87,10 +87,11 @@ def _procs(rr: ResolvedRecipe, p: JobPlan, root: str) -> list[dict[str, Any]]:
                 if rank == 0 else
                 f"headless follower {rank} of {w.name} on node {proc.node} ({w.span.replace('_', ' ')})")
         procs.append({"name": proc.name, "func": proc.name.replace("-", "_"), "summary": what,
+                      "nic": rr.recipe.topology.nic_detection,
                       "env": _env(cmd.server_env(rr, w)), "argv": cmd.server_argv(rr, w, root, rank)})
     procs.append({"name": "bench", "func": "bench",
                   "summary": f"benchmark client on node {p.proxy_node}, through the proxy",
-                  "env": [], "argv": cmd.bench_argv()})
+                  "env": [], "argv": cmd.bench_argv(), "nic": False})
     return procs
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe local-tiny-1p1d · fingerprint 5e37c92cb870f89c
+# pdbench node script · recipe local-tiny-1p1d · fingerprint 13b7d0d59ab38f57
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
