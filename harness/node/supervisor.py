@@ -8,6 +8,8 @@ one of them left the group.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 import logging
 import os
@@ -48,7 +50,7 @@ class Supervisor:
         with open(log_path, "ab") as out:
             popen = subprocess.Popen(
                 list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                env=dict(env), cwd=cwd, start_new_session=True,
+                env=dict(env), cwd=cwd, start_new_session=True, preexec_fn=_die_with_parent,
             )
         m = Managed(name, popen, log_path)
         self.procs[name] = m
@@ -120,6 +122,22 @@ class Supervisor:
                 log.info("stopped %s (pid %d, exit %s)", m.name, m.pid, rc)
             except subprocess.TimeoutExpired:
                 log.error("%s (pid %d) could not be reaped", m.name, m.pid)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM if the node runtime dies without tearing down (SIGKILL, OOM).
+
+    Slurm's proctrack/linuxproc finds processes through their parents, so children
+    orphaned by a killed runtime would otherwise outlive the job.
+    """
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _signal_group(pid: int, sig: int) -> None:

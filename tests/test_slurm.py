@@ -1,0 +1,177 @@
+"""On a real Slurm cluster of three nodes on this machine (scripts/slurm/up.sh), with real
+vLLM: a 1P2D job completes; faults (a server or the proxy killed mid-sweep, a server that
+never gets healthy, scancel, an expired time limit) end in bounded time with the right
+status, partial results kept and no process left on any node."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import require_vllm
+from slurm_cluster import describe, job_state, processes_in_node_namespaces, require_cluster, wait_job
+
+pytestmark = pytest.mark.vllm
+
+# Fault tests use 1P1D (two of the three nodes) to start faster; a long second point
+# leaves time to break things after the first result file has landed.
+FAULT = ["benchmark.concurrency=[1, 2]", "benchmark.num_prompts=40", "benchmark.num_warmups=1"]
+
+
+@pytest.fixture(autouse=True)
+def cluster() -> None:
+    require_vllm()
+    require_cluster(3)
+    assert _leftovers() == {}, f"processes left by an earlier job: {_leftovers()}"
+
+
+def _leftovers(grace: float = 0) -> dict[str, list[int]]:
+    deadline = time.monotonic() + grace
+    while True:
+        left = {ns: pids for ns, pids in processes_in_node_namespaces().items() if pids}
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.5)
+
+
+def _submit(results: Path, recipe: str, *overrides: str, extra: tuple[str, ...] = ()) -> subprocess.Popen:
+    args = [sys.executable, "-m", "harness", "submit", "--recipe", recipe, "--wait",
+            "--results-dir", str(results), *extra]
+    for o in overrides:
+        args += ["--set", o]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def _run_dir(results: Path, recipe: str, timeout: float = 60) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        runs = [d for d in (results / recipe).glob("*") if (d / "slurm_job_id").is_file()]
+        if runs:
+            return runs[0]
+        time.sleep(0.2)
+    pytest.fail("the job was not submitted")
+
+
+def _finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGINT)  # --wait cancels the job on Ctrl-C
+        out, _ = proc.communicate(timeout=150)
+        pytest.fail(f"pdbench submit --wait did not return within {timeout} s:\n{out[-4000:]}")
+    return proc.returncode, out
+
+
+def _wait_for(pred, timeout: float, what: str, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if proc.poll() is not None:
+            pytest.fail(f"the job ended before {what}:\n{proc.stdout.read()[-4000:]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not happen within {timeout} s")
+        time.sleep(0.2)
+
+
+def _pid_of(run_dir: Path, name: str) -> int:
+    for record in (run_dir / "state").glob("procs-node*.json"):
+        for entry in json.loads(record.read_text()):
+            if entry["name"] == name:
+                return entry["pid"]
+    raise AssertionError(f"{name} is not recorded in {run_dir / 'state'}")
+
+
+def _healthy(run_dir: Path, name: str) -> bool:
+    log = run_dir / "logs" / "node0.log"
+    return log.is_file() and f"{name} is healthy" in log.read_text()
+
+
+def _status(run_dir: Path) -> dict:
+    return json.loads((run_dir / "status.json").read_text())
+
+
+def _assert_clean() -> None:
+    left = _leftovers(grace=15)
+    assert left == {}, "\n".join(f"{ns}:\n{describe(p)}" for ns, p in left.items())
+
+
+def test_1p2d_on_three_nodes(tmp_path: Path) -> None:
+    proc = _submit(tmp_path, "local-tiny-1p2d")
+    rc, out = _finish(proc, timeout=900)
+    run_dir = _run_dir(tmp_path, "local-tiny-1p2d")
+    assert rc == 0, out[-4000:]
+    assert "job" in out and "COMPLETED" in out
+    job_id = (run_dir / "slurm_job_id").read_text().strip()
+    assert wait_job(job_id, 30) == "COMPLETED"
+    files = sorted(run_dir.glob("concurrency_*_gpus_3_ctx_1_gen_2.json"))
+    assert len(files) == 2
+    for f in files:
+        r = json.loads(f.read_text())
+        assert r["failed"] == 0 and r["completed"] == r["num_prompts"]
+    nodes = {json.loads((run_dir / "nodes" / f"{i}.json").read_text())["host"] for i in range(3)}
+    assert len(nodes) == 3  # three distinct Slurm nodes
+    assert list(run_dir.glob("slurm-*.out"))
+    _assert_clean()
+
+
+@pytest.mark.parametrize("victim, reason", [
+    ("decode-0", "decode-0 (decode) on node 1 was killed by signal 9"),
+    ("proxy", "proxy (proxy) on node 0 was killed by signal 9"),
+])
+def test_process_killed_mid_sweep(victim: str, reason: str, tmp_path: Path) -> None:
+    proc = _submit(tmp_path, "local-tiny-1p1d", *FAULT)
+    run_dir = _run_dir(tmp_path, "local-tiny-1p1d")
+    _wait_for(lambda: list(run_dir.glob("concurrency_1_*.json")), 400, "the first result", proc)
+    os.kill(_pid_of(run_dir, victim), signal.SIGKILL)
+    killed_at = time.monotonic()
+    rc, out = _finish(proc, timeout=180)
+    assert time.monotonic() - killed_at < 90, "the job did not end soon after the kill"
+    assert rc == 1, out[-4000:]
+    assert job_state((run_dir / "slurm_job_id").read_text().strip()) == "FAILED"
+    status = _status(run_dir)
+    assert status["state"] == "failed" and reason in status["reason"]
+    assert "last lines of logs/" in status["reason"]
+    assert [p.name for p in run_dir.glob("concurrency_*.json")] == [
+        "concurrency_1_req_rate_inf_gpus_2_ctx_1_gen_1.json"]  # the finished point is kept
+    _assert_clean()
+
+
+def test_server_never_healthy(tmp_path: Path) -> None:
+    proc = _submit(tmp_path, "local-tiny-1p1d", "timeouts.health_s=10")
+    rc, out = _finish(proc, timeout=240)
+    run_dir = _run_dir(tmp_path, "local-tiny-1p1d")
+    assert rc == 1, out[-4000:]
+    status = _status(run_dir)
+    assert "not healthy within 10 s" in status["reason"]
+    _assert_clean()
+
+
+def test_scancel_mid_run(tmp_path: Path) -> None:
+    proc = _submit(tmp_path, "local-tiny-1p1d", *FAULT)
+    run_dir = _run_dir(tmp_path, "local-tiny-1p1d")
+    _wait_for(lambda: _healthy(run_dir, "prefill-0"), 400, "a healthy prefill", proc)
+    r = subprocess.run([sys.executable, "-m", "harness", "cancel", str(run_dir)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    rc, out = _finish(proc, timeout=180)
+    assert rc == 1, out[-4000:]
+    assert job_state((run_dir / "slurm_job_id").read_text().strip()) == "CANCELLED"
+    _assert_clean()
+
+
+def test_time_limit_expires(tmp_path: Path) -> None:
+    # One minute is Slurm's smallest limit; vLLM needs most of it to start, so the limit
+    # strikes during start-up or the sweep.
+    proc = _submit(tmp_path, "local-tiny-1p1d", "benchmark.num_prompts=400", extra=("--time", "1"))
+    rc, out = _finish(proc, timeout=300)
+    run_dir = _run_dir(tmp_path, "local-tiny-1p1d")
+    assert rc == 1, out[-4000:]
+    assert job_state((run_dir / "slurm_job_id").read_text().strip()) == "TIMEOUT"
+    _assert_clean()
