@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TextIO
@@ -76,6 +77,9 @@ def run_local(run_dir: Path, num_nodes: int, timeout_s: float, grace_s: float,
     nodes: list[subprocess.Popen] = []
     tail = _Tail([logs / "node0.log", logs / "bench.log"], echo) if echo else None
     rc = 0
+    # Signal handlers can only be set from the main thread (tests run the launcher in others).
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)} if in_main else {}
     try:
         for i in range(num_nodes):
             # The node runtime logs to logs/node<i>.log itself; this keeps anything else it prints.
@@ -104,14 +108,31 @@ def run_local(run_dir: Path, num_nodes: int, timeout_s: float, grace_s: float,
     except KeyboardInterrupt:
         log.error("interrupted; stopping every node")
         rc = 130
+    except _Terminated as e:
+        log.error("received %s; stopping every node", signal.Signals(e.signum).name)
+        rc = 128 + e.signum
     finally:
+        for sig in previous:
+            signal.signal(sig, signal.SIG_IGN)  # teardown must not be cut short
         _stop(nodes, grace_s + 30)
         _sweep_leftovers(run_dir)
         if tail:
             tail.pump()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if rc == 0:
         rc = next((c for c in (p.returncode for p in nodes) if c), 0)
     return rc
+
+
+class _Terminated(Exception):
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise _Terminated(signum)
 
 
 def _stop(nodes: list[subprocess.Popen], grace_s: float) -> None:
@@ -129,28 +150,42 @@ def _stop(nodes: list[subprocess.Popen], grace_s: float) -> None:
 
 
 def _sweep_leftovers(run_dir: Path) -> None:
-    """Kill what a node runtime recorded but could not reap (it was SIGKILLed, say)."""
+    """Kill what a node runtime recorded but could not reap (it was SIGKILLed, say): the
+    recorded process and every member of its process group, even when the leader is gone."""
     for record in (run_dir / "state").glob("procs-node*.json"):
         try:
             procs = json.loads(record.read_text())
         except (OSError, ValueError):
             continue
         for entry in procs:
-            try:
-                p = psutil.Process(entry["pid"])
-                if abs(p.create_time() - entry["create_time"]) > 1:
-                    continue  # the PID was reused by something else
-            except psutil.NoSuchProcess:
+            victims = _group_members(entry["pid"], entry["create_time"])
+            if not victims:
                 continue
-            log.warning("killing leftover %s (pid %d)", entry["name"], entry["pid"])
-            victims = [p] + p.children(recursive=True)
-            _killpg(entry["pid"], signal.SIGKILL)
+            log.warning("killing leftovers of %s (process group %d): pids %s", entry["name"], entry["pid"],
+                        [v.pid for v in victims])
             for v in victims:
                 try:
                     v.kill()
                 except psutil.NoSuchProcess:
                     pass
             psutil.wait_procs(victims, timeout=5)
+
+
+def _group_members(pgid: int, leader_created: float) -> list[psutil.Process]:
+    """Processes of the group the recorded leader created, with their descendants.
+
+    A member was created after its leader, which tells this group from a later one that
+    reuses the number."""
+    found: dict[int, psutil.Process] = {}
+    for p in psutil.process_iter(["create_time"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["create_time"] >= leader_created - 1:
+                found[p.pid] = p
+                for c in p.children(recursive=True):
+                    found.setdefault(c.pid, c)
+        except (ProcessLookupError, psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return [p for p in found.values() if p.pid != os.getpid()]
 
 
 def _killpg(pid: int, sig: int) -> None:

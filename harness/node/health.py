@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -11,7 +12,7 @@ def is_healthy(url: str, timeout: float = 3.0) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
             return r.status == 200
-    except (OSError, urllib.error.URLError, ValueError):
+    except (OSError, urllib.error.URLError, ValueError, http.client.HTTPException):
         return False
 
 
@@ -26,7 +27,7 @@ def smoke_request(base_url: str, model: str, timeout: float) -> str:
             data = json.loads(r.read())
     except urllib.error.HTTPError as e:
         raise RuntimeError(f"smoke request got HTTP {e.code}: {e.read()[:500]!r}") from None
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, http.client.HTTPException) as e:
         raise RuntimeError(f"smoke request failed: {e}") from None
     try:
         return data["choices"][0]["text"]

@@ -57,6 +57,9 @@ class NodeContext:
 
 
 def _raise_interrupted(signum: int, _frame: FrameType | None) -> None:
+    # Ignore further signals at once: a second one must not cut the abort and teardown short.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
     raise Interrupted(signum)
 
 
@@ -74,7 +77,8 @@ def run_node(run_dir: Path, node_id: int | None = None) -> int:
     handler.setFormatter(logging.Formatter(f"%(asctime)s node{node_id} %(levelname)s %(message)s"))
     logging.getLogger("pdbench").addHandler(handler)
     coord = Coordination(run_dir, node_id, plan["num_nodes"])
-    sup = Supervisor(run_dir / "logs", record=run_dir / "state" / f"procs-node{node_id}.json")
+    sup = Supervisor(run_dir / "logs", record=run_dir / "state" / f"procs-node{node_id}.json",
+                     adopt_orphans=True)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _raise_interrupted)
 
@@ -86,8 +90,12 @@ def run_node(run_dir: Path, node_id: int | None = None) -> int:
         coord.abort(reason)
     except Aborted as e:
         rc, reason = EXIT_FAILED, f"aborted by {e}"
-    except (Failed, TimeoutError, OSError) as e:
+    except (Failed, TimeoutError, OSError, RuntimeError) as e:
         rc, reason = EXIT_FAILED, str(e)
+        coord.abort(reason)
+    except Exception as e:  # noqa: BLE001 - any bug must still abort the job and tear down
+        log.exception("node %d: unexpected error", node_id)
+        rc, reason = EXIT_FAILED, f"node {node_id}: unexpected {type(e).__name__}: {e}"
         coord.abort(reason)
     finally:
         # A second signal during teardown must not cut it short.

@@ -3,6 +3,7 @@ transferred (decode's external prefix-cache hits) instead of recomputed."""
 
 from __future__ import annotations
 
+import http.client
 import logging
 import os
 import urllib.request
@@ -18,7 +19,7 @@ def scrape_all(targets: dict[str, str], out_dir: Path, phase: str, timeout: floa
         try:
             with urllib.request.urlopen(f"{base}/metrics", timeout=timeout) as r:
                 text = r.read()
-        except OSError as e:
+        except (OSError, http.client.HTTPException) as e:
             log.warning("could not scrape %s/metrics: %s", base, e)
             continue
         tmp = out_dir / f".{name}.{phase}.prom.tmp"

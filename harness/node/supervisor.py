@@ -38,11 +38,18 @@ class Managed:
 
 
 class Supervisor:
-    def __init__(self, log_dir: Path, record: Path | None = None):
+    def __init__(self, log_dir: Path, record: Path | None = None, adopt_orphans: bool = False):
+        """adopt_orphans: make this process a child subreaper, so descendants whose parent
+        exited (a daemonising worker, a crashed server's children) are re-parented here
+        and killed at teardown. Only for a process whose every child is supervised."""
         self.log_dir = log_dir
+        self.adopt_orphans = adopt_orphans and _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         self.record = record  # PIDs for the launcher's last-resort sweep
         self.procs: dict[str, Managed] = {}
         self._recorded: list[dict] = []
+        # Every descendant ever seen, so one that left its group is still found after its
+        # parent has exited: pid -> psutil.Process (which guards against PID reuse).
+        self._seen: dict[int, psutil.Process] = {}
 
     def start(self, name: str, argv: Sequence[str], env: Mapping[str, str], cwd: Path | None = None) -> Managed:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -71,8 +78,20 @@ class Supervisor:
         os.replace(tmp, self.record)
 
     def exited(self) -> list[tuple[str, int]]:
-        """Processes that have ended, with their exit codes."""
+        """Processes that have ended, with their exit codes (also notes new descendants)."""
+        self.refresh()
         return [(m.name, rc) for m in self.procs.values() if (rc := m.popen.poll()) is not None]
+
+    def refresh(self) -> None:
+        if self.adopt_orphans:
+            for child in psutil.Process().children(recursive=True):
+                self._seen.setdefault(child.pid, child)
+        for m in self.procs.values():
+            try:
+                for child in psutil.Process(m.pid).children(recursive=True):
+                    self._seen.setdefault(child.pid, child)
+            except psutil.NoSuchProcess:
+                continue
 
     def wait(self, name: str, timeout: float) -> int | None:
         try:
@@ -92,11 +111,15 @@ class Supervisor:
         self._terminate(procs, grace)
 
     def _terminate(self, procs: list[Managed], grace: float) -> None:
-        tree: list[psutil.Process] = []
+        self.refresh()
+        own = {m.pid for m in procs}
+        # Descendants only: the supervised processes themselves are reaped through Popen,
+        # so that their real exit status (e.g. -9) is kept.
+        tree = [p for pid, p in self._seen.items() if pid not in own and _alive(p)]
         for m in procs:
             try:
-                root = psutil.Process(m.pid)
-                tree += [root] + root.children(recursive=True)
+                tree += [c for c in psutil.Process(m.pid).children(recursive=True)
+                         if c.pid not in self._seen]
             except psutil.NoSuchProcess:
                 pass
             _signal_group(m.pid, signal.SIGTERM)
@@ -122,9 +145,27 @@ class Supervisor:
                 log.info("stopped %s (pid %d, exit %s)", m.name, m.pid, rc)
             except subprocess.TimeoutExpired:
                 log.error("%s (pid %d) could not be reaped", m.name, m.pid)
+        for pid in [pid for pid, p in self._seen.items() if not _alive(p)]:
+            del self._seen[pid]
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+try:  # loaded once here: preexec_fn runs in the forked child, where a lookup would be costly
+    _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+except OSError:
+    _LIBC = None
+
+
+def _prctl(option: int, value: int) -> bool:
+    return _LIBC is not None and _LIBC.prctl(option, value, 0, 0, 0) == 0
 
 
 def _die_with_parent() -> None:
@@ -133,11 +174,7 @@ def _die_with_parent() -> None:
     Slurm's proctrack/linuxproc finds processes through their parents, so children
     orphaned by a killed runtime would otherwise outlive the job.
     """
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+    _prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
 
 def _signal_group(pid: int, sig: int) -> None:

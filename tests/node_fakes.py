@@ -1,0 +1,198 @@
+"""Fake processes for the node-runtime tests: they stand in for vLLM, the proxy and the
+benchmark client behind a hand-written server.sh (stdlib HTTP only, so they start fast).
+
+    python node_fakes.py server --name prefill-0 --port 8100 [failure options]
+    python node_fakes.py bench --proxy-port 30000 [--exit-code 1] [--sleep 60]
+
+Every fake (and every process it forks) records its PID and start time in
+$RUN_DIR/fakepids/, so a test can prove afterwards that none of them is left.
+A server forks one "VLLM::Worker" child in its own process group, as vLLM does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import signal
+import sys
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+RESULT_NAME = "concurrency_1_req_rate_inf_gpus_2_ctx_1_gen_1.json"
+
+
+def pid_dir() -> Path:
+    d = Path(os.environ["RUN_DIR"]) / "fakepids"
+    d.mkdir(exist_ok=True)
+    return d
+
+
+def record_self(name: str, **extra: object) -> None:
+    """$RUN_DIR/fakepids/<name>.<pid>.json: what a test needs to find this process again."""
+    import psutil
+
+    pid = os.getpid()
+    info = {"name": name, "pid": pid, "create_time": psutil.Process(pid).create_time(),
+            "pgid": os.getpgid(0), "sid": os.getsid(0), **extra}
+    tmp = pid_dir() / f".{name}.{pid}.tmp"
+    tmp.write_text(json.dumps(info))
+    os.replace(tmp, pid_dir() / f"{name}.{pid}.json")
+
+
+def set_comm(title: str) -> None:
+    """What `ps`/psutil call the process name (Linux prctl PR_SET_NAME, 15 bytes at most)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(15, title.encode()[:15], 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def fork_worker(name: str) -> int:
+    """A child like vLLM's engine worker: same process group, exits on SIGTERM and reports
+    the CPU affinity it had then (the node runtime re-pins a worker's main thread)."""
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        set_comm("VLLM::Worker")
+        record_self(f"{name}-worker")
+
+        def on_term(_signum, _frame):
+            out = pid_dir() / f"{name}-worker.affinity"
+            out.write_text(json.dumps(sorted(os.sched_getaffinity(0))))
+            os._exit(0)
+
+        signal.signal(signal.SIGTERM, on_term)
+        while True:
+            time.sleep(0.2)
+    finally:
+        os._exit(0)
+
+
+def fork_escapee(name: str) -> int:
+    """A grandchild that leaves the server's session and process group and ignores SIGTERM:
+    only a kill of the tree the supervisor collected with psutil reaches it."""
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        os.setsid()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        set_comm("fake-escapee")
+        record_self(f"{name}-escapee")
+        while True:
+            time.sleep(0.2)
+    finally:
+        os._exit(0)
+
+
+def make_handler(args: argparse.Namespace, state: dict):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt: str, *a: object) -> None:  # into the process's log file
+            sys.stdout.write(f"{args.name}: {fmt % a}\n")
+            sys.stdout.flush()
+
+        def _send(self, code: int, body: bytes, ctype: str = "application/json") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                ready = not args.never_healthy and time.monotonic() >= state["ready_at"]
+                self._send(200 if ready else 503, b"{}")
+            elif self.path == "/metrics":
+                text = (f"# TYPE vllm:request_success_total counter\n"
+                        f'vllm:request_success_total{{model_name="fake",server="{args.name}"}} '
+                        f"{state['completions']}\n")
+                self._send(200, text.encode(), "text/plain; version=0.0.4")
+            else:
+                self._send(404, b'{"error": "not found"}')
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", 0))
+            body = json.loads(self.rfile.read(length) or b"{}")
+            if self.path != "/v1/completions":
+                self._send(404, b'{"error": "not found"}')
+                return
+            if args.completion_status != 200:
+                self._send(args.completion_status, b'{"error": {"message": "injected failure"}}')
+                return
+            state["completions"] += 1
+            reply = {"id": "cmpl-fake", "object": "text_completion", "model": body.get("model"),
+                     "choices": [{"index": 0, "text": f" fake from {args.name}", "finish_reason": "length"}],
+                     "usage": {"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8}}
+            self._send(200, json.dumps(reply).encode())
+
+    return Handler
+
+
+def run_server(args: argparse.Namespace) -> None:
+    if args.ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    record_self(args.name, port=args.port)
+    fork_worker(args.name)
+    if args.escapee:
+        fork_escapee(args.name)
+    if args.exit_after is not None:
+        time.sleep(args.exit_after)
+        print(f"{args.name}: fake start-up failure, exiting with {args.exit_code}", flush=True)
+        sys.exit(args.exit_code)
+    state = {"ready_at": time.monotonic() + args.health_delay, "completions": 0}
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(args, state))
+    server.daemon_threads = True
+    if not args.ignore_term:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    print(f"{args.name}: listening on 127.0.0.1:{args.port}", flush=True)
+    server.serve_forever(poll_interval=0.1)
+
+
+def run_bench(args: argparse.Namespace) -> None:
+    record_self("bench")
+    run_dir = Path(os.environ["RUN_DIR"])
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{args.proxy_port}/v1/completions",
+        data=json.dumps({"model": "fake", "prompt": "hi", "max_tokens": 4}).encode(),
+        headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=5) as r:
+        text = json.loads(r.read())["choices"][0]["text"]
+    result = {"concurrency": 1, "completed": 1, "failed": 0, "num_prompts": 1, "text": text,
+              "partial": args.exit_code != 0}
+    (run_dir / RESULT_NAME).write_text(json.dumps(result))
+    print(f"bench: wrote {RESULT_NAME}", flush=True)
+    if args.sleep:
+        time.sleep(args.sleep)
+    sys.exit(args.exit_code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("server")
+    s.add_argument("--name", required=True)
+    s.add_argument("--port", type=int, required=True)
+    s.add_argument("--health-delay", type=float, default=0.0)
+    s.add_argument("--never-healthy", action="store_true")
+    s.add_argument("--exit-after", type=float)
+    s.add_argument("--exit-code", type=int, default=3)
+    s.add_argument("--ignore-term", action="store_true")
+    s.add_argument("--escapee", action="store_true")
+    s.add_argument("--completion-status", type=int, default=200)
+    b = sub.add_parser("bench")
+    b.add_argument("--proxy-port", type=int, required=True)
+    b.add_argument("--exit-code", type=int, default=0)
+    b.add_argument("--sleep", type=float, default=0.0)
+    args = ap.parse_args(argv)
+    (run_server if args.cmd == "server" else run_bench)(args)
+
+
+if __name__ == "__main__":
+    main()

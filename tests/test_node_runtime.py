@@ -1,0 +1,533 @@
+"""The node runtime and the local launcher with real processes but fake servers (no vLLM).
+
+Each test writes a run directory by hand (plan.json as harness/render/job.py writes it and
+a server.sh whose `proc NAME` functions exec tests/node_fakes.py) and runs it through
+harness.launch.local.run_local or `bash server.sh` directly. The fakes record their PIDs in
+$RUN_DIR/fakepids/, so every test can check that nothing outlived the job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness.launch.local import _sweep_leftovers, node_env, run_local
+from harness.node.coordination import Aborted, Coordination
+from harness.node.supervisor import Supervisor
+from node_fakes import RESULT_NAME
+
+FAKES = Path(__file__).with_name("node_fakes.py")
+pytestmark = pytest.mark.timeout(60)
+
+FAST = {"rendezvous_s": 10, "health_s": 10, "smoke_s": 5, "bench_s": 10, "teardown_s": 3, "job_s": 25}
+
+
+def free_ports(n: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class Job:
+    """A hand-made run directory: prefill-0 and the proxy on node 0, decode-0 on the last node."""
+
+    def __init__(self, run_dir: Path, num_nodes: int = 2, timeouts: dict | None = None,
+                 flags: dict[str, list[str]] | None = None, cpu_bind: str | None = None):
+        self.run_dir = run_dir
+        self.num_nodes = num_nodes
+        self.timeouts = dict(FAST, **(timeouts or {}))
+        self.ports = dict(zip(("prefill-0", "decode-0", "proxy"), free_ports(3)))
+        flags = flags or {}
+        run_dir.mkdir(parents=True)
+        last = num_nodes - 1
+        workers = [self._worker("prefill", 0, self.ports["prefill-0"], cpu_bind),
+                   self._worker("decode", last, self.ports["decode-0"], None)]
+        processes = [
+            {"name": "prefill-0", "node": 0, "kind": "server", "worker": "prefill-0",
+             "port": self.ports["prefill-0"], "cpu_bind": cpu_bind},
+            {"name": "decode-0", "node": last, "kind": "server", "worker": "decode-0",
+             "port": self.ports["decode-0"], "cpu_bind": None},
+            {"name": "proxy", "node": 0, "kind": "proxy", "worker": None,
+             "port": self.ports["proxy"], "cpu_bind": None},
+        ]
+        self.plan = {"num_nodes": num_nodes, "proxy_node": 0, "proxy_port": self.ports["proxy"],
+                     "workers": workers, "processes": processes, "recipe": "fake-1p1d",
+                     "fingerprint": "0" * 16, "served_model_name": "fake-model",
+                     "timeouts": self.timeouts}
+        (run_dir / "plan.json").write_text(json.dumps(self.plan, indent=2) + "\n")
+
+        def fake(*words: str) -> str:
+            return 'exec "$PDBENCH_PYTHON" ' + shlex.join([str(FAKES), *words])
+
+        funcs = {name: fake("server", "--name", name, "--port", str(port), *flags.get(name, []))
+                 for name, port in self.ports.items()}
+        funcs["bench"] = fake("bench", "--proxy-port", str(self.ports["proxy"]), *flags.get("bench", []))
+        lines = ["#!/usr/bin/env bash", "set -euo pipefail",
+                 'RUN_DIR="${RUN_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}"', "export RUN_DIR",
+                 'PDBENCH_PYTHON="${PDBENCH_PYTHON:-python3}"', "export PDBENCH_PYTHON", ""]
+        for name, body in funcs.items():
+            lines += [f"proc_{name.replace('-', '_')}() {{", f"  {body}", "}", ""]
+        lines += ['case "${1:-node}" in',
+                  '  node) exec "$PDBENCH_PYTHON" -m harness node --run-dir "$RUN_DIR" ;;',
+                  "  proc)", '    case "${2:-}" in']
+        lines += [f"      {name}) proc_{name.replace('-', '_')} ;;" for name in funcs]
+        lines += ["      *) echo \"server.sh: unknown process '${2:-}'\" >&2; exit 2 ;;", "    esac", "    ;;",
+                  '  *) echo "usage: server.sh [node | proc NAME]" >&2; exit 2 ;;', "esac", ""]
+        (run_dir / "server.sh").write_text("\n".join(lines))
+        (run_dir / "server.sh").chmod(0o755)
+
+    @staticmethod
+    def _worker(role: str, node: int, port: int, cpu_bind: str | None) -> dict:
+        return {"role": role, "index": 0, "nodes": [node], "local_index": 0, "port": port,
+                "side_channel_port": 5600, "devices": 1, "visible_devices": None,
+                "cpu_bind": cpu_bind, "span": "single", "name": f"{role}-0", "node": node}
+
+    def run(self, timeout_s: float | None = None) -> tuple[int, float]:
+        t0 = time.monotonic()
+        rc = run_local(self.run_dir, self.num_nodes, timeout_s or self.timeouts["job_s"],
+                       self.timeouts["teardown_s"], echo=None)
+        return rc, time.monotonic() - t0
+
+    def status(self) -> dict:
+        return json.loads((self.run_dir / "status.json").read_text())
+
+    def log(self, name: str) -> str:
+        p = self.run_dir / "logs" / f"{name}.log"
+        return p.read_text(errors="replace") if p.exists() else ""
+
+    def logs(self) -> str:
+        """Every log of the run, for assertion messages."""
+        out = []
+        for p in sorted((self.run_dir / "logs").glob("*")):
+            out.append(f"===== {p.name}\n{p.read_text(errors='replace')[-3000:]}")
+        return "\n".join(out)
+
+    # -- the processes of the job -------------------------------------------------------
+
+    def fake_procs(self) -> list[dict]:
+        d = self.run_dir / "fakepids"
+        return [json.loads(p.read_text()) for p in sorted(d.glob("*.json"))] if d.is_dir() else []
+
+    def recorded_procs(self) -> list[dict]:
+        out = []
+        for rec in sorted((self.run_dir / "state").glob("procs-node*.json")):
+            out += json.loads(rec.read_text())
+        return out
+
+    def survivors(self) -> list[str]:
+        alive = []
+        for e in self.fake_procs() + self.recorded_procs():
+            p = _same_process(e["pid"], e["create_time"])
+            if p is not None:
+                alive.append(f"{e['name']} pid {e['pid']}")
+        return sorted(set(alive))
+
+    def assert_nothing_left(self, allow: tuple[str, ...] = (), wait: float = 3.0) -> None:
+        def left() -> list[str]:
+            return [s for s in self.survivors() if s.split(" pid ")[0] not in allow]
+
+        deadline = time.monotonic() + wait  # init reaps orphans asynchronously
+        while left() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert left() == [], self.logs()
+        assert not [p for p in self.ports.values() if _listening(p)]
+
+    def kill_leftovers(self) -> None:
+        for f in sorted((self.run_dir / "nodes").glob("*.json")):  # node runtimes first
+            try:
+                p = psutil.Process(json.loads(f.read_text())["pid"])
+                if str(self.run_dir) in " ".join(p.cmdline()):
+                    p.kill()
+            except (psutil.NoSuchProcess, OSError, ValueError):
+                pass
+        for e in self.fake_procs() + self.recorded_procs():
+            p = _same_process(e["pid"], e["create_time"])
+            if p is not None:
+                try:
+                    p.kill()
+                except psutil.NoSuchProcess:
+                    pass
+
+
+def _same_process(pid: int, create_time: float) -> psutil.Process | None:
+    """The live (non-zombie) process with this PID, unless the PID was reused since."""
+    try:
+        p = psutil.Process(pid)
+        if abs(p.create_time() - create_time) > 0.5 or p.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return p
+    except psutil.NoSuchProcess:
+        return None
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _log_time(line: str) -> float:
+    """The asctime of a node log line ('2024-01-02 03:04:05,678 node1 ...') as a Unix time."""
+    stamp = " ".join(line.split(" ", 2)[:2])
+    return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def _wait_for(pred, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def make_job(tmp_path: Path):
+    jobs: list[Job] = []
+
+    def make(**kw) -> Job:
+        job = Job(tmp_path / f"run{len(jobs)}", **kw)
+        jobs.append(job)
+        return job
+
+    yield make
+    for job in jobs:  # a failing test must not leave fakes behind for the next one
+        job.kill_leftovers()
+
+
+# --- the local launcher, 2 nodes ---------------------------------------------------------
+
+
+def test_happy_path(make_job) -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    job = make_job(cpu_bind=str(cpus[-1]))
+    rc, took = job.run()
+    assert rc == 0, job.logs()
+    assert took < 20
+
+    status = job.status()
+    assert status["state"] == "succeeded" and status["exit_code"] == 0
+    assert status["reason"] is None
+    assert status["results"] == [RESULT_NAME]
+    result = json.loads((job.run_dir / RESULT_NAME).read_text())
+    assert result["text"] == " fake from proxy"  # the bench's request went through the proxy
+
+    for name in ("prefill-0", "decode-0"):  # the proxy is not scraped, only servers
+        before = (job.run_dir / "metrics" / f"{name}.before.prom").read_text()
+        after = (job.run_dir / "metrics" / f"{name}.after.prom").read_text()
+        assert f'server="{name}"' in before and f'server="{name}"' in after
+    assert not list((job.run_dir / "metrics").glob("proxy.*"))
+
+    logs = {p.name for p in (job.run_dir / "logs").glob("*.log")}  # (+ node<i>.out of the launcher)
+    assert logs == {f"{n}.log" for n in ("prefill-0", "decode-0", "proxy", "bench", "node0", "node1")}
+    assert "smoke request through the proxy answered ' fake from proxy'" in job.log("node0")
+    assert "node 1 finished" in job.log("node1")
+
+    recorded = {e["name"] for e in job.recorded_procs()}
+    assert recorded == {"prefill-0", "decode-0", "proxy", "bench"}
+    nodes = json.loads((job.run_dir / "state" / "procs-node1.json").read_text())
+    assert [e["name"] for e in nodes] == ["decode-0"]
+    # every server ran in its own session, and its forked worker in the server's group
+    fakes = {f["name"]: f for f in job.fake_procs()}
+    for name in ("prefill-0", "decode-0", "proxy"):
+        assert fakes[name]["sid"] == fakes[name]["pid"] == fakes[f"{name}-worker"]["pgid"]
+    assert (job.run_dir / "state" / "done").is_file()
+    assert not (job.run_dir / "state" / "abort").exists()
+    if len(cpus) > 1:  # prefill's "VLLM::Worker" was pinned to the recipe's cpu_bind
+        pinned = json.loads((job.run_dir / "fakepids" / "prefill-0-worker.affinity").read_text())
+        assert pinned == [cpus[-1]], job.log("node0")
+        assert json.loads((job.run_dir / "fakepids" / "decode-0-worker.affinity").read_text()) == cpus
+    job.assert_nothing_left()
+
+
+def test_server_exits_during_startup(make_job) -> None:
+    job = make_job(flags={"decode-0": ["--exit-after", "1", "--exit-code", "3"]})
+    rc, took = job.run()
+    assert rc != 0, job.logs()
+    assert took < 20
+    status = job.status()
+    assert status["state"] == "failed" and status["exit_code"] != 0
+    # node 1 saw decode-0 die and aborted the job; node 0 stopped on that abort
+    assert status["reason"].startswith("aborted by node 1: decode-0 (decode) on node 1 exited with code 3")
+    assert "fake start-up failure, exiting with 3" in status["reason"]  # the log tail
+    abort = json.loads((job.run_dir / "state" / "abort").read_text())
+    assert abort["node"] == 1 and "decode-0" in abort["reason"]
+    assert "aborted by node 1" in job.log("node0")
+    assert status["results"] == [] and not (job.run_dir / "logs" / "bench.log").exists()
+    job.assert_nothing_left()  # decode-0's orphaned worker included
+
+
+@pytest.mark.parametrize("stuck", ["decode-0", "proxy"])
+def test_server_never_healthy(make_job, stuck: str) -> None:
+    job = make_job(timeouts={"health_s": 2}, flags={stuck: ["--never-healthy"]})
+    rc, took = job.run()
+    assert rc != 0, job.logs()
+    assert took < 15, job.logs()
+    status = job.status()
+    assert status["state"] == "failed"
+    assert f"not healthy within 2 s: {stuck}" in status["reason"], status
+    others = {"decode-0", "proxy", "prefill-0"} - {stuck}
+    assert not any(o in status["reason"] for o in others)
+    assert status["results"] == []
+    job.assert_nothing_left()
+
+
+def test_bench_fails(make_job) -> None:
+    job = make_job(flags={"bench": ["--exit-code", "1"]})
+    rc, _ = job.run()
+    assert rc == 1, job.logs()
+    status = job.status()
+    assert status["state"] == "failed" and status["exit_code"] == 1
+    assert status["reason"].startswith("bench (benchmark client) on node 0 exited with code 1")
+    assert "bench: wrote" in status["reason"]  # the tail of logs/bench.log
+    assert status["results"] == [RESULT_NAME]  # the partial result is kept
+    assert json.loads((job.run_dir / RESULT_NAME).read_text())["partial"] is True
+    # the sweep ended, so the after-scrape was still taken and the other node released
+    assert (job.run_dir / "metrics" / "decode-0.after.prom").is_file()
+    assert (job.run_dir / "state" / "done").is_file()
+    job.assert_nothing_left()
+
+
+def test_bench_time_limit(make_job) -> None:
+    job = make_job(timeouts={"bench_s": 1}, flags={"bench": ["--sleep", "60"]})
+    rc, took = job.run()
+    assert rc == 1, job.logs()
+    assert took < 20
+    status = job.status()
+    assert "the benchmark did not finish within 1 s (partial results kept)" in status["reason"]
+    assert status["results"] == [RESULT_NAME]
+    job.assert_nothing_left()
+
+
+def test_teardown_escalates_and_reaches_escaped_grandchildren(make_job) -> None:
+    # decode-0 (node 1) ignores SIGTERM; prefill-0 (node 0) forks a grandchild into its own
+    # session that ignores SIGTERM as well: only SIGKILL through the psutil tree reaches it.
+    teardown = 2
+    job = make_job(timeouts={"teardown_s": teardown},
+                   flags={"decode-0": ["--ignore-term"], "prefill-0": ["--escapee"]})
+    rc, took = job.run()
+    assert rc == 0, job.logs()
+    assert took < 25
+
+    escapee = next(f for f in job.fake_procs() if f["name"] == "prefill-0-escapee")
+    assert escapee["sid"] == escapee["pgid"] == escapee["pid"]
+    prefill = next(f for f in job.fake_procs() if f["name"] == "prefill-0")
+    assert escapee["sid"] != prefill["sid"]  # it really left the server's session
+
+    node1 = job.log("node1")
+    assert f"ignored SIGTERM for {teardown} s; killing" in node1
+    stopped = next(line for line in node1.splitlines() if "stopped decode-0" in line)  # reaped
+    # node 1 starts its teardown at most 0.5 s after node 0 marks the job done
+    done_at = (job.run_dir / "state" / "done").stat().st_mtime
+    spent = _log_time(stopped) - done_at
+    # (+5: psutil counts a zombie as alive until init reaps it, which can take a while)
+    assert teardown - 0.5 <= spent <= teardown + 5, spent
+    job.assert_nothing_left()
+
+
+def test_killed_node_runtime(make_job) -> None:
+    # Node 1's runtime dies by SIGKILL (no teardown of its own) once node 0 runs the bench:
+    # node 0 still finishes, and the launcher's sweep (or the servers' parent-death signal)
+    # ends what procs-node1.json recorded.
+    job = make_job(flags={"bench": ["--sleep", "1"]})
+    result: dict = {}
+    runner = threading.Thread(target=lambda: result.update(rc=job.run()[0]), daemon=True)
+    runner.start()
+    _wait_for(lambda: any(f["name"] == "bench" for f in job.fake_procs()), 15, "the bench to start")
+    node1_pid = json.loads((job.run_dir / "nodes" / "1.json").read_text())["pid"]
+    os.kill(node1_pid, signal.SIGKILL)
+    runner.join(30)
+    assert not runner.is_alive()
+    assert result["rc"] == -signal.SIGKILL, job.logs()
+    assert job.status()["state"] == "succeeded"  # node 0's part did succeed
+    # decode-0's forked worker may outlive it: see test_sweep_kills_the_group_of_a_dead_leader
+    job.assert_nothing_left(allow=("decode-0-worker",))
+
+
+def test_sweep_kills_the_group_of_a_dead_leader(make_job) -> None:
+    # A server that died on its own (or by PR_SET_PDEATHSIG when its node runtime was
+    # killed) leaves its forked worker behind in its process group.
+    job = make_job(num_nodes=1)
+    env = dict(os.environ, RUN_DIR=str(job.run_dir))
+    leader = subprocess.Popen([sys.executable, str(FAKES), "server", "--name", "decode-0", "--port",
+                               str(job.ports["decode-0"]), "--exit-after", "0.3"],
+                              env=env, stdout=subprocess.DEVNULL, start_new_session=True)
+    _wait_for(lambda: len(job.fake_procs()) == 2, 10, "the server and its worker")
+    assert leader.wait(10) == 3
+    me = next(f for f in job.fake_procs() if f["name"] == "decode-0")
+    (job.run_dir / "state").mkdir()
+    (job.run_dir / "state" / "procs-node0.json").write_text(json.dumps(
+        [{"name": "decode-0", "pid": me["pid"], "create_time": me["create_time"]}]))
+    _sweep_leftovers(job.run_dir)
+    job.assert_nothing_left(wait=1)
+
+
+def test_supervisor_reports_sigkill_exit_code(tmp_path: Path) -> None:
+    sup = Supervisor(tmp_path / "logs")
+    ignore = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
+    m = sup.start("stubborn", [sys.executable, "-c", ignore], os.environ)
+    try:
+        _wait_for(lambda: "up" in m.log_path.read_text(), 10, "the process to start")
+        t0 = time.monotonic()
+        sup.stop_all(1)
+        assert time.monotonic() - t0 < 4
+        assert m.popen.poll() is not None and not psutil.pid_exists(m.pid)  # this part holds
+    finally:
+        if m.popen.poll() is None:
+            m.popen.kill()
+            m.popen.wait(5)
+    assert m.popen.returncode == -signal.SIGKILL
+
+
+def test_supervisor_kills_escapee_of_a_crashed_server(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("RUN_DIR", str(tmp_path))  # where the fakes record their PIDs
+    sup = Supervisor(tmp_path / "logs", adopt_orphans=True)  # as the node runtime runs it
+    port = free_ports(1)[0]
+    argv = [sys.executable, str(FAKES), "server", "--name", "crashy", "--port", str(port),
+            "--escapee", "--exit-after", "0.5"]
+    m = sup.start("crashy", argv, os.environ)
+    escapees: list[dict] = []
+    try:
+        assert m.popen.wait(10) == 3
+        _wait_for(lambda: list(tmp_path.glob("fakepids/crashy-escapee.*.json")), 5, "the escapee")
+        escapees = [json.loads(p.read_text()) for p in tmp_path.glob("fakepids/crashy-escapee.*.json")]
+        sup.stop_all(1)
+        time.sleep(0.5)
+        assert [e["pid"] for e in escapees if _same_process(e["pid"], e["create_time"])] == []
+    finally:
+        for e in escapees:
+            if (p := _same_process(e["pid"], e["create_time"])) is not None:
+                p.kill()
+
+
+def test_smoke_request_failure(make_job) -> None:
+    job = make_job(num_nodes=1, flags={"proxy": ["--completion-status", "500"]})
+    rc, took = job.run()
+    assert rc == 1, job.logs()
+    job.assert_nothing_left()  # this part holds: the finally block still tears down
+    status = job.status()
+    assert status["state"] == "failed" and "smoke request got HTTP 500" in status["reason"]
+    assert (job.run_dir / "state" / "abort").is_file()
+
+
+def test_sigterm_to_local_launcher(make_job) -> None:
+    job = make_job(timeouts={"bench_s": 30}, flags={"bench": ["--sleep", "60"]})
+    code = ("import sys; from pathlib import Path; from harness.launch.local import run_local; "
+            f"sys.exit(run_local(Path({str(job.run_dir)!r}), 2, 60, {job.timeouts['teardown_s']}, echo=None))")
+    launcher = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        _wait_for(lambda: any(f["name"] == "bench" for f in job.fake_procs()), 15, "the bench to start")
+        launcher.send_signal(signal.SIGTERM)
+        rc = launcher.wait(15)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait(5)
+    assert rc != 0
+    job.assert_nothing_left(wait=1)
+    assert job.status()["state"] == "failed"
+
+
+# --- one node runtime, signalled -------------------------------------------------------
+
+
+def test_sigterm_to_node_runtime(make_job) -> None:
+    job = make_job(num_nodes=1, timeouts={"bench_s": 30}, flags={"bench": ["--sleep", "60"]})
+    env = node_env(job.run_dir, "sigterm-test", 0, 1)
+    with open(job.run_dir / "node0.out", "wb") as out:
+        node = subprocess.Popen(["bash", str(job.run_dir / "server.sh")], stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT, env=env, cwd=job.run_dir,
+                                start_new_session=True)
+    try:
+        _wait_for(lambda: any(f["name"] == "bench" for f in job.fake_procs()), 15, "the bench to start")
+        assert "every server and the proxy are ready" in job.log("node0")
+        t0 = time.monotonic()
+        node.send_signal(signal.SIGTERM)
+        rc = node.wait(15)
+        assert time.monotonic() - t0 < job.timeouts["teardown_s"] + 6
+    finally:
+        if node.poll() is None:
+            os.killpg(node.pid, signal.SIGKILL)
+            node.wait(5)
+    assert rc == 143, job.logs()
+    status = job.status()
+    assert status["state"] == "failed" and status["exit_code"] == 143
+    assert status["reason"] == "node 0 received SIGTERM"
+    assert json.loads((job.run_dir / "state" / "abort").read_text())["reason"] == "node 0 received SIGTERM"
+    assert {e["name"] for e in job.recorded_procs()} == {"prefill-0", "decode-0", "proxy", "bench"}
+    job.assert_nothing_left()
+
+
+# --- coordination --------------------------------------------------------------------------
+
+
+def test_abort_keeps_the_first_reason(tmp_path: Path) -> None:
+    a, b = Coordination(tmp_path, 0, 2), Coordination(tmp_path, 1, 2)
+    assert a.abort_reason() is None
+    a.check_abort()  # nothing to raise yet
+    b.abort("decode-0 exited with code 3")
+    a.abort("not healthy within 10 s: decode-0")
+    b.abort("a third reason")
+    assert a.abort_reason() == b.abort_reason() == "node 1: decode-0 exited with code 3"
+    with pytest.raises(Aborted, match=r"^node 1: decode-0 exited with code 3$"):
+        a.check_abort()
+    assert [p.name for p in (tmp_path / "state").iterdir()] == ["abort"]  # no temp files left
+
+
+def test_concurrent_aborts_have_one_winner(tmp_path: Path) -> None:
+    script = ("import sys; from pathlib import Path; from harness.node.coordination import Coordination; "
+              "Coordination(Path(sys.argv[1]), int(sys.argv[2]), 4).abort(f'reason {sys.argv[2]}')")
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path), str(i)]) for i in range(4)]
+    assert [p.wait(20) for p in procs] == [0] * 4
+    data = json.loads((tmp_path / "state" / "abort").read_text())
+    assert data["reason"] == f"reason {data['node']}"
+    assert [p.name for p in (tmp_path / "state").iterdir()] == ["abort"]
+
+
+def test_wait_for_nodes(tmp_path: Path) -> None:
+    nodes = [Coordination(tmp_path, i, 4) for i in range(4)]
+    nodes[0].announce("10.0.0.1")
+    nodes[2].announce("10.0.0.3")
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"nodes \[1, 3\] did not start within 1 s"):
+        nodes[0].wait_for_nodes(0.6, poll=0.05)
+    assert time.monotonic() - t0 < 2
+    nodes[1].announce("10.0.0.2")
+    nodes[3].announce("10.0.0.4")
+    assert nodes[3].wait_for_nodes(1) == {0: "10.0.0.1", 1: "10.0.0.2", 2: "10.0.0.3", 3: "10.0.0.4"}
+
+
+def test_wait_for_nodes_stops_on_abort(tmp_path: Path) -> None:
+    a, b = Coordination(tmp_path, 0, 2), Coordination(tmp_path, 1, 2)
+    a.announce("127.0.0.1")
+    threading.Timer(0.3, b.abort, args=("node 1 could not start",)).start()
+    t0 = time.monotonic()
+    with pytest.raises(Aborted, match="node 1: node 1 could not start"):
+        a.wait_for_nodes(10, poll=0.05)
+    assert time.monotonic() - t0 < 2
+
+
+def test_done_marker(tmp_path: Path) -> None:
+    a, b = Coordination(tmp_path, 0, 2), Coordination(tmp_path, 1, 2)
+    assert not b.is_done()
+    a.mark_done()
+    assert b.is_done()
+    assert json.loads((tmp_path / "state" / "done").read_text())["node"] == 0

@@ -1,0 +1,112 @@
+"""Slurm launcher units: state from sacct or, without accounting, scontrol/squeue; the
+status, logs and cancel commands. Fake Slurm commands on PATH isolate the parsing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.launch import slurm
+from harness.runs import log_files, resolve_run
+
+
+def _fake(bin_dir: Path, name: str, script: str) -> None:
+    p = bin_dir / name
+    p.write_text("#!/bin/bash\n" + script)
+    p.chmod(0o755)
+
+
+@pytest.fixture()
+def fake_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    d = tmp_path / "bin"
+    d.mkdir()
+    monkeypatch.setenv("PATH", f"{d}:{os.environ['PATH']}")
+    return d
+
+
+def test_state_from_sacct(fake_bin: Path) -> None:
+    _fake(fake_bin, "sacct", 'echo "CANCELLED by 0|0:15|None|node[1-2]"\n')
+    info = slurm.job_info("7")
+    assert (info.state, info.exit_code, info.nodes, info.source) == ("CANCELLED", "0:15", "node[1-2]", "sacct")
+    assert info.finished
+
+
+def test_without_accounting_falls_back_to_scontrol(fake_bin: Path) -> None:
+    _fake(fake_bin, "sacct", 'echo "Slurm accounting storage is disabled" >&2; exit 1\n')
+    _fake(fake_bin, "scontrol", 'echo "JobId=7 JobName=x JobState=RUNNING Reason=None ExitCode=0:0 NodeList=node[1-3]"\n')
+    info = slurm.job_info("7")
+    assert (info.state, info.nodes, info.source) == ("RUNNING", "node[1-3]", "scontrol")
+    assert not info.finished
+
+
+def test_forgotten_job_falls_back_to_squeue_then_unknown(fake_bin: Path) -> None:
+    _fake(fake_bin, "scontrol", 'echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1\n')
+    _fake(fake_bin, "squeue", "exit 0\n")
+    assert slurm.job_info("7").state == "UNKNOWN"
+    _fake(fake_bin, "squeue", 'echo "PENDING|Resources|"\n')
+    assert slurm.job_info("7").state == "PENDING"
+
+
+def test_submit_parses_job_id_and_reports_errors(fake_bin: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    _fake(fake_bin, "sbatch", 'echo "42;cluster"\n')
+    assert slurm.submit(run) == "42" and slurm.job_id_of(run) == "42"
+    _fake(fake_bin, "sbatch", 'echo "sbatch: error: invalid partition specified: gpu" >&2; exit 1\n')
+    with pytest.raises(slurm.SubmitError, match="invalid partition"):
+        slurm.submit(run)
+
+
+def test_wait_follows_to_the_end(fake_bin: Path, tmp_path: Path) -> None:
+    counter = tmp_path / "n"
+    _fake(fake_bin, "scontrol", f'n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}\n'
+          'if [ "$n" -lt 2 ]; then s=RUNNING; else s=COMPLETED; fi\n'
+          'echo "JobId=7 JobState=$s ExitCode=0:0"\n')
+    seen: list[str] = []
+    info = slurm.wait("7", timeout_s=30, on_poll=lambda i: seen.append(i.state), poll_s=0.01)
+    assert info.state == "COMPLETED" and seen == ["RUNNING", "RUNNING", "COMPLETED"]
+
+
+def _run_dir(tmp_path: Path) -> Path:
+    run = tmp_path / "results" / "r1" / "20260101T000000Z-abc123"
+    (run / "logs").mkdir(parents=True)
+    plan = {"num_nodes": 2, "proxy_node": 0, "processes": [
+        {"name": "prefill-0", "node": 0, "kind": "server"}, {"name": "decode-0", "node": 1, "kind": "server"},
+        {"name": "proxy", "node": 0, "kind": "proxy"}]}
+    (run / "plan.json").write_text(json.dumps(plan))
+    for name in ("prefill-0", "decode-0", "proxy", "bench", "node0", "node1"):
+        (run / "logs" / f"{name}.log").write_text(f"{name} line 1\n{name} line 2\n")
+    return run
+
+
+def test_log_selection_by_node_and_role(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path)
+    names = lambda **kw: [p.name for p in log_files(run, **kw)]  # noqa: E731
+    assert names(role="decode") == ["decode-0.log"]
+    assert names(node=0) == ["prefill-0.log", "proxy.log", "bench.log", "node0.log"]
+    assert names(node=1, role="node") == ["node1.log"]
+    assert resolve_run("r1", tmp_path / "results") == run.resolve()
+
+
+def test_logs_status_cancel_commands(tmp_path: Path, fake_bin: Path) -> None:
+    run = _run_dir(tmp_path)
+    (run / "slurm_job_id").write_text("9\n")
+    (run / "status.json").write_text(json.dumps({"state": "failed", "reason": "decode-0 died"}))
+    _fake(fake_bin, "scontrol", 'echo "JobId=9 JobState=FAILED ExitCode=1:0 NodeList=node[1-2]"\n')
+    _fake(fake_bin, "scancel", f'echo "$@" > {tmp_path}/cancelled\n')
+    env = dict(os.environ)
+    cli = [sys.executable, "-m", "harness"]
+    r = subprocess.run([*cli, "logs", str(run), "--role", "proxy", "-n", "1"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0 and "==> logs/proxy.log <==\nproxy line 2" in r.stdout
+    r = subprocess.run([*cli, "status", str(run)], capture_output=True, text=True, env=env, timeout=60)
+    assert "slurm job 9: FAILED" in r.stdout and "reason: decode-0 died" in r.stdout
+    r = subprocess.run([*cli, "cancel", "r1", "--results-dir", str(tmp_path / "results")],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0 and (tmp_path / "cancelled").read_text().strip() == "9"
+    r = subprocess.run([*cli, "logs", str(tmp_path / "nope")], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 2 and "no run directory" in r.stderr
