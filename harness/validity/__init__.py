@@ -1,0 +1,3 @@
+from harness.validity.rules import (  # noqa: F401
+    ClientCounts, PointValidity, ServerScrapes, ValidityThresholds, evaluate,
+)

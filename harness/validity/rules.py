@@ -1,0 +1,182 @@
+"""Did a benchmark point measure disaggregated serving? Rules over /metrics deltas.
+
+Each rule reports its measured value and threshold; a rule whose metrics the servers do
+not export is "not_checked", never "passed". A point is valid when no rule failed.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, Field
+
+from harness.validity.metrics import Scrape, delta
+
+# Family-name patterns (full match). Alternatives cover vLLM versions and connectors.
+EXTERNAL_HITS = [(r"vllm:external_prefix_cache_hits(_total)?", {}),
+                 (r"vllm:prompt_tokens_cached_by_source(_total)?", {"source": "p2p"})]
+PROMPT_TOKENS = r"vllm:prompt_tokens(_total)?"
+GENERATION_TOKENS = r"vllm:generation_tokens(_total)?"
+RECOMPUTED = (r"vllm:prompt_tokens_by_source(_total)?", {"source": "local_compute"})
+TRANSFER_FAILURES = r"(vllm:)?\w*(nixl|moriio|mooncake|pdbench|kv_transfer|kv_connector)\w*(failed|failure|error)\w*_total"
+EXPIRED_LEASES = r"(vllm:)?\w*(nixl|moriio|mooncake|pdbench|kv)\w*(expired|after_expiry)\w*_total"
+TRANSFER_BYTES = r"(vllm:)?\w*(nixl|moriio|mooncake|pdbench|kv)\w*bytes_transferred(_total|_sum)?"
+TRANSFER_TIME = r"(vllm:)?\w*(nixl|moriio|mooncake|pdbench|kv)\w*xfer_time_seconds_sum|(vllm:)?pdbench\w*transfer_seconds_sum"
+PREEMPTIONS = r"vllm:num_preemptions(_total)?"
+GAUGES = {"running": r"vllm:num_requests_running", "waiting": r"vllm:num_requests_waiting",
+          "kv_cache_usage": r"vllm:(gpu_)?kv_cache_usage_perc"}
+
+
+class ValidityThresholds(BaseModel):
+    hit_tolerance: float = Field(0.02, ge=0, le=1, description="share of sent prompt tokens that may miss")
+    max_failed_share: float = Field(0.05, ge=0, le=1, description="InferenceX CI's 5 %")
+    token_tolerance: float = Field(0.02, ge=0, le=1, description="client vs server token counts")
+
+
+class RuleResult(BaseModel):
+    name: str
+    status: Literal["passed", "failed", "not_checked"]
+    measured: Optional[float] = None
+    threshold: Optional[float] = None
+    detail: str
+
+
+class RoleStats(BaseModel):
+    prompt_tokens: Optional[float] = None
+    generation_tokens: Optional[float] = None
+    external_hits: Optional[float] = None
+    recomputed_tokens: Optional[float] = None
+    transfer_bytes: Optional[float] = None
+    transfer_seconds: Optional[float] = None
+    transfer_failures: Optional[float] = None
+    expired_leases: Optional[float] = None
+    preemptions: Optional[float] = None
+    peak_running: Optional[float] = None
+    peak_waiting: Optional[float] = None
+    peak_kv_cache_usage: Optional[float] = None
+
+
+class PointValidity(BaseModel):
+    valid: bool
+    reasons: list[str]
+    rules: list[RuleResult]
+    roles: dict[str, RoleStats]
+    metrics_found: dict[str, list[str]]
+
+
+class ServerScrapes(BaseModel):
+    """One server's scrapes around a point (texts), and gauge samples taken during it."""
+
+    model_config = {"arbitrary_types_allowed": True}
+    role: Literal["prefill", "decode", "proxy"]
+    before: str
+    after: str
+    during: list[str] = []
+
+
+class ClientCounts(BaseModel):
+    prompt_tokens: int  # prompt tokens of every measured request sent
+    output_tokens: int
+    completed: int
+    failed: int
+
+
+def _add(acc: Optional[float], value: Optional[tuple[float, list[str]]], found: set[str]) -> Optional[float]:
+    if value is None:
+        return acc
+    found.update(value[1])
+    return (acc or 0.0) + value[0]
+
+
+def _role_stats(servers: list[ServerScrapes], found: set[str]) -> RoleStats:
+    st = RoleStats()
+    for s in servers:
+        b, a = Scrape.parse(s.before), Scrape.parse(s.after)
+        hits = next((d for p, lab in EXTERNAL_HITS if (d := delta(b, a, p, **lab)) is not None), None)
+        st.external_hits = _add(st.external_hits, hits, found)
+        st.prompt_tokens = _add(st.prompt_tokens, delta(b, a, PROMPT_TOKENS), found)
+        st.generation_tokens = _add(st.generation_tokens, delta(b, a, GENERATION_TOKENS), found)
+        st.recomputed_tokens = _add(st.recomputed_tokens, delta(b, a, RECOMPUTED[0], **RECOMPUTED[1]), found)
+        st.transfer_bytes = _add(st.transfer_bytes, delta(b, a, TRANSFER_BYTES), found)
+        st.transfer_seconds = _add(st.transfer_seconds, delta(b, a, TRANSFER_TIME), found)
+        st.transfer_failures = _add(st.transfer_failures, delta(b, a, TRANSFER_FAILURES), found)
+        st.expired_leases = _add(st.expired_leases, delta(b, a, EXPIRED_LEASES), found)
+        st.preemptions = _add(st.preemptions, delta(b, a, PREEMPTIONS), found)
+        for key, pattern in GAUGES.items():
+            values = [t[0] for text in [s.before, *s.during, s.after]
+                      if (t := Scrape.parse(text).total(pattern)) is not None]
+            if values:
+                attr = f"peak_{key}"
+                setattr(st, attr, max(getattr(st, attr) or 0.0, max(values)))
+    return st
+
+
+def evaluate(servers: dict[str, ServerScrapes], client: ClientCounts,
+             thresholds: ValidityThresholds = ValidityThresholds()) -> PointValidity:
+    found: dict[str, set[str]] = {}
+    roles: dict[str, RoleStats] = {}
+    for role in ("prefill", "decode", "proxy"):
+        group = [s for s in servers.values() if s.role == role]
+        if group:
+            found[role] = set()
+            roles[role] = _role_stats(group, found[role])
+    decode = roles.get("decode", RoleStats())
+    rules = [
+        _rule_kv_transferred(decode, client, thresholds),
+        _rule_transfers_clean(roles),
+        _rule_failed_share(client, thresholds),
+        _rule_token_counts(decode, client, thresholds),
+    ]
+    reasons = [f"{r.name}: {r.detail}" for r in rules if r.status == "failed"]
+    return PointValidity(valid=not reasons, reasons=reasons, rules=rules, roles=roles,
+                         metrics_found={k: sorted(v) for k, v in found.items()})
+
+
+def _rule_kv_transferred(decode: RoleStats, client: ClientCounts, t: ValidityThresholds) -> RuleResult:
+    name, need = "kv_transferred", 1 - t.hit_tolerance
+    if decode.external_hits is None:
+        return RuleResult(name=name, status="not_checked", threshold=need,
+                          detail="decode exports no external prefix-cache metric")
+    if client.prompt_tokens <= 0:
+        return RuleResult(name=name, status="not_checked", threshold=need, detail="no prompt tokens were sent")
+    share = decode.external_hits / client.prompt_tokens
+    ok = share >= need
+    return RuleResult(name=name, status="passed" if ok else "failed", measured=share, threshold=need,
+                      detail=f"decode loaded {decode.external_hits:.0f} of {client.prompt_tokens} prompt tokens "
+                             f"from remote KV ({share:.1%}; need >= {need:.0%})"
+                             + ("" if ok else f"; {decode.recomputed_tokens or 0:.0f} recomputed on decode"))
+
+
+def _rule_transfers_clean(roles: dict[str, RoleStats]) -> RuleResult:
+    name = "no_failed_or_expired_transfers"
+    failures = [r.transfer_failures for r in roles.values() if r.transfer_failures is not None]
+    expired = [r.expired_leases for r in roles.values() if r.expired_leases is not None]
+    if not failures and not expired:
+        return RuleResult(name=name, status="not_checked", threshold=0,
+                          detail="no server exports KV transfer failure or lease-expiry metrics")
+    bad = sum(failures) + sum(expired)
+    return RuleResult(name=name, status="passed" if bad == 0 else "failed", measured=bad, threshold=0,
+                      detail=f"{sum(failures):.0f} failed transfer(s), {sum(expired):.0f} expired KV lease(s)")
+
+
+def _rule_failed_share(client: ClientCounts, t: ValidityThresholds) -> RuleResult:
+    total = client.completed + client.failed
+    share = client.failed / total if total else 1.0
+    return RuleResult(name="failed_requests", status="passed" if share <= t.max_failed_share else "failed",
+                      measured=share, threshold=t.max_failed_share,
+                      detail=f"{client.failed} of {total} requests failed ({share:.1%}; at most {t.max_failed_share:.0%})")
+
+
+def _rule_token_counts(decode: RoleStats, client: ClientCounts, t: ValidityThresholds) -> RuleResult:
+    name = "token_counts_agree"
+    if decode.prompt_tokens is None or decode.generation_tokens is None:
+        return RuleResult(name=name, status="not_checked", threshold=t.token_tolerance,
+                          detail="decode exports no prompt/generation token counters")
+    errs = []
+    for what, server, mine in (("prompt", decode.prompt_tokens, client.prompt_tokens),
+                               ("output", decode.generation_tokens, client.output_tokens)):
+        errs.append((abs(server - mine) / max(mine, 1), what, server, mine))
+    worst = max(errs)
+    ok = worst[0] <= t.token_tolerance
+    return RuleResult(name=name, status="passed" if ok else "failed", measured=worst[0], threshold=t.token_tolerance,
+                      detail="; ".join(f"{w} tokens: client {m}, decode {s:.0f}" for _, w, s, m in errs))

