@@ -65,6 +65,9 @@ class RoleSpec(Strict):
     cpu_bind: list[str] = Field(
         [], description="CPU-only: VLLM_CPU_OMP_THREADS_BIND per worker (cycled)"
     )
+    kv_transfer: bool = Field(
+        True, description="start with the KV connector; false re-prefills (to check validity rules)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> "RoleSpec":

@@ -170,6 +170,24 @@ def _run(ctx: NodeContext, coord: Coordination, sup: Supervisor) -> None:
     coord.mark_done()
     if rc != 0:
         raise Failed(_exit_reason(ctx, "bench", rc))
+    invalid = _invalid_points(ctx.run_dir)
+    if invalid:
+        raise Failed("invalid result point(s): " + "; ".join(invalid))
+
+
+def _invalid_points(run_dir: Path) -> list[str]:
+    """Points whose result says they did not measure disaggregated serving (metadata.valid)."""
+    out = []
+    for f in sorted(run_dir.glob("concurrency_*.json")):
+        try:
+            meta = json.loads(f.read_text()).get("metadata") or {}
+        except (OSError, ValueError):
+            out.append(f"{f.name}: unreadable")
+            continue
+        if meta.get("valid") is False:
+            reasons = (meta.get("validity") or {}).get("reasons") or ["no reason recorded"]
+            out.append(f"{f.name}: {', '.join(reasons)}")
+    return out
 
 
 def _exit_reason(ctx: NodeContext, name: str, code: int) -> str:

@@ -123,7 +123,8 @@ def server_argv(rr: ResolvedRecipe, worker: Worker, root: str | None = None, ran
     if role.ep > 1:
         argv += ["--enable-expert-parallel"]
     argv += flag_words({**model_flags, **role.flags})
-    argv += ["--kv-transfer-config", json_word(kv_transfer_config(rr, worker))]
+    if role.kv_transfer:
+        argv += ["--kv-transfer-config", json_word(kv_transfer_config(rr, worker))]
     return argv
 
 
@@ -167,12 +168,26 @@ def json_word(obj: Any) -> Word:
 
 
 def proxy_argv(rr: ResolvedRecipe, plan: JobPlan) -> list[Word]:
-    p = rr.recipe.proxy
+    p, c = rr.recipe.proxy, rr.recipe.connector
     argv: list[Word] = [PYTHON, "-m", "harness", "proxy",
                         "--port", str(p.port),
-                        "--connector", rr.recipe.connector.name,
+                        "--connector", c.name,
+                        "--policy", p.policy,
                         "--request-timeout-s", f"{p.request_timeout_s:g}",
                         "--stream-idle-timeout-s", f"{p.stream_idle_timeout_s:g}"]
+    if c.name == "moriio":
+        # MoRI-IO servers register themselves on the proxy's ZMQ port (proxy_ping_port in
+        # their kv-transfer-config) with the handshake/notify ports and DP/TP sizes the
+        # flow needs; a static URL carries none of that, so none is passed. The proxy
+        # instead waits for this many registered (and healthy) instances of each role.
+        argv += ["--moriio-port", str(c.proxy_ping_port),
+                 "--moriio-mode", "read" if c.read_mode else "write",
+                 "--expected-prefill", str(len(plan.role("prefill"))),
+                 "--expected-decode", str(len(plan.role("decode")))]
+        return argv
+    # NIXL, Mooncake and the bundled connector: static instances, one per worker (its
+    # HTTP leader); the proxy expects all of them. Mooncake prefills run their bootstrap
+    # server on vLLM's default port (8998), the proxy's default too.
     for w in plan.workers:
         argv += [f"--{w.role}", Shell(f"http://{node_addr(w.node).text}:{w.port}")]
     return argv

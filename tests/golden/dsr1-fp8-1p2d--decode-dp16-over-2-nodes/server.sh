@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-1p2d · fingerprint 2ff6bd6dc1b82a2f
+# pdbench node script · recipe dsr1-fp8-1p2d · fingerprint 8cb6a480c6992d03
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
@@ -103,10 +103,13 @@ proc_proxy() {
   exec "${PDBENCH_PYTHON}" -m harness proxy \
     --port 30000 \
     --connector moriio \
+    --policy round_robin \
     --request-timeout-s 600 \
     --stream-idle-timeout-s 300 \
-    --prefill "http://${PDBENCH_NODE_0_ADDR}:2584" \
-    --decode "http://${PDBENCH_NODE_1_ADDR}:2584"
+    --moriio-port 36367 \
+    --moriio-mode read \
+    --expected-prefill 1 \
+    --expected-decode 1
 }
 
 # bench: benchmark client on node 0, through the proxy

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-1p2d · fingerprint 20a7f5f346cf7d09
+# pdbench node script · recipe dsr1-fp8-1p2d · fingerprint 397806201948c75d
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
@@ -93,11 +93,13 @@ proc_proxy() {
   exec "${PDBENCH_PYTHON}" -m harness proxy \
     --port 30000 \
     --connector moriio \
+    --policy round_robin \
     --request-timeout-s 600 \
     --stream-idle-timeout-s 300 \
-    --prefill "http://${PDBENCH_NODE_0_ADDR}:2584" \
-    --decode "http://${PDBENCH_NODE_1_ADDR}:2584" \
-    --decode "http://${PDBENCH_NODE_2_ADDR}:2584"
+    --moriio-port 36367 \
+    --moriio-mode read \
+    --expected-prefill 1 \
+    --expected-decode 2
 }
 
 # bench: benchmark client on node 0, through the proxy

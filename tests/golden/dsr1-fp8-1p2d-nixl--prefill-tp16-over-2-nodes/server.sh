@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-1p2d-nixl · fingerprint 3413567d68fc114a
+# pdbench node script · recipe dsr1-fp8-1p2d-nixl · fingerprint 60eeae0ff571c7a9
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
@@ -130,6 +130,7 @@ proc_proxy() {
   exec "${PDBENCH_PYTHON}" -m harness proxy \
     --port 30000 \
     --connector nixl \
+    --policy round_robin \
     --request-timeout-s 600 \
     --stream-idle-timeout-s 300 \
     --prefill "http://${PDBENCH_NODE_0_ADDR}:2584" \

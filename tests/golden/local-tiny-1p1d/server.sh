@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe local-tiny-1p1d · fingerprint 13b7d0d59ab38f57
+# pdbench node script · recipe local-tiny-1p1d · fingerprint 50d994824fa5ac5b
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
@@ -53,6 +53,7 @@ proc_proxy() {
   exec "${PDBENCH_PYTHON}" -m harness proxy \
     --port 30000 \
     --connector nixl \
+    --policy round_robin \
     --request-timeout-s 600 \
     --stream-idle-timeout-s 300 \
     --prefill "http://${PDBENCH_NODE_0_ADDR}:8100" \
