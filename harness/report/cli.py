@@ -1,0 +1,139 @@
+"""`pdbench report` and `pdbench collect`: parse, delegate, map errors to exit codes."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from harness.config.load import PROJECT_ROOT
+
+EXIT_USAGE = 2
+
+
+class Format(str, Enum):
+    md = "md"
+    csv = "csv"
+    html = "html"
+    json = "json"
+
+
+RunsArg = Annotated[list[str], typer.Argument(
+    help="Run directories (or result files, or a recipe name for its latest run under --results-dir).")]
+ResultsOpt = Annotated[Path, typer.Option(help="Root of run directories, for recipe names.")]
+
+
+def _resolve(ref: str, results_dir: Path) -> Path:
+    p = Path(ref)
+    if p.exists():
+        return p
+    from harness.runs import RunNotFound, resolve_run
+
+    try:
+        return resolve_run(ref, results_dir)
+    except RunNotFound as e:
+        typer.echo(f"error: {ref}: no such run directory or result file ({e})", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
+
+
+def _write(path: Path, text: str) -> None:
+    """Write a report file atomically (a temp file beside it, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def report_command(
+    runs: RunsArg,
+    baseline: Annotated[Optional[str], typer.Option(
+        help="Run to compare against: signed deltas and percentages on every other row.")] = None,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.md,
+    plot: Annotated[Optional[Path], typer.Option(
+        help="Also write the Pareto plot (tok/s/GPU vs tok/s/user) to this PNG.")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Write the report here instead of stdout.")] = None,
+    results_dir: ResultsOpt = PROJECT_ROOT / "results",
+) -> None:
+    """Compare runs: per-GPU throughput, TTFT/TPOT/E2EL, interactivity and failures per concurrency."""
+    from harness.report import output_csv, output_html, output_json, output_md
+    from harness.report.load import RunPathError
+    from harness.report.table import build_report
+
+    paths = [_resolve(r, results_dir) for r in runs]
+    base = _resolve(baseline, results_dir) if baseline else None
+    try:
+        report = build_report(paths, base)
+    except RunPathError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
+    render = {Format.md: output_md, Format.csv: output_csv, Format.html: output_html, Format.json: output_json}[fmt]
+    text = render.render(report)
+    if out is not None:
+        _write(out, text)
+    else:
+        sys.stdout.write(text)
+    # The skipped files are in md/html/json; CSV has no room for them, and --out hides them.
+    if report.skipped and (fmt is Format.csv or out is not None):
+        typer.echo(f"skipped {len(report.skipped)} file(s):", err=True)
+        for s in report.skipped:
+            typer.echo(f"  {report.rel(s.path)}: {s.reason}", err=True)
+    if plot is not None:
+        from harness.report.plot import save
+
+        save(report, plot)
+    if out is not None or plot is not None:
+        typer.echo(f"{len(report.table)} row(s) from {len(report.runs)} run(s)"
+                   + (f"; report: {out}" if out else "") + (f"; plot: {plot}" if plot else ""), err=True)
+    if report.table.empty:
+        typer.echo("error: no usable result files", err=True)
+        raise typer.Exit(1)
+
+
+def collect_command(
+    runs: RunsArg,
+    out: Annotated[Path, typer.Option(help="Aggregate JSON to create (never overwritten).")],
+    hw: Annotated[Optional[str], typer.Option(
+        envvar="RUNNER_TYPE", help="Hardware name (InferenceX's RUNNER_TYPE) when the metadata has none.")] = None,
+    include_invalid: Annotated[bool, typer.Option(
+        help="Keep points whose metadata says valid: false (they carry \"valid\": false).")] = False,
+    results_dir: ResultsOpt = PROJECT_ROOT / "results",
+) -> None:
+    """Write the InferenceX-style aggregate JSON of runs, one validated entry per point."""
+    from harness.report.collect import collect, write_new
+    from harness.report.load import RunPathError
+
+    if out.exists():
+        typer.echo(f"error: {out} exists; collect never overwrites (choose another --out)", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    paths = [_resolve(r, results_dir) for r in runs]
+    try:
+        result = collect(paths, hw=hw, include_invalid=include_invalid)
+    except RunPathError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
+    for s in result.skipped:
+        typer.echo(f"skipped {s.path}: {s.reason}", err=True)
+    for n in result.notes:
+        typer.echo(f"note: {n}", err=True)
+    if not result.entries:
+        typer.echo("error: no point to collect; nothing written", err=True)
+        raise typer.Exit(1)
+    try:
+        write_new(out, result.entries)
+    except FileExistsError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
+    typer.echo(f"wrote {len(result.entries)} entr{'y' if len(result.entries) == 1 else 'ies'} to {out}"
+               + (f" ({len(result.skipped)} file(s) skipped)" if result.skipped else ""))

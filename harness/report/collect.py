@@ -1,0 +1,225 @@
+"""`pdbench collect`: the InferenceX-style aggregate, one entry per point.
+
+Keys and formulas follow InferenceX's `utils/process_result.py` (multinode, disaggregated branch):
+per-role GPU normalisation (total over P+D, output over D, or over P+D when D is 0, input over P),
+every `*ms` latency as seconds under its name without `_ms`, and each `tpot` key also as
+`*_intvty = 1000 / value` (tokens/s/user). What InferenceX takes from its CI environment
+(RUNNER_TYPE, PRECISION, PREFILL_TP, ...) comes from each result's pdbench metadata block;
+only the hardware name is not there (`--hw`, or RUNNER_TYPE as in InferenceX's CI).
+
+Entries are validated, deduplicated by run, recipe fingerprint, ISL, OSL and concurrency, and points
+whose metadata says `valid: false` are left out unless asked for (then they carry `"valid": false`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, model_validator
+
+from harness.report.load import Point, Skipped, dedupe, load_runs
+from harness.report.table import per_gpu
+
+FiniteNonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class Router(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1)
+    version: str = Field(min_length=1)
+
+
+class CollectEntry(BaseModel):
+    """One point, keyed as InferenceX's `agg_*.json` (multinode); latency keys are extra fields."""
+
+    model_config = ConfigDict(extra="allow")
+
+    hw: str = Field(min_length=1)
+    conc: PositiveInt
+    image: str
+    model: str = Field(min_length=1)
+    infmax_model_prefix: str = Field(min_length=1)
+    framework: str = Field(min_length=1)
+    precision: str = Field(min_length=1)
+    spec_decoding: str = Field(min_length=1)
+    disagg: bool
+    recipe_fingerprint: str
+    isl: PositiveInt
+    osl: PositiveInt
+    router: Optional[Router] = None
+    kv_p2p_transfer: Optional[str] = None
+    is_multinode: Literal[True] = True
+    prefill_tp: PositiveInt
+    prefill_pp: PositiveInt = 1
+    prefill_dcp_size: PositiveInt = 1
+    prefill_pcp_size: PositiveInt = 1
+    prefill_ep: PositiveInt
+    prefill_dp_attention: Literal["true", "false"]
+    prefill_num_workers: PositiveInt
+    decode_tp: NonNegativeInt
+    decode_pp: PositiveInt = 1
+    decode_dcp_size: PositiveInt = 1
+    decode_pcp_size: PositiveInt = 1
+    decode_ep: NonNegativeInt
+    decode_dp_attention: Literal["true", "false"]
+    decode_num_workers: NonNegativeInt
+    num_prefill_gpu: PositiveInt
+    num_decode_gpu: NonNegativeInt
+    tput_per_gpu: FiniteNonNeg
+    output_tput_per_gpu: FiniteNonNeg
+    input_tput_per_gpu: FiniteNonNeg
+
+    @model_validator(mode="after")
+    def _latencies_are_numbers(self) -> "CollectEntry":
+        for key, value in (self.model_extra or {}).items():
+            if key == "valid":
+                if value is not False:
+                    raise ValueError("valid, when present, is false (an invalid point kept on request)")
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{key} is not a finite number ({value!r})")
+        return self
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+@dataclass
+class Collected:
+    entries: list[dict[str, Any]]
+    skipped: list[Skipped]
+    notes: list[str] = field(default_factory=list)
+
+
+class _Skip(Exception):
+    pass
+
+
+def _meta(md: dict[str, Any], key: str) -> Any:
+    if md.get(key) is None:
+        raise _Skip(f"metadata.{key} is missing; collect needs pdbench's metadata block for topology, "
+                    f"precision and model")
+    return md[key]
+
+
+def _flag(v: Any) -> str:
+    """InferenceX carries dp-attention as the workflow's text, 'true' or 'false'."""
+    return "true" if v is True or str(v).lower() == "true" else "false"
+
+
+def entry(p: Point, hw: Optional[str], notes: list[str]) -> CollectEntry:
+    md = p.metadata
+    if not md:
+        raise _Skip("no pdbench metadata block (collect needs the point's topology, precision and model)")
+    if md.get("disagg") is False:
+        raise _Skip("not a disaggregated point (metadata.disagg is false); collect writes the multinode "
+                    "disaggregated schema only")
+    hw = hw or md.get("hw") or md.get("runner_type")
+    if not hw:
+        raise _Skip("hardware unknown: pass --hw (InferenceX's RUNNER_TYPE, e.g. h100-disagg)")
+    if p.isl is None or p.osl is None:
+        raise _Skip("ISL/OSL unknown")
+    prefill, decode = p.prefill_gpus, p.decode_gpus
+    if prefill is None or decode is None:
+        raise _Skip("GPU split unknown (no metadata prefill_gpus/decode_gpus, no _gpus_ in the file name)")
+    if prefill <= 0:
+        raise _Skip("no prefill GPU: InferenceX's multinode results need at least one")
+    tput, out, inp = per_gpu(p.total_token_throughput, p.output_throughput, prefill, decode)
+    router = None
+    if md.get("proxy") == "pdbench" and md.get("pdbench_version"):
+        router = {"name": "pdbench", "version": str(md["pdbench_version"])}
+    elif md.get("proxy") and md.get("proxy_version"):
+        router = {"name": str(md["proxy"]), "version": str(md["proxy_version"])}
+    has_decode = decode > 0
+    data: dict[str, Any] = {
+        "hw": hw, "conc": p.concurrency, "image": md.get("image") or "",
+        "model": p.model or _meta(md, "model"),
+        "infmax_model_prefix": md.get("model_prefix") or _meta(md, "model"),
+        "framework": md.get("framework") or "vllm-disagg", "precision": _meta(md, "precision"),
+        "spec_decoding": md.get("spec_decoding") or "none", "disagg": True,
+        "recipe_fingerprint": p.fingerprint or "", "isl": p.isl, "osl": p.osl,
+        "router": router, "kv_p2p_transfer": md.get("connector") or None,
+        "is_multinode": True,
+        "prefill_tp": _meta(md, "prefill_tp"), "prefill_pp": md.get("prefill_pp") or 1,
+        "prefill_dcp_size": md.get("prefill_dcp_size") or 1, "prefill_pcp_size": md.get("prefill_pcp_size") or 1,
+        "prefill_ep": _meta(md, "prefill_ep"), "prefill_dp_attention": _flag(md.get("prefill_dp_attention")),
+        "prefill_num_workers": _meta(md, "prefill_num_workers"),
+        # InferenceX zeroes decode's parallelism when there is no decode GPU.
+        "decode_tp": _meta(md, "decode_tp") if has_decode else 0,
+        "decode_pp": (md.get("decode_pp") or 1) if has_decode else 1,
+        "decode_dcp_size": (md.get("decode_dcp_size") or 1) if has_decode else 1,
+        "decode_pcp_size": (md.get("decode_pcp_size") or 1) if has_decode else 1,
+        "decode_ep": _meta(md, "decode_ep") if has_decode else 0,
+        "decode_dp_attention": _flag(md.get("decode_dp_attention")),
+        "decode_num_workers": _meta(md, "decode_num_workers"),
+        "num_prefill_gpu": prefill, "num_decode_gpu": decode,
+        "tput_per_gpu": tput, "output_tput_per_gpu": out, "input_tput_per_gpu": inp,
+    }
+    for key, value in p.ms.items():  # file order, as InferenceX iterates the result
+        if key.endswith("ms"):
+            data[key.replace("_ms", "")] = value / 1000.0
+        if "tpot" in key:
+            name = key.replace("_ms", "").replace("tpot", "intvty")
+            if value > 0:
+                data[name] = 1000.0 / value
+            else:
+                notes.append(f"{p.path}: {key} is {value:g}; {name} left out (1000 / 0)")
+    if p.valid is False:
+        data["valid"] = False
+    try:
+        return CollectEntry.model_validate(data)
+    except ValidationError as e:
+        errors = "; ".join(f"{'.'.join(str(x) for x in err['loc']) or 'entry'}: {err['msg']}" for err in e.errors())
+        raise _Skip(f"entry fails validation: {errors}") from None
+
+
+def collect(run_paths: list[Path], hw: Optional[str] = None, include_invalid: bool = False) -> Collected:
+    loaded = load_runs(run_paths)
+    dedupe(loaded)
+    result = Collected(entries=[], skipped=list(loaded.skipped), notes=[f"{n.path}: {n.text}" for n in loaded.notes])
+    for run in loaded.runs:
+        if run.status is not None and run.status.get("state") != "succeeded":
+            result.notes.append(f"{run.path}: run state {run.status.get('state')}; its result files are "
+                                f"collected all the same")
+        points = sorted(run.points, key=lambda p: (p.isl or 0, p.osl or 0, p.concurrency))
+        for p in points:
+            if p.valid is False and not include_invalid:
+                why = "; ".join(p.validity_reasons) or "no reason given"
+                result.skipped.append(Skipped(p.path, f"invalid point (metadata.valid is false: {why}); "
+                                                      f"--include-invalid keeps it"))
+                continue
+            if p.stop_reason:
+                result.notes.append(f"{p.path}: ended before every request was done ({p.stop_reason}); collected")
+            try:
+                result.entries.append(entry(p, hw, result.notes).dump())
+            except _Skip as e:
+                result.skipped.append(Skipped(p.path, str(e)))
+    return result
+
+
+def write_new(path: Path, entries: list[dict[str, Any]]) -> Path:
+    """Create `path` with the JSON array, atomically and only if it does not exist yet."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        raise FileExistsError(f"{path} exists; collect never overwrites (choose another --out)")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(entries, indent=2) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)  # fails instead of replacing a file created meanwhile
+        except FileExistsError:
+            raise FileExistsError(f"{path} exists; collect never overwrites (choose another --out)") from None
+    finally:
+        os.unlink(tmp)
+    return path

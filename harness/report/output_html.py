@@ -1,0 +1,91 @@
+"""A self-contained HTML page: the same sections as the markdown, invalid rows highlighted and
+deltas coloured by whether they are better or worse."""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+from harness.report import cells
+from harness.report.table import Report
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #1f2328; }
+table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
+th, td { border: 1px solid #d0d7de; padding: 4px 8px; }
+th { background: #f6f8fa; }
+td.num { text-align: right; white-space: nowrap; }
+tr.baseline td { background: #f6f8fa; }
+tr.invalid td { background: #ffebe9; }
+.invalid-flag { color: #cf222e; font-weight: bold; }
+.better { color: #1a7f37; }
+.worse { color: #cf222e; }
+code { background: #f6f8fa; padding: 0 3px; }
+""".strip()
+
+
+def _text(s: Any) -> str:
+    """Escape, then show `code` spans as <code>."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(str(s)))
+
+
+def _cell(text: str, num: bool = False) -> str:
+    return f'<td class="num">{text}</td>' if num else f"<td>{text}</td>"
+
+
+def render(report: Report) -> str:
+    out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+           "<title>pdbench report</title>", f"<style>\n{STYLE}\n</style>", "</head>", "<body>",
+           "<h1>pdbench report</h1>"]
+    if report.baseline:
+        out.append(f"<p><strong>Baseline:</strong> <code>{html.escape(report.baseline)}</code>. Other rows show "
+                   "value (change, % change) against the baseline row of the same ISL, OSL and concurrency; "
+                   '<span class="better">green</span> is better, <span class="worse">red</span> is worse.</p>')
+    out += ["<h2>Runs</h2>", "<table>", "<thead><tr>" + "".join(
+        f"<th>{h}</th>" for h in ("Run", "Source", "Recipe", "Model", "Precision", "Connector", "GPUs (P+D)",
+                                  "Fingerprint", "State", "Points")) + "</tr></thead>", "<tbody>"]
+    for s in cells.run_summaries(report):
+        label = f"<code>{html.escape(s['run'])}</code>" + (" (baseline)" if s["baseline"] else "")
+        tds = [_cell(label)] + [_cell(html.escape(str(s[k])) if s[k] is not None else "–")
+                                for k in ("source", "recipe", "model", "precision", "connector")]
+        tds += [_cell(html.escape(str(s["gpus"] or "–")), True)]
+        tds += [_cell(html.escape(str(s[k])) if s[k] is not None else "–") for k in ("fingerprint", "state")]
+        tds += [_cell(str(s["points"]), True)]
+        out.append("<tr>" + "".join(tds) + "</tr>")
+    out += ["</tbody>", "</table>", "<h2>Results</h2>"]
+    df = report.table
+    if df.empty:
+        out.append("<p>No usable result files.</p>")
+    else:
+        heads = ["Run", "ISL", "OSL", "Conc", "GPUs (P+D)", "Valid"] + [m.header for m in report.metrics]
+        out += ["<table>", "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in heads) + "</tr></thead>",
+                "<tbody>"]
+        for _, r in df.iterrows():
+            invalid = not cells.missing(r["valid"]) and not r["valid"]
+            cls = " ".join(c for c, on in (("baseline", r["baseline"]), ("invalid", invalid)) if on)
+            label = f"<code>{html.escape(r['run'])}</code>" + (" (baseline)" if r["baseline"] else "")
+            valid = ("–" if cells.missing(r["valid"]) else "yes" if r["valid"]
+                     else '<span class="invalid-flag">INVALID</span>')
+            tds = [_cell(label), _cell(cells.integer(r["isl"]), True), _cell(cells.integer(r["osl"]), True),
+                   _cell(str(r["conc"]), True), _cell(cells.gpus(r), True), _cell(valid)]
+            for m in report.metrics:
+                text = html.escape(cells.value(m, r[m.column]))
+                if report.baseline and not r["baseline"]:
+                    d = cells.delta(m, r.get(f"{m.column}_delta"), r.get(f"{m.column}_pct"))
+                    if d is not None:
+                        way = {1: "better", -1: "worse", 0: "same"}[cells.direction(m, r.get(f"{m.column}_delta"))]
+                        text += f'<br><span class="{way}">({html.escape(d)})</span>'
+                tds.append(_cell(text, True))
+            out.append(f'<tr class="{cls}">' + "".join(tds) + "</tr>" if cls else "<tr>" + "".join(tds) + "</tr>")
+        out += ["</tbody>", "</table>",
+                "<p>Per-GPU throughput: total over prefill+decode GPUs, output over decode GPUs, input over "
+                "prefill GPUs. Interactivity = 1000 / median TPOT (ms).</p>"]
+    if report.skipped:
+        out += [f"<h2>Skipped files ({len(report.skipped)})</h2>", "<ul>"]
+        out += [f"<li><code>{html.escape(report.rel(s.path))}</code>: {_text(s.reason)}</li>" for s in report.skipped]
+        out.append("</ul>")
+    if report.notes:
+        out += ["<h2>Notes</h2>", "<ul>"] + [f"<li>{_text(n)}</li>" for n in report.notes] + ["</ul>"]
+    out += ["</body>", "</html>"]
+    return "\n".join(out) + "\n"

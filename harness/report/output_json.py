@@ -1,0 +1,35 @@
+"""JSON: runs, rows (raw values in the units of their names), skipped files and notes."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from harness.report import cells
+from harness.report.table import Report, export_frame
+
+
+def _clean(v: Any) -> Any:
+    if cells.missing(v):
+        return None
+    if isinstance(v, float):
+        return round(v, 6) if math.isfinite(v) else None
+    if hasattr(v, "item"):  # numpy scalars
+        return _clean(v.item())
+    return v
+
+
+def document(report: Report) -> dict[str, Any]:
+    rows = [{k: _clean(v) for k, v in row.items()} for row in export_frame(report, 6).to_dict(orient="records")]
+    return {
+        "baseline": report.baseline,
+        "runs": cells.run_summaries(report),
+        "rows": rows,
+        "skipped": [{"path": report.rel(s.path), "reason": s.reason} for s in report.skipped],
+        "notes": list(report.notes),
+    }
+
+
+def render(report: Report) -> str:
+    return json.dumps(document(report), indent=2) + "\n"

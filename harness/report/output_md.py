@@ -1,0 +1,75 @@
+"""GitHub-flavoured markdown: runs, results (with deltas against the baseline), skipped files, notes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.report import cells
+from harness.report.table import Report
+
+RIGHT = "---:"
+
+
+def _esc(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: list[str], align: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return lines
+
+
+def _valid(row: Any) -> str:
+    v = row["valid"]
+    if cells.missing(v):
+        return "–"
+    return "yes" if v else "⚠️ **INVALID**"
+
+
+def render(report: Report) -> str:
+    out = ["# pdbench report", ""]
+    if report.baseline:
+        out += [f"**Baseline:** `{report.baseline}`. Other rows show value (change, % change) against the "
+                "baseline row of the same ISL, OSL and concurrency. Higher is better for throughput and "
+                "interactivity, lower for latencies and failed requests.", ""]
+    out += ["## Runs", ""]
+    rows = []
+    for s in cells.run_summaries(report):
+        label = f"`{_esc(s['run'])}`" + (" (baseline)" if s["baseline"] else "")
+        rows.append([label] + [_esc(s[k]) if s[k] is not None else "–" for k in
+                               ("source", "recipe", "model", "precision", "connector", "gpus", "fingerprint",
+                                "state")] + [str(s["points"])])
+    out += _table(["Run", "Source", "Recipe", "Model", "Precision", "Connector", "GPUs (P+D)", "Fingerprint",
+                   "State", "Points"], ["---"] * 6 + [RIGHT, "---", "---", RIGHT], rows)
+    out += ["", "## Results", ""]
+    df = report.table
+    if df.empty:
+        out += ["No usable result files.", ""]
+    else:
+        header = ["Run", "ISL", "OSL", "Conc", "GPUs (P+D)", "Valid"] + [m.header for m in report.metrics]
+        align = ["---", RIGHT, RIGHT, RIGHT, RIGHT, "---"] + [RIGHT] * len(report.metrics)
+        body = []
+        for _, r in df.iterrows():
+            label = f"`{_esc(r['run'])}`" + (" (baseline)" if r["baseline"] else "")
+            line = [label, cells.integer(r["isl"]), cells.integer(r["osl"]), str(r["conc"]), cells.gpus(r), _valid(r)]
+            for m in report.metrics:
+                text = cells.value(m, r[m.column])
+                if report.baseline and not r["baseline"]:
+                    d = cells.delta(m, r.get(f"{m.column}_delta"), r.get(f"{m.column}_pct"))
+                    if d is not None:
+                        text += f" ({d})"
+                line.append(text)
+            body.append(line)
+        out += _table(header, align, body)
+        out += ["", "Per-GPU throughput: total over prefill+decode GPUs, output over decode GPUs, input over "
+                "prefill GPUs. Interactivity = 1000 / median TPOT (ms).", ""]
+    if report.skipped:
+        out += [f"## Skipped files ({len(report.skipped)})", ""]
+        out += [f"- `{_esc(report.rel(s.path))}`: {_esc(s.reason)}" for s in report.skipped]
+        out += [""]
+    if report.notes:
+        out += ["## Notes", ""]
+        out += [f"- {_esc(n)}" for n in report.notes]
+        out += [""]
+    return "\n".join(out).rstrip("\n") + "\n"
