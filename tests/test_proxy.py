@@ -1,7 +1,10 @@
-"""Tests of the PD proxy against fake prefill/decode servers (no vLLM).
+"""Tests of the PD proxy against fake prefill/decode servers (no vLLM): the NIXL flow,
+health, errors, malformed input, disconnects, idle streams, circuit breaker, metrics, CLI.
 
 Each test is a sync function running one coroutine under a hard deadline, so
 nothing can hang; the fakes are aiohttp servers on 127.0.0.1 ephemeral ports.
+tests/test_proxy_connectors.py reuses the fakes for the MoRI-IO, Mooncake and
+pdbench flows and the routing policies.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Optional
 
 import aiohttp
 import pytest
@@ -26,7 +29,7 @@ from typer.testing import CliRunner
 from harness.proxy import ProxyConfig, build_app
 from harness.proxy import cli as proxy_cli
 
-DEADLINE_S = 15.0
+DEADLINE_S = 20.0
 KV = {
     "do_remote_prefill": True,
     "do_remote_decode": False,
@@ -50,10 +53,15 @@ class Fake:
     role: str
     healthy: bool = True
     stall_after_first: bool = False  # decode: send one chunk, then go silent
+    stall_before_headers: bool = False  # hold the request without answering
     status: int = 200  # non-200: answer with a vLLM-style error body
+    kv: Optional[dict[str, Any]] = field(default_factory=lambda: dict(KV))  # prefill's answer
+    wait_for: Optional["Fake"] = None  # hold the answer until that fake got a request
     received: list[tuple[CIMultiDict[str], dict[str, Any]]] = field(default_factory=list)
+    started: asyncio.Event = field(default_factory=asyncio.Event)
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     url: str = ""
+    server: Optional[TestServer] = None
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -72,72 +80,111 @@ class Fake:
     async def generate(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.received.append((request.headers.copy(), body))
-        if self.status != 200:
-            err = {"object": "error", "message": "prompt too long", "type": "BadRequestError", "code": self.status}
-            return web.json_response(err, status=self.status)
-        if self.role == "prefill":
-            return web.json_response({"id": "p", "choices": [{"index": 0, "text": "x"}], "kv_transfer_params": KV})
-        if not body.get("stream"):
-            return web.json_response({"id": "d", "choices": [{"index": 0, "text": "full"}]})
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
+        self.started.set()
         try:
+            if self.wait_for is not None:
+                await asyncio.wait_for(self.wait_for.started.wait(), 5)
+            if self.stall_before_headers:
+                await asyncio.sleep(DEADLINE_S * 2)
+            if self.status != 200:
+                err = {"object": "error", "message": "prompt too long", "type": "BadRequestError",
+                       "code": self.status}
+                return web.json_response(err, status=self.status)
+            if self.role == "prefill":
+                out: dict[str, Any] = {"id": "p", "choices": [{"index": 0, "text": "x"}]}
+                if self.kv is not None:
+                    out["kv_transfer_params"] = self.kv
+                return web.json_response(out)
+            if not body.get("stream"):
+                return web.json_response({"id": "d", "choices": [{"index": 0, "text": "full"}]})
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
             for i, chunk in enumerate(CHUNKS):
                 await resp.write(chunk)
                 if self.stall_after_first:
                     await asyncio.sleep(DEADLINE_S * 2)  # cancelled when the proxy hangs up
                 await asyncio.sleep(0.01 * i)
             await resp.write(DONE)
+            return resp
         except asyncio.CancelledError:
             self.cancelled.set()
             raise
-        return resp
+
+
+async def start_fake(fake: Fake) -> TestServer:
+    server = TestServer(fake.app(), host="127.0.0.1", handler_cancellation=True)
+    await server.start_server()
+    fake.server = server
+    fake.url = str(server.make_url("")).rstrip("/")
+    return server
+
+
+@asynccontextmanager
+async def proxy_client(config: ProxyConfig) -> AsyncIterator[TestClient]:
+    client = TestClient(TestServer(build_app(config), host="127.0.0.1", handler_cancellation=True))
+    await client.start_server()
+    try:
+        yield client
+    finally:
+        await client.close()
 
 
 @asynccontextmanager
 async def stack(
-    prefills: list[Fake], decodes: list[Fake], extra_prefill_urls: tuple[str, ...] = (), **cfg: Any
+    prefills: list[Fake], decodes: list[Fake], extra_prefill_urls: tuple[str, ...] = (),
+    wait_ready: bool = True, **cfg: Any,
 ) -> AsyncIterator[TestClient]:
     """Start the fakes and a proxy in front of them; yield a client of the proxy."""
     servers = []
     try:
         for fake in [*prefills, *decodes]:
-            server = TestServer(fake.app(), host="127.0.0.1")
-            await server.start_server()
-            servers.append(server)
-            fake.url = str(server.make_url("")).rstrip("/")
+            servers.append(await start_fake(fake))
         config = ProxyConfig(
             prefill=[*extra_prefill_urls, *(f.url for f in prefills)],
             decode=[f.url for f in decodes],
-            **{"health_interval_s": 0.05, **cfg},
+            **{"health_interval_s": 0.05, "health_failures": 1, **cfg},
         )
-        client = TestClient(TestServer(build_app(config), host="127.0.0.1"))
-        await client.start_server()
-        try:
+        async with proxy_client(config) as client:
+            if wait_ready:
+                await wait_health(client, 200)
             yield client
-        finally:
-            await client.close()
     finally:
         for server in servers:
             await server.close()
 
 
-def dead_url() -> str:
-    """A URL on which nothing listens (port freed right away)."""
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+        return sock.getsockname()[1]
 
 
-async def wait_health(client: TestClient, status: int) -> dict[str, Any]:
-    for _ in range(200):  # bounded: 200 x 20 ms
+def dead_url() -> str:
+    """A URL on which nothing listens (port freed right away)."""
+    return f"http://127.0.0.1:{free_port()}"
+
+
+async def wait_health(client: TestClient, status: int, pred: Callable[[dict], bool] = lambda b: True) -> dict:
+    body: dict[str, Any] = {}
+    for _ in range(250):  # bounded: 250 x 20 ms
         resp = await client.get("/health")
         body = await resp.json()
-        if resp.status == status:
+        if resp.status == status and pred(body):
             return body
         await asyncio.sleep(0.02)
     raise AssertionError(f"/health never returned {status}; last {body}")
+
+
+def counts(body: dict[str, Any]) -> dict[str, Any]:
+    keys = ("status", "prefill_instances", "decode_instances", "expected_prefill", "expected_decode")
+    return {k: body[k] for k in keys}
+
+
+async def metrics_text(client: TestClient) -> str:
+    resp = await client.get("/metrics")
+    assert resp.status == 200
+    assert resp.headers["Content-Type"].startswith("text/plain")
+    return await resp.text()
 
 
 COMPLETION = {
@@ -149,6 +196,21 @@ COMPLETION = {
     "stream_options": {"include_usage": True},
     "ignore_eos": True,
 }
+NIXL_PREFILL_KV = {
+    "do_remote_decode": True,
+    "do_remote_prefill": False,
+    "remote_engine_id": None,
+    "remote_block_ids": None,
+    "remote_host": None,
+    "remote_port": None,
+}
+
+
+async def read_all(resp: aiohttp.ClientResponse) -> bytes:
+    return b"".join([chunk async for chunk in resp.content.iter_any()])
+
+
+# -- the NIXL two-phase flow ----------------------------------------------------
 
 
 def test_two_phase_flow_bodies_headers_and_stream_order() -> None:
@@ -158,31 +220,18 @@ def test_two_phase_flow_bodies_headers_and_stream_order() -> None:
             resp = await client.post("/v1/completions", json=COMPLETION, headers={"Authorization": "Bearer k"})
             assert resp.status == 200
             assert resp.headers["Content-Type"].startswith("text/event-stream")
-            got = []
-            async for chunk in resp.content.iter_any():
-                got.append(chunk)
-            assert b"".join(got) == b"".join(CHUNKS) + DONE
+            assert await read_all(resp) == b"".join(CHUNKS) + DONE
 
         (p_headers, p_body), = p.received
         (d_headers, d_body), = d.received
         assert p_body == {
-            "model": "tiny",
-            "prompt": "hello",
-            "max_tokens": 1,
-            "stream": False,
-            "ignore_eos": True,
-            "kv_transfer_params": {
-                "do_remote_decode": True,
-                "do_remote_prefill": False,
-                "remote_engine_id": None,
-                "remote_block_ids": None,
-                "remote_host": None,
-                "remote_port": None,
-            },
+            "model": "tiny", "prompt": "hello", "max_tokens": 1, "stream": False, "ignore_eos": True,
+            "kv_transfer_params": NIXL_PREFILL_KV,
         }
         assert d_body == {**COMPLETION, "kv_transfer_params": KV}
         assert p_headers["X-Request-Id"] == d_headers["X-Request-Id"]
         assert len(p_headers["X-Request-Id"]) >= 32
+        assert "X-data-parallel-rank" not in p_headers
         assert p_headers["Authorization"] == d_headers["Authorization"] == "Bearer k"
         assert resp.headers["X-Request-Id"] == p_headers["X-Request-Id"]
 
@@ -211,6 +260,20 @@ def test_chat_without_max_tokens_and_non_streaming() -> None:
     run(body)
 
 
+def test_client_kv_params_dropped_and_missing_prefill_kv_recomputes() -> None:
+    async def body() -> None:
+        p, d = Fake("prefill", kv=None), Fake("decode")
+        async with stack([p], [d]) as client:
+            req = {**COMPLETION, "stream": False, "kv_transfer_params": {"do_remote_prefill": True}}
+            resp = await client.post("/v1/completions", json=req)
+            assert resp.status == 200
+            assert "pdbench_proxy_kv_params_missing_total 1.0" in await metrics_text(client)
+        assert p.received[0][1]["kv_transfer_params"] == NIXL_PREFILL_KV
+        assert "kv_transfer_params" not in d.received[0][1]  # decode recomputes
+
+    run(body)
+
+
 def test_round_robin_over_two_decodes_and_two_prefills() -> None:
     async def body() -> None:
         prefills, decodes = [Fake("prefill"), Fake("prefill")], [Fake("decode"), Fake("decode")]
@@ -224,32 +287,46 @@ def test_round_robin_over_two_decodes_and_two_prefills() -> None:
     run(body)
 
 
+# -- health, models, metrics ------------------------------------------------------
+
+
 def test_health_503_until_all_backends_up() -> None:
     async def body() -> None:
         p, d1, d2 = Fake("prefill", healthy=False), Fake("decode", healthy=False), Fake("decode", healthy=False)
-        async with stack([p], [d1, d2]) as client:
+        async with stack([p], [d1, d2], wait_ready=False) as client:
             resp = await client.get("/health")
             assert resp.status == 503
-            assert await resp.json() == {
+            assert counts(await resp.json()) == {
                 "status": "not_ready", "prefill_instances": 0, "decode_instances": 0,
                 "expected_prefill": 1, "expected_decode": 2,
             }
-            p.healthy = d1.healthy = True
-            for _ in range(200):  # wait until the poller saw both come up
-                state = await (await client.get("/health")).json()
-                if state["prefill_instances"] == 1 and state["decode_instances"] == 1:
-                    break
-                await asyncio.sleep(0.02)
-            resp = await client.get("/health")
+            # No instance is ready: a request is refused at once, naming the role.
+            resp = await client.post("/v1/completions", json=COMPLETION)
             assert resp.status == 503
-            assert (await resp.json())["status"] == "not_ready"
+            err = (await resp.json())["error"]
+            assert err["type"] == "no_backend" and "prefill" in err["message"] and err["backend"] == p.url
+            p.healthy = d1.healthy = True
+            state = await wait_health(client, 503, lambda b: b["prefill_instances"] == 1 and b["decode_instances"] == 1)
+            assert state["status"] == "not_ready"
+            ready = {b["url"]: b["ready"] for b in state["backends"]}
+            assert ready == {p.url: True, d1.url: True, d2.url: False}
             d2.healthy = True
-            assert await wait_health(client, 200) == {
+            assert counts(await wait_health(client, 200)) == {
                 "status": "ok", "prefill_instances": 1, "decode_instances": 2,
                 "expected_prefill": 1, "expected_decode": 2,
             }
             d1.healthy = False  # going down again is noticed too
             assert (await wait_health(client, 503))["decode_instances"] == 1
+
+    run(body)
+
+
+def test_health_with_expected_counts_above_static_list() -> None:
+    async def body() -> None:
+        async with stack([Fake("prefill")], [Fake("decode")], wait_ready=False, expected_decode=2) as client:
+            state = await wait_health(client, 503, lambda b: b["decode_instances"] == 1)
+            assert counts(state) == {"status": "not_ready", "prefill_instances": 1, "decode_instances": 1,
+                                     "expected_prefill": 1, "expected_decode": 2}
 
     run(body)
 
@@ -264,22 +341,100 @@ def test_models_forwarded_to_decode() -> None:
     run(body)
 
 
-def test_dead_prefill_gives_502_naming_backend() -> None:
+def test_metrics_requests_errors_in_flight_and_backend_latency() -> None:
+    async def body() -> None:
+        p, d = Fake("prefill"), Fake("decode", stall_after_first=True)
+        async with stack([p], [d]) as client:
+            ok = await client.post("/v1/completions", json={**COMPLETION, "stream": False})
+            assert ok.status == 200
+            bad = await client.post("/v1/completions", data=b"{nope")
+            assert bad.status == 400
+            held = await client.post("/v1/completions", json=COMPLETION)  # stays in flight
+            assert await held.content.readany() == CHUNKS[0]
+            text = await metrics_text(client)
+            held.close()
+        assert 'pdbench_proxy_requests_total{endpoint="/v1/completions",status="200"} 1.0' in text
+        assert 'pdbench_proxy_requests_total{endpoint="/v1/completions",status="400"} 1.0' in text
+        assert 'pdbench_proxy_errors_total{kind="invalid_request_error"} 1.0' in text
+        assert "pdbench_proxy_requests_in_flight 1.0" in text
+        assert f'pdbench_proxy_backend_latency_seconds_count{{backend="{p.url}",role="prefill"}} 2.0' in text
+        assert f'pdbench_proxy_backend_latency_seconds_count{{backend="{d.url}",role="decode"}} 1.0' in text
+        assert f'pdbench_proxy_backend_outstanding{{backend="{d.url}",role="decode"}} 1.0' in text
+        assert f'pdbench_proxy_backend_up{{backend="{p.url}",role="prefill"}} 1.0' in text
+        assert 'pdbench_proxy_ready_instances{role="decode"} 1.0' in text
+        assert 'pdbench_proxy_expected_instances{role="prefill"} 1.0' in text
+
+    run(body)
+
+
+# -- upstream failures and the circuit breaker --------------------------------------
+
+
+def test_unreachable_static_prefill_is_not_ready_and_skipped() -> None:
     async def body() -> None:
         url = dead_url()
         p, d = Fake("prefill"), Fake("decode")
-        async with stack([p], [d], extra_prefill_urls=(url,)) as client:
-            resp = await client.post("/v1/completions", json=COMPLETION)
-            assert resp.status == 502
-            err = (await resp.json())["error"]
-            assert err["backend"] == url
-            assert err["type"] == "connection_error"
-            assert url.split("//")[1] in err["message"] or "connect" in err["message"].lower()
-            # The next request round-robins to the live prefill.
-            resp = await client.post("/v1/completions", json=COMPLETION)
-            assert resp.status == 200
-            await resp.read()
-        assert len(d.received) == 1  # only the request that reached a live prefill
+        async with stack([p], [d], extra_prefill_urls=(url,), wait_ready=False) as client:
+            state = await wait_health(client, 503, lambda b: b["prefill_instances"] == 1 and b["decode_instances"] == 1)
+            assert [b["ready"] for b in state["backends"] if b["url"] == url] == [False]
+            for _ in range(3):  # every request goes to the live prefill
+                resp = await client.post("/v1/completions", json=COMPLETION)
+                assert resp.status == 200
+                await resp.read()
+        assert len(p.received) == 3
+
+    run(body)
+
+
+def test_dead_backend_gives_502_naming_it_then_is_taken_out() -> None:
+    async def body() -> None:
+        p1, p2, d = Fake("prefill"), Fake("prefill"), Fake("decode")
+        async with stack([p1, p2], [d], breaker_failures=2, health_failures=50) as client:
+            assert p1.server is not None
+            await p1.server.close()  # dies after it was found healthy
+            statuses = []
+            for _ in range(6):
+                resp = await client.post("/v1/completions", json=COMPLETION)
+                statuses.append(resp.status)
+                if resp.status == 502:
+                    err = (await resp.json())["error"]
+                    assert err["backend"] == p1.url
+                    assert err["type"] == "connection_error"
+                    assert "prefill failed" in err["message"]
+                else:
+                    await resp.read()
+            # Round-robin hits the dead one on requests 1 and 3; then it is out.
+            assert statuses == [502, 200, 502, 200, 200, 200]
+            state = (await (await client.get("/health")).json())
+            (dead,) = [b for b in state["backends"] if b["url"] == p1.url]
+            assert dead["circuit_open"] is True and dead["ready"] is False
+            assert f'pdbench_proxy_backend_failures_total{{backend="{p1.url}",role="prefill"}} 2.0' in \
+                await metrics_text(client)
+
+    run(body)
+
+
+def test_circuit_breaker_takes_out_failing_decode_and_readmits_when_healthy() -> None:
+    async def body() -> None:
+        good, bad = Fake("decode"), Fake("decode", status=500)
+        async with stack([Fake("prefill")], [good, bad], breaker_failures=2, breaker_min_open_s=0.2) as client:
+            for _ in range(8):
+                resp = await client.post("/v1/completions", json=COMPLETION)
+                await resp.read()
+            assert len(bad.received) == 2  # then it was taken out
+            assert len(good.received) == 6
+            (out,) = [b for b in (await (await client.get("/health")).json())["backends"] if b["url"] == bad.url]
+            assert out["circuit_open"] is True
+            # While its health check fails it stays out, past the minimum time.
+            bad.healthy = False
+            await asyncio.sleep(0.4)
+            state = await (await client.get("/health")).json()
+            assert [b["circuit_open"] for b in state["backends"] if b["url"] == bad.url] == [True]
+            bad.healthy, bad.status = True, 200
+            await wait_health(client, 200, lambda b: not any(x["circuit_open"] for x in b["backends"]))
+            for _ in range(2):
+                await (await client.post("/v1/completions", json=COMPLETION)).read()
+            assert len(bad.received) == 3  # back in the rotation
 
     run(body)
 
@@ -287,12 +442,13 @@ def test_dead_prefill_gives_502_naming_backend() -> None:
 def test_prefill_4xx_passed_through_with_backend() -> None:
     async def body() -> None:
         p, d = Fake("prefill", status=400), Fake("decode")
-        async with stack([p], [d]) as client:
-            resp = await client.post("/v1/completions", json=COMPLETION)
-            assert resp.status == 400
-            err = (await resp.json())["error"]
-            assert err["backend"] == p.url
-            assert "prompt too long" in err["message"]
+        async with stack([p], [d], breaker_failures=1) as client:
+            for _ in range(2):  # a client error never opens the breaker
+                resp = await client.post("/v1/completions", json=COMPLETION)
+                assert resp.status == 400
+                err = (await resp.json())["error"]
+                assert err["backend"] == p.url
+                assert "prompt too long" in err["message"]
         assert d.received == []
 
     run(body)
@@ -309,17 +465,98 @@ def test_prefill_5xx_gives_502() -> None:
     run(body)
 
 
-@pytest.mark.parametrize("raw", [b"{not json", b"[1, 2]", b"\xff\xfe", b""])
-def test_malformed_body_gives_400(raw: bytes) -> None:
+def test_decode_5xx_gives_502_naming_decode() -> None:
+    async def body() -> None:
+        d = Fake("decode", status=503)
+        async with stack([Fake("prefill")], [d]) as client:
+            resp = await client.post("/v1/completions", json=COMPLETION)
+            assert resp.status == 502
+            err = (await resp.json())["error"]
+            assert err["backend"] == d.url and "decode returned HTTP 503" in err["message"]
+
+    run(body)
+
+
+# -- malformed input ------------------------------------------------------------------
+
+BAD_BODIES: list[tuple[str, bytes]] = [
+    ("/v1/completions", b"{not json"),
+    ("/v1/completions", b"[1, 2]"),
+    ("/v1/completions", b"\xff\xfe"),
+    ("/v1/completions", b""),
+    ("/v1/completions", b'"just a string"'),
+    ("/v1/completions", json.dumps({**COMPLETION, "max_tokens": "7"}).encode()),
+    ("/v1/completions", json.dumps({**COMPLETION, "max_tokens": True}).encode()),
+    ("/v1/completions", json.dumps({**COMPLETION, "max_tokens": -1}).encode()),
+    ("/v1/completions", json.dumps({**COMPLETION, "max_tokens": 0}).encode()),
+    ("/v1/completions", json.dumps({**COMPLETION, "max_tokens": 1.5}).encode()),
+    ("/v1/completions", json.dumps({**COMPLETION, "min_tokens": "3"}).encode()),
+    ("/v1/completions", json.dumps({**COMPLETION, "stream": "yes"}).encode()),
+    ("/v1/completions", json.dumps({**COMPLETION, "stream_options": "usage"}).encode()),
+    ("/v1/completions", json.dumps({**COMPLETION, "model": 7}).encode()),
+    ("/v1/completions", json.dumps({"model": "tiny", "max_tokens": 3}).encode()),  # no prompt
+    ("/v1/completions", json.dumps({"model": "tiny", "prompt": 42}).encode()),
+    ("/v1/completions", json.dumps({"model": "tiny", "prompt": []}).encode()),
+    ("/v1/chat/completions", json.dumps({"model": "tiny", "messages": "hi"}).encode()),
+    ("/v1/chat/completions", json.dumps({"model": "tiny", "messages": ["hi"]}).encode()),
+    ("/v1/chat/completions", json.dumps({"model": "tiny", "messages": []}).encode()),
+    ("/v1/chat/completions", json.dumps({"model": "tiny"}).encode()),
+    ("/v1/chat/completions", json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "x"}],
+                                         "max_completion_tokens": "9"}).encode()),
+]
+
+
+@pytest.mark.parametrize(("path", "raw"), BAD_BODIES, ids=[f"{i}" for i in range(len(BAD_BODIES))])
+def test_malformed_body_gives_400(path: str, raw: bytes) -> None:
     async def body() -> None:
         p = Fake("prefill")
         async with stack([p], [Fake("decode")]) as client:
-            resp = await client.post("/v1/completions", data=raw, headers={"Content-Type": "application/json"})
+            resp = await client.post(path, data=raw, headers={"Content-Type": "application/json"})
             assert resp.status == 400
-            assert "error" in await resp.json()
-        assert p.received == []
+            err = (await resp.json())["error"]
+            assert err["type"] == "invalid_request_error" and err["message"]
+            ok = await client.post("/v1/completions", json=COMPLETION)  # still serving
+            assert ok.status == 200
+            await ok.read()
+        assert len(p.received) == 1
 
     run(body)
+
+
+def test_oversized_body_gives_413_with_and_without_length() -> None:
+    async def body() -> None:
+        p = Fake("prefill")
+        async with stack([p], [Fake("decode")], max_body_bytes=4096) as client:
+            big = json.dumps({**COMPLETION, "prompt": "x" * 10_000}).encode()
+            resp = await client.post("/v1/completions", data=big, headers={"Content-Type": "application/json"})
+            assert resp.status == 413
+            assert (await resp.json())["error"]["type"] == "request_too_large"
+
+            async def chunks() -> AsyncIterator[bytes]:  # chunked: no Content-Length to check
+                for i in range(0, len(big), 1000):
+                    yield big[i:i + 1000]
+
+            resp = await client.post("/v1/completions", data=chunks())
+            assert resp.status == 413
+            assert (await resp.json())["error"]["type"] == "request_too_large"
+            ok = await client.post("/v1/completions", json=COMPLETION)
+            assert ok.status == 200
+            await ok.read()
+        assert len(p.received) == 1
+
+    run(body)
+
+
+def test_unknown_path_and_method() -> None:
+    async def body() -> None:
+        async with stack([Fake("prefill")], [Fake("decode")]) as client:
+            assert (await client.get("/v1/completions")).status == 405
+            assert (await client.post("/v1/embeddings", json={})).status == 404
+
+    run(body)
+
+
+# -- streams: idle timeout and disconnects ------------------------------------------------
 
 
 def test_stalled_decode_is_aborted_after_idle_timeout() -> None:
@@ -335,8 +572,9 @@ def test_stalled_decode_is_aborted_after_idle_timeout() -> None:
                     got += chunk
             assert time.monotonic() - start < 5
             assert got.startswith(CHUNKS[0])
-            assert b"stream_idle_timeout" in got and DONE not in got
+            assert b"stream_idle_timeout" in got and d.url.encode() in got and DONE not in got
             await asyncio.wait_for(d.cancelled.wait(), 5)  # upstream request was dropped
+            assert 'pdbench_proxy_errors_total{kind="decode_stream_idle_timeout"} 1.0' in await metrics_text(client)
 
     run(body)
 
@@ -349,8 +587,27 @@ def test_client_disconnect_cancels_decode() -> None:
             assert await resp.content.readany() == CHUNKS[0]
             resp.close()  # drop the connection mid-stream
             await asyncio.wait_for(d.cancelled.wait(), 5)
+            state = await wait_health(client, 200, lambda b: all(x["outstanding"] == 0 for x in b["backends"]))
+            assert state["decode_instances"] == 1
 
     run(body)
+
+
+def test_client_disconnect_during_prefill_cancels_prefill() -> None:
+    async def body() -> None:
+        p, d = Fake("prefill", stall_before_headers=True), Fake("decode")
+        async with stack([p], [d]) as client:
+            task = asyncio.ensure_future(client.post("/v1/completions", json=COMPLETION))
+            await asyncio.wait_for(p.started.wait(), 5)
+            task.cancel()  # the client gives up while prefill runs
+            await asyncio.gather(task, return_exceptions=True)
+            await asyncio.wait_for(p.cancelled.wait(), 5)
+        assert d.received == []
+
+    run(body)
+
+
+# -- CLI ------------------------------------------------------------------------------------
 
 
 def _cli() -> typer.Typer:
@@ -364,7 +621,8 @@ def test_cli_builds_config(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[ProxyConfig] = []
     monkeypatch.setattr(proxy_cli, "serve", seen.append)
     args = ["proxy", "--port", "31000", "--prefill", "http://10.0.0.1:8100/", "--prefill", "10.0.0.2:8100",
-            "--decode", "http://10.0.0.3:8200", "--stream-idle-timeout-s", "5"]
+            "--decode", "http://10.0.0.3:8200", "--stream-idle-timeout-s", "5", "--policy", "prefix_hash",
+            "--expected-decode", "2"]
     result = CliRunner().invoke(_cli(), args)
     assert result.exit_code == 0, result.output
     (cfg,) = seen
@@ -372,6 +630,19 @@ def test_cli_builds_config(monkeypatch: pytest.MonkeyPatch) -> None:
     assert cfg.prefill == ["http://10.0.0.1:8100", "http://10.0.0.2:8100"]
     assert cfg.decode == ["http://10.0.0.3:8200"]
     assert (cfg.request_timeout_s, cfg.stream_idle_timeout_s, cfg.health_interval_s) == (600, 5, 2)
+    assert cfg.policy == "prefix_hash" and (cfg.want_prefill, cfg.want_decode) == (2, 2)
+
+
+def test_cli_moriio_needs_no_urls(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[ProxyConfig] = []
+    monkeypatch.setattr(proxy_cli, "serve", seen.append)
+    args = ["proxy", "--connector", "moriio", "--moriio-port", "36367", "--expected-prefill", "2",
+            "--expected-decode", "3", "--moriio-mode", "read"]
+    result = CliRunner().invoke(_cli(), args)
+    assert result.exit_code == 0, result.output
+    (cfg,) = seen
+    assert (cfg.connector, cfg.moriio_port, cfg.moriio_mode) == ("moriio", 36367, "read")
+    assert (cfg.want_prefill, cfg.want_decode) == (2, 3)
 
 
 @pytest.mark.parametrize(
@@ -380,6 +651,13 @@ def test_cli_builds_config(monkeypatch: pytest.MonkeyPatch) -> None:
         ["--prefill", "http://a:1", "--decode", "http://b:2", "--connector", "lmcache"],
         ["--decode", "http://b:2"],
         ["--prefill", "http://a:1", "--decode", "http://b:2", "--request-timeout-s", "0"],
+        ["--prefill", "http://a:1", "--decode", "http://b:2", "--policy", "random"],
+        ["--connector", "moriio"],  # no registration port
+        ["--connector", "moriio", "--moriio-port", "1", "--moriio-mode", "push"],
+        ["--prefill", "http://a:1", "--decode", "http://b:2", "--bootstrap-port", "8998"],  # not mooncake
+        ["--prefill", "ftp://a:1", "--decode", "http://b:2"],
+        ["--connector", "moriio", "--moriio-port", "36367", "--prefill", "http://a:1"],  # they register
+        ["--connector", "moriio", "--moriio-port", "36367", "--workers", "2"],
     ],
 )
 def test_cli_rejects_bad_options(monkeypatch: pytest.MonkeyPatch, args: list[str]) -> None:

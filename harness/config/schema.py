@@ -101,7 +101,7 @@ class ConnectorSpec(Strict):
 class ProxySpec(Strict):
     kind: Literal["pdbench"] = "pdbench"
     port: int = Field(30000, ge=1024, le=65535)
-    policy: Literal["round_robin"] = "round_robin"
+    policy: Literal["round_robin", "least_outstanding", "prefix_hash"] = "round_robin"
     request_timeout_s: float = Field(600, gt=0)
     stream_idle_timeout_s: float = Field(300, gt=0)
 

@@ -1,361 +1,581 @@
-"""Minimal prefill/decode (PD) proxy for NIXL-disaggregated vLLM.
+"""The prefill/decode (PD) proxy: aiohttp server, upstream legs, health, metrics.
 
-Per request (the flow of vLLM's toy_proxy_server): a prefill leg with
-``max_tokens=1`` and ``do_remote_decode``, then a decode leg carrying the
-prefill's ``kv_transfer_params``, whose response is streamed to the client.
+Per request: validate the body, pick a prefill and a decode instance (policy, DP rank),
+shape both legs for the connector (`flows`), run them (one after the other, or at
+once) over a lean keep-alive HTTP client (`upstream`), and relay decode's bytes to the
+client untouched. Instances come from the command line and, for MoRI-IO, from
+registrations (`registry`). A poller checks every instance's /health (aiohttp's
+client, off the hot path); a circuit breaker takes out instances whose legs keep
+failing until a health check passes again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
-import json
+import gc
 import logging
-import uuid
+import os
+import socket
+import time
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Any, Optional
 
 import aiohttp
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from yarl import URL
 
-log = logging.getLogger(__name__)
+from harness.proxy.backends import Backend, Pool, Role
+from harness.proxy.config import ProxyConfig
+from harness.proxy.flows import BadRequest, Flow, affinity_key, dumps, loads, make_flow, parse_request
+from harness.proxy.metrics import ProxyMetrics
+from harness.proxy.registry import Registry
+from harness.proxy.upstream import Response, UpstreamClient, UpstreamFailure
 
-# Long-context prompts easily exceed aiohttp's 1 MiB default request limit.
-MAX_REQUEST_BYTES = 256 * 1024 * 1024
+log = logging.getLogger("harness.proxy")
+
 # Connecting must not eat the whole leg budget when a host is black-holed.
 MAX_CONNECT_S = 30.0
 # /v1/models is metadata: no reason to wait as long as for a generation.
 MAX_MODELS_S = 30.0
-
-Role = Literal["prefill", "decode"]
-
-# What the prefill leg asks for: keep the KV blocks for a remote decoder.
-PREFILL_KV_PARAMS: dict[str, Any] = {
-    "do_remote_decode": True,
-    "do_remote_prefill": False,
-    "remote_engine_id": None,
-    "remote_block_ids": None,
-    "remote_host": None,
-    "remote_port": None,
-}
-
-
-class ProxyConfig(BaseModel):
-    """Settings of one proxy process (mirrors the `pdbench proxy` options)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    host: str = "0.0.0.0"
-    port: int = Field(30000, ge=0, le=65535)
-    prefill: list[str] = Field(min_length=1, description="prefill base URLs")
-    decode: list[str] = Field(min_length=1, description="decode base URLs")
-    connector: Literal["nixl"] = "nixl"
-    request_timeout_s: float = Field(600.0, gt=0, description="total time for one upstream leg")
-    stream_idle_timeout_s: float = Field(300.0, gt=0, description="abort a silent decode stream")
-    health_interval_s: float = Field(2.0, gt=0)
-    health_timeout_s: float = Field(2.0, gt=0, description="timeout of one backend /health poll")
-
-    @field_validator("prefill", "decode")
-    @classmethod
-    def _normalize_urls(cls, urls: list[str]) -> list[str]:
-        out = []
-        for url in urls:
-            url = url.strip().rstrip("/")
-            if not url:
-                raise ValueError("empty backend URL")
-            # Accept bare host:port, as launch scripts often pass that.
-            out.append(url if "://" in url else f"http://{url}")
-        for url in out:
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"backend URL must be http(s): {url}")
-        return out
+# A prefill answer is one token (plus logprobs at most); a decode error body is short.
+MAX_PREFILL_RESPONSE = 64 * 1024 * 1024
+MAX_ERROR_BODY = 64 * 1024
+# Backend messages quoted in errors and logs are cut to this.
+MAX_QUOTE = 500
 
 
 class UpstreamError(Exception):
     """A failed upstream leg, rendered as a JSON error naming the backend."""
 
-    def __init__(self, backend: str, status: int, kind: str, message: str) -> None:
+    def __init__(self, backend: str, status: int, kind: str, message: str, category: Optional[str] = None) -> None:
         super().__init__(message)
         self.backend, self.status, self.kind, self.message = backend, status, kind, message
+        # A fixed set of metric labels (kind may be a backend's own error type).
+        self.category = category or kind
 
     @classmethod
     def from_status(cls, backend: str, leg: str, status: int, raw: bytes) -> UpstreamError:
         msg, kind = _backend_message(raw)
         # A 4xx is the backend rejecting the request: the client should see it
         # as such. Anything else is the backend failing: a gateway error.
-        out = status if 400 <= status < 500 else 502
-        return cls(backend, out, kind or "upstream_error", f"{leg} returned HTTP {status}: {msg}")
+        if 400 <= status < 500:
+            return cls(backend, status, kind or "upstream_error", f"{leg} returned HTTP {status}: {msg}",
+                       "upstream_4xx")
+        return cls(backend, 502, "upstream_error", f"{leg} returned HTTP {status}: {msg}", "upstream_5xx")
 
-    def response(self, request_id: str | None = None) -> web.Response:
+    @property
+    def backend_fault(self) -> bool:
+        return self.status >= 500
+
+    def response(self, request_id: Optional[str] = None) -> web.Response:
         return error_response(self.status, self.message, self.kind, self.backend, request_id)
 
 
 def error_response(
-    status: int, message: str, kind: str, backend: str | None = None, request_id: str | None = None
+    status: int, message: str, kind: str, backend: Optional[str] = None, request_id: Optional[str] = None
 ) -> web.Response:
     headers = {"X-Request-Id": request_id} if request_id else None
-    body = {"error": {"message": message, "backend": backend, "type": kind}}
-    return web.json_response(body, status=status, headers=headers)
+    body = {"error": {"message": message, "type": kind, "backend": backend, "code": status}}
+    return web.Response(body=dumps(body), status=status, headers=headers, content_type="application/json")
 
 
-def _backend_message(raw: bytes) -> tuple[str, str | None]:
+def _backend_message(raw: bytes) -> tuple[str, Optional[str]]:
     """Best-effort (message, type) from a backend error body (vLLM or other)."""
-    text = raw[:1000].decode("utf-8", errors="replace").strip()
+    text = raw[:MAX_QUOTE].decode("utf-8", errors="replace").strip()
     try:
-        data = json.loads(raw)
-    except ValueError:
+        data = loads(raw)
+    except Exception:
         return text or "(empty body)", None
     if isinstance(data, dict):
         err = data.get("error")
         if isinstance(err, dict) and "message" in err:
-            return str(err["message"]), _str_or_none(err.get("type"))
+            return str(err["message"])[:MAX_QUOTE], _str_or_none(err.get("type"))
         if "message" in data:
-            return str(data["message"]), _str_or_none(data.get("type"))
+            return str(data["message"])[:MAX_QUOTE], _str_or_none(data.get("type"))
     return text, None
 
 
-def _str_or_none(value: object) -> str | None:
+def _str_or_none(value: object) -> Optional[str]:
     return value if isinstance(value, str) else None
 
 
 def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    text = str(exc)[:MAX_QUOTE]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def prefill_body(body: dict[str, Any]) -> dict[str, Any]:
-    """The prefill leg's request: compute the prompt's KV, emit one token, keep the KV."""
-    out = dict(body)
-    out["max_tokens"] = 1
-    if "max_completion_tokens" in out:
-        out["max_completion_tokens"] = 1
-    out["stream"] = False
-    for key in ("stream_options", "min_tokens", "min_completion_tokens"):
-        out.pop(key, None)
-    out["kv_transfer_params"] = dict(PREFILL_KV_PARAMS)
-    return out
+def _auth_headers(request: web.Request) -> dict[str, str]:
+    auth = request.headers.get("Authorization")
+    return {"Authorization": auth} if auth else {}
 
 
-def _dumps(obj: object) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()
+async def _read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
+    if resp.content_length is not None:
+        if resp.content_length > cap:
+            raise ValueError(f"response of {resp.content_length} bytes exceeds {cap}")
+        return await resp.read()
+    buf = bytearray()
+    async for chunk in resp.content.iter_any():
+        buf += chunk
+        if len(buf) > cap:
+            raise ValueError(f"response exceeds {cap} bytes")
+    return bytes(buf)
 
 
 class _Proxy:
-    """State shared by the handlers of one app: session, round-robin, health."""
+    """State shared by the handlers of one app: session, pool, flow, metrics."""
 
     def __init__(self, config: ProxyConfig) -> None:
         self.cfg = config
-        self.session: aiohttp.ClientSession | None = None
-        self.urls: dict[Role, list[str]] = {"prefill": config.prefill, "decode": config.decode}
-        self._rr: dict[Role, itertools.count[int]] = {r: itertools.count() for r in self.urls}
-        self.healthy: dict[tuple[Role, str], bool] = {
-            (role, url): False for role, urls in self.urls.items() for url in urls
-        }
+        self.pool = Pool(config)
+        self.metrics = ProxyMetrics(self.pool)
+        self.flow: Flow = make_flow(config.connector, config.moriio_mode)
+        self.session: Optional[aiohttp.ClientSession] = None
+        self.background: set[asyncio.Task[Any]] = set()
+        self.registry: Optional[Registry] = None
+        self.registration_endpoint: Optional[str] = None
+        for i, url in enumerate(config.prefill):
+            b = self.pool.add(Backend("prefill", url, dp_size=config.prefill_dp_size))
+            if config.connector == "mooncake":
+                host = f"[{b.host}]" if ":" in b.host else b.host
+                b.bootstrap_addr = f"http://{host}:{config.bootstrap_port(i)}"
+        for url in config.decode:
+            self.pool.add(Backend("decode", url, dp_size=config.decode_dp_size))
+        if config.connector == "moriio":
+            self.registry = Registry(self.pool, config.moriio_mode, self._set_mode,
+                                     lambda result: self.metrics.registrations.labels(result).inc())
         connect = min(MAX_CONNECT_S, config.request_timeout_s)
         self.leg_timeout = aiohttp.ClientTimeout(total=config.request_timeout_s, sock_connect=connect)
-        # sock_read restarts on every received byte (and pauses under client
-        # back-pressure), which is exactly a stream idle timeout.
-        self.stream_timeout = aiohttp.ClientTimeout(
-            total=config.request_timeout_s, sock_connect=connect, sock_read=config.stream_idle_timeout_s
-        )
+        self.health_timeout = aiohttp.ClientTimeout(total=config.health_timeout_s)
+        self.upstream = UpstreamClient(connect)
+        self._urls: dict[tuple[str, str], URL] = {}
+
+    def _set_mode(self, mode: str) -> None:
+        self.flow = make_flow("moriio", mode)
 
     @property
     def http(self) -> aiohttp.ClientSession:
         assert self.session is not None, "proxy app not started"
         return self.session
 
-    def pick(self, role: Role) -> str:
-        urls = self.urls[role]
-        return urls[next(self._rr[role]) % len(urls)]
+    def _url(self, b: Backend, path: str) -> URL:
+        # Building yarl URLs is not free; the set of (backend, path) pairs is small.
+        key = (b.url, path)
+        url = self._urls.get(key)
+        if url is None:
+            if len(self._urls) > 4096:
+                self._urls.clear()
+            url = self._urls[key] = URL(b.url + path)
+        return url
 
-    def ready(self, role: Role) -> int:
-        return sum(self.healthy[(role, url)] for url in self.urls[role])
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+        return task
 
     # -- lifecycle ---------------------------------------------------------
 
     async def lifespan(self, app: web.Application) -> AsyncIterator[None]:
-        # limit=0: the benchmark sets concurrency; the proxy must not cap it.
-        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
-        self.session = aiohttp.ClientSession(connector=connector, timeout=self.leg_timeout)
-        poller = asyncio.create_task(self._health_loop(), name="pdbench-proxy-health")
+        # Health checks, bootstrap queries and /v1/models (the legs use self.upstream).
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=60)
+        self.session = aiohttp.ClientSession(
+            connector=connector, timeout=self.leg_timeout, auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept-Encoding"),
+        )
+        tasks = [asyncio.ensure_future(self._health_loop())]
+        if self.registry is not None:
+            bound: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+            tasks.append(asyncio.ensure_future(
+                self.registry.serve(self.cfg.moriio_host, self.cfg.moriio_port or 0, bound)))
+            try:
+                self.registration_endpoint = await asyncio.wait_for(bound, 10)
+            except BaseException:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                await self.session.close()
+                raise
+        # Everything allocated so far lives as long as the process: keep the garbage
+        # collector from scanning it again and again under load.
+        gc.collect()
+        gc.freeze()
         try:
             yield
         finally:
-            poller.cancel()
-            await asyncio.gather(poller, return_exceptions=True)
+            for t in [*tasks, *self.background]:
+                t.cancel()
+            await asyncio.gather(*tasks, *self.background, return_exceptions=True)
+            self.upstream.close()
             await self.session.close()
             self.session = None
 
     async def _health_loop(self) -> None:
         while True:
             try:
-                await asyncio.gather(*(self._poll(role, url) for role, url in self.healthy))
+                backends = self.pool.all()
+                await asyncio.gather(*(self._poll(b) for b in backends))
+                if self.registry is not None:
+                    self.registry.expire(time.monotonic(), self.cfg.registration_ttl_s)
             except Exception as exc:  # keep polling whatever happens
                 log.warning("health poll error: %s", _describe(exc))
             await asyncio.sleep(self.cfg.health_interval_s)
 
-    async def _poll(self, role: Role, url: str) -> None:
-        timeout = aiohttp.ClientTimeout(total=self.cfg.health_timeout_s)
+    async def _poll(self, b: Backend) -> None:
         try:
-            async with self.http.get(f"{url}/health", timeout=timeout) as resp:
+            async with self.http.get(self._url(b, "/health"), timeout=self.health_timeout) as resp:
                 ok, reason = resp.status == 200, f"HTTP {resp.status}"
-        except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
+                await resp.read()
+            if ok and b.bootstrap_addr is not None:
+                await self._query_bootstrap(b)
+        except (asyncio.TimeoutError, aiohttp.ClientError, ValueError) as exc:
             ok, reason = False, _describe(exc)
-        was = self.healthy[(role, url)]
-        self.healthy[(role, url)] = ok
-        # Log transitions only: a backend loading for minutes must not flood the log.
-        if ok and not was:
-            log.info("%s %s is healthy", role, url)
-        elif was and not ok:
-            log.warning("%s %s became unhealthy: %s", role, url, reason)
+        self.pool.record_health(b, ok, reason)
+
+    async def _query_bootstrap(self, b: Backend) -> None:
+        """Mooncake: the engine id of each DP rank, from the prefill's bootstrap server."""
+        async with self.http.get(b.bootstrap_addr + "/query", timeout=self.health_timeout) as resp:
+            if resp.status != 200:
+                raise ValueError(f"bootstrap /query returned HTTP {resp.status}")
+            data = loads(await _read_capped(resp, 1 << 20))
+        if not isinstance(data, dict) or not data:
+            raise ValueError("bootstrap /query returned no engines")
+        ids = {int(rank): str(entry["engine_id"]) for rank, entry in data.items()}
+        if ids != b.engine_ids:
+            log.info("%s engines per DP rank: %s", b.label, ids)
+        b.engine_ids, b.dp_size = ids, max(1, len(ids))
 
     # -- handlers ----------------------------------------------------------
 
-    async def handle_health(self, request: web.Request) -> web.Response:
-        n_p, n_d = self.ready("prefill"), self.ready("decode")
-        exp_p, exp_d = len(self.cfg.prefill), len(self.cfg.decode)
-        ok = n_p == exp_p and n_d == exp_d
-        body = {
+    def health_state(self) -> tuple[bool, dict[str, Any]]:
+        now = time.monotonic()
+        n_p, n_d = self.pool.count_available("prefill", now), self.pool.count_available("decode", now)
+        exp_p, exp_d = self.cfg.want_prefill, self.cfg.want_decode
+        ok = n_p >= exp_p and n_d >= exp_d
+        ttl = self.cfg.registration_ttl_s
+        body: dict[str, Any] = {
             "status": "ok" if ok else "not_ready",
             "prefill_instances": n_p,
             "decode_instances": n_d,
             "expected_prefill": exp_p,
             "expected_decode": exp_d,
+            "connector": self.cfg.connector,
+            "backends": [b.describe(now, ttl, b.out_since is None and self.pool.ready(b, now))
+                         for b in self.pool.all()],
         }
-        return web.json_response(body, status=200 if ok else 503)
+        if self.registry is not None:
+            body["transfer_mode"] = self.registry.mode
+        return ok, body
+
+    async def handle_health(self, request: web.Request) -> web.Response:
+        ok, body = self.health_state()
+        return web.Response(body=dumps(body), status=200 if ok else 503, content_type="application/json")
+
+    async def handle_metrics(self, request: web.Request) -> web.Response:
+        data = self.metrics.render(time.monotonic())
+        return web.Response(body=data, headers={"Content-Type": self.metrics.content_type})
 
     async def handle_models(self, request: web.Request) -> web.Response:
-        decodes = self.cfg.decode
-        url = next((u for u in decodes if self.healthy[("decode", u)]), decodes[0])
-        headers = _auth_headers(request)
+        now = time.monotonic()
+        decodes = self.pool.available("decode", now) or self.pool.backends["decode"]
+        if not decodes:
+            return error_response(503, "no decode instance is known yet", "no_backend")
+        url = self._url(decodes[0], "/v1/models")
         timeout = aiohttp.ClientTimeout(total=min(MAX_MODELS_S, self.cfg.request_timeout_s))
         try:
-            async with self.http.get(f"{url}/v1/models", headers=headers, timeout=timeout) as resp:
-                raw = await resp.read()
+            async with self.http.get(url, headers=_auth_headers(request), timeout=timeout) as resp:
+                raw = await _read_capped(resp, MAX_PREFILL_RESPONSE)
                 ctype = resp.headers.get("Content-Type", "application/json")
                 return web.Response(body=raw, status=resp.status, headers={"Content-Type": ctype})
-        except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
-            log.warning("decode %s /v1/models failed: %s", url, _describe(exc))
-            return error_response(502, f"decode /v1/models failed: {_describe(exc)}", "connection_error", url)
+        except (asyncio.TimeoutError, aiohttp.ClientError, ValueError) as exc:
+            log.warning("decode %s /v1/models failed: %s", decodes[0].url, _describe(exc))
+            return error_response(502, f"decode /v1/models failed: {_describe(exc)}", "connection_error",
+                                  decodes[0].url)
 
     async def handle_generate(self, request: web.Request) -> web.StreamResponse:
+        m = self.metrics
+        m.in_flight.inc()
+        status = 500
         try:
-            body = json.loads(await request.read())
-        except ValueError as exc:  # includes bad UTF-8
-            return error_response(400, f"malformed JSON body: {exc}", "invalid_request_error")
-        if not isinstance(body, dict):
-            return error_response(400, "request body must be a JSON object", "invalid_request_error")
+            resp = await self._generate(request)
+            status = resp.status
+            return resp
+        except asyncio.CancelledError:
+            status = 499  # client closed the connection (nginx's convention)
+            m.errors.labels("client_disconnect").inc()
+            raise
+        except Exception:  # the proxy never dies from a request
+            log.exception("unexpected error serving %s", request.path)
+            m.errors.labels("internal").inc()
+            return error_response(500, "internal proxy error (see the proxy log)", "internal_error")
+        finally:
+            m.in_flight.dec()
+            m.request_done(request.path, status)
 
-        rid = str(uuid.uuid4())
+    def _reject(self, status: int, message: str, kind: str, backend: Optional[str] = None,
+                rid: Optional[str] = None) -> web.Response:
+        self.metrics.errors.labels(kind).inc()
+        return error_response(status, message, kind, backend, rid)
+
+    async def _generate(self, request: web.Request) -> web.StreamResponse:
+        cfg = self.cfg
+        if request.content_length is not None and request.content_length > cfg.max_body_bytes:
+            return self._reject(413, f"request body of {request.content_length} bytes exceeds "
+                                f"{cfg.max_body_bytes}", "request_too_large")
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return self._reject(413, f"request body exceeds {cfg.max_body_bytes} bytes", "request_too_large")
+        try:
+            body = parse_request(raw, request.path.endswith("/chat/completions"))
+        except BadRequest as exc:
+            return self._reject(400, str(exc), "invalid_request_error")
+
+        key = affinity_key(body, cfg.prefix_chars) if cfg.policy == "prefix_hash" else None
+        now = time.monotonic()
+        picked_p = self.pool.pick("prefill", key, now)
+        picked_d = self.pool.pick("decode", key, now) if picked_p else None
+        if picked_p is None or picked_d is None:
+            role: Role = "prefill" if picked_p is None else "decode"
+            known = [b.url for b in self.pool.backends[role]]
+            return self._reject(503, f"no {role} instance available (known: {known or 'none'}; "
+                                f"see /health)", "no_backend", ",".join(known) or None)
+        p, rank = picked_p
+        d = picked_d[0]
+        flow = self.flow
+        rid = flow.request_id(p, d)
+        tid = flow.transfer_id(rid)
         headers = {"Content-Type": "application/json", "X-Request-Id": rid, **_auth_headers(request)}
-        p_url = self.pick("prefill")
-        try:
-            kv = await self._prefill(p_url, request.path, body, headers, rid)
-        except UpstreamError as err:
+        p_headers = {**headers, **flow.prefill_headers(p, rank)}
+        p_data = dumps(flow.prefill(body, p, rank, d, tid))
+        p.outstanding += 1
+        d.outstanding += 1
+
+        if not flow.concurrent:
+            try:
+                kv = await self._prefill(p, request.path, p_data, p_headers)
+            except UpstreamError as err:
+                d.outstanding -= 1
+                log.warning("prefill %s failed (request %s): %s", err.backend, rid, err.message)
+                self.metrics.errors.labels("prefill_" + err.category).inc()
+                return err.response(rid)
+            except BaseException:
+                d.outstanding -= 1
+                raise
+            if flow.missing_kv(kv):
+                self.metrics.kv_missing.inc()
+                log.warning("prefill %s returned no usable kv_transfer_params (request %s): "
+                            "decode recomputes the prompt", p.url, rid)
+            d_body = flow.decode(body, p, rank, d, tid, kv)
+            return await self._decode(request, d, d_body, headers, rid, None)
+
+        d_body = flow.decode(body, p, rank, d, tid, None)
+        prefill = self._spawn(self._prefill(p, request.path, p_data, p_headers), "prefill")
+        prefill.add_done_callback(lambda t: self._prefill_done(t, rid))
+        return await self._decode(request, d, d_body, headers, rid, prefill)
+
+    def _prefill_done(self, task: asyncio.Task[Any], rid: str) -> None:
+        """A concurrent prefill ended: retrieve (and report) its failure."""
+        if task.cancelled():
+            return
+        err = task.exception()
+        if isinstance(err, UpstreamError):
             log.warning("prefill %s failed (request %s): %s", err.backend, rid, err.message)
-            return err.response(rid)
+            self.metrics.errors.labels("prefill_" + err.category).inc()
+        elif err is not None:
+            log.error("prefill leg crashed (request %s): %s", rid, _describe(err))
 
-        decode_body = dict(body)
-        if kv:
-            decode_body["kv_transfer_params"] = kv
-        return await self._decode(request, self.pick("decode"), decode_body, headers, rid)
-
-    async def _prefill(
-        self, url: str, path: str, body: dict[str, Any], headers: dict[str, str], rid: str
-    ) -> Any:
+    async def _prefill(self, p: Backend, path: str, data: bytes, headers: dict[str, str]) -> Any:
         """Run the prefill leg; returns its kv_transfer_params (None if absent)."""
+        seconds, failures = self.metrics.attach(p)
+        start = time.perf_counter()
         try:
-            async with self.http.post(url + path, data=_dumps(prefill_body(body)), headers=headers) as resp:
-                status, raw = resp.status, await resp.read()
-        except asyncio.TimeoutError:
-            msg = f"prefill timed out after {self.cfg.request_timeout_s}s"
-            raise UpstreamError(url, 502, "timeout", msg) from None
-        except aiohttp.ClientError as exc:
-            raise UpstreamError(url, 502, "connection_error", f"prefill failed: {_describe(exc)}") from None
-        if not 200 <= status < 300:
-            raise UpstreamError.from_status(url, "prefill", status, raw)
+            try:
+                resp = await self.upstream.post(p.host, p.port, path, data, headers,
+                                                self.cfg.request_timeout_s, None, p.ssl)
+                try:
+                    status = resp.status
+                    raw = await resp.read(MAX_PREFILL_RESPONSE if status < 300 else MAX_ERROR_BODY)
+                finally:
+                    resp.close()
+            except UpstreamFailure as exc:
+                if exc.kind == "timeout":
+                    msg = f"prefill timed out after {self.cfg.request_timeout_s:g}s"
+                else:
+                    msg = f"prefill failed: {exc}"
+                raise UpstreamError(p.url, 502, exc.kind, msg) from None
+            if not 200 <= status < 300:
+                raise UpstreamError.from_status(p.url, "prefill", status, raw)
+            try:
+                data_out = loads(raw)
+            except Exception:
+                raise UpstreamError(p.url, 502, "invalid_upstream_response", "prefill returned non-JSON") from None
+        except UpstreamError as err:
+            if err.backend_fault:
+                failures.inc()
+                self.pool.record_failure(p, err.message)
+            raise
+        finally:
+            p.outstanding -= 1
+        seconds.observe(time.perf_counter() - start)
+        self.pool.record_success(p)
+        return data_out.get("kv_transfer_params") if isinstance(data_out, dict) else None
+
+    async def _start_decode(
+        self, d: Backend, path: str, data: bytes, headers: dict[str, str], idle: Optional[float],
+        prefill: Optional[asyncio.Task[Any]],
+    ) -> Response:
+        """Send the decode leg; with a concurrent prefill, fail fast if the prefill fails first."""
+        coro = self.upstream.post(d.host, d.port, path, data, headers, self.cfg.request_timeout_s, idle, d.ssl)
+        if prefill is None:
+            return await coro
+        start = asyncio.ensure_future(coro)
         try:
-            data = json.loads(raw)
-        except ValueError:
-            raise UpstreamError(url, 502, "invalid_upstream_response", "prefill returned non-JSON") from None
-        kv = data.get("kv_transfer_params") if isinstance(data, dict) else None
-        if not kv:
-            # e.g. the one token was EOS, or prefill runs without a KV connector:
-            # decode then recomputes the prompt, which skews PD measurements.
-            log.warning("prefill %s returned no kv_transfer_params (request %s)", url, rid)
-        return kv
+            await asyncio.wait((start, prefill), return_when=asyncio.FIRST_COMPLETED)
+            failed = self._prefill_error(prefill)
+            if failed is not None:
+                raise failed
+            return await start
+        except BaseException:
+            if not start.done():
+                start.cancel()
+                await asyncio.gather(start, return_exceptions=True)
+            elif not start.cancelled() and start.exception() is None:
+                start.result().close()
+            raise
 
     async def _decode(
-        self, request: web.Request, url: str, body: dict[str, Any], headers: dict[str, str], rid: str
+        self, request: web.Request, d: Backend, body: dict[str, Any], headers: dict[str, str], rid: str,
+        prefill: Optional[asyncio.Task[Any]],
     ) -> web.StreamResponse:
         """Run the decode leg, relaying its bytes to the client as they arrive."""
-        timeout = self.stream_timeout if body.get("stream") else self.leg_timeout
+        seconds, failures = self.metrics.attach(d)
+        start = time.perf_counter()
+        stream = bool(body.get("stream"))
+        up: Optional[Response] = None
         try:
-            up = await self.http.post(
-                url + request.path, data=_dumps(body), headers=headers, timeout=timeout
-            )
-        except asyncio.TimeoutError:
-            log.warning("decode %s timed out (request %s)", url, rid)
-            return error_response(502, "decode timed out", "timeout", url, rid)
-        except aiohttp.ClientError as exc:
-            log.warning("decode %s failed (request %s): %s", url, rid, _describe(exc))
-            return error_response(502, f"decode failed: {_describe(exc)}", "connection_error", url, rid)
+            try:
+                up = await self._start_decode(d, request.path, dumps(body), headers,
+                                              self.cfg.stream_idle_timeout_s if stream else None, prefill)
+            except UpstreamError as err:  # the concurrent prefill failed first (counted by _prefill_done)
+                return err.response(rid)
+            except UpstreamFailure as exc:
+                msg = (f"decode timed out after {self.cfg.request_timeout_s:g}s" if exc.kind == "timeout"
+                       else f"decode failed: {exc}")
+                return self._decode_failed(d, failures, rid, exc.kind, msg)
 
-        finished = False
-        try:
             if not 200 <= up.status < 300:
                 try:
-                    raw = await up.read()
-                except (asyncio.TimeoutError, aiohttp.ClientError):
+                    raw = await up.read(MAX_ERROR_BODY)
+                except UpstreamFailure:
                     raw = b""
-                err = UpstreamError.from_status(url, "decode", up.status, raw)
-                log.warning("decode %s failed (request %s): %s", url, rid, err.message)
+                err = UpstreamError.from_status(d.url, "decode", up.status, raw)
+                if err.backend_fault:
+                    failures.inc()
+                    self.pool.record_failure(d, err.message)
+                log.warning("decode %s failed (request %s): %s", d.url, rid, err.message)
+                self.metrics.errors.labels("decode_" + err.category).inc()
                 return err.response(rid)
 
-            ctype = up.headers.get("Content-Type", "application/json")
-            resp_headers = {"Content-Type": ctype, "X-Request-Id": rid}
-            resp = web.StreamResponse(status=up.status, headers=resp_headers)
+            out_headers = {"Content-Type": up.content_type, "X-Request-Id": rid}
+            try:
+                first = await (up.read(MAX_PREFILL_RESPONSE) if not stream else up.read_chunk())
+            except UpstreamFailure as exc:
+                kind, msg, url = self._stream_failure(exc, prefill, d)
+                if url != d.url:
+                    return error_response(502, msg, kind, url, rid)
+                return self._decode_failed(d, failures, rid, exc.kind, f"decode failed mid-response: {msg}")
+            if up.at_eof and self._prefill_error(prefill) is None:
+                # The whole answer is here (a non-streamed or short response): one write.
+                self._leg_ok(d, seconds, start)
+                return web.Response(body=first, status=up.status, headers=out_headers)
+
+            resp = web.StreamResponse(status=up.status, headers=out_headers)
+            if up.content_length is not None:
+                resp.content_length = up.content_length  # no chunked framing to add
+            if prefill is not None and not prefill.done():
+                # WRITE-style flows: decode waits for KV that a failed prefill never sends.
+                # Stop relaying at once instead of waiting for the idle timeout.
+                upstream = up
+                prefill.add_done_callback(
+                    lambda t: upstream.close() if not t.cancelled() and t.exception() is not None else None)
             try:
                 await resp.prepare(request)
+                chunk = first
                 while True:
-                    try:
-                        chunk = await up.content.readany()
-                    except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
-                        kind, msg = self._stream_failure(exc)
-                        return await self._abort(request, resp, url, rid, kind, msg)
-                    if not chunk:
-                        finished = True
+                    if chunk:
+                        await resp.write(chunk)
+                    elif up.at_eof:
+                        failed = self._prefill_error(prefill)
+                        if failed is not None:
+                            return await self._abort(request, resp, failed.backend, rid,
+                                                     "prefill_" + failed.category, failed.message)
+                        self._leg_ok(d, seconds, start)
                         return resp
-                    await resp.write(chunk)
+                    try:
+                        chunk = await up.read_chunk()
+                    except UpstreamFailure as exc:
+                        kind, msg, url = self._stream_failure(exc, prefill, d)
+                        if url == d.url:
+                            failures.inc()
+                            self.pool.record_failure(d, msg)
+                        return await self._abort(request, resp, url, rid, kind, msg)
             except ConnectionError:
                 # Client went away mid-response (without handler cancellation).
+                self.metrics.errors.labels("client_disconnect").inc()
                 log.info("client disconnected (request %s)", rid)
                 return resp
         finally:
-            # Closing (not releasing) an unfinished response drops the upstream
-            # connection, which makes vLLM abort the request and free its KV.
-            if finished:
-                up.release()
-            else:
+            d.outstanding -= 1
+            finished = up is not None and up.at_eof
+            if up is not None:
+                # Closing an unfinished response drops the upstream connection, which
+                # makes vLLM abort the request and free its KV.
                 up.close()
+            if prefill is not None and not prefill.done() and not finished:
+                prefill.cancel()  # the client is gone or decode failed: free the prefill too
 
-    def _stream_failure(self, exc: BaseException) -> tuple[str, str]:
-        """(type, message) of an error while relaying the decode body."""
-        if isinstance(exc, aiohttp.ServerTimeoutError):  # sock_read: the idle timeout
-            return "stream_idle_timeout", f"decode sent nothing for {self.cfg.stream_idle_timeout_s}s"
-        if isinstance(exc, asyncio.TimeoutError):
-            return "timeout", f"decode exceeded {self.cfg.request_timeout_s}s"
-        return "connection_error", _describe(exc)
+    def _leg_ok(self, d: Backend, seconds: Any, start: float) -> None:
+        seconds.observe(time.perf_counter() - start)
+        self.pool.record_success(d)
+
+    def _decode_failed(self, d: Backend, failures: Any, rid: str, kind: str, msg: str) -> web.Response:
+        failures.inc()
+        self.pool.record_failure(d, msg)
+        log.warning("decode %s failed (request %s): %s", d.url, rid, msg)
+        return self._reject(502, msg, "decode_" + kind, d.url, rid)
+
+    @staticmethod
+    def _prefill_error(prefill: Optional[asyncio.Task[Any]]) -> Optional[UpstreamError]:
+        if prefill is None or not prefill.done() or prefill.cancelled():
+            return None
+        err = prefill.exception()
+        return err if isinstance(err, UpstreamError) else None
+
+    def _stream_failure(
+        self, exc: UpstreamFailure, prefill: Optional[asyncio.Task[Any]], d: Backend
+    ) -> tuple[str, str, str]:
+        """(type, message, backend) of an error while relaying the decode body."""
+        failed = self._prefill_error(prefill)
+        if failed is not None:  # we closed the decode stream because the prefill failed
+            return "prefill_" + failed.category, failed.message, failed.backend
+        if exc.kind == "stream_idle_timeout":
+            return exc.kind, f"decode sent nothing for {self.cfg.stream_idle_timeout_s:g}s", d.url
+        if exc.kind == "timeout":
+            return exc.kind, f"decode exceeded {self.cfg.request_timeout_s:g}s", d.url
+        return exc.kind, _describe(exc), d.url
 
     async def _abort(
         self, request: web.Request, resp: web.StreamResponse, url: str, rid: str, kind: str, msg: str
     ) -> web.StreamResponse:
         """End a response already under way: headers are sent, so no error status is possible."""
-        log.warning("decode %s aborted (request %s): %s", url, rid, msg)
+        log.warning("response from %s aborted (request %s): %s", url, rid, msg)
+        if not kind.startswith("prefill_"):  # prefill failures are counted by _prefill_done
+            self.metrics.errors.labels("decode_" + kind).inc()
         if resp.content_type == "text/event-stream":
-            event = {"error": {"message": msg, "backend": url, "type": kind}}
+            event = {"error": {"message": msg, "type": kind, "backend": url, "code": 502}}
             try:
-                await resp.write(b"data: " + _dumps(event) + b"\n\n")
+                await resp.write(b"data: " + dumps(event) + b"\n\n")
             except ConnectionError:
                 pass
         # Closing the socket without the final chunk makes the client see a
@@ -365,23 +585,20 @@ class _Proxy:
         return resp
 
 
-def _auth_headers(request: web.Request) -> dict[str, str]:
-    auth = request.headers.get("Authorization")
-    return {"Authorization": auth} if auth else {}
-
-
 PROXY_KEY = web.AppKey("pdbench_proxy", _Proxy)
 
 
 def build_app(config: ProxyConfig) -> web.Application:
-    """The proxy's aiohttp application (session and health polling live with it)."""
+    """The proxy's aiohttp application (session, poller and registration live with it)."""
     proxy = _Proxy(config)
-    app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+    # The body limit is checked in the handler (JSON 413); aiohttp's own is a backstop.
+    app = web.Application(client_max_size=config.max_body_bytes)
     app[PROXY_KEY] = proxy
     app.cleanup_ctx.append(proxy.lifespan)
     app.router.add_post("/v1/completions", proxy.handle_generate)
     app.router.add_post("/v1/chat/completions", proxy.handle_generate)
     app.router.add_get("/health", proxy.handle_health)
+    app.router.add_get("/metrics", proxy.handle_metrics)
     app.router.add_get("/v1/models", proxy.handle_models)
     return app
 
@@ -394,21 +611,67 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-def serve(config: ProxyConfig) -> None:
-    """Run the proxy until SIGINT/SIGTERM."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    log.info(
-        "pdbench proxy on %s:%d connector=%s prefill=%s decode=%s",
-        config.host, config.port, config.connector, config.prefill, config.decode,
-    )
+def _run(config: ProxyConfig, sock: Optional[socket.socket]) -> None:
+    kwargs: dict[str, Any] = {"sock": sock} if sock is not None else {"host": config.host, "port": config.port}
     web.run_app(
         build_app(config),
-        host=config.host,
-        port=config.port,
         loop=_new_loop(),
         # Cancel the handler (and so the upstream legs) when the client disconnects.
         handler_cancellation=True,
         access_log=None,  # one line per request would cost more than the proxying
         print=None,
+        **kwargs,
     )
+
+
+def serve(config: ProxyConfig) -> None:
+    """Run the proxy until SIGINT/SIGTERM (with `workers` > 1, that many processes on one port)."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log.info(
+        "pdbench proxy on %s:%d connector=%s policy=%s prefill=%s decode=%s expected=%dP/%dD workers=%d",
+        config.host, config.port, config.connector, config.policy, config.prefill, config.decode,
+        config.want_prefill, config.want_decode, config.workers,
+    )
+    if config.workers == 1:
+        _run(config, None)
+        return
+    # SO_REUSEPORT: the kernel spreads connections over the processes; each has its
+    # own session, poller and metrics (so /metrics shows one worker's share).
+    children = []
+    for _ in range(config.workers):
+        pid = os.fork()
+        if pid == 0:
+            sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind((config.host, config.port))
+            try:
+                _run(config, sock)
+            finally:
+                os._exit(0)
+        children.append(pid)
+    import signal
+
+    def forward(signum: int, frame: Any) -> None:
+        for pid in children:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    status = 0
+    for pid in children:
+        while True:
+            try:
+                _, code = os.waitpid(pid, 0)
+                status = status or os.waitstatus_to_exitcode(code)
+                break
+            except InterruptedError:
+                continue
+            except ChildProcessError:
+                break
+    if status:
+        raise SystemExit(status)

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, NoReturn
+from typing import Annotated, NoReturn, Optional
 
 import typer
 from pydantic import ValidationError
 
-from harness.proxy.app import ProxyConfig, serve
+from harness.proxy.app import serve
+from harness.proxy.config import CONNECTORS, POLICIES, ProxyConfig
 
-SUPPORTED_CONNECTORS = ("nixl",)
+SUPPORTED_CONNECTORS = CONNECTORS
 
 
 def _fail(message: str) -> NoReturn:
@@ -21,18 +22,39 @@ def proxy_command(
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "0.0.0.0",
     port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 30000,
     prefill: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--prefill", metavar="URL", help="Prefill base URL, e.g. http://10.0.0.1:8100 (repeatable)."
-        ),
+        Optional[list[str]],
+        typer.Option("--prefill", metavar="URL", help="Prefill base URL, e.g. http://10.0.0.1:8100 (repeatable)."),
     ] = None,
     decode: Annotated[
-        list[str] | None,
+        Optional[list[str]],
         typer.Option("--decode", metavar="URL", help="Decode server base URL (repeatable)."),
     ] = None,
     connector: Annotated[
-        str, typer.Option("--connector", help="KV connector flow; only 'nixl' for now.")
+        str, typer.Option("--connector", help=f"KV connector flow: {', '.join(CONNECTORS)}.")
     ] = "nixl",
+    policy: Annotated[
+        str, typer.Option("--policy", help=f"Instance choice: {', '.join(POLICIES)}.")
+    ] = "round_robin",
+    expected_prefill: Annotated[
+        Optional[int], typer.Option("--expected-prefill", help="Prefill instances /health waits for "
+                                    "(default: the number of --prefill URLs).")
+    ] = None,
+    expected_decode: Annotated[
+        Optional[int], typer.Option("--expected-decode", help="Decode instances /health waits for.")
+    ] = None,
+    prefill_dp_size: Annotated[int, typer.Option("--prefill-dp-size", help="DP ranks behind each static prefill URL.")] = 1,
+    decode_dp_size: Annotated[int, typer.Option("--decode-dp-size", help="DP ranks behind each static decode URL.")] = 1,
+    moriio_port: Annotated[
+        Optional[int], typer.Option("--moriio-port", help="MoRI-IO: ZMQ registration port (proxy_ping_port).")
+    ] = None,
+    moriio_host: Annotated[str, typer.Option("--moriio-host", help="MoRI-IO: registration bind address.")] = "0.0.0.0",
+    moriio_mode: Annotated[
+        Optional[str], typer.Option("--moriio-mode", help="MoRI-IO: read or write (default: the first registration's).")
+    ] = None,
+    bootstrap_port: Annotated[
+        Optional[list[int]], typer.Option("--bootstrap-port", help="Mooncake: prefill bootstrap port "
+                                          "(once for all, or once per --prefill; default 8998).")
+    ] = None,
     request_timeout_s: Annotated[
         float, typer.Option("--request-timeout-s", help="Total time allowed for one upstream leg.")
     ] = 600.0,
@@ -42,23 +64,37 @@ def proxy_command(
     health_interval_s: Annotated[
         float, typer.Option("--health-interval-s", help="Seconds between backend /health polls.")
     ] = 2.0,
+    breaker_failures: Annotated[
+        int, typer.Option("--breaker-failures", help="Failed legs in a row that take an instance out.")
+    ] = 5,
+    max_body_mb: Annotated[
+        float, typer.Option("--max-body-mb", help="Largest accepted request body (MiB); larger ones get 413.")
+    ] = 256.0,
+    workers: Annotated[
+        int, typer.Option("--workers", help="Server processes sharing the port (SO_REUSEPORT).")
+    ] = 1,
 ) -> None:
-    """Run the minimal prefill/decode proxy (NIXL two-phase flow)."""
-    if connector not in SUPPORTED_CONNECTORS:
-        _fail(f"unsupported --connector {connector!r}; supported: {', '.join(SUPPORTED_CONNECTORS)}")
-    if not prefill or not decode:
+    """Run the prefill/decode proxy (NIXL, pdbench, MoRI-IO and Mooncake flows)."""
+    if connector not in CONNECTORS:
+        _fail(f"unsupported --connector {connector!r}; supported: {', '.join(CONNECTORS)}")
+    if policy not in POLICIES:
+        _fail(f"unsupported --policy {policy!r}; supported: {', '.join(POLICIES)}")
+    if moriio_mode is not None and moriio_mode not in ("read", "write"):
+        _fail(f"--moriio-mode must be read or write, not {moriio_mode!r}")
+    if connector != "moriio" and (not prefill or not decode):
         _fail("at least one --prefill URL and one --decode URL are required")
     try:
         config = ProxyConfig(
-            host=host,
-            port=port,
-            prefill=prefill,
-            decode=decode,
-            connector=connector,
-            request_timeout_s=request_timeout_s,
-            stream_idle_timeout_s=stream_idle_timeout_s,
-            health_interval_s=health_interval_s,
+            host=host, port=port, prefill=prefill or [], decode=decode or [],
+            connector=connector, policy=policy,  # type: ignore[arg-type]
+            expected_prefill=expected_prefill, expected_decode=expected_decode,
+            prefill_dp_size=prefill_dp_size, decode_dp_size=decode_dp_size,
+            moriio_port=moriio_port, moriio_host=moriio_host, moriio_mode=moriio_mode,  # type: ignore[arg-type]
+            bootstrap_ports=bootstrap_port or [],
+            request_timeout_s=request_timeout_s, stream_idle_timeout_s=stream_idle_timeout_s,
+            health_interval_s=health_interval_s, breaker_failures=breaker_failures,
+            max_body_bytes=int(max_body_mb * 1024 * 1024), workers=workers,
         )
     except ValidationError as exc:
-        _fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
+        _fail("; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in exc.errors()))
     serve(config)

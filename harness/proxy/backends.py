@@ -1,0 +1,187 @@
+"""Prefill and decode instances, their health and circuit state, and routing policies."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+from urllib.parse import urlsplit
+
+from harness.proxy.config import ProxyConfig
+
+log = logging.getLogger("harness.proxy")
+
+Role = Literal["prefill", "decode"]
+ROLES: tuple[Role, Role] = ("prefill", "decode")
+Source = Literal["static", "gen1", "gen2"]
+
+_MASK64 = (1 << 64) - 1
+
+
+def _mix64(x: int) -> int:
+    """splitmix64 finalizer: a cheap, well-spread 64-bit hash of an integer."""
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & _MASK64
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EB & _MASK64
+    return x ^ (x >> 31)
+
+
+def hash64(data: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+@dataclass(eq=False)
+class Backend:
+    """One prefill or decode instance (one HTTP server, possibly with DP ranks behind it)."""
+
+    role: Role
+    url: str  # base URL, e.g. http://10.0.0.1:8100
+    source: Source = "static"
+    dp_size: int = 1
+    tp_size: int = 1
+    # MoRI-IO registration details.
+    handshake_port: Optional[int] = None
+    notify_port: Optional[int] = None
+    zmq_address: Optional[str] = None
+    transfer_mode: Optional[str] = None
+    last_seen: float = 0.0
+    # Mooncake: the prefill's bootstrap server and the engine id of each DP rank.
+    bootstrap_addr: Optional[str] = None
+    engine_ids: dict[int, str] = field(default_factory=dict)
+    # Health (polled) and circuit breaker (request outcomes).
+    healthy: bool = False
+    health_misses: int = 0
+    fails: int = 0
+    out_since: Optional[float] = None
+    outstanding: int = 0
+    picks: int = 0
+    metrics: Any = None  # per-backend metric children, set by ProxyMetrics
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.url)
+        self.host = parts.hostname or ""
+        self.ssl = parts.scheme == "https"
+        self.port = parts.port or (443 if self.ssl else 80)
+        self.key = _mix64(hash64(self.url.encode()))
+
+    @property
+    def label(self) -> str:
+        return f"{self.role} {self.url}"
+
+    def fresh(self, now: float, ttl: float) -> bool:
+        # Gen-2 instances heartbeat; a silent one is gone. Others never expire.
+        return self.source != "gen2" or now - self.last_seen <= ttl
+
+    def describe(self, now: float, ttl: float, ready: bool) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "role": self.role, "url": self.url, "source": self.source, "ready": ready,
+            "healthy": self.healthy, "circuit_open": self.out_since is not None,
+            "outstanding": self.outstanding, "dp_size": self.dp_size,
+        }
+        if self.source == "gen2":
+            out["heartbeat_age_s"] = round(now - self.last_seen, 3)
+        if self.engine_ids:
+            out["engine_ids"] = {str(k): v for k, v in sorted(self.engine_ids.items())}
+        return out
+
+
+class Pool:
+    """All known instances of both roles and the routing policy over the available ones."""
+
+    def __init__(self, cfg: ProxyConfig) -> None:
+        self.cfg = cfg
+        self.backends: dict[Role, list[Backend]] = {"prefill": [], "decode": []}
+        self._rr = {"prefill": 0, "decode": 0}
+
+    def all(self) -> list[Backend]:
+        return [*self.backends["prefill"], *self.backends["decode"]]
+
+    def find(self, role: Role, url: str) -> Optional[Backend]:
+        for b in self.backends[role]:
+            if b.url == url:
+                return b
+        return None
+
+    def add(self, backend: Backend) -> Backend:
+        self.backends[backend.role].append(backend)
+        return backend
+
+    def remove(self, backend: Backend) -> None:
+        self.backends[backend.role].remove(backend)
+
+    def ready(self, b: Backend, now: float) -> bool:
+        """Healthy, registered (if it registers) and, for Mooncake prefill, its engines known."""
+        if not b.healthy or not b.fresh(now, self.cfg.registration_ttl_s):
+            return False
+        return not (self.cfg.connector == "mooncake" and b.role == "prefill" and not b.engine_ids)
+
+    def available(self, role: Role, now: float) -> list[Backend]:
+        return [b for b in self.backends[role] if b.out_since is None and self.ready(b, now)]
+
+    def count_available(self, role: Role, now: float) -> int:
+        return sum(1 for b in self.backends[role] if b.out_since is None and self.ready(b, now))
+
+    # -- routing -----------------------------------------------------------
+
+    def pick(self, role: Role, key: Optional[int], now: float) -> Optional[tuple[Backend, int]]:
+        """Choose (instance, DP rank) for one leg; None when no instance is available."""
+        cands = self.available(role, now)
+        if not cands:
+            return None
+        policy = self.cfg.policy
+        if policy == "prefix_hash" and key is not None:
+            # Rendezvous hashing: the same prefix keeps its instance while others come and go.
+            b = max(cands, key=lambda c: _mix64(c.key ^ key))
+            rank = (key >> 17) % b.dp_size
+        elif policy == "least_outstanding":
+            n = self._rr[role]
+            self._rr[role] = n + 1
+            k = len(cands)
+            b = min((cands[(n + i) % k] for i in range(k)), key=lambda c: c.outstanding)
+            rank = b.picks % b.dp_size
+        else:
+            # Round-robin over flat (instance, DP rank) slots, so every rank gets its turn.
+            n = self._rr[role]
+            self._rr[role] = n + 1
+            if all(c.dp_size == 1 for c in cands):
+                b, rank = cands[n % len(cands)], 0
+            else:
+                total = sum(c.dp_size for c in cands)
+                slot = n % total
+                for b in cands:
+                    if slot < b.dp_size:
+                        break
+                    slot -= b.dp_size
+                rank = slot
+        b.picks += 1
+        return b, rank
+
+    # -- health and circuit breaker ---------------------------------------
+
+    def record_success(self, b: Backend) -> None:
+        b.fails = 0
+
+    def record_failure(self, b: Backend, why: str) -> None:
+        """A leg failed through the backend's fault; enough in a row take it out."""
+        b.fails += 1
+        if b.fails >= self.cfg.breaker_failures and b.out_since is None:
+            b.out_since = time.monotonic()
+            log.warning("%s taken out after %d failures in a row (last: %s)", b.label, b.fails, why)
+
+    def record_health(self, b: Backend, ok: bool, reason: str) -> None:
+        now = time.monotonic()
+        if ok:
+            b.health_misses = 0
+            if not b.healthy:
+                log.info("%s is healthy", b.label)
+            b.healthy = True
+            if b.out_since is not None and now - b.out_since >= self.cfg.breaker_min_open_s:
+                b.out_since, b.fails = None, 0
+                log.info("%s re-admitted: health check passed", b.label)
+            return
+        b.health_misses += 1
+        # Log transitions only: a backend loading for minutes must not flood the log.
+        if b.healthy and b.health_misses >= self.cfg.health_failures:
+            b.healthy = False
+            log.warning("%s became unhealthy: %s", b.label, reason)
