@@ -319,12 +319,20 @@ def version() -> None:
 
 def _register_components() -> None:
     from harness.bench.cli import bench_command
+    from harness.mock_engine.cli import mock_engine_command
     from harness.node.nic_cli import nic_command
     from harness.proxy.cli import proxy_command
+    from harness.report.cli import collect_command, report_command
 
     app.command("proxy", help="Run the PD proxy (prefill then decode, streamed back).")(proxy_command)
     app.command("bench", help="Benchmark an OpenAI-compatible endpoint over a concurrency sweep.")(bench_command)
     app.command("nic", help="Detect RDMA NICs and print the UCX/NCCL/NIXL environment for this node.")(nic_command)
+    app.command("report", help="Compare runs: tables (md/csv/html/json) with baseline deltas, Pareto plot.")(
+        report_command)
+    app.command("collect", help="Write the InferenceX-style aggregate JSON of runs (validated, deduplicated).")(
+        collect_command)
+    app.command("mock-engine", help="Run a mock OpenAI-compatible engine (tests, benchmarks, plumbing checks).")(
+        mock_engine_command)
 
 
 _register_components()

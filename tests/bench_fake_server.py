@@ -4,7 +4,10 @@ Runs aiohttp in a background thread on 127.0.0.1 (ephemeral port). Each request
 streams `max_tokens` one-token chunks, a usage chunk and `data: [DONE]`, unless
 `policy(n, body)` (n = 0-based arrival number) picks a failure mode:
 "500" (HTTP error), "midstream" (error chunk after 2 tokens), "hang" (stalls after
-1 token until the server stops), "no_done" (stream ends without [DONE]).
+1 token until the server stops), "no_done" (stream ends without [DONE]),
+"error_then_more" (an error event after 1 token, then tokens go on without [DONE]
+until the server stops). GET /health answers `health` (an HTTP status, settable at
+any time; None: no such route, 404).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ class FakeServer:
         self.policy = policy
         self.token_delay = token_delay
         self.bodies: list[dict[str, Any]] = []
+        self.health: int | None = 200
+        self.health_checks = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._sock = socket.socket()
@@ -47,6 +52,7 @@ class FakeServer:
         app = web.Application()
         app.router.add_post("/v1/completions", self._handle)
         app.router.add_post("/v1/chat/completions", self._handle)
+        app.router.add_get("/health", self._health)
         self._runner = web.AppRunner(app, shutdown_timeout=1.0)
         await self._runner.setup()
         await web.SockSite(self._runner, self._sock).start()
@@ -54,6 +60,10 @@ class FakeServer:
     async def _stop(self) -> None:
         self._stopping.set()  # releases "hang" handlers
         await self._runner.cleanup()
+
+    async def _health(self, request: web.Request) -> web.Response:
+        self.health_checks += 1
+        return web.Response(status=404 if self.health is None else self.health)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -77,6 +87,12 @@ class FakeServer:
             if mode == "midstream" and i == 2:
                 await send({"error": {"message": "injected mid-stream failure", "code": 500}})
                 await send("[DONE]")
+                return resp
+            if mode == "error_then_more" and i == 1:
+                await send({"error": {"message": "injected error, stream goes on", "code": 500}})
+                while not self._stopping.is_set():
+                    await send({"object": "text_completion", "choices": [{"index": 0, "text": " x"}]})
+                    await asyncio.sleep(0.05)
                 return resp
             if mode == "hang" and i == 1:
                 await asyncio.wait_for(self._stopping.wait(), timeout=30)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from pydantic import ValidationError
@@ -68,5 +70,64 @@ def test_config_defaults_and_validation():
     assert BenchConfig.model_validate_json(cfg.model_dump_json()) == cfg  # inf survives JSON
     for bad in (dict(range_ratio_convention="vllm"), dict(concurrency=[2, 2]), dict(isl=0),
                 dict(unknown=1), dict(base_url="127.0.0.1:1"), dict(range_ratio=1.5)):
+        with pytest.raises(ValidationError):
+            _cfg(**bad)
+
+
+def test_shared_prefix_is_exact_and_shared(tok):
+    from harness.bench.dataset import make_prefix
+
+    prefix = make_prefix(tok, 40, np.random.default_rng(3))
+    pids = tok.encode(prefix, add_special_tokens=False)
+    assert len(pids) == 40 and make_prefix(tok, 0, np.random.default_rng(3)) == ""
+    reqs = sample_requests(tok, 30, 64, 8, 0.5, "inferencex", np.random.default_rng(4), prefix=prefix, prefix_len=40)
+    n_special = tok.num_special_tokens_to_add()
+    for r in reqs:
+        ids = tok(r.prompt).input_ids
+        assert len(ids) == r.prompt_len and 40 + 32 <= r.prompt_len <= 40 + 64
+        assert ids[n_special : n_special + 40] == pids and r.prompt.startswith(prefix)
+
+
+def test_prompt_files(tok, tmp_path):
+    from harness.bench.dataset import DatasetError, load_records, sample_file_requests
+
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"prompt": "one two", "output_len": 5}\n{"prompt": "three"}\n')
+    recs = load_records(f, "jsonl")
+    reqs = sample_file_requests(tok, recs, 5, 9, np.random.default_rng(0))  # cycles through the 2 records
+    assert sorted((r.prompt, r.output_len) for r in reqs[:2]) == [("one two", 5), ("three", 9)]
+    assert len(reqs) == 5 and all(r.prompt_len == len(tok(r.prompt).input_ids) for r in reqs)
+    assert reqs == sample_file_requests(tok, recs, 5, 9, np.random.default_rng(0))  # seeded
+
+    for text, msg in [('{"prompt": 3}', ":1: needs a non-empty string 'prompt'"), ("{oops", ":1: not JSON"),
+                      ('{"prompt": "a", "output_len": 0}', "'output_len' must be a positive integer"), ("", "no usable")]:
+        f.write_text(text)
+        with pytest.raises(DatasetError, match=msg):
+            load_records(f, "jsonl")
+
+    g = tmp_path / "s.json"
+    long_reply = " ".join(["word"] * 3000)  # outside vLLM's length filter: skipped
+    g.write_text(json.dumps([
+        {"conversations": [{"from": "human", "value": "what is a fox"}, {"from": "gpt", "value": "a small wild dog"}]},
+        {"conversations": [{"from": "human", "value": "and a dog?"}]},
+        {"conversations": [{"from": "human", "value": "say a lot"}, {"from": "gpt", "value": long_reply}]},
+    ]))
+    recs = load_records(g, "sharegpt")
+    assert len(recs) == 2
+    reqs = sample_file_requests(tok, recs, 3, 9, np.random.default_rng(1))
+    assert {r.prompt for r in reqs} == {"what is a fox"}
+    assert all(r.output_len == len(tok("a small wild dog").input_ids) for r in reqs)
+    g.write_text(json.dumps([{"conversations": [{"from": "human", "value": "x"}, {"from": "gpt", "value": "y"}]}]))
+    with pytest.raises(DatasetError, match="length filter"):
+        sample_file_requests(tok, load_records(g, "sharegpt"), 1, 9, np.random.default_rng(1))
+
+
+def test_config_dataset_and_new_fields():
+    assert _cfg().dataset == "random" and _cfg().health_check_interval_s == 2.0 and _cfg().burstiness == 1.0
+    assert _cfg(dataset="jsonl", dataset_path="p.jsonl").dataset_path == "p.jsonl"
+    assert _cfg(goodput={"ttft": "500"}).goodput == {"ttft": 500.0}
+    assert _cfg(burstiness="inf").burstiness == float("inf")
+    for bad in (dict(dataset="jsonl"), dict(dataset_path="x"), dict(goodput={"queue": 1}),
+                dict(goodput={"ttft": -1}), dict(burstiness=0), dict(server_pids=[0]), dict(progress="fancy")):
         with pytest.raises(ValidationError):
             _cfg(**bad)

@@ -67,3 +67,41 @@ def test_metrics_all_failed_is_zero_not_nan():
     m = compute_metrics([_out(0.0, 0, [], 0, error="x")], [99])
     assert m["completed"] == 0 and m["failed"] == 1
     assert m["mean_ttft_ms"] == 0.0 and m["p99_itl_ms"] == 0.0 and m["max_output_tokens_per_s"] == 0.0
+
+
+def test_goodput_against_slos_by_hand():
+    # ttft, tpot, e2el (ms): a 100, 33.3, 200; b 300, 25, 400; c 200, (one token: 0), 200.
+    a = _out(0.0, 0.1, [0.02, 0.03, 0.05], 4)
+    b = _out(0.5, 0.3, [0.1], 5)
+    c = _out(1.0, 0.2, [], 1)
+    d = _out(0.2, 0.0, [], 0, error="x")  # a failed request is never good
+    d.end_time = 2.0  # duration 2 s
+    cases = [
+        ({"ttft": 200}, 2),  # a, c (200 <= 200 passes, as vLLM's >=)
+        ({"ttft": 199.999}, 1),
+        ({"tpot": 30}, 2),  # b (25) and c (one token counts as tpot 0)
+        ({"tpot": 30, "e2el": 300}, 1),  # c only
+        ({"e2el": 1000, "ttft": 1000, "tpot": 1000}, 3),
+        ({"ttft": 0}, 0),
+    ]
+    for slos, good in cases:
+        assert compute_metrics([a, b, c, d], [99], slos)["request_goodput"] == pytest.approx(good / 2.0), slos
+
+
+def test_per_request_arrays_and_peaks_by_hand():
+    a = _out(10.0, 0.1, [0.2, 0.2], 3)  # tokens at 10.1, 10.3, 10.5; ends 10.5
+    b = _out(10.2, 0.1, [0.1], 2)  # tokens at 10.3, 10.4; ends 10.4
+    c = _out(10.5, 0.6, [0.1], 2)  # starts when a ends: not concurrent with it; tokens 11.1, 11.2
+    u = RequestOutput(prompt_len=10, expected_output_len=3)
+    u.error = "point timeout"  # never sent: no start time
+    a.queue_time, b.queue_time = 0.0, 0.25
+    m = compute_metrics([a, b, c, u], [50])
+    assert m["start_times"][:3] == pytest.approx([0.0, 0.2, 0.5]) and m["start_times"][3] is None
+    assert m["latencies"] == pytest.approx([0.5, 0.2, 0.7, 0.0])
+    assert m["queue_times"] == [0.0, 0.25, 0.0, 0.0]
+    assert m["duration"] == pytest.approx(1.2)  # 10.0 .. c's end at 11.2
+    assert m["max_concurrent_requests"] == 2  # a+b overlap; c starts as a ends
+    assert m["max_output_tokens_per_s"] == 5.0  # [10,11): a 3 + b 2; [11,12): c 2
+    assert m["output_lens"] == [3, 2, 2, 0] and m["failed"] == 1
+    assert m["median_e2el_ms"] == pytest.approx(500.0) and m["p50_itl_ms"] == pytest.approx(150.0)  # 100, 100, 200, 200
+    assert m["mean_tpot_ms"] == pytest.approx(np.mean([200.0, 100.0, 100.0]))

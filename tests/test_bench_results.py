@@ -42,3 +42,56 @@ def test_write_never_overwrites(tmp_path):
         write_result(_result(completed=99), path)
     assert path.read_bytes() == original
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file left behind
+
+
+# The keys of a `vllm bench serve --save-result` file (vLLM 0.32, random dataset, default
+# --percentile-metrics ttft,tpot,itl and --metric-percentiles 99), plus the per-request
+# arrays it keeps with --save-detailed (generated_texts aside: pdbench keeps no text).
+VLLM_KEYS = {
+    "date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id", "num_prompts", "request_rate",
+    "burstiness", "max_concurrency", "duration", "completed", "failed", "total_input_tokens",
+    "total_output_tokens", "request_throughput", "request_goodput", "output_throughput",
+    "total_token_throughput", "latencies", "queue_times", "max_output_tokens_per_s", "max_concurrent_requests",
+    "rtfx", "mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
+    "std_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "std_itl_ms", "p99_itl_ms",
+    "input_lens", "output_lens", "start_times", "ttfts", "itls", "errors",
+}
+IX_EXTRA = {"best_of", "mean_e2el_ms", "median_e2el_ms", "std_e2el_ms", "p90_e2el_ms", "p99.9_e2el_ms"}
+
+
+def test_keys_are_a_superset_of_vllm_and_ix(tmp_path):
+    from harness.bench.client import RequestOutput
+    from harness.bench.metrics import compute_metrics
+
+    o = RequestOutput(prompt_len=8, expected_output_len=2)
+    o.start_time, o.end_time, o.ttft, o.itl, o.latency, o.output_tokens, o.success = 1.0, 1.5, 0.1, [0.4], 0.5, 2, True
+    fields = {k: v for k, v in _result().model_dump().items() if not k.endswith("_ms")}
+    fields |= compute_metrics([o], [90, 99, 99.9])
+    path = write_result(BenchResult(**fields), tmp_path / "r.json")
+    data = json.loads(path.read_text())
+    assert VLLM_KEYS | IX_EXTRA <= data.keys(), sorted((VLLM_KEYS | IX_EXTRA) - data.keys())
+    assert data["failed"] == 0 and data["request_goodput"] is None and data["stop_reason"] is None
+    assert data["range_ratio_convention"] == "inferencex"
+
+
+def test_concurrent_writers_one_wins(tmp_path):
+    import threading
+
+    path = tmp_path / result_filename(2, math.inf, 1, 1)
+    wins, losses = [], []
+
+    def write(i):
+        try:
+            write_result(_result(completed=i), path)
+            wins.append(i)
+        except ResultExistsError:
+            losses.append(i)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(wins) == 1 and len(losses) == 7
+    assert json.loads(path.read_text())["completed"] == wins[0]
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import threading
 import time
 
 import pytest
@@ -15,6 +19,7 @@ from harness import tiny_model
 from harness.bench import BenchConfig, run_sweep, run_sweep_detailed
 from harness.bench.cli import bench_command
 from harness.bench.results import ResultExistsError
+from harness.bench.watchdog import TargetDied
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -114,8 +119,92 @@ def test_truncated_stream_and_connection_refused_fail(model_dir, tmp_path):
     assert out.failed == 4 and "[DONE]" in json.loads(out.path.read_text())["errors"][0]
     with FakeServer() as srv:
         url = srv.base_url
-    (out,) = run_sweep_detailed(_cfg(model_dir, tmp_path / "b", url, concurrency=[1], num_warmups=0))
+    # Nothing listens: with health checks (the default) the sweep refuses to start...
+    with pytest.raises(TargetDied, match="not reachable"):
+        run_sweep_detailed(_cfg(model_dir, tmp_path / "b", url, concurrency=[1], num_warmups=0))
+    assert not (tmp_path / "b").exists()
+    # ...without them every request fails with the connection error.
+    (out,) = run_sweep_detailed(_cfg(model_dir, tmp_path / "c", url, concurrency=[1], num_warmups=0,
+                                     health_check_interval_s=0))
     assert out.failed == 4 and "Connect" in json.loads(out.path.read_text())["errors"][0]
+
+
+def test_error_mid_stream_fails_the_request_at_once(model_dir, tmp_path):
+    with FakeServer(policy=lambda n, b: "error_then_more") as srv:
+        t0 = time.monotonic()
+        (out,) = run_sweep_detailed(_cfg(model_dir, tmp_path, srv.base_url, concurrency=[2], num_warmups=0,
+                                         request_timeout_s=30))
+        assert time.monotonic() - t0 < 10  # not the request timeout
+    result = json.loads(out.path.read_text())
+    assert (result["completed"], result["failed"]) == (0, 4) and not out.ok
+    assert all("error in stream:" in e and "injected error, stream goes on" in e for e in result["errors"])
+
+
+def test_target_death_by_health_check_stops_at_once(model_dir, tmp_path):
+    # Requests 0 and 1 finish; the rest hang until the target is declared dead.
+    with FakeServer(policy=lambda n, b: "hang" if n >= 2 else None) as srv:
+        cfg = _cfg(model_dir, tmp_path, srv.base_url, concurrency=[2, 4], num_prompts=6, num_warmups=0,
+                   health_check_interval_s=0.1, request_timeout_s=60)
+        threading.Timer(0.5, lambda: setattr(srv, "health", 503)).start()
+        t0 = time.monotonic()
+        first, second = run_sweep_detailed(cfg)
+        assert time.monotonic() - t0 < 10
+    assert "target died" in first.error and "HTTP 503" in first.error and "3 checks in a row" in first.error
+    result = json.loads(first.path.read_text())
+    assert result["stop_reason"] == first.error
+    assert (result["completed"], result["failed"]) == (2, 4)
+    assert all(e == first.error for e in result["errors"])
+    assert second.path is None and second.error == f"not run: {first.error}"
+    assert [p.name for p in tmp_path.iterdir()] == [first.path.name]
+
+
+def test_target_death_by_server_pid_stops_at_once(model_dir, tmp_path):
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with FakeServer(policy=lambda n, b: "hang") as srv:
+            cfg = _cfg(model_dir, tmp_path, srv.base_url, concurrency=[2], num_warmups=0,
+                       server_pids=[server.pid], request_timeout_s=60)
+            threading.Timer(0.5, server.kill).start()  # a zombie until reaped: still "exited"
+            t0 = time.monotonic()
+            (out,) = run_sweep_detailed(cfg)
+            assert time.monotonic() - t0 < 10
+            assert f"server process {server.pid} exited" in out.error
+            server.wait()
+            # A PID already gone: refused before any load.
+            n_sent = len(srv.bodies)
+            with pytest.raises(TargetDied, match=f"server process {server.pid} exited"):
+                run_sweep_detailed(cfg.model_copy(update={"result_dir": str(tmp_path / "again")}))
+            assert len(srv.bodies) == n_sent
+    finally:
+        server.kill()
+        server.wait()
+    result = json.loads(out.path.read_text())
+    assert result["failed"] == 4 and result["stop_reason"] == out.error
+
+
+def test_health_route_absent_means_no_checks(model_dir, tmp_path, capsys):
+    with FakeServer() as srv:
+        srv.health = None
+        (out,) = run_sweep_detailed(_cfg(model_dir, tmp_path, srv.base_url, concurrency=[1], num_warmups=0,
+                                         health_check_interval_s=0.05))
+        assert srv.health_checks == 1
+    assert out.ok
+    assert "no health checks against this target" in capsys.readouterr().err
+
+
+def test_total_timeout_keeps_partial_results(model_dir, tmp_path):
+    with FakeServer(policy=lambda n, b: "hang" if n == 1 else None) as srv:
+        cfg = _cfg(model_dir, tmp_path, srv.base_url, concurrency=[1, 2], num_prompts=3, num_warmups=0,
+                   total_timeout_s=1.0)
+        t0 = time.monotonic()
+        first, second = run_sweep_detailed(cfg)
+        assert time.monotonic() - t0 < 10
+    result = json.loads(first.path.read_text())
+    reason = "total timeout: the sweep ran past total_timeout_s=1"
+    assert result["stop_reason"] == reason and first.error == reason and not first.ok
+    assert (result["completed"], result["failed"]) == (1, 2)
+    assert result["start_times"][2] is None  # never sent
+    assert second.path is None and second.error == f"not run: {reason}"
 
 
 def test_chat_endpoint_and_poisson_rate(model_dir, tmp_path):
@@ -157,3 +246,97 @@ def test_cli_exit_codes(model_dir, tmp_path):
     cfg_file.write_text(json.dumps(json.loads(cfg_file.read_text()) | {"bogus": 1}))
     res = runner.invoke(_app(), ["--config", str(cfg_file)])
     assert res.exit_code == 2 and "bogus" in res.output
+
+
+def test_goodput_burstiness_prefix_and_keys(model_dir, tmp_path):
+    with FakeServer() as srv:
+        cfg = _cfg(model_dir, tmp_path / "a", srv.base_url, concurrency=[2], request_rate=100, burstiness=0.5,
+                   random_prefix_len=10, goodput={"ttft": 60000, "e2el": 60000}, percentiles=[50, 95])
+        (out,) = run_sweep_detailed(cfg)
+        prompts = [b["prompt"] for b in srv.bodies]
+        (zero,) = run_sweep_detailed(cfg.model_copy(update={"result_dir": str(tmp_path / "b"),
+                                                            "goodput": {"tpot": 0}}))
+    r = json.loads(out.path.read_text())
+    assert out.ok and r["burstiness"] == 0.5 and r["request_rate"] == 100.0
+    assert r["request_goodput"] == pytest.approx(r["request_throughput"])  # every request within the SLOs
+    assert json.loads(zero.path.read_text())["request_goodput"] == 0.0  # nobody streams 6 tokens in 0 ms
+    assert r["goodput_slos_ms"] == {"ttft": 60000, "e2el": 60000}
+    assert {"p50_ttft_ms", "p95_e2el_ms"} <= r.keys() and "p99_ttft_ms" not in r
+    # A shared 10-token prefix, then 32 sampled tokens: exact on the wire.
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    ids = [tok(p).input_ids for p in prompts]
+    assert all(len(i) == 42 for i in ids) and len({tuple(i[:10]) for i in ids}) == 1
+    assert r["random_prefix_len"] == 10 and r["input_lens"] == [42] * 4
+    assert len(r["queue_times"]) == len(r["latencies"]) == len(r["start_times"]) == 4
+    assert min(r["start_times"]) == 0.0
+
+
+def test_file_datasets(model_dir, tmp_path):
+    jsonl = tmp_path / "prompts.jsonl"
+    jsonl.write_text('{"prompt": "alpha beta gamma", "output_len": 3}\n\n{"prompt": "delta epsilon"}\n')
+    share = tmp_path / "sharegpt.json"
+    conv = [{"from": "human", "value": "tell me a story about a fox and a dog"},
+            {"from": "gpt", "value": "once upon a time a quick brown fox met a lazy dog"}]
+    share.write_text(json.dumps([{"conversations": conv}, {"conversations": conv[:1]}]))
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    with FakeServer() as srv:
+        (a,) = run_sweep_detailed(_cfg(model_dir, tmp_path / "a", srv.base_url, dataset="jsonl",
+                                       dataset_path=str(jsonl), concurrency=[2], num_prompts=6, num_warmups=0))
+        sent = [(b["prompt"], b["max_tokens"]) for b in srv.bodies]
+        (b,) = run_sweep_detailed(_cfg(model_dir, tmp_path / "b", srv.base_url, dataset="sharegpt",
+                                       dataset_path=str(share), concurrency=[1], num_prompts=2, num_warmups=0))
+    assert a.ok and sorted(sent) == sorted([("alpha beta gamma", 3), ("delta epsilon", 6)] * 3)
+    ra = json.loads(a.path.read_text())
+    assert ra["dataset_name"] == "jsonl" and ra["dataset_path"] == str(jsonl)
+    assert sorted(ra["input_lens"]) == sorted([len(tok("alpha beta gamma").input_ids),
+                                               len(tok("delta epsilon").input_ids)] * 3)
+    rb = json.loads(b.path.read_text())
+    assert b.ok and rb["output_lens"] == [len(tok(conv[1]["value"]).input_ids)] * 2
+
+
+def test_bench_json_from_the_job_renderer(tmp_path):
+    # The job runs `python -m harness bench --config <run_dir>/bench.json --result-dir <run_dir>`.
+    from harness.config import load_recipe
+    from harness.render import RenderContext, render_job
+
+    ctx = RenderContext(run_dir=str(tmp_path), root="/opt/pdbench", python="python", git_commit="0")
+    render_job(load_recipe("local-tiny-1p1d"), tmp_path, ctx)
+    cfg = BenchConfig.model_validate_json((tmp_path / "bench.json").read_text())
+    assert cfg.health_check_interval_s > 0 and cfg.server_pids == [] and cfg.dataset == "random"
+
+
+def test_rich_progress_and_plain_lines(model_dir, tmp_path, capsys):
+    with FakeServer() as srv:
+        assert run_sweep_detailed(_cfg(model_dir, tmp_path / "r", srv.base_url, progress="rich"))[0].ok
+        rich_err = capsys.readouterr().err
+        assert run_sweep_detailed(_cfg(model_dir, tmp_path / "p", srv.base_url))[0].ok
+        plain_err = capsys.readouterr().err
+    assert "C=2 warmup" in rich_err and "4/4" in rich_err  # the bar's final state
+    assert "C=1: 2 warmups, then 4 requests at rate inf" in plain_err  # stderr is no terminal here
+    assert all(line.startswith("[pdbench bench]") for line in plain_err.splitlines())
+
+
+def test_cli_new_flags(model_dir, tmp_path):
+    runner = CliRunner()
+    with FakeServer() as srv:
+        base = ["--base-url", srv.base_url, "--model", "tiny", "--tokenizer", model_dir, "--isl", "16",
+                "--osl", "4", "--concurrency", "2", "--num-prompts", "4", "--num-warmups", "0",
+                "--prefill-gpus", "1", "--decode-gpus", "1"]
+        res = runner.invoke(_app(), [*base, "--result-dir", str(tmp_path / "a"), "--goodput", "ttft:60000 tpot:60000",
+                                     "--goodput", "e2el:60000", "--request-rate", "50", "--burstiness", "2",
+                                     "--random-prefix-len", "4", "--total-timeout-s", "60",
+                                     "--server-pid", str(os.getpid()), "--progress", "plain",
+                                     "--dataset-name", "random"])
+        assert res.exit_code == 0, res.output
+        (path,) = (tmp_path / "a").iterdir()
+        r = json.loads(path.read_text())
+        assert r["goodput_slos_ms"] == {"ttft": 60000, "tpot": 60000, "e2el": 60000}
+        assert r["request_goodput"] == pytest.approx(r["request_throughput"]) and r["burstiness"] == 2
+        for args, field in [(["--goodput", "ttft=5"], "goodput"), (["--goodput", "queue:5"], "goodput"),
+                            (["--dataset", "jsonl"], "dataset_path"), (["--burstiness", "0"], "burstiness")]:
+            res = runner.invoke(_app(), [*base, "--result-dir", str(tmp_path / "b"), *args])
+            assert res.exit_code == 2 and field in res.output, res.output
+        # The target is down: exit 1 with a clear message, nothing written.
+        res = runner.invoke(_app(), [*base, "--result-dir", str(tmp_path / "c"), "--server-pid", "999999999"])
+        assert res.exit_code == 1 and "server process 999999999 exited" in res.output
+        assert not (tmp_path / "c").exists()

@@ -1,7 +1,13 @@
-"""Minimal streaming benchmark client for OpenAI-compatible (vLLM) endpoints.
+"""`pdbench bench`: a streaming benchmark client for OpenAI-compatible (vLLM) endpoints.
 
-Produces one JSON per concurrency point with `vllm bench serve` metric names, so
+One JSON per concurrency point, a superset of `vllm bench serve`'s result keys, so
 results from pdbench and from vLLM's own client can be compared directly.
+
+Modules: config (BenchConfig), dataset (random exact-length prompts, shared prefix,
+JSONL/ShareGPT files), client (keep-alive HTTP/1.1 streaming over asyncio protocols,
+SSE parsing), loadgen (arrivals, concurrency slots, stop), watchdog (target health
+and server PIDs), metrics (vLLM's definitions), results (pydantic model, write-once
+files), progress (rich bar or plain lines), sweep (points in order), cli.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """`pdbench bench`: run a benchmark sweep from a JSON BenchConfig and/or flags.
 
-Exit codes: 0 every point written and no request failed; 1 a request failed or a
-point could not be run (results of the other points are still written); 2 the
+Exit codes: 0 every point written and no request failed; 1 a request failed, a point
+could not be run, the target died or the total timeout hit (the results of the points
+that ran are still written, a cut-short one with its `stop_reason`); 2 the
 configuration is invalid.
 """
 
@@ -20,6 +21,17 @@ from harness.bench.config import BenchConfig
 def _csv(value: str | None) -> list[str] | None:
     # Items stay strings: pydantic coerces them and names the bad one on error.
     return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _goodput(values: list[str]) -> dict[str, str]:
+    """["ttft:500 tpot:50", "e2el:2000"] -> {"ttft": "500", ...}; BenchConfig checks names and numbers."""
+    slos: dict[str, str] = {}
+    for item in " ".join(values).replace(",", " ").split():
+        name, sep, value = item.partition(":")
+        if not sep or not name or not value:
+            raise _fail(f"invalid benchmark config:\n  goodput: expected KEY:VALUE in ms, got {item!r}", 2)
+        slos[name.strip()] = value.strip()
+    return slos
 
 
 def _fail(msg: str, code: int) -> typer.Exit:
@@ -73,12 +85,39 @@ def bench_command(
     prefill_gpus: Annotated[Optional[int], typer.Option()] = None,
     decode_gpus: Annotated[Optional[int], typer.Option()] = None,
     metadata: Annotated[Optional[str], typer.Option(help="JSON object copied into each result.")] = None,
+    dataset: Annotated[
+        Optional[str], typer.Option("--dataset", "--dataset-name", help="random, jsonl or sharegpt.")
+    ] = None,
+    dataset_path: Annotated[Optional[str], typer.Option(help="Prompt file for jsonl or sharegpt.")] = None,
+    random_prefix_len: Annotated[
+        Optional[int], typer.Option(help="Tokens of a random prefix shared by every prompt.")
+    ] = None,
+    burstiness: Annotated[
+        Optional[float], typer.Option(help="Gamma shape of arrival gaps at a finite rate: 1 Poisson, <1 burstier.")
+    ] = None,
+    goodput: Annotated[
+        Optional[list[str]],
+        typer.Option(help="SLO in ms as KEY:VALUE (ttft, tpot, e2el); repeatable, or several in one value."),
+    ] = None,
+    total_timeout_s: Annotated[
+        Optional[float], typer.Option(help="Bound on the whole sweep; partial results are kept.")
+    ] = None,
+    health_check_interval_s: Annotated[
+        Optional[float], typer.Option(help="Seconds between <base-url>/health checks (0: none).")
+    ] = None,
+    server_pid: Annotated[
+        Optional[list[int]], typer.Option("--server-pid", help="Server PID to watch; stop if it exits. Repeatable.")
+    ] = None,
+    progress: Annotated[Optional[str], typer.Option(help="auto, rich or plain.")] = None,
 ) -> None:
     """Benchmark a running OpenAI-compatible server over a concurrency sweep."""
     overrides = dict(locals())  # every flag, keyed by its BenchConfig field name
     del overrides["config"]
     overrides["concurrency"] = _csv(concurrency)
     overrides["percentiles"] = _csv(percentiles)
+    overrides["server_pids"] = overrides.pop("server_pid") or None
+    if goodput:
+        overrides["goodput"] = _goodput(goodput)
     if metadata is not None:
         try:
             overrides["metadata"] = json.loads(metadata)

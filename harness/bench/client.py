@@ -1,21 +1,37 @@
-"""One streaming request against an OpenAI-compatible endpoint, timed per chunk.
+"""Streaming requests against an OpenAI-compatible endpoint, timed per received chunk.
 
 Timing follows vLLM's `async_request_openai_completions`: start when the request
-is sent, TTFT at the first chunk carrying `choices` (its text may be empty, e.g.
-for special tokens), one ITL entry per later such chunk, latency at the last one.
-Stricter than vLLM: a stream without `data: [DONE]` or with an `{"error": ...}`
-chunk fails the request, so a truncated stream is never counted as a success.
+is sent, TTFT at the first SSE event carrying `choices` (its text may be empty, e.g.
+for special tokens), one ITL entry per later such event, latency at the last one.
+Stricter than vLLM: a stream without `data: [DONE]`, with an `{"error": ...}` event or
+with a JSON payload that does not parse fails the request with that message, so a
+truncated stream is never counted as a success.
+
+Speed (the client must never be what limits a benchmark): instead of aiohttp, each
+in-flight slot owns one keep-alive HTTP/1.1 connection driven by an asyncio Protocol.
+Request bytes are built before the clock starts; every read from the socket is
+parsed in one go: one clock reading, and all its complete SSE events decoded by a
+single `json.loads` of a JSON array. Events that arrive in the same read therefore
+share one timestamp (ITL 0 between them); vLLM's client reads the clock once per
+event of such a read, which differs only by its own parsing time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import ssl as ssl_lib
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
-import aiohttp
+try:  # optional: faster, same results
+    import orjson
+
+    _loads = orjson.loads
+except ImportError:  # pragma: no cover - depends on the environment
+    _loads = json.loads
 
 
 @dataclass
@@ -25,11 +41,12 @@ class RequestOutput:
     success: bool = False
     output_tokens: int = 0
     ttft: float = 0.0  # s
-    itl: list[float] = field(default_factory=list)  # s, gaps between content chunks
-    latency: float = 0.0  # s, send to last content chunk
+    itl: list[float] = field(default_factory=list)  # s, gaps between content events
+    latency: float = 0.0  # s, send to last content event
     start_time: float | None = None  # perf_counter at send; None if never sent
     end_time: float | None = None  # perf_counter when the request finished or failed
     error: str = ""
+    queue_time: float = 0.0  # s, arrival to send: the wait for a free slot (vLLM's queue_times)
 
 
 class RequestFailed(Exception):
@@ -76,61 +93,451 @@ def _is_content_chunk(msg: dict[str, Any]) -> bool:
     return not (delta.get("role") and not delta.get("content") and not delta.get("reasoning_content"))
 
 
-async def stream_request(
-    session: aiohttp.ClientSession,
-    url: str,
-    payload: dict[str, Any],
-    timeout_s: float,
-    out: RequestOutput,
-) -> RequestOutput:
-    """Fill `out` in place (so a cancelled request keeps its start time); never raises
-    except on cancellation."""
-    start = out.start_time = time.perf_counter()
-    last = start
-    chunks = 0
-    usage_tokens: int | None = None
-    done = False
-    try:
-        async with session.post(
-            url, json=payload, timeout=aiohttp.ClientTimeout(total=timeout_s)
-        ) as resp:
-            if resp.status != 200:
-                body = (await resp.text())[:500]
-                raise RequestFailed(f"HTTP {resp.status} {resp.reason}: {body}")
-            async for raw in resp.content:  # one SSE line at a time
-                line = raw.decode("utf-8").strip()
-                if not line.startswith("data:"):
-                    continue  # blank separators, ": ping" comments, event:/id: fields
-                data = line[len("data:") :].strip()
-                if data == "[DONE]":
-                    done = True
+# -- target URL and request bytes ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    host: str
+    port: int
+    path: str
+    ssl: ssl_lib.SSLContext | None
+    host_header: str
+
+    @classmethod
+    def from_url(cls, url: str) -> Target:
+        u = urlsplit(url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"not an http(s) URL: {url}")
+        tls = u.scheme == "https"
+        port = u.port or (443 if tls else 80)
+        host = u.hostname
+        shown = f"[{host}]" if ":" in host else host
+        default = (tls and port == 443) or (not tls and port == 80)
+        return cls(
+            host=host,
+            port=port,
+            path=(u.path or "/") + (f"?{u.query}" if u.query else ""),
+            ssl=ssl_lib.create_default_context() if tls else None,
+            host_header=shown if default else f"{shown}:{port}",
+        )
+
+    def request_bytes(self, payload: dict[str, Any], headers: dict[str, str] | None = None) -> bytes:
+        """A complete POST with a JSON body, keep-alive."""
+        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        head = (
+            f"POST {self.path} HTTP/1.1\r\nHost: {self.host_header}\r\n"
+            f"Content-Type: application/json\r\nAccept: text/event-stream\r\n{extra}"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        return head.encode("latin-1") + body
+
+
+# -- one HTTP/1.1 exchange, parsed incrementally ----------------------------------
+
+_HEAD, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_CRLF, _TRAILERS, _LENGTH, _UNTIL_CLOSE, _DONE = range(8)
+MAX_ERROR_BODY = 500
+
+
+class _Exchange:
+    """Parse one response (status, headers, chunked/length/close body, SSE events) into `out`."""
+
+    __slots__ = ("out", "chat", "fut", "state", "buf", "left", "status", "reason", "keep_alive",
+                 "sse", "err_body", "chunks", "last", "usage_tokens", "done", "failure")
+
+    def __init__(self, out: RequestOutput, chat: bool, fut: asyncio.Future[None]) -> None:
+        self.out = out
+        self.chat = chat
+        self.fut = fut
+        self.state = _HEAD
+        self.buf = b""
+        self.left = 0
+        self.status = 0
+        self.reason = ""
+        self.keep_alive = True
+        self.sse = b""
+        self.err_body = b""
+        self.chunks = 0
+        self.last = 0.0
+        self.usage_tokens: int | None = None
+        self.done = False  # saw data: [DONE]
+        self.failure: str | None = None  # the first reason this request fails
+
+    # The protocol feeds raw bytes; returns True when the response is complete.
+    def feed(self, data: bytes, now: float) -> bool:
+        if self.buf:
+            data = self.buf + data
+            self.buf = b""
+        pos, n = 0, len(data)
+        while pos < n or self.state == _DONE:
+            st = self.state
+            if st == _LENGTH:
+                take = min(self.left, n - pos)
+                self._body(data[pos : pos + take] if pos or take != n else data, now)
+                pos += take
+                self.left -= take
+                if self.left == 0:
+                    self.state = _DONE
+            elif st == _CHUNK_DATA:
+                take = min(self.left, n - pos)
+                self._body(data[pos : pos + take], now)
+                pos += take
+                self.left -= take
+                if self.left == 0:
+                    self.state = _CHUNK_CRLF
+            elif st == _CHUNK_SIZE:
+                eol = data.find(b"\r\n", pos)
+                if eol < 0:
                     break
-                msg = json.loads(data)
-                if (err := _error_text(msg)) is not None:
-                    raise RequestFailed(f"error in stream: {err}")
-                if _is_content_chunk(msg):
-                    now = time.perf_counter()
-                    if chunks == 0:
-                        out.ttft = now - start
-                    else:
-                        out.itl.append(now - last)
-                    last = now
-                    chunks += 1
-                if usage := msg.get("usage"):
-                    usage_tokens = usage.get("completion_tokens")
-        if not done:
-            raise RequestFailed("stream ended without data: [DONE]")
-        if chunks == 0:
-            raise RequestFailed("stream had no content chunk")
-        out.latency = last - start
-        out.output_tokens = usage_tokens if usage_tokens is not None else chunks
-        out.success = True
-    except asyncio.TimeoutError:
-        out.error = f"timeout: no complete response within request_timeout_s={timeout_s:g}"
-    except RequestFailed as e:
-        out.error = str(e)
-    except Exception as e:  # noqa: BLE001 - connection errors, bad JSON: the request fails, the sweep goes on
-        out.error = f"{type(e).__name__}: {e}"
-    finally:
-        out.end_time = time.perf_counter()
+                try:
+                    size = int(data[pos:eol].split(b";", 1)[0], 16)
+                except ValueError:
+                    raise RequestFailed(f"bad chunk size line {data[pos:eol][:40]!r}") from None
+                pos = eol + 2
+                if size == 0:
+                    self.state = _TRAILERS
+                else:
+                    self.left, self.state = size, _CHUNK_DATA
+            elif st == _CHUNK_CRLF:
+                if n - pos < 2:
+                    break
+                pos += 2
+                self.state = _CHUNK_SIZE
+            elif st == _TRAILERS:
+                eol = data.find(b"\r\n", pos)
+                if eol < 0:
+                    break
+                empty = eol == pos
+                pos = eol + 2
+                if empty:
+                    self.state = _DONE
+            elif st == _UNTIL_CLOSE:
+                self._body(data[pos:], now)
+                pos = n
+            elif st == _HEAD:
+                end = data.find(b"\r\n\r\n", pos)
+                if end < 0:
+                    break
+                self._headers(data[pos:end])
+                pos = end + 4
+            else:  # _DONE
+                if pos < n:
+                    self.keep_alive = False  # bytes after the response: do not trust this connection
+                self._finish()
+                return True
+        if pos < n:
+            self.buf = data[pos:]
+        return False
+
+    def _headers(self, head: bytes) -> None:
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/"):
+            raise RequestFailed(f"bad HTTP status line {lines[0][:80]!r}")
+        status = int(parts[1])
+        if 100 <= status < 200:  # interim response: the real one follows
+            return
+        self.status, self.reason = status, parts[2] if len(parts) > 2 else ""
+        self.keep_alive = parts[0] != "HTTP/1.0"
+        length: int | None = None
+        chunked = False
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            name = name.strip().lower()
+            if name == "content-length":
+                length = int(value.strip())
+            elif name == "transfer-encoding":
+                chunked = "chunked" in value.lower()
+            elif name == "connection":
+                v = value.strip().lower()
+                if v == "close":
+                    self.keep_alive = False
+                elif v == "keep-alive":
+                    self.keep_alive = True
+        if chunked:
+            self.state = _CHUNK_SIZE
+        elif length is not None:
+            self.left = length
+            self.state = _LENGTH if length else _DONE
+        else:
+            self.state, self.keep_alive = _UNTIL_CLOSE, False
+
+    def _body(self, data: bytes, now: float) -> None:
+        if self.status != 200:
+            if len(self.err_body) < MAX_ERROR_BODY:
+                self.err_body += data[: MAX_ERROR_BODY - len(self.err_body)]
+            return
+        if self.done or self.failure is not None:
+            return  # after [DONE] or a failure, the rest is drained unparsed
+        buf = self.sse + data if self.sse else data
+        if b"\r" in buf:
+            # SSE also allows CR LF and CR line ends; keep a trailing CR, its LF may follow.
+            hold = buf.endswith(b"\r")
+            buf = (buf[:-1] if hold else buf).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            if hold:
+                buf += b"\r"
+        end = buf.rfind(b"\n\n")
+        if end < 0:
+            self.sse = buf
+            return
+        self.sse = buf[end + 2 :]
+        self._events(buf[:end], now)
+
+    def _events(self, block: bytes, now: float) -> None:
+        """Handle complete SSE events (separated by blank lines, the last one's omitted)."""
+        payloads = block[6:].split(b"\n\ndata: ")
+        if not block.startswith(b"data: ") or block.count(b"\n") != 2 * (len(payloads) - 1):
+            payloads = _payloads(block)  # not the usual one `data: ` line per event
+        if b"[DONE]" in payloads:
+            payloads = payloads[: payloads.index(b"[DONE]")]
+            self.done = True
+        if not payloads:
+            return
+        try:
+            msgs = _loads(b"[" + b",".join(payloads) + b"]")
+        except ValueError:
+            bad = next((p for p in payloads if not _parses(p)), payloads[0])
+            self.failure = f"invalid JSON in stream: {bad[:200]!r}"
+            return
+        # Byte-level pre-checks skip per-event work that cannot apply: an error event
+        # has the word "error" somewhere, a usage the key "usage".
+        try:
+            if b"error" in block:
+                for msg in msgs:
+                    if "error" in msg or msg.get("object") == "error":
+                        if (err := _error_text(msg)) is not None:
+                            self.failure = f"error in stream: {err}"
+                            return
+            if self.chat:
+                new = sum(1 for msg in msgs if _is_content_chunk(msg))
+            else:
+                new = sum(1 for msg in msgs if msg.get("choices"))
+            if b'"usage"' in block:
+                for msg in reversed(msgs):
+                    if usage := msg.get("usage"):
+                        self.usage_tokens = usage.get("completion_tokens")
+                        break
+        except (AttributeError, TypeError):  # an event that is not a JSON object
+            bad = next((m for m in msgs if not isinstance(m, dict)), msgs)
+            self.failure = f"unexpected event in stream: {json.dumps(bad)[:200]}"
+            return
+        if new:
+            out = self.out
+            if self.chunks == 0:
+                out.ttft = now - out.start_time  # type: ignore[operator]
+            else:
+                out.itl.append(now - self.last)
+            if new > 1:
+                out.itl.extend([0.0] * (new - 1))
+            self.chunks += new
+            self.last = now
+
+    def _finish(self) -> None:
+        """The HTTP response is complete: decide success."""
+        out = self.out
+        if self.status != 200:
+            body = self.err_body.decode("utf-8", "replace")
+            self.failure = self.failure or f"HTTP {self.status} {self.reason}: {body}"
+        elif self.failure is None:
+            if self.sse.strip() and not self.done:
+                self._events(self.sse.rstrip(b"\n"), self.last or time.perf_counter())
+            if self.failure is None and not self.done:
+                self.failure = "stream ended without data: [DONE]"
+            elif self.failure is None and self.chunks == 0:
+                self.failure = "stream had no content chunk"
+        if self.failure is None:
+            out.latency = self.last - out.start_time  # type: ignore[operator]
+            out.output_tokens = self.usage_tokens if self.usage_tokens is not None else self.chunks
+            out.success = True
+        else:
+            out.error = self.failure
+
+    def closed(self) -> str:
+        """The connection closed before the response was complete: the reason."""
+        if self.state == _UNTIL_CLOSE:
+            self.state = _DONE
+            self._finish()
+            return ""
+        if self.status == 0:
+            return "server closed the connection before responding"
+        return "server closed the connection before the response ended"
+
+
+def _payloads(block: bytes) -> list[bytes]:
+    """General SSE: data lines joined with LF per event; comments and other fields skipped."""
+    out: list[bytes] = []
+    for event in block.split(b"\n\n"):
+        data = [
+            line[5:].removeprefix(b" ") for line in event.split(b"\n") if line.startswith(b"data:")
+        ]
+        if data:
+            out.append(b"\n".join(data).strip())
     return out
+
+
+def _parses(payload: bytes) -> bool:
+    try:
+        json.loads(payload)
+    except ValueError:
+        return False
+    return True
+
+
+# -- connections ------------------------------------------------------------------
+
+
+class Connection(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection, one request at a time."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.exchange: _Exchange | None = None
+        self.open = False
+        self.idle_since = 0.0
+        self.abort_reason: str | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.open = True
+
+    def data_received(self, data: bytes) -> None:
+        ex = self.exchange
+        if ex is None:
+            self.open = False  # unsolicited bytes: drop the connection
+            self.transport.close()  # type: ignore[union-attr]
+            return
+        try:
+            complete = ex.feed(data, time.perf_counter())
+        except (RequestFailed, ValueError) as e:
+            self._fail(ex, f"bad HTTP response: {e}")
+            return
+        if not complete and ex.failure is not None:
+            # An error event (or a bad payload) ends this request now, whatever follows.
+            self._fail(ex, ex.failure)
+            return
+        if complete:
+            self.exchange = None
+            if not ex.keep_alive:
+                self.open = False
+                self.transport.close()  # type: ignore[union-attr]
+            if not ex.fut.done():
+                ex.fut.set_result(None)
+
+    def eof_received(self) -> bool:
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.open = False
+        ex = self.exchange
+        if ex is not None:
+            self.exchange = None
+            reason = self.abort_reason or ex.closed()
+            if reason:
+                if exc is not None and not self.abort_reason:
+                    reason += f" ({type(exc).__name__}: {exc})"
+                ex.out.error = reason
+            if not ex.fut.done():
+                ex.fut.set_result(None)
+
+    def _fail(self, ex: _Exchange, reason: str) -> None:
+        self.exchange = None
+        ex.out.error = reason
+        self.open = False
+        self.transport.abort()  # type: ignore[union-attr]
+        if not ex.fut.done():
+            ex.fut.set_result(None)
+
+    def abort(self, reason: str) -> None:
+        """Fail the request in flight (if any) with `reason` and drop the connection."""
+        self.abort_reason = reason
+        self.open = False
+        if self.transport is not None:
+            self.transport.abort()
+
+
+# Idle connections are dropped before a server's keep-alive timeout would close
+# them (uvicorn: 5 s), so a request never goes out on a half-closed connection.
+KEEPALIVE_S = 4.0
+
+
+class Slot:
+    """One in-flight request at a time over a reused connection."""
+
+    def __init__(self, target: Target, chat: bool) -> None:
+        self.target = target
+        self.chat = chat
+        self.conn: Connection | None = None
+
+    async def send(self, request: bytes, out: RequestOutput, timeout_s: float) -> RequestOutput:
+        """Send one request and fill `out`; never raises except on cancellation."""
+        loop = asyncio.get_running_loop()
+        out.start_time = start = time.perf_counter()
+        fut: asyncio.Future[None] = loop.create_future()
+        timer = loop.call_at(loop.time() + timeout_s, self._timeout, fut, out, timeout_s)
+        try:
+            conn = self.conn
+            if conn is None or not conn.open or start - conn.idle_since > KEEPALIVE_S:
+                if conn is not None and conn.open:
+                    conn.transport.close()  # type: ignore[union-attr]
+                conn = self.conn = await self._connect(timeout_s)
+                if fut.done():  # timed out while connecting
+                    conn.abort(out.error)
+                    return out
+            ex = _Exchange(out, self.chat, fut)
+            conn.exchange = ex
+            conn.abort_reason = None
+            conn.transport.write(request)  # type: ignore[union-attr]
+            await fut
+            conn.idle_since = time.perf_counter()
+        except asyncio.CancelledError:
+            if self.conn is not None:
+                self.conn.abort(out.error or "cancelled")
+            raise
+        except asyncio.TimeoutError:  # connecting took the whole budget
+            if not out.error:
+                out.error = f"timeout: no complete response within request_timeout_s={timeout_s:g}"
+        except OSError as e:
+            out.error = (
+                f"{type(e).__name__}: Cannot connect to host "
+                f"{self.target.host}:{self.target.port}: {e}"
+            )
+        finally:
+            timer.cancel()
+            out.end_time = time.perf_counter()
+        return out
+
+    async def _connect(self, timeout_s: float) -> Connection:
+        loop = asyncio.get_running_loop()
+        t = self.target
+        _, conn = await asyncio.wait_for(
+            loop.create_connection(
+                Connection, t.host, t.port, ssl=t.ssl, server_hostname=t.host if t.ssl else None
+            ),
+            timeout_s,
+        )
+        return conn
+
+    def _timeout(self, fut: asyncio.Future[None], out: RequestOutput, timeout_s: float) -> None:
+        if fut.done():
+            return
+        out.error = f"timeout: no complete response within request_timeout_s={timeout_s:g}"
+        if self.conn is not None and self.conn.exchange is not None:
+            self.conn.exchange = None
+            self.conn.abort(out.error)
+        fut.set_result(None)
+
+    def abort(self, reason: str) -> None:
+        """Fail whatever this slot has in flight and close its connection."""
+        if self.conn is not None:
+            ex = self.conn.exchange
+            if ex is not None and not ex.fut.done():
+                ex.out.error = reason
+                self.conn.exchange = None
+                ex.fut.set_result(None)
+            self.conn.abort(reason)
+
+    def close(self) -> None:
+        if self.conn is not None and self.conn.transport is not None:
+            self.conn.transport.close()
+        self.conn = None

@@ -52,6 +52,29 @@ class BenchConfig(BaseModel):
     decode_gpus: NonNegativeInt
     metadata: dict[str, Any] = Field(default_factory=dict)
 
+    # Dataset: random prompts of exact length (isl/osl/range_ratio), or prompts from a
+    # file: "jsonl" (one {"prompt": str, "output_len": int?} per line) or "sharegpt"
+    # (a JSON list of {"conversations": [{"from", "value"}, ...]}).
+    dataset: Literal["random", "jsonl", "sharegpt"] = "random"
+    dataset_path: str | None = None
+    # Tokens of one random prefix shared by every prompt of the sweep, before the
+    # isl-sampled part (vLLM's --random-prefix-len: prompt = prefix + isl tokens).
+    random_prefix_len: NonNegativeInt = 0
+    # Gamma-distributed arrival gaps at a finite request_rate: 1 Poisson, <1 burstier.
+    burstiness: PositiveFloat = 1.0
+    # SLOs in ms for request_goodput ("ttft", "tpot", "e2el"), as vLLM's --goodput.
+    goodput: dict[Literal["ttft", "tpot", "e2el"], NonNegativeFloat] = Field(default_factory=dict)
+    # Bound on the whole sweep; when it hits, the running point keeps what finished
+    # (written, with stop_reason) and the points left are not run.
+    total_timeout_s: PositiveFloat | None = None
+    # Poll <base_url>/health this often (0: never); the sweep stops at once when the
+    # target cannot be reached, or answers 5xx / times out three times in a row.
+    health_check_interval_s: NonNegativeFloat = 2.0
+    # Server processes on this machine to watch; the sweep stops at once if one exits.
+    server_pids: list[PositiveInt] = Field(default_factory=list)
+    # "auto": a rich progress bar when stderr is a terminal, plain log lines otherwise.
+    progress: Literal["auto", "rich", "plain"] = "auto"
+
     @field_validator("base_url")
     @classmethod
     def _check_url(cls, v: str) -> str:
@@ -73,6 +96,14 @@ class BenchConfig(BaseModel):
         if any(not 0 <= p <= 100 for p in v):
             raise ValueError("percentiles must be within [0, 100]")
         return v
+
+    @model_validator(mode="after")
+    def _check_dataset(self) -> BenchConfig:
+        if self.dataset != "random" and not self.dataset_path:
+            raise ValueError(f"dataset {self.dataset!r} needs dataset_path")
+        if self.dataset == "random" and self.dataset_path:
+            raise ValueError("dataset_path is only for dataset 'jsonl' or 'sharegpt'")
+        return self
 
     @model_validator(mode="after")
     def _check_range_ratio(self) -> BenchConfig:
@@ -100,6 +131,6 @@ class BenchConfig(BaseModel):
         """Upper bound for one batch of requests (warmups or the measured run)."""
         if self.point_timeout_s is not None:
             return self.point_timeout_s
-        waves = math.ceil(num_requests / concurrency)
+        waves = math.ceil(num_requests / max(1, concurrency))
         arrivals = 0.0 if math.isinf(self.request_rate) else num_requests / self.request_rate
         return (waves + 1) * self.request_timeout_s + 2 * arrivals

@@ -1,4 +1,4 @@
-"""Random prompts of exact token length, seeded and reproducible.
+"""Prompts for the benchmark: random ones of exact token length, or from a file; seeded.
 
 Follows vLLM's `benchmarks/datasets/random.py`: sample token ids, decode to
 text, re-encode and trim/extend until the re-encoded length is the target (see
@@ -13,8 +13,10 @@ text, re-encode and trim/extend until the re-encoded length is the target (see
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -52,14 +54,25 @@ def exact_length_prompt(
     rng: np.random.Generator,
     max_tries: int = 50,
     max_restarts: int = 20,
+    prefix: str = "",
 ) -> str:
-    """Text whose encoding (without special tokens) is exactly `target` ids long."""
+    """Text whose encoding (without special tokens) is exactly `target` ids long.
+
+    With `prefix`, the text goes after it: `prefix + text` encodes to the prefix's own
+    ids followed by exactly `target` more, so every prompt shares the prefix's tokens.
+    """
+    prefix_ids = tokenizer.encode(prefix, add_special_tokens=False) if prefix else []
+    p = len(prefix_ids)
     for _ in range(max_restarts):
         ids = allowed[rng.integers(0, len(allowed), size=target)].tolist()
         for _ in range(max_tries):
             # Decode/re-encode may merge or split tokens; trim or pad and retry.
             text = tokenizer.decode(ids)
-            ids = tokenizer.encode(text, add_special_tokens=False)
+            full = tokenizer.encode(prefix + text, add_special_tokens=False) if p else (
+                tokenizer.encode(text, add_special_tokens=False))
+            if full[:p] != prefix_ids:
+                break  # the text merged into the prefix's last token: fresh ids
+            ids = full[p:]
             if len(ids) == target:
                 return text
             if len(ids) > target:
@@ -67,6 +80,13 @@ def exact_length_prompt(
             else:
                 ids += allowed[rng.integers(0, len(allowed), size=target - len(ids))].tolist()
     raise RuntimeError(f"could not build a prompt of exactly {target} tokens")
+
+
+def make_prefix(tokenizer: PreTrainedTokenizerBase, length: int, rng: np.random.Generator) -> str:
+    """The shared random prefix: `length` tokens of text ("" for 0)."""
+    if length == 0:
+        return ""
+    return exact_length_prompt(tokenizer, length, allowed_token_ids(tokenizer), rng)
 
 
 def sample_requests(
@@ -77,7 +97,14 @@ def sample_requests(
     range_ratio: float,
     convention: Convention,
     rng: np.random.Generator,
+    prefix: str = "",
+    prefix_len: int = 0,
 ) -> list[SampleRequest]:
+    """Random prompts: `prefix` (`prefix_len` tokens, from make_prefix) + an isl-sampled part.
+
+    prompt_len = prefix_len + the sampled input length (which counts the special tokens
+    the tokenizer adds), as vLLM's --random-prefix-len adds the prefix to the input length.
+    """
     num_special = tokenizer.num_special_tokens_to_add()
     in_lo, in_hi = length_bounds(isl, range_ratio, convention)
     out_lo, out_hi = length_bounds(osl, range_ratio, convention)
@@ -89,9 +116,102 @@ def sample_requests(
     allowed = allowed_token_ids(tokenizer)
     return [
         SampleRequest(
-            prompt=exact_length_prompt(tokenizer, int(n_in) - num_special, allowed, rng),
-            prompt_len=int(n_in),
+            prompt=prefix + exact_length_prompt(tokenizer, int(n_in) - num_special, allowed, rng, prefix=prefix),
+            prompt_len=prefix_len + int(n_in),
             output_len=int(n_out),
         )
         for n_in, n_out in zip(input_lens, output_lens)
     ]
+
+
+# -- prompts from files ---------------------------------------------------------------
+
+# vLLM's ShareGPT filter (datasets.is_valid_sequence defaults), kept for comparable runs.
+SHAREGPT_MIN_LEN, SHAREGPT_MAX_PROMPT, SHAREGPT_MAX_TOTAL = 4, 1024, 2048
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    prompt: str
+    output_len: int | None  # None: the configured osl
+    reference: str | None = None  # ShareGPT: the recorded reply, whose length is the output length
+
+
+class DatasetError(ValueError):
+    """A prompt file that cannot be used; the message names the file (and line)."""
+
+
+def load_records(path: str | Path, kind: Literal["jsonl", "sharegpt"]) -> list[FileRecord]:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise DatasetError(f"cannot read dataset {path}: {e}") from None
+    records: list[FileRecord] = []
+    if kind == "jsonl":
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DatasetError(f"{path}:{lineno}: not JSON: {e}") from None
+            prompt = obj.get("prompt") if isinstance(obj, dict) else None
+            if not isinstance(prompt, str) or not prompt:
+                raise DatasetError(f"{path}:{lineno}: needs a non-empty string 'prompt'")
+            out = obj.get("output_len")
+            if out is not None and (not isinstance(out, int) or isinstance(out, bool) or out < 1):
+                raise DatasetError(f"{path}:{lineno}: 'output_len' must be a positive integer")
+            records.append(FileRecord(prompt, out))
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise DatasetError(f"{path}: not JSON: {e}") from None
+        if not isinstance(data, list):
+            raise DatasetError(f"{path}: a ShareGPT file holds a JSON list of conversations")
+        for entry in data:
+            conv = entry.get("conversations", entry.get("conversation")) if isinstance(entry, dict) else None
+            if not isinstance(conv, list) or len(conv) < 2:
+                continue  # as vLLM: only conversations with a prompt and a reply
+            turns = [t.get("value") if isinstance(t, dict) else None for t in conv[:2]]
+            if all(isinstance(t, str) and t for t in turns):
+                records.append(FileRecord(turns[0], None, turns[1]))  # type: ignore[arg-type]
+    if not records:
+        raise DatasetError(f"{path}: no usable prompts")
+    return records
+
+
+def sample_file_requests(
+    tokenizer: PreTrainedTokenizerBase,
+    records: list[FileRecord],
+    num_requests: int,
+    osl: int,
+    rng: np.random.Generator,
+) -> list[SampleRequest]:
+    """Draw prompts in a seeded random order (cycling if the file is small).
+
+    prompt_len is the tokenizer's count with special tokens. Output length: the
+    record's `output_len` (JSONL), the reply's token count (ShareGPT, as vLLM), else osl.
+    ShareGPT entries outside vLLM's length filter are skipped.
+    """
+    out: list[SampleRequest] = []
+    while len(out) < num_requests:
+        took = False
+        for idx in rng.permutation(len(records)).tolist():
+            rec = records[idx]
+            prompt_len = len(tokenizer(rec.prompt).input_ids)
+            if rec.reference is not None:
+                output_len = len(tokenizer(rec.reference).input_ids)
+                if (prompt_len < SHAREGPT_MIN_LEN or output_len < SHAREGPT_MIN_LEN
+                        or prompt_len > SHAREGPT_MAX_PROMPT or prompt_len + output_len > SHAREGPT_MAX_TOTAL):
+                    continue
+            else:
+                output_len = rec.output_len if rec.output_len is not None else osl
+            out.append(SampleRequest(rec.prompt, prompt_len, output_len))
+            took = True
+            if len(out) == num_requests:
+                break
+        if not took:
+            raise DatasetError("no prompt in the dataset passes the length filter")
+    return out

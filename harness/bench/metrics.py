@@ -1,9 +1,21 @@
 """Aggregate metrics with `vllm bench serve` semantics and key names
 (vllm/benchmarks/serve.py: calculate_metrics and the result dict).
 
+Same as vLLM: TTFT/TPOT/ITL/E2EL over successful requests; TPOT =
+(latency - ttft) / (output_tokens - 1) for requests of more than one token; mean,
+median, population std and np.percentile (linear) per metric, 0 when there is no
+sample; throughputs = totals / duration; request_goodput = requests meeting every
+SLO / duration, where a one-token request's TPOT counts as 0 (null without SLOs);
+max_output_tokens_per_s = most content events in one 1-second bucket counted from the
+first send.
+
 Differences from vLLM, on purpose:
 - `duration` is first request send to last request end among the measured
   requests (vLLM: wall time of the whole run including client-side waits);
+- `max_concurrent_requests` is the exact peak of overlapping [send, last token)
+  intervals; vLLM counts every request active at any time within each 1-second
+  bucket, which overstates it (1930 "concurrent" requests at --max-concurrency 256
+  against a fast server);
 - `errors` lists only the failed requests' messages (vLLM: one entry per request,
   empty for successes);
 - the output token count always comes from the server's usage (or the chunk
@@ -12,7 +24,7 @@ Differences from vLLM, on purpose:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -62,14 +74,29 @@ def _peak_output_tokens_per_s(ok: list[RequestOutput]) -> float:
 
 
 def _peak_concurrency(ok: list[RequestOutput]) -> int:
-    """Exact peak of overlapping [start, start+latency) intervals (vLLM's sweep line)."""
+    """Exact peak of overlapping [start, start+latency) intervals (a sweep line; an end
+    at the same instant as a start is counted first)."""
     events = sorted(
         [(o.start_time, 1) for o in ok] + [(o.start_time + o.latency, -1) for o in ok]  # type: ignore[operator]
     )
     return int(max(np.cumsum([d for _, d in events]), default=0))
 
 
-def compute_metrics(outputs: Sequence[RequestOutput], percentiles: Sequence[float]) -> dict[str, Any]:
+def good_requests(ok: Sequence[RequestOutput], slos_ms: Mapping[str, float]) -> int:
+    """Successful requests within every SLO (ms): vLLM's goodput rule, `<=` passes."""
+    good = 0
+    for o in ok:
+        values = {"ttft": o.ttft, "tpot": tpot(o) or 0.0, "e2el": o.latency}
+        if all(slo / MS >= values[k] for k, slo in slos_ms.items()):
+            good += 1
+    return good
+
+
+def compute_metrics(
+    outputs: Sequence[RequestOutput],
+    percentiles: Sequence[float],
+    goodput: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
     ok = [o for o in outputs if o.success]
     failed = [o for o in outputs if not o.success]
     output_lens = [o.output_tokens if o.success else 0 for o in outputs]
@@ -77,11 +104,8 @@ def compute_metrics(outputs: Sequence[RequestOutput], percentiles: Sequence[floa
     total_output = sum(output_lens)
 
     sent = [o for o in outputs if o.start_time is not None and o.end_time is not None]
-    duration = (
-        max(o.end_time for o in sent) - min(o.start_time for o in sent)  # type: ignore[type-var,operator]
-        if sent
-        else 0.0
-    )
+    t0 = min((o.start_time for o in sent), default=0.0)  # type: ignore[type-var]
+    duration = max(o.end_time for o in sent) - t0 if sent else 0.0  # type: ignore[type-var,operator]
 
     def per_s(x: float) -> float:
         return x / duration if duration > 0 else 0.0
@@ -93,11 +117,14 @@ def compute_metrics(outputs: Sequence[RequestOutput], percentiles: Sequence[floa
         "total_input_tokens": total_input,
         "total_output_tokens": total_output,
         "request_throughput": per_s(len(ok)),
-        "request_goodput": None,  # no SLOs configured, as vLLM without --goodput
+        "request_goodput": per_s(good_requests(ok, goodput)) if goodput else None,
         "output_throughput": per_s(total_output),
         "total_token_throughput": per_s(total_input + total_output),
         "max_output_tokens_per_s": _peak_output_tokens_per_s(ok) if ok else 0.0,
         "max_concurrent_requests": _peak_concurrency(ok) if ok else 0,
+        "latencies": [o.latency if o.success else 0.0 for o in outputs],
+        "queue_times": [o.queue_time for o in outputs],
+        "start_times": [o.start_time - t0 if o.start_time is not None else None for o in outputs],
         "input_lens": [o.prompt_len for o in outputs],
         "output_lens": output_lens,
         "ttfts": [o.ttft for o in outputs],

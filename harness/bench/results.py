@@ -18,6 +18,9 @@ class ResultExistsError(FileExistsError):
 class BenchResult(BaseModel):
     """One concurrency point, keyed like `vllm bench serve --save-result` output.
 
+    Every key of vLLM's saved result is here with its exact name (and the IX fork's
+    `best_of`), plus pdbench's own: the range-ratio convention and dataset settings,
+    `stop_reason`, and the per-request arrays vLLM keeps only with --save-detailed.
     The per-percentile keys (`p99_ttft_ms`, `p99.9_itl_ms`, ...) depend on the
     configured percentiles, so they are kept as validated-on-write extra fields.
     """
@@ -25,9 +28,12 @@ class BenchResult(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     date: str
+    endpoint_type: str = "openai"
     backend: str = "openai"
+    label: str | None = None
     model_id: str
     tokenizer_id: str
+    best_of: int = 1
     num_prompts: int
     request_rate: float | str  # "inf" when unlimited, as vLLM writes it
     burstiness: float = 1.0
@@ -36,6 +42,13 @@ class BenchResult(BaseModel):
     range_ratio_convention: str
     random_input_len: int
     random_output_len: int
+    random_prefix_len: int = 0
+    dataset_name: str = "random"
+    dataset_path: str | None = None
+    goodput_slos_ms: dict[str, float] | None = None
+    # Why the point ended before every request was done (point or total timeout,
+    # target died); None for a complete point.
+    stop_reason: str | None = None
     duration: float
     completed: int
     failed: int
@@ -47,6 +60,7 @@ class BenchResult(BaseModel):
     total_token_throughput: float
     max_output_tokens_per_s: float
     max_concurrent_requests: int
+    rtfx: float = 0.0  # audio only in vLLM; always 0 here
     mean_ttft_ms: float
     median_ttft_ms: float
     std_ttft_ms: float
@@ -59,6 +73,9 @@ class BenchResult(BaseModel):
     mean_e2el_ms: float
     median_e2el_ms: float
     std_e2el_ms: float
+    latencies: list[float] = []
+    queue_times: list[float] = []
+    start_times: list[float | None] = []  # s from the first send; None: never sent
     input_lens: list[int]
     output_lens: list[int]
     ttfts: list[float]

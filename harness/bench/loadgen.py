@@ -1,0 +1,148 @@
+"""The load generator: send a batch of prepared requests with arrival times and a concurrency cap.
+
+`concurrency` workers each own one connection (a `Slot`) and take the requests in
+order. A worker sends the next request once it has arrived (its arrival offset has
+passed) and the worker is free, which is vLLM's order too: arrival first, then wait
+for one of the `--max-concurrency` slots, first come first served.
+
+`stop(reason)` ends a batch at once: the requests in flight fail with `reason`, those
+never sent fail with it too (with no start time), and the finished ones are kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from harness.bench.client import RequestOutput, Slot, Target
+
+
+def arrival_offsets(n: int, rate: float, rng: np.random.Generator, burstiness: float = 1.0) -> np.ndarray:
+    """Send times (s from start): all at once for rate inf, else gamma-distributed gaps.
+
+    As vLLM's `get_request`: gaps ~ Gamma(shape=burstiness, scale=1/(rate*burstiness)),
+    so burstiness 1 is a Poisson process, < 1 burstier, > 1 more regular, inf evenly
+    spaced; the cumulative times are rescaled to end at n/rate so the achieved rate does
+    not drift with the seed.
+    """
+    if math.isinf(rate) or n == 0:
+        return np.zeros(n)
+    if math.isinf(burstiness):
+        t = np.arange(1, n + 1) / rate
+    else:
+        t = np.cumsum(rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n))
+    return t * (n / rate) / t[-1]
+
+
+@dataclass
+class Progress:
+    """Counters a display can poll; the load generator only increments them."""
+
+    total: int = 0
+    done: int = 0
+    failed: int = 0
+
+
+class LoadRun:
+    def __init__(
+        self,
+        url: str,
+        chat: bool,
+        requests: Sequence[bytes],
+        outs: Sequence[RequestOutput],
+        offsets: Sequence[float],
+        concurrency: int,
+        request_timeout_s: float,
+        progress: Progress | None = None,
+        slots: Sequence[Slot] | None = None,
+    ) -> None:
+        """`slots`: connections to reuse (e.g. warm from the warmups), at least `concurrency`
+        of them; the caller then closes them. Without, the batch opens and closes its own."""
+        self.target = Target.from_url(url)
+        self.chat = chat
+        self.requests = requests
+        self.outs = outs
+        self.offsets = [float(x) for x in offsets]
+        self.concurrency = max(1, min(concurrency, len(requests))) if requests else 0
+        self.request_timeout_s = request_timeout_s
+        self.progress = progress or Progress()
+        self.progress.total = len(requests)
+        self.stop_reason: str | None = None
+        self._next = 0
+        self._own_slots = slots is None
+        self._slots: list[Slot] = list(slots[: self.concurrency]) if slots is not None else []
+        self._stopped: asyncio.Event | None = None
+        self.t0 = 0.0
+
+    async def _worker(self, slot: Slot) -> None:
+        n, outs, reqs, offsets, progress = len(self.requests), self.outs, self.requests, self.offsets, self.progress
+        timeout, t0 = self.request_timeout_s, self.t0
+        while self.stop_reason is None:
+            i = self._next
+            if i >= n:
+                return
+            self._next = i + 1
+            delay = t0 + offsets[i] - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+                if self.stop_reason is not None:
+                    return
+            out = outs[i]
+            out.queue_time = max(0.0, time.perf_counter() - (t0 + offsets[i]))
+            await slot.send(reqs[i], out, timeout)
+            progress.done += 1
+            if not out.success:
+                progress.failed += 1
+
+    async def run(
+        self, limit_s: float | None = None, t0: float | None = None, limit_reason: str | None = None
+    ) -> str | None:
+        """Send every request; returns None, or why the batch stopped early.
+
+        `limit_s` bounds the batch (`limit_reason` is then the failed requests' error);
+        `t0` (perf_counter) is when arrival offset 0 is, default now.
+        """
+        self._stopped = asyncio.Event()
+        self.t0 = time.perf_counter() if t0 is None else t0
+        if self._own_slots:
+            self._slots = [Slot(self.target, self.chat) for _ in range(self.concurrency)]
+        elif len(self._slots) < self.concurrency:
+            raise ValueError(f"{len(self._slots)} slots for concurrency {self.concurrency}")
+        tasks = [asyncio.create_task(self._worker(s)) for s in self._slots]
+        if not tasks:
+            return None
+        everything = asyncio.gather(*tasks)
+        stopper = asyncio.create_task(self._stopped.wait())
+        try:
+            await asyncio.wait([everything, stopper], timeout=limit_s, return_when=asyncio.FIRST_COMPLETED)
+            if not everything.done() and self.stop_reason is None:
+                self.stop(limit_reason or f"point timeout: unfinished after {limit_s:g}s")
+            if not everything.done():
+                for t in tasks:
+                    t.cancel()
+            await asyncio.gather(everything, return_exceptions=True)
+        finally:
+            stopper.cancel()
+            if self._own_slots:
+                for s in self._slots:
+                    s.close()
+        if self.stop_reason is not None:
+            for o in self.outs:
+                if not o.success and not o.error:
+                    o.error = self.stop_reason
+        return self.stop_reason
+
+    def stop(self, reason: str) -> None:
+        """End the batch now; safe to call from the event loop at any time, more than once."""
+        if self.stop_reason is not None:
+            return
+        self.stop_reason = reason
+        for s in self._slots:
+            s.abort(reason)
+        if self._stopped is not None:
+            self._stopped.set()

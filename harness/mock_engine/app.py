@@ -1,0 +1,664 @@
+"""The mock engine's configuration, latency distributions and aiohttp application.
+
+See the package docstring (`harness.mock_engine`) for the public API and behaviour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import math
+import random
+import signal
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from aiohttp import web
+
+try:  # optional: faster request parsing
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover - depends on the environment
+    _loads = json.loads
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator
+
+log = logging.getLogger("pdbench.mock_engine")
+
+Role = Literal["prefill", "decode", "both"]
+
+# The generated text cycles through these words; each is one token for the
+# whitespace counter (a leading space, no other whitespace) and needs no JSON escaping.
+WORDS = (" the", " quick", " brown", " fox", " jumps", " over", " a", " lazy", " dog", " again")
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+DONE = b"data: [DONE]\n\n"
+MAX_REQUEST_BYTES = 256 * 1024 * 1024
+
+
+# -- latency distributions ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """A latency distribution in milliseconds, parsed from `KIND[:A[,B]]`.
+
+    constant:M (or just M), normal:MEAN,STD (clipped at 0), exponential:MEAN,
+    uniform:LOW,HIGH, lognormal:MEAN,STD (of the latency itself, not of its log).
+    """
+
+    kind: Literal["constant", "normal", "exponential", "uniform", "lognormal"]
+    a: float
+    b: float = 0.0
+
+    @classmethod
+    def parse(cls, spec: str | float | int) -> Distribution:
+        if isinstance(spec, (int, float)):
+            return cls._make("constant", [float(spec)], str(spec))
+        text = str(spec).strip()
+        kind, _, args = text.partition(":") if ":" in text else ("constant", "", text)
+        try:
+            values = [float(x) for x in args.split(",")] if args.strip() else []
+        except ValueError:
+            raise ValueError(f"bad latency distribution {text!r}: arguments must be numbers") from None
+        return cls._make(kind.strip().lower(), values, text)
+
+    @classmethod
+    def _make(cls, kind: str, v: list[float], text: str) -> Distribution:
+        arity = {"constant": 1, "exponential": 1, "normal": 2, "uniform": 2, "lognormal": 2}
+        if kind not in arity:
+            raise ValueError(f"bad latency distribution {text!r}: kind must be one of {', '.join(arity)}")
+        if len(v) != arity[kind]:
+            raise ValueError(f"bad latency distribution {text!r}: {kind} takes {arity[kind]} number(s)")
+        if any(not math.isfinite(x) or x < 0 for x in v):
+            raise ValueError(f"bad latency distribution {text!r}: values must be finite and >= 0")
+        if kind == "uniform" and v[1] < v[0]:
+            raise ValueError(f"bad latency distribution {text!r}: uniform needs LOW <= HIGH")
+        if kind == "lognormal" and v[0] == 0 and v[1] > 0:
+            raise ValueError(f"bad latency distribution {text!r}: lognormal needs MEAN > 0")
+        return cls(kind, v[0], v[1] if len(v) > 1 else 0.0)  # type: ignore[arg-type]
+
+    def __str__(self) -> str:
+        two = self.kind in ("normal", "uniform", "lognormal")
+        return f"{self.kind}:{self.a:g}" + (f",{self.b:g}" if two else "")
+
+    @property
+    def is_zero(self) -> bool:
+        return (self.kind in ("constant", "exponential") and self.a == 0) or (
+            self.kind in ("uniform", "normal", "lognormal") and self.a == 0 and self.b == 0
+        )
+
+    def sample_s(self, rng: random.Random) -> float:
+        """One latency in seconds."""
+        k, a, b = self.kind, self.a, self.b
+        if k == "constant":
+            ms = a
+        elif k == "normal":
+            ms = max(0.0, rng.gauss(a, b))
+        elif k == "exponential":
+            ms = rng.expovariate(1.0 / a) if a > 0 else 0.0
+        elif k == "uniform":
+            ms = rng.uniform(a, b)
+        else:  # lognormal with the given mean and std of the latency
+            if b == 0:
+                ms = a
+            else:
+                sigma2 = math.log1p((b / a) ** 2)
+                ms = rng.lognormvariate(math.log(a) - sigma2 / 2, math.sqrt(sigma2))
+        return ms / 1000.0
+
+
+def _distribution_spec(v: Any) -> str:
+    return str(Distribution.parse(v))
+
+
+# -- configuration -----------------------------------------------------------
+
+
+class MockEngineConfig(BaseModel):
+    """Everything `build_app`/`serve` need; every field has a default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    model: str = Field("mock", min_length=1)
+    ttft_ms: str = Field("0", description="time to first token: a Distribution spec, e.g. 50 or normal:50,5")
+    itl_ms: str = Field("0", description="gap between tokens: a Distribution spec")
+    role: Role = "both"
+    # Without ignore_eos a request stops (finish_reason "stop") after this many tokens;
+    # None: the mock never emits EOS, so max_tokens always decides.
+    eos_after: PositiveInt | None = None
+    default_max_tokens: PositiveInt = 16  # OpenAI's default when a request sets none
+    max_model_len: PositiveInt | None = None  # prompt + max_tokens above it: HTTP 400, as vLLM
+    tokenizer: str | None = None  # count tokens with this HF tokenizer instead of words
+    seed: NonNegativeInt | None = 0  # None: latencies differ from run to run
+    engine_id: str = Field(default_factory=lambda: str(uuid.uuid4()))
+    kv_host: str | None = None  # remote_host in kv_transfer_params; None: host (or 127.0.0.1)
+    kv_port: int = Field(5600, ge=0, le=65535)  # vLLM's default NIXL side-channel port
+    block_size: PositiveInt = 16
+
+    _ttft: Distribution
+    _itl: Distribution
+
+    @field_validator("ttft_ms", "itl_ms", mode="before")
+    @classmethod
+    def _check_distribution(cls, v: Any) -> str:
+        return _distribution_spec(v)
+
+    def model_post_init(self, __context: Any) -> None:
+        self._ttft = Distribution.parse(self.ttft_ms)
+        self._itl = Distribution.parse(self.itl_ms)
+
+    @property
+    def ttft(self) -> Distribution:
+        return self._ttft
+
+    @property
+    def itl(self) -> Distribution:
+        return self._itl
+
+    @property
+    def advertised_kv_host(self) -> str:
+        if self.kv_host:
+            return self.kv_host
+        return "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
+
+
+# -- the engine --------------------------------------------------------------
+
+
+class _BadRequest(Exception):
+    def __init__(self, message: str, status: int = 400, etype: str = "BadRequestError") -> None:
+        super().__init__(message)
+        self.status, self.etype = status, etype
+
+
+def _error(status: int, message: str, etype: str) -> web.Response:
+    # vLLM's ErrorResponse shape.
+    body = {"error": {"message": message, "type": etype, "param": None, "code": status}}
+    return web.json_response(body, status=status)
+
+
+COUNTERS = (
+    ("vllm:prompt_tokens_total", "Number of prefill tokens processed."),
+    ("vllm:generation_tokens_total", "Number of generation tokens processed."),
+    ("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens."),
+    ("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens."),
+    ("vllm:external_prefix_cache_queries_total",
+     "External prefix cache queries from KV connector cross-instance cache sharing, in tokens."),
+    ("vllm:external_prefix_cache_hits_total",
+     "External prefix cache hits from KV connector cross-instance cache sharing, in tokens."),
+)
+
+
+class _Engine:
+    def __init__(self, cfg: MockEngineConfig) -> None:
+        self.cfg = cfg
+        self.rng = random.Random(cfg.seed)
+        self.ttft, self.itl = cfg.ttft, cfg.itl
+        self.instant = self.ttft.is_zero and self.itl.is_zero
+        self.counters = dict.fromkeys((name for name, _ in COUNTERS), 0)
+        self.success: dict[str, int] = {"length": 0, "stop": 0, "abort": 0}
+        self.running = 0
+        self.arrivals: dict[Any, float] = {}  # transport -> when its request began to arrive
+        self.ids = itertools.count()
+        self.id_prefix = uuid.uuid4().hex[:16]
+        self.blocks = itertools.count()
+        self.created = int(time.time())
+        self.model_json = json.dumps(cfg.model)
+        # Each token event is a per-request head (id, object, model) + a per-word suffix.
+        self.suffix: dict[tuple[bool, str], list[bytes]] = {}
+        for chat in (False, True):
+            mid = '"delta":{"content":"' if chat else '"text":"'
+            end = '"},"logprobs":null,"finish_reason":' if chat else '","logprobs":null,"finish_reason":'
+            for reason in ("null", '"length"', '"stop"'):
+                self.suffix[(chat, reason)] = [
+                    f'{mid}{w}{end}{reason},"stop_reason":null}}]}}\n\n'.encode() for w in WORDS
+                ]
+        # Timer lateness of this event loop, learnt online (see _sleep_until).
+        self.bias = 0.0
+        self.tokenizer: Any = None
+        if cfg.tokenizer:
+            from transformers import AutoTokenizer
+
+            self.tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer)
+
+    # -- token counting ---------------------------------------------------
+
+    def count_prompt(self, body: dict[str, Any], chat: bool) -> int:
+        if chat:
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                raise _BadRequest("'messages' must be a non-empty list")
+            if self.tokenizer is not None:
+                try:
+                    ids = self.tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+                    return len(ids["input_ids"] if isinstance(ids, dict) else ids)
+                except Exception:  # noqa: BLE001 - no chat template: count the contents
+                    pass
+            total = 0
+            for m in messages:
+                content = m.get("content") if isinstance(m, dict) else None
+                if isinstance(content, list):  # [{"type": "text", "text": ...}]
+                    content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+                total += self._count_text(content if isinstance(content, str) else "")
+            return max(1, total)
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            return max(1, self._count_text(prompt))
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            return len(prompt)  # token ids
+        raise _BadRequest("'prompt' must be a string, a list of token ids, or a list of one of those")
+
+    def _count_text(self, text: str) -> int:
+        if self.tokenizer is not None:
+            return len(self.tokenizer(text).input_ids)
+        return len(text.split())
+
+    # -- timing -----------------------------------------------------------
+
+    async def _sleep_until(self, deadline: float) -> None:
+        """Sleep until `deadline` (perf_counter seconds), corrected for the loop's timer bias."""
+        delay = deadline - time.perf_counter() - self.bias
+        if delay <= 0:
+            return
+        await asyncio.sleep(delay)
+        self.learn(time.perf_counter() - deadline)
+
+    def learn(self, late: float) -> None:
+        """Track how late timers fire (uvloop rounds to whole ms, asyncio's loop rounds up).
+
+        A clipped step makes the bias converge to the median lateness, so one slow
+        wake-up (a busy CPU) barely moves it; timers are then set that much early.
+        """
+        self.bias = min(2e-3, max(-2e-3, self.bias + 0.02 * min(5e-4, max(-5e-4, late))))
+
+    # -- requests -----------------------------------------------------------
+
+    def plan(self, body: dict[str, Any], chat: bool) -> dict[str, Any]:
+        """Validate a generation request; decide token counts and the KV-transfer leg."""
+        model = body.get("model")
+        if model is not None and model != self.cfg.model:
+            raise _BadRequest(f"The model `{model}` does not exist.", 404, "NotFoundError")
+        prompt_tokens = self.count_prompt(body, chat)
+        max_tokens = body.get("max_completion_tokens") if chat else None
+        if max_tokens is None:
+            max_tokens = body.get("max_tokens")
+        if max_tokens is None:
+            max_tokens = self.cfg.default_max_tokens
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+            raise _BadRequest(f"max_tokens must be a positive integer, got {max_tokens!r}")
+        if self.cfg.max_model_len is not None and prompt_tokens + max_tokens > self.cfg.max_model_len:
+            raise _BadRequest(
+                f"This model's maximum context length is {self.cfg.max_model_len} tokens. However, you "
+                f"requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, "
+                f"{max_tokens} in the completion)."
+            )
+        ignore_eos = bool(body.get("ignore_eos", False))
+        n = max_tokens
+        finish = "length"
+        if not ignore_eos and self.cfg.eos_after is not None and self.cfg.eos_after < max_tokens:
+            n, finish = self.cfg.eos_after, "stop"
+
+        kv = body.get("kv_transfer_params")
+        if kv is not None and not isinstance(kv, dict):
+            raise _BadRequest("kv_transfer_params must be an object")
+        kv = kv or {}
+        remote_decode = bool(kv.get("do_remote_decode"))
+        remote_prefill = bool(kv.get("do_remote_prefill"))
+        # Stricter than vLLM, which serves any request on a kv_both instance: a
+        # misrouted leg is exactly what a proxy test wants to see.
+        if self.cfg.role == "prefill" and remote_prefill:
+            raise _BadRequest("this mock engine is a prefill instance; it got a decode leg (do_remote_prefill)")
+        if self.cfg.role == "decode" and remote_decode:
+            raise _BadRequest("this mock engine is a decode instance; it got a prefill leg (do_remote_decode)")
+        external_hits = 0
+        if remote_prefill:
+            missing = [k for k in ("remote_engine_id", "remote_block_ids", "remote_host", "remote_port")
+                       if kv.get(k) is None]
+            if missing:
+                # vLLM's NIXL connector logs and recomputes the prompt locally.
+                log.warning("do_remote_prefill without %s: recomputing the prompt", ", ".join(missing))
+                remote_prefill = False
+            else:
+                external_hits = prompt_tokens
+        stream = bool(body.get("stream", False))
+        usage = stream and bool((body.get("stream_options") or {}).get("include_usage"))
+        return dict(prompt_tokens=prompt_tokens, n=n, finish=finish, remote_decode=remote_decode,
+                    remote_prefill=remote_prefill, external_hits=external_hits, stream=stream, usage=usage)
+
+    def deadlines(self, t0: float, n: int, remote_prefill: bool) -> list[float]:
+        """Absolute send time of each token: errors never accumulate over a stream."""
+        rng = self.rng
+        # The prompt's KV arrived from the prefill instance: no prefill here, the
+        # first token costs one decode step.
+        first = self.itl.sample_s(rng) if remote_prefill else self.ttft.sample_s(rng)
+        out = [t0 + first]
+        if self.itl.kind == "constant":
+            gap = self.itl.a / 1000.0
+            out.extend(out[0] + gap * k for k in range(1, n))
+        else:
+            t = out[0]
+            for _ in range(n - 1):
+                t += self.itl.sample_s(rng)
+                out.append(t)
+        return out
+
+    def kv_params_out(self, rid: str, prompt_tokens: int) -> dict[str, Any]:
+        """What vLLM's NIXL connector returns from a prefill leg (request_finished)."""
+        nblocks = -(-prompt_tokens // self.cfg.block_size)
+        first = next(self.blocks)
+        for _ in range(nblocks - 1):
+            next(self.blocks)
+        return {
+            "do_remote_prefill": True,
+            "do_remote_decode": False,
+            "remote_block_ids": [list(range(first, first + nblocks))],
+            "remote_engine_id": self.cfg.engine_id,
+            "remote_request_id": rid,
+            "remote_host": self.cfg.advertised_kv_host,
+            "remote_port": self.cfg.kv_port,
+            "tp_size": 1,
+            "remote_num_tokens": prompt_tokens,
+        }
+
+    def account(self, p: dict[str, Any]) -> None:
+        c = self.counters
+        pt = p["prompt_tokens"]
+        c["vllm:prompt_tokens_total"] += pt
+        c["vllm:prefix_cache_queries_total"] += pt
+        c["vllm:external_prefix_cache_queries_total"] += pt
+        c["vllm:external_prefix_cache_hits_total"] += p["external_hits"]
+
+    async def handle_generate(self, request: web.Request) -> web.StreamResponse:
+        # Latencies count from the request's arrival (noted by serve()'s protocol), else from now.
+        t0 = self.arrivals.pop(request.transport, None) or time.perf_counter()
+        chat = request.path.endswith("/chat/completions")
+        try:
+            body = _loads(await request.read())
+            if not isinstance(body, dict):
+                raise _BadRequest("request body must be a JSON object")
+            p = self.plan(body, chat)
+        except ValueError as e:
+            return _error(400, f"malformed JSON body: {e}", "BadRequestError")
+        except _BadRequest as e:
+            return _error(e.status, str(e), e.etype)
+        self.account(p)
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-{self.id_prefix}{next(self.ids):08x}"
+        self.running += 1
+        finished = False
+        try:
+            if p["stream"]:
+                resp = await self._stream(request, rid, chat, p, t0)
+            else:
+                resp = await self._complete(rid, chat, p, t0)
+            finished = True
+            return resp
+        finally:
+            self.running -= 1
+            if finished:
+                self.counters["vllm:generation_tokens_total"] += p["n"]
+                self.success[p["finish"]] += 1
+            else:
+                self.success["abort"] += 1
+
+    def _usage(self, p: dict[str, Any]) -> dict[str, int]:
+        return {"prompt_tokens": p["prompt_tokens"], "total_tokens": p["prompt_tokens"] + p["n"],
+                "completion_tokens": p["n"]}
+
+    async def _complete(self, rid: str, chat: bool, p: dict[str, Any], t0: float) -> web.Response:
+        n = p["n"]
+        if not self.instant:
+            await self._sleep_until(self.deadlines(t0, n, p["remote_prefill"])[-1])
+        text = "".join(WORDS[i % len(WORDS)] for i in range(n))
+        kv = self.kv_params_out(rid, p["prompt_tokens"]) if p["remote_decode"] else None
+        if chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                      "finish_reason": p["finish"], "stop_reason": None}
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": p["finish"],
+                      "stop_reason": None}
+            obj = "text_completion"
+        body = {"id": rid, "object": obj, "created": self.created, "model": self.cfg.model,
+                "choices": [choice], "usage": self._usage(p), "kv_transfer_params": kv}
+        return web.json_response(body)
+
+    def _chunks(self, rid: str, chat: bool, p: dict[str, Any]) -> tuple[list[bytes], bytes, bytes]:
+        """Pre-encoded SSE events: one per word, the last token's (with the finish reason), the tail."""
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        head = (f'data: {{"id":"{rid}","object":"{obj}","created":{self.created},'
+                f'"model":{self.model_json},"choices":[{{"index":0,').encode()
+        tokens = [head + sfx for sfx in self.suffix[(chat, "null")]]
+        k = (p["n"] - 1) % len(WORDS)
+        last = head + self.suffix[(chat, f'"{p["finish"]}"')][k]
+        tail = b""
+        if p["usage"]:
+            usage = json.dumps(self._usage(p), separators=(",", ":"))
+            tail = (f'data: {{"id":"{rid}","object":"{obj}","created":{self.created},'
+                    f'"model":{self.model_json},"choices":[],"usage":{usage}}}\n\n').encode()
+        return tokens, last, tail + DONE
+
+    @staticmethod
+    def _events(tokens: list[bytes], last: bytes, n: int, i: int, j: int) -> bytes:
+        """Token events i..j-1 of n, joined."""
+        k = len(tokens)
+        if j < n:
+            return tokens[i % k] if j == i + 1 else b"".join([tokens[x % k] for x in range(i, j)])
+        return b"".join([*(tokens[x % k] for x in range(i, n - 1)), last])
+
+    async def _stream(
+        self, request: web.Request, rid: str, chat: bool, p: dict[str, Any], t0: float
+    ) -> web.StreamResponse:
+        n = p["n"]
+        tokens, last, tail = self._chunks(rid, chat, p)
+        role = b""
+        if chat:
+            role = (f'data: {{"id":"{rid}","object":"chat.completion.chunk","created":{self.created},'
+                    f'"model":{self.model_json},"choices":[{{"index":0,"delta":{{"role":"assistant",'
+                    f'"content":""}},"logprobs":null,"finish_reason":null}}]}}\n\n').encode()
+        if self.instant:
+            # Every token is due at once: one write, no chunked framing.
+            return web.Response(body=role + self._events(tokens, last, n, 0, n) + tail, headers=SSE_HEADERS)
+        deadlines = self.deadlines(t0, n, p["remote_prefill"])
+        resp = web.StreamResponse(headers=SSE_HEADERS)
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        await resp.write(b"")  # sends the headers now if aiohttp held them back
+        # Tokens are written from timer callbacks straight to the transport, framed as
+        # the HTTP chunks aiohttp would send: no task switch per token, and every token
+        # (the first too) goes through the same timer path, so one bias fits them all.
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        stream = _Stream(self, request.transport, deadlines, tokens, last, n, 0, tail, done, role)  # type: ignore[arg-type]
+        stream.schedule()
+        try:
+            await done
+        finally:
+            stream.cancel()
+        await resp.write_eof()
+        return resp
+
+    @staticmethod
+    def _due(deadlines: list[float], j: int) -> int:
+        """Index after the tokens already due (deadline passed) from j on."""
+        now = time.perf_counter()
+        n = len(deadlines)
+        while j < n and deadlines[j] <= now:
+            j += 1
+        return j
+
+    # -- other endpoints ------------------------------------------------------
+
+    async def handle_models(self, request: web.Request) -> web.Response:
+        card = {"id": self.cfg.model, "object": "model", "created": self.created, "owned_by": "pdbench",
+                "root": self.cfg.model, "parent": None, "max_model_len": self.cfg.max_model_len}
+        return web.json_response({"object": "list", "data": [card]})
+
+    async def handle_health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def handle_metrics(self, request: web.Request) -> web.Response:
+        labels = f'engine="0",model_name={self.model_json}'
+        lines: list[str] = []
+        for name, help_text in COUNTERS:
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter",
+                      f"{name}{{{labels}}} {float(self.counters[name])}"]
+        lines += ["# HELP vllm:request_success_total Count of successfully processed requests.",
+                  "# TYPE vllm:request_success_total counter"]
+        for reason in ("length", "stop", "abort"):
+            lines.append(f'vllm:request_success_total{{{labels},finished_reason="{reason}"}} '
+                         f"{float(self.success[reason])}")
+        lines += ["# HELP vllm:num_requests_running Number of requests in model execution batches.",
+                  "# TYPE vllm:num_requests_running gauge",
+                  f"vllm:num_requests_running{{{labels}}} {float(self.running)}",
+                  "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
+                  "# TYPE vllm:num_requests_waiting gauge",
+                  f"vllm:num_requests_waiting{{{labels}}} 0.0"]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain", charset="utf-8")
+
+
+class _Stream:
+    """The tokens of one stream after the first write, sent from loop timer callbacks."""
+
+    __slots__ = ("engine", "transport", "deadlines", "tokens", "last", "n", "i", "tail", "done", "handle", "head",
+                 "loop")
+
+
+    def __init__(self, engine: _Engine, transport: asyncio.Transport, deadlines: list[float], tokens: list[bytes],
+                 last: bytes, n: int, i: int, tail: bytes, done: asyncio.Future[None], head: bytes = b"") -> None:
+        self.engine, self.transport, self.deadlines = engine, transport, deadlines
+        self.tokens, self.last, self.n, self.i, self.tail, self.done = tokens, last, n, i, tail, done
+        self.head = head  # sent before the first token (chat's role chunk)
+        self.handle: asyncio.Handle | None = None
+
+    def schedule(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        delay = self.deadlines[self.i] - time.perf_counter() - self.engine.bias
+        self.handle = self.loop.call_later(max(0.0, delay), self.tick)
+
+    def tick(self) -> None:
+        if self.done.done():
+            return
+        i, n, deadlines, engine = self.i, self.n, self.deadlines, self.engine
+        now = time.perf_counter()
+        engine.learn(now - deadlines[i])
+        j = i + 1
+        while j < n and deadlines[j] <= now:  # every token already due goes in this write
+            j += 1
+        data = self.tokens[i % len(self.tokens)] if j == i + 1 and j < n else engine._events(
+            self.tokens, self.last, n, i, j)
+        if self.head:
+            data, self.head = self.head + data, b""
+        if j == n:
+            data += self.tail
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            self.done.set_exception(ConnectionResetError("client went away"))
+            return
+        transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        if j == n:
+            self.done.set_result(None)  # the handler ends the body
+            return
+        self.i = j
+        self.handle = self.loop.call_later(max(0.0, deadlines[j] - time.perf_counter() - engine.bias), self.tick)
+
+    def cancel(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+
+
+ENGINE_KEY = web.AppKey("pdbench_mock_engine", _Engine)
+
+
+def build_app(config: MockEngineConfig) -> web.Application:
+    """The mock engine's aiohttp application; run it with web.AppRunner or serve()."""
+    engine = _Engine(config)
+    app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+    app[ENGINE_KEY] = engine
+    app.router.add_post("/v1/completions", engine.handle_generate)
+    app.router.add_post("/v1/chat/completions", engine.handle_generate)
+    app.router.add_get("/v1/models", engine.handle_models)
+    app.router.add_get("/health", engine.handle_health)
+    app.router.add_get("/metrics", engine.handle_metrics)
+    return app
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop when importable (faster I/O), else asyncio's default loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+class _ArrivalClock(asyncio.Protocol):
+    """Wraps aiohttp's protocol to note when a request's first bytes arrive.
+
+    aiohttp starts a handler two event-loop iterations after parsing the request (and
+    later still while other handlers run); counting latencies from the arrival makes
+    the injected TTFT what a client sees, whatever the engine is busy with.
+    """
+
+    def __init__(self, inner: asyncio.Protocol, arrivals: dict[Any, float]) -> None:
+        self.inner, self.arrivals, self.transport = inner, arrivals, None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self.transport not in self.arrivals:  # the handler takes it; the next request sets it again
+            self.arrivals[self.transport] = time.perf_counter()
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.arrivals.pop(self.transport, None)
+        self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+
+async def _serve(config: MockEngineConfig) -> None:
+    app = build_app(config)
+    engine = app[ENGINE_KEY]
+    # handler_cancellation: a client that goes away stops its stream.
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(
+        lambda: _ArrivalClock(runner.server(), engine.arrivals),  # type: ignore[misc]
+        config.host, config.port, reuse_address=True,
+    )
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        server.close()
+        await runner.cleanup()
+
+
+def serve(config: MockEngineConfig) -> None:
+    """Run the mock engine until SIGINT/SIGTERM (uvloop when importable)."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log.info("pdbench mock engine on %s:%d model=%s role=%s ttft_ms=%s itl_ms=%s",
+             config.host, config.port, config.model, config.role, config.ttft_ms, config.itl_ms)
+    loop = new_event_loop()
+    try:
+        loop.run_until_complete(_serve(config))
+    finally:
+        loop.close()

@@ -1,0 +1,47 @@
+"""`pdbench mock-engine`: a plain Typer-annotated function, registered by harness.cli."""
+
+from __future__ import annotations
+
+from typing import Annotated, NoReturn, Optional
+
+import typer
+from pydantic import ValidationError
+
+from harness.mock_engine.app import MockEngineConfig, serve
+
+DIST_HELP = "ms: 50 | constant:50 | normal:MEAN,STD | exponential:MEAN | uniform:LO,HI | lognormal:MEAN,STD"
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"Error: {message}", err=True)
+    raise typer.Exit(code=2)
+
+
+def mock_engine_command(
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8000,
+    model: Annotated[str, typer.Option("--model", help="Served model name.")] = "mock",
+    ttft_ms: Annotated[str, typer.Option("--ttft-ms", help=f"Time to first token, {DIST_HELP}.")] = "0",
+    itl_ms: Annotated[str, typer.Option("--itl-ms", help=f"Inter-token latency, {DIST_HELP}.")] = "0",
+    role: Annotated[str, typer.Option("--role", help="prefill, decode or both (kv_transfer_params legs).")] = "both",
+    eos_after: Annotated[
+        Optional[int], typer.Option("--eos-after", help="Stop after N tokens unless ignore_eos (default: never).")
+    ] = None,
+    max_model_len: Annotated[Optional[int], typer.Option("--max-model-len", help="Reject longer requests.")] = None,
+    tokenizer: Annotated[
+        Optional[str], typer.Option("--tokenizer", help="Count tokens with this HF tokenizer (default: words).")
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the latency samples.")] = 0,
+    engine_id: Annotated[Optional[str], typer.Option("--engine-id", help="remote_engine_id (default: a UUID).")] = None,
+    kv_host: Annotated[Optional[str], typer.Option("--kv-host", help="remote_host advertised to decode.")] = None,
+    kv_port: Annotated[int, typer.Option("--kv-port", help="remote_port advertised to decode.")] = 5600,
+) -> None:
+    """Run a mock OpenAI-compatible engine with injected latencies and vLLM's PD behaviour."""
+    fields = dict(host=host, port=port, model=model, ttft_ms=ttft_ms, itl_ms=itl_ms, role=role,
+                  eos_after=eos_after, max_model_len=max_model_len, tokenizer=tokenizer, seed=seed,
+                  engine_id=engine_id, kv_host=kv_host, kv_port=kv_port)
+    try:
+        config = MockEngineConfig(**{k: v for k, v in fields.items() if v is not None})
+    except ValidationError as exc:
+        _fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
+    serve(config)

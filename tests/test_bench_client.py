@@ -1,0 +1,173 @@
+"""The streaming HTTP client's response parser on synthetic bytes: framing, SSE, [DONE], errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from harness.bench.client import RequestOutput, Target, _Exchange
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def _event(obj) -> bytes:
+    return f"data: {obj if isinstance(obj, str) else json.dumps(obj)}\n\n".encode()
+
+
+def _tok(text: str = " t") -> bytes:
+    return _event({"object": "text_completion", "choices": [{"index": 0, "text": text}]})
+
+
+USAGE = _event({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 7}})
+DONE = _event("[DONE]")
+
+
+def _chunked(*parts: bytes) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+
+
+def _response(body: bytes, status: str = "200 OK", chunked: bool = True, extra: str = "") -> bytes:
+    framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {len(body)}"
+    head = f"HTTP/1.1 {status}\r\nContent-Type: text/event-stream\r\n{framing}\r\n{extra}\r\n"
+    return head.encode() + body
+
+
+def _run(feeds: list[tuple[bytes, float]], chat: bool = False, closed: bool = False):
+    """Feed (bytes, time) pieces; returns (output, exchange, completed)."""
+    loop = asyncio.new_event_loop()
+    try:
+        out = RequestOutput(prompt_len=3, expected_output_len=3)
+        out.start_time = 10.0
+        ex = _Exchange(out, chat, loop.create_future())
+        complete = False
+        for data, now in feeds:
+            complete = ex.feed(data, now)
+            if complete or ex.failure:
+                break
+        if closed and not complete:
+            reason = ex.closed()
+            if reason:
+                out.error = reason
+            complete = not reason
+        return out, ex, complete
+    finally:
+        loop.close()
+
+
+def test_chunked_stream_timing_and_usage():
+    body = _chunked(_tok(), _tok(), _tok(), USAGE, DONE)
+    raw = _response(body)
+    # Split so that the first event arrives at t=10.1, two at 10.3 (one read), the rest at 10.6.
+    a = raw.index(b"data:") + len(_tok()) + 2
+    b = raw.index(b"data:", a + 10) + 2 * len(_tok()) + 10
+    out, ex, complete = _run([(raw[:a], 10.1), (raw[a:b], 10.3), (raw[b:], 10.6)])
+    assert complete and out.success and not out.error
+    assert out.ttft == pytest.approx(0.1)
+    assert out.itl == pytest.approx([0.2, 0.0])  # two events in one read share a timestamp
+    assert out.latency == pytest.approx(0.3)
+    assert out.output_tokens == 7  # the usage chunk wins over the 3 counted events
+    assert ex.keep_alive
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+def test_byte_by_byte_equals_one_read(chunked):
+    body = _tok(" a") + _tok(" b") + DONE
+    raw = _response(_chunked(body) if chunked else body, chunked=chunked)
+    whole, _, done_whole = _run([(raw, 11.0)])
+    split, _, done_split = _run([(raw[i : i + 1], 11.0) for i in range(len(raw))])
+    assert done_whole and done_split and whole.success and split.success
+    assert (whole.output_tokens, whole.ttft, whole.itl) == (2, 1.0, [0.0])
+    assert (split.output_tokens, split.ttft, split.itl) == (2, 1.0, [0.0])
+
+
+def test_general_sse_forms_crlf_comments_and_multiline_data():
+    body = (
+        b": ping\r\n\r\n"
+        b"event: message\r\ndata:{\"choices\":[{\"text\":\"x\"}]}\r\n\r\n"
+        b"data: {\"choices\":\r\ndata: [{\"text\":\"y\"}]}\r\n\r\n"
+        b"data: [DONE]\r\n\r\n"
+    )
+    out, _, complete = _run([(_response(_chunked(body)), 10.5)])
+    assert complete and out.success and out.output_tokens == 2, out.error
+
+
+def test_done_stops_parsing_and_no_done_fails():
+    out, ex, _ = _run([(_response(_chunked(_tok(), DONE, b"data: not json\n\n")), 10.2)])
+    assert out.success and ex.done and out.output_tokens == 1  # what follows [DONE] is ignored
+    out, _, _ = _run([(_response(_chunked(_tok(), _tok())), 10.2)])
+    assert not out.success and out.error == "stream ended without data: [DONE]"
+    out, _, _ = _run([(_response(_chunked(USAGE, DONE)), 10.2)])
+    assert not out.success and out.error == "stream had no content chunk"
+
+
+def test_done_without_trailing_blank_line():
+    out, _, complete = _run([(_response(b"data: " + json.dumps({"choices": [{"text": "a"}]}).encode()
+                                        + b"\n\ndata: [DONE]\n", chunked=False), 10.2)])
+    assert complete and out.success and out.output_tokens == 1
+
+
+def test_error_mid_stream_fails_at_once_with_its_message():
+    err = _event({"error": {"message": "KV transfer failed", "code": 500}})
+    out, ex, _ = _run([(_response(_chunked(_tok(), err, _tok(), DONE)), 10.2)])
+    assert not out.success and out.error == ex.failure
+    assert ex.failure == 'error in stream: {"message": "KV transfer failed", "code": 500}'
+    obj_err = _event({"object": "error", "message": "bad", "code": 400})
+    out, ex, _ = _run([(_response(_chunked(obj_err)), 10.2)])
+    assert ex.failure == "error in stream: bad"
+    # A generated text that merely contains the word "error" is no error.
+    out, _, _ = _run([(_response(_chunked(_tok(" error"), DONE)), 10.2)])
+    assert out.success
+
+
+def test_invalid_json_and_non_object_events_fail():
+    _, ex, _ = _run([(_response(_chunked(_tok(), b"data: {oops\n\n", DONE)), 10.2)])
+    assert ex.failure == "invalid JSON in stream: b'{oops'"
+    _, ex, _ = _run([(_response(_chunked(b"data: 42\n\n", DONE)), 10.2)])
+    assert ex.failure == "unexpected event in stream: 42"
+
+
+def test_http_error_status_keeps_the_body():
+    body = json.dumps({"error": {"message": "The model `x` does not exist."}}).encode()
+    out, _, complete = _run([(_response(body, "404 Not Found", chunked=False), 10.1)])
+    assert complete and not out.success
+    assert out.error.startswith("HTTP 404 Not Found: {\"error\"") and "does not exist" in out.error
+
+
+def test_chat_role_chunk_is_not_a_token():
+    role = _event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+    tok = _event({"choices": [{"index": 0, "delta": {"content": "hi"}}]})
+    raw = _response(_chunked(role, tok, tok, DONE))
+    out, _, _ = _run([(raw, 10.4)], chat=True)
+    assert out.success and out.output_tokens == 2 and out.itl == [0.0]
+
+
+def test_body_until_close_and_truncation():
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+    out, ex, complete = _run([(head + _tok() + DONE, 10.3)], closed=True)
+    assert complete and out.success and not ex.keep_alive
+    out, _, complete = _run([(_response(_chunked(_tok()))[:-20], 10.3)], closed=True)
+    assert not complete and "closed the connection before the response ended" in out.error
+    out, _, _ = _run([(b"", 10.3)], closed=True)
+    assert "before responding" in out.error
+
+
+def test_connection_close_header_and_interim_100():
+    raw = b"HTTP/1.1 100 Continue\r\n\r\n" + _response(_chunked(_tok(), DONE), extra="Connection: close\r\n")
+    out, ex, complete = _run([(raw, 10.2)])
+    assert complete and out.success and not ex.keep_alive
+
+
+def test_target_and_request_bytes():
+    t = Target.from_url("http://127.0.0.1:8000/v1/completions")
+    assert (t.host, t.port, t.path, t.ssl, t.host_header) == ("127.0.0.1", 8000, "/v1/completions", None, "127.0.0.1:8000")
+    raw = t.request_bytes({"prompt": "é", "max_tokens": 2})
+    head, body = raw.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:8000\r\n")
+    assert f"Content-Length: {len(body)}".encode() in head
+    assert json.loads(body) == {"prompt": "é", "max_tokens": 2}
+    s = Target.from_url("https://example.com/v1/chat/completions")
+    assert (s.port, s.host_header) == (443, "example.com") and s.ssl is not None
+    with pytest.raises(ValueError):
+        Target.from_url("ftp://x/")

@@ -1,0 +1,75 @@
+"""Arrival times, the concurrency cap and stopping a batch, against the fake server."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+
+import numpy as np
+import pytest
+from bench_fake_server import FakeServer
+
+from harness.bench.client import RequestOutput, Target, build_payload
+from harness.bench.loadgen import LoadRun, Progress, arrival_offsets
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_arrival_offsets():
+    assert arrival_offsets(5, math.inf, np.random.default_rng(0)).tolist() == [0.0] * 5
+    t = arrival_offsets(1000, 50.0, np.random.default_rng(0))
+    assert t[-1] == pytest.approx(1000 / 50.0) and np.all(np.diff(t) >= 0)  # rescaled to end at n/rate
+    gaps = np.diff(t)
+    assert np.std(gaps) / np.mean(gaps) == pytest.approx(1.0, abs=0.1)  # Poisson: CV 1
+    bursty = np.diff(arrival_offsets(2000, 50.0, np.random.default_rng(0), burstiness=0.25))
+    assert np.std(bursty) / np.mean(bursty) == pytest.approx(2.0, abs=0.25)  # gamma: CV 1/sqrt(k)
+    even = arrival_offsets(4, 2.0, np.random.default_rng(0), burstiness=math.inf)
+    assert even.tolist() == [0.5, 1.0, 1.5, 2.0]
+    a, b = (arrival_offsets(10, 5.0, np.random.default_rng(7), 0.5) for _ in range(2))
+    assert a.tolist() == b.tolist()  # seeded
+
+
+def _batch(url: str, n: int, max_tokens: int = 3) -> tuple[list[bytes], list[RequestOutput]]:
+    target = Target.from_url(url + "/v1/completions")
+    wire = [target.request_bytes(build_payload("completions", "m", f"p{i}", max_tokens, True)) for i in range(n)]
+    return wire, [RequestOutput(1, max_tokens) for _ in range(n)]
+
+
+def test_concurrency_cap_and_rate():
+    with FakeServer(token_delay=0.01) as srv:
+        wire, outs = _batch(srv.base_url, 12)
+        progress = Progress()
+        run = LoadRun(srv.base_url + "/v1/completions", False, wire, outs, [0.0] * 12, 3, 10, progress)
+        assert asyncio.run(run.run(30)) is None
+    assert all(o.success for o in outs) and (progress.done, progress.failed, progress.total) == (12, 0, 12)
+    spans = sorted((o.start_time, 1) for o in outs) + sorted((o.end_time, -1) for o in outs)
+    peak = max(np.cumsum([d for _, d in sorted(spans)]))
+    assert peak == 3  # never more than C in flight
+    assert sum(o.queue_time > 0.02 for o in outs) >= 8  # most waited for a slot
+
+    with FakeServer(token_delay=0.0) as srv:
+        wire, outs = _batch(srv.base_url, 6)
+        offsets = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
+        run = LoadRun(srv.base_url + "/v1/completions", False, wire, outs, offsets, 6, 10)
+        t0 = time.perf_counter()
+        assert asyncio.run(run.run(30, t0=t0)) is None
+    starts = [o.start_time - t0 for o in outs]
+    assert all(s >= off for s, off in zip(starts, offsets)) and starts[-1] < 0.5 + 0.3  # sent on schedule
+
+
+def test_stop_fails_in_flight_and_unsent_with_the_reason():
+    with FakeServer(policy=lambda n, b: "hang" if n >= 1 else None) as srv:
+        wire, outs = _batch(srv.base_url, 5)
+        run = LoadRun(srv.base_url + "/v1/completions", False, wire, outs, [0.0] * 5, 2, 60)
+
+        async def main() -> str | None:
+            asyncio.get_running_loop().call_later(0.5, run.stop, "target died: test")
+            return await run.run(60)
+
+        t0 = time.monotonic()
+        assert asyncio.run(main()) == "target died: test"
+        assert time.monotonic() - t0 < 5
+    assert outs[0].success
+    assert [o.error for o in outs[1:]] == ["target died: test"] * 4
+    assert outs[1].start_time is not None and outs[4].start_time is None  # in flight vs never sent
