@@ -133,6 +133,11 @@ def test_local_1p1d_real_vllm(tmp_path: Path) -> None:
         assert r["total_output_tokens"] == 32 * r["num_prompts"]  # ignore_eos
         assert r["median_ttft_ms"] > 0 and r["output_throughput"] > 0
         assert r["metadata"]["connector"] == "nixl" and r["metadata"]["recipe"] == RECIPE
+        # Judged from each server's /metrics around the point: KV came over the connector.
+        assert r["metadata"]["valid"] is True, r["metadata"]["validity"]["reasons"]
+        rules = {x["name"]: x for x in r["metadata"]["validity"]["rules"]}
+        assert rules["kv_transferred"]["status"] == "passed" and rules["kv_transferred"]["measured"] >= 0.98
+        assert (run_dir / "metrics" / f"concurrency_{r['max_concurrency']}" / "decode-0.after.prom").is_file()
         sent_prompt_tokens += r["total_input_tokens"]
 
     # KV was transferred, not recomputed: every prompt token decode saw was an external hit.
@@ -145,6 +150,22 @@ def test_local_1p1d_real_vllm(tmp_path: Path) -> None:
 
     logs = {p.name for p in (run_dir / "logs").iterdir()}
     assert {"prefill-0.log", "decode-0.log", "proxy.log", "bench.log", "node0.log", "node1.log"} <= logs
+    _assert_nothing_left(watcher)
+
+
+def test_decode_without_kv_connector_is_invalid(tmp_path: Path) -> None:
+    require_vllm()
+    # Decode re-prefills every prompt: the numbers would describe colocated serving.
+    proc, watcher = _launch(tmp_path, "topology.decode.kv_transfer=false", "benchmark.concurrency=[2]")
+    rc, out = _finish(proc, watcher, timeout=900)
+    run_dir = _run_dir(tmp_path)
+    assert rc != 0, out[-4000:]
+    (f,) = run_dir.glob("concurrency_*.json")  # the result is kept, marked invalid
+    meta = json.loads(f.read_text())["metadata"]
+    assert meta["valid"] is False
+    assert any(r.startswith("kv_transferred: decode loaded 0 of") for r in meta["validity"]["reasons"])
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "failed" and "invalid result point(s)" in status["reason"]
     _assert_nothing_left(watcher)
 
 

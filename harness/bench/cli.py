@@ -109,6 +109,10 @@ def bench_command(
         Optional[list[int]], typer.Option("--server-pid", help="Server PID to watch; stop if it exits. Repeatable.")
     ] = None,
     progress: Annotated[Optional[str], typer.Option(help="auto, rich or plain.")] = None,
+    scrape: Annotated[
+        Optional[list[str]],
+        typer.Option("--scrape", help="NAME=ROLE@URL of a server whose /metrics judge each point's validity. Repeatable."),
+    ] = None,
 ) -> None:
     """Benchmark a running OpenAI-compatible server over a concurrency sweep."""
     overrides = dict(locals())  # every flag, keyed by its BenchConfig field name
@@ -116,6 +120,7 @@ def bench_command(
     overrides["concurrency"] = _csv(concurrency)
     overrides["percentiles"] = _csv(percentiles)
     overrides["server_pids"] = overrides.pop("server_pid") or None
+    overrides["scrape"] = scrape or None
     if goodput:
         overrides["goodput"] = _goodput(goodput)
     if metadata is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
+from harness.validity import ValidityThresholds
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -51,6 +52,10 @@ class BenchConfig(BaseModel):
     prefill_gpus: NonNegativeInt
     decode_gpus: NonNegativeInt
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # Servers whose /metrics are scraped around every point to judge its validity,
+    # as NAME=ROLE@URL (harness.bench.validity_probe); none: no verdict is recorded.
+    scrape: list[str] = Field(default_factory=list)
+    validity: ValidityThresholds = Field(default_factory=ValidityThresholds)
 
     # Dataset: random prompts of exact length (isl/osl/range_ratio), or prompts from a
     # file: "jsonl" (one {"prompt": str, "output_len": int?} per line) or "sharegpt"

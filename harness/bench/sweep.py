@@ -34,6 +34,8 @@ from harness.bench.dataset import (
 from harness.bench.loadgen import LoadRun, Progress, arrival_offsets
 from harness.bench.metrics import compute_metrics
 from harness.bench.progress import Display, log, pick_mode
+from harness.bench.validity_probe import PointProbe
+from harness.validity import ClientCounts
 from harness.bench.results import BenchResult, ResultExistsError, result_filename, write_result
 from harness.bench.watchdog import TargetDied, Watchdog
 
@@ -166,11 +168,25 @@ class _Sweep:
                 log(f"C={concurrency}: {len(bad)}/{n_warm} warmup requests failed: {bad[0].error}")
 
         date = datetime.now().strftime("%Y%m%d-%H%M%S")
+        probe = None
+        if cfg.scrape:
+            probe = PointProbe(cfg.scrape, Path(cfg.result_dir) / "metrics" / f"concurrency_{concurrency}",
+                               cfg.validity)
+            await probe.start()
         outs, stopped = await self.batch(
             f"C={concurrency}", measured, concurrency, cfg.request_rate,
             cfg.point_timeout_for(n, concurrency), np.random.default_rng([cfg.seed, concurrency, _ARRIVALS]),
         )
         backend = "openai-chat" if cfg.endpoint == "chat" else "openai"
+        metadata = dict(cfg.metadata)
+        if probe is not None:
+            sent = [o for o in outs if o.start_time is not None]
+            verdict = await probe.finish(ClientCounts(
+                prompt_tokens=sum(o.prompt_len for o in sent), output_tokens=sum(o.output_tokens for o in sent),
+                completed=sum(o.success for o in outs), failed=sum(not o.success for o in outs)))
+            metadata.update(valid=verdict.valid, validity=verdict.model_dump(mode="json"))
+            if not verdict.valid:
+                log(f"C={concurrency}: INVALID point: {'; '.join(verdict.reasons)}")
         return BenchResult(
             date=date,
             endpoint_type=backend,
@@ -190,7 +206,7 @@ class _Sweep:
             dataset_path=cfg.dataset_path,
             goodput_slos_ms=dict(cfg.goodput) or None,
             stop_reason=stopped,
-            metadata=cfg.metadata,
+            metadata=metadata,
             **compute_metrics(outs, cfg.percentiles, cfg.goodput),
         )
 

@@ -193,10 +193,14 @@ def proxy_argv(rr: ResolvedRecipe, plan: JobPlan) -> list[Word]:
     return argv
 
 
-def bench_argv() -> list[Word]:
-    return [PYTHON, "-m", "harness", "bench",
-            "--config", Shell("${RUN_DIR}/bench.json"),
-            "--result-dir", RUN_DIR]
+def bench_argv(plan: JobPlan) -> list[Word]:
+    argv: list[Word] = [PYTHON, "-m", "harness", "bench",
+                        "--config", Shell("${RUN_DIR}/bench.json"),
+                        "--result-dir", RUN_DIR]
+    # Every HTTP server's /metrics around each point: the evidence for the point's validity.
+    for w in plan.workers:
+        argv += ["--scrape", Shell(f"{w.name}={w.role}@http://{node_addr(w.node).text}:{w.port}")]
+    return argv
 
 
 def bench_config(rr: ResolvedRecipe, plan: JobPlan, run_meta: dict[str, Any],

@@ -91,7 +91,7 @@ def _procs(rr: ResolvedRecipe, p: JobPlan, root: str) -> list[dict[str, Any]]:
                       "env": _env(cmd.server_env(rr, w)), "argv": cmd.server_argv(rr, w, root, rank)})
     procs.append({"name": "bench", "func": "bench",
                   "summary": f"benchmark client on node {p.proxy_node}, through the proxy",
-                  "env": [], "argv": cmd.bench_argv(), "nic": False})
+                  "env": [], "argv": cmd.bench_argv(p), "nic": False})
     return procs
 
 

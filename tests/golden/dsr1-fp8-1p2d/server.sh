@@ -106,7 +106,10 @@ proc_proxy() {
 proc_bench() {
   exec "${PDBENCH_PYTHON}" -m harness bench \
     --config "${RUN_DIR}/bench.json" \
-    --result-dir "${RUN_DIR}"
+    --result-dir "${RUN_DIR}" \
+    --scrape "prefill-0=prefill@http://${PDBENCH_NODE_0_ADDR}:2584" \
+    --scrape "decode-0=decode@http://${PDBENCH_NODE_1_ADDR}:2584" \
+    --scrape "decode-1=decode@http://${PDBENCH_NODE_2_ADDR}:2584"
 }
 
 case "${1:-node}" in

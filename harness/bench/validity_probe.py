@@ -1,0 +1,74 @@
+"""Scrape every server's /metrics around one benchmark point and judge the point's validity.
+
+The scrapes are kept under <result_dir>/metrics/concurrency_<C>/ (before, after, and the
+gauge samples taken during the point); the verdict goes into the result's metadata as
+`valid` and `validity` (see harness.validity).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import urllib.request
+from pathlib import Path
+
+from harness.validity import ClientCounts, PointValidity, ServerScrapes, ValidityThresholds, evaluate
+
+SAMPLE_INTERVAL_S = 2.0
+
+
+def parse_target(text: str) -> tuple[str, str, str]:
+    """'decode-0=decode@http://10.0.0.2:8200' -> (name, role, base URL)."""
+    name, sep, rest = text.partition("=")
+    role, sep2, url = rest.partition("@")
+    if not (sep and sep2 and name and url) or role not in ("prefill", "decode", "proxy"):
+        raise ValueError(f"expected NAME=ROLE@URL with ROLE prefill, decode or proxy, got {text!r}")
+    return name, role, url.rstrip("/")
+
+
+def _get(url: str, timeout: float) -> str:
+    try:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=timeout) as r:
+            return r.read().decode(errors="replace")
+    except Exception:  # noqa: BLE001 - a failed scrape leaves that rule "not checked"
+        return ""
+
+
+class PointProbe:
+    def __init__(self, targets: list[str], out_dir: Path, thresholds: ValidityThresholds):
+        self.targets = [parse_target(t) for t in targets]
+        self.out_dir, self.thresholds = out_dir, thresholds
+        self.before: dict[str, str] = {}
+        self.during: dict[str, list[str]] = {name: [] for name, _, _ in self.targets}
+        self._sampler: asyncio.Task | None = None
+
+    async def _scrape_all(self) -> dict[str, str]:
+        texts = await asyncio.gather(*(asyncio.to_thread(_get, url, 5.0) for _, _, url in self.targets))
+        return {name: text for (name, _, _), text in zip(self.targets, texts)}
+
+    async def start(self) -> None:
+        self.before = await self._scrape_all()
+        self._sampler = asyncio.create_task(self._sample())
+
+    async def _sample(self) -> None:
+        while True:
+            await asyncio.sleep(SAMPLE_INTERVAL_S)
+            for name, text in (await self._scrape_all()).items():
+                if text:
+                    self.during[name].append(text)
+
+    async def finish(self, client: ClientCounts) -> PointValidity:
+        if self._sampler:
+            self._sampler.cancel()
+            await asyncio.gather(self._sampler, return_exceptions=True)
+        after = await self._scrape_all()
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        for name, phase, text in [(n, "before", t) for n, t in self.before.items()] + \
+                                 [(n, "after", t) for n, t in after.items()]:
+            tmp = self.out_dir / f".{name}.{phase}.prom.tmp"
+            tmp.write_text(text)
+            os.replace(tmp, self.out_dir / f"{name}.{phase}.prom")
+        servers = {name: ServerScrapes(role=role, before=self.before.get(name, ""), after=after.get(name, ""),
+                                       during=self.during[name])
+                   for name, role, _ in self.targets}
+        return evaluate(servers, client, self.thresholds)
