@@ -1,0 +1,333 @@
+"""A local prefill/decode pair of real `vllm serve` processes, for tests and benchmarks.
+
+Not used by vLLM. Starts each server in its own session (so stopping it kills its
+EngineCore and workers too), waits for /health, and speaks the two-phase flow
+the proxy uses: prefill with ``do_remote_decode``, then decode with the
+``kv_transfer_params`` prefill returned.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+PREFILL_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
+                  "remote_block_ids": None, "remote_host": None, "remote_port": None}
+
+
+def vllm_bin() -> str:
+    return str(Path(sys.executable).with_name("vllm"))
+
+
+@dataclass
+class Server:
+    name: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM the server's session, SIGKILL what is left after `timeout`."""
+        if self.proc.poll() is None:
+            _signal_group(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        _signal_group(self.proc.pid, signal.SIGKILL)  # stragglers of the session
+        if self.proc.poll() is None:
+            self.proc.wait(10)
+
+    def kill(self) -> None:
+        _signal_group(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)  # the server was started in its own session: pgid == pid
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kv_config(connector: str, role: str, extra: dict[str, Any] | None = None,
+              failure_policy: str | None = None) -> dict[str, Any]:
+    cfg: dict[str, Any] = {"kv_role": role}
+    if connector == "pdbench":
+        cfg.update(kv_connector="PdbenchConnector", kv_connector_module_path="connector")
+    elif connector == "nixl":
+        cfg.update(kv_connector="NixlConnector", kv_buffer_device="cpu")
+    else:
+        raise ValueError(connector)
+    if extra:
+        cfg["kv_connector_extra_config"] = extra
+    if failure_policy:
+        cfg["kv_load_failure_policy"] = failure_policy
+    return cfg
+
+
+def port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def start_server(name: str, model: str, port: int, cpus: str, log_dir: Path, *,
+                 kv: dict[str, Any] | None = None, dummy: bool = False, env: dict[str, str] | None = None,
+                 extra_args: list[str] | None = None, max_model_len: int = 2048) -> Server:
+    if not port_free(port):
+        raise RuntimeError(f"port {port} is in use: {name} would talk to someone else's server")
+    argv = [vllm_bin(), "serve", model, "--port", str(port), "--served-model-name", "m",
+            "--dtype", "float32", "--enforce-eager", "--max-model-len", str(max_model_len),
+            "--max-num-seqs", "32"]
+    if dummy:
+        argv += ["--load-format", "dummy"]
+    if kv is not None:
+        argv += ["--kv-transfer-config", json.dumps(kv)]
+    argv += extra_args or []
+    e = dict(os.environ)
+    e.update({"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": cpus,
+              "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), e.get("PYTHONPATH")]))})
+    e.update(env or {})
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / f"{name}.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=e, cwd=str(REPO),
+                                start_new_session=True)
+    return Server(name, port, proc, log)
+
+
+def wait_healthy(servers: list[Server], timeout: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout
+    pending = list(servers)
+    while pending:
+        for s in list(pending):
+            if not s.alive():
+                raise RuntimeError(f"{s.name} exited with {s.proc.returncode}:\n{s.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{s.url}/health", timeout=2) as r:
+                    if r.status == 200:
+                        pending.remove(s)
+            except OSError:
+                pass
+        if pending and time.monotonic() > deadline:
+            raise TimeoutError(f"not healthy after {timeout:.0f} s: {[s.name for s in pending]}")
+        if pending:
+            time.sleep(1.0)
+
+
+@dataclass
+class Pair:
+    prefill: Server
+    decode: Server
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def stop(self) -> None:
+        for s in (self.decode, self.prefill):
+            s.stop()
+
+
+def start_pair(model: str, log_dir: Path, *, connector: str = "pdbench", prefill_port: int = 18150,
+               decode_port: int = 18250, kv_port: int = 15650, extra: dict[str, Any] | None = None,
+               decode_extra: dict[str, Any] | None = None, failure_policy: str | None = None,
+               dummy: bool = False, max_model_len: int = 2048, timeout: float = 420.0,
+               pin_all: bool = False) -> Pair:
+    """Prefill on core 0, decode on core 1; both stopped again if either fails to start.
+
+    As `pdbench node` does, only each worker's model thread is pinned (vLLM binds its
+    OpenMP threads; NIXL moves the model thread, we move it back); `pin_all` pins
+    every thread of each server (API server, EngineCore, workers) to its core.
+    """
+    env_p: dict[str, str] = {}
+    env_d: dict[str, str] = {}
+    p_extra = dict(extra or {})
+    if connector == "pdbench":
+        p_extra.setdefault("port", kv_port)
+        p_extra.setdefault("host", "127.0.0.1")
+    else:
+        env_p = {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(kv_port), "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1"}
+        env_d = {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(kv_port + 1), "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1"}
+    d_extra = {**p_extra, **(decode_extra or {})}
+    for port in (kv_port, kv_port + 1):
+        if not port_free(port):
+            raise RuntimeError(f"KV port {port} is in use")
+    p = start_server("prefill", model, prefill_port, "0", log_dir, env=env_p, dummy=dummy,
+                     kv=kv_config(connector, "kv_producer", p_extra), max_model_len=max_model_len)
+    d = start_server("decode", model, decode_port, "1", log_dir, env=env_d, dummy=dummy,
+                     kv=kv_config(connector, "kv_consumer", d_extra, failure_policy), max_model_len=max_model_len)
+    pair = Pair(p, d, p_extra)
+    try:
+        wait_healthy([p, d], timeout)
+        _pin_back(p, "0")
+        _pin_back(d, "1")
+        if pin_all:
+            _pin_tree(p, 0)
+            _pin_tree(d, 1)
+    except BaseException:
+        pair.stop()
+        raise
+    return pair
+
+
+def _pin_back(s: Server, cpus: str) -> None:
+    """NixlConnector moves each worker's model thread to the last core; undo it (pdbench: no-op)."""
+    try:
+        from harness.node.affinity import pin_worker_main_threads
+
+        pin_worker_main_threads(s.proc.pid, cpus)
+    except Exception:
+        pass
+
+
+def _pin_tree(s: Server, core: int) -> None:
+    import psutil
+
+    root = psutil.Process(s.proc.pid)
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            for th in proc.threads():
+                try:
+                    os.sched_setaffinity(th.id, {core})
+                except OSError:
+                    pass
+        except psutil.NoSuchProcess:
+            pass
+
+
+# -- HTTP ---------------------------------------------------------------------------
+
+
+def post_json(url: str, body: dict[str, Any], timeout: float = 120.0) -> tuple[int, dict[str, Any]]:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        raw = e.read()
+        try:
+            return e.code, json.loads(raw)
+        except ValueError:
+            return e.code, {"error": raw.decode(errors="replace")}
+
+
+def prefill(pair_or_url: Pair | str, body: dict[str, Any], timeout: float = 120.0) -> dict[str, Any]:
+    url = pair_or_url.prefill.url if isinstance(pair_or_url, Pair) else pair_or_url
+    b = dict(body, max_tokens=1, stream=False, kv_transfer_params=dict(PREFILL_PARAMS))
+    b.pop("stream_options", None)
+    status, out = post_json(f"{url}/v1/completions", b, timeout)
+    if status != 200:
+        raise RuntimeError(f"prefill HTTP {status}: {out}")
+    params = out.get("kv_transfer_params")
+    if not params:
+        raise RuntimeError(f"prefill returned no kv_transfer_params: {out}")
+    return params
+
+
+def complete(url: str, body: dict[str, Any], timeout: float = 120.0) -> tuple[int, dict[str, Any]]:
+    return post_json(f"{url}/v1/completions", body, timeout)
+
+
+def pd_complete(pair: Pair, body: dict[str, Any], timeout: float = 120.0) -> tuple[int, dict[str, Any]]:
+    params = prefill(pair, body, timeout)
+    return complete(pair.decode.url, dict(body, kv_transfer_params=params), timeout)
+
+
+@dataclass
+class StreamResult:
+    ttft: float          # seconds from the first HTTP call (prefill leg included) to the first token
+    decode_ttft: float   # seconds from the decode call to its first token
+    tokens: int
+    tok_s: float         # (tokens - 1) / (last token - first token), vLLM bench's definition
+    text: str
+
+
+def pd_stream(pair: Pair | None, url: str, body: dict[str, Any], timeout: float = 120.0) -> StreamResult:
+    """Streamed decode leg (after a prefill leg when `pair` is given): TTFT and decode rate."""
+    t0 = time.perf_counter()
+    b = dict(body, stream=True, stream_options={"include_usage": True})
+    if pair is not None:
+        b["kv_transfer_params"] = prefill(pair, body, timeout)
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    t1 = time.perf_counter()
+    conn.request("POST", "/v1/completions", json.dumps(b), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    if resp.status != 200:
+        raise RuntimeError(f"decode HTTP {resp.status}: {resp.read()[:500]!r}")
+    first = last = None
+    n, text = 0, []
+    for line in _sse(resp):
+        if line == "[DONE]":
+            break
+        ev = json.loads(line)
+        for ch in ev.get("choices") or []:
+            if ch.get("text"):
+                now = time.perf_counter()
+                first = first or now
+                last = now
+                text.append(ch["text"])
+        if ev.get("usage"):
+            n = ev["usage"]["completion_tokens"]
+    conn.close()
+    if first is None or last is None:
+        raise RuntimeError("no tokens streamed")
+    rate = (n - 1) / (last - first) if n > 1 and last > first else 0.0
+    return StreamResult(first - t0, first - t1, n, rate, "".join(text))
+
+
+def _sse(resp: http.client.HTTPResponse) -> Iterator[str]:
+    for raw in resp:
+        line = raw.decode().strip()
+        if line.startswith("data:"):
+            yield line[5:].strip()
+
+
+# -- metrics --------------------------------------------------------------------------
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)$")
+
+
+def scrape(url: str) -> dict[str, float]:
+    """Prometheus text -> {'name{labels}': value}, plus {'name': sum over labels}."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = _SAMPLE.match(line.strip())
+        if not m:
+            continue
+        name, labels, value = m.group(1), m.group(2) or "", float(m.group(3))
+        out[name + labels] = value
+        out[name] = out.get(name, 0.0) + value if labels else value
+    return out

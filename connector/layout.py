@@ -1,0 +1,116 @@
+"""The paged KV of one worker, addressed by kernel block, and its zero-copy host views.
+
+vLLM hands each layer's cache as a view with blocks on dim 0 (``[B, H, N, C]`` in
+0.32). The scheduler's block may span several kernel blocks (virtual block
+splitting); we transfer in kernel blocks, so two instances whose scheduler block
+sizes differ still interoperate when their kernel blocks match. On the wire a
+block is its elements in C order, whatever the strides, so CPU and CUDA peers and
+different physical layouts agree.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def _block_contiguous(t: torch.Tensor) -> bool:
+    """True when each t[i] is one dense C-order run (the block dim may be strided)."""
+    expected = 1
+    for size, stride in zip(reversed(t.shape[1:]), reversed(t.stride()[1:])):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+class PagedKV:
+    def __init__(self, caches: dict[str, torch.Tensor], num_blocks: int, block_size: int) -> None:
+        names: list[str] = []
+        layers: list[torch.Tensor] = []
+        seen: set[tuple[int, tuple[int, ...]]] = set()
+        for name, t in caches.items():
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"layer {name}: KV cache is {type(t).__name__}, not a tensor")
+            key = (t.data_ptr(), tuple(t.shape))
+            if key in seen:  # layers sharing one cache (KV sharing) move once
+                continue
+            seen.add(key)
+            names.append(name)
+            layers.append(t)
+        if not layers:
+            raise ValueError("no KV cache layers")
+        self.names, self.layers = names, layers
+        rows = layers[0].shape[0]
+        self.ratio = rows // num_blocks if num_blocks and rows % num_blocks == 0 else 1
+        self.kernel_block_size = max(1, block_size // self.ratio)
+        self.device = layers[0].device
+        self.dtype = layers[0].dtype
+        for n, t in zip(names, layers):
+            if t.dtype != self.dtype or t.device != self.device:
+                raise ValueError(f"layer {n}: mixed dtypes/devices are not supported")
+        self.block_bytes = [math.prod(t.shape[1:]) * t.element_size() for t in layers]
+        # CPU caches with dense blocks are sent and received in place (no copies).
+        self.host_direct = self.device.type == "cpu" and all(_block_contiguous(t) for t in layers)
+        self._u8: list[np.ndarray] = []
+        self._flat: list[np.ndarray | None] = []
+        if self.host_direct:
+            for t, bb in zip(layers, self.block_bytes):
+                base = t.detach().view(torch.uint8).numpy() if t.dim() > 1 else t.numpy().view(np.uint8)
+                stride0 = t.stride(0) * t.element_size()
+                self._u8.append(np.lib.stride_tricks.as_strided(base, (t.shape[0], bb), (stride0, 1)))
+                dense = stride0 == bb
+                self._flat.append(np.lib.stride_tricks.as_strided(base, (t.shape[0] * bb,), (1,)) if dense else None)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def kblocks(self, block_ids: Sequence[int]) -> list[int]:
+        """Scheduler block ids -> kernel block rows, in token order."""
+        r = self.ratio
+        if r == 1:
+            return list(block_ids)
+        return [b * r + i for b in block_ids for i in range(r)]
+
+    def layer_bytes(self, layer: int, count: int) -> int:
+        return self.block_bytes[layer] * count
+
+    def signature(self) -> dict[str, Any]:
+        """What both sides must agree on for the bytes to mean the same thing."""
+        return {
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "kernel_block_size": self.kernel_block_size,
+            "block_shapes": [list(t.shape[1:]) for t in self.layers],
+            "layers": len(self.layers),
+            "names_crc": zlib.crc32("\n".join(self.names).encode()),
+        }
+
+    def host_runs(self, layer: int, kblocks: Sequence[int], max_bytes: int) -> list[memoryview]:
+        """Writable zero-copy views over `kblocks` of one layer, adjacent blocks merged."""
+        assert self.host_direct
+        u8, flat, bb = self._u8[layer], self._flat[layer], self.block_bytes[layer]
+        views: list[memoryview] = []
+        i, n = 0, len(kblocks)
+        while i < n:
+            j = i + 1
+            if flat is not None:
+                while j < n and kblocks[j] == kblocks[j - 1] + 1 and (j - i + 1) * bb <= max_bytes:
+                    j += 1
+                views.append(memoryview(flat[kblocks[i] * bb : kblocks[j - 1] * bb + bb]))
+            else:
+                views.append(memoryview(u8[kblocks[i]]))
+            i = j
+        return views
+
+
+def signature_mismatch(mine: dict[str, Any], theirs: dict[str, Any]) -> str | None:
+    for key in ("dtype", "kernel_block_size", "layers", "block_shapes", "names_crc"):
+        if mine.get(key) != theirs.get(key):
+            return f"KV layout mismatch on {key}: {mine.get(key)} here, {theirs.get(key)} on the peer"
+    return None

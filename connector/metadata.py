@@ -1,0 +1,47 @@
+"""Scheduler -> worker messages of one engine step (pickled inside SchedulerOutput)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadata
+
+
+@dataclass(frozen=True)
+class SendSpec:
+    """Prefill: a finished request whose blocks decode will pull (lease starts on arrival)."""
+
+    req_id: str
+    block_ids: list[int]
+
+
+@dataclass(frozen=True)
+class RecvSpec:
+    """Decode: pull tokens [first_token, num_tokens) of a remote request into `block_ids`."""
+
+    req_id: str
+    remote_req_id: str
+    remote_engine_id: str
+    remote_host: str
+    remote_port: int            # rank 0's port; rank r dials remote_port + r
+    remote_tp_size: int
+    first_token: int            # tokens already cached locally (whole blocks)
+    num_tokens: int
+    block_ids: list[int]        # local blocks for tokens first_token.. (unhashed, owned)
+
+
+@dataclass(frozen=True)
+class ReleaseSpec:
+    """Decode: the request will never pull; let prefill free its blocks now."""
+
+    remote_req_id: str
+    remote_engine_id: str
+    remote_host: str
+    remote_port: int
+
+
+@dataclass
+class PdbenchMetadata(KVConnectorMetadata):
+    sends: list[SendSpec] = field(default_factory=list)
+    recvs: list[RecvSpec] = field(default_factory=list)
+    releases: list[ReleaseSpec] = field(default_factory=list)

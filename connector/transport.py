@@ -1,0 +1,452 @@
+"""TCP transfer of paged KV between a prefill worker (server) and a decode worker (client).
+
+One asyncio loop per worker runs on its own thread; every wait is a socket or
+timer wait in the kernel, so nothing polls. The model thread only enqueues work
+(`IOLoop.call`/`submit`) and drains finished ids from `Completions`.
+
+Prefill keeps a request's blocks until decode acks its pull, releases it, or the
+lease expires; expiry never happens during a pull, and a pull after expiry is
+refused instead of reading reused blocks. Every wait on a peer is bounded
+(connect, first response, per-chunk progress, ack), so a dead peer costs at most
+`io_timeout_s` (sooner when the kernel reports the reset).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import socket
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from connector.config import PdbenchConfig
+from connector.layout import PagedKV, signature_mismatch
+from connector.protocol import PeerError, recv_frame, recv_views, send_frame, send_views, tune
+from connector.staging import Stager, direct_sink, direct_source
+
+log = logging.getLogger("connector.transport")
+
+_GONE_MAX = 65536  # remembered finished ids, to refuse late pulls with a clear error
+
+
+class TransferError(Exception):
+    pass
+
+
+@dataclass
+class TransferStats:
+    """Observations since the last drain; lists hold one entry per transfer."""
+
+    recv_bytes: list[int] = field(default_factory=list)
+    recv_s: list[float] = field(default_factory=list)
+    recv_wait_s: list[float] = field(default_factory=list)
+    send_bytes: list[int] = field(default_factory=list)
+    send_s: list[float] = field(default_factory=list)
+    failed_recv: int = 0
+    failed_send: int = 0
+    expired: int = 0
+    released: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def empty(self) -> bool:
+        return not (self.recv_bytes or self.send_bytes or self.failed_recv or self.failed_send
+                    or self.expired or self.released)
+
+
+class Completions:
+    """Thread-safe hand-off of finished transfers from the IO thread to the model thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sent: set[str] = set()
+        self._recvd: set[str] = set()
+        self._failed: set[str] = set()
+        self._bad_blocks: set[int] = set()
+        self.stats = TransferStats()
+
+    def sent(self, req_id: str) -> None:
+        with self._lock:
+            self._sent.add(req_id)
+
+    def received(self, req_id: str, ok: bool, block_ids: list[int]) -> None:
+        with self._lock:
+            self._recvd.add(req_id)
+            if not ok:
+                self._failed.add(req_id)
+                self._bad_blocks.update(block_ids)
+
+    def record(self, fn: Any) -> None:
+        with self._lock:
+            fn(self.stats)
+
+    def drain(self) -> tuple[set[str], set[str], set[str], set[int]]:
+        with self._lock:
+            out = (self._sent, self._recvd, self._failed, self._bad_blocks)
+            self._sent, self._recvd, self._failed, self._bad_blocks = set(), set(), set(), set()
+            return out
+
+    def drain_stats(self) -> TransferStats | None:
+        with self._lock:
+            if self.stats.empty():
+                return None
+            out, self.stats = self.stats, TransferStats()
+            return out
+
+
+class IOLoop:
+    """An event loop on a daemon thread (it inherits the creating thread's CPU affinity)."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def call(self, fn: Any, *args: Any) -> None:
+        self.loop.call_soon_threadsafe(fn, *args)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if not self.loop.is_running():
+            return
+
+        async def _cancel_all() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            self.submit(_cancel_all()).result(timeout)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout)
+
+
+def _source(kv: PagedKV, stager: Stager | None, kblocks: list[int], cfg: PdbenchConfig,
+            ready: Any) -> AsyncIterator[list[memoryview]]:
+    if stager is None:
+        return direct_source(kv, kblocks, cfg.chunk_bytes)
+    return stager.source(kblocks, ready)
+
+
+def _sink(kv: PagedKV, stager: Stager | None, kblocks: list[int],
+          cfg: PdbenchConfig) -> AsyncIterator[list[memoryview]]:
+    if stager is None:
+        return direct_sink(kv, kblocks, cfg.chunk_bytes, cfg.debug_corrupt)
+    return stager.sink(kblocks, cfg.debug_corrupt)
+
+
+@dataclass
+class _Entry:
+    kblocks: list[int]
+    deadline: float
+    ready: Any = None
+    sending: bool = False
+
+
+class KVServer:
+    """Prefill side: holds finished requests' blocks and streams them to pulling decoders."""
+
+    def __init__(self, kv: PagedKV, stager: Stager | None, cfg: PdbenchConfig, engine_id: str,
+                 port: int, done: Completions) -> None:
+        self.kv, self.stager, self.cfg, self.engine_id = kv, stager, cfg, engine_id
+        self.port, self.done = port, done
+        self._entries: dict[str, _Entry] = {}
+        self._gone: OrderedDict[str, str] = OrderedDict()  # req -> why it is no longer served
+        self._early_release: OrderedDict[str, None] = OrderedDict()
+        self._waiters: dict[str, asyncio.Event] = {}
+        self._sig = kv.signature()
+        self._lsock: socket.socket | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def start(self) -> None:
+        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            ls.bind((self.cfg.bind_host, self.port))
+        except OSError as exc:
+            ls.close()
+            raise RuntimeError(f"pdbench connector: cannot listen on {self.cfg.bind_host}:{self.port}: {exc}") from exc
+        ls.listen(256)
+        ls.setblocking(False)
+        self._lsock = ls
+        self._spawn(self._accept_loop())
+        self._spawn(self._reap_loop())
+        log.info("pdbench KV server listening on %s:%d", self.cfg.bind_host, self.port)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- called on the loop thread (via IOLoop.call) ----------------------------
+
+    def register(self, req_id: str, kblocks: list[int], ready: Any = None) -> None:
+        now = asyncio.get_running_loop().time()
+        if req_id in self._early_release:
+            del self._early_release[req_id]
+            self._finish(req_id, "released")
+            return
+        self._entries[req_id] = _Entry(kblocks, now + self.cfg.lease_s, ready)
+        waiter = self._waiters.pop(req_id, None)
+        if waiter is not None:
+            waiter.set()
+
+    def _finish(self, req_id: str, why: str) -> None:
+        self._entries.pop(req_id, None)
+        self._gone[req_id] = why
+        while len(self._gone) > _GONE_MAX:
+            self._gone.popitem(last=False)
+        self.done.sent(req_id)
+
+    # -- loop tasks ---------------------------------------------------------------
+
+    async def _accept_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._lsock is not None
+        try:
+            while True:
+                sock, _ = await loop.sock_accept(self._lsock)
+                tune(sock, self.cfg.keepalive_idle_s, self.cfg.keepalive_interval_s, self.cfg.keepalive_count,
+                     self.cfg.sock_buf_bytes)
+                self._spawn(self._serve(sock))
+        finally:
+            self._lsock.close()
+
+    async def _reap_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        tick = max(0.05, min(1.0, self.cfg.lease_s / 4))
+        while True:
+            await asyncio.sleep(tick)
+            now = loop.time()
+            for req_id, e in list(self._entries.items()):
+                if not e.sending and e.deadline <= now:
+                    log.warning("pdbench: lease of %s expired after %.0f s without a pull; freeing its blocks",
+                                req_id, self.cfg.lease_s)
+                    self._finish(req_id, "lease expired")
+                    self.done.record(lambda s: setattr(s, "expired", s.expired + 1))
+
+    async def _serve(self, sock: socket.socket) -> None:
+        try:
+            while True:
+                # An idle pooled connection may wait forever; keepalive bounds a dead host.
+                msg = await recv_frame(sock, None)
+                op = msg.get("op")
+                if op == "pull":
+                    await self._pull(sock, msg)
+                elif op == "release":
+                    self._release(str(msg.get("req")), msg.get("engine"))
+                else:
+                    raise PeerError(f"unknown op {op!r}")
+        except (PeerError, OSError, TimeoutError, ValueError) as exc:
+            log.debug("pdbench: connection closed: %s", exc)
+        except Exception:
+            log.exception("pdbench: KV server connection failed")
+        finally:
+            sock.close()
+
+    def _release(self, req_id: str, engine: Any) -> None:
+        if engine != self.engine_id:
+            return
+        e = self._entries.get(req_id)
+        if e is not None and not e.sending:
+            self._finish(req_id, "released")
+            self.done.record(lambda s: setattr(s, "released", s.released + 1))
+        elif e is None and req_id not in self._gone:
+            # Decode gave up before this worker heard of the request: free it on arrival.
+            self._early_release[req_id] = None
+            while len(self._early_release) > _GONE_MAX:
+                self._early_release.popitem(last=False)
+
+    async def _lookup(self, req_id: str) -> _Entry | str:
+        e = self._entries.get(req_id)
+        if e is not None:
+            return e
+        if req_id in self._gone:
+            return f"request {req_id} is no longer held ({self._gone[req_id]})"
+        # The pull raced the engine step that tells this worker about the request.
+        waiter = self._waiters.setdefault(req_id, asyncio.Event())
+        try:
+            await asyncio.wait_for(waiter.wait(), self.cfg.register_timeout_s)
+        except TimeoutError:
+            self._waiters.pop(req_id, None)
+            return f"request {req_id} unknown to this prefill worker"
+        e = self._entries.get(req_id)
+        return e if e is not None else f"request {req_id} is no longer held"
+
+    async def _pull(self, sock: socket.socket, msg: dict[str, Any]) -> None:
+        req_id = str(msg.get("req"))
+        first, count = int(msg.get("first", 0)), int(msg.get("count", 0))
+        if msg.get("engine") != self.engine_id:
+            found: _Entry | str = f"engine id {msg.get('engine')} is not this prefill ({self.engine_id})"
+        else:
+            found = await self._lookup(req_id)
+        err = found if isinstance(found, str) else None
+        if err is None:
+            assert isinstance(found, _Entry)
+            err = signature_mismatch(self._sig, msg.get("layout") or {})
+            if err is None and (first < 0 or count < 0 or first + count > len(found.kblocks)):
+                err = f"blocks [{first}, {first + count}) outside the {len(found.kblocks)} held"
+            if err is None and found.sending:
+                err = "request is already being pulled"
+        if err is not None:
+            await send_frame(sock, {"ok": False, "error": err}, self.cfg.io_timeout_s)
+            return
+        assert isinstance(found, _Entry)
+        entry = found
+        entry.sending = True
+        t0, sent, ok = time.perf_counter(), 0, False
+        try:
+            await send_frame(sock, {"ok": True}, self.cfg.io_timeout_s)
+            kblocks = entry.kblocks[first:first + count]
+            async with contextlib.aclosing(_source(self.kv, self.stager, kblocks, self.cfg, entry.ready)) as chunks:
+                async for batch in chunks:
+                    sent += await send_views(sock, batch, self.cfg.io_timeout_s)
+            dt = time.perf_counter() - t0
+            ack = await recv_frame(sock, self.cfg.io_timeout_s)
+            if ack.get("op") != "ack" or ack.get("req") != req_id:
+                raise PeerError(f"expected ack for {req_id}, got {ack}")
+            ok = True
+        finally:
+            entry.sending = False
+            if ok:
+                self._finish(req_id, "acked")
+                self.done.record(lambda s: (s.send_bytes.append(sent), s.send_s.append(dt)))
+            else:
+                # Keep the blocks until the lease ends: the decoder may be slow, not dead.
+                log.warning("pdbench: pull of %s failed after %d bytes; blocks kept until the lease ends",
+                            req_id, sent)
+                self.done.record(lambda s: setattr(s, "failed_send", s.failed_send + 1))
+
+
+@dataclass(frozen=True)
+class PullJob:
+    req_id: str                 # this engine's id, reported back to the scheduler
+    remote_req_id: str
+    remote_engine_id: str
+    host: str
+    port: int
+    first: int                  # first kernel block of the request to fetch
+    kblocks: list[int]          # where they go here, in order
+    block_ids: list[int]        # scheduler blocks to report on failure
+
+
+class KVClient:
+    """Decode side: pulls requests' KV into local blocks; pools idle connections per peer."""
+
+    def __init__(self, kv: PagedKV, stager: Stager | None, cfg: PdbenchConfig, done: Completions) -> None:
+        self.kv, self.stager, self.cfg, self.done = kv, stager, cfg, done
+        self._idle: dict[tuple[str, int], list[socket.socket]] = {}
+        self._sig = kv.signature()
+
+    async def _connect(self, host: str, port: int) -> socket.socket:
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        family, _, _, _, addr = infos[0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            tune(sock, self.cfg.keepalive_idle_s, self.cfg.keepalive_interval_s, self.cfg.keepalive_count,
+                     self.cfg.sock_buf_bytes)
+            await asyncio.wait_for(loop.sock_connect(sock, addr), self.cfg.connect_timeout_s)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    async def _get(self, host: str, port: int) -> tuple[socket.socket, bool]:
+        idle = self._idle.get((host, port))
+        if idle:
+            return idle.pop(), True
+        return await self._connect(host, port), False
+
+    def _put(self, host: str, port: int, sock: socket.socket) -> None:
+        idle = self._idle.setdefault((host, port), [])
+        if len(idle) < 8:
+            idle.append(sock)
+        else:
+            sock.close()
+
+    async def pull(self, job: PullJob) -> bool:
+        """Never raises: the outcome goes to `Completions` (failures with their blocks)."""
+        ok = False
+        try:
+            await self._pull(job)
+            ok = True
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.error("pdbench: KV pull of %s from %s:%d failed: %s", job.req_id, job.host, job.port,
+                      f"{type(exc).__name__}: {exc}")
+            self.done.record(lambda s: setattr(s, "failed_recv", s.failed_recv + 1))
+        finally:
+            self.done.received(job.req_id, ok, job.block_ids)
+        return ok
+
+    async def _pull(self, job: PullJob) -> None:
+        cfg = self.cfg
+        msg = {"op": "pull", "req": job.remote_req_id, "engine": job.remote_engine_id,
+               "first": job.first, "count": len(job.kblocks), "layout": self._sig}
+        t0 = time.perf_counter()
+        for attempt in range(2):
+            sock, reused = await self._get(job.host, job.port)
+            try:
+                await send_frame(sock, msg, cfg.io_timeout_s)
+                resp = await recv_frame(sock, cfg.register_timeout_s + cfg.io_timeout_s)
+                break
+            except (PeerError, OSError) as exc:
+                sock.close()
+                if reused and attempt == 0:
+                    continue  # a pooled connection went stale (prefill restarted): redial once
+                raise TransferError(f"no response: {exc}") from exc
+            except BaseException:
+                sock.close()
+                raise
+        if not resp.get("ok"):
+            self._put(job.host, job.port, sock)
+            raise TransferError(str(resp.get("error")))
+        t1 = time.perf_counter()
+        got = 0
+        try:
+            async with contextlib.aclosing(_sink(self.kv, self.stager, job.kblocks, cfg)) as views:
+                async for batch in views:
+                    got += await recv_views(sock, batch, cfg.io_timeout_s)
+                    if cfg.debug_chunk_delay_s:
+                        await asyncio.sleep(cfg.debug_chunk_delay_s)
+            await send_frame(sock, {"op": "ack", "req": job.remote_req_id}, cfg.io_timeout_s)
+            t2 = time.perf_counter()
+        except BaseException:
+            sock.close()
+            raise
+        self._put(job.host, job.port, sock)
+        # Transfer time is the whole pull (request .. ack), the wait its share up to prefill's answer.
+        self.done.record(lambda s: (s.recv_bytes.append(got), s.recv_s.append(t2 - t0),
+                                    s.recv_wait_s.append(t1 - t0)))
+
+    async def release(self, host: str, port: int, engine_id: str, remote_req_id: str) -> None:
+        """Best effort: tell prefill to free a request we will not pull (its lease is the backstop)."""
+        try:
+            sock, _ = await self._get(host, port)
+            await send_frame(sock, {"op": "release", "req": remote_req_id, "engine": engine_id},
+                             self.cfg.io_timeout_s)
+            self._put(host, port, sock)
+        except Exception as exc:
+            log.warning("pdbench: release of %s at %s:%d failed: %s", remote_req_id, host, port, exc)
+
+    def close(self) -> None:
+        for socks in self._idle.values():
+            for s in socks:
+                s.close()
+        self._idle.clear()

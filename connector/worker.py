@@ -1,0 +1,121 @@
+"""Worker side (one per TP rank): runs the transfers of this rank's KV shard.
+
+Prefill ranks serve their own shard on `port + rank`; decode rank r pulls from
+prefill rank r, so every rank moves only its shard and reports its own
+completions (vLLM's aggregator waits for all ranks). Work starts as soon as the
+step's metadata is bound, before the forward pass, so transfers overlap compute.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import torch
+
+from connector.config import PdbenchConfig
+from connector.layout import PagedKV
+from connector.metadata import PdbenchMetadata, RecvSpec
+from connector.staging import Stager
+from connector.transport import Completions, IOLoop, KVClient, KVServer, PullJob, TransferStats
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+
+log = logging.getLogger("connector.worker")
+
+
+class PdbenchWorker:
+    def __init__(self, vllm_config: VllmConfig, kv_cache_config: KVCacheConfig, cfg: PdbenchConfig) -> None:
+        from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+
+        kvt = vllm_config.kv_transfer_config
+        assert kvt is not None and kvt.engine_id is not None
+        par = vllm_config.parallel_config
+        self.cfg = cfg
+        self.engine_id: str = kvt.engine_id
+        self.producer, self.consumer = kvt.is_kv_producer, kvt.is_kv_consumer
+        self.tp_rank: int = get_tensor_model_parallel_rank()
+        self.tp_size: int = par.tensor_parallel_size
+        self.port = cfg.listen_port(par.data_parallel_index, self.tp_size, self.tp_rank)
+        self.block_size: int = vllm_config.cache_config.block_size
+        self.num_blocks: int = kv_cache_config.num_blocks
+        self.single_group = len(kv_cache_config.kv_cache_groups) == 1
+        self.done = Completions()
+        self.kv: PagedKV | None = None
+        self.io: IOLoop | None = None
+        self.server: KVServer | None = None
+        self.client: KVClient | None = None
+        self.stager: Stager | None = None
+
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        kv = PagedKV(kv_caches, self.num_blocks, self.block_size)
+        self.kv = kv
+        self.stager = None if kv.host_direct else Stager(kv, self.cfg.chunk_bytes, self.cfg.pipeline_depth)
+        # Created here, on the model thread after vLLM pinned it, so the IO thread
+        # shares its cores instead of competing with a neighbouring instance.
+        self.io = IOLoop(f"pdbench-kv-{self.tp_rank}")
+        if self.producer:
+            self.server = KVServer(kv, self.stager, self.cfg, self.engine_id, self.port, self.done)
+            self.io.submit(self.server.start()).result(30)
+        if self.consumer:
+            self.client = KVClient(kv, self.stager, self.cfg, self.done)
+        log.info("pdbench connector rank %d: %d layers, kernel block %d tokens, %s path, %s",
+                 self.tp_rank, kv.num_layers, kv.kernel_block_size,
+                 "zero-copy" if kv.host_direct else f"staged ({kv.device.type})",
+                 f"serving on :{self.port}" if self.producer else "pulling")
+
+    def start(self, meta: PdbenchMetadata) -> None:
+        """Hand this step's sends, pulls and releases to the IO thread (non-blocking)."""
+        if self.io is None or self.kv is None:
+            return
+        if meta.sends:
+            assert self.server is not None, "a producer request reached a non-producer worker"
+            ready = None
+            if self.kv.device.type == "cuda":
+                # Orders the staging copies after every kernel that wrote this KV.
+                ready = torch.cuda.Event()
+                ready.record(torch.cuda.current_stream(self.kv.device))
+            for s in meta.sends:
+                self.io.call(self.server.register, s.req_id, self.kv.kblocks(s.block_ids), ready)
+        for r in meta.recvs:
+            self._pull(r)
+        for rel in meta.releases:
+            if self.client is not None:
+                self.io.submit(self.client.release(rel.remote_host, rel.remote_port + self.tp_rank,
+                                                   rel.remote_engine_id, rel.remote_req_id))
+
+    def _pull(self, r: RecvSpec) -> None:
+        assert self.io is not None and self.kv is not None
+        if self.client is None or r.remote_tp_size != self.tp_size:
+            log.error("pdbench: cannot load %s: %s", r.req_id,
+                      "this instance is not a KV consumer" if self.client is None
+                      else f"prefill TP {r.remote_tp_size} != decode TP {self.tp_size}")
+            self.done.received(r.req_id, False, r.block_ids)
+            return
+        kbs = self.kv.kernel_block_size
+        first = r.first_token // kbs
+        count = -(-r.num_tokens // kbs) - first
+        job = PullJob(req_id=r.req_id, remote_req_id=r.remote_req_id, remote_engine_id=r.remote_engine_id,
+                      host=r.remote_host, port=r.remote_port + self.tp_rank, first=first,
+                      kblocks=self.kv.kblocks(r.block_ids)[:count], block_ids=r.block_ids)
+        self.io.submit(self.client.pull(job))
+
+    def results(self) -> tuple[set[str], set[str], set[str], set[int]]:
+        sent, recvd, failed, bad = self.done.drain()
+        # Block ids only identify a block within one KV cache group; with several,
+        # the per-request `failed` set alone carries the failure.
+        return sent, recvd, failed, bad if self.single_group else set()
+
+    def stats(self) -> TransferStats | None:
+        return self.done.drain_stats()
+
+    def shutdown(self) -> None:
+        if self.io is not None:
+            self.io.stop()
+            self.io = None
+        if self.client is not None:
+            self.client.close()
+        if self.stager is not None:
+            self.stager.close()

@@ -1,0 +1,210 @@
+"""Both roles end to end in one process: real schedulers, real worker connectors, fake forward.
+
+Each "engine" is a vLLM Scheduler plus one PdbenchConnector worker per TP rank over
+real CPU tensors. The fake forward writes, for every scheduled token, a value
+derived from (token, position, layer, rank) into that token's slot. After the
+decode engine pulled, its slots must hold exactly prefill's values, at its own
+block ids; both schedulers end empty.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+pytest.importorskip("vllm")
+
+import torch  # noqa: E402
+from vllm.distributed.kv_transfer.kv_connector.utils import KVOutputAggregator  # noqa: E402
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  # noqa: E402
+from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
+from vllm.v1.request import RequestStatus  # noqa: E402
+
+from connector.connector import PdbenchConnector  # noqa: E402
+from test_connector_scheduler import (  # noqa: E402
+    BS,
+    NUM_BLOCKS,
+    assert_empty,
+    finished_outputs,
+    make_request,
+    make_scheduler,
+    model_dir,  # noqa: F401  (fixture)
+)
+
+HEADS, C, LAYERS = 2, 8, 2
+
+
+class Engine:
+    def __init__(self, model_dir: str, role: str, port: int, tp: int = 1, policy: str = "fail",
+                 monkeypatch: pytest.MonkeyPatch | None = None, **extra: Any) -> None:
+        extra = {"host": "127.0.0.1", "port": port, "io_timeout_s": 2.0, "register_timeout_s": 2.0, **extra}
+        self.s = make_scheduler(model_dir, role, policy, **extra)
+        self.s.vllm_config.parallel_config.tensor_parallel_size = tp
+        self.s.connector._sched.tp_size = tp  # type: ignore[union-attr]
+        self.kv: list[dict[str, torch.Tensor]] = []
+        self.workers: list[PdbenchConnector] = []
+        import vllm.distributed.parallel_state as ps
+
+        assert monkeypatch is not None
+        for rank in range(tp):
+            monkeypatch.setattr(ps, "get_tensor_model_parallel_rank", lambda r=rank: r)
+            w = PdbenchConnector(self.s.vllm_config, KVConnectorRole.WORKER, self.s.kv_cache_config)
+            caches = {f"layers.{i}.attn": torch.zeros(NUM_BLOCKS, HEADS, BS, C) for i in range(LAYERS)}
+            w.register_kv_caches(caches)
+            self.kv.append(caches)
+            self.workers.append(w)
+        self.agg = KVOutputAggregator(tp)
+
+    def value(self, token: int, pos: int, layer: int, rank: int) -> float:
+        return float((token % 997) * 16384 + pos * 4 + layer * 2 + rank)  # exact in float32
+
+    def step(self) -> dict[int, Any]:
+        so = self.s.schedule()
+        outs = []
+        for rank, w in enumerate(self.workers):
+            w.bind_connector_metadata(so.kv_connector_metadata)
+            for req_id, n in so.num_scheduled_tokens.items():  # fake forward: write this step's KV
+                req = self.s.requests[req_id]
+                blocks = self.s.kv_cache_manager.get_block_ids(req_id)[0]
+                start = req.num_computed_tokens - n  # schedule() already advanced it
+                for pos in range(start, start + n):
+                    tok = req.all_token_ids[pos]
+                    for li, t in enumerate(self.kv[rank].values()):
+                        t[blocks[pos // BS], :, pos % BS, :] = self.value(tok, pos, li, rank)
+            res = w.get_transfer_results(so.finished_req_ids)
+            from vllm.v1.outputs import KVConnectorOutput
+
+            kvo = KVConnectorOutput(finished_sending=res.finished_sending, finished_recving=res.finished_recving,
+                                    failed_recving=res.failed_recving,
+                                    invalid_block_ids=w.get_block_ids_with_load_errors(),
+                                    kv_connector_stats=w.get_kv_connector_stats())
+            ids = list(so.num_scheduled_tokens)
+            outs.append(ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                                          sampled_token_ids=[[5] for _ in ids], logprobs=None,
+                                          prompt_logprobs_dict={}, pooler_output=None, kv_connector_output=kvo))
+            w.clear_connector_metadata()
+        out = self.agg.aggregate(outs)
+        assert out is not None
+        return self.s.update_from_output(so, out)
+
+    def run_until(self, cond: Any, timeout: float = 10.0) -> list[Any]:
+        fin: list[Any] = []
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            fin += finished_outputs(self.step())
+            if cond(fin):
+                return fin
+            time.sleep(0.005)
+        raise AssertionError("condition not reached")
+
+    def slot(self, rank: int, layer: int, req_id: str, pos: int) -> float:
+        blocks = self.s.kv_cache_manager.get_block_ids(req_id)[0]
+        t = list(self.kv[rank].values())[layer]
+        return float(t[blocks[pos // BS], 0, pos % BS, 0])
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.shutdown()
+
+
+@pytest.fixture
+def engines(model_dir: str, monkeypatch: pytest.MonkeyPatch) -> Any:  # noqa: F811
+    made: list[Engine] = []
+    ports = iter(range(15640, 15660, 4))
+
+    def make(role: str, port: int | None = None, **k: Any) -> Engine:
+        e = Engine(model_dir, role, next(ports) if port is None else port, monkeypatch=monkeypatch, **k)
+        made.append(e)
+        return e
+
+    yield make
+    for e in made:
+        e.close()
+
+
+def prefill_and_params(p: Engine, n_tokens: int, prefix: list[int] | None = None) -> tuple[Any, dict[str, Any]]:
+    req = make_request(n_tokens, params={"do_remote_decode": True}, max_tokens=1, prefix=prefix)
+    p.s.add_request(req)
+    (fin,) = p.run_until(lambda f: any(o.request_id == req.request_id for o in f))
+    p.step()  # as the engine does (it keeps stepping while blocks are held): the worker learns of it
+    return req, fin.kv_transfer_params
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_decode_slots_hold_prefill_kv_and_both_sides_end_empty(engines: Any, tp: int) -> None:
+    p = engines("kv_producer", tp=tp)
+    d = engines("kv_consumer", tp=tp)
+    # Decode's block ids differ from prefill's: it has other requests' blocks first.
+    filler = make_request(70, max_tokens=30)
+    d.s.add_request(filler)
+    d.step()
+    preq, params = prefill_and_params(p, 150)
+    dreq = make_request(150, params=params, max_tokens=3, prefix=list(preq.prompt_token_ids or []))
+    d.s.add_request(dreq)
+    d.run_until(lambda f: dreq.status == RequestStatus.RUNNING or dreq.is_finished(), timeout=10)
+    for rank in range(tp):
+        for layer in range(LAYERS):
+            for pos in (0, 15, 16, 100, 148):
+                want = p.value(preq.prompt_token_ids[pos], pos, layer, rank)
+                assert d.slot(rank, layer, dreq.request_id, pos) == want, (rank, layer, pos)
+    assert d.s.kv_cache_manager.get_block_ids(dreq.request_id)[0] != params["remote_block_ids"]
+    d.run_until(lambda f: dreq.is_finished() and filler.is_finished(), timeout=10)
+    p.run_until(lambda f: not p.s.requests, timeout=10)  # acked: prefill frees its blocks
+    for _ in range(3):
+        d.step()
+    assert_empty(p.s)
+    assert_empty(d.s)
+
+
+def test_failed_pull_with_fail_policy_errors_and_frees(engines: Any) -> None:
+    p = engines("kv_producer", lease_s=0.5)
+    d = engines("kv_consumer")
+    preq, params = prefill_and_params(p, 64)
+    p.run_until(lambda f: not p.s.requests, timeout=10)  # lease expires before decode asks
+    dreq = make_request(64, params=params)
+    d.s.add_request(dreq)
+    fin = d.run_until(lambda f: any(o.request_id == dreq.request_id for o in f), timeout=10)
+    assert dreq.status == RequestStatus.FINISHED_ERROR, fin
+    for _ in range(3):
+        d.step()
+    assert_empty(p.s)
+    assert_empty(d.s)
+
+
+def test_failed_pull_with_recompute_policy_recomputes(engines: Any) -> None:
+    p = engines("kv_producer", lease_s=0.5)
+    d = engines("kv_consumer", policy="recompute")
+    _, params = prefill_and_params(p, 64)
+    p.run_until(lambda f: not p.s.requests, timeout=10)
+    dreq = make_request(64, params=params, max_tokens=2)
+    d.s.add_request(dreq)
+    d.run_until(lambda f: dreq.is_finished(), timeout=10)
+    assert dreq.status == RequestStatus.FINISHED_LENGTH_CAPPED
+    for _ in range(3):
+        d.step()
+    assert_empty(d.s)
+
+
+def test_transfer_stats_reach_the_scheduler(engines: Any) -> None:
+    p = engines("kv_producer")
+    d = engines("kv_consumer")
+    preq, params = prefill_and_params(p, 40)
+    dreq = make_request(40, params=params, max_tokens=1)
+    d.s.add_request(dreq)
+    stats: list[Any] = []
+    orig = d.workers[0].get_kv_connector_stats
+
+    def spy() -> Any:
+        s = orig()
+        if s is not None:
+            stats.append(s)
+        return s
+
+    d.workers[0].get_kv_connector_stats = spy  # type: ignore[method-assign]
+    d.run_until(lambda f: dreq.is_finished(), timeout=10)
+    data = stats[0].data
+    assert data["recv_bytes"] == [3 * LAYERS * HEADS * BS * C * 4]  # 3 blocks x layers
+    red = stats[0].reduce()
+    assert red["Num recv"] == 1 and red["Recv throughput (MB/s)"] > 0
