@@ -156,3 +156,10 @@ def test_multi_node_workers_render_headless_followers(tmp_path: Path) -> None:
     assert "--tensor-parallel-size 16" in follower and "--nnodes 2" in follower
     assert "--node-rank 1" in follower and "--headless" in follower
     assert '--master-addr "${PDBENCH_NODE_0_ADDR}"' in follower
+
+
+def test_bundled_connector_gets_a_kv_port_per_worker(tmp_path: Path) -> None:
+    server = (_render("dsr1-fp8-1p2d-nixl", tmp_path, ["connector.name=pdbench"]) / "server.sh").read_text()
+    ports = [line.split("=")[1] for line in server.splitlines() if "PDBENCH_KV_PORT=" in line]
+    assert ports == ["5600", "5608", "5616"]
+    assert '\\"kv_connector_module_path\\":\\"connector\\"' in server or '"kv_connector_module_path":"connector"' in server

@@ -98,6 +98,10 @@ def server_env(rr: ResolvedRecipe, worker: Worker) -> dict[str, Word]:
     if c.name == "nixl":
         env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = NODE_ADDR
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(worker.side_channel_port)
+    if c.name == "pdbench" and "port" not in c.extra_config:
+        # The bundled connector's prefill rank r listens on this + r: disjoint per worker,
+        # like NIXL's side-channel ports, so workers sharing a host never collide.
+        env["PDBENCH_KV_PORT"] = str(worker.side_channel_port)
     if c.name == "moriio" and c.read_mode:
         env["VLLM_MORIIO_CONNECTOR_READ_MODE"] = "1"
     if worker.visible_devices is not None:
