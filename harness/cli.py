@@ -172,9 +172,9 @@ def _summary(run_dir: Path, rc: int) -> None:
 def _follow(run_dir: Path, job_id: str, timeout_s: float) -> int:
     """Show state changes and the benchmark's progress until the job ends; Ctrl-C cancels it."""
     from harness.launch import slurm
-    from harness.launch.local import _Tail  # same tailer as the local launcher
+    from harness.launch.local import LogTail
 
-    tail = _Tail([run_dir / "logs" / "node0.log", run_dir / "logs" / "bench.log"], sys.stdout)
+    tail = LogTail([run_dir / "logs" / "node0.log", run_dir / "logs" / "bench.log"], sys.stdout)
     last: list[str] = []
 
     def on_poll(info: slurm.JobInfo) -> None:

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from conftest import require_vllm
-from harness.node.scrape import parse_prometheus
+from harness.validity.metrics import Scrape, delta
 
 pytestmark = pytest.mark.vllm
 
@@ -105,12 +105,12 @@ def _run_dir(results: Path) -> Path:
     return run_dir
 
 
-def _delta(run_dir: Path, server: str, prefix: str) -> float:
-    def total(phase: str) -> float:
-        samples = parse_prometheus((run_dir / "metrics" / f"{server}.{phase}.prom").read_text())
-        return sum(v for k, v in samples.items() if k.split("{")[0] == prefix.split("{")[0]
-                   and all(part in k for part in prefix.split("{")[1:]))
-    return total("after") - total("before")
+def _delta(run_dir: Path, server: str, pattern: str, **labels: str) -> float:
+    """Counter increase over the whole sweep, from the node runtime's scrapes."""
+    scrape = lambda phase: Scrape.parse((run_dir / "metrics" / f"{server}.{phase}.prom").read_text())  # noqa: E731
+    found = delta(scrape("before"), scrape("after"), pattern, **labels)
+    assert found is not None, f"{server} exports no {pattern}"
+    return found[0]
 
 
 def test_local_1p1d_real_vllm(tmp_path: Path) -> None:
@@ -143,7 +143,7 @@ def test_local_1p1d_real_vllm(tmp_path: Path) -> None:
     # KV was transferred, not recomputed: every prompt token decode saw was an external hit.
     hits = _delta(run_dir, "decode-0", "vllm:external_prefix_cache_hits_total")
     prompt = _delta(run_dir, "decode-0", "vllm:prompt_tokens_total")
-    computed = _delta(run_dir, "decode-0", 'vllm:prompt_tokens_by_source_total{source="local_compute"')
+    computed = _delta(run_dir, "decode-0", "vllm:prompt_tokens_by_source_total", source="local_compute")
     assert hits == prompt >= sent_prompt_tokens > 0
     assert computed == 0
     assert _delta(run_dir, "decode-0", "vllm:nixl_num_failed_transfers_total") == 0

@@ -46,7 +46,7 @@ def node_env(run_dir: Path, job_id: str, node: int, num_nodes: int) -> dict[str,
     return env
 
 
-class _Tail:
+class LogTail:
     """Echo new lines of a few log files to the terminal, so a local run shows progress."""
 
     def __init__(self, paths: list[Path], out: TextIO):
@@ -75,7 +75,7 @@ def run_local(run_dir: Path, num_nodes: int, timeout_s: float, grace_s: float,
     logs = run_dir / "logs"
     logs.mkdir(exist_ok=True)
     nodes: list[subprocess.Popen] = []
-    tail = _Tail([logs / "node0.log", logs / "bench.log"], echo) if echo else None
+    tail = LogTail([logs / "node0.log", logs / "bench.log"], echo) if echo else None
     rc = 0
     # Signal handlers can only be set from the main thread (tests run the launcher in others).
     in_main = threading.current_thread() is threading.main_thread()

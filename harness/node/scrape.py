@@ -25,17 +25,3 @@ def scrape_all(targets: dict[str, str], out_dir: Path, phase: str, timeout: floa
         tmp = out_dir / f".{name}.{phase}.prom.tmp"
         tmp.write_bytes(text)
         os.replace(tmp, out_dir / f"{name}.{phase}.prom")
-
-
-def parse_prometheus(text: str) -> dict[str, float]:
-    """'name{labels} value' lines -> {'name{labels}': value}; comments and blank lines skipped."""
-    samples: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        key, _, value = line.rpartition(" ")
-        try:
-            samples[key] = float(value)
-        except ValueError:
-            continue
-    return samples
