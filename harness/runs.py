@@ -26,8 +26,18 @@ def resolve_run(ref: str, results_root: Path) -> Path:
 
 
 def read_status(run_dir: Path) -> dict | None:
+    """status.json; else, for a job whose head node was killed before writing it (Slurm's
+    SIGKILL after KillWait), the failure the nodes recorded in state/."""
     p = run_dir / "status.json"
-    return json.loads(p.read_text()) if p.is_file() else None
+    if p.is_file():
+        return json.loads(p.read_text())
+    from harness.node.coordination import Coordination
+
+    failure = Coordination(run_dir, "reader", 0).first_failure() if (run_dir / "state").is_dir() else None
+    if failure is None:
+        return None
+    return {"state": "failed", "exit_code": None, "reason": failure.reason, "failure": failure.to_json(),
+            "results": sorted(f.name for f in run_dir.glob("concurrency_*.json")), "finished_at": None}
 
 
 def log_files(run_dir: Path, node: int | None = None, role: str | None = None) -> list[Path]:

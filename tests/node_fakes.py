@@ -168,6 +168,9 @@ def run_bench(args: argparse.Namespace) -> None:
               "partial": args.exit_code != 0}
     (run_dir / RESULT_NAME).write_text(json.dumps(result))
     print(f"bench: wrote {RESULT_NAME}", flush=True)
+    if args.kill_server:  # the server dies under the client, which fails at once: echo races cause
+        for f in pid_dir().glob(f"{args.kill_server}.*.json"):
+            os.kill(json.loads(f.read_text())["pid"], signal.SIGKILL)
     if args.sleep:
         time.sleep(args.sleep)
     sys.exit(args.exit_code)
@@ -190,6 +193,7 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument("--proxy-port", type=int, required=True)
     b.add_argument("--exit-code", type=int, default=0)
     b.add_argument("--sleep", type=float, default=0.0)
+    b.add_argument("--kill-server", help="SIGKILL this fake server, then exit with --exit-code")
     args = ap.parse_args(argv)
     (run_server if args.cmd == "server" else run_bench)(args)
 

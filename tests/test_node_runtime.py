@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from harness.launch.local import _sweep_leftovers, node_env, run_local
-from harness.node.coordination import Aborted, Coordination
+from harness.node.coordination import Aborted, Coordination, Failure
 from harness.node.supervisor import Supervisor
 from node_fakes import RESULT_NAME
 
@@ -266,11 +266,15 @@ def test_server_exits_during_startup(make_job) -> None:
     status = job.status()
     assert status["state"] == "failed" and status["exit_code"] != 0
     # node 1 saw decode-0 die and aborted the job; node 0 stopped on that abort
-    assert status["reason"].startswith("aborted by node 1: decode-0 (decode) on node 1 exited with code 3")
+    assert status["reason"].startswith("decode-0 (decode) on node 1 exited with code 3; last lines of "
+                                       "logs/decode-0.log:\n")
     assert "fake start-up failure, exiting with 3" in status["reason"]  # the log tail
+    failure = status["failure"]
+    assert (failure["node"], failure["process"], failure["role"], failure["cause"]) == (
+        1, "decode-0", "decode", "exited with code 3")
     abort = json.loads((job.run_dir / "state" / "abort").read_text())
     assert abort["node"] == 1 and "decode-0" in abort["reason"]
-    assert "aborted by node 1" in job.log("node0")
+    assert "stopping: decode-0 (decode) on node 1 exited with code 3" in job.log("node0")
     assert status["results"] == [] and not (job.run_dir / "logs" / "bench.log").exists()
     job.assert_nothing_left()  # decode-0's orphaned worker included
 
@@ -283,7 +287,10 @@ def test_server_never_healthy(make_job, stuck: str) -> None:
     assert took < 15, job.logs()
     status = job.status()
     assert status["state"] == "failed"
-    assert f"not healthy within 2 s: {stuck}" in status["reason"], status
+    node = 1 if stuck == "decode-0" else 0
+    role = "decode" if stuck == "decode-0" else "proxy"
+    assert status["reason"].startswith(f"{stuck} ({role}) on node {node} was not healthy within 2 s; "
+                                       f"last lines of logs/{stuck}.log:"), status
     others = {"decode-0", "proxy", "prefill-0"} - {stuck}
     assert not any(o in status["reason"] for o in others)
     assert status["results"] == []
@@ -443,7 +450,80 @@ def test_sigterm_to_local_launcher(make_job) -> None:
             launcher.wait(5)
     assert rc != 0
     job.assert_nothing_left(wait=1)
-    assert job.status()["state"] == "failed"
+    status = job.status()
+    assert status["state"] == "failed"
+    assert status["reason"] == "the local launcher: received SIGTERM"  # not a node's echo of it
+
+
+def test_local_time_limit_is_the_reason(make_job) -> None:
+    job = make_job(timeouts={"bench_s": 60}, flags={"bench": ["--sleep", "60"]})
+    rc, took = job.run(timeout_s=8)
+    assert rc == 124, job.logs()
+    status = job.status()
+    assert status["reason"] == "the local launcher: the job reached its time limit of 8 s"
+    assert status["failure"]["node"] == "launcher"
+    job.assert_nothing_left()
+
+
+def _start_nodes(job: Job) -> list[subprocess.Popen]:
+    """The job's node runtimes started the way srun starts them (no launcher in between)."""
+    procs = []
+    for i in range(job.num_nodes):
+        with open(job.run_dir / f"node{i}.out", "wb") as out:
+            procs.append(subprocess.Popen(
+                ["bash", str(job.run_dir / "server.sh")], stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, env=node_env(job.run_dir, "srun-like", i, job.num_nodes),
+                cwd=job.run_dir, start_new_session=True))
+    return procs
+
+
+def _reap(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(5)
+
+
+def test_sigterm_after_another_node_failed_keeps_that_failure(make_job) -> None:
+    # srun --kill-on-bad-exit: node 1 fails and exits, then srun sends SIGTERM to node 0 at
+    # once. node 0's status must name node 1's failure, not the SIGTERM that followed it.
+    job = make_job(timeouts={"health_s": 30}, flags={"decode-0": ["--exit-after", "1", "--exit-code", "3"]})
+    node0, node1 = procs = _start_nodes(job)
+    try:
+        assert node1.wait(20) == 1
+        node0.send_signal(signal.SIGTERM)  # no grace: the test is the worst case of srun's timing
+        assert node0.wait(20) in (1, 143)  # 1 when node 0 saw the abort before the signal came
+    finally:
+        _reap(procs)
+    status = job.status()
+    assert status["reason"].startswith("decode-0 (decode) on node 1 exited with code 3; last lines of ")
+    assert "received SIGTERM" not in json.dumps(status)
+    assert sorted(p.name for p in (job.run_dir / "state").glob("exit-node*.json")) == [
+        "exit-node0.json", "exit-node1.json"]
+    job.assert_nothing_left()
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_cause_beats_its_echo(make_job, attempt: int) -> None:
+    # The client kills decode-0 (node 1) and fails at the same instant: node 0 sees its client
+    # fail (the echo) while node 1 sees decode-0 die (the cause). Whichever node notices first,
+    # the job's reason is the cause.
+    job = make_job(flags={"bench": ["--kill-server", "decode-0", "--exit-code", "1"]})
+    rc, took = job.run()
+    assert rc == 1, job.logs()
+    status = job.status()
+    assert status["reason"].startswith("decode-0 (decode) on node 1 was killed by signal 9"), status["reason"]
+    assert status["failure"]["process"] == "decode-0" and status["failure"]["primary"] is True
+    job.assert_nothing_left()
+
+
+def test_echo_alone_is_the_reason(make_job) -> None:
+    # With no cause anywhere else, the client's own failure is what the status says.
+    job = make_job(flags={"bench": ["--exit-code", "1"]})
+    rc, took = job.run()
+    assert rc == 1
+    assert took < 20  # the head waited for node 1 to exit, not for the whole settle bound
+    assert job.status()["failure"]["primary"] is False
 
 
 # --- one node runtime, signalled -------------------------------------------------------
@@ -470,8 +550,8 @@ def test_sigterm_to_node_runtime(make_job) -> None:
     assert rc == 143, job.logs()
     status = job.status()
     assert status["state"] == "failed" and status["exit_code"] == 143
-    assert status["reason"] == "node 0 received SIGTERM"
-    assert json.loads((job.run_dir / "state" / "abort").read_text())["reason"] == "node 0 received SIGTERM"
+    assert status["reason"] == "node 0: received SIGTERM (the local launcher recorded no reason)"
+    assert json.loads((job.run_dir / "state" / "abort").read_text())["reason"] == status["reason"]
     assert {e["name"] for e in job.recorded_procs()} == {"prefill-0", "decode-0", "proxy", "bench"}
     job.assert_nothing_left()
 
@@ -489,7 +569,33 @@ def test_abort_keeps_the_first_reason(tmp_path: Path) -> None:
     assert a.abort_reason() == b.abort_reason() == "node 1: decode-0 exited with code 3"
     with pytest.raises(Aborted, match=r"^node 1: decode-0 exited with code 3$"):
         a.check_abort()
-    assert [p.name for p in (tmp_path / "state").iterdir()] == ["abort"]  # no temp files left
+    assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["abort", "root_cause"]  # no temp files
+
+
+def test_first_primary_failure_wins_over_an_earlier_echo(tmp_path: Path) -> None:
+    a, b = Coordination(tmp_path, 0, 2), Coordination(tmp_path, 1, 2)
+    a.record_failure(Failure(0, "exited with code 1", process="bench", role="benchmark client", primary=False))
+    assert a.first_failure().process == "bench" and a.root_cause() is None
+    b.record_failure(Failure(1, "was killed by signal 9", process="decode-0", role="decode", log="logs/decode-0.log",
+                             log_tail="  last words"))
+    a.record_failure(Failure(0, "received SIGTERM"))  # later: kept out
+    first = a.first_failure()
+    assert first.reason == "decode-0 (decode) on node 1 was killed by signal 9; last lines of logs/decode-0.log:\n  last words"
+    assert json.loads((tmp_path / "state" / "abort").read_text())["process"] == "bench"  # the stop signal
+    t0 = time.monotonic()
+    a.settle(5)  # a cause is recorded: nothing to wait for
+    assert time.monotonic() - t0 < 0.5
+
+
+def test_settle_is_bounded_and_ends_when_every_node_exited(tmp_path: Path) -> None:
+    a, b = Coordination(tmp_path, 0, 2), Coordination(tmp_path, 1, 2)
+    t0 = time.monotonic()
+    a.settle(0.5, poll=0.05)
+    assert 0.5 <= time.monotonic() - t0 < 1.5
+    b.mark_exited(1)
+    t0 = time.monotonic()
+    a.settle(5, poll=0.05)
+    assert time.monotonic() - t0 < 0.5
 
 
 def test_concurrent_aborts_have_one_winner(tmp_path: Path) -> None:
@@ -498,8 +604,10 @@ def test_concurrent_aborts_have_one_winner(tmp_path: Path) -> None:
     procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path), str(i)]) for i in range(4)]
     assert [p.wait(20) for p in procs] == [0] * 4
     data = json.loads((tmp_path / "state" / "abort").read_text())
-    assert data["reason"] == f"reason {data['node']}"
-    assert [p.name for p in (tmp_path / "state").iterdir()] == ["abort"]
+    assert data["reason"] == f"node {data['node']}: reason {data['node']}"
+    cause = json.loads((tmp_path / "state" / "root_cause").read_text())  # one winner there too
+    assert cause["reason"] == f"node {cause['node']}: reason {cause['node']}"
+    assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["abort", "root_cause"]
 
 
 def test_wait_for_nodes(tmp_path: Path) -> None:

@@ -21,6 +21,8 @@ from typing import TextIO
 
 import psutil
 
+from harness.node.coordination import Coordination, Failure, write_status
+
 log = logging.getLogger("pdbench.launch")
 
 
@@ -31,6 +33,7 @@ def node_env(run_dir: Path, job_id: str, node: int, num_nodes: int) -> dict[str,
         "PATH": venv_bin + os.pathsep + env.get("PATH", ""),
         "PDBENCH_PYTHON": sys.executable,
         "PDBENCH_NODE_ADDR": "127.0.0.1",
+        "PDBENCH_LAUNCHER": "local",
         "RUN_DIR": str(run_dir),
         "SLURM_JOB_ID": job_id,
         "SLURM_JOB_NAME": f"pdbench-{run_dir.parent.name}",
@@ -77,6 +80,9 @@ def run_local(run_dir: Path, num_nodes: int, timeout_s: float, grace_s: float,
     nodes: list[subprocess.Popen] = []
     tail = LogTail([logs / "node0.log", logs / "bench.log"], echo) if echo else None
     rc = 0
+    # The launcher records why it stops the job before it signals any node, so no node can
+    # mistake the launcher's SIGTERM for the cause.
+    coord = Coordination(run_dir, "launcher", num_nodes)
     # Signal handlers can only be set from the main thread (tests run the launcher in others).
     in_main = threading.current_thread() is threading.main_thread()
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)} if in_main else {}
@@ -99,17 +105,23 @@ def run_local(run_dir: Path, num_nodes: int, timeout_s: float, grace_s: float,
                 first_failure_at = time.monotonic()
             if first_failure_at is not None and time.monotonic() - first_failure_at > grace_s + 30:
                 log.error("a node failed; stopping the others")
+                failed = next(i for i, c in enumerate(codes) if c not in (None, 0))
+                coord.record_failure(Failure("launcher", f"node {failed} exited with code {codes[failed]} "
+                                             "and the other nodes did not stop by themselves"))
                 break
             if time.monotonic() > deadline:
                 log.error("the job exceeded its time limit of %.0f s; stopping it", timeout_s)
+                coord.record_failure(Failure("launcher", f"the job reached its time limit of {timeout_s:.0f} s"))
                 rc = 124
                 break
             time.sleep(0.5)
     except KeyboardInterrupt:
         log.error("interrupted; stopping every node")
+        coord.record_failure(Failure("launcher", "interrupted by the user (Ctrl-C)"))
         rc = 130
     except _Terminated as e:
         log.error("received %s; stopping every node", signal.Signals(e.signum).name)
+        coord.record_failure(Failure("launcher", f"received {signal.Signals(e.signum).name}"))
         rc = 128 + e.signum
     finally:
         for sig in previous:
@@ -122,6 +134,13 @@ def run_local(run_dir: Path, num_nodes: int, timeout_s: float, grace_s: float,
             signal.signal(sig, handler)
     if rc == 0:
         rc = next((c for c in (p.returncode for p in nodes) if c), 0)
+    if not (run_dir / "status.json").is_file():
+        # The head node was killed before it could write the job's status.
+        failure = coord.first_failure()
+        if rc and failure is None:
+            failure = Failure("launcher", f"node processes exited with codes {[p.returncode for p in nodes]} "
+                                          "and recorded no reason")
+        write_status(run_dir, rc, failure if rc else None)
     return rc
 
 

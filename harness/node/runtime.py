@@ -18,9 +18,10 @@ from pathlib import Path
 from types import FrameType
 
 from harness.node.affinity import pin_worker_main_threads
-from harness.node.coordination import Aborted, Coordination, discover_address
+from harness.node.coordination import Aborted, Coordination, Failure, discover_address, write_status
 from harness.node.health import is_healthy, smoke_request
 from harness.node.scrape import scrape_all
+from harness.node.signal_cause import describe_signal
 from harness.node.supervisor import Supervisor
 
 log = logging.getLogger("pdbench.node")
@@ -35,7 +36,11 @@ class Interrupted(Exception):
 
 
 class Failed(Exception):
-    """This node's part of the job failed; the message is the reason recorded for the run."""
+    """This node's part of the job failed; `failure` says where and why (see Failure.primary)."""
+
+    def __init__(self, failure: Failure):
+        super().__init__(failure.reason)
+        self.failure = failure
 
 
 @dataclass
@@ -82,32 +87,43 @@ def run_node(run_dir: Path, node_id: int | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _raise_interrupted)
 
-    rc, reason = EXIT_OK, None
+    rc, failure = EXIT_OK, None
     try:
         _run(ctx, coord, sup)
     except Interrupted as e:
-        rc, reason = 128 + e.signum, f"node {node_id} {e}"
-        coord.abort(reason)
+        rc = 128 + e.signum
+        # A node told to stop because another one failed must not bury that failure: the
+        # failing node (or the launcher) records it before any other node is signalled.
+        if not coord.has_failed():
+            failure = Failure(node_id, describe_signal(e.signum))
     except Aborted as e:
-        rc, reason = EXIT_FAILED, f"aborted by {e}"
-    except (Failed, TimeoutError, OSError, RuntimeError) as e:
-        rc, reason = EXIT_FAILED, str(e)
-        coord.abort(reason)
+        rc = EXIT_FAILED
+        log.info("stopping: %s", e)
+    except Failed as e:
+        rc, failure = EXIT_FAILED, e.failure
+    except (TimeoutError, OSError, RuntimeError) as e:
+        rc, failure = EXIT_FAILED, Failure(node_id, str(e))
     except Exception as e:  # noqa: BLE001 - any bug must still abort the job and tear down
         log.exception("node %d: unexpected error", node_id)
-        rc, reason = EXIT_FAILED, f"node {node_id}: unexpected {type(e).__name__}: {e}"
-        coord.abort(reason)
+        rc, failure = EXIT_FAILED, Failure(node_id, f"unexpected {type(e).__name__}: {e}")
     finally:
         # A second signal during teardown must not cut it short.
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)
+        if failure is not None:
+            coord.record_failure(failure)  # first, so the other nodes stop now
         sup.stop_all(ctx.timeouts["teardown_s"])
-    if ctx.is_head:
-        _write_status(ctx, rc, reason or coord.abort_reason())
     if rc == EXIT_OK:
         log.info("node %d finished", node_id)
     else:
-        log.error("node %d failed: %s", node_id, reason)
+        log.error("node %d failed: %s", node_id, failure.reason if failure else coord.abort_reason())
+    if ctx.is_head:
+        if rc != EXIT_OK and coord.root_cause() is None:
+            # Only a consequence was seen here; the node with the cause records it before it
+            # exits. Bounded well inside Slurm's KillWait.
+            coord.settle(ctx.timeouts.get("settle_s", 10.0))
+        write_status(run_dir, rc, coord.first_failure() if rc != EXIT_OK else None)
+    coord.mark_exited(rc)
     return rc
 
 
@@ -132,29 +148,37 @@ def _run(ctx: NodeContext, coord: Coordination, sup: Supervisor) -> None:
     def check(ignore: tuple[str, ...] = ()) -> None:
         dead = [d for d in sup.exited() if d[0] not in ignore]
         if dead:
-            raise Failed(_exit_reason(ctx, *dead[0]))
+            raise Failed(_exit_failure(ctx, *dead[0]))
         coord.check_abort()
 
     # Health gate: this node's servers first (and pin CPU-only workers), then node 0
     # waits for every server of the job and for the proxy's count-aware /health.
-    own = {p["name"]: f"http://127.0.0.1:{p['port']}/health" for p in mine if p["port"]}
-    _wait_healthy(own, t["health_s"], check)
+    # The proxy is gated with the job below: its /health waits for every remote server.
+    own = {p["name"]: f"http://127.0.0.1:{p['port']}/health" for p in mine if p["port"] and p["kind"] != "proxy"}
+    _wait_healthy(ctx, own, t["health_s"], check, primary=True)
     for p in mine:
         if p.get("cpu_bind"):
             pin_worker_main_threads(sup.procs[p["name"]].pid, p["cpu_bind"])
 
     if not ctx.is_head:
         log.info("node %d ready; waiting for the benchmark to finish", ctx.node_id)
-        _wait(coord.is_done, t["health_s"] + t["smoke_s"] + t["bench_s"], "the job's end", check)
+        _wait(ctx, coord.is_done, t["health_s"] + t["smoke_s"] + t["bench_s"], "the job's end", check)
         return
 
     servers = [p for p in ctx.processes() if p["kind"] == "server"]
     job = {p["name"]: f"http://{addrs[p['node']]}:{p['port']}/health" for p in servers if p["name"] not in own}
-    _wait_healthy(job, t["health_s"], check)
+    job.update({p["name"]: f"http://127.0.0.1:{p['port']}/health" for p in mine if p["kind"] == "proxy"})
+    # Another node's server is gated by its own node too, which records the cause if it fails;
+    # what this gate sees is a consequence (settle() lets the cause win, or this stands).
+    _wait_healthy(ctx, job, t["health_s"], check, primary=False)
     log.info("every server and the proxy are ready")
 
     base = f"http://127.0.0.1:{ctx.plan['proxy_port']}"
-    text = smoke_request(base, ctx.plan["served_model_name"], t["smoke_s"])
+    try:
+        text = smoke_request(base, ctx.plan["served_model_name"], t["smoke_s"])
+    except (RuntimeError, OSError, TimeoutError) as e:
+        check()  # a server that died is the cause, the failed request its echo
+        raise Failed(Failure(ctx.node_id, str(e), primary=False)) from e
     log.info("smoke request through the proxy answered %r", text)
 
     targets = {p["name"]: f"http://{addrs[p['node']]}:{p['port']}" for p in servers}
@@ -164,15 +188,18 @@ def _run(ctx: NodeContext, coord: Coordination, sup: Supervisor) -> None:
     while (rc := sup.procs["bench"].popen.poll()) is None:
         check(ignore=("bench",))
         if time.monotonic() > deadline:
-            raise Failed(f"the benchmark did not finish within {t['bench_s']:.0f} s (partial results kept)")
+            raise Failed(Failure(ctx.node_id, f"the benchmark did not finish within {t['bench_s']:.0f} s "
+                                              "(partial results kept)"))
         time.sleep(0.5)
+    if rc != 0:
+        check(ignore=("bench",))  # a server or the proxy that died first is the cause
     scrape_all(targets, ctx.run_dir / "metrics", "after")
     coord.mark_done()
     if rc != 0:
-        raise Failed(_exit_reason(ctx, "bench", rc))
+        raise Failed(_exit_failure(ctx, "bench", rc, primary=False))
     invalid = _invalid_points(ctx.run_dir)
     if invalid:
-        raise Failed("invalid result point(s): " + "; ".join(invalid))
+        raise Failed(Failure(ctx.node_id, "invalid result point(s): " + "; ".join(invalid)))
 
 
 def _invalid_points(run_dir: Path) -> list[str]:
@@ -190,13 +217,13 @@ def _invalid_points(run_dir: Path) -> list[str]:
     return out
 
 
-def _exit_reason(ctx: NodeContext, name: str, code: int) -> str:
+def _exit_failure(ctx: NodeContext, name: str, code: int, primary: bool = True) -> Failure:
     """Names the node, the role and the end of the process's log, so the run directory says why."""
     proc = next((p for p in ctx.processes() if p["name"] == name), {"kind": "benchmark client"})
     role = name.split("-")[0] if proc["kind"] in ("server", "follower") else proc["kind"]
     how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-    tail = _log_tail(ctx.run_dir / "logs" / f"{name}.log")
-    return f"{name} ({role}) on node {ctx.node_id} {how}; last lines of logs/{name}.log:\n{tail}"
+    return Failure(ctx.node_id, how, process=name, role=role, log=f"logs/{name}.log",
+                   log_tail=_log_tail(ctx.run_dir / "logs" / f"{name}.log"), primary=primary)
 
 
 def _log_tail(path: Path, lines: int = 15) -> str:
@@ -210,7 +237,7 @@ def _log_tail(path: Path, lines: int = 15) -> str:
     return "\n".join("  " + line for line in text.splitlines()[-lines:])
 
 
-def _wait_healthy(urls: dict[str, str], timeout: float, check) -> None:
+def _wait_healthy(ctx: NodeContext, urls: dict[str, str], timeout: float, check, primary: bool) -> None:
     pending = dict(urls)
     deadline = time.monotonic() + timeout
     while pending:
@@ -220,27 +247,30 @@ def _wait_healthy(urls: dict[str, str], timeout: float, check) -> None:
                 log.info("%s is healthy", name)
                 del pending[name]
         if pending and time.monotonic() > deadline:
-            raise Failed(f"not healthy within {timeout:.0f} s: {', '.join(sorted(pending))}")
+            names = sorted(pending)
+            cause = f"not healthy within {timeout:.0f} s: {', '.join(names)}"
+            mine = [p for p in ctx.processes(ctx.node_id) if p["name"] in names]
+            if len(names) == 1 and mine:  # the one process of this node that is stuck: its log says why
+                name, kind = names[0], mine[0]["kind"]
+                role = name.split("-")[0] if kind in ("server", "follower") else kind
+                raise Failed(Failure(ctx.node_id, f"was not healthy within {timeout:.0f} s", process=name,
+                                     role=role, log=f"logs/{name}.log",
+                                     log_tail=_log_tail(ctx.run_dir / "logs" / f"{name}.log"), primary=primary))
+            raise Failed(Failure(ctx.node_id, cause, primary=primary))
         if pending:
             time.sleep(1.0)
 
 
-def _wait(pred, timeout: float, what: str, check) -> None:
+def _wait(ctx: NodeContext, pred, timeout: float, what: str, check) -> None:
     deadline = time.monotonic() + timeout
-    while not pred():
+    while True:
         check()
+        if pred():
+            check()  # a process that died before the job's end is still this node's failure
+            return
         if time.monotonic() > deadline:
-            raise Failed(f"{what} did not come within {timeout:.0f} s")
+            raise Failed(Failure(ctx.node_id, f"{what} did not come within {timeout:.0f} s"))
         time.sleep(0.5)
-
-
-def _write_status(ctx: NodeContext, rc: int, reason: str | None) -> None:
-    results = sorted(p.name for p in ctx.run_dir.glob("concurrency_*.json"))
-    status = {"state": "succeeded" if rc == EXIT_OK else "failed", "exit_code": rc,
-              "reason": reason, "results": results, "finished_at": time.time()}
-    tmp = ctx.run_dir / ".status.json.tmp"
-    tmp.write_text(json.dumps(status, indent=2) + "\n")
-    os.replace(tmp, ctx.run_dir / "status.json")
 
 
 def main(run_dir: str) -> None:
