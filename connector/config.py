@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import os
-from dataclasses import dataclass, fields
+import stat
+from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
+log = logging.getLogger("connector.config")
+
 DEFAULT_PORT = 17600
+# The job secret (see connector/auth.py): `secret_file` in kv_connector_extra_config,
+# else this variable, else RUN_DIR/state/kv_secret when pdbench's node runtime wrote one.
+SECRET_FILE_ENV = "PDBENCH_KV_SECRET_FILE"
+RUN_DIR_SECRET = Path("state") / "kv_secret"
+MIN_SECRET_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -15,7 +25,14 @@ class PdbenchConfig:
     # port + d * tp_size + r. `host` is what decode instances are told to dial.
     host: str | None = None
     port: int = DEFAULT_PORT
-    bind_host: str = "0.0.0.0"
+    # Where prefill's KV server binds; None: `host`, the one address decode dials
+    # (never every interface unless asked with "0.0.0.0").
+    bind_host: str | None = None
+    # A file holding the job's shared secret; every peer must prove it knows it
+    # before any other message (connector/auth.py). Without one, the KV server
+    # refuses to listen on anything but loopback.
+    secret_file: str | None = None
+    secret: bytes | None = field(default=None, repr=False, compare=False)  # loaded from secret_file
     # Prefill keeps a finished request's blocks this long unless decode acks
     # or releases them first; a read after expiry is refused, never served stale.
     lease_s: float = 120.0
@@ -42,7 +59,7 @@ class PdbenchConfig:
     @classmethod
     def from_extra(cls, extra: dict[str, Any] | None) -> PdbenchConfig:
         extra = dict(extra or {})
-        known = {f.name: f for f in fields(cls)}
+        known = {f.name: f for f in fields(cls) if f.name != "secret"}  # never inline: argv is public
         kwargs: dict[str, Any] = {}
         for key, value in extra.items():
             if key not in known:
@@ -55,23 +72,53 @@ class PdbenchConfig:
         if "host" not in kwargs:
             # pdbench's node runtime exports each node's address as PDBENCH_NODE_ADDR.
             kwargs["host"] = (os.environ.get("PDBENCH_KV_HOST") or os.environ.get("PDBENCH_NODE_ADDR")
-                              or os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST"))
+                              or os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST") or _vllm_ip())
         if os.environ.get("PDBENCH_KV_DEBUG_CORRUPT") == "1":
             kwargs["debug_corrupt"] = True
+        if "secret_file" not in kwargs:
+            kwargs["secret_file"] = os.environ.get(SECRET_FILE_ENV) or None
+            run_dir = os.environ.get("RUN_DIR")
+            if kwargs["secret_file"] is None and run_dir and (Path(run_dir) / RUN_DIR_SECRET).is_file():
+                kwargs["secret_file"] = str(Path(run_dir) / RUN_DIR_SECRET)
+        if kwargs["secret_file"]:
+            kwargs["secret"] = load_secret(kwargs["secret_file"])
         return cls(**kwargs)
 
     def advertised_host(self) -> str:
-        if self.host:
-            return self.host
-        try:
-            from vllm.utils.network_utils import get_ip
+        """The address decode is told to dial (from_extra fills it in vLLM)."""
+        return self.host or "127.0.0.1"
 
-            return get_ip()
-        except Exception:  # outside vLLM (tests, benchmarks)
-            return "127.0.0.1"
+    def listen_host(self) -> str:
+        """The one address prefill's KV server binds: bind_host, else the advertised one."""
+        return self.bind_host or self.advertised_host()
 
     def listen_port(self, dp_index: int, tp_size: int, tp_rank: int) -> int:
         return self.port + dp_index * tp_size + tp_rank
+
+
+def load_secret(path: str | os.PathLike[str]) -> bytes:
+    """The secret in a file (surrounding whitespace dropped); a configured file must be usable."""
+    p = Path(path)
+    try:
+        st = p.stat()
+        data = p.read_bytes().strip()
+    except OSError as exc:
+        raise ValueError(f"pdbench connector: cannot read the job secret {p}: {exc}") from exc
+    if len(data) < MIN_SECRET_BYTES:
+        raise ValueError(f"pdbench connector: job secret {p} is shorter than {MIN_SECRET_BYTES} bytes")
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        log.warning("pdbench connector: job secret %s is accessible by group/others (mode %o); "
+                    "it should be 0600", p, st.st_mode & 0o777)
+    return data
+
+
+def _vllm_ip() -> str | None:
+    try:
+        from vllm.utils.network_utils import get_ip
+
+        return get_ip()
+    except Exception:  # outside vLLM (tests, benchmarks): loopback
+        return None
 
 
 def _coerce(value: Any, typ: Any) -> Any:

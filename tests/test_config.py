@@ -150,3 +150,36 @@ def test_dry_run_creates_run_dir_and_prints_sbatch(tmp_path: Path) -> None:
     r2 = subprocess.run([sys.executable, "-m", "harness", "submit", "--recipe", "dsr1-fp8-1p2d", "--dry-run",
                          "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert r2.returncode == 0 and len(list((tmp_path / "dsr1-fp8-1p2d").iterdir())) == 2  # never reused
+
+
+def test_recipe_name_is_a_safe_directory_name(root: Path) -> None:
+    e = _error(root, overrides=["name=../../etc"])
+    assert e.key == "name" and "safe name" in str(e)
+    bad = root / "recipes" / "my recipe;x.yaml"
+    shutil.copy(root / "recipes" / "local-tiny-1p1d.yaml", bad)
+    e = _error(root, str(bad))
+    assert e.file == str(bad) and e.key == "name" and "set 'name:'" in str(e)
+    assert load_recipe(str(bad), ["name=my-recipe"], root=root).name == "my-recipe"
+
+
+@pytest.mark.parametrize("override, key, needle", [
+    ("env.A B=1", "env.A B.[key]", "environment variable name"),
+    ('env.OK="a\\nb"', "env.OK", "control characters"),
+    ('slurm.job_name="x\\ntouch M"', "slurm.job_name", "#SBATCH"),
+    ('slurm.partition="a\\\\b"', "slurm.partition", "#SBATCH"),
+    ('slurm.extra_sbatch=["--mem=0", "touch M"]', "slurm.extra_sbatch.1", "sbatch option"),
+    ('container.mounts={"/a,/b": "/c"}', "container.mounts./a,/b.[key]", "','"),
+    ('container.mounts={"/a": "/b,/c"}', "container.mounts./a", "','"),
+    ('topology.decode.flags={"x; y": 1}', "topology.decode.flags.x; y.[key]", "flag name"),
+    ('topology.decode.flags={"seed": "1\\u0000"}', "topology.decode.flags", "flag 'seed'"),
+    ('description="two\\u0007lines"', "description", "control characters"),
+])
+def test_values_no_quoting_can_carry_are_refused_by_key(root: Path, override: str, key: str, needle: str) -> None:
+    e = _error(root, overrides=[override])
+    assert e.key == key and needle in str(e), str(e)
+
+
+def test_multi_line_description_and_quoted_values_load(root: Path) -> None:
+    rr = load_recipe("local-tiny-1p1d", ['description="one\\ntwo"', 'slurm.job_name="a b $(c)"',
+                                         'container.mounts={"/data dir": "/data:ro"}'], root=root)
+    assert rr.recipe.description == "one\ntwo" and rr.recipe.slurm.job_name == "a b $(c)"

@@ -82,8 +82,14 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 
 @pytest.fixture(scope="class")
 def pair(baseline: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dp.Pair]:
-    """One pair for the tests of TestSharedPair, stopped before the fault tests start theirs."""
-    p = dp.start_pair(MODEL, tmp_path_factory.mktemp("pair"))
+    """One pair for the tests of TestSharedPair, stopped before the fault tests start theirs.
+
+    It runs as in a pdbench job: both sides prove the job secret on every KV connection
+    (the fault tests' pairs run without one, on loopback)."""
+    from harness.node.secrets import ensure_job_secret
+
+    run_dir = tmp_path_factory.mktemp("pair")
+    p = dp.start_pair(MODEL, run_dir, extra={"secret_file": str(ensure_job_secret(run_dir))})
     try:
         yield p
     finally:

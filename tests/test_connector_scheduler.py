@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("vllm")
+from conftest import require_vllm
+
+require_vllm(module_level=True)  # CI sets PDBENCH_REQUIRE_VLLM: a missing vLLM fails, never skips
 
 import torch  # noqa: E402
 from vllm import SamplingParams  # noqa: E402

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -12,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 
+from connector.auth import AuthError, client_handshake, server_handshake
 from connector.config import PdbenchConfig
 from connector.layout import PagedKV
 from connector.protocol import recv_frame, send_frame
@@ -41,9 +47,10 @@ class Pair:
     """A server (prefill worker) and a client (decode worker), each on its own IO thread."""
 
     def __init__(self, src: dict[str, torch.Tensor], dst: dict[str, torch.Tensor], staged: bool = False,
-                 **cfg: Any) -> None:
+                 client_secret: bytes | None | str = "same", **cfg: Any) -> None:
         self.port = next(PORTS)
         self.cfg = PdbenchConfig(port=self.port, **cfg)
+        ccfg = self.cfg if client_secret == "same" else dataclasses.replace(self.cfg, secret=client_secret)
         self.kp = PagedKV(src, next(iter(src.values())).shape[0], 16)
         self.kd = PagedKV(dst, next(iter(dst.values())).shape[0], 16)
         sp = Stager(self.kp, 1 << 16, 3) if staged or not self.kp.host_direct else None
@@ -52,7 +59,7 @@ class Pair:
         self.iop, self.iod = IOLoop("test-p"), IOLoop("test-d")
         self.server = KVServer(self.kp, sp, self.cfg, "P", self.port, self.done_p)
         self.iop.submit(self.server.start()).result(5)
-        self.client = KVClient(self.kd, sd, self.cfg, self.done_d)
+        self.client = KVClient(self.kd, sd, ccfg, self.done_d)
 
     def register(self, req: str, kblocks: list[int]) -> None:
         self.iop.call(self.server.register, req, kblocks)
@@ -214,6 +221,7 @@ def _fake_server(port: int, behaviour: str) -> threading.Thread:
         loop = asyncio.get_running_loop()
         sock, _ = await loop.sock_accept(ls)
         sock.setblocking(False)
+        await server_handshake(sock, b"", 5)
         await recv_frame(sock, 5)
         if behaviour == "silent":
             await asyncio.sleep(30)
@@ -273,6 +281,7 @@ def test_decode_dying_mid_pull_keeps_blocks_until_the_lease(make_pair: Any) -> N
     sock.setblocking(False)
 
     async def half_pull() -> None:
+        await client_handshake(sock, b"", 5)
         await send_frame(sock, {"op": "pull", "req": "r", "engine": "P", "first": 0, "count": 64,
                                 "layout": p.kp.signature()}, 5)
         resp = await recv_frame(sock, 5)
@@ -296,3 +305,194 @@ def test_idle_transport_uses_no_cpu(make_pair: Any) -> None:
     t0 = time.process_time()
     time.sleep(1.0)
     assert time.process_time() - t0 < 0.05  # no thread spins while idle
+
+
+# -- network exposure: the address the job chose, and the job secret ---------------------------
+
+SECRET = b"0123456789abcdef0123456789abcdef"
+
+
+def test_pull_with_the_job_secret_is_served(make_pair: Any) -> None:
+    src, dst = caches(8, True), caches(8, False)
+    p = make_pair(src, dst, secret=SECRET)
+    p.register("r", [1, 2])
+    assert p.pull("r", 0, [3, 4])
+    for name in src:
+        assert torch.equal(dst[name][[3, 4]], src[name][[1, 2]])
+
+
+@pytest.mark.parametrize("client_secret", [None, b"wrong-secret-wrong-secret-wrong!"])
+def test_pull_without_the_job_secret_is_refused_and_gets_no_data(
+        make_pair: Any, client_secret: bytes | None, caplog: pytest.LogCaptureFixture) -> None:
+    src, dst = caches(8, True), caches(8, False)
+    p = make_pair(src, dst, secret=SECRET, client_secret=client_secret)
+    p.register("r", [1, 2])
+    with caplog.at_level(logging.WARNING, logger="connector.transport"):
+        assert not p.pull("r", 0, [3, 4])
+        deadline = time.monotonic() + 5
+        while "refused a KV connection" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert "refused a KV connection from 127.0.0.1" in caplog.text
+    assert all(not t.any() for t in dst.values())  # not a byte of KV
+    _, recvd, failed, bad = p.done_d.drain()
+    assert recvd == failed == {"d-r"} and bad == {3, 4}
+    assert not p.done_p.drain()[0]  # prefill still holds the blocks for the real decoder
+    good = KVClient(p.kd, None, p.cfg, Completions())
+    job = PullJob("d-r2", "r", "P", "127.0.0.1", p.port, 0, [3, 4], [3, 4])
+    assert p.iod.submit(good.pull(job)).result(10)
+
+
+def _raw_exchange(port: int, first: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], bytes]:
+    """Connect, read the challenge, send `first` instead of a valid proof, read to EOF."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.setblocking(False)
+
+        async def go() -> tuple[dict[str, Any], dict[str, Any], bytes]:
+            challenge = await recv_frame(s, 5)
+            await send_frame(s, first, 5)
+            answer = await recv_frame(s, 5)
+            rest = b""
+            while chunk := await asyncio.get_running_loop().sock_recv(s, 65536):
+                rest += chunk
+            return challenge, answer, rest
+
+        return asyncio.run(go())
+
+
+@pytest.mark.parametrize("first", [
+    {"op": "pull", "req": "r", "engine": "P", "first": 0, "count": 2},   # no handshake at all
+    {"op": "auth", "nonce": "00" * 16, "mac": "00" * 32},                # a guessed proof
+    {"op": "auth", "nonce": "00" * 16, "mac": 12345},                    # wrong type
+])
+def test_a_peer_that_skips_or_fakes_the_handshake_is_closed_without_data(
+        make_pair: Any, first: dict[str, Any]) -> None:
+    p = make_pair(caches(8, True), caches(8, False), secret=SECRET)
+    p.register("r", [1, 2])
+    challenge, answer, rest = _raw_exchange(p.port, {**first, "layout": p.kp.signature()}
+                                            if first["op"] == "pull" else first)
+    assert challenge["op"] == "challenge" and "nonce" in challenge
+    assert answer == {"ok": False, "error": "authentication failed"}
+    assert rest == b""  # then closed: no KV bytes
+    assert p.pull("r", 0, [3, 4])  # the real decoder is still served
+
+
+def test_decode_refuses_a_server_that_does_not_know_the_secret(make_pair: Any) -> None:
+    # Mutual: a squatter on the port cannot feed decode KV either.
+    port = next(PORTS)
+    ls = socket.socket()
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("127.0.0.1", port))
+    ls.listen()
+
+    def squat() -> None:
+        conn, _ = ls.accept()
+        conn.setblocking(False)
+
+        async def lie() -> None:
+            await send_frame(conn, {"op": "challenge", "v": 1, "nonce": "ab" * 16}, 5)
+            await recv_frame(conn, 5)
+            await send_frame(conn, {"ok": True, "mac": "cd" * 32}, 5)  # accepts anyone, proves nothing
+        asyncio.run(lie())
+        conn.close()
+
+    threading.Thread(target=squat, daemon=True).start()
+    io = IOLoop("test-d")
+    try:
+        async def dial() -> None:
+            client = KVClient(PagedKV(caches(8, False), 8, 16), None, PdbenchConfig(secret=SECRET), Completions())
+            await client._connect("127.0.0.1", port)
+        with pytest.raises(AuthError, match="could not prove"):
+            io.submit(dial()).result(10)
+    finally:
+        io.stop()
+        ls.close()
+
+
+def test_server_listens_only_on_the_chosen_address(make_pair: Any) -> None:
+    # 127.0.0.2 is a second local address on Linux (all of 127/8 is loopback).
+    p = make_pair(caches(8, True), caches(8, False), host="127.0.0.2")
+    assert p.server._lsock.getsockname() == ("127.0.0.2", p.port)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", p.port), timeout=2).close()
+    p.register("r", [1])
+    job = PullJob("d-r", "r", "P", "127.0.0.2", p.port, 0, [2], [2])
+    assert p.iod.submit(p.client.pull(job)).result(10)
+
+
+def test_bind_host_overrides_the_advertised_address() -> None:
+    cfg = PdbenchConfig(host="10.1.2.3", bind_host="127.0.0.1")
+    assert (cfg.advertised_host(), cfg.listen_host()) == ("10.1.2.3", "127.0.0.1")
+    assert PdbenchConfig(host="10.1.2.3").listen_host() == "10.1.2.3"
+    assert PdbenchConfig().listen_host() == "127.0.0.1"
+
+
+def test_without_a_secret_the_server_refuses_to_listen_beyond_loopback() -> None:
+    io = IOLoop("test-p")
+    try:
+        kv = PagedKV(caches(8, True), 8, 16)
+        srv = KVServer(kv, None, PdbenchConfig(bind_host="0.0.0.0"), "P", next(PORTS), Completions())
+        with pytest.raises(RuntimeError, match="only listen on loopback"):
+            io.submit(srv.start()).result(5)
+        # With a secret, any address the job chose is allowed.
+        port = next(PORTS)
+        srv = KVServer(kv, None, PdbenchConfig(bind_host="0.0.0.0", secret=SECRET), "P", port, Completions())
+        io.submit(srv.start()).result(5)
+        assert srv._lsock is not None and srv._lsock.getsockname() == ("0.0.0.0", port)
+    finally:
+        io.stop()
+
+
+def test_secret_file_from_extra_env_or_run_dir(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("PDBENCH_KV_SECRET_FILE", "RUN_DIR", "PDBENCH_KV_HOST", "PDBENCH_NODE_ADDR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PDBENCH_KV_HOST", "127.0.0.1")
+    f = tmp_path / "s"
+    f.write_bytes(SECRET + b"\n")
+    f.chmod(0o600)
+    assert PdbenchConfig.from_extra({}).secret is None
+    assert PdbenchConfig.from_extra({"secret_file": str(f)}).secret == SECRET
+    assert PdbenchConfig.from_extra({"secret": "inline"}).secret is None  # never from argv
+    monkeypatch.setenv("PDBENCH_KV_SECRET_FILE", str(f))
+    cfg = PdbenchConfig.from_extra({})
+    assert cfg.secret == SECRET and cfg.secret_file == str(f)
+    assert SECRET.decode() not in repr(cfg)
+    monkeypatch.delenv("PDBENCH_KV_SECRET_FILE")
+    from harness.node.secrets import ensure_job_secret
+
+    monkeypatch.setenv("RUN_DIR", str(tmp_path / "run"))
+    assert PdbenchConfig.from_extra({}).secret is None  # no file written: loopback only
+    path = ensure_job_secret(tmp_path / "run")
+    assert PdbenchConfig.from_extra({}).secret == path.read_bytes().strip()
+    # A file that was configured must be usable: fail at startup, not at the first pull.
+    with pytest.raises(ValueError, match="cannot read"):
+        PdbenchConfig.from_extra({"secret_file": str(tmp_path / "missing")})
+    (tmp_path / "short").write_text("abc")
+    with pytest.raises(ValueError, match="shorter"):
+        PdbenchConfig.from_extra({"secret_file": str(tmp_path / "short")})
+
+
+def test_ensure_job_secret_is_private_idempotent_and_race_safe(tmp_path: Any) -> None:
+    from harness.node.secrets import ensure_job_secret
+
+    path = ensure_job_secret(tmp_path)
+    assert path == tmp_path / "state" / "kv_secret"
+    assert path.stat().st_mode & 0o777 == 0o600
+    text = path.read_text()
+    assert len(text.strip()) == 64 and ensure_job_secret(tmp_path).read_text() == text
+    # Nodes racing on a shared run directory all end up with one secret.
+    code = ("import sys; from harness.node.secrets import ensure_job_secret; "
+            "print(ensure_job_secret(sys.argv[1]).read_text().strip())")
+    run = tmp_path / "race"
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(run)], stdout=subprocess.PIPE, text=True)
+             for _ in range(6)]
+    outs = {proc.communicate(timeout=60)[0].strip() for proc in procs}
+    assert all(proc.returncode == 0 for proc in procs)
+    assert len(outs) == 1 and outs == {(run / "state" / "kv_secret").read_text().strip()}
+    assert sorted(os.listdir(run / "state")) == ["kv_secret"]  # no temporary files left
+
+
+def test_connector_imports_nothing_of_harness() -> None:
+    code = ("import sys, connector.transport, connector.config, connector.auth, connector.protocol; "
+            "bad = [m for m in sys.modules if m == 'harness' or m.startswith('harness.')]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("vllm")
+from conftest import require_vllm
+
+require_vllm(module_level=True)  # CI sets PDBENCH_REQUIRE_VLLM: a missing vLLM fails, never skips
 
 import torch  # noqa: E402
 from vllm.distributed.kv_transfer.kv_connector.utils import KVOutputAggregator  # noqa: E402
@@ -208,3 +210,27 @@ def test_transfer_stats_reach_the_scheduler(engines: Any) -> None:
     assert data["recv_bytes"] == [3 * LAYERS * HEADS * BS * C * 4]  # 3 blocks x layers
     red = stats[0].reduce()
     assert red["Num recv"] == 1 and red["Recv throughput (MB/s)"] > 0
+
+
+def test_job_secret_from_extra_config_gates_the_pull(engines: Any, tmp_path: Any) -> None:
+    from harness.node.secrets import ensure_job_secret
+
+    secret = str(ensure_job_secret(tmp_path / "job"))
+    other = str(ensure_job_secret(tmp_path / "other-job"))
+    p = engines("kv_producer", secret_file=secret)
+    assert p.workers[0]._worker.server.cfg.secret  # type: ignore[union-attr]
+    good = engines("kv_consumer", secret_file=secret)
+    preq, params = prefill_and_params(p, 40)
+    dreq = make_request(40, params=params, max_tokens=3, prefix=list(preq.prompt_token_ids or []))
+    good.s.add_request(dreq)
+    good.run_until(lambda f: dreq.status == RequestStatus.RUNNING or dreq.is_finished(), timeout=10)
+    assert good.slot(0, 0, dreq.request_id, 5) == p.value(preq.prompt_token_ids[5], 5, 0, 0)
+    good.run_until(lambda f: dreq.is_finished(), timeout=10)
+    assert dreq.status == RequestStatus.FINISHED_LENGTH_CAPPED
+    # Another job's decode (another secret) is refused; the load fails instead of reading.
+    bad = engines("kv_consumer", secret_file=other)
+    preq, params = prefill_and_params(p, 40)
+    breq = make_request(40, params=params)
+    bad.s.add_request(breq)
+    bad.run_until(lambda f: breq.is_finished(), timeout=10)
+    assert breq.status == RequestStatus.FINISHED_ERROR

@@ -261,7 +261,7 @@ def test_pdbench_bench_against_the_mock_engine(tmp_path):
         for endpoint in ("completions", "chat"):
             cfg = BenchConfig(base_url=eng.url, endpoint=endpoint, model="tiny", tokenizer=model, isl=32, osl=8,
                               concurrency=[4], num_prompts=12, result_dir=str(tmp_path / endpoint),
-                              prefill_gpus=0, decode_gpus=1)
+                              gpus=1)  # one aggregated engine
             (out,) = run_sweep_detailed(cfg)
             r = json.loads(out.path.read_text())
             assert out.ok and r["output_lens"] == [8] * 12 and all(len(i) == 7 for i in r["itls"])

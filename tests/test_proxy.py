@@ -626,7 +626,8 @@ def test_cli_builds_config(monkeypatch: pytest.MonkeyPatch) -> None:
     result = CliRunner().invoke(_cli(), args)
     assert result.exit_code == 0, result.output
     (cfg,) = seen
-    assert cfg.port == 31000 and cfg.host == "0.0.0.0"
+    assert cfg.port == 31000 and cfg.host == "127.0.0.1"  # never every interface by default
+    assert cfg.moriio_host == "127.0.0.1"
     assert cfg.prefill == ["http://10.0.0.1:8100", "http://10.0.0.2:8100"]
     assert cfg.decode == ["http://10.0.0.3:8200"]
     assert (cfg.request_timeout_s, cfg.stream_idle_timeout_s, cfg.health_interval_s) == (600, 5, 2)
@@ -637,11 +638,12 @@ def test_cli_moriio_needs_no_urls(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[ProxyConfig] = []
     monkeypatch.setattr(proxy_cli, "serve", seen.append)
     args = ["proxy", "--connector", "moriio", "--moriio-port", "36367", "--expected-prefill", "2",
-            "--expected-decode", "3", "--moriio-mode", "read"]
+            "--expected-decode", "3", "--moriio-mode", "read", "--host", "127.0.0.1", "--moriio-host", "10.0.0.7"]
     result = CliRunner().invoke(_cli(), args)
     assert result.exit_code == 0, result.output
     (cfg,) = seen
     assert (cfg.connector, cfg.moriio_port, cfg.moriio_mode) == ("moriio", 36367, "read")
+    assert (cfg.host, cfg.moriio_host) == ("127.0.0.1", "10.0.0.7")
     assert (cfg.want_prefill, cfg.want_decode) == (2, 3)
 
 
@@ -665,3 +667,40 @@ def test_cli_rejects_bad_options(monkeypatch: pytest.MonkeyPatch, args: list[str
     result = CliRunner().invoke(_cli(), ["proxy", *args])
     assert result.exit_code == 2
     assert "Error" in result.output
+
+
+# -- listening address ----------------------------------------------------------------------
+
+
+def _accepts(host: str, port: int) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+        return True
+    except ConnectionRefusedError:
+        return False
+
+
+@pytest.mark.parametrize("host, workers", [(None, 1), ("127.0.0.2", 2)])
+def test_proxy_listens_only_on_the_address_it_was_given(host: Optional[str], workers: int) -> None:
+    """127.0.0.1 and 127.0.0.2 are two local addresses (Linux loopback is 127/8): a proxy
+    bound to one must refuse connections on the other, as it would on the node's NIC."""
+    import subprocess
+    import sys
+
+    port = free_port()
+    args = [sys.executable, "-m", "harness", "proxy", "--port", str(port), "--workers", str(workers),
+            "--prefill", dead_url(), "--decode", dead_url(), "--health-interval-s", "30"]
+    if host is not None:
+        args += ["--host", host]
+    want, other = (host or "127.0.0.1"), ("127.0.0.1" if host else "127.0.0.2")
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while not _accepts(want, port):
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            assert time.monotonic() < deadline, "the proxy never listened"
+            time.sleep(0.1)
+        assert not _accepts(other, port)
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -4,6 +4,7 @@ fakes; MoRI-IO instances register over real ZMQ DEALER sockets, as vLLM's connec
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
@@ -16,8 +17,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from harness.proxy import ProxyConfig
+from harness.proxy.backends import Pool
 from harness.proxy.flows import affinity_key, parse_request
-from harness.proxy.registry import RegistrationError, parse_registration
+from harness.proxy.registry import RegistrationError, Registry, parse_registration
 from test_proxy import (
     CHUNKS, COMPLETION, DONE, KV, NIXL_PREFILL_KV, Fake, counts, free_port, metrics_text, proxy_client,
     read_all, run, stack, start_fake, wait_health,
@@ -269,6 +271,32 @@ def test_moriio_write_prefill_failure_before_decode_answers() -> None:
     run(body)
 
 
+def test_registration_socket_binds_only_the_address_it_was_given() -> None:
+    async def body() -> None:
+        port = free_port()
+        reg = Registry(Pool(ProxyConfig(connector="moriio", moriio_port=port)), None, lambda m: None)
+        bound: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        task = asyncio.ensure_future(reg.serve("127.0.0.2", port, bound))
+        try:
+            assert await asyncio.wait_for(bound, 5) == f"tcp://127.0.0.2:{port}"
+            loop = asyncio.get_running_loop()
+            for host, ok in (("127.0.0.2", True), ("127.0.0.1", False)):
+                s = socket.socket()
+                s.setblocking(False)
+                try:
+                    await asyncio.wait_for(loop.sock_connect(s, (host, port)), 2)
+                    assert ok, f"registration socket reachable on {host}"
+                except ConnectionRefusedError:
+                    assert not ok, f"registration socket not reachable on {host}"
+                finally:
+                    s.close()
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    run(body)
+
+
 def test_registration_parsing() -> None:
     f = Fake("prefill", url="http://10.1.2.3:2584")
     reg = parse_registration(gen1(f, "P", handshake_port="6301", notify_port="61005"))
@@ -435,7 +463,7 @@ def test_static_dp_ranks_round_robin_over_flat_slots() -> None:
 
 
 def test_nixl_flow_against_mock_engines() -> None:
-    mock = pytest.importorskip("harness.mock_engine.app")
+    from harness.mock_engine import app as mock
 
     async def body() -> None:
         servers = []

@@ -43,13 +43,22 @@ VARIANTS = {
         "topology.prefill.nodes=2", "topology.prefill.tp=16"]),
     **{f"dsr1-fp8-1p2d--{rt}": ("dsr1-fp8-1p2d", [f"container.runtime={rt}"])
        for rt in ("podman", "enroot", "apptainer", "none")},
+    # Values that need quoting: mounts with a space and options, sbatch values with a space
+    # and '#', a multi-line description.
+    **{f"dsr1-fp8-1p2d--{rt}-mounts-sbatch": ("dsr1-fp8-1p2d", [
+        f"container.runtime={rt}",
+        'container.mounts={"/data/models": "/models:ro", "/scratch dir": "/scratch"}',
+        'slurm.partition="gpu a"', 'slurm.extra_sbatch=["--exclusive", "--comment=pd #1", "--mem=0"]',
+        'description="DeepSeek-R1 1P2D\\nsecond line: $(not run)"']) for rt in ("docker", "enroot", "apptainer")},
 }
 
 
-# The container runtime changes only job.slurm; their server.sh would be copies of the default's.
+# The container runtime and Slurm options change only job.slurm; their server.sh would be
+# copies of the default's.
 GOLDEN_CASES = [(case, script) for case in sorted(VARIANTS) for script in ("job.slurm", "server.sh")
                 if not (script == "server.sh" and case.startswith("dsr1-fp8-1p2d--") and case.split("--")[1] in
-                        ("podman", "enroot", "apptainer", "none"))]
+                        ("podman", "enroot", "apptainer", "none", "docker-mounts-sbatch", "enroot-mounts-sbatch",
+                         "apptainer-mounts-sbatch"))]
 
 
 @pytest.mark.parametrize("case, script", GOLDEN_CASES)
@@ -171,3 +180,12 @@ def test_bundled_connector_gets_a_kv_port_per_worker(tmp_path: Path) -> None:
     ports = [line.split("=")[1] for line in server.splitlines() if "PDBENCH_KV_PORT=" in line]
     assert ports == ["5600", "5608", "5616"]
     assert '\\"kv_connector_module_path\\":\\"connector\\"' in server or '"kv_connector_module_path":"connector"' in server
+
+
+def test_run_dir_that_no_sbatch_line_can_carry_is_refused(tmp_path: Path) -> None:
+    from harness.config import ConfigError
+
+    out = tmp_path / "a\\b"
+    out.mkdir()
+    with pytest.raises(ConfigError, match="#SBATCH"):
+        render_job(load_recipe("local-tiny-1p1d"), out, RenderContext(str(out), "/opt/pdbench", "/py", None))

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.report import output_csv, output_html, output_json, output_md
+from harness.report import cells, output_csv, output_html, output_json, output_md
 from harness.report.load import load_runs, name_concurrency, name_gpus
 from harness.report.plot import X_LABEL, Y_LABEL, figure, pareto_front, save
 from harness.report.table import build_report, per_gpu
@@ -244,6 +244,24 @@ def test_invalid_points_are_marked() -> None:
     assert html.count('<tr class="baseline invalid">') == 1 and html.count('class="invalid-flag"') == 1
     assert any("compared with an INVALID baseline point" in n for n in report.notes)
     assert json.loads(output_json.render(report))["rows"][4]["valid"] is False
+
+
+def test_unverified_points_are_marked(tmp_path: Path) -> None:
+    # The writer's representation (valid null, verdict unverified), and a pdbench point with no verdict.
+    d = json.loads((FIXTURES / DSR1_A / "concurrency_64_req_rate_inf_gpus_48_ctx_16_gen_32.json").read_text())
+    d["metadata"].update(valid=None, validity={"verdict": "unverified", "valid": None,
+                                               "reasons": ["no server /metrics were scraped"]})
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "concurrency_64_req_rate_inf_gpus_48_ctx_16_gen_32.json").write_text(json.dumps(d))
+    report = build_report([tmp_path / "r", FIXTURES / "vllm-serve"], root=tmp_path)
+    rows = {r["source"]: r for _, r in report.table.iterrows()}
+    assert rows["pdbench"]["verdict"] == "unverified" and cells.missing(rows["pdbench"]["valid"])
+    assert rows["pdbench"]["validity_reasons"] == "no server /metrics were scraped"
+    assert cells.missing(rows["vllm"]["verdict"])  # another tool's file: no notion of validity
+    md = output_md.render(report)
+    assert "| 64 | 16+32 | unverified |" in md and "| 8 | n/a | – |" in md
+    assert any(n.startswith("r: UNVERIFIED: no evidence") for n in report.notes)
+    assert 'class="unverified-flag"' in output_html.render(report)
 
 
 # --- plot ----------------------------------------------------------------------------------------

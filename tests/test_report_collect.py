@@ -80,7 +80,9 @@ def test_key_set_and_order() -> None:
 def test_real_pdbench_run() -> None:
     src = {json.loads(p.read_text())["max_concurrency"]: json.loads(p.read_text())
            for p in TINY_1P2D.glob("concurrency_*.json")}
-    entries = _by_conc(collect([TINY_1P2D], hw="cpu").entries)
+    # A real run from before validity verdicts: no evidence, so only on request.
+    assert collect([TINY_1P2D], hw="cpu").entries == []
+    entries = _by_conc(collect([TINY_1P2D], hw="cpu", include_unverified=True).entries)
     assert sorted(entries) == [1, 4]
     for conc, e in entries.items():
         r = src[conc]
@@ -113,7 +115,26 @@ def test_invalid_points_left_out_unless_asked() -> None:
     assert "kv_transferred" in result.skipped[0].reason
     kept = _by_conc(collect([DSR1_A], hw="x", include_invalid=True).entries)
     assert sorted(kept) == [64, 128, 256]
-    assert kept[256]["valid"] is False and "valid" not in kept[64]
+    assert kept[256]["valid"] is False and kept[256]["validity"] == "invalid" and "valid" not in kept[64]
+
+
+def test_unverified_points_left_out_unless_asked(tmp_path: Path) -> None:
+    # The writer's representation: metadata.valid null and validity.verdict "unverified".
+    run = tmp_path / "run"
+    run.mkdir()
+    d = json.loads((DSR1_A / "concurrency_64_req_rate_inf_gpus_48_ctx_16_gen_32.json").read_text())
+    d["metadata"].update(valid=None, validity={"verdict": "unverified", "valid": None,
+                                               "reasons": ["kv_transferred: not checked: no metric"]})
+    (run / "concurrency_64_req_rate_inf_gpus_48_ctx_16_gen_32.json").write_text(json.dumps(d))
+    result = collect([run], hw="x")
+    assert result.entries == [] and result.skipped[0].reason.startswith(
+        "unverified point (no evidence it measured what it claims: kv_transferred: not checked: no metric)")
+    (e,) = collect([run], hw="x", include_unverified=True).entries
+    assert e["validity"] == "unverified" and "valid" not in e
+    # A recorded verdict wins over an older `valid` flag.
+    d["metadata"].update(valid=True)
+    (run / "concurrency_64_req_rate_inf_gpus_48_ctx_16_gen_32.json").write_text(json.dumps(d))
+    assert collect([run], hw="x").entries == []
 
 
 def test_dedupe_by_run_fingerprint_isl_osl_conc(tmp_path: Path) -> None:
@@ -124,14 +145,14 @@ def test_dedupe_by_run_fingerprint_isl_osl_conc(tmp_path: Path) -> None:
     shutil.copytree(DSR1_B, run)
     shutil.copy(run / "concurrency_64_req_rate_inf_gpus_48_ctx_16_gen_32.json",
                 run / "RESULT_concurrency_64_req_rate_inf_gpus_48_ctx_16_gen_32.json")
-    result = collect([run], hw="x")
+    result = collect([run], hw="x", include_unverified=True)
     assert sorted(e["conc"] for e in result.entries) == [64, 128, 256, 512]
     assert [s.path.name for s in result.skipped] == ["RESULT_concurrency_64_req_rate_inf_gpus_48_ctx_16_gen_32.json"]
     assert result.skipped[0].reason.startswith("duplicate of concurrency_64_")
     # Another run with the same recipe, ISL, OSL and concurrencies is another measurement: kept.
     other = tmp_path / "again"
     shutil.copytree(DSR1_B, other)
-    assert len(collect([DSR1_B, other], hw="x").entries) == 8
+    assert len(collect([DSR1_B, other], hw="x", include_unverified=True).entries) == 8
 
 
 def test_files_it_cannot_collect_are_listed() -> None:
@@ -149,7 +170,7 @@ def test_validation_rejects_bad_entries() -> None:
     good = collect([DSR1_A], hw="x").entries[0]
     CollectEntry.model_validate(good)
     for bad in ({"tput_per_gpu": -1.0}, {"conc": 0}, {"prefill_dp_attention": "yes"}, {"median_ttft": "fast"},
-                {"hw": ""}, {"router": {"name": "pdbench"}}, {"valid": True}):
+                {"hw": ""}, {"router": {"name": "pdbench"}}, {"valid": True}, {"validity": "valid"}):
         with pytest.raises(ValueError):
             CollectEntry.model_validate(good | bad)
 
@@ -168,15 +189,19 @@ def test_cli(tmp_path: Path) -> None:
     out = tmp_path / "ci" / "agg_dsr1.json"
     r = runner.invoke(app, ["collect", str(DSR1_A), str(DSR1_B), "--out", str(out)], env={"RUNNER_TYPE": "h200-disagg"})
     assert r.exit_code == 0, r.output
-    assert r.stdout == f"wrote 6 entries to {out} (1 file(s) skipped)\n"
-    assert "skipped" in r.stderr and "invalid point" in r.stderr
+    assert r.stdout == f"wrote 5 entries to {out} (2 file(s) skipped)\n"
+    assert "skipped" in r.stderr and "invalid point" in r.stderr and "unverified point" in r.stderr
     entries = json.loads(out.read_text())
-    assert [(e["hw"], e["conc"]) for e in entries] == [("h200-disagg", c) for c in (64, 128, 64, 128, 256, 512)]
+    assert [(e["hw"], e["conc"]) for e in entries] == [("h200-disagg", c) for c in (64, 128, 64, 128, 256)]
     before = out.read_text()
     r = runner.invoke(app, ["collect", str(DSR1_A), "--out", str(out), "--hw", "x"])
     assert r.exit_code == 2 and "never overwrites" in r.stderr and out.read_text() == before
     r = runner.invoke(app, ["collect", str(DSR1_A), "--out", str(tmp_path / "b.json"), "--hw", "x",
                             "--include-invalid"])
     assert r.exit_code == 0 and len(json.loads((tmp_path / "b.json").read_text())) == 3
+    r = runner.invoke(app, ["collect", str(DSR1_B), "--out", str(tmp_path / "u.json"), "--hw", "x",
+                            "--include-unverified"])
+    assert r.exit_code == 0, r.output
+    assert [e.get("validity") for e in json.loads((tmp_path / "u.json").read_text())] == [None] * 3 + ["unverified"]
     r = runner.invoke(app, ["collect", str(FIXTURES / "vllm-serve"), "--out", str(tmp_path / "c.json")])
     assert r.exit_code == 1 and "nothing written" in r.stderr and not (tmp_path / "c.json").exists()

@@ -62,7 +62,15 @@ def test_structure() -> None:
     uses = [s.get("uses", "").split("@")[0] for s in steps]
     runs = [s.get("run", "") for s in steps]
     assert uses[0] == "actions/checkout"
-    assert "scripts/setup.sh" in runs[1]
+    assert "scripts/setup.sh" in runs[2]
+    # The hardware label: required, never a default (the default recipe runs on MI355X, not H200).
+    hw = on["workflow_dispatch"]["inputs"]["hw"]
+    assert hw["required"] is True and "default" not in hw
+    assert job["env"]["RUNNER_TYPE"] == "${{ inputs.hw || vars.PDBENCH_HW }}"
+    assert "h200" not in WORKFLOW.read_text()
+    check = steps[1]
+    assert check["name"] == "Check the hardware label" and '[ -z "$RUNNER_TYPE" ]' in check["run"]
+    assert "exit 1" in check["run"] and "PDBENCH_HW" in check["run"]
     submit = next(s for s in steps if "pdbench submit" in s.get("run", ""))
     assert submit["id"] == "submit"
     assert '--recipe "$RECIPE" --wait' in submit["run"] and "GITHUB_OUTPUT" in submit["run"]
@@ -79,3 +87,15 @@ def test_structure() -> None:
     comment = next(s for s in after if s.get("uses", "").startswith("actions/github-script@"))
     assert "github.event_name == 'pull_request'" in comment["if"]
     assert "createComment" in comment["with"]["script"] and "updateComment" in comment["with"]["script"]
+
+
+def test_hardware_check_stops_without_a_label(tmp_path: Path) -> None:
+    step = next(s for s in _steps() if s.get("name") == "Check the hardware label")
+    script = tmp_path / "check.sh"
+    script.write_text("set -eo pipefail\n" + step["run"])
+    env = {"PATH": "/usr/bin:/bin", "RECIPE": "dsr1-fp8-1p2d"}
+    r = subprocess.run(["bash", str(script)], env=env | {"RUNNER_TYPE": ""}, capture_output=True, text=True)
+    assert r.returncode == 1 and "hardware label unknown for recipe dsr1-fp8-1p2d" in r.stdout
+    r = subprocess.run(["bash", str(script)], env=env | {"RUNNER_TYPE": "mi355x-disagg"}, capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and "on mi355x-disagg" in r.stdout

@@ -18,6 +18,7 @@ import pytest
 
 from conftest import require_vllm
 from harness.runs import read_status
+from test_inferencex_contract import assert_inferencex_contract
 from slurm_cluster import describe, job_state, processes_in_node_namespaces, require_cluster, wait_job
 
 pytestmark = pytest.mark.vllm
@@ -122,6 +123,7 @@ def test_1p2d_on_three_nodes(tmp_path: Path) -> None:
     for f in files:
         r = json.loads(f.read_text())
         assert r["failed"] == 0 and r["completed"] == r["num_prompts"]
+    assert len(assert_inferencex_contract(run_dir)) == 2
     nodes = {json.loads((run_dir / "nodes" / f"{i}.json").read_text())["host"] for i in range(3)}
     assert len(nodes) == 3  # three distinct Slurm nodes
     assert list(run_dir.glob("slurm-*.out"))

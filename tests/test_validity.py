@@ -29,7 +29,7 @@ def _rule(v, name):
 
 def test_recorded_nixl_run_is_valid() -> None:
     v = evaluate(_servers(), CLIENT)
-    assert v.valid and v.reasons == []
+    assert v.valid and v.reasons == [] and v.verdict == "valid"
     assert [r.status for r in v.rules] == ["passed"] * 4
     assert _rule(v, "kv_transferred").measured == 1.0
     assert v.roles["decode"].external_hits == 7168 and v.roles["decode"].recomputed_tokens == 0
@@ -54,7 +54,32 @@ def test_missing_metrics_are_not_checked_never_passed() -> None:
     statuses = {r.name: r.status for r in v.rules}
     assert statuses == {"kv_transferred": "not_checked", "no_failed_or_expired_transfers": "not_checked",
                         "failed_requests": "passed", "token_counts_agree": "not_checked"}
-    assert v.valid  # nothing failed; what could not be checked says so
+    # No evidence from any server: unverified, never valid (null, so only `valid is False` fails a job).
+    assert v.verdict == "unverified" and v.valid is None
+    assert v.reasons == [f"{n}: not checked: {r.detail}" for n, r in ((r.name, r) for r in v.rules)
+                         if n != "failed_requests"]
+
+
+def test_some_evidence_is_enough_and_a_failure_wins_over_missing_evidence() -> None:
+    # Only the token counters left on decode: one server-side rule checked and passed.
+    keep = re.compile(r"^vllm:(prompt|generation)_tokens_total")
+    few = lambda text, phase: "\n".join(l for l in text.splitlines() if keep.match(l))  # noqa: E731
+    v = evaluate(_servers(edit_decode=few, edit_prefill=few), CLIENT)
+    assert _rule(v, "token_counts_agree").status == "passed" and _rule(v, "kv_transferred").status == "not_checked"
+    assert (v.verdict, v.valid, v.reasons) == ("valid", True, [])
+    # Nothing scraped, but a third of the requests failed: the client's own evidence says invalid.
+    v = evaluate(_servers(edit_decode=lambda t, p: "", edit_prefill=lambda t, p: ""),
+                 CLIENT.model_copy(update={"failed": 10, "completed": 18}))
+    assert (v.verdict, v.valid) == ("invalid", False) and v.reasons[0].startswith("failed_requests:")
+
+
+def test_unverified_without_scrape_targets() -> None:
+    from harness.validity import unverified
+
+    v = unverified("no server /metrics were scraped")
+    assert v.model_dump(mode="json") == {"verdict": "unverified", "valid": None,
+                                         "reasons": ["no server /metrics were scraped"], "rules": [], "roles": {},
+                                         "metrics_found": {}}
 
 
 def _set(metric: str, value: float):
@@ -72,7 +97,7 @@ def test_re_prefill_on_decode_is_invalid() -> None:
         text = _set("vllm:prompt_tokens_cached_by_source_total", 0.0)(text, phase)
         return text
     v = evaluate(_servers(edit_decode=reprefill), CLIENT)
-    assert not v.valid
+    assert v.valid is False and v.verdict == "invalid"
     rule = _rule(v, "kv_transferred")
     assert rule.status == "failed" and rule.measured == 0 and rule.threshold == 0.98
     assert v.reasons[0].startswith("kv_transferred: decode loaded 0 of 7168 prompt tokens")
@@ -103,3 +128,45 @@ def test_gauge_peaks_from_samples_during_the_point() -> None:
     v = evaluate(servers, CLIENT)
     d = v.roles["decode"]
     assert (d.peak_running, d.peak_waiting, d.peak_kv_cache_usage) == (4.0, 2.0, 0.25)
+
+
+def test_gauge_samples_are_folded_into_peaks() -> None:
+    from harness.validity import gauge_peaks
+
+    peaks: dict[str, float] = {}
+    for running in (1.0, 7.0, 2.0):
+        peaks = gauge_peaks(f'vllm:num_requests_running{{engine="0"}} {running}\n'
+                            f'vllm:num_requests_running{{engine="1"}} 1.0', peaks)
+    assert peaks == {"running": 8.0}  # summed over engines, max over samples
+    servers = _servers()
+    servers["decode-0"].peaks = peaks | {"kv_cache_usage": 0.5}
+    d = evaluate(servers, CLIENT).roles["decode"]
+    assert (d.peak_running, d.peak_kv_cache_usage) == (8.0, 0.5)
+
+
+def test_probe_keeps_no_sample_texts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A long point sampled many times: the probe holds only the running peaks, not the texts.
+    import asyncio
+
+    from harness.bench import validity_probe
+
+    n = {"calls": 0}
+
+    def fake_get(url: str, timeout: float) -> str:
+        n["calls"] += 1
+        return f'vllm:num_requests_running{{engine="0"}} {n["calls"] % 5}.0\n' + "# padding\n" * 1000
+
+    monkeypatch.setattr(validity_probe, "_get", fake_get)
+    monkeypatch.setattr(validity_probe, "SAMPLE_INTERVAL_S", 0.001)
+
+    async def run() -> validity_probe.PointProbe:
+        probe = validity_probe.PointProbe(["decode-0=decode@http://x"], tmp_path, ValidityThresholds())
+        await probe.start()
+        while n["calls"] < 60:
+            await asyncio.sleep(0.005)
+        await probe.finish(ClientCounts(prompt_tokens=1, output_tokens=1, completed=1, failed=0))
+        return probe
+
+    probe = asyncio.run(run())
+    assert probe.peaks == {"decode-0": {"running": 4.0}} and not hasattr(probe, "during")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["decode-0.after.prom", "decode-0.before.prom"]

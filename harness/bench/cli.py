@@ -60,58 +60,92 @@ def load_config(config: Path | None, overrides: dict[str, Any]) -> BenchConfig:
 
 
 def bench_command(
-    config: Annotated[Optional[Path], typer.Option("--config", help="JSON file holding a BenchConfig.")] = None,
-    base_url: Annotated[Optional[str], typer.Option(help="Server URL, e.g. http://127.0.0.1:30000.")] = None,
-    endpoint: Annotated[Optional[str], typer.Option(help="completions or chat.")] = None,
-    model: Annotated[Optional[str], typer.Option(help="Served model name sent in requests.")] = None,
-    tokenizer: Annotated[Optional[str], typer.Option(help="Tokenizer path or id.")] = None,
-    isl: Annotated[Optional[int], typer.Option(help="Input length in tokens.")] = None,
-    osl: Annotated[Optional[int], typer.Option(help="Output length in tokens.")] = None,
-    range_ratio: Annotated[Optional[float], typer.Option()] = None,
-    range_ratio_convention: Annotated[Optional[str], typer.Option(help="inferencex or vllm.")] = None,
-    concurrency: Annotated[Optional[str], typer.Option(help="Comma-separated, e.g. 1,2,4.")] = None,
-    request_rate: Annotated[Optional[str], typer.Option(help="Requests/s, or inf.")] = None,
-    num_prompts: Annotated[Optional[int], typer.Option(help="Measured requests per point.")] = None,
-    prompts_multiplier: Annotated[Optional[int], typer.Option()] = None,
-    min_prompts: Annotated[Optional[int], typer.Option()] = None,
-    num_warmups: Annotated[Optional[int], typer.Option(help="Default 2 x concurrency.")] = None,
-    cooldown_s: Annotated[Optional[float], typer.Option()] = None,
-    request_timeout_s: Annotated[Optional[float], typer.Option()] = None,
-    point_timeout_s: Annotated[Optional[float], typer.Option()] = None,
-    seed: Annotated[Optional[int], typer.Option()] = None,
-    ignore_eos: Annotated[Optional[bool], typer.Option("--ignore-eos/--no-ignore-eos")] = None,
-    percentiles: Annotated[Optional[str], typer.Option(help="Comma-separated, e.g. 90,99,99.9.")] = None,
-    result_dir: Annotated[Optional[str], typer.Option()] = None,
-    prefill_gpus: Annotated[Optional[int], typer.Option()] = None,
-    decode_gpus: Annotated[Optional[int], typer.Option()] = None,
-    metadata: Annotated[Optional[str], typer.Option(help="JSON object copied into each result.")] = None,
+    config: Annotated[Optional[Path], typer.Option(
+        "--config", help="JSON file holding a BenchConfig; flags override it [default: none]")] = None,
+    base_url: Annotated[Optional[str], typer.Option(
+        help="Server URL, e.g. http://127.0.0.1:30000 (required, here or in --config).")] = None,
+    endpoint: Annotated[Optional[str], typer.Option(
+        help="API to call: completions or chat [default: completions]")] = None,
+    model: Annotated[Optional[str], typer.Option(
+        help="Served model name sent in requests (required, here or in --config).")] = None,
+    tokenizer: Annotated[Optional[str], typer.Option(
+        help="Tokenizer path or HF id (required, here or in --config).")] = None,
+    isl: Annotated[Optional[int], typer.Option(help="Input length in tokens (required, here or in --config).")] = None,
+    osl: Annotated[Optional[int], typer.Option(help="Output length in tokens (required, here or in --config).")] = None,
+    range_ratio: Annotated[Optional[float], typer.Option(
+        help="Length spread, a fraction: inferencex [r*len, len], vllm [(1-r)*len, (1+r)*len] [default: 1.0]")] = None,
+    range_ratio_convention: Annotated[Optional[str], typer.Option(
+        help="How --range-ratio applies: inferencex or vllm [default: inferencex]")] = None,
+    concurrency: Annotated[Optional[str], typer.Option(
+        help="Concurrency points, comma-separated, e.g. 1,2,4 (required, here or in --config).")] = None,
+    request_rate: Annotated[Optional[str], typer.Option(
+        help="Arrival rate in requests/s, or inf: all at once [default: inf]")] = None,
+    num_prompts: Annotated[Optional[int], typer.Option(
+        help="Measured requests per point [default: max(--min-prompts, --prompts-multiplier x concurrency)]")] = None,
+    prompts_multiplier: Annotated[Optional[int], typer.Option(
+        help="Without --num-prompts: measured requests per point = this x concurrency [default: 10]")] = None,
+    min_prompts: Annotated[Optional[int], typer.Option(
+        help="Without --num-prompts: fewest measured requests per point [default: 16]")] = None,
+    num_warmups: Annotated[Optional[int], typer.Option(
+        help="Unmeasured warmup requests per point [default: 2 x concurrency]")] = None,
+    cooldown_s: Annotated[Optional[float], typer.Option(
+        help="Seconds to wait between concurrency points [default: 0 s]")] = None,
+    request_timeout_s: Annotated[Optional[float], typer.Option(
+        help="Seconds allowed for one request [default: 600 s]")] = None,
+    point_timeout_s: Annotated[Optional[float], typer.Option(
+        help="Seconds allowed for a point's warmups, and for its measured requests "
+             "[default: derived from --request-timeout-s]")] = None,
+    seed: Annotated[Optional[int], typer.Option(
+        help="Random seed of the prompts and arrival gaps [default: 0]")] = None,
+    ignore_eos: Annotated[Optional[bool], typer.Option(
+        "--ignore-eos/--no-ignore-eos", help="Ask for exactly --osl tokens, past EOS [default: --ignore-eos]")] = None,
+    percentiles: Annotated[Optional[str], typer.Option(
+        help="Latency percentiles to report, comma-separated [default: 90,99,99.9]")] = None,
+    result_dir: Annotated[Optional[str], typer.Option(
+        help="Directory the per-point result JSON files go to (required, here or in --config).")] = None,
+    prefill_gpus: Annotated[Optional[int], typer.Option(
+        help="Prefill GPUs, with --decode-gpus: file name and per-GPU figures [default: none, split unknown]")] = None,
+    decode_gpus: Annotated[Optional[int], typer.Option(
+        help="Decode GPUs, with --prefill-gpus [default: none, split unknown]")] = None,
+    gpus: Annotated[Optional[int], typer.Option(
+        help="GPUs of one aggregated server (no prefill/decode split): per-GPU figures for a baseline "
+             "[default: none]")] = None,
+    metadata: Annotated[Optional[str], typer.Option(help="JSON object copied into each result [default: {}]")] = None,
     dataset: Annotated[
-        Optional[str], typer.Option("--dataset", "--dataset-name", help="random, jsonl or sharegpt.")
+        Optional[str],
+        typer.Option("--dataset", "--dataset-name", help="Prompt source: random, jsonl or sharegpt [default: random]"),
     ] = None,
-    dataset_path: Annotated[Optional[str], typer.Option(help="Prompt file for jsonl or sharegpt.")] = None,
+    dataset_path: Annotated[Optional[str], typer.Option(
+        help="Prompt file for jsonl or sharegpt [default: none]")] = None,
     random_prefix_len: Annotated[
-        Optional[int], typer.Option(help="Tokens of a random prefix shared by every prompt.")
+        Optional[int], typer.Option(help="Tokens of a random prefix shared by every prompt [default: 0]")
     ] = None,
     burstiness: Annotated[
-        Optional[float], typer.Option(help="Gamma shape of arrival gaps at a finite rate: 1 Poisson, <1 burstier.")
+        Optional[float], typer.Option(
+            help="Gamma shape of arrival gaps at a finite rate: 1 Poisson, <1 burstier [default: 1.0]")
     ] = None,
     goodput: Annotated[
         Optional[list[str]],
-        typer.Option(help="SLO in ms as KEY:VALUE (ttft, tpot, e2el); repeatable, or several in one value."),
+        typer.Option(
+            help="SLO in ms as KEY:VALUE (ttft, tpot, e2el); repeatable, or several in one value [default: none]"),
     ] = None,
     total_timeout_s: Annotated[
-        Optional[float], typer.Option(help="Bound on the whole sweep; partial results are kept.")
+        Optional[float], typer.Option(
+            help="Seconds bounding the whole sweep; partial results are kept [default: no bound]")
     ] = None,
     health_check_interval_s: Annotated[
-        Optional[float], typer.Option(help="Seconds between <base-url>/health checks (0: none).")
+        Optional[float], typer.Option(help="Seconds between <base-url>/health checks, 0: none [default: 2 s]")
     ] = None,
     server_pid: Annotated[
-        Optional[list[int]], typer.Option("--server-pid", help="Server PID to watch; stop if it exits. Repeatable.")
+        Optional[list[int]],
+        typer.Option("--server-pid", help="Server PID to watch; stop if it exits; repeatable [default: none]"),
     ] = None,
-    progress: Annotated[Optional[str], typer.Option(help="auto, rich or plain.")] = None,
+    progress: Annotated[Optional[str], typer.Option(
+        help="Progress display: auto (rich on a terminal), rich or plain [default: auto]")] = None,
     scrape: Annotated[
         Optional[list[str]],
-        typer.Option("--scrape", help="NAME=ROLE@URL of a server whose /metrics judge each point's validity. Repeatable."),
+        typer.Option("--scrape", help="NAME=ROLE@URL of a server whose /metrics judge each point's validity; "
+                     "repeatable [default: none, no verdict]"),
     ] = None,
 ) -> None:
     """Benchmark a running OpenAI-compatible server over a concurrency sweep."""

@@ -49,8 +49,13 @@ class BenchConfig(BaseModel):
     ignore_eos: bool = True
     percentiles: list[float] = Field(default_factory=lambda: [90.0, 99.0, 99.9])
     result_dir: str = Field(min_length=1)
-    prefill_gpus: NonNegativeInt
-    decode_gpus: NonNegativeInt
+    # The GPUs behind base_url, for the file name and per-GPU figures: prefill_gpus and
+    # decode_gpus (both) for a disaggregated deployment, or gpus for one aggregated server
+    # (baseline, router, single vLLM); none of them: the split is unknown, and said so.
+    # A split needs a prefill GPU: InferenceX's ingestion divides input throughput by it.
+    prefill_gpus: PositiveInt | None = None
+    decode_gpus: NonNegativeInt | None = None
+    gpus: PositiveInt | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     # Servers whose /metrics are scraped around every point to judge its validity,
     # as NAME=ROLE@URL (harness.bench.validity_probe); none: no verdict is recorded.
@@ -101,6 +106,19 @@ class BenchConfig(BaseModel):
         if any(not 0 <= p <= 100 for p in v):
             raise ValueError("percentiles must be within [0, 100]")
         return v
+
+    @model_validator(mode="after")
+    def _check_gpus(self) -> BenchConfig:
+        if (self.prefill_gpus is None) != (self.decode_gpus is None):
+            missing = "decode_gpus" if self.decode_gpus is None else "prefill_gpus"
+            raise ValueError(f"{missing}: give prefill_gpus and decode_gpus together (or gpus for one server)")
+        if self.gpus is not None and self.prefill_gpus is not None:
+            raise ValueError("gpus: for one aggregated server; a disaggregated split is prefill_gpus + decode_gpus")
+        return self
+
+    @property
+    def disagg(self) -> bool:
+        return self.prefill_gpus is not None
 
     @model_validator(mode="after")
     def _check_dataset(self) -> BenchConfig:

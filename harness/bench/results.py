@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 
 class ResultExistsError(FileExistsError):
@@ -19,10 +19,18 @@ class BenchResult(BaseModel):
     """One concurrency point, keyed like `vllm bench serve --save-result` output.
 
     Every key of vLLM's saved result is here with its exact name (and the IX fork's
-    `best_of`), plus pdbench's own: the range-ratio convention and dataset settings,
-    `stop_reason`, and the per-request arrays vLLM keeps only with --save-detailed.
-    The per-percentile keys (`p99_ttft_ms`, `p99.9_itl_ms`, ...) depend on the
-    configured percentiles, so they are kept as validated-on-write extra fields.
+    `best_of`, `benchmark_start_time_unix`/`_end_`), plus pdbench's own: the range-ratio
+    convention and dataset settings, `goodput_slos`, `stop_reason`, and the per-request
+    arrays vLLM keeps only with --save-detailed. The per-percentile keys (`p99_ttft_ms`,
+    ...) depend on the configured percentiles, so they are extra fields, as are the TPOT
+    keys (see below).
+
+    InferenceX's ingestion (utils/process_result.py) reads every top-level key ending in
+    "ms" as float(value) / 1000 and every key containing "tpot" as 1000 / float(value), so
+    here such a key always holds a finite number, and a TPOT one a non-zero number (checked
+    on creation; the error names the key). A TPOT statistic that is 0 (no request had two
+    tokens, one sample's std, tokens in one burst) is where vLLM writes 0; pdbench moves it
+    to `zero_per_token_stats` instead, keeping the value out of InferenceX's division.
     """
 
     model_config = ConfigDict(extra="allow")
@@ -45,11 +53,17 @@ class BenchResult(BaseModel):
     random_prefix_len: int = 0
     dataset_name: str = "random"
     dataset_path: str | None = None
-    goodput_slos_ms: dict[str, float] | None = None
+    # The goodput SLOs as {"ttft_ms": 500.0, ...}; null without --goodput. (Not named
+    # `goodput_slos_ms`: InferenceX converts every key ending in "ms" to a number.)
+    goodput_slos: dict[str, float] | None = None
     # Why the point ended before every request was done (point or total timeout,
     # target died); None for a complete point.
     stop_reason: str | None = None
     duration: float
+    # Wall-clock (epoch s) of the first send and the last end of the measured requests, so
+    # end - start == duration (the IX fork's keys; InferenceX's power accounting reads them).
+    benchmark_start_time_unix: float | None = None
+    benchmark_end_time_unix: float | None = None
     completed: int
     failed: int
     total_input_tokens: int
@@ -64,9 +78,6 @@ class BenchResult(BaseModel):
     mean_ttft_ms: float
     median_ttft_ms: float
     std_ttft_ms: float
-    mean_tpot_ms: float
-    median_tpot_ms: float
-    std_tpot_ms: float
     mean_itl_ms: float
     median_itl_ms: float
     std_itl_ms: float
@@ -81,7 +92,31 @@ class BenchResult(BaseModel):
     ttfts: list[float]
     itls: list[list[float]]
     errors: list[str]
+    zero_per_token_stats: dict[str, float] = {}
     metadata: dict[str, Any] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _move_zero_tpot(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        zero = {k: v for k, v in data.items() if "tpot" in k and isinstance(v, (int, float)) and v == 0}
+        if not zero:
+            return data
+        kept = {k: v for k, v in data.items() if k not in zero}
+        return kept | {"zero_per_token_stats": {**(data.get("zero_per_token_stats") or {}), **zero}}
+
+    @model_validator(mode="after")
+    def _inferencex_ingestible(self) -> BenchResult:
+        for key in [*type(self).model_fields, *(self.model_extra or {})]:
+            if not (key.endswith("ms") or "tpot" in key):
+                continue
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{key}: must be a finite number (InferenceX reads it as one), got {value!r}")
+            if "tpot" in key and value == 0:
+                raise ValueError(f"{key}: must not be 0 (InferenceX divides 1000 by it)")
+        return self
 
 
 def rate_label(request_rate: float) -> str:
@@ -90,11 +125,20 @@ def rate_label(request_rate: float) -> str:
     return str(int(request_rate)) if request_rate.is_integer() else str(request_rate)
 
 
-def result_filename(concurrency: int, request_rate: float, prefill_gpus: int, decode_gpus: int) -> str:
-    return (
-        f"concurrency_{concurrency}_req_rate_{rate_label(request_rate)}"
-        f"_gpus_{prefill_gpus + decode_gpus}_ctx_{prefill_gpus}_gen_{decode_gpus}.json"
-    )
+def result_filename(
+    concurrency: int, request_rate: float, prefill_gpus: int | None = None, decode_gpus: int | None = None,
+    gpus: int | None = None,
+) -> str:
+    """`concurrency_C_req_rate_R` + the GPU split as InferenceX's workflow parses it from the name:
+    `_gpus_<P+D>_ctx_<P>_gen_<D>` (disaggregated), `_gpus_<N>` (one aggregated server: it counts
+    all N as the one worker's), or nothing when the split is unknown (its workflow then skips the
+    file rather than invent per-GPU figures)."""
+    name = f"concurrency_{concurrency}_req_rate_{rate_label(request_rate)}"
+    if prefill_gpus is not None and decode_gpus is not None:
+        name += f"_gpus_{prefill_gpus + decode_gpus}_ctx_{prefill_gpus}_gen_{decode_gpus}"
+    elif gpus is not None:
+        name += f"_gpus_{gpus}"
+    return name + ".json"
 
 
 def write_result(result: BenchResult, path: Path) -> Path:

@@ -21,6 +21,7 @@ import aiohttp
 import numpy as np
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
+from harness import __version__
 from harness.bench.client import RequestOutput, Slot, Target, build_payload
 from harness.bench.config import BenchConfig
 from harness.bench.dataset import (
@@ -35,7 +36,7 @@ from harness.bench.loadgen import LoadRun, Progress, arrival_offsets
 from harness.bench.metrics import compute_metrics
 from harness.bench.progress import Display, log, pick_mode
 from harness.bench.validity_probe import PointProbe
-from harness.validity import ClientCounts
+from harness.validity import ClientCounts, unverified
 from harness.bench.results import BenchResult, ResultExistsError, result_filename, write_result
 from harness.bench.watchdog import TargetDied, Watchdog
 
@@ -168,6 +169,7 @@ class _Sweep:
                 log(f"C={concurrency}: {len(bad)}/{n_warm} warmup requests failed: {bad[0].error}")
 
         date = datetime.now().strftime("%Y%m%d-%H%M%S")
+        wall_offset = time.time() - time.perf_counter()  # request times are perf_counter
         probe = None
         if cfg.scrape:
             probe = PointProbe(cfg.scrape, Path(cfg.result_dir) / "metrics" / f"concurrency_{concurrency}",
@@ -178,15 +180,21 @@ class _Sweep:
             cfg.point_timeout_for(n, concurrency), np.random.default_rng([cfg.seed, concurrency, _ARRIVALS]),
         )
         backend = "openai-chat" if cfg.endpoint == "chat" else "openai"
-        metadata = dict(cfg.metadata)
+        metadata = _metadata(cfg)
         if probe is not None:
             sent = [o for o in outs if o.start_time is not None]
             verdict = await probe.finish(ClientCounts(
                 prompt_tokens=sum(o.prompt_len for o in sent), output_tokens=sum(o.output_tokens for o in sent),
                 completed=sum(o.success for o in outs), failed=sum(not o.success for o in outs)))
-            metadata.update(valid=verdict.valid, validity=verdict.model_dump(mode="json"))
-            if not verdict.valid:
-                log(f"C={concurrency}: INVALID point: {'; '.join(verdict.reasons)}")
+        else:
+            verdict = unverified("no server /metrics were scraped (no scrape targets given)")
+        # valid: true / false / null (unverified); the verdict and its evidence under validity.
+        metadata.update(valid=verdict.valid, validity=verdict.model_dump(mode="json"))
+        if probe is not None and verdict.verdict != "valid":
+            log(f"C={concurrency}: {verdict.verdict.upper()} point: {'; '.join(verdict.reasons)}")
+        metrics = compute_metrics(outs, cfg.percentiles, cfg.goodput)
+        sent_at = [o.start_time for o in outs if o.start_time is not None and o.end_time is not None]
+        start_unix = min(sent_at) + wall_offset if sent_at else None
         return BenchResult(
             date=date,
             endpoint_type=backend,
@@ -204,10 +212,12 @@ class _Sweep:
             random_prefix_len=cfg.random_prefix_len,
             dataset_name=cfg.dataset,
             dataset_path=cfg.dataset_path,
-            goodput_slos_ms=dict(cfg.goodput) or None,
+            goodput_slos={f"{k}_ms": v for k, v in cfg.goodput.items()} or None,
             stop_reason=stopped,
+            benchmark_start_time_unix=start_unix,
+            benchmark_end_time_unix=None if start_unix is None else start_unix + metrics["duration"],
             metadata=metadata,
-            **compute_metrics(outs, cfg.percentiles, cfg.goodput),
+            **metrics,
         )
 
     # -- the sweep ----------------------------------------------------------------
@@ -219,12 +229,14 @@ class _Sweep:
             self.deadline = started + cfg.total_timeout_s
         result_dir = Path(cfg.result_dir)
         paths = {
-            c: result_dir / result_filename(c, cfg.request_rate, cfg.prefill_gpus, cfg.decode_gpus)
+            c: result_dir / result_filename(c, cfg.request_rate, cfg.prefill_gpus, cfg.decode_gpus, cfg.gpus)
             for c in cfg.concurrency
         }
         # Fail before sending any load rather than after a long point.
         if existing := [str(p) for p in paths.values() if p.exists()]:
             raise ResultExistsError(f"result files already exist, not overwriting: {', '.join(existing)}")
+        if not cfg.scrape:
+            log("no scrape targets: every point is recorded unverified (metadata.valid null)")
         if cfg.dataset != "random":
             self.records = load_records(cfg.dataset_path, cfg.dataset)  # type: ignore[arg-type]
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer)
@@ -269,13 +281,27 @@ class _Sweep:
             return PointOutcome(c, None, error=f"{type(e).__name__}: {e}")
         log(
             f"C={c}: completed {result.completed}, failed {result.failed}, "
-            f"median TTFT {result.median_ttft_ms:.1f} ms, median TPOT {result.median_tpot_ms:.2f} ms, "
+            f"median TTFT {result.median_ttft_ms:.1f} ms, "
+            f"median TPOT {getattr(result, 'median_tpot_ms', 0.0):.2f} ms, "  # absent when 0
             f"output {result.output_throughput:.1f} tok/s, {result.request_throughput:.1f} req/s"
             + (f", stopped: {result.stop_reason}" if result.stop_reason else "")
             + f" -> {path.name}"
         )
         error = result.stop_reason if result.stop_reason and not result.stop_reason.startswith("point timeout") else None
         return PointOutcome(c, path, result.completed, result.failed, error)
+
+
+def _metadata(cfg: BenchConfig) -> dict[str, Any]:
+    """The config's metadata (a recipe's run metadata wins), plus what the bench itself knows:
+    its version and the GPU split behind the target, or that the split is unknown."""
+    md: dict[str, Any] = {"pdbench_version": __version__}
+    if cfg.disagg:
+        md |= {"disagg": True, "prefill_gpus": cfg.prefill_gpus, "decode_gpus": cfg.decode_gpus}
+    elif cfg.gpus is not None:
+        md |= {"disagg": False, "gpus": cfg.gpus}
+    else:
+        md |= {"disagg": False, "gpu_split": "unknown"}
+    return md | cfg.metadata
 
 
 def run_async(main: Any) -> Any:

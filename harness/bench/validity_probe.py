@@ -1,7 +1,8 @@
 """Scrape every server's /metrics around one benchmark point and judge the point's validity.
 
-The scrapes are kept under <result_dir>/metrics/concurrency_<C>/ (before, after, and the
-gauge samples taken during the point); the verdict goes into the result's metadata as
+The scrapes are kept under <result_dir>/metrics/concurrency_<C>/ (before and after); the
+gauge samples taken during the point are folded into running peaks as they arrive, so memory
+stays bounded however long the point runs. The verdict goes into the result's metadata as
 `valid` and `validity` (see harness.validity).
 """
 
@@ -12,9 +13,11 @@ import os
 import urllib.request
 from pathlib import Path
 
-from harness.validity import ClientCounts, PointValidity, ServerScrapes, ValidityThresholds, evaluate
+from harness.validity import ClientCounts, PointValidity, ServerScrapes, ValidityThresholds, evaluate, gauge_peaks
 
 SAMPLE_INTERVAL_S = 2.0
+# vLLM's /metrics is a few hundred kB; a bound keeps a misbehaving target from filling memory.
+MAX_SCRAPE_BYTES = 16 << 20
 
 
 def parse_target(text: str) -> tuple[str, str, str]:
@@ -29,7 +32,7 @@ def parse_target(text: str) -> tuple[str, str, str]:
 def _get(url: str, timeout: float) -> str:
     try:
         with urllib.request.urlopen(f"{url}/metrics", timeout=timeout) as r:
-            return r.read().decode(errors="replace")
+            return r.read(MAX_SCRAPE_BYTES).decode(errors="replace")
     except Exception:  # noqa: BLE001 - a failed scrape leaves that rule "not checked"
         return ""
 
@@ -39,7 +42,7 @@ class PointProbe:
         self.targets = [parse_target(t) for t in targets]
         self.out_dir, self.thresholds = out_dir, thresholds
         self.before: dict[str, str] = {}
-        self.during: dict[str, list[str]] = {name: [] for name, _, _ in self.targets}
+        self.peaks: dict[str, dict[str, float]] = {name: {} for name, _, _ in self.targets}
         self._sampler: asyncio.Task | None = None
 
     async def _scrape_all(self) -> dict[str, str]:
@@ -55,7 +58,7 @@ class PointProbe:
             await asyncio.sleep(SAMPLE_INTERVAL_S)
             for name, text in (await self._scrape_all()).items():
                 if text:
-                    self.during[name].append(text)
+                    self.peaks[name] = gauge_peaks(text, self.peaks[name])
 
     async def finish(self, client: ClientCounts) -> PointValidity:
         if self._sampler:
@@ -69,6 +72,6 @@ class PointProbe:
             tmp.write_text(text)
             os.replace(tmp, self.out_dir / f"{name}.{phase}.prom")
         servers = {name: ServerScrapes(role=role, before=self.before.get(name, ""), after=after.get(name, ""),
-                                       during=self.during[name])
+                                       peaks=self.peaks[name])
                    for name, role, _ in self.targets}
         return evaluate(servers, client, self.thresholds)

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from harness.config.schema import SAFE_NAME as _SAFE_NAME
 from harness.config.schema import Catalogue, ModelSpec, Recipe
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -104,7 +105,9 @@ def _validation_error(path: Path, err: ValidationError, prefix: str = "") -> Con
         msg = "unknown key"
     elif first["type"] == "missing":
         msg = "required key is missing"
-    elif "input" in first and first["type"] not in ("value_error",):
+    elif first["type"] == "value_error":
+        msg = msg.removeprefix("Value error, ")  # our validators' messages say what was got
+    elif "input" in first:
         msg = f"{msg} (got {first['input']!r})"
     more = len(err.errors()) - 1
     if more:
@@ -187,4 +190,8 @@ def load_recipe(
             f"'{recipe.model}' is not in {models_file} (known: {', '.join(sorted(catalogue.models))})",
         )
     name = recipe.name or path.stem
+    if recipe.name is None and not _SAFE_NAME.fullmatch(name):
+        # The name becomes results/<name>/ and the job name; set `name:` to pick a safe one.
+        raise ConfigError(path, "name", f"the file name {name!r} is not a safe name (letters, digits, "
+                                        "'.', '_', '-', not starting with '.' or '-'); set 'name:'")
     return ResolvedRecipe(name, recipe, catalogue.models[recipe.model], path.resolve(), models_file.resolve(), root)

@@ -7,14 +7,78 @@ unknown keys so that a typo is an error, not a silently ignored setting.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Optional, Union
+import re
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-# A vLLM flag value: True renders a bare flag, False/None omits it, dicts and lists render as JSON.
+# Strings reach job.slurm and server.sh. The renderer quotes every one for the context it
+# lands in; these types reject what no quoting can carry: control characters (a newline
+# ends a `#SBATCH` line or a comment and starts a command; bash cannot hold NUL), and
+# whatever a context gives meaning to besides the shell (names below).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _checker(pattern: str, why: str, allow: str = "") -> AfterValidator:
+    bad = re.compile(pattern)
+
+    def check(v: str) -> str:
+        m = bad.search(v.translate({ord(c): None for c in allow}))
+        if m:
+            raise ValueError(f"{m.group()!r} is not allowed here: {why} (got {v!r})")
+        return v
+
+    return AfterValidator(check)
+
+
+def _matching(pattern: str, what: str) -> AfterValidator:
+    ok = re.compile(pattern)
+
+    def check(v: str) -> str:
+        if not ok.fullmatch(v):
+            raise ValueError(f"{v!r} is not {what}")
+        return v
+
+    return AfterValidator(check)
+
+
+_NO_CONTROL = "control characters cannot be written into a shell script"
+Text = Annotated[str, _checker(_CONTROL.pattern, _NO_CONTROL)]
+# Free text that is rendered as comment lines only: one comment line per line.
+Comment = Annotated[str, _checker(_CONTROL.pattern, _NO_CONTROL, allow="\n\t")]
+# An `#SBATCH` value, shell-quoted like submitit's `_as_sbatch_flag`; sbatch reads a
+# backslash as an escape even inside quotes, so no quoting carries one intact.
+SbatchValue = Annotated[str, _checker(r"[\x00-\x1f\x7f\\]", "#SBATCH lines cannot carry control characters or '\\'")]
+SbatchOption = Annotated[SbatchValue, _matching(r"--[A-Za-z][A-Za-z0-9-]*(=.*)?",
+                                                "an sbatch option '--name' or '--name=value'")]
+EnvName = Annotated[str, _matching(r"[A-Za-z_][A-Za-z0-9_]*", "an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")]
+# A `vllm serve` flag name without its leading '--' (dots for vLLM's nested config flags).
+FlagName = Annotated[str, _matching(r"[A-Za-z0-9][A-Za-z0-9_.-]*", "a flag name (letters, digits, '-', '_', '.')")]
+# A directory name: results/<name>/ and the Slurm job name.
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+SafeName = Annotated[str, _matching(SAFE_NAME.pattern, "a safe name (letters, digits, '.', '_', '-'; "
+                                    "not starting with '.' or '-'; at most 100 characters)")]
+# Container mounts are joined as 'src:dst' into ','-separated lists (enroot, apptainer)
+# or `-v src:dst[:options]` (docker), so ',' would add mounts and ':' in a source shifts fields.
+MountSource = Annotated[Text, _checker(r"[,:]", "mount lists use ',' between and ':' inside entries")]
+MountTarget = Annotated[Text, _checker(r",", "mount lists use ',' between entries")]
+# `docker run ... "$IMAGE"`: a leading '-' would be read as an option.
+Image = Annotated[Text, _checker(r"^-", "an image name cannot start with '-'")]
+
+# A vLLM flag value: True renders a bare flag, False/None omits it, dicts and lists render as
+# JSON; strings are single-quoted words, so only their control characters are refused.
 FlagValue = Union[bool, int, float, str, None, dict[str, Any], list[Any]]
-Flags = dict[str, FlagValue]
-Env = dict[str, str]
+Env = dict[EnvName, Text]
+
+
+def _no_control_in_flags(flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
+    for key, value in flags.items():
+        if isinstance(value, str) and _CONTROL.search(value):
+            raise ValueError(f"flag '{key}': {_NO_CONTROL} (got {value!r})")
+    return flags
+
+
+Flags = Annotated[dict[FlagName, FlagValue], AfterValidator(_no_control_in_flags)]
 
 
 class Strict(BaseModel):
@@ -22,11 +86,11 @@ class Strict(BaseModel):
 
 
 class ModelSpec(Strict):
-    path: Optional[str] = Field(None, description="local model directory (relative to models.yaml)")
-    hf_id: Optional[str] = Field(None, description="Hugging Face id, resolved by vLLM inside the job")
-    precision: str
-    tokenizer: Optional[str] = None
-    served_model_name: Optional[str] = None
+    path: Optional[Text] = Field(None, description="local model directory (relative to models.yaml)")
+    hf_id: Optional[Text] = Field(None, description="Hugging Face id, resolved by vLLM inside the job")
+    precision: Text
+    tokenizer: Optional[Text] = None
+    served_model_name: Optional[Text] = None
     max_model_len: int = Field(gt=0)
     prefill_flags: Flags = {}
     decode_flags: Flags = {}
@@ -62,7 +126,7 @@ class RoleSpec(Strict):
     port: int = Field(ge=1024, le=65535, description="HTTP port of the first worker on a node")
     flags: Flags = {}
     env: Env = {}
-    cpu_bind: list[str] = Field(
+    cpu_bind: list[Text] = Field(
         [], description="CPU-only: VLLM_CPU_OMP_THREADS_BIND per worker (cycled)"
     )
     kv_transfer: bool = Field(
@@ -132,8 +196,8 @@ class BenchmarkSpec(Strict):
 
 class ContainerSpec(Strict):
     runtime: Literal["docker", "podman", "enroot", "apptainer", "none"] = "docker"
-    image: Optional[str] = None
-    mounts: dict[str, str] = Field({}, description="host path -> container path")
+    image: Optional[Image] = None
+    mounts: dict[MountSource, MountTarget] = Field({}, description="host path -> container path[:options]")
 
     @model_validator(mode="after")
     def _image(self) -> "ContainerSpec":
@@ -143,16 +207,16 @@ class ContainerSpec(Strict):
 
 
 class SlurmSpec(Strict):
-    job_name: Optional[str] = None
-    partition: Optional[str] = None
-    account: Optional[str] = None
-    qos: Optional[str] = None
-    time_limit: str = "02:00:00"
-    nodelist: Optional[str] = None
-    exclude: Optional[str] = None
-    reservation: Optional[str] = None
-    constraint: Optional[str] = None
-    extra_sbatch: list[str] = []
+    job_name: Optional[SbatchValue] = None
+    partition: Optional[SbatchValue] = None
+    account: Optional[SbatchValue] = None
+    qos: Optional[SbatchValue] = None
+    time_limit: SbatchValue = "02:00:00"
+    nodelist: Optional[SbatchValue] = None
+    exclude: Optional[SbatchValue] = None
+    reservation: Optional[SbatchValue] = None
+    constraint: Optional[SbatchValue] = None
+    extra_sbatch: list[SbatchOption] = Field([], description="'--name' or '--name=value' (the value is quoted)")
 
 
 class TimeoutSpec(Strict):
@@ -165,9 +229,9 @@ class TimeoutSpec(Strict):
 
 
 class Recipe(Strict):
-    name: Optional[str] = None
-    description: str = ""
-    model: str
+    name: Optional[SafeName] = Field(None, description="names results/<name>/; default: the file's stem")
+    description: Comment = ""
+    model: Text
     container: ContainerSpec = ContainerSpec(runtime="none")
     topology: TopologySpec
     connector: ConnectorSpec

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from harness.mock_engine.app import MockEngineConfig, serve
 
-DIST_HELP = "ms: 50 | constant:50 | normal:MEAN,STD | exponential:MEAN | uniform:LO,HI | lognormal:MEAN,STD"
+DIST_HELP = "50 | constant:50 | normal:MEAN,STD | exponential:MEAN | uniform:LO,HI | lognormal:MEAN,STD"
 
 
 def _fail(message: str) -> NoReturn:
@@ -18,23 +18,27 @@ def _fail(message: str) -> NoReturn:
 
 
 def mock_engine_command(
-    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8000,
-    model: Annotated[str, typer.Option("--model", help="Served model name.")] = "mock",
-    ttft_ms: Annotated[str, typer.Option("--ttft-ms", help=f"Time to first token, {DIST_HELP}.")] = "0",
-    itl_ms: Annotated[str, typer.Option("--itl-ms", help=f"Inter-token latency, {DIST_HELP}.")] = "0",
+    host: Annotated[str, typer.Option("--host", help="Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="TCP port to listen on.")] = 8000,
+    model: Annotated[str, typer.Option("--model", help="Served model name (the one /v1/models lists).")] = "mock",
+    ttft_ms: Annotated[str, typer.Option("--ttft-ms", help=f"Time to first token in ms: {DIST_HELP}.")] = "0",
+    itl_ms: Annotated[str, typer.Option("--itl-ms", help=f"Inter-token latency in ms: {DIST_HELP}.")] = "0",
     role: Annotated[str, typer.Option("--role", help="prefill, decode or both (kv_transfer_params legs).")] = "both",
     eos_after: Annotated[
-        Optional[int], typer.Option("--eos-after", help="Stop after N tokens unless ignore_eos (default: never).")
+        Optional[int], typer.Option("--eos-after", help="Stop after N tokens unless ignore_eos [default: never]")
     ] = None,
-    max_model_len: Annotated[Optional[int], typer.Option("--max-model-len", help="Reject longer requests.")] = None,
+    max_model_len: Annotated[Optional[int], typer.Option(
+        "--max-model-len", help="Reject requests whose prompt + max_tokens exceed N tokens [default: no limit]"),
+    ] = None,
     tokenizer: Annotated[
-        Optional[str], typer.Option("--tokenizer", help="Count tokens with this HF tokenizer (default: words).")
+        Optional[str], typer.Option("--tokenizer", help="Count tokens with this HF tokenizer [default: count words]")
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the latency samples.")] = 0,
-    engine_id: Annotated[Optional[str], typer.Option("--engine-id", help="remote_engine_id (default: a UUID).")] = None,
-    kv_host: Annotated[Optional[str], typer.Option("--kv-host", help="remote_host advertised to decode.")] = None,
-    kv_port: Annotated[int, typer.Option("--kv-port", help="remote_port advertised to decode.")] = 5600,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed of the latency samples.")] = 0,
+    engine_id: Annotated[Optional[str], typer.Option(
+        "--engine-id", help="remote_engine_id in kv_transfer_params [default: a random UUID]")] = None,
+    kv_host: Annotated[Optional[str], typer.Option(
+        "--kv-host", help="remote_host advertised to decode [default: --host; 127.0.0.1 if that is 0.0.0.0]")] = None,
+    kv_port: Annotated[int, typer.Option("--kv-port", help="remote_port (TCP) advertised to decode.")] = 5600,
 ) -> None:
     """Run a mock OpenAI-compatible engine with injected latencies and vLLM's PD behaviour."""
     fields = dict(host=host, port=port, model=model, ttft_ms=ttft_ms, itl_ms=itl_ms, role=role,

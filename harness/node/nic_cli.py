@@ -19,9 +19,9 @@ EXIT_CONFIG = 2
 
 
 def nic_command(
-    sysfs: Annotated[Path, typer.Option(help="sysfs root to read RDMA devices from.")] = SYSFS,
+    sysfs: Annotated[Path, typer.Option(help="sysfs root to read RDMA devices (class/infiniband) from.")] = SYSFS,
     fallback_addr: Annotated[Optional[str], typer.Option(
-        help="Address for VLLM_NIXL_SIDE_CHANNEL_HOST when the RDMA interfaces have no IPv4.")] = None,
+        help="IPv4 for VLLM_NIXL_SIDE_CHANNEL_HOST when the RDMA interfaces have none [default: none]")] = None,
     export: Annotated[bool, typer.Option(
         "--export/--json", help="Print `export` lines for bash eval, or a JSON object.")] = True,
     route_file: Annotated[Path, typer.Option(

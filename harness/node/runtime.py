@@ -21,6 +21,8 @@ from harness.node.affinity import pin_worker_main_threads
 from harness.node.coordination import Aborted, Coordination, Failure, discover_address, write_status
 from harness.node.health import is_healthy, smoke_request
 from harness.node.scrape import scrape_all
+from harness.node.secrets import ENV_VAR as SECRET_ENV
+from harness.node.secrets import ensure_job_secret
 from harness.node.signal_cause import describe_signal
 from harness.node.supervisor import Supervisor
 
@@ -136,6 +138,8 @@ def _run(ctx: NodeContext, coord: Coordination, sup: Supervisor) -> None:
 
     env = dict(os.environ, PDBENCH_NODE_ADDR=addr, PDBENCH_NODE_ID=str(ctx.node_id), RUN_DIR=str(ctx.run_dir))
     env.update({f"PDBENCH_NODE_{i}_ADDR": a for i, a in addrs.items()})
+    # The bundled connector's KV server serves only peers that prove this job's secret.
+    env[SECRET_ENV] = str(ensure_job_secret(ctx.run_dir))
     server_sh = str(ctx.run_dir / "server.sh")
 
     def start(name: str) -> None:
@@ -198,6 +202,9 @@ def _run(ctx: NodeContext, coord: Coordination, sup: Supervisor) -> None:
     if rc != 0:
         raise Failed(_exit_failure(ctx, "bench", rc, primary=False))
     invalid = _invalid_points(ctx.run_dir)
+    unverified = _unverified_points(ctx.run_dir)
+    if unverified:  # kept, but collect leaves them out unless asked: say so where users look
+        log.warning("result point(s) without validity evidence (no server /metrics): %s", ", ".join(unverified))
     if invalid:
         raise Failed(Failure(ctx.node_id, "invalid result point(s): " + "; ".join(invalid)))
 
@@ -214,6 +221,19 @@ def _invalid_points(run_dir: Path) -> list[str]:
         if meta.get("valid") is False:
             reasons = (meta.get("validity") or {}).get("reasons") or ["no reason recorded"]
             out.append(f"{f.name}: {', '.join(reasons)}")
+    return out
+
+
+def _unverified_points(run_dir: Path) -> list[str]:
+    """Points whose validity rules had no server metrics to judge (metadata.valid is null)."""
+    out = []
+    for f in sorted(run_dir.glob("concurrency_*.json")):
+        try:
+            meta = json.loads(f.read_text()).get("metadata") or {}
+        except (OSError, ValueError):
+            continue
+        if (meta.get("validity") or {}).get("verdict") == "unverified":
+            out.append(f.name)
     return out
 
 

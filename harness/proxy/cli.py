@@ -19,15 +19,18 @@ def _fail(message: str) -> NoReturn:
 
 
 def proxy_command(
-    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "0.0.0.0",
-    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 30000,
+    host: Annotated[str, typer.Option(
+        "--host", help="Address to listen on (one address; 0.0.0.0 means every interface).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="TCP port to listen on.")] = 30000,
     prefill: Annotated[
         Optional[list[str]],
-        typer.Option("--prefill", metavar="URL", help="Prefill base URL, e.g. http://10.0.0.1:8100 (repeatable)."),
+        typer.Option("--prefill", metavar="URL", help="Prefill base URL, e.g. http://10.0.0.1:8100; repeatable "
+                     "(default: none; required unless --connector moriio)."),
     ] = None,
     decode: Annotated[
         Optional[list[str]],
-        typer.Option("--decode", metavar="URL", help="Decode server base URL (repeatable)."),
+        typer.Option("--decode", metavar="URL", help="Decode server base URL; repeatable "
+                     "(default: none; required unless --connector moriio)."),
     ] = None,
     connector: Annotated[
         str, typer.Option("--connector", help=f"KV connector flow: {', '.join(CONNECTORS)}.")
@@ -40,14 +43,18 @@ def proxy_command(
                                     "(default: the number of --prefill URLs).")
     ] = None,
     expected_decode: Annotated[
-        Optional[int], typer.Option("--expected-decode", help="Decode instances /health waits for.")
+        Optional[int], typer.Option("--expected-decode", help="Decode instances /health waits for "
+                                   "(default: the number of --decode URLs).")
     ] = None,
     prefill_dp_size: Annotated[int, typer.Option("--prefill-dp-size", help="DP ranks behind each static prefill URL.")] = 1,
     decode_dp_size: Annotated[int, typer.Option("--decode-dp-size", help="DP ranks behind each static decode URL.")] = 1,
     moriio_port: Annotated[
-        Optional[int], typer.Option("--moriio-port", help="MoRI-IO: ZMQ registration port (proxy_ping_port).")
+        Optional[int], typer.Option("--moriio-port", help="MoRI-IO: ZMQ registration TCP port, proxy_ping_port "
+                                        "(default: none; required for --connector moriio).")
     ] = None,
-    moriio_host: Annotated[str, typer.Option("--moriio-host", help="MoRI-IO: registration bind address.")] = "0.0.0.0",
+    moriio_host: Annotated[str, typer.Option(
+        "--moriio-host", help="MoRI-IO: registration bind address; workers on other nodes must reach it "
+                              "(a job passes its node's address).")] = "127.0.0.1",
     moriio_mode: Annotated[
         Optional[str], typer.Option("--moriio-mode", help="MoRI-IO: read or write (default: the first registration's).")
     ] = None,
@@ -56,10 +63,10 @@ def proxy_command(
                                           "(once for all, or once per --prefill; default 8998).")
     ] = None,
     request_timeout_s: Annotated[
-        float, typer.Option("--request-timeout-s", help="Total time allowed for one upstream leg.")
+        float, typer.Option("--request-timeout-s", help="Seconds allowed for one whole upstream leg.")
     ] = 600.0,
     stream_idle_timeout_s: Annotated[
-        float, typer.Option("--stream-idle-timeout-s", help="Abort a decode stream silent for this long.")
+        float, typer.Option("--stream-idle-timeout-s", help="Abort a decode stream silent for this many seconds.")
     ] = 300.0,
     health_interval_s: Annotated[
         float, typer.Option("--health-interval-s", help="Seconds between backend /health polls.")

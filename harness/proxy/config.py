@@ -30,7 +30,9 @@ class ProxyConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    host: str = "0.0.0.0"
+    # Listen on one address, never every interface by default: the benchmark client and
+    # node 0's health gate reach the proxy on the same node, so jobs pass 127.0.0.1.
+    host: str = "127.0.0.1"
     port: int = Field(30000, ge=0, le=65535)
     prefill: list[str] = Field([], description="static prefill base URLs")
     decode: list[str] = Field([], description="static decode base URLs")
@@ -44,8 +46,9 @@ class ProxyConfig(BaseModel):
     prefill_dp_size: int = Field(1, ge=1)
     decode_dp_size: int = Field(1, ge=1)
     # MoRI-IO: ZMQ ROUTER registration endpoint, and READ or WRITE mode (None: the
-    # first registration decides; later ones that disagree are rejected).
-    moriio_host: str = "0.0.0.0"
+    # first registration decides; later ones that disagree are rejected). Workers on
+    # other nodes register here, so jobs bind it to the node's address ($PDBENCH_NODE_ADDR).
+    moriio_host: str = "127.0.0.1"
     moriio_port: Optional[int] = Field(None, ge=1, le=65535)
     moriio_mode: Optional[Literal["read", "write"]] = None
     registration_ttl_s: float = Field(30.0, gt=0, description="drop a Gen-2 instance silent this long")

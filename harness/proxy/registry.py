@@ -204,8 +204,11 @@ class Registry:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         try:
+            if ":" in host:  # an IPv6 literal
+                sock.setsockopt(zmq.IPV6, 1)
+                host = f"[{host.strip('[]')}]"
             sock.bind(f"tcp://{host}:{port}")
-            log.info("MoRI-IO registration on tcp://%s:%d", host, port)
+            log.info("MoRI-IO registration on %s", sock.getsockopt(zmq.LAST_ENDPOINT).decode())
             if bound is not None and not bound.done():
                 bound.set_result(sock.getsockopt(zmq.LAST_ENDPOINT).decode())
             while True:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
 import shlex
 from dataclasses import dataclass
 from typing import Any, Union
@@ -155,11 +156,13 @@ def _span_flags(rr: ResolvedRecipe, worker: Worker, rank: int) -> list[Word]:
 def json_word(obj: Any) -> Word:
     """Compact JSON; when it holds Shell values, a double-quoted word that bash expands."""
     shells: list[Shell] = []
+    # A fresh token, so that no recipe string can spell a placeholder and be replaced.
+    token = secrets.token_hex(8)
 
     def default(o: Any) -> str:
         if isinstance(o, Shell):
             shells.append(o)
-            return f"@@SHELL{len(shells) - 1}@@"
+            return f"@@{token}.{len(shells) - 1}@@"
         raise TypeError(f"not JSON serialisable: {o!r}")
 
     text = json.dumps(obj, separators=(",", ":"), default=default)
@@ -167,14 +170,16 @@ def json_word(obj: Any) -> Word:
         return text
     text = text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("`", "\\`")
     for i, sh in enumerate(shells):
-        text = text.replace(f"@@SHELL{i}@@", sh.text)
+        text = text.replace(f"@@{token}.{i}@@", sh.text)
     return Shell(text)
 
 
 def proxy_argv(rr: ResolvedRecipe, plan: JobPlan) -> list[Word]:
     p, c = rr.recipe.proxy, rr.recipe.connector
+    # Only the benchmark client and node 0's health gate, both on the proxy's node, use
+    # its HTTP port: loopback, not every interface.
     argv: list[Word] = [PYTHON, "-m", "harness", "proxy",
-                        "--port", str(p.port),
+                        "--host", "127.0.0.1", "--port", str(p.port),
                         "--connector", c.name,
                         "--policy", p.policy,
                         "--request-timeout-s", f"{p.request_timeout_s:g}",
@@ -184,7 +189,8 @@ def proxy_argv(rr: ResolvedRecipe, plan: JobPlan) -> list[Word]:
         # their kv-transfer-config) with the handshake/notify ports and DP/TP sizes the
         # flow needs; a static URL carries none of that, so none is passed. The proxy
         # instead waits for this many registered (and healthy) instances of each role.
-        argv += ["--moriio-port", str(c.proxy_ping_port),
+        # Workers on every node register, so it binds the node's address (their proxy_ip).
+        argv += ["--moriio-host", NODE_ADDR, "--moriio-port", str(c.proxy_ping_port),
                  "--moriio-mode", "read" if c.read_mode else "write",
                  "--expected-prefill", str(len(plan.role("prefill"))),
                  "--expected-decode", str(len(plan.role("decode")))]

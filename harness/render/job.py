@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -14,7 +17,7 @@ import jinja2
 import yaml
 
 from harness import __version__
-from harness.config.load import ResolvedRecipe
+from harness.config.load import ConfigError, ResolvedRecipe
 from harness.render import commands as cmd
 from harness.render.commands import Word, quote
 from harness.topology import JobPlan, plan
@@ -55,10 +58,30 @@ def _argv_lines(argv: list[Word], indent: int) -> str:
     return (" \\\n" + " " * indent).join(" ".join(line) for line in lines)
 
 
+# sbatch reads `#SBATCH` lines with shell-like quotes, but a newline ends the line and a
+# backslash escapes even inside quotes; the schema keeps both out of recipe values.
+_SBATCH_UNSAFE = re.compile(r"[\x00-\x1f\x7f\\]")
+
+
+def sbatch_quote(value: str) -> str:
+    """An `#SBATCH --flag=VALUE` value, quoted as submitit's `_as_sbatch_flag` quotes it."""
+    if _SBATCH_UNSAFE.search(value):
+        # Only a run directory path gets here unchecked (recipe values are checked at load).
+        raise ConfigError(value, "", "an #SBATCH line cannot carry control characters or '\\'")
+    return shlex.quote(value)
+
+
+def sbatch_option(opt: str) -> str:
+    """'--name=value' from slurm.extra_sbatch, its value quoted; '--name' as is."""
+    flag, eq, value = opt.partition("=")
+    return f"{flag}={sbatch_quote(value)}" if eq else flag
+
+
 def _env(env: dict[str, Word]) -> list[tuple[str, str]]:
     return [(k, quote(v)) for k, v in env.items()]
 
 
+@functools.cache  # compiling the templates costs more than rendering them
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
@@ -68,6 +91,7 @@ def _environment() -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     env.filters["q"] = quote
+    env.filters["sbatch_q"] = sbatch_quote
     env.filters["argv_lines"] = _argv_lines
     return env
 
@@ -97,7 +121,7 @@ def _procs(rr: ResolvedRecipe, p: JobPlan, root: str) -> list[dict[str, Any]]:
 
 def _sbatch_opts(rr: ResolvedRecipe) -> list[str]:
     s = rr.recipe.slurm
-    opts = [f"--{flag}={value}" for flag, value in (
+    opts = [f"--{flag}={sbatch_quote(value)}" for flag, value in (
         ("partition", s.partition), ("account", s.account), ("qos", s.qos),
         ("nodelist", s.nodelist), ("exclude", s.exclude), ("reservation", s.reservation),
         ("constraint", s.constraint),
@@ -105,7 +129,7 @@ def _sbatch_opts(rr: ResolvedRecipe) -> list[str]:
     gpn = rr.recipe.topology.gpus_per_node
     if gpn:
         opts.append(f"--gpus-per-node={gpn}")
-    return opts + list(s.extra_sbatch)
+    return opts + [sbatch_option(o) for o in s.extra_sbatch]
 
 
 def topology_summary(rr: ResolvedRecipe) -> str:
@@ -146,12 +170,17 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext) -> JobPlan
     common = {"name": rr.name, "fingerprint": rr.fingerprint, "version": __version__}
     server = env.get_template("server.sh.j2").render(
         **common, procs=_procs(rr, p, ctx.root), job_env=_env(dict(rr.recipe.env)))
+    mounts = sorted(rr.recipe.container.mounts.items())
     job = env.get_template("job.slurm.j2").render(
-        **common, description=rr.recipe.description or rr.name,
+        **common,
+        # One comment line per line: a newline in the description never starts a command.
+        description=(rr.recipe.description or rr.name).split("\n"),
         topology_summary=topology_summary(rr), num_nodes=p.num_nodes, slurm=rr.recipe.slurm,
+        # '%' starts a Slurm file-name pattern; '%%' is a literal one.
+        slurm_out=ctx.run_dir.replace("%", "%%") + "/slurm-%j.out",
         sbatch_opts=_sbatch_opts(rr), run_dir=ctx.run_dir, root=ctx.root, python=ctx.python,
         runtime=rr.recipe.container.runtime, image=rr.recipe.container.image or "",
-        mounts=sorted(rr.recipe.container.mounts.items()),
+        mounts=mounts, mount_list="".join(f",{src}:{dst}" for src, dst in mounts),
     )
     lock = {
         **rr.locked(), "fingerprint": rr.fingerprint, "pdbench_version": __version__,

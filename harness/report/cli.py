@@ -25,7 +25,7 @@ class Format(str, Enum):
 
 RunsArg = Annotated[list[str], typer.Argument(
     help="Run directories (or result files, or a recipe name for its latest run under --results-dir).")]
-ResultsOpt = Annotated[Path, typer.Option(help="Root of run directories, for recipe names.")]
+ResultsOpt = Annotated[Path, typer.Option(help="Root directory of run directories, for recipe names.")]
 
 
 def _resolve(ref: str, results_dir: Path) -> Path:
@@ -59,11 +59,11 @@ def _write(path: Path, text: str) -> None:
 def report_command(
     runs: RunsArg,
     baseline: Annotated[Optional[str], typer.Option(
-        help="Run to compare against: signed deltas and percentages on every other row.")] = None,
+        help="Run to compare against: signed deltas and percentages on every other row [default: none]")] = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.md,
     plot: Annotated[Optional[Path], typer.Option(
-        help="Also write the Pareto plot (tok/s/GPU vs tok/s/user) to this PNG.")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Write the report here instead of stdout.")] = None,
+        help="Also write the Pareto plot (tok/s/GPU vs tok/s/user) to this PNG [default: no plot]")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Write the report to this file [default: stdout]")] = None,
     results_dir: ResultsOpt = PROJECT_ROOT / "results",
 ) -> None:
     """Compare runs: per-GPU throughput, TTFT/TPOT/E2EL, interactivity and failures per concurrency."""
@@ -105,9 +105,11 @@ def collect_command(
     runs: RunsArg,
     out: Annotated[Path, typer.Option(help="Aggregate JSON to create (never overwritten).")],
     hw: Annotated[Optional[str], typer.Option(
-        envvar="RUNNER_TYPE", help="Hardware name (InferenceX's RUNNER_TYPE) when the metadata has none.")] = None,
+        envvar="RUNNER_TYPE", help="Hardware name for points whose metadata has none [default: $RUNNER_TYPE]")] = None,
     include_invalid: Annotated[bool, typer.Option(
         help="Keep points whose metadata says valid: false (they carry \"valid\": false).")] = False,
+    include_unverified: Annotated[bool, typer.Option(
+        help="Keep points with no validity evidence (they carry \"validity\": \"unverified\").")] = False,
     results_dir: ResultsOpt = PROJECT_ROOT / "results",
 ) -> None:
     """Write the InferenceX-style aggregate JSON of runs, one validated entry per point."""
@@ -119,7 +121,7 @@ def collect_command(
         raise typer.Exit(EXIT_USAGE)
     paths = [_resolve(r, results_dir) for r in runs]
     try:
-        result = collect(paths, hw=hw, include_invalid=include_invalid)
+        result = collect(paths, hw=hw, include_invalid=include_invalid, include_unverified=include_unverified)
     except RunPathError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(EXIT_USAGE) from None

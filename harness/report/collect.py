@@ -7,8 +7,13 @@ every `*ms` latency as seconds under its name without `_ms`, and each `tpot` key
 (RUNNER_TYPE, PRECISION, PREFILL_TP, ...) comes from each result's pdbench metadata block;
 only the hardware name is not there (`--hw`, or RUNNER_TYPE as in InferenceX's CI).
 
-Entries are validated, deduplicated by run, recipe fingerprint, ISL, OSL and concurrency, and points
-whose metadata says `valid: false` are left out unless asked for (then they carry `"valid": false`).
+Entries are validated and deduplicated by run, recipe fingerprint, ISL, OSL and concurrency. Only
+points with a "valid" verdict are kept by default: invalid ones (`metadata.valid: false`) and
+unverified ones (no evidence either way: `metadata.valid: null`, `metadata.validity.verdict:
+"unverified"`, or no verdict at all) only when asked for; they then carry `"validity": "invalid"`
+(and `"valid": false`) or `"validity": "unverified"`, keys InferenceX's schema does not have.
+tests/test_inferencex_contract.py checks every entry against what process_result.py computes from
+the same file.
 """
 
 from __future__ import annotations
@@ -82,6 +87,10 @@ class CollectEntry(BaseModel):
                 if value is not False:
                     raise ValueError("valid, when present, is false (an invalid point kept on request)")
                 continue
+            if key == "validity":
+                if value not in ("invalid", "unverified"):
+                    raise ValueError("validity, when present, is invalid or unverified (a point kept on request)")
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ValueError(f"{key} is not a finite number ({value!r})")
         return self
@@ -119,7 +128,8 @@ def entry(p: Point, hw: Optional[str], notes: list[str]) -> CollectEntry:
         raise _Skip("no pdbench metadata block (collect needs the point's topology, precision and model)")
     if md.get("disagg") is False:
         raise _Skip("not a disaggregated point (metadata.disagg is false); collect writes the multinode "
-                    "disaggregated schema only")
+                    "disaggregated schema only (InferenceX's process_result.py takes the file itself: "
+                    "single-node branch, or multinode with the `_gpus_N` of its name counted as prefill)")
     hw = hw or md.get("hw") or md.get("runner_type")
     if not hw:
         raise _Skip("hardware unknown: pass --hw (InferenceX's RUNNER_TYPE, e.g. h100-disagg)")
@@ -170,8 +180,10 @@ def entry(p: Point, hw: Optional[str], notes: list[str]) -> CollectEntry:
                 data[name] = 1000.0 / value
             else:
                 notes.append(f"{p.path}: {key} is {value:g}; {name} left out (1000 / 0)")
-    if p.valid is False:
-        data["valid"] = False
+    if p.verdict == "invalid":
+        data |= {"valid": False, "validity": "invalid"}
+    elif p.verdict == "unverified":
+        data["validity"] = "unverified"
     try:
         return CollectEntry.model_validate(data)
     except ValidationError as e:
@@ -179,7 +191,8 @@ def entry(p: Point, hw: Optional[str], notes: list[str]) -> CollectEntry:
         raise _Skip(f"entry fails validation: {errors}") from None
 
 
-def collect(run_paths: list[Path], hw: Optional[str] = None, include_invalid: bool = False) -> Collected:
+def collect(run_paths: list[Path], hw: Optional[str] = None, include_invalid: bool = False,
+            include_unverified: bool = False) -> Collected:
     loaded = load_runs(run_paths)
     dedupe(loaded)
     result = Collected(entries=[], skipped=list(loaded.skipped), notes=[f"{n.path}: {n.text}" for n in loaded.notes])
@@ -189,17 +202,22 @@ def collect(run_paths: list[Path], hw: Optional[str] = None, include_invalid: bo
                                 f"collected all the same")
         points = sorted(run.points, key=lambda p: (p.isl or 0, p.osl or 0, p.concurrency))
         for p in points:
-            if p.valid is False and not include_invalid:
-                why = "; ".join(p.validity_reasons) or "no reason given"
-                result.skipped.append(Skipped(p.path, f"invalid point (metadata.valid is false: {why}); "
-                                                      f"--include-invalid keeps it"))
+            why = "; ".join(p.validity_reasons) or "no reason given"
+            notes: list[str] = []
+            try:
+                e = entry(p, hw, notes)  # first: a file collect cannot write at all says so
+                if p.verdict == "invalid" and not include_invalid:
+                    raise _Skip(f"invalid point (metadata.valid is false: {why}); --include-invalid keeps it")
+                if p.verdict == "unverified" and not include_unverified:
+                    raise _Skip(f"unverified point (no evidence it measured what it claims: {why}); "
+                                f"--include-unverified keeps it")
+            except _Skip as err:
+                result.skipped.append(Skipped(p.path, str(err)))
                 continue
             if p.stop_reason:
-                result.notes.append(f"{p.path}: ended before every request was done ({p.stop_reason}); collected")
-            try:
-                result.entries.append(entry(p, hw, result.notes).dump())
-            except _Skip as e:
-                result.skipped.append(Skipped(p.path, str(e)))
+                notes.insert(0, f"{p.path}: ended before every request was done ({p.stop_reason}); collected")
+            result.notes += notes
+            result.entries.append(e.dump())
     return result
 
 

@@ -81,10 +81,13 @@ class Point:
     gpus_from: Optional[str]
     ms: dict[str, float]  # every numeric key ending in "ms", in file order, aliases resolved
     metadata: dict[str, Any]
-    valid: Optional[bool]  # metadata.valid; None when the file carries no validity flag
-    validity_reasons: list[str]
+    valid: Optional[bool]  # True / False for a valid / invalid verdict; None otherwise
+    validity_reasons: list[str]  # why the verdict is not "valid"
     fingerprint: Optional[str]
     stop_reason: Optional[str] = None  # pdbench: why the point ended before every request was done
+    # "valid" | "invalid" | "unverified" (a pdbench point without evidence); None: another
+    # tool's file, which has no notion of validity.
+    verdict: Optional[str] = None
 
 
 @dataclass
@@ -193,16 +196,22 @@ def _path_isl_osl(path: Path, run_root: Path) -> tuple[Optional[int], Optional[i
     return None, None
 
 
-def _validity(md: dict[str, Any]) -> tuple[Optional[bool], list[str]]:
-    v = md.get("valid")
-    if not isinstance(v, bool):
-        return None, []
-    reasons: Any = md.get("validity_reasons") or md.get("invalid_reasons")
-    if not reasons and isinstance(md.get("validity"), dict):
-        reasons = md["validity"].get("reasons")
+VERDICTS = ("valid", "invalid", "unverified")
+
+
+def _validity(md: dict[str, Any], pdbench: bool) -> tuple[Optional[str], list[str]]:
+    """The point's verdict and why it is not valid. `validity.verdict` when recorded, else the
+    older `valid` flag; a pdbench point with neither recorded no evidence: unverified."""
+    block = md["validity"] if isinstance(md.get("validity"), dict) else {}
+    verdict = block.get("verdict") if block.get("verdict") in VERDICTS else None
+    if verdict is None and isinstance(md.get("valid"), bool):
+        verdict = "valid" if md["valid"] else "invalid"
+    if verdict is None:
+        return ("unverified", ["no validity verdict recorded"]) if pdbench else (None, [])
+    reasons: Any = md.get("validity_reasons") or md.get("invalid_reasons") or block.get("reasons")
     if isinstance(reasons, str):
         reasons = [reasons]
-    return v, [str(r) for r in reasons or []]
+    return verdict, [] if verdict == "valid" else [str(r) for r in reasons or []]
 
 
 class _Bad(Exception):
@@ -293,17 +302,19 @@ def read_point(path: Path, run_root: Path, notes: list[Note]) -> Point:
     rate = data.get("request_rate")
     if rate is None:
         rate = _last_match(_RATE, stem)
-    valid, reasons = _validity(md)
+    source = _source(path, data, run_root)
+    verdict, reasons = _validity(md, source == "pdbench")
     model = _first(data, "model_id")[1]
     fp = md.get("recipe_fingerprint") or data.get("recipe_fingerprint")
     return Point(
-        path=path, source=_source(path, data, run_root), concurrency=conc,
+        path=path, source=source, concurrency=conc,
         request_rate=None if rate is None else str(rate), isl=isl, osl=osl,
         model=str(model) if model is not None else None, completed=completed, failed=failed,
         failed_derived=failed_derived, total_token_throughput=total, output_throughput=output,
         prefill_gpus=pg, decode_gpus=dg, gpus_from=gpus_from, ms=_ms_keys(data), metadata=md,
-        valid=valid, validity_reasons=reasons, fingerprint=str(fp) if fp else None,
-        stop_reason=str(data["stop_reason"]) if data.get("stop_reason") else None)
+        valid={"valid": True, "invalid": False}.get(verdict or ""), validity_reasons=reasons,
+        fingerprint=str(fp) if fp else None,
+        stop_reason=str(data["stop_reason"]) if data.get("stop_reason") else None, verdict=verdict)
 
 
 def _not_a_result(path: Path) -> Optional[str]:

@@ -19,6 +19,7 @@ td.num { text-align: right; white-space: nowrap; }
 tr.baseline td { background: #f6f8fa; }
 tr.invalid td { background: #ffebe9; }
 .invalid-flag { color: #cf222e; font-weight: bold; }
+.unverified-flag { color: #9a6700; }
 .better { color: #1a7f37; }
 .worse { color: #cf222e; }
 code { background: #f6f8fa; padding: 0 3px; }
@@ -65,8 +66,8 @@ def render(report: Report) -> str:
             invalid = not cells.missing(r["valid"]) and not r["valid"]
             cls = " ".join(c for c, on in (("baseline", r["baseline"]), ("invalid", invalid)) if on)
             label = f"<code>{html.escape(r['run'])}</code>" + (" (baseline)" if r["baseline"] else "")
-            valid = ("–" if cells.missing(r["valid"]) else "yes" if r["valid"]
-                     else '<span class="invalid-flag">INVALID</span>')
+            valid = {"valid": "yes", "invalid": '<span class="invalid-flag">INVALID</span>',
+                     "unverified": '<span class="unverified-flag">unverified</span>'}.get(r["verdict"], "–")
             tds = [_cell(label), _cell(cells.integer(r["isl"]), True), _cell(cells.integer(r["osl"]), True),
                    _cell(str(r["conc"]), True), _cell(cells.gpus(r), True), _cell(valid)]
             for m in report.metrics:

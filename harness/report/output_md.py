@@ -21,10 +21,7 @@ def _table(header: list[str], align: list[str], rows: list[list[str]]) -> list[s
 
 
 def _valid(row: Any) -> str:
-    v = row["valid"]
-    if cells.missing(v):
-        return "–"
-    return "yes" if v else "⚠️ **INVALID**"
+    return {"valid": "yes", "invalid": "⚠️ **INVALID**", "unverified": "unverified"}.get(row["verdict"], "–")
 
 
 def render(report: Report) -> str:

@@ -36,7 +36,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("failed", "Failed", -1, "count"),
 )
 
-ID_COLUMNS = ("run", "baseline", "isl", "osl", "conc", "prefill_gpus", "decode_gpus", "valid",
+ID_COLUMNS = ("run", "baseline", "isl", "osl", "conc", "prefill_gpus", "decode_gpus", "valid", "verdict",
               "validity_reasons", "source", "file")
 
 
@@ -83,7 +83,7 @@ def _row(run: Run, p: Point, is_baseline: bool, rel: Any) -> dict[str, Any]:
     ms = p.ms
     return {
         "run": run.label, "baseline": is_baseline, "isl": p.isl, "osl": p.osl, "conc": p.concurrency,
-        "prefill_gpus": p.prefill_gpus, "decode_gpus": p.decode_gpus, "valid": p.valid,
+        "prefill_gpus": p.prefill_gpus, "decode_gpus": p.decode_gpus, "valid": p.valid, "verdict": p.verdict,
         "validity_reasons": "; ".join(p.validity_reasons), "source": p.source, "file": rel(p.path),
         "tput_per_gpu": tput, "output_tput_per_gpu": out, "input_tput_per_gpu": inp,
         "median_ttft_ms": ms.get("median_ttft_ms", math.nan), "p99_ttft_ms": ms.get("p99_ttft_ms", math.nan),
@@ -198,6 +198,9 @@ def _explain(report: Report, loaded: Loaded, df: pd.DataFrame) -> None:
                                   "decode 0 (as InferenceX does)", []).append(p)
             if p.isl is None or p.osl is None:
                 groups.setdefault("ISL/OSL unknown (not in the file, its metadata or its path)", []).append(p)
+            if p.verdict == "unverified":
+                groups.setdefault("UNVERIFIED: no evidence the point measured what it claims (no /metrics "
+                                  "verdict); `collect` leaves it out unless --include-unverified", []).append(p)
         for text, points in groups.items():
             which = ("1 point" if len(run.points) == 1 else f"all {len(points)} points"
                      if len(points) == len(run.points) else ", ".join(f"conc {p.concurrency}" for p in points))

@@ -1,3 +1,3 @@
 from harness.validity.rules import (  # noqa: F401
-    ClientCounts, PointValidity, ServerScrapes, ValidityThresholds, evaluate,
+    ClientCounts, PointValidity, ServerScrapes, ValidityThresholds, evaluate, gauge_peaks, unverified,
 )

@@ -1,7 +1,11 @@
 """Did a benchmark point measure disaggregated serving? Rules over /metrics deltas.
 
 Each rule reports its measured value and threshold; a rule whose metrics the servers do
-not export is "not_checked", never "passed". A point is valid when no rule failed.
+not export is "not_checked", never "passed". The verdict: "invalid" when a rule failed;
+"unverified" when no server-side rule could be checked (no /metrics reachable, or none of
+the families exported): a point with no evidence is not valid; else "valid".
+`valid` mirrors it as true / false / null (null: unverified, so a caller that rejects only
+`valid is False` keeps unverified points and one that wants evidence can ask for `true`).
 """
 
 from __future__ import annotations
@@ -56,22 +60,41 @@ class RoleStats(BaseModel):
     peak_kv_cache_usage: Optional[float] = None
 
 
+Verdict = Literal["valid", "invalid", "unverified"]
+# Rules judged from the client's own counts; they are no evidence about the servers.
+CLIENT_RULES = frozenset({"failed_requests"})
+
+
 class PointValidity(BaseModel):
-    valid: bool
-    reasons: list[str]
+    verdict: Verdict
+    valid: Optional[bool]  # True / False / None for valid / invalid / unverified
+    reasons: list[str]  # why the verdict is not "valid": failed rules, or what could not be checked
     rules: list[RuleResult]
     roles: dict[str, RoleStats]
     metrics_found: dict[str, list[str]]
 
 
 class ServerScrapes(BaseModel):
-    """One server's scrapes around a point (texts), and gauge samples taken during it."""
+    """One server's scrapes around a point (texts), and what gauge samples taken during it showed:
+    `peaks` (folded as each sample arrives, so a long point keeps no texts) and/or raw `during` texts."""
 
     model_config = {"arbitrary_types_allowed": True}
     role: Literal["prefill", "decode", "proxy"]
     before: str
     after: str
     during: list[str] = []
+    peaks: dict[str, float] = {}
+
+
+def gauge_peaks(text: str, peaks: Optional[dict[str, float]] = None) -> dict[str, float]:
+    """Fold one scrape's gauges (GAUGES keys, summed over engines) into running maxima."""
+    out = dict(peaks or {})
+    scrape = Scrape.parse(text)
+    for key, pattern in GAUGES.items():
+        t = scrape.total(pattern)
+        if t is not None:
+            out[key] = max(out.get(key, t[0]), t[0])
+    return out
 
 
 class ClientCounts(BaseModel):
@@ -102,13 +125,18 @@ def _role_stats(servers: list[ServerScrapes], found: set[str]) -> RoleStats:
         st.transfer_failures = _add(st.transfer_failures, delta(b, a, TRANSFER_FAILURES), found)
         st.expired_leases = _add(st.expired_leases, delta(b, a, EXPIRED_LEASES), found)
         st.preemptions = _add(st.preemptions, delta(b, a, PREEMPTIONS), found)
-        for key, pattern in GAUGES.items():
-            values = [t[0] for text in [s.before, *s.during, s.after]
-                      if (t := Scrape.parse(text).total(pattern)) is not None]
-            if values:
-                attr = f"peak_{key}"
-                setattr(st, attr, max(getattr(st, attr) or 0.0, max(values)))
+        peaks = s.peaks
+        for text in [s.before, *s.during, s.after]:
+            peaks = gauge_peaks(text, peaks)
+        for key, value in peaks.items():
+            attr = f"peak_{key}"
+            setattr(st, attr, max(getattr(st, attr) or 0.0, value))
     return st
+
+
+def unverified(reason: str) -> PointValidity:
+    """The verdict of a point with no server evidence at all (e.g. no scrape targets given)."""
+    return PointValidity(verdict="unverified", valid=None, reasons=[reason], rules=[], roles={}, metrics_found={})
 
 
 def evaluate(servers: dict[str, ServerScrapes], client: ClientCounts,
@@ -128,8 +156,12 @@ def evaluate(servers: dict[str, ServerScrapes], client: ClientCounts,
         _rule_token_counts(decode, client, thresholds),
     ]
     reasons = [f"{r.name}: {r.detail}" for r in rules if r.status == "failed"]
-    return PointValidity(valid=not reasons, reasons=reasons, rules=rules, roles=roles,
-                         metrics_found={k: sorted(v) for k, v in found.items()})
+    verdict: Verdict = "invalid" if reasons else "valid"
+    if not reasons and all(r.status == "not_checked" for r in rules if r.name not in CLIENT_RULES):
+        verdict = "unverified"
+        reasons = [f"{r.name}: not checked: {r.detail}" for r in rules if r.name not in CLIENT_RULES]
+    return PointValidity(verdict=verdict, valid={"valid": True, "invalid": False}.get(verdict), reasons=reasons,
+                         rules=rules, roles=roles, metrics_found={k: sorted(v) for k, v in found.items()})
 
 
 def _rule_kv_transferred(decode: RoleStats, client: ClientCounts, t: ValidityThresholds) -> RuleResult:

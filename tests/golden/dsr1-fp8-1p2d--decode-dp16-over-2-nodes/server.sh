@@ -101,11 +101,13 @@ proc_decode_0_f1() {
 # proxy: PD proxy on node 0, port 30000
 proc_proxy() {
   exec "${PDBENCH_PYTHON}" -m harness proxy \
+    --host 127.0.0.1 \
     --port 30000 \
     --connector moriio \
     --policy round_robin \
     --request-timeout-s 600 \
     --stream-idle-timeout-s 300 \
+    --moriio-host "${PDBENCH_NODE_ADDR}" \
     --moriio-port 36367 \
     --moriio-mode read \
     --expected-prefill 1 \

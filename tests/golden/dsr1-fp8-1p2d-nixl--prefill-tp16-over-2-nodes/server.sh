@@ -128,6 +128,7 @@ proc_decode_1() {
 # proxy: PD proxy on node 0, port 30000
 proc_proxy() {
   exec "${PDBENCH_PYTHON}" -m harness proxy \
+    --host 127.0.0.1 \
     --port 30000 \
     --connector nixl \
     --policy round_robin \

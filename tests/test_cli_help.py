@@ -1,0 +1,112 @@
+"""`pdbench ... --help` for every command, nested ones included (issue 11).
+
+Every option has one line of help that states its default (or that it is required),
+and no option name is ever cut, whatever the terminal width: piped output, COLUMNS=40,
+60, 80, 200, or a width forced onto Click's formatter below its 50-column floor.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from harness.cli import app
+
+
+def _walk(cmd, path: tuple[str, ...] = ()):
+    yield path, cmd
+    for name, sub in sorted(getattr(cmd, "commands", {}).items()):
+        yield from _walk(sub, (*path, name))
+
+
+ROOT = typer.main.get_command(app)
+COMMANDS = list(_walk(ROOT))
+IDS = [" ".join(path) or "pdbench" for path, _ in COMMANDS]
+# ("env", n): COLUMNS=n, as a terminal or a pipe sets it; ("forced", n): terminal_width=n
+# on the context, which skips Click's 50-column floor.
+WIDTHS = [("env", 40), ("env", 60), ("env", 80), ("env", 200), ("forced", 40)]
+
+# An option name in the name column: a leading dash, not inside a metavar like <base-url>.
+NAME = re.compile(r"(?<![\w<-])--?\w[\w-]*")
+
+
+def _options(cmd) -> list:
+    return [p for p in cmd.params if p.param_type_name == "option" and not getattr(p, "hidden", False)]
+
+
+def _names(opt) -> list[str]:
+    return [*opt.opts, *opt.secondary_opts]
+
+
+def _help(path: tuple[str, ...], mode: str = "env", width: int = 100) -> str:
+    """`pdbench <path> --help` as CliRunner.invoke runs it, on the command tree built once
+    (invoke rebuilds it from the app on every call, which is most of its time)."""
+    env = {"COLUMNS": str(width) if mode == "env" else "80", "TERMINAL_WIDTH": None}
+    extra = {"terminal_width": width} if mode == "forced" else {}
+    with CliRunner().isolation(env=env) as (_, _, output):
+        with pytest.raises(SystemExit) as exit_:
+            ROOT.main([*path, "--help"], prog_name="pdbench", **extra)
+        text = output.getvalue().decode()
+    assert exit_.value.code in (0, None), text
+    return text
+
+
+def _section(text: str, title: str) -> list[str]:
+    """The lines of one help section ("Options:", "Commands:"), up to the next one."""
+    lines = text.splitlines()
+    if f"{title}:" not in lines:
+        return []
+    body = lines[lines.index(f"{title}:") + 1:]
+    end = next((i for i, line in enumerate(body) if line and not line.startswith(" ")), len(body))
+    return body[:end]
+
+
+def _entries(text: str) -> list[tuple[str, str]]:
+    """(name column, whole entry) per option: an entry starts at a line "  -..." and runs
+    over the more-indented lines after it."""
+    entries: list[list[str]] = []
+    for line in _section(text, "Options"):
+        if re.match(r"^  -", line):
+            entries.append([line])
+        elif entries and line.startswith("    "):
+            entries[-1].append(line)
+    return [(re.split(r"\s{2,}", e[0].strip())[0], " ".join(x.strip() for x in e)) for e in entries]
+
+
+@pytest.mark.parametrize(("path", "cmd"), COMMANDS, ids=IDS)
+def test_every_parameter_has_help(path, cmd):
+    missing = [p.name for p in cmd.params if not (p.help or "").strip()]
+    assert not missing, f"pdbench {' '.join(path)}: no help text for {missing}"
+    multiline = [p.name for p in cmd.params if "\n" in p.help.strip()]
+    assert not multiline, f"pdbench {' '.join(path)}: help is not one line for {multiline}"
+
+
+@pytest.mark.parametrize(("path", "cmd"), COMMANDS, ids=IDS)
+@pytest.mark.parametrize(("mode", "width"), WIDTHS, ids=[f"{m}{w}" for m, w in WIDTHS])
+def test_help_never_cuts_an_option_name(path, cmd, mode, width):
+    text = _help(path, mode, width)
+    assert "…" not in text
+    options = _options(cmd)
+    known = {n for o in options for n in _names(o)} | {"--help"}
+    heads = [set(NAME.findall(head)) for head, _ in _entries(text)]
+    for head in heads:
+        assert head and head <= known, f"cut or unknown option name in {head} at {mode} {width}:\n{text}"
+    for opt in options:
+        assert any(set(_names(opt)) <= head for head in heads), (
+            f"{_names(opt)} not shown whole at {mode} {width}:\n{text}")
+    # A group lists its commands with their whole summaries, wrapped rather than cut with "...".
+    commands = _section(text, "Commands")
+    assert not any(line.rstrip().endswith("...") for line in commands), text
+    for name in getattr(cmd, "commands", {}):
+        assert any(line.split()[:1] == [name] for line in commands), f"{name} missing:\n{text}"
+
+
+@pytest.mark.parametrize(("path", "cmd"), COMMANDS, ids=IDS)
+def test_help_states_every_default(path, cmd):
+    entries = dict(_entries(_help(path)))
+    for opt in _options(cmd):
+        entry = next(e for head, e in entries.items() if set(_names(opt)) <= set(NAME.findall(head)))
+        assert re.search(r"default|required", entry, re.I), f"no default stated: {entry}"
