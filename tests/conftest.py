@@ -14,3 +14,11 @@ def require_vllm(module_level: bool = False) -> None:
         if os.environ.get("PDBENCH_REQUIRE_VLLM"):
             pytest.fail(msg, pytrace=False)
         pytest.skip(msg, allow_module_level=module_level)
+
+
+
+def port_base(base: int) -> int:
+    """A fixed test port moved out of the way of the other pytest-xdist workers (gw0 keeps
+    it, gw1 adds 100, ...): tests that need known KV ports can then run in parallel."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return base + 100 * int(worker.removeprefix("gw") or 0)

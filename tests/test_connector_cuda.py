@@ -68,7 +68,7 @@ def _transfer(src: dict[str, torch.Tensor], dst: dict[str, torch.Tensor], port: 
 def test_gpu_to_gpu_many_chunks_bit_exact() -> None:
     src, dst = _caches("cuda", 64, seed=3), _caches("cuda", 80, seed=None)
     s_blocks, d_blocks = list(range(3, 53)), list(range(79, 29, -1))
-    assert _transfer(src, dst, 15695, 1 << 14, s_blocks, d_blocks)  # 16 KiB chunks: ~100 chunks, ring of 3
+    assert _transfer(src, dst, 15735, 1 << 14, s_blocks, d_blocks)  # 16 KiB chunks: ~100 chunks, ring of 3
     torch.cuda.synchronize()
     for n in src:
         assert torch.equal(dst[n][d_blocks], src[n][s_blocks])
@@ -78,7 +78,7 @@ def test_gpu_to_gpu_many_chunks_bit_exact() -> None:
 def test_cpu_prefill_to_gpu_decode_and_corruption() -> None:
     src = {k: v.cpu() for k, v in _caches("cuda", 16, seed=5, strided=False).items()}
     dst = _caches("cuda", 16, seed=None, strided=False)
-    assert _transfer(src, dst, 15696, 1 << 20, [1, 2, 3], [7, 8, 9], debug_corrupt=True)
+    assert _transfer(src, dst, 15736, 1 << 20, [1, 2, 3], [7, 8, 9], debug_corrupt=True)
     torch.cuda.synchronize()
     for n in src:
         assert torch.equal(dst[n][[7, 8]].cpu(), src[n][[1, 2]])

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 
+from conftest import port_base
 from connector.auth import AuthError, client_handshake, server_handshake
 from connector.config import PdbenchConfig
 from connector.layout import PagedKV
@@ -24,7 +25,7 @@ from connector.protocol import recv_frame, send_frame
 from connector.staging import Stager
 from connector.transport import Completions, IOLoop, KVClient, KVServer, PullJob
 
-PORTS = iter(range(15660, 15700))
+PORTS = iter(range(port_base(15660), port_base(15700)))
 
 
 def caches(n_blocks: int, fill: bool, layers: int = 3, heads: int = 2, bs: int = 16, c: int = 64,

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import require_vllm
+from conftest import port_base, require_vllm
 
 require_vllm(module_level=True)  # CI sets PDBENCH_REQUIRE_VLLM: a missing vLLM fails, never skips
 
@@ -114,7 +114,7 @@ class Engine:
 @pytest.fixture
 def engines(model_dir: str, monkeypatch: pytest.MonkeyPatch) -> Any:  # noqa: F811
     made: list[Engine] = []
-    ports = iter(range(15640, 15660, 4))
+    ports = iter(range(port_base(15640), port_base(15660), 4))
 
     def make(role: str, port: int | None = None, **k: Any) -> Engine:
         e = Engine(model_dir, role, next(ports) if port is None else port, monkeypatch=monkeypatch, **k)

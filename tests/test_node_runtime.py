@@ -457,10 +457,10 @@ def test_sigterm_to_local_launcher(make_job) -> None:
 
 def test_local_time_limit_is_the_reason(make_job) -> None:
     job = make_job(timeouts={"bench_s": 60}, flags={"bench": ["--sleep", "60"]})
-    rc, took = job.run(timeout_s=8)
+    rc, took = job.run(timeout_s=3)
     assert rc == 124, job.logs()
     status = job.status()
-    assert status["reason"] == "the local launcher: the job reached its time limit of 8 s"
+    assert status["reason"] == "the local launcher: the job reached its time limit of 3 s"
     assert status["failure"]["node"] == "launcher"
     job.assert_nothing_left()
 
