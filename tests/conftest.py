@@ -21,4 +21,6 @@ def port_base(base: int) -> int:
     """A fixed test port moved out of the way of the other pytest-xdist workers (gw0 keeps
     it, gw1 adds 100, ...): tests that need known KV ports can then run in parallel."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    return base + 100 * int(worker.removeprefix("gw") or 0)
+    # PDBENCH_TEST_PORT_OFFSET moves a whole test run, so two checkouts can test at once.
+    offset = int(os.environ.get("PDBENCH_TEST_PORT_OFFSET", "0"))
+    return base + offset + 100 * int(worker.removeprefix("gw") or 0)
