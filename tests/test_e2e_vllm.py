@@ -76,8 +76,15 @@ def _launch(results: Path, *overrides: str) -> tuple[subprocess.Popen, ProcessWa
     for o in overrides:
         args += ["--set", o]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_default_sigint)
     return proc, ProcessWatcher(proc.pid)
+
+
+def _default_sigint() -> None:
+    # The launcher gets Ctrl-C's SIGINT as a terminal's foreground job does. A shell without
+    # job control starts background commands (a CI runner's, say) with SIGINT ignored, and
+    # Python keeps an ignored SIGINT ignored: reset it, so the test does not depend on that.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _finish(proc: subprocess.Popen, watcher: ProcessWatcher, timeout: float) -> tuple[int, str]:
