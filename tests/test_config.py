@@ -183,3 +183,36 @@ def test_multi_line_description_and_quoted_values_load(root: Path) -> None:
     rr = load_recipe("local-tiny-1p1d", ['description="one\\ntwo"', 'slurm.job_name="a b $(c)"',
                                          'container.mounts={"/data dir": "/data:ro"}'], root=root)
     assert rr.recipe.description == "one\ntwo" and rr.recipe.slurm.job_name == "a b $(c)"
+
+
+def test_recipe_sets_every_benchmark_setting(root: Path, tmp_path: Path) -> None:
+    # The recipe's benchmark section is the same model `pdbench bench` reads: dataset,
+    # goodput, burstiness, percentiles and the rest reach the job's bench.json unchanged.
+    from harness.bench.config import BenchConfig
+    from harness.render.commands import bench_config
+
+    data = tmp_path / "prompts.jsonl"
+    data.write_text('{"prompt": "hi"}\n')
+    rr = load_recipe("local-tiny-1p1d", [
+        "benchmark.dataset=jsonl", f"benchmark.dataset_path={data}", "benchmark.goodput={ttft: 2000, tpot: 50}",
+        "benchmark.burstiness=0.5", "benchmark.request_rate=8", "benchmark.percentiles=[50, 95]",
+        "benchmark.total_timeout_s=900", "benchmark.validity.max_failed_share=0.1"], root=root)
+    bench = BenchConfig.model_validate(bench_config(rr, plan(rr), {}))
+    assert bench.dataset == "jsonl" and bench.dataset_path == str(data)
+    assert bench.goodput == {"ttft": 2000.0, "tpot": 50.0} and bench.burstiness == 0.5
+    assert bench.percentiles == [50.0, 95.0] and bench.total_timeout_s == 900
+    assert bench.validity.max_failed_share == 0.1
+    # Every setting the recipe holds is in bench.json, with the recipe's value.
+    assert bench.model_dump(include=set(type(rr.recipe.benchmark).model_fields)) == rr.recipe.benchmark.model_dump()
+
+
+@pytest.mark.parametrize(("overrides", "key", "needle"), [
+    (["benchmark.range_ratio_convention=vllm", "benchmark.range_ratio=1.0"], "benchmark", "[0, 1) for the vllm"),
+    (["benchmark.goodput={queue: 5}"], "benchmark.goodput.queue.[key]", "'ttft', 'tpot' or 'e2el'"),
+    (["benchmark.dataset=sharegpt"], "benchmark", "needs dataset_path"),
+    (["benchmark.percentiles=[101]"], "benchmark.percentiles", "within [0, 100]"),
+    (["benchmark.concurrency=[4, 4]"], "benchmark.concurrency", "unique"),
+])
+def test_benchmark_settings_checked_at_recipe_load(root: Path, overrides: list[str], key: str, needle: str) -> None:
+    e = _error(root, overrides=overrides)
+    assert e.file.endswith("local-tiny-1p1d.yaml") and e.key == key and needle in str(e), str(e)

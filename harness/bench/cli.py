@@ -8,12 +8,15 @@ configuration is invalid.
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from types import UnionType
+from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
 import typer
 from pydantic import ValidationError
+from pydantic.fields import FieldInfo
 
 from harness.bench.config import BenchConfig
 
@@ -59,110 +62,118 @@ def load_config(config: Path | None, overrides: dict[str, Any]) -> BenchConfig:
         raise _fail("invalid benchmark config:\n" + "\n".join(lines), 2) from None
 
 
-def bench_command(
-    config: Annotated[Optional[Path], typer.Option(
-        "--config", help="JSON file holding a BenchConfig; flags override it [default: none]")] = None,
-    base_url: Annotated[Optional[str], typer.Option(
-        help="Server URL, e.g. http://127.0.0.1:30000 (required, here or in --config).")] = None,
-    endpoint: Annotated[Optional[str], typer.Option(
-        help="API to call: completions or chat [default: completions]")] = None,
-    model: Annotated[Optional[str], typer.Option(
-        help="Served model name sent in requests (required, here or in --config).")] = None,
-    tokenizer: Annotated[Optional[str], typer.Option(
-        help="Tokenizer path or HF id (required, here or in --config).")] = None,
-    isl: Annotated[Optional[int], typer.Option(help="Input length in tokens (required, here or in --config).")] = None,
-    osl: Annotated[Optional[int], typer.Option(help="Output length in tokens (required, here or in --config).")] = None,
-    range_ratio: Annotated[Optional[float], typer.Option(
-        help="Length spread, a fraction: inferencex [r*len, len], vllm [(1-r)*len, (1+r)*len] [default: 1.0]")] = None,
-    range_ratio_convention: Annotated[Optional[str], typer.Option(
-        help="How --range-ratio applies: inferencex or vllm [default: inferencex]")] = None,
-    concurrency: Annotated[Optional[str], typer.Option(
-        help="Concurrency points, comma-separated, e.g. 1,2,4 (required, here or in --config).")] = None,
-    request_rate: Annotated[Optional[str], typer.Option(
-        help="Arrival rate in requests/s, or inf: all at once [default: inf]")] = None,
-    num_prompts: Annotated[Optional[int], typer.Option(
-        help="Measured requests per point [default: max(--min-prompts, --prompts-multiplier x concurrency)]")] = None,
-    prompts_multiplier: Annotated[Optional[int], typer.Option(
-        help="Without --num-prompts: measured requests per point = this x concurrency [default: 10]")] = None,
-    min_prompts: Annotated[Optional[int], typer.Option(
-        help="Without --num-prompts: fewest measured requests per point [default: 16]")] = None,
-    num_warmups: Annotated[Optional[int], typer.Option(
-        help="Unmeasured warmup requests per point [default: 2 x concurrency]")] = None,
-    cooldown_s: Annotated[Optional[float], typer.Option(
-        help="Seconds to wait between concurrency points [default: 0 s]")] = None,
-    request_timeout_s: Annotated[Optional[float], typer.Option(
-        help="Seconds allowed for one request [default: 600 s]")] = None,
-    point_timeout_s: Annotated[Optional[float], typer.Option(
-        help="Seconds allowed for a point's warmups, and for its measured requests "
-             "[default: derived from --request-timeout-s]")] = None,
-    seed: Annotated[Optional[int], typer.Option(
-        help="Random seed of the prompts and arrival gaps [default: 0]")] = None,
-    ignore_eos: Annotated[Optional[bool], typer.Option(
-        "--ignore-eos/--no-ignore-eos", help="Ask for exactly --osl tokens, past EOS [default: --ignore-eos]")] = None,
-    percentiles: Annotated[Optional[str], typer.Option(
-        help="Latency percentiles to report, comma-separated [default: 90,99,99.9]")] = None,
-    result_dir: Annotated[Optional[str], typer.Option(
-        help="Directory the per-point result JSON files go to (required, here or in --config).")] = None,
-    prefill_gpus: Annotated[Optional[int], typer.Option(
-        help="Prefill GPUs, with --decode-gpus: file name and per-GPU figures [default: none, split unknown]")] = None,
-    decode_gpus: Annotated[Optional[int], typer.Option(
-        help="Decode GPUs, with --prefill-gpus [default: none, split unknown]")] = None,
-    gpus: Annotated[Optional[int], typer.Option(
-        help="GPUs of one aggregated server (no prefill/decode split): per-GPU figures for a baseline "
-             "[default: none]")] = None,
-    metadata: Annotated[Optional[str], typer.Option(help="JSON object copied into each result [default: {}]")] = None,
-    dataset: Annotated[
-        Optional[str],
-        typer.Option("--dataset", "--dataset-name", help="Prompt source: random, jsonl or sharegpt [default: random]"),
-    ] = None,
-    dataset_path: Annotated[Optional[str], typer.Option(
-        help="Prompt file for jsonl or sharegpt [default: none]")] = None,
-    random_prefix_len: Annotated[
-        Optional[int], typer.Option(help="Tokens of a random prefix shared by every prompt [default: 0]")
-    ] = None,
-    burstiness: Annotated[
-        Optional[float], typer.Option(
-            help="Gamma shape of arrival gaps at a finite rate: 1 Poisson, <1 burstier [default: 1.0]")
-    ] = None,
-    goodput: Annotated[
-        Optional[list[str]],
-        typer.Option(
-            help="SLO in ms as KEY:VALUE (ttft, tpot, e2el); repeatable, or several in one value [default: none]"),
-    ] = None,
-    total_timeout_s: Annotated[
-        Optional[float], typer.Option(
-            help="Seconds bounding the whole sweep; partial results are kept [default: no bound]")
-    ] = None,
-    health_check_interval_s: Annotated[
-        Optional[float], typer.Option(help="Seconds between <base-url>/health checks, 0: none [default: 2 s]")
-    ] = None,
-    server_pid: Annotated[
-        Optional[list[int]],
-        typer.Option("--server-pid", help="Server PID to watch; stop if it exits; repeatable [default: none]"),
-    ] = None,
-    progress: Annotated[Optional[str], typer.Option(
-        help="Progress display: auto (rich on a terminal), rich or plain [default: auto]")] = None,
-    scrape: Annotated[
-        Optional[list[str]],
-        typer.Option("--scrape", help="NAME=ROLE@URL of a server whose /metrics judge each point's validity; "
-                     "repeatable [default: none, no verdict]"),
-    ] = None,
-) -> None:
+# The options are generated from BenchConfig's fields (names, help, defaults), so a field
+# added to BenchmarkSettings is a recipe key, a --config key and a flag at once. Typer
+# reads a command's parameters from its signature: the generated one is set as
+# __signature__ below, which keeps Typer's help formatting and the other commands' style.
+# Nested models (validity thresholds) are set in --config or a recipe only.
+_SCALARS = (int, float, str, bool)
+
+
+def _scalar(annotation: Any) -> type | None:
+    """int | None -> int; Literal['a', 'b'] -> str; anything else -> None."""
+    args = [a for a in get_args(annotation) if a is not type(None)] if get_origin(annotation) in (Union, UnionType) \
+        else [annotation]
+    if len(args) != 1:
+        return None
+    a = args[0]
+    if get_origin(a) is Annotated:  # PositiveInt and the like inside an Optional
+        a = get_args(a)[0]
+    if get_origin(a) is Literal:
+        return type(get_args(a)[0])
+    return a if a in _SCALARS else None
+
+
+def _default_text(field: FieldInfo) -> str:
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    if "cli_default" in extra:
+        return str(extra["cli_default"])
+    value = field.get_default(call_default_factory=True)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _option(name: str, field: FieldInfo) -> inspect.Parameter | None:
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    fmt = extra.get("cli_format")
+    flags = list(extra.get("cli_flags") or [f"--{name.replace('_', '-')}"])
+    choices = get_args(_unwrap(field.annotation)) if get_origin(_unwrap(field.annotation)) is Literal else ()
+    what = f" One of: {', '.join(map(str, choices))}." if choices else ""
+    if fmt == "csv":
+        annotation: Any = Optional[str]
+        what += " Comma-separated."
+    elif fmt == "repeat":
+        item = get_args(field.annotation)[0]
+        annotation = Optional[list[item]]  # type: ignore[valid-type]
+        what += " Repeatable."
+    elif fmt == "kv":
+        annotation = Optional[list[str]]
+        what += " As KEY:VALUE, repeatable or several in one value."
+    elif fmt == "json":
+        annotation = Optional[str]
+    else:
+        scalar = _scalar(field.annotation)
+        if scalar is None:
+            return None  # a nested model: --config or a recipe only
+        annotation = Optional[scalar]
+        if scalar is bool:
+            flags = [f"{flags[0]}/--no-{flags[0].removeprefix('--')}"]
+    when = "(required, here or in --config)" if field.is_required() else f"[default: {_default_text(field)}]"
+    help_text = f"{field.description}{what} {when}"
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                             default=typer.Option(None, *flags, help=help_text, show_default=False))
+
+
+def _unwrap(annotation: Any) -> Any:
+    if get_origin(annotation) in (Union, UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        return args[0] if len(args) == 1 else annotation
+    return annotation
+
+
+# Where a flag is found in --help: what to reach first, then the settings in recipe order.
+_BINDINGS = ("base_url", "model", "tokenizer", "result_dir")
+
+
+def _parameters() -> list[inspect.Parameter]:
+    config = inspect.Parameter(
+        "config", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path],
+        default=typer.Option(None, "--config", show_default=False,
+                             help="JSON file holding a BenchConfig; flags override it [default: none]"))
+    fields = BenchConfig.model_fields
+    order = [*_BINDINGS, *(n for n in fields if n not in _BINDINGS)]
+    params = [_option(n, fields[n]) for n in order]
+    return [config, *(p for p in params if p is not None)]
+
+
+def _overrides(values: dict[str, Any]) -> dict[str, Any]:
+    """Flag values (None: not given) -> BenchConfig fields; a bad format exits 2 naming the flag."""
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        if value is None or value == []:
+            continue
+        field = BenchConfig.model_fields[name]
+        fmt = (field.json_schema_extra or {}).get("cli_format") if isinstance(field.json_schema_extra, dict) else None
+        if fmt == "csv":
+            value = _csv(value)
+        elif fmt == "kv":
+            value = _goodput(value)
+        elif fmt == "json":
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as e:
+                raise _fail(f"invalid benchmark config:\n  {name}: not JSON: {e}", 2) from None
+        out[name] = value
+    return out
+
+
+def bench_command(**flags: Any) -> None:
     """Benchmark a running OpenAI-compatible server over a concurrency sweep."""
-    overrides = dict(locals())  # every flag, keyed by its BenchConfig field name
-    del overrides["config"]
-    overrides["concurrency"] = _csv(concurrency)
-    overrides["percentiles"] = _csv(percentiles)
-    overrides["server_pids"] = overrides.pop("server_pid") or None
-    overrides["scrape"] = scrape or None
-    if goodput:
-        overrides["goodput"] = _goodput(goodput)
-    if metadata is not None:
-        try:
-            overrides["metadata"] = json.loads(metadata)
-        except json.JSONDecodeError as e:
-            raise _fail(f"invalid benchmark config:\n  metadata: not JSON: {e}", 2) from None
-    cfg = load_config(config, overrides)
+    config = flags.pop("config")
+    cfg = load_config(config, _overrides(flags))
 
     from harness.bench.sweep import run_sweep_detailed  # heavy imports only when running
 
@@ -173,3 +184,7 @@ def bench_command(
     if not all(o.ok for o in outcomes):
         bad = [f"C={o.concurrency} ({o.error or f'{o.failed} failed'})" for o in outcomes if not o.ok]
         raise _fail("not every request succeeded: " + "; ".join(bad), 1)
+
+
+bench_command.__signature__ = inspect.Signature(_parameters())  # type: ignore[attr-defined]
+bench_command.__annotations__ = {p.name: p.annotation for p in _parameters()} | {"return": None}

@@ -6,10 +6,10 @@ unknown keys so that a typo is an error, not a silently ignored setting.
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Annotated, Any, Literal, Optional, Union
 
+from harness.bench.settings import BenchmarkSettings
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # Strings reach job.slurm and server.sh. The renderer quotes every one for the context it
@@ -170,30 +170,6 @@ class ProxySpec(Strict):
     stream_idle_timeout_s: float = Field(300, gt=0)
 
 
-class BenchmarkSpec(Strict):
-    isl: int = Field(gt=0)
-    osl: int = Field(gt=0)
-    range_ratio: float = Field(1.0, ge=0, le=1)
-    range_ratio_convention: Literal["inferencex", "vllm"] = "inferencex"
-    concurrency: list[int] = Field(min_length=1)
-    request_rate: float = Field(math.inf, gt=0)
-    num_prompts: Optional[int] = Field(None, gt=0, description="per point; default multiplier x C")
-    prompts_multiplier: int = Field(10, ge=1)
-    min_prompts: int = Field(16, ge=1)
-    num_warmups: Optional[int] = Field(None, ge=0, description="per point; default 2 x C")
-    cooldown_s: float = Field(0, ge=0)
-    request_timeout_s: float = Field(600, gt=0)
-    endpoint: Literal["completions", "chat"] = "completions"
-    seed: int = 0
-
-    @field_validator("concurrency")
-    @classmethod
-    def _positive(cls, v: list[int]) -> list[int]:
-        if any(c < 1 for c in v):
-            raise ValueError("every concurrency must be >= 1")
-        return v
-
-
 class ContainerSpec(Strict):
     runtime: Literal["docker", "podman", "enroot", "apptainer", "none"] = "docker"
     image: Optional[Image] = None
@@ -236,7 +212,7 @@ class Recipe(Strict):
     topology: TopologySpec
     connector: ConnectorSpec
     proxy: ProxySpec = ProxySpec()
-    benchmark: BenchmarkSpec
+    benchmark: BenchmarkSettings
     slurm: SlurmSpec = SlurmSpec()
     timeouts: TimeoutSpec = TimeoutSpec()
     env: Env = Field({}, description="environment for every process of the job")

@@ -7,7 +7,6 @@ bash must expand at run time (a node address known only inside the job).
 from __future__ import annotations
 
 import json
-import math
 import secrets
 import shlex
 from dataclasses import dataclass
@@ -216,25 +215,13 @@ def bench_argv(plan: JobPlan) -> list[Word]:
 def bench_config(rr: ResolvedRecipe, plan: JobPlan, run_meta: dict[str, Any],
                  root: str | None = None) -> dict[str, Any]:
     """The BenchConfig the job's client reads (bench.json); the result dir is given at run time."""
-    b = rr.recipe.benchmark
-    return {
+    # Every benchmark setting of the recipe, as the recipe holds it; then the job's bindings.
+    # (Through model_dump_json: strict JSON, an infinite request_rate written as "Infinity".)
+    settings = json.loads(rr.recipe.benchmark.model_dump_json())
+    return settings | {
         "base_url": f"http://127.0.0.1:{rr.recipe.proxy.port}",
-        "endpoint": b.endpoint,
         "model": rr.served_model_name,
         "tokenizer": rr.relocated(rr.tokenizer, root),
-        "isl": b.isl,
-        "osl": b.osl,
-        "range_ratio": b.range_ratio,
-        "range_ratio_convention": b.range_ratio_convention,
-        "concurrency": b.concurrency,
-        "request_rate": "inf" if math.isinf(b.request_rate) else b.request_rate,
-        "num_prompts": b.num_prompts,
-        "prompts_multiplier": b.prompts_multiplier,
-        "min_prompts": b.min_prompts,
-        "num_warmups": b.num_warmups,
-        "cooldown_s": b.cooldown_s,
-        "request_timeout_s": b.request_timeout_s,
-        "seed": b.seed,
         "result_dir": ".",
         "prefill_gpus": plan.devices("prefill"),
         "decode_gpus": plan.devices("decode"),

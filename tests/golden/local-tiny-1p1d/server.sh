@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe local-tiny-1p1d · fingerprint 50d994824fa5ac5b
+# pdbench node script · recipe local-tiny-1p1d · fingerprint 239f5d1f72daa138
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

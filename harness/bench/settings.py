@@ -1,0 +1,185 @@
+"""BenchmarkSettings: the one definition of what a benchmark sweep measures.
+
+A recipe's `benchmark:` section is this model; `pdbench bench` takes the same fields as
+flags (generated from them, harness.bench.cli) and in its --config file (BenchConfig,
+which adds where to send the requests and where to write). Nothing else copies a field.
+
+Field metadata that only the CLI needs sits in `json_schema_extra`:
+  cli_default  the "[default: ...]" text where the plain default would not say enough
+  cli_flags    the option's names where they differ from the field name
+  cli_format   how a list or dict is written on the command line ("csv", "repeat", "kv")
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
+
+from harness.validity import ValidityThresholds
+
+ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
+
+def _cli(**kw: Any) -> dict[str, Any]:
+    return kw
+
+
+class BenchmarkSettings(BaseModel):
+    # ser_json_inf_nan="strings": an infinite request_rate round-trips through the JSON
+    # file a job writes ("Infinity") instead of becoming null.
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
+
+    isl: PositiveInt = Field(description="Input (prompt) length in tokens.", examples=[1024])
+    osl: PositiveInt = Field(description="Output length in tokens.", examples=[1024])
+    range_ratio: float = Field(
+        1.0,
+        description="Length spread, a fraction: inferencex draws lengths from [r*len, len], "
+        "vllm from [(1-r)*len, (1+r)*len].",
+        examples=[0.8],
+    )
+    range_ratio_convention: Literal["inferencex", "vllm"] = Field(
+        "inferencex", description="How range_ratio applies: inferencex or vllm."
+    )
+    concurrency: list[PositiveInt] = Field(
+        min_length=1,
+        description="Concurrency points of the sweep, one result file each.",
+        examples=[[1, 8, 64]],
+        json_schema_extra=_cli(cli_format="csv"),
+    )
+    endpoint: Literal["completions", "chat"] = Field(
+        "completions", description="API to call: completions (/v1/completions) or chat (/v1/chat/completions)."
+    )
+    request_rate: PositiveFloat = Field(
+        math.inf,
+        description="Arrival rate in requests/s; inf sends every request at once (up to the concurrency).",
+        json_schema_extra=_cli(cli_default="inf"),
+    )
+    burstiness: PositiveFloat = Field(
+        1.0, description="Gamma shape of arrival gaps at a finite request_rate: 1 Poisson, below 1 burstier."
+    )
+    num_prompts: PositiveInt | None = Field(
+        None,
+        description="Measured requests per point.",
+        json_schema_extra=_cli(cli_default="max(min_prompts, prompts_multiplier x concurrency)"),
+    )
+    prompts_multiplier: PositiveInt = Field(
+        10, description="Without num_prompts: measured requests per point = this x concurrency."
+    )
+    min_prompts: PositiveInt = Field(16, description="Without num_prompts: fewest measured requests per point.")
+    num_warmups: NonNegativeInt | None = Field(
+        None,
+        description="Unmeasured warmup requests per point.",
+        json_schema_extra=_cli(cli_default="2 x concurrency"),
+    )
+    cooldown_s: NonNegativeFloat = Field(0.0, description="Seconds to wait between concurrency points.")
+    request_timeout_s: PositiveFloat = Field(600.0, description="Seconds allowed for one request.")
+    # Not in vLLM: bound on one whole point, so that a stuck server cannot hang a job.
+    point_timeout_s: PositiveFloat | None = Field(
+        None,
+        description="Seconds allowed for a point's warmups, and again for its measured requests.",
+        json_schema_extra=_cli(cli_default="derived from request_timeout_s, the requests and the rate"),
+    )
+    total_timeout_s: PositiveFloat | None = Field(
+        None,
+        description="Seconds bounding the whole sweep; the running point keeps what finished "
+        "(written, with stop_reason) and the points left are not run.",
+        json_schema_extra=_cli(cli_default="no bound"),
+    )
+    seed: NonNegativeInt = Field(0, description="Random seed of the prompts and the arrival gaps.")
+    ignore_eos: bool = Field(True, description="Ask for exactly osl tokens, past end-of-sequence.")
+    percentiles: list[float] = Field(
+        default_factory=lambda: [90.0, 99.0, 99.9],
+        description="Latency percentiles reported (p<N>_ttft_ms, ...), each within [0, 100].",
+        json_schema_extra=_cli(cli_format="csv", cli_default="90,99,99.9"),
+    )
+    dataset: Literal["random", "jsonl", "sharegpt"] = Field(
+        "random",
+        description="Prompt source: random prompts of exact length (isl/osl/range_ratio), or a file: "
+        'jsonl (one {"prompt": str, "output_len": int?} per line) or sharegpt (a JSON list of '
+        '{"conversations": [{"from", "value"}, ...]}).',
+        json_schema_extra=_cli(cli_flags=["--dataset", "--dataset-name"]),
+    )
+    dataset_path: str | None = Field(
+        None, description="Prompt file for dataset jsonl or sharegpt.", json_schema_extra=_cli(cli_default="none")
+    )
+    random_prefix_len: NonNegativeInt = Field(
+        0,
+        description="Tokens of one random prefix shared by every prompt of the sweep, before the "
+        "isl-sampled part (vLLM's --random-prefix-len).",
+    )
+    goodput: dict[Literal["ttft", "tpot", "e2el"], NonNegativeFloat] = Field(
+        default_factory=dict,
+        description="SLOs in ms for request_goodput, as vLLM's --goodput (keys ttft, tpot, e2el).",
+        examples=[{"ttft": 2000, "tpot": 50}],
+        json_schema_extra=_cli(cli_format="kv", cli_default="none"),
+    )
+    health_check_interval_s: NonNegativeFloat = Field(
+        2.0,
+        description="Seconds between <base_url>/health polls (0: none); the sweep stops at once when the "
+        "target cannot be reached, or answers 5xx or times out three times in a row.",
+    )
+    validity: ValidityThresholds = Field(
+        default_factory=ValidityThresholds,
+        description="Thresholds of the rules that judge each point from the servers' /metrics.",
+    )
+
+    @field_validator("concurrency")
+    @classmethod
+    def _unique_concurrency(cls, v: list[int]) -> list[int]:
+        # Each point has its own result file name, so duplicates would collide.
+        if len(set(v)) != len(v):
+            raise ValueError("concurrency values must be unique")
+        return v
+
+    @field_validator("percentiles")
+    @classmethod
+    def _check_percentiles(cls, v: list[float]) -> list[float]:
+        if any(not 0 <= p <= 100 for p in v):
+            raise ValueError("percentiles must be within [0, 100]")
+        return v
+
+    @model_validator(mode="after")
+    def _check_dataset(self) -> BenchmarkSettings:
+        if self.dataset != "random" and not self.dataset_path:
+            raise ValueError(f"dataset {self.dataset!r} needs dataset_path")
+        if self.dataset == "random" and self.dataset_path:
+            raise ValueError("dataset_path is only for dataset 'jsonl' or 'sharegpt'")
+        return self
+
+    @model_validator(mode="after")
+    def _check_range_ratio(self) -> BenchmarkSettings:
+        r = self.range_ratio
+        if self.range_ratio_convention == "inferencex" and not 0.0 <= r <= 1.0:
+            raise ValueError("range_ratio must be in [0, 1] for the inferencex convention")
+        if self.range_ratio_convention == "vllm" and not 0.0 <= r < 1.0:
+            # Same bound as vLLM's RandomDataset.
+            raise ValueError("range_ratio must be in [0, 1) for the vllm convention")
+        return self
+
+    def num_prompts_for(self, concurrency: int) -> int:
+        if self.num_prompts is not None:
+            return self.num_prompts
+        return max(self.min_prompts, self.prompts_multiplier * concurrency)
+
+    def num_warmups_for(self, concurrency: int) -> int:
+        return 2 * concurrency if self.num_warmups is None else self.num_warmups
+
+    def point_timeout_for(self, num_requests: int, concurrency: int) -> float:
+        """Upper bound for one batch of requests (warmups or the measured run)."""
+        if self.point_timeout_s is not None:
+            return self.point_timeout_s
+        waves = math.ceil(num_requests / max(1, concurrency))
+        arrivals = 0.0 if math.isinf(self.request_rate) else num_requests / self.request_rate
+        return (waves + 1) * self.request_timeout_s + 2 * arrivals
