@@ -82,6 +82,25 @@ def render(
     typer.echo(f"rendered {rr.name} into {out}")
 
 
+@app.command()
+def validate(
+    recipe: Annotated[str, typer.Argument(help="Recipe name (recipes/<name>.yaml) or path.")],
+    set_: SetOpt = None,
+) -> None:
+    """Check a recipe (schema, model catalogue, topology and ports) without rendering anything."""
+    from harness.topology import plan
+
+    rr = _load(recipe, set_)
+    try:
+        p = plan(rr)
+    except ConfigError as e:
+        _fail(str(e))
+    topo = rr.recipe.topology
+    typer.echo(f"ok: {rr.name} ({rr.recipe_file}): model {rr.recipe.model}, "
+               f"{topo.prefill.workers}P+{topo.decode.workers}D on {p.num_nodes} node(s), "
+               f"connector {rr.recipe.connector.name}, fingerprint {rr.fingerprint}")
+
+
 def _slurm_overrides(**opts: object) -> list[str]:
     """Command-line Slurm options become ordinary recipe overrides, so the lock file records them."""
     keys = {"partition": "slurm.partition", "account": "slurm.account", "qos": "slurm.qos",

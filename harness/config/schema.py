@@ -88,15 +88,16 @@ class Strict(BaseModel):
 class ModelSpec(Strict):
     path: Optional[Text] = Field(None, description="local model directory (relative to models.yaml)")
     hf_id: Optional[Text] = Field(None, description="Hugging Face id, resolved by vLLM inside the job")
-    precision: Text
-    tokenizer: Optional[Text] = None
-    served_model_name: Optional[Text] = None
-    max_model_len: int = Field(gt=0)
-    prefill_flags: Flags = {}
-    decode_flags: Flags = {}
-    env: Env = {}
-    prefill_env: Env = {}
-    decode_env: Env = {}
+    precision: Text = Field(description="weights' precision, recorded in results (e.g. fp8, bf16)", examples=["fp8"])
+    tokenizer: Optional[Text] = Field(None, description="tokenizer path or HF id; default: the model's own")
+    served_model_name: Optional[Text] = Field(None, description="name the servers answer to; default: the catalogue key")
+    max_model_len: int = Field(gt=0, description="vLLM --max-model-len", examples=[16384])
+    prefill_flags: Flags = Field({}, description="`vllm serve` flags of prefill servers (name without '--': value; "
+                                 "true for a bare flag)", examples=[{"enforce-eager": True, "block-size": 64}])
+    decode_flags: Flags = Field({}, description="`vllm serve` flags of decode servers, as prefill_flags")
+    env: Env = Field({}, description="environment of every server of this model")
+    prefill_env: Env = Field({}, description="environment of prefill servers (wins over env)")
+    decode_env: Env = Field({}, description="environment of decode servers (wins over env)")
     build: Optional[Literal["tiny-llama"]] = Field(
         None, description="builder that makes `path` offline when it is missing"
     )
@@ -113,7 +114,7 @@ class ModelSpec(Strict):
 
 
 class Catalogue(Strict):
-    models: dict[str, ModelSpec]
+    models: dict[str, ModelSpec] = Field(description="model name (a recipe's `model`) -> its entry")
 
 
 class RoleSpec(Strict):
@@ -124,8 +125,8 @@ class RoleSpec(Strict):
     ep: int = Field(1, ge=1, description="expert-parallel size; >1 enables expert parallelism")
     dp_attention: bool = Field(False, description="data-parallel attention (needs dp > 1)")
     port: int = Field(ge=1024, le=65535, description="HTTP port of the first worker on a node")
-    flags: Flags = {}
-    env: Env = {}
+    flags: Flags = Field({}, description="`vllm serve` flags of this role, over the model's")
+    env: Env = Field({}, description="environment of this role's servers, over the recipe's and the model's")
     cpu_bind: list[Text] = Field(
         [], description="CPU-only: VLLM_CPU_OMP_THREADS_BIND per worker (cycled)"
     )
@@ -149,30 +150,35 @@ class RoleSpec(Strict):
 class TopologySpec(Strict):
     gpus_per_node: int = Field(8, ge=0, description="0 for CPU-only nodes")
     nic_detection: bool = Field(True, description="servers source `pdbench nic` (RDMA env) before starting")
-    prefill: RoleSpec
-    decode: RoleSpec
+    prefill: RoleSpec = Field(description="the prefill servers (xP)")
+    decode: RoleSpec = Field(description="the decode servers (yD)")
 
 
 class ConnectorSpec(Strict):
-    name: Literal["nixl", "moriio", "mooncake", "pdbench"]
-    kv_buffer_device: Optional[Literal["cpu", "cuda"]] = None
+    name: Literal["nixl", "moriio", "mooncake", "pdbench"] = Field(
+        description="KV connector: nixl, moriio (MoRI-IO), mooncake, or pdbench (the bundled connector/)")
+    kv_buffer_device: Optional[Literal["cpu", "cuda"]] = Field(
+        None, description="kv_transfer_config.kv_buffer_device; cpu for vLLM on CPU; default: vLLM's")
     side_channel_port: int = Field(5600, ge=1024, le=65535, description="NIXL side-channel base port")
     read_mode: bool = Field(False, description="MoRI-IO READ mode (decode pulls KV)")
     proxy_ping_port: int = Field(36367, ge=1024, le=65535, description="MoRI-IO registration port")
-    extra_config: dict[str, Any] = {}
+    extra_config: dict[str, Any] = Field({}, description="kv_transfer_config.kv_connector_extra_config")
 
 
 class ProxySpec(Strict):
-    kind: Literal["pdbench"] = "pdbench"
-    port: int = Field(30000, ge=1024, le=65535)
-    policy: Literal["round_robin", "least_outstanding", "prefix_hash"] = "round_robin"
-    request_timeout_s: float = Field(600, gt=0)
-    stream_idle_timeout_s: float = Field(300, gt=0)
+    kind: Literal["pdbench"] = Field("pdbench", description="the PD proxy (pdbench's own, on node 0)")
+    port: int = Field(30000, ge=1024, le=65535, description="the proxy's HTTP port on node 0 (loopback)")
+    policy: Literal["round_robin", "least_outstanding", "prefix_hash"] = Field(
+        "round_robin", description="how the proxy picks a prefill and a decode worker per request")
+    request_timeout_s: float = Field(600, gt=0, description="seconds allowed for one upstream request")
+    stream_idle_timeout_s: float = Field(300, gt=0, description="seconds a stream may go without a byte")
 
 
 class ContainerSpec(Strict):
-    runtime: Literal["docker", "podman", "enroot", "apptainer", "none"] = "docker"
-    image: Optional[Image] = None
+    runtime: Literal["docker", "podman", "enroot", "apptainer", "none"] = Field(
+        "docker", description="one container per node with this runtime; none runs on the host")
+    image: Optional[Image] = Field(None, description="container image (required unless runtime is none)",
+                                   examples=["vllm/vllm-openai:v0.11.0"])
     mounts: dict[MountSource, MountTarget] = Field({}, description="host path -> container path[:options]")
 
     @model_validator(mode="after")
@@ -183,15 +189,15 @@ class ContainerSpec(Strict):
 
 
 class SlurmSpec(Strict):
-    job_name: Optional[SbatchValue] = None
-    partition: Optional[SbatchValue] = None
-    account: Optional[SbatchValue] = None
-    qos: Optional[SbatchValue] = None
-    time_limit: SbatchValue = "02:00:00"
-    nodelist: Optional[SbatchValue] = None
-    exclude: Optional[SbatchValue] = None
-    reservation: Optional[SbatchValue] = None
-    constraint: Optional[SbatchValue] = None
+    job_name: Optional[SbatchValue] = Field(None, description="sbatch --job-name; default: pdbench-<recipe>")
+    partition: Optional[SbatchValue] = Field(None, description="sbatch --partition")
+    account: Optional[SbatchValue] = Field(None, description="sbatch --account")
+    qos: Optional[SbatchValue] = Field(None, description="sbatch --qos")
+    time_limit: SbatchValue = Field("02:00:00", description="sbatch --time")
+    nodelist: Optional[SbatchValue] = Field(None, description="sbatch --nodelist")
+    exclude: Optional[SbatchValue] = Field(None, description="sbatch --exclude")
+    reservation: Optional[SbatchValue] = Field(None, description="sbatch --reservation")
+    constraint: Optional[SbatchValue] = Field(None, description="sbatch --constraint")
     extra_sbatch: list[SbatchOption] = Field([], description="'--name' or '--name=value' (the value is quoted)")
 
 
@@ -206,13 +212,13 @@ class TimeoutSpec(Strict):
 
 class Recipe(Strict):
     name: Optional[SafeName] = Field(None, description="names results/<name>/; default: the file's stem")
-    description: Comment = ""
-    model: Text
-    container: ContainerSpec = ContainerSpec(runtime="none")
-    topology: TopologySpec
-    connector: ConnectorSpec
-    proxy: ProxySpec = ProxySpec()
-    benchmark: BenchmarkSettings
-    slurm: SlurmSpec = SlurmSpec()
-    timeouts: TimeoutSpec = TimeoutSpec()
+    description: Comment = Field("", description="free text, written as comments into the scripts")
+    model: Text = Field(description="a model of models.yaml", examples=["deepseek-r1-fp8"])
+    container: ContainerSpec = Field(ContainerSpec(runtime="none"), description="the per-node container")
+    topology: TopologySpec = Field(description="nodes, GPUs and the xP+yD servers")
+    connector: ConnectorSpec = Field(description="the KV connector between prefill and decode")
+    proxy: ProxySpec = Field(ProxySpec(), description="the PD proxy in front of the servers")
+    benchmark: BenchmarkSettings = Field(description="what the sweep measures (the settings of `pdbench bench`)")
+    slurm: SlurmSpec = Field(SlurmSpec(), description="sbatch options")
+    timeouts: TimeoutSpec = Field(TimeoutSpec(), description="bounds on every stage of the job")
     env: Env = Field({}, description="environment for every process of the job")
