@@ -19,7 +19,6 @@ from harness.node.nic import (
     ipv4_from_gid,
     parse_nicctl_qos,
     render_exports,
-    side_channel_port,
     vendor_of,
 )
 from harness.node.nic_cli import nic_command
@@ -387,12 +386,6 @@ def test_ipv4_from_gid() -> None:
     assert ipv4_from_gid("0000:0000:0000:0000:0000:ffff:0a00:0001") == "10.0.0.1"
     assert ipv4_from_gid(LINK_LOCAL) is None
     assert ipv4_from_gid("garbage") is None
-
-
-def test_side_channel_port() -> None:
-    assert side_channel_port(5600, 0, 8, 0) == 5600
-    assert side_channel_port(5600, 0, 8, 7) == 5607
-    assert side_channel_port(5600, 2, 8, 3) == 5619
 
 
 BASH = shutil.which("bash") or "/bin/bash"

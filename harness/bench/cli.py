@@ -175,7 +175,9 @@ def bench_command(**flags: Any) -> None:
     config = flags.pop("config")
     cfg = load_config(config, _overrides(flags))
 
-    from harness.bench.sweep import run_sweep_detailed  # heavy imports only when running
+    from harness.bench.sweep import (
+        run_sweep_detailed,  # heavy imports only when running
+    )
 
     try:
         outcomes = run_sweep_detailed(cfg)

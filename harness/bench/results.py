@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
+
+from harness import atomic
 
 
 class ResultExistsError(FileExistsError):
@@ -142,24 +142,10 @@ def result_filename(
 
 
 def write_result(result: BenchResult, path: Path) -> Path:
-    """Create `path` with the result, atomically and only if it does not exist.
-
-    Writes a temp file in the same directory, then hard-links it to the final name:
-    readers never see a partial file, and os.link fails instead of replacing.
-    """
+    """Create `path` with the result, atomically and only if it does not exist."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, 0o644)  # mkstemp makes 0600; results are meant to be shared
-        with os.fdopen(fd, "w") as f:
-            f.write(result.model_dump_json(indent=2) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            raise ResultExistsError(f"result file already exists, not overwriting: {path}") from None
-    finally:
-        os.unlink(tmp)
-    return path
+        return atomic.write_text(path, result.model_dump_json(indent=2) + "\n", replace=False)
+    except FileExistsError:
+        raise ResultExistsError(f"result file already exists, not overwriting: {path}") from None

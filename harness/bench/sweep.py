@@ -35,10 +35,15 @@ from harness.bench.dataset import (
 from harness.bench.loadgen import LoadRun, Progress, arrival_offsets
 from harness.bench.metrics import compute_metrics
 from harness.bench.progress import Display, log, pick_mode
+from harness.bench.results import (
+    BenchResult,
+    ResultExistsError,
+    result_filename,
+    write_result,
+)
 from harness.bench.validity_probe import PointProbe
-from harness.validity import ClientCounts, unverified
-from harness.bench.results import BenchResult, ResultExistsError, result_filename, write_result
 from harness.bench.watchdog import TargetDied, Watchdog
+from harness.validity import ClientCounts, unverified
 
 # Sub-streams of the seed per point, so a point's prompts do not depend on which
 # other points are in the sweep, and points never repeat each other's prompts

@@ -9,15 +9,19 @@ stays bounded however long the point runs. The verdict goes into the result's me
 from __future__ import annotations
 
 import asyncio
-import os
-import urllib.request
 from pathlib import Path
 
-from harness.validity import ClientCounts, PointValidity, ServerScrapes, ValidityThresholds, evaluate, gauge_peaks
+from harness.validity import (
+    ClientCounts,
+    PointValidity,
+    ServerScrapes,
+    ValidityThresholds,
+    evaluate,
+    gauge_peaks,
+    scrape,
+)
 
 SAMPLE_INTERVAL_S = 2.0
-# vLLM's /metrics is a few hundred kB; a bound keeps a misbehaving target from filling memory.
-MAX_SCRAPE_BYTES = 16 << 20
 
 
 def parse_target(text: str) -> tuple[str, str, str]:
@@ -30,11 +34,8 @@ def parse_target(text: str) -> tuple[str, str, str]:
 
 
 def _get(url: str, timeout: float) -> str:
-    try:
-        with urllib.request.urlopen(f"{url}/metrics", timeout=timeout) as r:
-            return r.read(MAX_SCRAPE_BYTES).decode(errors="replace")
-    except Exception:  # noqa: BLE001 - a failed scrape leaves that rule "not checked"
-        return ""
+    # A failed scrape ("") leaves the rules that need it "not checked".
+    return scrape.fetch_metrics(url, timeout) or ""
 
 
 class PointProbe:
@@ -68,9 +69,7 @@ class PointProbe:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         for name, phase, text in [(n, "before", t) for n, t in self.before.items()] + \
                                  [(n, "after", t) for n, t in after.items()]:
-            tmp = self.out_dir / f".{name}.{phase}.prom.tmp"
-            tmp.write_text(text)
-            os.replace(tmp, self.out_dir / f"{name}.{phase}.prom")
+            scrape.save(self.out_dir, name, phase, text)
         servers = {name: ServerScrapes(role=role, before=self.before.get(name, ""), after=after.get(name, ""),
                                        peaks=self.peaks[name])
                    for name, role, _ in self.targets}

@@ -9,8 +9,15 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Optional, Union
 
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    model_validator,
+)
+
 from harness.bench.settings import BenchmarkSettings
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # Strings reach job.slurm and server.sh. The renderer quotes every one for the context it
 # lands in; these types reject what no quoting can carry: control characters (a newline

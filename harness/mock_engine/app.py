@@ -23,7 +23,14 @@ try:  # optional: faster request parsing
     from orjson import loads as _loads
 except ImportError:  # pragma: no cover - depends on the environment
     _loads = json.loads
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    field_validator,
+)
 
 log = logging.getLogger("pdbench.mock_engine")
 

@@ -15,7 +15,8 @@ import socket
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Callable
+
+from harness import atomic
 
 
 class Aborted(Exception):
@@ -69,20 +70,12 @@ class Coordination:
             d.mkdir(parents=True, exist_ok=True)
 
     def _write_json(self, path: Path, data: dict, exclusive: bool = False) -> bool:
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data) + "\n")
+        # exclusive: exactly one writer wins (atomic's link), and nobody sees a half-written file.
         try:
-            if exclusive:
-                # link() fails if the name exists, also on NFS where the server decides:
-                # exactly one writer wins, and nobody ever sees a half-written file.
-                os.link(tmp, path)
-            else:
-                os.replace(tmp, path)
+            atomic.write_json(path, data, replace=not exclusive)
             return True
         except FileExistsError:
             return False
-        finally:
-            tmp.unlink(missing_ok=True)
 
     def _read_json(self, path: Path) -> dict | None:
         try:
@@ -179,9 +172,7 @@ def write_status(run_dir: Path, rc: int, failure: Failure | None) -> None:
               "reason": failure.reason if failure else None,
               "failure": failure.to_json() if failure else None,
               "results": results, "finished_at": time.time()}
-    tmp = run_dir / f".status.json.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(status, indent=2) + "\n")
-    os.replace(tmp, run_dir / "status.json")
+    atomic.write_json(run_dir / "status.json", status, indent=2)
 
 
 def discover_address() -> str:
@@ -197,14 +188,3 @@ def discover_address() -> str:
         return socket.gethostbyname(socket.gethostname())
     except OSError:
         return "127.0.0.1"
-
-
-def wait_until(pred: Callable[[], bool], timeout: float, what: str, poll: float = 0.5,
-               check: Callable[[], None] | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if check:
-            check()
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not reached within {timeout:.0f} s")
-        time.sleep(poll)

@@ -427,10 +427,5 @@ def detect(
     return NicEnv(env=env, notices=notices, transport="rdma")
 
 
-def side_channel_port(base: int, dp_rank: int, tp_size: int, tp_rank: int) -> int:
-    """One NIXL side-channel port per worker: ranks of one DP replica are contiguous."""
-    return base + dp_rank * tp_size + tp_rank
-
-
 def render_exports(env: NicEnv) -> str:
     return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.env.items())

@@ -18,13 +18,19 @@ from pathlib import Path
 from types import FrameType
 
 from harness.node.affinity import pin_worker_main_threads
-from harness.node.coordination import Aborted, Coordination, Failure, discover_address, write_status
+from harness.node.coordination import (
+    Aborted,
+    Coordination,
+    Failure,
+    discover_address,
+    write_status,
+)
 from harness.node.health import is_healthy, smoke_request
-from harness.node.scrape import scrape_all
 from harness.node.secrets import ENV_VAR as SECRET_ENV
 from harness.node.secrets import ensure_job_secret
 from harness.node.signal_cause import describe_signal
 from harness.node.supervisor import Supervisor
+from harness.validity.scrape import scrape_all
 
 log = logging.getLogger("pdbench.node")
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import json
 import logging
 import os
 import signal
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import psutil
+
+from harness import atomic
 
 log = logging.getLogger("pdbench.node")
 
@@ -73,9 +74,7 @@ class Supervisor:
         except psutil.NoSuchProcess:
             return
         self._recorded.append({"name": m.name, "pid": m.pid, "create_time": created})
-        tmp = self.record.with_name(self.record.name + ".tmp")
-        tmp.write_text(json.dumps(self._recorded) + "\n")
-        os.replace(tmp, self.record)
+        atomic.write_json(self.record, self._recorded)
 
     def exited(self) -> list[tuple[str, int]]:
         """Processes that have ended, with their exit codes (also notes new descendants)."""

@@ -26,7 +26,15 @@ from yarl import URL
 
 from harness.proxy.backends import Backend, Pool, Role
 from harness.proxy.config import ProxyConfig
-from harness.proxy.flows import BadRequest, Flow, affinity_key, dumps, loads, make_flow, parse_request
+from harness.proxy.flows import (
+    BadRequest,
+    Flow,
+    affinity_key,
+    dumps,
+    loads,
+    make_flow,
+    parse_request,
+)
 from harness.proxy.metrics import ProxyMetrics
 from harness.proxy.registry import Registry
 from harness.proxy.upstream import Response, UpstreamClient, UpstreamFailure

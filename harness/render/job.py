@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -16,7 +15,7 @@ from typing import Any
 import jinja2
 import yaml
 
-from harness import __version__
+from harness import __version__, atomic
 from harness.config.load import ConfigError, ResolvedRecipe
 from harness.render import commands as cmd
 from harness.render.commands import Word, quote
@@ -205,13 +204,7 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext) -> JobPlan
 
 def write_new(path: Path, text: str, executable: bool = False) -> None:
     """Write atomically and never replace an existing file."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    if executable:
-        tmp.chmod(0o755)
     try:
-        os.link(tmp, path)
+        atomic.write_text(path, text, replace=False, mode=0o755 if executable else 0o644)
     except FileExistsError:
         raise FileExistsError(f"{path} already exists; pdbench never overwrites a run's files") from None
-    finally:
-        tmp.unlink()

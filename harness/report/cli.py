@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from harness import atomic
 from harness.config.load import PROJECT_ROOT
 
 EXIT_USAGE = 2
@@ -44,16 +43,7 @@ def _resolve(ref: str, results_dir: Path) -> Path:
 def _write(path: Path, text: str) -> None:
     """Write a report file atomically (a temp file beside it, then rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic.write_text(path, text)
 
 
 def report_command(

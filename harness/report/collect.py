@@ -18,16 +18,22 @@ the same file.
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
 
+from harness import atomic
 from harness.report.load import Point, Skipped, dedupe, load_runs
 from harness.report.table import per_gpu
 
@@ -227,17 +233,7 @@ def write_new(path: Path, entries: list[dict[str, Any]]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists():
         raise FileExistsError(f"{path} exists; collect never overwrites (choose another --out)")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(entries, indent=2) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.link(tmp, path)  # fails instead of replacing a file created meanwhile
-        except FileExistsError:
-            raise FileExistsError(f"{path} exists; collect never overwrites (choose another --out)") from None
-    finally:
-        os.unlink(tmp)
-    return path
+        return atomic.write_json(path, entries, indent=2, replace=False)  # never replaces one created meanwhile
+    except FileExistsError:
+        raise FileExistsError(f"{path} exists; collect never overwrites (choose another --out)") from None

@@ -8,13 +8,12 @@ Uses matplotlib's Agg canvas directly: no display, no pyplot global state.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from harness import atomic
 from harness.report import cells
 from harness.report.table import Report
 
@@ -97,14 +96,5 @@ def save(report: Report, path: Path) -> Figure:
     fig = figure(report)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic.write_with(path, lambda f: fig.savefig(f, format="png"))
     return fig
