@@ -21,7 +21,7 @@ import aiohttp
 import numpy as np
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from harness import __version__
+from harness import __version__, aio
 from harness.bench.client import RequestOutput, Slot, Target, build_payload
 from harness.bench.config import BenchConfig
 from harness.bench.dataset import (
@@ -309,25 +309,13 @@ def _metadata(cfg: BenchConfig) -> dict[str, Any]:
     return md | cfg.metadata
 
 
-def run_async(main: Any) -> Any:
-    """Run a coroutine on uvloop when importable (less client overhead), else asyncio's loop."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(main)
-    if hasattr(asyncio, "Runner"):
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            return runner.run(main)
-    return uvloop.run(main)  # pragma: no cover - Python 3.10
-
-
 def run_sweep_detailed(config: BenchConfig) -> list[PointOutcome]:
     """Run every point; per-point outcomes tell the caller what failed.
 
     Raises ResultExistsError (a result file is there), TargetDied (the target is down
     before any load), DatasetError, or the tokenizer's error; nothing was sent then.
     """
-    return run_async(_Sweep(config).run())
+    return aio.run(_Sweep(config).run())
 
 
 def run_sweep(config: BenchConfig) -> list[Path]:

@@ -22,6 +22,7 @@ from typing import TextIO
 import psutil
 
 from harness.node.coordination import Coordination, Failure, write_status
+from harness.node.supervisor import stop_groups
 
 log = logging.getLogger("pdbench.launch")
 
@@ -126,7 +127,7 @@ def run_local(run_dir: Path, num_nodes: int, timeout_s: float, grace_s: float,
     finally:
         for sig in previous:
             signal.signal(sig, signal.SIG_IGN)  # teardown must not be cut short
-        _stop(nodes, grace_s + 30)
+        stop_groups(nodes, grace_s + 30)  # each node runtime tears down its own processes on SIGTERM
         _sweep_leftovers(run_dir)
         if tail:
             tail.pump()
@@ -152,20 +153,6 @@ class _Terminated(Exception):
 
 def _interrupt(signum: int, _frame: object) -> None:
     raise _Terminated(signum)
-
-
-def _stop(nodes: list[subprocess.Popen], grace_s: float) -> None:
-    """SIGTERM lets each node runtime tear down its own processes; SIGKILL after grace."""
-    for p in nodes:
-        if p.poll() is None:
-            _killpg(p.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    for p in nodes:
-        try:
-            p.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            _killpg(p.pid, signal.SIGKILL)
-            p.wait(10)
 
 
 def _sweep_leftovers(run_dir: Path) -> None:
@@ -205,10 +192,3 @@ def _group_members(pgid: int, leader_created: float) -> list[psutil.Process]:
         except (ProcessLookupError, psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return [p for p in found.values() if p.pid != os.getpid()]
-
-
-def _killpg(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 from aiohttp import web
 
+from harness import aio
+
 try:  # optional: faster request parsing
     from orjson import loads as _loads
 except ImportError:  # pragma: no cover - depends on the environment
@@ -594,15 +596,6 @@ def build_app(config: MockEngineConfig) -> web.Application:
     return app
 
 
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop when importable (faster I/O), else asyncio's default loop."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
 class _ArrivalClock(asyncio.Protocol):
     """Wraps aiohttp's protocol to note when a request's first bytes arrive.
 
@@ -664,7 +657,7 @@ def serve(config: MockEngineConfig) -> None:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.info("pdbench mock engine on %s:%d model=%s role=%s ttft_ms=%s itl_ms=%s",
              config.host, config.port, config.model, config.role, config.ttft_ms, config.itl_ms)
-    loop = new_event_loop()
+    loop = aio.new_event_loop()
     try:
         loop.run_until_complete(_serve(config))
     finally:

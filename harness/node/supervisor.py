@@ -121,7 +121,7 @@ class Supervisor:
                          if c.pid not in self._seen]
             except psutil.NoSuchProcess:
                 pass
-            _signal_group(m.pid, signal.SIGTERM)
+            signal_group(m.pid, signal.SIGTERM)
         for p in tree:
             _signal_proc(p, signal.SIGTERM)
         deadline = time.monotonic() + grace
@@ -134,7 +134,7 @@ class Supervisor:
         for m in procs:
             if m.popen.poll() is None:
                 log.warning("%s (pid %d) ignored SIGTERM for %.0f s; killing", m.name, m.pid, grace)
-            _signal_group(m.pid, signal.SIGKILL)
+            signal_group(m.pid, signal.SIGKILL)
         for p in alive:
             _signal_proc(p, signal.SIGKILL)
         psutil.wait_procs(alive, timeout=5)
@@ -176,11 +176,26 @@ def _die_with_parent() -> None:
     _prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
 
-def _signal_group(pid: int, sig: int) -> None:
+def signal_group(pid: int, sig: int) -> None:
+    """Signal the process group `pid` leads; a group that is gone already is not an error."""
     try:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def stop_groups(leaders: Sequence[subprocess.Popen], grace_s: float) -> None:
+    """SIGTERM the groups of these leaders, SIGKILL the groups still there after grace_s, reap."""
+    for p in leaders:
+        if p.poll() is None:
+            signal_group(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for p in leaders:
+        try:
+            p.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            signal_group(p.pid, signal.SIGKILL)
+            p.wait(10)
 
 
 def _signal_proc(p: psutil.Process, sig: int) -> None:

@@ -24,6 +24,7 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
+from harness import aio
 from harness.proxy.backends import Backend, Pool, Role
 from harness.proxy.config import ProxyConfig
 from harness.proxy.flows import (
@@ -611,19 +612,11 @@ def build_app(config: ProxyConfig) -> web.Application:
     return app
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
 def _run(config: ProxyConfig, sock: Optional[socket.socket]) -> None:
     kwargs: dict[str, Any] = {"sock": sock} if sock is not None else {"host": config.host, "port": config.port}
     web.run_app(
         build_app(config),
-        loop=_new_loop(),
+        loop=aio.new_event_loop(),
         # Cancel the handler (and so the upstream legs) when the client disconnects.
         handler_cancellation=True,
         access_log=None,  # one line per request would cost more than the proxying
