@@ -23,39 +23,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from benchmarks.common import free_port, start_mock_engine  # noqa: E402
+
 PY = sys.executable
 VLLM = str(Path(PY).with_name("vllm"))
 GOAL = 3.0
 CONCURRENCY, ISL, OSL = 256, 128, 64
-
-
-def start_engine(port: int, log: Path) -> subprocess.Popen[bytes]:
-    cmd = [PY, "-m", "harness", "mock-engine", "--port", str(port), "--model", "tiny"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"mock engine exited: {log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
-                return proc
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("mock engine did not become healthy in 60 s")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_vllm(url: str, tok: str, n: int, out: Path) -> float:
@@ -104,7 +81,7 @@ def main() -> int:
 
         tok = str(tiny_model.build(work / "tiny"))
         port = free_port()
-        engine = start_engine(port, work / "engine.log")
+        engine = start_mock_engine(port, work / "engine.log", "--model", "tiny")
         url = f"http://127.0.0.1:{port}"
         runs: dict[str, list[float]] = {"vllm bench serve": [], "pdbench bench": []}
         try:

@@ -18,24 +18,17 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from benchmarks.common import free_port, start_mock_engine  # noqa: E402
+
 PY = sys.executable
 TTFT_MS, ITL_MS = 50.0, 10.0
 CONCURRENCY, ISL, OSL = 64, 128, 64
 GOALS = {"median": 0.02, "p99": 0.05}
 RT_PRIORITY = 10
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def priority() -> str:
@@ -65,24 +58,6 @@ def with_priority(mode: str):  # noqa: ANN201 - a preexec_fn
     return None
 
 
-def start_engine(port: int, mode: str, log: Path) -> subprocess.Popen[bytes]:
-    cmd = [PY, "-m", "harness", "mock-engine", "--port", str(port), "--model", "tiny",
-           "--ttft-ms", f"constant:{TTFT_MS:g}", "--itl-ms", f"constant:{ITL_MS:g}"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                            preexec_fn=with_priority(mode))
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"mock engine exited: {log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
-                return proc
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("mock engine did not become healthy in 60 s")
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--num-prompts", type=int, default=2560)
@@ -96,7 +71,9 @@ def main() -> int:
     try:
         tok = str(tiny_model.build(work / "tiny"))
         port = free_port()
-        engine = start_engine(port, mode, work / "engine.log")
+        engine = start_mock_engine(port, work / "engine.log", "--model", "tiny",
+                                   "--ttft-ms", f"constant:{TTFT_MS:g}", "--itl-ms", f"constant:{ITL_MS:g}",
+                                   preexec_fn=with_priority(mode))
         try:
             cmd = [PY, "-m", "harness", "bench", "--base-url", f"http://127.0.0.1:{port}", "--model", "tiny",
                    "--tokenizer", tok, "--isl", str(ISL), "--osl", str(OSL), "--concurrency", str(CONCURRENCY),

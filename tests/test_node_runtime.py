@@ -23,6 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from benchmarks.common import free_ports
 from harness.launch.local import _sweep_leftovers, node_env, run_local
 from harness.node.coordination import Aborted, Coordination, Failure
 from harness.node.supervisor import Supervisor
@@ -32,19 +33,6 @@ FAKES = Path(__file__).with_name("node_fakes.py")
 pytestmark = pytest.mark.timeout(60)
 
 FAST = {"rendezvous_s": 10, "health_s": 10, "smoke_s": 5, "bench_s": 10, "teardown_s": 3, "job_s": 25}
-
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 class Job:

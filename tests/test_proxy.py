@@ -26,6 +26,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from multidict import CIMultiDict
 from typer.testing import CliRunner
 
+from benchmarks.common import free_port
 from harness.proxy import ProxyConfig, build_app
 from harness.proxy import cli as proxy_cli
 
@@ -151,12 +152,6 @@ async def stack(
     finally:
         for server in servers:
             await server.close()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def dead_url() -> str:
