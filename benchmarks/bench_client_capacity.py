@@ -36,11 +36,36 @@ CONCURRENCY, ISL, OSL = 256, 128, 64
 
 
 def run_vllm(url: str, tok: str, n: int, out: Path) -> float:
-    cmd = [VLLM, "bench", "serve", "--backend", "vllm", "--base-url", url, "--model", "tiny",
-           "--tokenizer", tok, "--dataset-name", "random", "--random-input-len", str(ISL),
-           "--random-output-len", str(OSL), "--ignore-eos", "--max-concurrency", str(CONCURRENCY),
-           "--num-prompts", str(n), "--num-warmups", str(2 * CONCURRENCY), "--save-result",
-           "--result-dir", str(out), "--disable-tqdm"]
+    cmd = [
+        VLLM,
+        "bench",
+        "serve",
+        "--backend",
+        "vllm",
+        "--base-url",
+        url,
+        "--model",
+        "tiny",
+        "--tokenizer",
+        tok,
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(ISL),
+        "--random-output-len",
+        str(OSL),
+        "--ignore-eos",
+        "--max-concurrency",
+        str(CONCURRENCY),
+        "--num-prompts",
+        str(n),
+        "--num-warmups",
+        str(2 * CONCURRENCY),
+        "--save-result",
+        "--result-dir",
+        str(out),
+        "--disable-tqdm",
+    ]
     res = subprocess.run(cmd, cwd=out, capture_output=True, text=True)
     files = list(out.glob("*.json"))
     if res.returncode != 0 or len(files) != 1:
@@ -52,10 +77,36 @@ def run_vllm(url: str, tok: str, n: int, out: Path) -> float:
 
 
 def run_pdbench(url: str, tok: str, n: int, out: Path) -> float:
-    cmd = [PY, "-m", "harness", "bench", "--base-url", url, "--model", "tiny", "--tokenizer", tok,
-           "--isl", str(ISL), "--osl", str(OSL), "--concurrency", str(CONCURRENCY),
-           "--num-prompts", str(n), "--num-warmups", str(2 * CONCURRENCY), "--result-dir", str(out),
-           "--prefill-gpus", "0", "--decode-gpus", "1", "--progress", "plain"]
+    cmd = [
+        PY,
+        "-m",
+        "harness",
+        "bench",
+        "--base-url",
+        url,
+        "--model",
+        "tiny",
+        "--tokenizer",
+        tok,
+        "--isl",
+        str(ISL),
+        "--osl",
+        str(OSL),
+        "--concurrency",
+        str(CONCURRENCY),
+        "--num-prompts",
+        str(n),
+        "--num-warmups",
+        str(2 * CONCURRENCY),
+        "--result-dir",
+        str(out),
+        "--prefill-gpus",
+        "0",
+        "--decode-gpus",
+        "1",
+        "--progress",
+        "plain",
+    ]
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     files = list(out.glob("*.json"))
     if res.returncode != 0 or len(files) != 1:
@@ -101,15 +152,21 @@ def main() -> int:
     peer, ours = max(runs["vllm bench serve"]), max(runs["pdbench bench"])
     ratio = ours / peer
     print()
-    print(f"capacity: completed requests/s, {args.num_prompts} requests of {OSL} streamed tokens, "
-          f"concurrency {CONCURRENCY}, zero-delay mock engine")
-    print("cores: each client is one process with one busy thread; pdbench load-generator processes: 1 "
-          "(so this is also the ratio at equal core count)")
+    print(
+        f"capacity: completed requests/s, {args.num_prompts} requests of {OSL} streamed tokens, "
+        f"concurrency {CONCURRENCY}, zero-delay mock engine"
+    )
+    print(
+        "cores: each client is one process with one busy thread; pdbench load-generator processes: 1 "
+        "(so this is also the ratio at equal core count)"
+    )
     print(f"peer  vllm bench serve: best {peer:9.1f} req/s, median {statistics.median(runs['vllm bench serve']):9.1f}")
     print(f"      pdbench bench   : best {ours:9.1f} req/s, median {statistics.median(runs['pdbench bench']):9.1f}")
-    print(f"ratio pdbench / vllm = {ratio:.2f} (medians: "
-          f"{statistics.median(runs['pdbench bench']) / statistics.median(runs['vllm bench serve']):.2f}); "
-          f"goal >= {GOAL:g}: {'PASS' if ratio >= GOAL else 'FAIL'}")
+    print(
+        f"ratio pdbench / vllm = {ratio:.2f} (medians: "
+        f"{statistics.median(runs['pdbench bench']) / statistics.median(runs['vllm bench serve']):.2f}); "
+        f"goal >= {GOAL:g}: {'PASS' if ratio >= GOAL else 'FAIL'}"
+    )
     return 0 if ratio >= GOAL else 1
 
 

@@ -52,7 +52,7 @@ def priority() -> str:
         return "normal"
 
 
-def with_priority(mode: str):  # noqa: ANN201 - a preexec_fn
+def with_priority(mode: str):
     if mode == "SCHED_FIFO":
         return lambda: os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(RT_PRIORITY))
     return None
@@ -71,14 +71,48 @@ def main() -> int:
     try:
         tok = str(tiny_model.build(work / "tiny"))
         port = free_port()
-        engine = start_mock_engine(port, work / "engine.log", "--model", "tiny",
-                                   "--ttft-ms", f"constant:{TTFT_MS:g}", "--itl-ms", f"constant:{ITL_MS:g}",
-                                   preexec_fn=with_priority(mode))
+        engine = start_mock_engine(
+            port,
+            work / "engine.log",
+            "--model",
+            "tiny",
+            "--ttft-ms",
+            f"constant:{TTFT_MS:g}",
+            "--itl-ms",
+            f"constant:{ITL_MS:g}",
+            preexec_fn=with_priority(mode),
+        )
         try:
-            cmd = [PY, "-m", "harness", "bench", "--base-url", f"http://127.0.0.1:{port}", "--model", "tiny",
-                   "--tokenizer", tok, "--isl", str(ISL), "--osl", str(OSL), "--concurrency", str(CONCURRENCY),
-                   "--num-prompts", str(args.num_prompts), "--result-dir", str(work / "out"),
-                   "--prefill-gpus", "0", "--decode-gpus", "1", "--percentiles", "50,99", "--progress", "plain"]
+            cmd = [
+                PY,
+                "-m",
+                "harness",
+                "bench",
+                "--base-url",
+                f"http://127.0.0.1:{port}",
+                "--model",
+                "tiny",
+                "--tokenizer",
+                tok,
+                "--isl",
+                str(ISL),
+                "--osl",
+                str(OSL),
+                "--concurrency",
+                str(CONCURRENCY),
+                "--num-prompts",
+                str(args.num_prompts),
+                "--result-dir",
+                str(work / "out"),
+                "--prefill-gpus",
+                "0",
+                "--decode-gpus",
+                "1",
+                "--percentiles",
+                "50,99",
+                "--progress",
+                "plain",
+            ]
             res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, preexec_fn=with_priority(mode))
         finally:
             engine.terminate()
@@ -90,9 +124,11 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    print(f"fidelity: {data['completed']} requests ({data['failed']} failed), {OSL} tokens each, "
-          f"concurrency {CONCURRENCY}; peer: latencies injected into pdbench mock-engine (separate process); "
-          f"scheduling: {mode}")
+    print(
+        f"fidelity: {data['completed']} requests ({data['failed']} failed), {OSL} tokens each, "
+        f"concurrency {CONCURRENCY}; peer: latencies injected into pdbench mock-engine (separate process); "
+        f"scheduling: {mode}"
+    )
     ok = True
     for metric, injected in (("ttft", TTFT_MS), ("tpot", ITL_MS)):
         for stat, key in (("median", f"median_{metric}_ms"), ("p99", f"p99_{metric}_ms")):
@@ -101,8 +137,10 @@ def main() -> int:
             goal = GOALS[stat]
             passed = abs(ratio - 1) <= goal
             ok &= passed
-            print(f"{stat:6s} {metric.upper():4s}: injected {injected:6.2f} ms, measured {measured:7.3f} ms, "
-                  f"ratio {ratio:.4f}, goal within {goal:.0%}: {'PASS' if passed else 'FAIL'}")
+            print(
+                f"{stat:6s} {metric.upper():4s}: injected {injected:6.2f} ms, measured {measured:7.3f} ms, "
+                f"ratio {ratio:.4f}, goal within {goal:.0%}: {'PASS' if passed else 'FAIL'}"
+            )
     ok &= data["failed"] == 0
     print(f"overall: {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1

@@ -75,8 +75,9 @@ def _pin(cores: set[int]) -> None:
     os.sched_setaffinity(0, cores & os.sched_getaffinity(0) or os.sched_getaffinity(0))
 
 
-def _server(port: int, n_blocks: int, reqs: list[tuple[str, list[int]]], chunk: int, depth: int,
-            ready: Any, stop: Any) -> None:
+def _server(
+    port: int, n_blocks: int, reqs: list[tuple[str, list[int]]], chunk: int, depth: int, ready: Any, stop: Any
+) -> None:
     _pin({2, 3})  # like a prefill worker: its own cores for model thread, IO and event waits
     from connector.config import PdbenchConfig
     from connector.layout import PagedKV
@@ -154,7 +155,6 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     import torch
-
     from bench_connector_transfer import raw_tcp
 
     tokens = [int(x) for x in a.tokens.split(",")]
@@ -164,20 +164,30 @@ def main() -> None:
     rows = []
     for k, chunk_mib in enumerate(float(x) for x in a.chunk_mib.split(",")):
         res = pipeline(a.port + 1 + k, tokens, a.reps, int(chunk_mib * 2**20), a.depth)
-        for t, size in zip(tokens, sizes):
+        for t, size in zip(tokens, sizes, strict=False):
             tcp = size / raw[size] / 1e9
             bound = min(limits["d2h"], limits["h2d"], tcp)
-            r = {"tokens": t, "bytes": size, "chunk_mib": chunk_mib, "d2h_gbps": limits["d2h"],
-                 "h2d_gbps": limits["h2d"], "tcp_gbps": tcp,
-                 "pull_gbps": size / res[t]["pull_s"] / 1e9}
+            r = {
+                "tokens": t,
+                "bytes": size,
+                "chunk_mib": chunk_mib,
+                "d2h_gbps": limits["d2h"],
+                "h2d_gbps": limits["h2d"],
+                "tcp_gbps": tcp,
+                "pull_gbps": size / res[t]["pull_s"] / 1e9,
+            }
             r["pull_vs_bound"] = r["pull_gbps"] / bound
             rows.append(r)
-    print(f"GPU: {torch.cuda.get_device_name()}; layout {LAYERS} layers x {BS}-token blocks, bf16, "
-          f"{HEADS} KV heads x {DIM}; pinned D2H {limits['d2h']:.1f} GB/s, H2D {limits['h2d']:.1f} GB/s")
+    print(
+        f"GPU: {torch.cuda.get_device_name()}; layout {LAYERS} layers x {BS}-token blocks, bf16, "
+        f"{HEADS} KV heads x {DIM}; pinned D2H {limits['d2h']:.1f} GB/s, H2D {limits['h2d']:.1f} GB/s"
+    )
     print(f"{'tokens':>6} {'MB':>8} {'chunk':>6} {'raw TCP':>9} {'pull':>9} {'pull/min(limits)':>17}")
     for r in rows:
-        print(f"{r['tokens']:>6} {r['bytes'] / 1e6:>8.1f} {r['chunk_mib']:>5g}M {r['tcp_gbps']:>8.2f}G "
-              f"{r['pull_gbps']:>8.2f}G {r['pull_vs_bound']:>17.2f}")
+        print(
+            f"{r['tokens']:>6} {r['bytes'] / 1e6:>8.1f} {r['chunk_mib']:>5g}M {r['tcp_gbps']:>8.2f}G "
+            f"{r['pull_gbps']:>8.2f}G {r['pull_vs_bound']:>17.2f}"
+        )
     print("pull = request .. ack, GPU to GPU; limits: pinned copies and raw loopback TCP, same run; GB/s = 1e9 B/s")
     if a.json:
         a.json.write_text(json.dumps(rows, indent=2))

@@ -53,8 +53,9 @@ def _caches(layout: dict[str, Any], n_blocks: int, fill: bool) -> dict[str, Any]
 
     dt = getattr(torch, layout["dtype"])
     shape = (n_blocks, layout["heads"], layout["bs"], layout["c"])
-    return {f"l{i}": (torch.randn(shape).to(dt) if fill else torch.zeros(shape, dtype=dt))
-            for i in range(layout["layers"])}
+    return {
+        f"l{i}": (torch.randn(shape).to(dt) if fill else torch.zeros(shape, dtype=dt)) for i in range(layout["layers"])
+    }
 
 
 def kv_bytes(layout: dict[str, Any], tokens: int) -> int:
@@ -85,8 +86,9 @@ def _raw_serve(port: int, ready: Any) -> None:
         conn.close()
 
 
-def _sender(port: int, layout: dict[str, Any] | None, n_blocks: int, reqs: list[tuple[str, list[int]]],
-            ready: Any, stop: Any) -> None:
+def _sender(
+    port: int, layout: dict[str, Any] | None, n_blocks: int, reqs: list[tuple[str, list[int]]], ready: Any, stop: Any
+) -> None:
     _pin(0)
     import threading
 
@@ -114,12 +116,18 @@ def _sender(port: int, layout: dict[str, Any] | None, n_blocks: int, reqs: list[
 class Sender:
     """The sending process (core 0): raw TCP on `port`, the KV server on `port + 1`."""
 
-    def __init__(self, port: int, layout: dict[str, Any] | None = None, n_blocks: int = 0,
-                 reqs: list[tuple[str, list[int]]] | None = None) -> None:
+    def __init__(
+        self,
+        port: int,
+        layout: dict[str, Any] | None = None,
+        n_blocks: int = 0,
+        reqs: list[tuple[str, list[int]]] | None = None,
+    ) -> None:
         ctx = mp.get_context("spawn")
         self.ready, self.stop = ctx.Event(), ctx.Event()
-        self.proc = ctx.Process(target=_sender, args=(port, layout, n_blocks, reqs or [], self.ready, self.stop),
-                                daemon=True)
+        self.proc = ctx.Process(
+            target=_sender, args=(port, layout, n_blocks, reqs or [], self.ready, self.stop), daemon=True
+        )
         self.proc.start()
         if not self.ready.wait(120):
             raise RuntimeError("sender did not start")
@@ -215,15 +223,21 @@ def main() -> None:
         res = measure(a.port, layout, tokens, a.reps)
         for t in tokens:
             size = kv_bytes(layout, t)
-            r = {"layout": name, "tokens": t, "bytes": size,
-                 "raw_gbps": size / res[t]["raw_s"] / 1e9,
-                 "pull_gbps": size / res[t]["pull_s"] / 1e9}
+            r = {
+                "layout": name,
+                "tokens": t,
+                "bytes": size,
+                "raw_gbps": size / res[t]["raw_s"] / 1e9,
+                "pull_gbps": size / res[t]["pull_s"] / 1e9,
+            }
             r["ratio"] = r["pull_gbps"] / r["raw_gbps"]
             rows.append(r)
     print(f"{'layout':6} {'tokens':>6} {'MB':>8} {'raw TCP':>9} {'pull':>9} {'pull/raw':>9}")
     for r in rows:
-        print(f"{r['layout']:6} {r['tokens']:>6} {r['bytes'] / 1e6:>8.2f} {r['raw_gbps']:>8.2f}G "
-              f"{r['pull_gbps']:>8.2f}G {r['ratio']:>9.2f}")
+        print(
+            f"{r['layout']:6} {r['tokens']:>6} {r['bytes'] / 1e6:>8.2f} {r['raw_gbps']:>8.2f}G "
+            f"{r['pull_gbps']:>8.2f}G {r['ratio']:>9.2f}"
+        )
     print("raw = size request .. last byte; pull = pull request .. ack (whole transfer); GB/s = 1e9 B/s")
     if a.json:
         a.json.write_text(json.dumps(rows, indent=2))

@@ -35,7 +35,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -51,12 +51,18 @@ class Proc:
     argv: list[str]
     port: int
     log: Path
-    popen: Optional[subprocess.Popen] = None
+    popen: subprocess.Popen | None = None
 
-    def start(self, env: Optional[dict[str, str]] = None) -> None:
-        out = open(self.log, "wb")
-        self.popen = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
-                                      start_new_session=True, env={**os.environ, **(env or {})})
+    def start(self, env: dict[str, str] | None = None) -> None:
+        out = open(self.log, "wb")  # noqa: SIM115 - the server writes to it until stop()
+        self.popen = subprocess.Popen(
+            self.argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
         out.close()
 
     def stop(self) -> None:
@@ -74,7 +80,7 @@ class Proc:
             p.wait(5)
 
 
-def cpu_seconds(proc: Optional[Proc]) -> float:
+def cpu_seconds(proc: Proc | None) -> float:
     """User + system CPU time of a target's process tree (0 for the direct baseline)."""
     import psutil
 
@@ -113,12 +119,10 @@ class Result:
         xs = sorted(self.latencies)
         if not xs:
             return float("nan")
-        return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))]
+        return xs[min(len(xs) - 1, round(q / 100 * (len(xs) - 1)))]
 
 
-async def run_load(
-    url: str, concurrency: int, seconds: float, warmup_s: float
-) -> tuple[list[float], float, int, int]:
+async def run_load(url: str, concurrency: int, seconds: float, warmup_s: float) -> tuple[list[float], float, int, int]:
     """One client: `concurrency` loops sending streamed completions; latencies after warm-up."""
     import aiohttp
 
@@ -171,7 +175,7 @@ def wait_ready(url: str, timeout: float, proc: Proc) -> None:
             with urllib.request.urlopen(req, timeout=2) as r:
                 if r.status == 200:
                     return
-        except Exception as exc:  # noqa: BLE001 - not up yet
+        except Exception as exc:
             last = str(exc)
         time.sleep(0.2)
     raise RuntimeError(f"{proc.name} not ready after {timeout}s ({last}); see {proc.log}")
@@ -204,10 +208,19 @@ def toy_equivalent(port: int, prefill: str, decode: str) -> None:
         data = await request.json()
         rid = str(uuid.uuid4())
         headers = {"X-Request-Id": rid}
-        p = dict(data, kv_transfer_params={"do_remote_decode": True, "do_remote_prefill": False,
-                                           "remote_engine_id": None, "remote_block_ids": None,
-                                           "remote_host": None, "remote_port": None},
-                 stream=False, max_tokens=1)
+        p = dict(
+            data,
+            kv_transfer_params={
+                "do_remote_decode": True,
+                "do_remote_prefill": False,
+                "remote_engine_id": None,
+                "remote_block_ids": None,
+                "remote_host": None,
+                "remote_port": None,
+            },
+            stream=False,
+            max_tokens=1,
+        )
         p.pop("stream_options", None)
         resp = await client(next(rr["p"])).post(api, json=p, headers=headers)
         resp.raise_for_status()
@@ -237,33 +250,83 @@ def toy_equivalent(port: int, prefill: str, decode: str) -> None:
 # -- orchestration -----------------------------------------------------------------------
 
 
-def targets(args: argparse.Namespace, tmp: Path, p_url: str, d_url: str) -> dict[str, Optional[Proc]]:
+def targets(args: argparse.Namespace, tmp: Path, p_url: str, d_url: str) -> dict[str, Proc | None]:
     py = sys.executable
-    out: dict[str, Optional[Proc]] = {"direct": None}
+    out: dict[str, Proc | None] = {"direct": None}
     port = free_port()
-    argv = [py, "-m", "harness", "proxy", "--host", "127.0.0.1", "--port", str(port),
-            "--prefill", p_url, "--decode", d_url]
+    argv = [
+        py,
+        "-m",
+        "harness",
+        "proxy",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--prefill",
+        p_url,
+        "--decode",
+        d_url,
+    ]
     if args.workers > 1:
         argv += ["--workers", str(args.workers)]
     out["pdbench"] = Proc("pdbench", argv, port, tmp / "pdbench.log")
     router = shutil.which("vllm-router") or str(Path(py).parent / "vllm-router")
     if Path(router).exists():
         port = free_port()
-        out["vllm-router"] = Proc("vllm-router", [
-            router, "--vllm-pd-disaggregation", "--prefill", p_url, "--decode", d_url,
-            "--host", "127.0.0.1", "--port", str(port), "--policy", "round_robin",
-            "--log-level", "warning"], port, tmp / "router.log")
+        out["vllm-router"] = Proc(
+            "vllm-router",
+            [
+                router,
+                "--vllm-pd-disaggregation",
+                "--prefill",
+                p_url,
+                "--decode",
+                d_url,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--policy",
+                "round_robin",
+                "--log-level",
+                "warning",
+            ],
+            port,
+            tmp / "router.log",
+        )
     else:
         print("vllm-router not installed (pip install vllm-router): skipped", file=sys.stderr)
     port = free_port()
     if args.toy_proxy:
-        out["toy-proxy"] = Proc("toy-proxy", [
-            py, str(Path(args.toy_proxy).resolve()), "--host", "127.0.0.1", "--port", str(port),
-            "--prefiller-host", "127.0.0.1", "--prefiller-port", p_url.rsplit(":", 1)[1],
-            "--decoder-host", "127.0.0.1", "--decoder-port", d_url.rsplit(":", 1)[1]], port, tmp / "toy.log")
+        out["toy-proxy"] = Proc(
+            "toy-proxy",
+            [
+                py,
+                str(Path(args.toy_proxy).resolve()),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--prefiller-host",
+                "127.0.0.1",
+                "--prefiller-port",
+                p_url.rsplit(":", 1)[1],
+                "--decoder-host",
+                "127.0.0.1",
+                "--decoder-port",
+                d_url.rsplit(":", 1)[1],
+            ],
+            port,
+            tmp / "toy.log",
+        )
     else:
-        out["toy-equivalent"] = Proc("toy-equivalent", [
-            py, str(Path(__file__).resolve()), "--serve-toy", str(port), p_url, d_url], port, tmp / "toy.log")
+        out["toy-equivalent"] = Proc(
+            "toy-equivalent",
+            [py, str(Path(__file__).resolve()), "--serve-toy", str(port), p_url, d_url],
+            port,
+            tmp / "toy.log",
+        )
     return out
 
 
@@ -293,8 +356,27 @@ def main() -> int:
     engines = []
     for role in ("prefill", "decode"):
         port = free_port()
-        engines.append(Proc(role, [py, "-m", "harness", "mock-engine", "--host", "127.0.0.1", "--port", str(port),
-                                   "--role", role, "--model", "mock"], port, tmp / f"{role}.log"))
+        engines.append(
+            Proc(
+                role,
+                [
+                    py,
+                    "-m",
+                    "harness",
+                    "mock-engine",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--role",
+                    role,
+                    "--model",
+                    "mock",
+                ],
+                port,
+                tmp / f"{role}.log",
+            )
+        )
     p_url, d_url = (f"http://127.0.0.1:{e.port}" for e in engines)
     procs = targets(args, tmp, p_url, d_url)
     results: dict[tuple[str, int], Result] = {}
@@ -317,8 +399,9 @@ def main() -> int:
                     proc = procs[name]
                     port = proc.port if proc is not None else engines[1].port
                     cpu0 = cpu_seconds(proc)
-                    lat, secs, errs, sent = asyncio.run(run_load(f"http://127.0.0.1:{port}/v1/completions", c,
-                                                                 args.seconds, args.warmup))
+                    lat, secs, errs, sent = asyncio.run(
+                        run_load(f"http://127.0.0.1:{port}/v1/completions", c, args.seconds, args.warmup)
+                    )
                     r = results.setdefault((name, c), Result(name, c))
                     r.cpu_s += cpu_seconds(proc) - cpu0
                     r.sent += sent
@@ -336,13 +419,18 @@ def main() -> int:
     return 0
 
 
-def report(results: dict[tuple[str, int], Result], concurrencies: list[int], names: list[str],
-           args: argparse.Namespace) -> None:
+def report(
+    results: dict[tuple[str, int], Result], concurrencies: list[int], names: list[str], args: argparse.Namespace
+) -> None:
     ms = 1000.0
-    print(f"\nPD proxy overhead: zero-delay mock engines, {BODY['max_tokens']}-token streams, "
-          f"{args.rounds} x {args.seconds:g} s per point, one client, {os.cpu_count()} CPUs")
-    print(f"{'conc':>4}  {'target':<15} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} {'+p99 ms':>8} "
-          f"{'cpu us/req':>10} {'errors':>6}")
+    print(
+        f"\nPD proxy overhead: zero-delay mock engines, {BODY['max_tokens']}-token streams, "
+        f"{args.rounds} x {args.seconds:g} s per point, one client, {os.cpu_count()} CPUs"
+    )
+    print(
+        f"{'conc':>4}  {'target':<15} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} {'+p99 ms':>8} "
+        f"{'cpu us/req':>10} {'errors':>6}"
+    )
     table: list[dict[str, Any]] = []
     for c in concurrencies:
         base = results[("direct", c)]
@@ -351,13 +439,25 @@ def report(results: dict[tuple[str, int], Result], concurrencies: list[int], nam
             add50 = (r.pct(50) - base.pct(50)) * ms
             add99 = (r.pct(99) - base.pct(99)) * ms
             cpu = f"{r.cpu_us_per_request:10.0f}" if name != "direct" else f"{'-':>10}"
-            print(f"{c:>4}  {name:<15} {r.rps:8.1f} {r.pct(50) * ms:8.2f} {r.pct(99) * ms:8.2f} "
-                  f"{add50 if name != 'direct' else 0:8.2f} {add99 if name != 'direct' else 0:8.2f} {cpu} {r.errors:>6}")
-            table.append({"target": name, "concurrency": c, "rps": r.rps, "p50_ms": r.pct(50) * ms,
-                          "cpu_us_per_request": r.cpu_us_per_request if name != "direct" else None,
-                          "p99_ms": r.pct(99) * ms, "added_p50_ms": add50, "added_p99_ms": add99,
-                          "requests": len(r.latencies), "errors": r.errors,
-                          "mean_ms": statistics.fmean(r.latencies) * ms if r.latencies else None})
+            print(
+                f"{c:>4}  {name:<15} {r.rps:8.1f} {r.pct(50) * ms:8.2f} {r.pct(99) * ms:8.2f} "
+                f"{add50 if name != 'direct' else 0:8.2f} {add99 if name != 'direct' else 0:8.2f} {cpu} {r.errors:>6}"
+            )
+            table.append(
+                {
+                    "target": name,
+                    "concurrency": c,
+                    "rps": r.rps,
+                    "p50_ms": r.pct(50) * ms,
+                    "cpu_us_per_request": r.cpu_us_per_request if name != "direct" else None,
+                    "p99_ms": r.pct(99) * ms,
+                    "added_p50_ms": add50,
+                    "added_p99_ms": add99,
+                    "requests": len(r.latencies),
+                    "errors": r.errors,
+                    "mean_ms": statistics.fmean(r.latencies) * ms if r.latencies else None,
+                }
+            )
     print(f"\n{'target':<15} {'max req/s':>10}")
     maxes = {n: max(results[(n, c)].rps for c in concurrencies) for n in names}
     for n in names:
@@ -372,10 +472,15 @@ def report(results: dict[tuple[str, int], Result], concurrencies: list[int], nam
                     worse.append(f"p{q} overhead at c={c}")
         if maxes["pdbench"] < maxes["vllm-router"]:
             worse.append("max req/s")
-        verdict = {"goal_met": not worse, "worse_than_vllm_router": worse,
-                   "throughput_ratio": maxes["pdbench"] / maxes["vllm-router"]}
-        print(f"\npdbench vs vllm-router: max req/s ratio {verdict['throughput_ratio']:.2f}; goal "
-              f"(overhead no higher, throughput no lower) {'MET' if not worse else 'NOT met: ' + ', '.join(worse)}")
+        verdict = {
+            "goal_met": not worse,
+            "worse_than_vllm_router": worse,
+            "throughput_ratio": maxes["pdbench"] / maxes["vllm-router"],
+        }
+        print(
+            f"\npdbench vs vllm-router: max req/s ratio {verdict['throughput_ratio']:.2f}; goal "
+            f"(overhead no higher, throughput no lower) {'MET' if not worse else 'NOT met: ' + ', '.join(worse)}"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps({"points": table, "max_rps": maxes, **verdict}, indent=2))
 

@@ -35,8 +35,9 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
-def start_mock_engine(port: int, log: Path, *args: str, preexec_fn: Callable[[], None] | None = None,
-                      timeout_s: float = 60.0) -> subprocess.Popen[bytes]:
+def start_mock_engine(
+    port: int, log: Path, *args: str, preexec_fn: Callable[[], None] | None = None, timeout_s: float = 60.0
+) -> subprocess.Popen[bytes]:
     """`pdbench mock-engine --port PORT ARGS...` in its own process, once /health answers."""
     cmd = [sys.executable, "-m", "harness", "mock-engine", "--port", str(port), *args]
     with log.open("wb") as out:

@@ -81,7 +81,9 @@ async def client_handshake(sock: socket.socket, key: bytes, timeout: float) -> N
     await send_frame(sock, {"op": "auth", "nonce": cn, "mac": _mac(key, b"client", sn, cn)}, timeout)
     resp = await recv_frame(sock, timeout, limit=HELLO_MAX)
     if not resp.get("ok"):
-        raise AuthError(f"the KV server refused this worker: {str(resp.get('error'))[:100]} "
-                        "(do both sides use the same job secret?)")
+        raise AuthError(
+            f"the KV server refused this worker: {str(resp.get('error'))[:100]} "
+            "(do both sides use the same job secret?)"
+        )
     if not _equal(_mac(key, b"server", sn, cn), resp.get("mac")):
         raise AuthError("the KV server could not prove it knows the job secret")

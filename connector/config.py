@@ -71,8 +71,12 @@ class PdbenchConfig:
             kwargs["port"] = int(os.environ["PDBENCH_KV_PORT"])
         if "host" not in kwargs:
             # pdbench's node runtime exports each node's address as PDBENCH_NODE_ADDR.
-            kwargs["host"] = (os.environ.get("PDBENCH_KV_HOST") or os.environ.get("PDBENCH_NODE_ADDR")
-                              or os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST") or _vllm_ip())
+            kwargs["host"] = (
+                os.environ.get("PDBENCH_KV_HOST")
+                or os.environ.get("PDBENCH_NODE_ADDR")
+                or os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST")
+                or _vllm_ip()
+            )
         if os.environ.get("PDBENCH_KV_DEBUG_CORRUPT") == "1":
             kwargs["debug_corrupt"] = True
         if "secret_file" not in kwargs:
@@ -107,8 +111,11 @@ def load_secret(path: str | os.PathLike[str]) -> bytes:
     if len(data) < MIN_SECRET_BYTES:
         raise ValueError(f"pdbench connector: job secret {p} is shorter than {MIN_SECRET_BYTES} bytes")
     if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        log.warning("pdbench connector: job secret %s is accessible by group/others (mode %o); "
-                    "it should be 0600", p, st.st_mode & 0o777)
+        log.warning(
+            "pdbench connector: job secret %s is accessible by group/others (mode %o); it should be 0600",
+            p,
+            st.st_mode & 0o777,
+        )
     return data
 
 

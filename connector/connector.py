@@ -52,8 +52,10 @@ class PdbenchConnector(KVConnectorBase_V1):
         assert self._kv_transfer_config is not None
         cfg = PdbenchConfig.from_extra(self._kv_transfer_config.kv_connector_extra_config)
         if len(kv_cache_config.kv_cache_groups) > 1:
-            raise ValueError("PdbenchConnector supports one KV cache group (full attention); "
-                             "hybrid models need --disable-hybrid-kv-cache-manager")
+            raise ValueError(
+                "PdbenchConnector supports one KV cache group (full attention); "
+                "hybrid models need --disable-hybrid-kv-cache-manager"
+            )
         self._sched: PdbenchScheduler | None = None
         self._worker: PdbenchWorker | None = None
         self._bad_blocks: set[int] = set()
@@ -81,8 +83,9 @@ class PdbenchConnector(KVConnectorBase_V1):
     def wait_for_layer_load(self, layer_name: str) -> None:
         return  # a request runs only after its whole load finished (WAITING_FOR_REMOTE_KVS)
 
-    def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: AttentionMetadata,
-                      **kwargs: Any) -> None:
+    def save_kv_layer(
+        self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: AttentionMetadata, **kwargs: Any
+    ) -> None:
         # Each layer's KV is written in place into blocks that stay held until the
         # decode side acks, and streamed from there layer by layer: nothing to copy here.
         return
@@ -145,7 +148,11 @@ class PdbenchConnector(KVConnectorBase_V1):
         return PdbenchStats(data=data) if data is not None else PdbenchStats()
 
     @classmethod
-    def build_prom_metrics(cls, vllm_config: VllmConfig, metric_types: dict[type[PromMetric], type[PromMetricT]],
-                           labelnames: list[str], per_engine_labelvalues: dict[int, list[object]]
-                           ) -> KVConnectorPromMetrics | None:
+    def build_prom_metrics(
+        cls,
+        vllm_config: VllmConfig,
+        metric_types: dict[type[PromMetric], type[PromMetricT]],
+        labelnames: list[str],
+        per_engine_labelvalues: dict[int, list[object]],
+    ) -> KVConnectorPromMetrics | None:
         return PdbenchPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)

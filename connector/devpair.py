@@ -23,8 +23,14 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-PREFILL_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
-                  "remote_block_ids": None, "remote_host": None, "remote_port": None}
+PREFILL_PARAMS = {
+    "do_remote_decode": True,
+    "do_remote_prefill": False,
+    "remote_engine_id": None,
+    "remote_block_ids": None,
+    "remote_host": None,
+    "remote_port": None,
+}
 
 
 def vllm_bin() -> str:
@@ -75,8 +81,9 @@ def _signal_group(pid: int, sig: int) -> None:
         pass
 
 
-def kv_config(connector: str, role: str, extra: dict[str, Any] | None = None,
-              failure_policy: str | None = None) -> dict[str, Any]:
+def kv_config(
+    connector: str, role: str, extra: dict[str, Any] | None = None, failure_policy: str | None = None
+) -> dict[str, Any]:
     cfg: dict[str, Any] = {"kv_role": role}
     if connector == "pdbench":
         cfg.update(kv_connector="PdbenchConnector", kv_connector_module_path="connector")
@@ -103,28 +110,55 @@ def port_free(port: int) -> bool:
     return True
 
 
-def start_server(name: str, model: str, port: int, cpus: str, log_dir: Path, *,
-                 kv: dict[str, Any] | None = None, dummy: bool = False, env: dict[str, str] | None = None,
-                 extra_args: list[str] | None = None, max_model_len: int = 2048) -> Server:
+def start_server(
+    name: str,
+    model: str,
+    port: int,
+    cpus: str,
+    log_dir: Path,
+    *,
+    kv: dict[str, Any] | None = None,
+    dummy: bool = False,
+    env: dict[str, str] | None = None,
+    extra_args: list[str] | None = None,
+    max_model_len: int = 2048,
+) -> Server:
     if not port_free(port):
         raise RuntimeError(f"port {port} is in use: {name} would talk to someone else's server")
-    argv = [vllm_bin(), "serve", model, "--port", str(port), "--served-model-name", "m",
-            "--dtype", "float32", "--enforce-eager", "--max-model-len", str(max_model_len),
-            "--max-num-seqs", "32"]
+    argv = [
+        vllm_bin(),
+        "serve",
+        model,
+        "--port",
+        str(port),
+        "--served-model-name",
+        "m",
+        "--dtype",
+        "float32",
+        "--enforce-eager",
+        "--max-model-len",
+        str(max_model_len),
+        "--max-num-seqs",
+        "32",
+    ]
     if dummy:
         argv += ["--load-format", "dummy"]
     if kv is not None:
         argv += ["--kv-transfer-config", json.dumps(kv)]
     argv += extra_args or []
     e = dict(os.environ)
-    e.update({"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": cpus,
-              "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), e.get("PYTHONPATH")]))})
+    e.update(
+        {
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_CPU_OMP_THREADS_BIND": cpus,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), e.get("PYTHONPATH")])),
+        }
+    )
     e.update(env or {})
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"{name}.log"
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=e, cwd=str(REPO),
-                                start_new_session=True)
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=e, cwd=str(REPO), start_new_session=True)
     return Server(name, port, proc, log)
 
 
@@ -158,11 +192,22 @@ class Pair:
             s.stop()
 
 
-def start_pair(model: str, log_dir: Path, *, connector: str = "pdbench", prefill_port: int = 18150,
-               decode_port: int = 18250, kv_port: int = 15650, extra: dict[str, Any] | None = None,
-               decode_extra: dict[str, Any] | None = None, failure_policy: str | None = None,
-               dummy: bool = False, max_model_len: int = 2048, timeout: float = 420.0,
-               pin_all: bool = False) -> Pair:
+def start_pair(
+    model: str,
+    log_dir: Path,
+    *,
+    connector: str = "pdbench",
+    prefill_port: int = 18150,
+    decode_port: int = 18250,
+    kv_port: int = 15650,
+    extra: dict[str, Any] | None = None,
+    decode_extra: dict[str, Any] | None = None,
+    failure_policy: str | None = None,
+    dummy: bool = False,
+    max_model_len: int = 2048,
+    timeout: float = 420.0,
+    pin_all: bool = False,
+) -> Pair:
     """Prefill on core 0, decode on core 1; both stopped again if either fails to start.
 
     As `pdbench node` does, only each worker's model thread is pinned (vLLM binds its
@@ -182,10 +227,28 @@ def start_pair(model: str, log_dir: Path, *, connector: str = "pdbench", prefill
     for port in (kv_port, kv_port + 1):
         if not port_free(port):
             raise RuntimeError(f"KV port {port} is in use")
-    p = start_server("prefill", model, prefill_port, "0", log_dir, env=env_p, dummy=dummy,
-                     kv=kv_config(connector, "kv_producer", p_extra), max_model_len=max_model_len)
-    d = start_server("decode", model, decode_port, "1", log_dir, env=env_d, dummy=dummy,
-                     kv=kv_config(connector, "kv_consumer", d_extra, failure_policy), max_model_len=max_model_len)
+    p = start_server(
+        "prefill",
+        model,
+        prefill_port,
+        "0",
+        log_dir,
+        env=env_p,
+        dummy=dummy,
+        kv=kv_config(connector, "kv_producer", p_extra),
+        max_model_len=max_model_len,
+    )
+    d = start_server(
+        "decode",
+        model,
+        decode_port,
+        "1",
+        log_dir,
+        env=env_d,
+        dummy=dummy,
+        kv=kv_config(connector, "kv_consumer", d_extra, failure_policy),
+        max_model_len=max_model_len,
+    )
     pair = Pair(p, d, p_extra)
     try:
         wait_healthy([p, d], timeout)
@@ -265,10 +328,10 @@ def pd_complete(pair: Pair, body: dict[str, Any], timeout: float = 120.0) -> tup
 
 @dataclass
 class StreamResult:
-    ttft: float          # seconds from the first HTTP call (prefill leg included) to the first token
-    decode_ttft: float   # seconds from the decode call to its first token
+    ttft: float  # seconds from the first HTTP call (prefill leg included) to the first token
+    decode_ttft: float  # seconds from the decode call to its first token
     tokens: int
-    tok_s: float         # (tokens - 1) / (last token - first token), vLLM bench's definition
+    tok_s: float  # (tokens - 1) / (last token - first token), vLLM bench's definition
     text: str
 
 

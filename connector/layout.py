@@ -22,7 +22,7 @@ import torch
 def _block_contiguous(t: torch.Tensor) -> bool:
     """True when each t[i] is one dense C-order run (the block dim may be strided)."""
     expected = 1
-    for size, stride in zip(reversed(t.shape[1:]), reversed(t.stride()[1:])):
+    for size, stride in zip(reversed(t.shape[1:]), reversed(t.stride()[1:]), strict=False):
         if size != 1 and stride != expected:
             return False
         expected *= size
@@ -51,7 +51,7 @@ class PagedKV:
         self.kernel_block_size = max(1, block_size // self.ratio)
         self.device = layers[0].device
         self.dtype = layers[0].dtype
-        for n, t in zip(names, layers):
+        for n, t in zip(names, layers, strict=False):
             if t.dtype != self.dtype or t.device != self.device:
                 raise ValueError(f"layer {n}: mixed dtypes/devices are not supported")
         self.block_bytes = [math.prod(t.shape[1:]) * t.element_size() for t in layers]
@@ -60,7 +60,7 @@ class PagedKV:
         self._u8: list[np.ndarray] = []
         self._flat: list[np.ndarray | None] = []
         if self.host_direct:
-            for t, bb in zip(layers, self.block_bytes):
+            for t, bb in zip(layers, self.block_bytes, strict=False):
                 base = t.detach().view(torch.uint8).numpy() if t.dim() > 1 else t.numpy().view(np.uint8)
                 stride0 = t.stride(0) * t.element_size()
                 self._u8.append(np.lib.stride_tricks.as_strided(base, (t.shape[0], bb), (stride0, 1)))

@@ -23,11 +23,11 @@ class RecvSpec:
     remote_req_id: str
     remote_engine_id: str
     remote_host: str
-    remote_port: int            # rank 0's port; rank r dials remote_port + r
+    remote_port: int  # rank 0's port; rank r dials remote_port + r
     remote_tp_size: int
-    first_token: int            # tokens already cached locally (whole blocks)
+    first_token: int  # tokens already cached locally (whole blocks)
     num_tokens: int
-    block_ids: list[int]        # local blocks for tokens first_token.. (unhashed, owned)
+    block_ids: list[int]  # local blocks for tokens first_token.. (unhashed, owned)
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,7 @@ async def _vector_io(sock: socket.socket, views: list[memoryview], timeout: floa
     i, off, total = 0, 0, 0
     async with asyncio.timeout(timeout) as cm:
         while i < len(views):
-            bufs = [views[i][off:], *views[i + 1:i + IOV_MAX]]
+            bufs = [views[i][off:], *views[i + 1 : i + IOV_MAX]]
             try:
                 n = sock.sendmsg(bufs) if write else sock.recvmsg_into(bufs)[0]
             except (BlockingIOError, InterruptedError):

@@ -49,8 +49,9 @@ class PdbenchScheduler:
         if not p or not p.get("do_remote_prefill"):
             return None
         if not all(p.get(k) is not None for k in _REMOTE_KEYS):
-            log.warning("pdbench: request %s has incomplete kv_transfer_params %s; computing locally",
-                        request.request_id, p)
+            log.warning(
+                "pdbench: request %s has incomplete kv_transfer_params %s; computing locally", request.request_id, p
+            )
             return None
         return p
 
@@ -80,22 +81,25 @@ class PdbenchScheduler:
         num_tokens = first_token + num_external_tokens
         new_ids = [b.block_id for b in group[cached:]]
         need = -(-num_tokens // self.block_size) - cached
-        self._meta.recvs.append(RecvSpec(
-            req_id=request.request_id,
-            remote_req_id=str(p["remote_request_id"]),
-            remote_engine_id=str(p["remote_engine_id"]),
-            remote_host=str(p["remote_host"]),
-            remote_port=int(p["remote_port"]),
-            remote_tp_size=int(p.get("tp_size") or 1),
-            first_token=first_token,
-            num_tokens=num_tokens,
-            block_ids=new_ids[:need],
-        ))
+        self._meta.recvs.append(
+            RecvSpec(
+                req_id=request.request_id,
+                remote_req_id=str(p["remote_request_id"]),
+                remote_engine_id=str(p["remote_engine_id"]),
+                remote_host=str(p["remote_host"]),
+                remote_port=int(p["remote_port"]),
+                remote_tp_size=int(p.get("tp_size") or 1),
+                first_token=first_token,
+                num_tokens=num_tokens,
+                block_ids=new_ids[:need],
+            )
+        )
 
     @staticmethod
     def _release_spec(p: dict[str, Any]) -> ReleaseSpec:
-        return ReleaseSpec(str(p["remote_request_id"]), str(p["remote_engine_id"]),
-                           str(p["remote_host"]), int(p["remote_port"]))
+        return ReleaseSpec(
+            str(p["remote_request_id"]), str(p["remote_engine_id"]), str(p["remote_host"]), int(p["remote_port"])
+        )
 
     # -- prefill: sends -------------------------------------------------------------
 

@@ -49,8 +49,7 @@ def direct_source(kv: PagedKV, kblocks: Sequence[int], max_bytes: int) -> AsyncI
     return gen()
 
 
-def direct_sink(kv: PagedKV, kblocks: Sequence[int], max_bytes: int,
-                corrupt: bool) -> AsyncIterator[list[memoryview]]:
+def direct_sink(kv: PagedKV, kblocks: Sequence[int], max_bytes: int, corrupt: bool) -> AsyncIterator[list[memoryview]]:
     async def gen() -> AsyncIterator[list[memoryview]]:
         for batch in _batches(kv, kblocks, max_bytes):
             yield batch

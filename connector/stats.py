@@ -57,12 +57,17 @@ class PdbenchStats(KVConnectorStats):
 
 
 class PdbenchPromMetrics(KVConnectorPromMetrics):
-    def __init__(self, vllm_config: VllmConfig, metric_types: dict[type[PromMetric], type[PromMetricT]],
-                 labelnames: list[str], per_engine_labelvalues: dict[int, list[object]]) -> None:
+    def __init__(
+        self,
+        vllm_config: VllmConfig,
+        metric_types: dict[type[PromMetric], type[PromMetricT]],
+        labelnames: list[str],
+        per_engine_labelvalues: dict[int, list[object]],
+    ) -> None:
         super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
         time_b = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
-        bytes_b = [float(2 ** (10 + 2 * i)) for i in range(12)]          # 1 KiB .. 4 GiB
-        rate_b = [1e6 * 10 ** (i / 2) for i in range(12)]                  # 1 MB/s .. ~300 GB/s
+        bytes_b = [float(2 ** (10 + 2 * i)) for i in range(12)]  # 1 KiB .. 4 GiB
+        rate_b = [1e6 * 10 ** (i / 2) for i in range(12)]  # 1 MB/s .. ~300 GB/s
 
         def hist(name: str, doc: str, buckets: list[float]) -> dict[int, Any]:
             m = self._histogram_cls(name=name, documentation=doc, buckets=buckets, labelnames=labelnames)
@@ -75,25 +80,34 @@ class PdbenchPromMetrics(KVConnectorPromMetrics):
         self.h: dict[str, dict[int, Any]] = {}
         self.c: dict[str, dict[int, Any]] = {}
         for side, what in (("recv", "pulled by this decode instance"), ("send", "sent by this prefill instance")):
-            self.h[f"{side}_s"] = hist(f"vllm:pdbench_kv_{side}_seconds",
-                                       f"Duration of KV transfers {what} (recv: pull request to ack).", time_b)
+            self.h[f"{side}_s"] = hist(
+                f"vllm:pdbench_kv_{side}_seconds",
+                f"Duration of KV transfers {what} (recv: pull request to ack).",
+                time_b,
+            )
             self.h[f"{side}_bytes"] = hist(f"vllm:pdbench_kv_{side}_bytes", f"Bytes per KV transfer {what}.", bytes_b)
-            self.h[f"{side}_rate"] = hist(f"vllm:pdbench_kv_{side}_throughput_bytes_per_second",
-                                          f"Throughput of KV transfers {what}.", rate_b)
+            self.h[f"{side}_rate"] = hist(
+                f"vllm:pdbench_kv_{side}_throughput_bytes_per_second", f"Throughput of KV transfers {what}.", rate_b
+            )
             # Exported with the _total suffix.
             self.c[f"{side}_total"] = counter(f"vllm:pdbench_kv_{side}_transferred_bytes", f"Total KV bytes {what}.")
-        self.h["recv_wait_s"] = hist("vllm:pdbench_kv_recv_wait_seconds",
-                                     "Time from a pull request to prefill's first byte (connect, lookup).", time_b)
-        for k, doc in (("failed_recv", "KV pulls that failed (reported as load errors)."),
-                       ("failed_send", "KV sends that failed (blocks kept until the lease ends)."),
-                       ("expired", "Requests whose KV lease expired before decode pulled it."),
-                       ("released", "Requests released by decode without a pull (cached there).")):
+        self.h["recv_wait_s"] = hist(
+            "vllm:pdbench_kv_recv_wait_seconds",
+            "Time from a pull request to prefill's first byte (connect, lookup).",
+            time_b,
+        )
+        for k, doc in (
+            ("failed_recv", "KV pulls that failed (reported as load errors)."),
+            ("failed_send", "KV sends that failed (blocks kept until the lease ends)."),
+            ("expired", "Requests whose KV lease expired before decode pulled it."),
+            ("released", "Requests released by decode without a pull (cached there)."),
+        ):
             self.c[k] = counter(f"vllm:pdbench_kv_{k}", doc)
 
     def observe(self, transfer_stats_data: dict[str, Any], engine_idx: int = 0) -> None:
         d = transfer_stats_data
         for side in ("recv", "send"):
-            for nbytes, secs in zip(d.get(f"{side}_bytes", []), d.get(f"{side}_s", [])):
+            for nbytes, secs in zip(d.get(f"{side}_bytes", []), d.get(f"{side}_s", []), strict=False):
                 self.h[f"{side}_bytes"][engine_idx].observe(nbytes)
                 self.h[f"{side}_s"][engine_idx].observe(secs)
                 if secs > 0:

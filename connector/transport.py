@@ -59,8 +59,9 @@ class TransferStats:
         return dict(self.__dict__)
 
     def empty(self) -> bool:
-        return not (self.recv_bytes or self.send_bytes or self.failed_recv or self.failed_send
-                    or self.expired or self.released)
+        return not (
+            self.recv_bytes or self.send_bytes or self.failed_recv or self.failed_send or self.expired or self.released
+        )
 
 
 class Completions:
@@ -137,15 +138,17 @@ class IOLoop:
         self._thread.join(timeout)
 
 
-def _source(kv: PagedKV, stager: Stager | None, kblocks: list[int], cfg: PdbenchConfig,
-            ready: Any) -> AsyncIterator[list[memoryview]]:
+def _source(
+    kv: PagedKV, stager: Stager | None, kblocks: list[int], cfg: PdbenchConfig, ready: Any
+) -> AsyncIterator[list[memoryview]]:
     if stager is None:
         return direct_source(kv, kblocks, cfg.chunk_bytes)
     return stager.source(kblocks, ready)
 
 
-def _sink(kv: PagedKV, stager: Stager | None, kblocks: list[int],
-          cfg: PdbenchConfig) -> AsyncIterator[list[memoryview]]:
+def _sink(
+    kv: PagedKV, stager: Stager | None, kblocks: list[int], cfg: PdbenchConfig
+) -> AsyncIterator[list[memoryview]]:
     if stager is None:
         return direct_sink(kv, kblocks, cfg.chunk_bytes, cfg.debug_corrupt)
     return stager.sink(kblocks, cfg.debug_corrupt)
@@ -162,8 +165,9 @@ class _Entry:
 class KVServer:
     """Prefill side: holds finished requests' blocks and streams them to pulling decoders."""
 
-    def __init__(self, kv: PagedKV, stager: Stager | None, cfg: PdbenchConfig, engine_id: str,
-                 port: int, done: Completions) -> None:
+    def __init__(
+        self, kv: PagedKV, stager: Stager | None, cfg: PdbenchConfig, engine_id: str, port: int, done: Completions
+    ) -> None:
         self.kv, self.stager, self.cfg, self.engine_id = kv, stager, cfg, engine_id
         self.port, self.done = port, done
         self._entries: dict[str, _Entry] = {}
@@ -183,8 +187,10 @@ class KVServer:
             ls.bind((host, self.port))
         except OSError as exc:
             ls.close()
-            raise RuntimeError(f"pdbench connector: cannot listen on {host}:{self.port}: {exc} "
-                               "(host/bind_host must be an address of this machine)") from exc
+            raise RuntimeError(
+                f"pdbench connector: cannot listen on {host}:{self.port}: {exc} "
+                "(host/bind_host must be an address of this machine)"
+            ) from exc
         bound = ls.getsockname()[0]
         if self.cfg.secret is None and not _is_loopback(bound):
             # Anyone who can reach the port could read any held request's KV: without
@@ -194,7 +200,8 @@ class KVServer:
                 f"pdbench connector: no job secret, so the KV server may only listen on loopback, "
                 f"not {bound}; write a random secret (>= 16 bytes, mode 0600) to a file both sides "
                 f"can read and give it as kv_connector_extra_config secret_file or "
-                f"$PDBENCH_KV_SECRET_FILE (pdbench jobs: RUN_DIR/state/kv_secret)")
+                f"$PDBENCH_KV_SECRET_FILE (pdbench jobs: RUN_DIR/state/kv_secret)"
+            )
         if self.cfg.secret is None:
             log.warning("pdbench KV server: no job secret configured; listening on loopback %s only", bound)
         ls.listen(256)
@@ -202,8 +209,12 @@ class KVServer:
         self._lsock = ls
         self._spawn(self._accept_loop())
         self._spawn(self._reap_loop())
-        log.info("pdbench KV server listening on %s:%d; peers must prove the job secret (%s)", bound, self.port,
-                 self.cfg.secret_file or ("given" if self.cfg.secret else "none: empty key, loopback only"))
+        log.info(
+            "pdbench KV server listening on %s:%d; peers must prove the job secret (%s)",
+            bound,
+            self.port,
+            self.cfg.secret_file or ("given" if self.cfg.secret else "none: empty key, loopback only"),
+        )
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -238,8 +249,13 @@ class KVServer:
         try:
             while True:
                 sock, _ = await loop.sock_accept(self._lsock)
-                tune(sock, self.cfg.keepalive_idle_s, self.cfg.keepalive_interval_s, self.cfg.keepalive_count,
-                     self.cfg.sock_buf_bytes)
+                tune(
+                    sock,
+                    self.cfg.keepalive_idle_s,
+                    self.cfg.keepalive_interval_s,
+                    self.cfg.keepalive_count,
+                    self.cfg.sock_buf_bytes,
+                )
                 self._spawn(self._serve(sock))
         finally:
             self._lsock.close()
@@ -252,14 +268,17 @@ class KVServer:
             now = loop.time()
             for req_id, e in list(self._entries.items()):
                 if not e.sending and e.deadline <= now:
-                    log.warning("pdbench: lease of %s expired after %.0f s without a pull; freeing its blocks",
-                                req_id, self.cfg.lease_s)
+                    log.warning(
+                        "pdbench: lease of %s expired after %.0f s without a pull; freeing its blocks",
+                        req_id,
+                        self.cfg.lease_s,
+                    )
                     self._finish(req_id, "lease expired")
                     self.done.record(lambda s: setattr(s, "expired", s.expired + 1))
 
     async def _serve(self, sock: socket.socket) -> None:
         try:
-            peer = "%s:%s" % sock.getpeername()[:2]
+            peer = "{}:{}".format(*sock.getpeername()[:2])
         except OSError:
             peer = "?"
         try:
@@ -343,7 +362,7 @@ class KVServer:
         t0, sent, ok = time.perf_counter(), 0, False
         try:
             await send_frame(sock, {"ok": True}, self.cfg.io_timeout_s)
-            kblocks = entry.kblocks[first:first + count]
+            kblocks = entry.kblocks[first : first + count]
             async with contextlib.aclosing(_source(self.kv, self.stager, kblocks, self.cfg, entry.ready)) as chunks:
                 async for batch in chunks:
                     sent += await send_views(sock, batch, self.cfg.io_timeout_s)
@@ -359,8 +378,7 @@ class KVServer:
                 self.done.record(lambda s: (s.send_bytes.append(sent), s.send_s.append(dt)))
             else:
                 # Keep the blocks until the lease ends: the decoder may be slow, not dead.
-                log.warning("pdbench: pull of %s failed after %d bytes; blocks kept until the lease ends",
-                            req_id, sent)
+                log.warning("pdbench: pull of %s failed after %d bytes; blocks kept until the lease ends", req_id, sent)
                 self.done.record(lambda s: setattr(s, "failed_send", s.failed_send + 1))
 
 
@@ -373,14 +391,14 @@ def _is_loopback(addr: str) -> bool:
 
 @dataclass(frozen=True)
 class PullJob:
-    req_id: str                 # this engine's id, reported back to the scheduler
+    req_id: str  # this engine's id, reported back to the scheduler
     remote_req_id: str
     remote_engine_id: str
     host: str
     port: int
-    first: int                  # first kernel block of the request to fetch
-    kblocks: list[int]          # where they go here, in order
-    block_ids: list[int]        # scheduler blocks to report on failure
+    first: int  # first kernel block of the request to fetch
+    kblocks: list[int]  # where they go here, in order
+    block_ids: list[int]  # scheduler blocks to report on failure
 
 
 class KVClient:
@@ -397,8 +415,13 @@ class KVClient:
         family, _, _, _, addr = infos[0]
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
-            tune(sock, self.cfg.keepalive_idle_s, self.cfg.keepalive_interval_s, self.cfg.keepalive_count,
-                     self.cfg.sock_buf_bytes)
+            tune(
+                sock,
+                self.cfg.keepalive_idle_s,
+                self.cfg.keepalive_interval_s,
+                self.cfg.keepalive_count,
+                self.cfg.sock_buf_bytes,
+            )
             await asyncio.wait_for(loop.sock_connect(sock, addr), self.cfg.connect_timeout_s)
             await client_handshake(sock, self.cfg.secret or b"", self.cfg.io_timeout_s)
         except BaseException:
@@ -428,8 +451,13 @@ class KVClient:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.error("pdbench: KV pull of %s from %s:%d failed: %s", job.req_id, job.host, job.port,
-                      f"{type(exc).__name__}: {exc}")
+            log.error(
+                "pdbench: KV pull of %s from %s:%d failed: %s",
+                job.req_id,
+                job.host,
+                job.port,
+                f"{type(exc).__name__}: {exc}",
+            )
             self.done.record(lambda s: setattr(s, "failed_recv", s.failed_recv + 1))
         finally:
             self.done.received(job.req_id, ok, job.block_ids)
@@ -437,8 +465,14 @@ class KVClient:
 
     async def _pull(self, job: PullJob) -> None:
         cfg = self.cfg
-        msg = {"op": "pull", "req": job.remote_req_id, "engine": job.remote_engine_id,
-               "first": job.first, "count": len(job.kblocks), "layout": self._sig}
+        msg = {
+            "op": "pull",
+            "req": job.remote_req_id,
+            "engine": job.remote_engine_id,
+            "first": job.first,
+            "count": len(job.kblocks),
+            "layout": self._sig,
+        }
         t0 = time.perf_counter()
         for attempt in range(2):
             sock, reused = await self._get(job.host, job.port)
@@ -472,15 +506,13 @@ class KVClient:
             raise
         self._put(job.host, job.port, sock)
         # Transfer time is the whole pull (request .. ack), the wait its share up to prefill's answer.
-        self.done.record(lambda s: (s.recv_bytes.append(got), s.recv_s.append(t2 - t0),
-                                    s.recv_wait_s.append(t1 - t0)))
+        self.done.record(lambda s: (s.recv_bytes.append(got), s.recv_s.append(t2 - t0), s.recv_wait_s.append(t1 - t0)))
 
     async def release(self, host: str, port: int, engine_id: str, remote_req_id: str) -> None:
         """Best effort: tell prefill to free a request we will not pull (its lease is the backstop)."""
         try:
             sock, _ = await self._get(host, port)
-            await send_frame(sock, {"op": "release", "req": remote_req_id, "engine": engine_id},
-                             self.cfg.io_timeout_s)
+            await send_frame(sock, {"op": "release", "req": remote_req_id, "engine": engine_id}, self.cfg.io_timeout_s)
             self._put(host, port, sock)
         except Exception as exc:
             log.warning("pdbench: release of %s at %s:%d failed: %s", remote_req_id, host, port, exc)

@@ -61,10 +61,14 @@ class PdbenchWorker:
             self.io.submit(self.server.start()).result(30)
         if self.consumer:
             self.client = KVClient(kv, self.stager, self.cfg, self.done)
-        log.info("pdbench connector rank %d: %d layers, kernel block %d tokens, %s path, %s",
-                 self.tp_rank, kv.num_layers, kv.kernel_block_size,
-                 "zero-copy" if kv.host_direct else f"staged ({kv.device.type})",
-                 f"serving on {self.cfg.listen_host()}:{self.port}" if self.producer else "pulling")
+        log.info(
+            "pdbench connector rank %d: %d layers, kernel block %d tokens, %s path, %s",
+            self.tp_rank,
+            kv.num_layers,
+            kv.kernel_block_size,
+            "zero-copy" if kv.host_direct else f"staged ({kv.device.type})",
+            f"serving on {self.cfg.listen_host()}:{self.port}" if self.producer else "pulling",
+        )
 
     def start(self, meta: PdbenchMetadata) -> None:
         """Hand this step's sends, pulls and releases to the IO thread (non-blocking)."""
@@ -83,23 +87,37 @@ class PdbenchWorker:
             self._pull(r)
         for rel in meta.releases:
             if self.client is not None:
-                self.io.submit(self.client.release(rel.remote_host, rel.remote_port + self.tp_rank,
-                                                   rel.remote_engine_id, rel.remote_req_id))
+                self.io.submit(
+                    self.client.release(
+                        rel.remote_host, rel.remote_port + self.tp_rank, rel.remote_engine_id, rel.remote_req_id
+                    )
+                )
 
     def _pull(self, r: RecvSpec) -> None:
         assert self.io is not None and self.kv is not None
         if self.client is None or r.remote_tp_size != self.tp_size:
-            log.error("pdbench: cannot load %s: %s", r.req_id,
-                      "this instance is not a KV consumer" if self.client is None
-                      else f"prefill TP {r.remote_tp_size} != decode TP {self.tp_size}")
+            log.error(
+                "pdbench: cannot load %s: %s",
+                r.req_id,
+                "this instance is not a KV consumer"
+                if self.client is None
+                else f"prefill TP {r.remote_tp_size} != decode TP {self.tp_size}",
+            )
             self.done.received(r.req_id, False, r.block_ids)
             return
         kbs = self.kv.kernel_block_size
         first = r.first_token // kbs
         count = -(-r.num_tokens // kbs) - first
-        job = PullJob(req_id=r.req_id, remote_req_id=r.remote_req_id, remote_engine_id=r.remote_engine_id,
-                      host=r.remote_host, port=r.remote_port + self.tp_rank, first=first,
-                      kblocks=self.kv.kblocks(r.block_ids)[:count], block_ids=r.block_ids)
+        job = PullJob(
+            req_id=r.req_id,
+            remote_req_id=r.remote_req_id,
+            remote_engine_id=r.remote_engine_id,
+            host=r.remote_host,
+            port=r.remote_port + self.tp_rank,
+            first=first,
+            kblocks=self.kv.kblocks(r.block_ids)[:count],
+            block_ids=r.block_ids,
+        )
         self.io.submit(self.client.pull(job))
 
     def results(self) -> tuple[set[str], set[str], set[str], set[int]]:

@@ -10,7 +10,7 @@ import sys
 import time
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -21,9 +21,14 @@ from harness.config.load import PROJECT_ROOT, ConfigError, ResolvedRecipe, load_
 # option-name column to fit the terminal and cuts names ("--health-check-inte…"), while Click
 # always writes a name whole (its help moves to the next line) and never narrows below 50
 # columns. Up to 100 columns are used when the terminal has them (Click's own cap is 80).
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  rich_markup_mode=None, context_settings={"max_content_width": 100},
-                  help="Benchmark prefill/decode disaggregated vLLM serving on Slurm or on this machine.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"max_content_width": 100},
+    help="Benchmark prefill/decode disaggregated vLLM serving on Slurm or on this machine.",
+)
 
 EXIT_CONFIG = 2
 
@@ -33,8 +38,10 @@ class Launcher(str, Enum):
     local = "local"
 
 
-SetOpt = Annotated[Optional[list[str]], typer.Option(
-    "--set", help="Override a recipe field: key.path=value (YAML value); repeatable [default: none].")]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a recipe field: key.path=value (YAML value); repeatable [default: none]."),
+]
 
 
 def _fail(msg: str, code: int = EXIT_CONFIG) -> None:
@@ -64,8 +71,9 @@ def _ensure_model(rr: ResolvedRecipe) -> None:
 @app.command()
 def render(
     recipe: Annotated[str, typer.Argument(help="Recipe name (recipes/<name>.yaml) or path.")],
-    out: Annotated[Path, typer.Option(
-        "--out", help="Directory to write job.slurm and server.sh into (created if missing).")],
+    out: Annotated[
+        Path, typer.Option("--out", help="Directory to write job.slurm and server.sh into (created if missing).")
+    ],
     set_: SetOpt = None,
 ) -> None:
     """Render a recipe's job.slurm, server.sh and their data files into a directory."""
@@ -96,19 +104,32 @@ def validate(
     except ConfigError as e:
         _fail(str(e))
     topo = rr.recipe.topology
-    typer.echo(f"ok: {rr.name} ({rr.recipe_file}): model {rr.recipe.model}, "
-               f"{topo.prefill.workers}P+{topo.decode.workers}D on {p.num_nodes} node(s), "
-               f"connector {rr.recipe.connector.name}, fingerprint {rr.fingerprint}")
+    typer.echo(
+        f"ok: {rr.name} ({rr.recipe_file}): model {rr.recipe.model}, "
+        f"{topo.prefill.workers}P+{topo.decode.workers}D on {p.num_nodes} node(s), "
+        f"connector {rr.recipe.connector.name}, fingerprint {rr.fingerprint}"
+    )
 
 
 def _slurm_overrides(**opts: object) -> list[str]:
     """Command-line Slurm options become ordinary recipe overrides, so the lock file records them."""
-    keys = {"partition": "slurm.partition", "account": "slurm.account", "qos": "slurm.qos",
-            "time": "slurm.time_limit", "nodelist": "slurm.nodelist", "exclude": "slurm.exclude",
-            "reservation": "slurm.reservation", "constraint": "slurm.constraint",
-            "job_name": "slurm.job_name", "gpus_per_node": "topology.gpus_per_node"}
-    out = [f"{keys[k]}={json.dumps(v) if isinstance(v, str) else v}" for k, v in opts.items()
-           if k in keys and v is not None]
+    keys = {
+        "partition": "slurm.partition",
+        "account": "slurm.account",
+        "qos": "slurm.qos",
+        "time": "slurm.time_limit",
+        "nodelist": "slurm.nodelist",
+        "exclude": "slurm.exclude",
+        "reservation": "slurm.reservation",
+        "constraint": "slurm.constraint",
+        "job_name": "slurm.job_name",
+        "gpus_per_node": "topology.gpus_per_node",
+    }
+    out = [
+        f"{keys[k]}={json.dumps(v) if isinstance(v, str) else v}"
+        for k, v in opts.items()
+        if k in keys and v is not None
+    ]
     if opts.get("sbatch"):
         out.append(f"slurm.extra_sbatch={json.dumps(list(opts['sbatch']))}")
     return out
@@ -118,28 +139,38 @@ def _slurm_overrides(**opts: object) -> list[str]:
 def submit(
     recipe: Annotated[str, typer.Option("--recipe", "-r", help="Recipe name (recipes/<name>.yaml) or path.")],
     set_: SetOpt = None,
-    launcher: Annotated[Launcher, typer.Option(
-        help="How to run the job: slurm (sbatch) or local (this machine, no Slurm).")] = Launcher.slurm,
-    dry_run: Annotated[bool, typer.Option(
-        help="Create the run directory and print the sbatch command; submit nothing.")] = False,
-    wait: Annotated[bool, typer.Option(
-        help="Follow the Slurm job to its end, showing progress; Ctrl-C cancels it.")] = False,
+    launcher: Annotated[
+        Launcher, typer.Option(help="How to run the job: slurm (sbatch) or local (this machine, no Slurm).")
+    ] = Launcher.slurm,
+    dry_run: Annotated[
+        bool, typer.Option(help="Create the run directory and print the sbatch command; submit nothing.")
+    ] = False,
+    wait: Annotated[
+        bool, typer.Option(help="Follow the Slurm job to its end, showing progress; Ctrl-C cancels it.")
+    ] = False,
     results_dir: Annotated[Path, typer.Option(help="Root directory of run directories.")] = PROJECT_ROOT / "results",
-    partition: Annotated[Optional[str], typer.Option(help="sbatch --partition [default: the recipe's]")] = None,
-    account: Annotated[Optional[str], typer.Option(help="sbatch --account [default: the recipe's]")] = None,
-    qos: Annotated[Optional[str], typer.Option(help="sbatch --qos [default: the recipe's]")] = None,
-    time_limit: Annotated[Optional[str], typer.Option(
-        "--time", help="sbatch --time, wall clock as HH:MM:SS [default: the recipe's, 02:00:00]")] = None,
-    nodelist: Annotated[Optional[str], typer.Option(help="sbatch --nodelist [default: the recipe's]")] = None,
-    exclude: Annotated[Optional[str], typer.Option(help="sbatch --exclude [default: the recipe's]")] = None,
-    reservation: Annotated[Optional[str], typer.Option(help="sbatch --reservation [default: the recipe's]")] = None,
-    constraint: Annotated[Optional[str], typer.Option(help="sbatch --constraint [default: the recipe's]")] = None,
-    gpus_per_node: Annotated[Optional[int], typer.Option(
-        help="GPUs per node, 0 for CPU-only (topology.gpus_per_node) [default: the recipe's, 8]")] = None,
-    job_name: Annotated[Optional[str], typer.Option(
-        help="sbatch --job-name [default: the recipe's, else pdbench-<recipe>]")] = None,
-    sbatch: Annotated[Optional[list[str]], typer.Option(
-        help="Extra #SBATCH line, e.g. --sbatch=--mem=0; repeatable [default: the recipe's]")] = None,
+    partition: Annotated[str | None, typer.Option(help="sbatch --partition [default: the recipe's]")] = None,
+    account: Annotated[str | None, typer.Option(help="sbatch --account [default: the recipe's]")] = None,
+    qos: Annotated[str | None, typer.Option(help="sbatch --qos [default: the recipe's]")] = None,
+    time_limit: Annotated[
+        str | None,
+        typer.Option("--time", help="sbatch --time, wall clock as HH:MM:SS [default: the recipe's, 02:00:00]"),
+    ] = None,
+    nodelist: Annotated[str | None, typer.Option(help="sbatch --nodelist [default: the recipe's]")] = None,
+    exclude: Annotated[str | None, typer.Option(help="sbatch --exclude [default: the recipe's]")] = None,
+    reservation: Annotated[str | None, typer.Option(help="sbatch --reservation [default: the recipe's]")] = None,
+    constraint: Annotated[str | None, typer.Option(help="sbatch --constraint [default: the recipe's]")] = None,
+    gpus_per_node: Annotated[
+        int | None,
+        typer.Option(help="GPUs per node, 0 for CPU-only (topology.gpus_per_node) [default: the recipe's, 8]"),
+    ] = None,
+    job_name: Annotated[
+        str | None, typer.Option(help="sbatch --job-name [default: the recipe's, else pdbench-<recipe>]")
+    ] = None,
+    sbatch: Annotated[
+        list[str] | None,
+        typer.Option(help="Extra #SBATCH line, e.g. --sbatch=--mem=0; repeatable [default: the recipe's]"),
+    ] = None,
 ) -> None:
     """Render a recipe into a new run directory and run it (sbatch, or the local launcher)."""
     from harness.launch import slurm
@@ -148,9 +179,18 @@ def submit(
     from harness.topology import check_single_host, plan
 
     overrides = list(set_ or []) + _slurm_overrides(
-        partition=partition, account=account, qos=qos, time=time_limit, nodelist=nodelist, exclude=exclude,
-        reservation=reservation, constraint=constraint, gpus_per_node=gpus_per_node, job_name=job_name,
-        sbatch=sbatch)
+        partition=partition,
+        account=account,
+        qos=qos,
+        time=time_limit,
+        nodelist=nodelist,
+        exclude=exclude,
+        reservation=reservation,
+        constraint=constraint,
+        gpus_per_node=gpus_per_node,
+        job_name=job_name,
+        sbatch=sbatch,
+    )
     rr = _load(recipe, overrides)
     try:
         job_plan = plan(rr)
@@ -215,7 +255,9 @@ def _follow(run_dir: Path, job_id: str, timeout_s: float) -> int:
 
     def on_poll(info: slurm.JobInfo) -> None:
         if info.state not in last:
-            typer.echo(f"job {job_id}: {info.state}" + (f" ({info.reason})" if info.reason not in (None, "None") else ""))
+            typer.echo(
+                f"job {job_id}: {info.state}" + (f" ({info.reason})" if info.reason not in (None, "None") else "")
+            )
             last.append(info.state)
         tail.pump()
 
@@ -268,7 +310,9 @@ def status(run: RunArg, results_dir: ResultsOpt = PROJECT_ROOT / "results") -> N
     if job_id:
         try:
             info = slurm.job_info(job_id)
-            typer.echo(f"slurm job {job_id}: {info.state} (exit {info.exit_code}, nodes {info.nodes}, via {info.source})")
+            typer.echo(
+                f"slurm job {job_id}: {info.state} (exit {info.exit_code}, nodes {info.nodes}, via {info.source})"
+            )
         except slurm.SubmitError as e:
             typer.echo(f"slurm job {job_id}: state unavailable ({e})")
     st = read_status(run_dir)
@@ -290,8 +334,8 @@ class LogRole(str, Enum):
 @app.command()
 def logs(
     run: RunArg,
-    node: Annotated[Optional[int], typer.Option(help="Only this node's logs, by index [default: every node]")] = None,
-    role: Annotated[Optional[LogRole], typer.Option(help="Only this role's logs [default: every role]")] = None,
+    node: Annotated[int | None, typer.Option(help="Only this node's logs, by index [default: every node]")] = None,
+    role: Annotated[LogRole | None, typer.Option(help="Only this role's logs [default: every role]")] = None,
     lines: Annotated[int, typer.Option("--lines", "-n", help="Lines to print from the end of each log (0: all).")] = 50,
     results_dir: ResultsOpt = PROJECT_ROOT / "results",
 ) -> None:
@@ -327,14 +371,14 @@ def cancel(run: RunArg, results_dir: ResultsOpt = PROJECT_ROOT / "results") -> N
 @app.command()
 def node(
     run_dir: Annotated[Path, typer.Option("--run-dir", help="The job's run directory.")],
-    node_id: Annotated[Optional[int], typer.Option(
-        help="This node's index in the job [default: $SLURM_NODEID]")] = None,
+    node_id: Annotated[int | None, typer.Option(help="This node's index in the job [default: $SLURM_NODEID]")] = None,
 ) -> None:
     """Run this node's part of a job (called by server.sh inside the allocation)."""
     from harness.node.runtime import run_node
 
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s pdbench-node %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s pdbench-node %(levelname)s %(message)s"
+    )
     raise typer.Exit(run_node(run_dir, node_id))
 
 
@@ -365,11 +409,14 @@ def _register_components() -> None:
     app.command("bench", help="Benchmark an OpenAI-compatible endpoint over a concurrency sweep.")(bench_command)
     app.command("nic", help="Detect RDMA NICs and print the UCX/NCCL/NIXL environment for this node.")(nic_command)
     app.command("report", help="Compare runs: tables (md/csv/html/json) with baseline deltas, Pareto plot.")(
-        report_command)
+        report_command
+    )
     app.command("collect", help="Write the InferenceX-style aggregate JSON of runs (validated, deduplicated).")(
-        collect_command)
+        collect_command
+    )
     app.command("mock-engine", help="Run a mock OpenAI-compatible engine (tests, benchmarks, plumbing checks).")(
-        mock_engine_command)
+        mock_engine_command
+    )
 
 
 _register_components()

@@ -36,8 +36,14 @@ def read_status(run_dir: Path) -> dict | None:
     failure = Coordination(run_dir, "reader", 0).first_failure() if (run_dir / "state").is_dir() else None
     if failure is None:
         return None
-    return {"state": "failed", "exit_code": None, "reason": failure.reason, "failure": failure.to_json(),
-            "results": sorted(f.name for f in run_dir.glob("concurrency_*.json")), "finished_at": None}
+    return {
+        "state": "failed",
+        "exit_code": None,
+        "reason": failure.reason,
+        "failure": failure.to_json(),
+        "results": sorted(f.name for f in run_dir.glob("concurrency_*.json")),
+        "finished_at": None,
+    }
 
 
 def log_files(run_dir: Path, node: int | None = None, role: str | None = None) -> list[Path]:

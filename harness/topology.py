@@ -8,7 +8,7 @@ proxy and the benchmark client), then decode nodes.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Literal, Optional
+from typing import Literal
 
 from harness.config.load import ConfigError, ResolvedRecipe
 from harness.config.schema import RoleSpec
@@ -26,8 +26,8 @@ class Worker:
     port: int
     side_channel_port: int  # NIXL: base of this worker's per-rank ports
     devices: int  # accelerators (or CPU "devices") this worker uses: tp x dp
-    visible_devices: Optional[str]  # e.g. "0,1,2,3"; None when the worker owns its nodes
-    cpu_bind: Optional[str]
+    visible_devices: str | None  # e.g. "0,1,2,3"; None when the worker owns its nodes
+    cpu_bind: str | None
     span: Literal["single", "data_parallel", "tensor_parallel"] = "single"
 
     @property
@@ -50,9 +50,9 @@ class Process:
     name: str
     node: int
     kind: Literal["server", "follower", "proxy"]
-    worker: Optional[str] = None
-    port: Optional[int] = None  # HTTP port for health checks (servers and proxy)
-    cpu_bind: Optional[str] = None
+    worker: str | None = None
+    port: int | None = None  # HTTP port for health checks (servers and proxy)
+    cpu_bind: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,11 @@ class JobPlan:
         procs = []
         for w in self.workers:
             procs.append(Process(w.name, w.node, "server", w.name, w.port, w.cpu_bind))
-            procs += [Process(w.process_name(r), n, "follower", w.name, None, w.cpu_bind)
-                      for r, n in enumerate(w.nodes) if r > 0]
+            procs += [
+                Process(w.process_name(r), n, "follower", w.name, None, w.cpu_bind)
+                for r, n in enumerate(w.nodes)
+                if r > 0
+            ]
         procs.append(Process("proxy", self.proxy_node, "proxy", None, self.proxy_port))
         return procs
 
@@ -99,7 +102,8 @@ def _role_workers(
     per_node = spec.workers // spec.nodes
     if gpn and per_node * spec.gpus_per_worker > gpn:
         raise ConfigError(
-            rr.recipe_file, key,
+            rr.recipe_file,
+            key,
             f"{per_node} worker(s) per node x tp*dp {spec.gpus_per_worker} needs "
             f"{per_node * spec.gpus_per_worker} GPUs, but topology.gpus_per_node is {gpn}",
         )
@@ -112,9 +116,14 @@ def _role_workers(
             visible = ",".join(str(d) for d in range(first, first + spec.gpus_per_worker))
         workers.append(
             Worker(
-                role=role, index=i, nodes=(first_node + i // per_node,), local_index=local,
-                port=spec.port + local, side_channel_port=side_port,
-                devices=spec.gpus_per_worker, visible_devices=visible,
+                role=role,
+                index=i,
+                nodes=(first_node + i // per_node,),
+                local_index=local,
+                port=spec.port + local,
+                side_channel_port=side_port,
+                devices=spec.gpus_per_worker,
+                visible_devices=visible,
                 cpu_bind=spec.cpu_bind[i % len(spec.cpu_bind)] if spec.cpu_bind else None,
             )
         )
@@ -136,7 +145,8 @@ def _spanning_workers(
     per_worker = spec.nodes // spec.workers
     if not gpn or spec.gpus_per_worker != per_worker * gpn:
         raise ConfigError(
-            rr.recipe_file, key,
+            rr.recipe_file,
+            key,
             f"a worker on {per_worker} nodes must use all their GPUs: tp*dp is {spec.gpus_per_worker}, "
             f"nodes x topology.gpus_per_node is {per_worker * gpn}",
         )
@@ -147,16 +157,28 @@ def _spanning_workers(
     else:
         span = "tensor_parallel"
         if spec.dp != 1 or spec.tp != per_worker * gpn:
-            raise ConfigError(rr.recipe_file, key,
-                              "a TP group larger than a node needs dp = 1 and tp = nodes per worker x gpus_per_node")
+            raise ConfigError(
+                rr.recipe_file,
+                key,
+                "a TP group larger than a node needs dp = 1 and tp = nodes per worker x gpus_per_node",
+            )
     workers = []
     for i in range(spec.workers):
         nodes = tuple(first_node + i * per_worker + k for k in range(per_worker))
-        workers.append(Worker(
-            role=role, index=i, nodes=nodes, local_index=0, port=spec.port,
-            side_channel_port=side_port, devices=spec.gpus_per_worker, visible_devices=None,
-            cpu_bind=spec.cpu_bind[i % len(spec.cpu_bind)] if spec.cpu_bind else None, span=span,
-        ))
+        workers.append(
+            Worker(
+                role=role,
+                index=i,
+                nodes=nodes,
+                local_index=0,
+                port=spec.port,
+                side_channel_port=side_port,
+                devices=spec.gpus_per_worker,
+                visible_devices=None,
+                cpu_bind=spec.cpu_bind[i % len(spec.cpu_bind)] if spec.cpu_bind else None,
+                span=span,
+            )
+        )
         side_port += spec.gpus_per_worker
     return workers, side_port
 
@@ -166,16 +188,23 @@ def plan(rr: ResolvedRecipe) -> JobPlan:
     side = rr.recipe.connector.side_channel_port
     prefill, side = _role_workers(rr, "prefill", topo.prefill, 0, side)
     decode, _ = _role_workers(rr, "decode", topo.decode, topo.prefill.nodes, side)
-    plan_ = JobPlan(num_nodes=topo.prefill.nodes + topo.decode.nodes, workers=tuple(prefill + decode),
-                    proxy_port=rr.recipe.proxy.port)
+    plan_ = JobPlan(
+        num_nodes=topo.prefill.nodes + topo.decode.nodes,
+        workers=tuple(prefill + decode),
+        proxy_port=rr.recipe.proxy.port,
+    )
     _check_ports(rr, plan_, single_host=False)
     return plan_
 
 
 def _check_ports(rr: ResolvedRecipe, plan_: JobPlan, single_host: bool) -> None:
     used: dict[tuple[int, int], str] = {}
-    claims = [(n, p, w.name, f"topology.{w.role}.port") for w in plan_.workers
-              for n in w.nodes for p in (w.port, w.side_channel_port)]
+    claims = [
+        (n, p, w.name, f"topology.{w.role}.port")
+        for w in plan_.workers
+        for n in w.nodes
+        for p in (w.port, w.side_channel_port)
+    ]
     claims.append((plan_.proxy_node, rr.recipe.proxy.port, "proxy", "proxy.port"))
     for node, port, owner, key in claims:
         slot = (0 if single_host else node, port)

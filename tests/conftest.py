@@ -16,7 +16,6 @@ def require_vllm(module_level: bool = False) -> None:
         pytest.skip(msg, allow_module_level=module_level)
 
 
-
 def port_base(base: int) -> int:
     """A fixed test port moved out of the way of the other pytest-xdist workers (gw0 keeps
     it, gw1 adds 100, ...): tests that need known KV ports can then run in parallel."""

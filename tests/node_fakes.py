@@ -36,8 +36,14 @@ def record_self(name: str, **extra: object) -> None:
     import psutil
 
     pid = os.getpid()
-    info = {"name": name, "pid": pid, "create_time": psutil.Process(pid).create_time(),
-            "pgid": os.getpgid(0), "sid": os.getsid(0), **extra}
+    info = {
+        "name": name,
+        "pid": pid,
+        "create_time": psutil.Process(pid).create_time(),
+        "pgid": os.getpgid(0),
+        "sid": os.getsid(0),
+        **extra,
+    }
     tmp = pid_dir() / f".{name}.{pid}.tmp"
     tmp.write_text(json.dumps(info))
     os.replace(tmp, pid_dir() / f"{name}.{pid}.json")
@@ -110,9 +116,11 @@ def make_handler(args: argparse.Namespace, state: dict):
                 ready = not args.never_healthy and time.monotonic() >= state["ready_at"]
                 self._send(200 if ready else 503, b"{}")
             elif self.path == "/metrics":
-                text = (f"# TYPE vllm:request_success_total counter\n"
-                        f'vllm:request_success_total{{model_name="fake",server="{args.name}"}} '
-                        f"{state['completions']}\n")
+                text = (
+                    f"# TYPE vllm:request_success_total counter\n"
+                    f'vllm:request_success_total{{model_name="fake",server="{args.name}"}} '
+                    f"{state['completions']}\n"
+                )
                 self._send(200, text.encode(), "text/plain; version=0.0.4")
             else:
                 self._send(404, b'{"error": "not found"}')
@@ -127,9 +135,13 @@ def make_handler(args: argparse.Namespace, state: dict):
                 self._send(args.completion_status, b'{"error": {"message": "injected failure"}}')
                 return
             state["completions"] += 1
-            reply = {"id": "cmpl-fake", "object": "text_completion", "model": body.get("model"),
-                     "choices": [{"index": 0, "text": f" fake from {args.name}", "finish_reason": "length"}],
-                     "usage": {"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8}}
+            reply = {
+                "id": "cmpl-fake",
+                "object": "text_completion",
+                "model": body.get("model"),
+                "choices": [{"index": 0, "text": f" fake from {args.name}", "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8},
+            }
             self._send(200, json.dumps(reply).encode())
 
     return Handler
@@ -161,11 +173,18 @@ def run_bench(args: argparse.Namespace) -> None:
     req = urllib.request.Request(
         f"http://127.0.0.1:{args.proxy_port}/v1/completions",
         data=json.dumps({"model": "fake", "prompt": "hi", "max_tokens": 4}).encode(),
-        headers={"Content-Type": "application/json"})
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=5) as r:
         text = json.loads(r.read())["choices"][0]["text"]
-    result = {"concurrency": 1, "completed": 1, "failed": 0, "num_prompts": 1, "text": text,
-              "partial": args.exit_code != 0}
+    result = {
+        "concurrency": 1,
+        "completed": 1,
+        "failed": 0,
+        "num_prompts": 1,
+        "text": text,
+        "partial": args.exit_code != 0,
+    }
     (run_dir / RESULT_NAME).write_text(json.dumps(result))
     print(f"bench: wrote {RESULT_NAME}", flush=True)
     if args.kill_server:  # the server dies under the client, which fails at once: echo races cause

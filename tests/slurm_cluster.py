@@ -11,6 +11,7 @@
 Accounting is disabled on that cluster, so job states come from `scontrol show job`; a
 finished job stays visible there for MinJobAge (300 s).
 """
+
 from __future__ import annotations
 
 import os
@@ -30,10 +31,22 @@ last_reason = ""
 
 #: Job states after which nothing of the job runs any more. scontrol reports a job whose
 #: steps are still being torn down as COMPLETING, which is not in this set.
-TERMINAL_STATES = frozenset({
-    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
-    "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED", "NOT_FOUND",
-})
+TERMINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "SPECIAL_EXIT",
+        "REVOKED",
+        "NOT_FOUND",
+    }
+)
 
 
 def _can_be_root() -> bool:
@@ -82,8 +95,7 @@ def require_cluster(nodes: int = 3) -> None:
 
 def sbatch(*args: str, cwd: str | os.PathLike | None = None, timeout: float = 60) -> str:
     """`sbatch --parsable ARGS...`; returns the job id."""
-    r = subprocess.run(["sbatch", "--parsable", *args], cwd=cwd, capture_output=True, text=True,
-                       timeout=timeout)
+    r = subprocess.run(["sbatch", "--parsable", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
         raise RuntimeError(f"sbatch {' '.join(args)} failed ({r.returncode}): {r.stderr.strip()}")
     return r.stdout.strip().split(";")[0]
@@ -92,8 +104,7 @@ def sbatch(*args: str, cwd: str | os.PathLike | None = None, timeout: float = 60
 def job_state(job_id: str | int) -> str:
     """JobState from `scontrol show job`, e.g. PENDING, RUNNING, COMPLETING, COMPLETED;
     NOT_FOUND when slurmctld no longer (or never) knew the job."""
-    r = subprocess.run(["scontrol", "-o", "show", "job", str(job_id)], capture_output=True,
-                       text=True, timeout=30)
+    r = subprocess.run(["scontrol", "-o", "show", "job", str(job_id)], capture_output=True, text=True, timeout=30)
     m = re.search(r"\bJobState=(\S+)", r.stdout)
     if m:
         return m.group(1)
@@ -124,8 +135,8 @@ def _comm_and_state(pid: int) -> tuple[str, str]:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return "", "X"  # gone
-    comm = stat[stat.index("(") + 1:stat.rindex(")")]
-    return comm, stat[stat.rindex(")") + 2:].split()[0]
+    comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+    return comm, stat[stat.rindex(")") + 2 :].split()[0]
 
 
 def processes_in_node_namespaces(include_slurmd: bool = False) -> dict[str, list[int]]:

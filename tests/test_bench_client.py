@@ -85,8 +85,8 @@ def test_byte_by_byte_equals_one_read(chunked):
 def test_general_sse_forms_crlf_comments_and_multiline_data():
     body = (
         b": ping\r\n\r\n"
-        b"event: message\r\ndata:{\"choices\":[{\"text\":\"x\"}]}\r\n\r\n"
-        b"data: {\"choices\":\r\ndata: [{\"text\":\"y\"}]}\r\n\r\n"
+        b'event: message\r\ndata:{"choices":[{"text":"x"}]}\r\n\r\n'
+        b'data: {"choices":\r\ndata: [{"text":"y"}]}\r\n\r\n'
         b"data: [DONE]\r\n\r\n"
     )
     out, _, complete = _run([(_response(_chunked(body)), 10.5)])
@@ -103,8 +103,16 @@ def test_done_stops_parsing_and_no_done_fails():
 
 
 def test_done_without_trailing_blank_line():
-    out, _, complete = _run([(_response(b"data: " + json.dumps({"choices": [{"text": "a"}]}).encode()
-                                        + b"\n\ndata: [DONE]\n", chunked=False), 10.2)])
+    out, _, complete = _run(
+        [
+            (
+                _response(
+                    b"data: " + json.dumps({"choices": [{"text": "a"}]}).encode() + b"\n\ndata: [DONE]\n", chunked=False
+                ),
+                10.2,
+            )
+        ]
+    )
     assert complete and out.success and out.output_tokens == 1
 
 
@@ -132,7 +140,7 @@ def test_http_error_status_keeps_the_body():
     body = json.dumps({"error": {"message": "The model `x` does not exist."}}).encode()
     out, _, complete = _run([(_response(body, "404 Not Found", chunked=False), 10.1)])
     assert complete and not out.success
-    assert out.error.startswith("HTTP 404 Not Found: {\"error\"") and "does not exist" in out.error
+    assert out.error.startswith('HTTP 404 Not Found: {"error"') and "does not exist" in out.error
 
 
 def test_chat_role_chunk_is_not_a_token():
@@ -161,7 +169,13 @@ def test_connection_close_header_and_interim_100():
 
 def test_target_and_request_bytes():
     t = Target.from_url("http://127.0.0.1:8000/v1/completions")
-    assert (t.host, t.port, t.path, t.ssl, t.host_header) == ("127.0.0.1", 8000, "/v1/completions", None, "127.0.0.1:8000")
+    assert (t.host, t.port, t.path, t.ssl, t.host_header) == (
+        "127.0.0.1",
+        8000,
+        "/v1/completions",
+        None,
+        "127.0.0.1:8000",
+    )
     raw = t.request_bytes({"prompt": "é", "max_tokens": 2})
     head, body = raw.split(b"\r\n\r\n", 1)
     assert head.startswith(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:8000\r\n")

@@ -32,7 +32,11 @@ def test_length_bounds():
 
 @pytest.mark.parametrize(
     ("convention", "ratio", "in_bounds", "out_bounds"),
-    [("inferencex", 0.5, (48, 96), (8, 16)), ("vllm", 0.25, (72, 120), (12, 20)), ("inferencex", 1.0, (96, 96), (16, 16))],
+    [
+        ("inferencex", 0.5, (48, 96), (8, 16)),
+        ("vllm", 0.25, (72, 120), (12, 20)),
+        ("inferencex", 1.0, (96, 96), (16, 16)),
+    ],
 )
 def test_exact_prompt_lengths(tok, convention, ratio, in_bounds, out_bounds):
     reqs = sample_requests(tok, 60, 96, 16, ratio, convention, np.random.default_rng(1))
@@ -56,8 +60,17 @@ def test_reproducible_with_seed(tok):
 
 
 def _cfg(**kw):
-    base = dict(base_url="http://127.0.0.1:1", model="m", tokenizer="t", isl=8, osl=8,
-                concurrency=[1], result_dir="r", prefill_gpus=1, decode_gpus=1)
+    base = dict(
+        base_url="http://127.0.0.1:1",
+        model="m",
+        tokenizer="t",
+        isl=8,
+        osl=8,
+        concurrency=[1],
+        result_dir="r",
+        prefill_gpus=1,
+        decode_gpus=1,
+    )
     return BenchConfig(**(base | kw))
 
 
@@ -68,8 +81,14 @@ def test_config_defaults_and_validation():
     assert cfg.num_warmups_for(4) == 8
     assert _cfg(endpoint="chat").url.endswith("/v1/chat/completions")
     assert BenchConfig.model_validate_json(cfg.model_dump_json()) == cfg  # inf survives JSON
-    for bad in (dict(range_ratio_convention="vllm"), dict(concurrency=[2, 2]), dict(isl=0),
-                dict(unknown=1), dict(base_url="127.0.0.1:1"), dict(range_ratio=1.5)):
+    for bad in (
+        dict(range_ratio_convention="vllm"),
+        dict(concurrency=[2, 2]),
+        dict(isl=0),
+        dict(unknown=1),
+        dict(base_url="127.0.0.1:1"),
+        dict(range_ratio=1.5),
+    ):
         with pytest.raises(ValidationError):
             _cfg(**bad)
 
@@ -99,19 +118,32 @@ def test_prompt_files(tok, tmp_path):
     assert len(reqs) == 5 and all(r.prompt_len == len(tok(r.prompt).input_ids) for r in reqs)
     assert reqs == sample_file_requests(tok, recs, 5, 9, np.random.default_rng(0))  # seeded
 
-    for text, msg in [('{"prompt": 3}', ":1: needs a non-empty string 'prompt'"), ("{oops", ":1: not JSON"),
-                      ('{"prompt": "a", "output_len": 0}', "'output_len' must be a positive integer"), ("", "no usable")]:
+    for text, msg in [
+        ('{"prompt": 3}', ":1: needs a non-empty string 'prompt'"),
+        ("{oops", ":1: not JSON"),
+        ('{"prompt": "a", "output_len": 0}', "'output_len' must be a positive integer"),
+        ("", "no usable"),
+    ]:
         f.write_text(text)
         with pytest.raises(DatasetError, match=msg):
             load_records(f, "jsonl")
 
     g = tmp_path / "s.json"
     long_reply = " ".join(["word"] * 3000)  # outside vLLM's length filter: skipped
-    g.write_text(json.dumps([
-        {"conversations": [{"from": "human", "value": "what is a fox"}, {"from": "gpt", "value": "a small wild dog"}]},
-        {"conversations": [{"from": "human", "value": "and a dog?"}]},
-        {"conversations": [{"from": "human", "value": "say a lot"}, {"from": "gpt", "value": long_reply}]},
-    ]))
+    g.write_text(
+        json.dumps(
+            [
+                {
+                    "conversations": [
+                        {"from": "human", "value": "what is a fox"},
+                        {"from": "gpt", "value": "a small wild dog"},
+                    ]
+                },
+                {"conversations": [{"from": "human", "value": "and a dog?"}]},
+                {"conversations": [{"from": "human", "value": "say a lot"}, {"from": "gpt", "value": long_reply}]},
+            ]
+        )
+    )
     recs = load_records(g, "sharegpt")
     assert len(recs) == 2
     reqs = sample_file_requests(tok, recs, 3, 9, np.random.default_rng(1))
@@ -127,7 +159,14 @@ def test_config_dataset_and_new_fields():
     assert _cfg(dataset="jsonl", dataset_path="p.jsonl").dataset_path == "p.jsonl"
     assert _cfg(goodput={"ttft": "500"}).goodput == {"ttft": 500.0}
     assert _cfg(burstiness="inf").burstiness == float("inf")
-    for bad in (dict(dataset="jsonl"), dict(dataset_path="x"), dict(goodput={"queue": 1}),
-                dict(goodput={"ttft": -1}), dict(burstiness=0), dict(server_pids=[0]), dict(progress="fancy")):
+    for bad in (
+        dict(dataset="jsonl"),
+        dict(dataset_path="x"),
+        dict(goodput={"queue": 1}),
+        dict(goodput={"ttft": -1}),
+        dict(burstiness=0),
+        dict(server_pids=[0]),
+        dict(progress="fancy"),
+    ):
         with pytest.raises(ValidationError):
             _cfg(**bad)

@@ -55,7 +55,7 @@ def test_concurrency_cap_and_rate():
         t0 = time.perf_counter()
         assert asyncio.run(run.run(30, t0=t0)) is None
     starts = [o.start_time - t0 for o in outs]
-    assert all(s >= off for s, off in zip(starts, offsets)) and starts[-1] < 0.5 + 0.3  # sent on schedule
+    assert all(s >= off for s, off in zip(starts, offsets, strict=False)) and starts[-1] < 0.5 + 0.3  # sent on schedule
 
 
 def test_stop_fails_in_flight_and_unsent_with_the_reason():

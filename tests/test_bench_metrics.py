@@ -56,8 +56,9 @@ def test_metrics_formulas():
     assert m["p99.9_ttft_ms"] == pytest.approx(np.percentile(ttfts, 99.9))
     assert m["p99_e2el_ms"] == pytest.approx(np.percentile([200.0, 400.0, 200.0], 99))
     assert m["mean_itl_ms"] == pytest.approx(np.mean([20, 30, 50, 100]))
-    assert {f"{s}_{k}_ms" for s in ("mean", "median", "std", "p50", "p99", "p99.9")
-            for k in ("ttft", "tpot", "itl", "e2el")} <= m.keys()
+    assert {
+        f"{s}_{k}_ms" for s in ("mean", "median", "std", "p50", "p99", "p99.9") for k in ("ttft", "tpot", "itl", "e2el")
+    } <= m.keys()
     # Chunks per 1 s bucket from the first send: a(4) + b(2) in [0,1), c(1) in [1,2).
     assert m["max_output_tokens_per_s"] == 6.0
     assert m["max_concurrent_requests"] == 1  # a ends at 0.2, b spans 0.5-0.9, c 1.0-1.2

@@ -30,9 +30,19 @@ def model_dir(tmp_path_factory):
 
 
 def _cfg(model_dir, result_dir, base_url, **kw):
-    base = dict(base_url=base_url, model="tiny", tokenizer=model_dir, isl=32, osl=6,
-                concurrency=[1, 2], num_prompts=4, result_dir=str(result_dir),
-                prefill_gpus=1, decode_gpus=2, metadata={"recipe": "test"})
+    base = dict(
+        base_url=base_url,
+        model="tiny",
+        tokenizer=model_dir,
+        isl=32,
+        osl=6,
+        concurrency=[1, 2],
+        num_prompts=4,
+        result_dir=str(result_dir),
+        prefill_gpus=1,
+        decode_gpus=2,
+        metadata={"recipe": "test"},
+    )
     return BenchConfig(**(base | kw))
 
 
@@ -65,8 +75,13 @@ def test_sweep_counts_failures_and_writes_named_files(model_dir, tmp_path):
     # validity (nothing scraped): unverified, valid null.
     md = r1["metadata"]
     assert {k: md[k] for k in ("recipe", "pdbench_version", "disagg", "prefill_gpus", "decode_gpus", "valid")} == {
-        "recipe": "test", "pdbench_version": __version__, "disagg": True, "prefill_gpus": 1, "decode_gpus": 2,
-        "valid": None}
+        "recipe": "test",
+        "pdbench_version": __version__,
+        "disagg": True,
+        "prefill_gpus": 1,
+        "decode_gpus": 2,
+        "valid": None,
+    }
     assert md["validity"]["verdict"] == "unverified" and "no server /metrics" in md["validity"]["reasons"][0]
     # Wall-clock window of the measured requests, as the InferenceX fork writes it.
     assert r1["benchmark_end_time_unix"] - r1["benchmark_start_time_unix"] == pytest.approx(r1["duration"], abs=1e-5)
@@ -79,8 +94,13 @@ def test_sweep_counts_failures_and_writes_named_files(model_dir, tmp_path):
     tok = AutoTokenizer.from_pretrained(model_dir)
     assert all(len(tok(b["prompt"]).input_ids) == 32 for b in bodies)  # exact on the wire
     assert bodies[2] | {"prompt": None} == {
-        "model": "tiny", "prompt": None, "max_tokens": 6, "ignore_eos": True, "stream": True,
-        "stream_options": {"include_usage": True}, "temperature": 0,
+        "model": "tiny",
+        "prompt": None,
+        "max_tokens": 6,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": 0,
     }
     # Points never reuse prompts (they would hit the prefix cache).
     assert len({b["prompt"] for b in bodies}) == len(bodies)
@@ -100,8 +120,7 @@ def test_existing_result_is_not_overwritten(model_dir, tmp_path):
 
 def test_request_timeout_fails_instead_of_hanging(model_dir, tmp_path):
     with FakeServer(policy=lambda n, b: "hang" if n % 2 else None) as srv:
-        cfg = _cfg(model_dir, tmp_path, srv.base_url, concurrency=[2], num_warmups=0,
-                   request_timeout_s=0.5)
+        cfg = _cfg(model_dir, tmp_path, srv.base_url, concurrency=[2], num_warmups=0, request_timeout_s=0.5)
         t0 = time.monotonic()
         (out,) = run_sweep_detailed(cfg)
         assert time.monotonic() - t0 < 10
@@ -112,8 +131,9 @@ def test_request_timeout_fails_instead_of_hanging(model_dir, tmp_path):
 
 def test_point_timeout_keeps_finished_requests(model_dir, tmp_path):
     with FakeServer(policy=lambda n, b: "hang" if n == 1 else None) as srv:
-        cfg = _cfg(model_dir, tmp_path, srv.base_url, concurrency=[1], num_prompts=3,
-                   num_warmups=0, point_timeout_s=1.0)
+        cfg = _cfg(
+            model_dir, tmp_path, srv.base_url, concurrency=[1], num_prompts=3, num_warmups=0, point_timeout_s=1.0
+        )
         t0 = time.monotonic()
         (out,) = run_sweep_detailed(cfg)
         assert time.monotonic() - t0 < 10
@@ -134,16 +154,18 @@ def test_truncated_stream_and_connection_refused_fail(model_dir, tmp_path):
         run_sweep_detailed(_cfg(model_dir, tmp_path / "b", url, concurrency=[1], num_warmups=0))
     assert not (tmp_path / "b").exists()
     # ...without them every request fails with the connection error.
-    (out,) = run_sweep_detailed(_cfg(model_dir, tmp_path / "c", url, concurrency=[1], num_warmups=0,
-                                     health_check_interval_s=0))
+    (out,) = run_sweep_detailed(
+        _cfg(model_dir, tmp_path / "c", url, concurrency=[1], num_warmups=0, health_check_interval_s=0)
+    )
     assert out.failed == 4 and "Connect" in json.loads(out.path.read_text())["errors"][0]
 
 
 def test_error_mid_stream_fails_the_request_at_once(model_dir, tmp_path):
     with FakeServer(policy=lambda n, b: "error_then_more") as srv:
         t0 = time.monotonic()
-        (out,) = run_sweep_detailed(_cfg(model_dir, tmp_path, srv.base_url, concurrency=[2], num_warmups=0,
-                                         request_timeout_s=30))
+        (out,) = run_sweep_detailed(
+            _cfg(model_dir, tmp_path, srv.base_url, concurrency=[2], num_warmups=0, request_timeout_s=30)
+        )
         assert time.monotonic() - t0 < 10  # not the request timeout
     result = json.loads(out.path.read_text())
     assert (result["completed"], result["failed"]) == (0, 4) and not out.ok
@@ -153,8 +175,16 @@ def test_error_mid_stream_fails_the_request_at_once(model_dir, tmp_path):
 def test_target_death_by_health_check_stops_at_once(model_dir, tmp_path):
     # Requests 0 and 1 finish; the rest hang until the target is declared dead.
     with FakeServer(policy=lambda n, b: "hang" if n >= 2 else None) as srv:
-        cfg = _cfg(model_dir, tmp_path, srv.base_url, concurrency=[2, 4], num_prompts=6, num_warmups=0,
-                   health_check_interval_s=0.1, request_timeout_s=60)
+        cfg = _cfg(
+            model_dir,
+            tmp_path,
+            srv.base_url,
+            concurrency=[2, 4],
+            num_prompts=6,
+            num_warmups=0,
+            health_check_interval_s=0.1,
+            request_timeout_s=60,
+        )
         threading.Timer(0.5, lambda: setattr(srv, "health", 503)).start()
         t0 = time.monotonic()
         first, second = run_sweep_detailed(cfg)
@@ -172,8 +202,15 @@ def test_target_death_by_server_pid_stops_at_once(model_dir, tmp_path):
     server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         with FakeServer(policy=lambda n, b: "hang") as srv:
-            cfg = _cfg(model_dir, tmp_path, srv.base_url, concurrency=[2], num_warmups=0,
-                       server_pids=[server.pid], request_timeout_s=60)
+            cfg = _cfg(
+                model_dir,
+                tmp_path,
+                srv.base_url,
+                concurrency=[2],
+                num_warmups=0,
+                server_pids=[server.pid],
+                request_timeout_s=60,
+            )
             threading.Timer(0.5, server.kill).start()  # a zombie until reaped: still "exited"
             t0 = time.monotonic()
             (out,) = run_sweep_detailed(cfg)
@@ -195,8 +232,9 @@ def test_target_death_by_server_pid_stops_at_once(model_dir, tmp_path):
 def test_health_route_absent_means_no_checks(model_dir, tmp_path, capsys):
     with FakeServer() as srv:
         srv.health = None
-        (out,) = run_sweep_detailed(_cfg(model_dir, tmp_path, srv.base_url, concurrency=[1], num_warmups=0,
-                                         health_check_interval_s=0.05))
+        (out,) = run_sweep_detailed(
+            _cfg(model_dir, tmp_path, srv.base_url, concurrency=[1], num_warmups=0, health_check_interval_s=0.05)
+        )
         assert srv.health_checks == 1
     assert out.ok
     assert "no health checks against this target" in capsys.readouterr().err
@@ -204,8 +242,9 @@ def test_health_route_absent_means_no_checks(model_dir, tmp_path, capsys):
 
 def test_total_timeout_keeps_partial_results(model_dir, tmp_path):
     with FakeServer(policy=lambda n, b: "hang" if n == 1 else None) as srv:
-        cfg = _cfg(model_dir, tmp_path, srv.base_url, concurrency=[1, 2], num_prompts=3, num_warmups=0,
-                   total_timeout_s=1.0)
+        cfg = _cfg(
+            model_dir, tmp_path, srv.base_url, concurrency=[1, 2], num_prompts=3, num_warmups=0, total_timeout_s=1.0
+        )
         t0 = time.monotonic()
         first, second = run_sweep_detailed(cfg)
         assert time.monotonic() - t0 < 10
@@ -237,20 +276,48 @@ def test_cli_exit_codes(model_dir, tmp_path):
         assert res.exit_code == 0, res.output
         assert len(list((tmp_path / "ok").iterdir())) == 1
         # Standalone flags only; request 5 fails -> exit 1, result still written.
-        res = runner.invoke(_app(), [
-            "--base-url", srv.base_url, "--model", "tiny", "--tokenizer", model_dir, "--isl", "16",
-            "--osl", "4", "--concurrency", "1,2", "--num-prompts", "2", "--num-warmups", "0",
-            "--result-dir", str(tmp_path / "fail"), "--prefill-gpus", "1", "--decode-gpus", "1",
-            "--request-rate", "inf", "--metadata", '{"k": 1}',
-        ])
+        res = runner.invoke(
+            _app(),
+            [
+                "--base-url",
+                srv.base_url,
+                "--model",
+                "tiny",
+                "--tokenizer",
+                model_dir,
+                "--isl",
+                "16",
+                "--osl",
+                "4",
+                "--concurrency",
+                "1,2",
+                "--num-prompts",
+                "2",
+                "--num-warmups",
+                "0",
+                "--result-dir",
+                str(tmp_path / "fail"),
+                "--prefill-gpus",
+                "1",
+                "--decode-gpus",
+                "1",
+                "--request-rate",
+                "inf",
+                "--metadata",
+                '{"k": 1}',
+            ],
+        )
         assert res.exit_code == 1, res.output
         assert len(list((tmp_path / "fail").iterdir())) == 2
         # Re-running into the same directory refuses to overwrite: exit 1.
         res = runner.invoke(_app(), ["--config", str(cfg_file), "--concurrency", "1", "--num-warmups", "0"])
         assert res.exit_code == 1 and "already exist" in res.output
 
-    for args, field in [(["--isl", "-3"], "isl"), (["--concurrency", "1,x"], "concurrency"),
-                        (["--range-ratio-convention", "sglang"], "range_ratio_convention")]:
+    for args, field in [
+        (["--isl", "-3"], "isl"),
+        (["--concurrency", "1,x"], "concurrency"),
+        (["--range-ratio-convention", "sglang"], "range_ratio_convention"),
+    ]:
         res = runner.invoke(_app(), ["--config", str(cfg_file), *args])
         assert res.exit_code == 2 and field in res.output, res.output
     cfg_file.write_text(json.dumps(json.loads(cfg_file.read_text()) | {"bogus": 1}))
@@ -260,12 +327,20 @@ def test_cli_exit_codes(model_dir, tmp_path):
 
 def test_goodput_burstiness_prefix_and_keys(model_dir, tmp_path):
     with FakeServer() as srv:
-        cfg = _cfg(model_dir, tmp_path / "a", srv.base_url, concurrency=[2], request_rate=100, burstiness=0.5,
-                   random_prefix_len=10, goodput={"ttft": 60000, "e2el": 60000}, percentiles=[50, 95])
+        cfg = _cfg(
+            model_dir,
+            tmp_path / "a",
+            srv.base_url,
+            concurrency=[2],
+            request_rate=100,
+            burstiness=0.5,
+            random_prefix_len=10,
+            goodput={"ttft": 60000, "e2el": 60000},
+            percentiles=[50, 95],
+        )
         (out,) = run_sweep_detailed(cfg)
         prompts = [b["prompt"] for b in srv.bodies]
-        (zero,) = run_sweep_detailed(cfg.model_copy(update={"result_dir": str(tmp_path / "b"),
-                                                            "goodput": {"tpot": 0}}))
+        (zero,) = run_sweep_detailed(cfg.model_copy(update={"result_dir": str(tmp_path / "b"), "goodput": {"tpot": 0}}))
     r = json.loads(out.path.read_text())
     assert out.ok and r["burstiness"] == 0.5 and r["request_rate"] == 100.0
     assert r["request_goodput"] == pytest.approx(r["request_throughput"])  # every request within the SLOs
@@ -285,21 +360,44 @@ def test_file_datasets(model_dir, tmp_path):
     jsonl = tmp_path / "prompts.jsonl"
     jsonl.write_text('{"prompt": "alpha beta gamma", "output_len": 3}\n\n{"prompt": "delta epsilon"}\n')
     share = tmp_path / "sharegpt.json"
-    conv = [{"from": "human", "value": "tell me a story about a fox and a dog"},
-            {"from": "gpt", "value": "once upon a time a quick brown fox met a lazy dog"}]
+    conv = [
+        {"from": "human", "value": "tell me a story about a fox and a dog"},
+        {"from": "gpt", "value": "once upon a time a quick brown fox met a lazy dog"},
+    ]
     share.write_text(json.dumps([{"conversations": conv}, {"conversations": conv[:1]}]))
     tok = AutoTokenizer.from_pretrained(model_dir)
     with FakeServer() as srv:
-        (a,) = run_sweep_detailed(_cfg(model_dir, tmp_path / "a", srv.base_url, dataset="jsonl",
-                                       dataset_path=str(jsonl), concurrency=[2], num_prompts=6, num_warmups=0))
+        (a,) = run_sweep_detailed(
+            _cfg(
+                model_dir,
+                tmp_path / "a",
+                srv.base_url,
+                dataset="jsonl",
+                dataset_path=str(jsonl),
+                concurrency=[2],
+                num_prompts=6,
+                num_warmups=0,
+            )
+        )
         sent = [(b["prompt"], b["max_tokens"]) for b in srv.bodies]
-        (b,) = run_sweep_detailed(_cfg(model_dir, tmp_path / "b", srv.base_url, dataset="sharegpt",
-                                       dataset_path=str(share), concurrency=[1], num_prompts=2, num_warmups=0))
+        (b,) = run_sweep_detailed(
+            _cfg(
+                model_dir,
+                tmp_path / "b",
+                srv.base_url,
+                dataset="sharegpt",
+                dataset_path=str(share),
+                concurrency=[1],
+                num_prompts=2,
+                num_warmups=0,
+            )
+        )
     assert a.ok and sorted(sent) == sorted([("alpha beta gamma", 3), ("delta epsilon", 6)] * 3)
     ra = json.loads(a.path.read_text())
     assert ra["dataset_name"] == "jsonl" and ra["dataset_path"] == str(jsonl)
-    assert sorted(ra["input_lens"]) == sorted([len(tok("alpha beta gamma").input_ids),
-                                               len(tok("delta epsilon").input_ids)] * 3)
+    assert sorted(ra["input_lens"]) == sorted(
+        [len(tok("alpha beta gamma").input_ids), len(tok("delta epsilon").input_ids)] * 3
+    )
     rb = json.loads(b.path.read_text())
     assert b.ok and rb["output_lens"] == [len(tok(conv[1]["value"]).input_ids)] * 2
 
@@ -329,22 +427,66 @@ def test_rich_progress_and_plain_lines(model_dir, tmp_path, capsys):
 def test_cli_new_flags(model_dir, tmp_path):
     runner = CliRunner()
     with FakeServer() as srv:
-        base = ["--base-url", srv.base_url, "--model", "tiny", "--tokenizer", model_dir, "--isl", "16",
-                "--osl", "4", "--concurrency", "2", "--num-prompts", "4", "--num-warmups", "0",
-                "--prefill-gpus", "1", "--decode-gpus", "1"]
-        res = runner.invoke(_app(), [*base, "--result-dir", str(tmp_path / "a"), "--goodput", "ttft:60000 tpot:60000",
-                                     "--goodput", "e2el:60000", "--request-rate", "50", "--burstiness", "2",
-                                     "--random-prefix-len", "4", "--total-timeout-s", "60",
-                                     "--server-pid", str(os.getpid()), "--progress", "plain",
-                                     "--dataset-name", "random"])
+        base = [
+            "--base-url",
+            srv.base_url,
+            "--model",
+            "tiny",
+            "--tokenizer",
+            model_dir,
+            "--isl",
+            "16",
+            "--osl",
+            "4",
+            "--concurrency",
+            "2",
+            "--num-prompts",
+            "4",
+            "--num-warmups",
+            "0",
+            "--prefill-gpus",
+            "1",
+            "--decode-gpus",
+            "1",
+        ]
+        res = runner.invoke(
+            _app(),
+            [
+                *base,
+                "--result-dir",
+                str(tmp_path / "a"),
+                "--goodput",
+                "ttft:60000 tpot:60000",
+                "--goodput",
+                "e2el:60000",
+                "--request-rate",
+                "50",
+                "--burstiness",
+                "2",
+                "--random-prefix-len",
+                "4",
+                "--total-timeout-s",
+                "60",
+                "--server-pid",
+                str(os.getpid()),
+                "--progress",
+                "plain",
+                "--dataset-name",
+                "random",
+            ],
+        )
         assert res.exit_code == 0, res.output
         (path,) = (tmp_path / "a").iterdir()
         r = json.loads(path.read_text())
         assert r["goodput_slos"] == {"ttft_ms": 60000, "tpot_ms": 60000, "e2el_ms": 60000}
         assert not [k for k in r if k.endswith("ms") and not isinstance(r[k], float)]
         assert r["request_goodput"] == pytest.approx(r["request_throughput"]) and r["burstiness"] == 2
-        for args, field in [(["--goodput", "ttft=5"], "goodput"), (["--goodput", "queue:5"], "goodput"),
-                            (["--dataset", "jsonl"], "dataset_path"), (["--burstiness", "0"], "burstiness")]:
+        for args, field in [
+            (["--goodput", "ttft=5"], "goodput"),
+            (["--goodput", "queue:5"], "goodput"),
+            (["--dataset", "jsonl"], "dataset_path"),
+            (["--burstiness", "0"], "burstiness"),
+        ]:
             res = runner.invoke(_app(), [*base, "--result-dir", str(tmp_path / "b"), *args])
             assert res.exit_code == 2 and field in res.output, res.output
         # The target is down: exit 1 with a clear message, nothing written.
@@ -357,15 +499,33 @@ def test_one_openai_server_without_a_gpu_split(model_dir, tmp_path):
     # Any OpenAI-compatible server (aggregated baseline, router, one vLLM): no split needed.
     runner = CliRunner()
     with FakeServer() as srv:
-        base = ["--base-url", srv.base_url, "--model", "tiny", "--tokenizer", model_dir, "--isl", "16",
-                "--osl", "4", "--concurrency", "2", "--num-prompts", "4", "--num-warmups", "0"]
+        base = [
+            "--base-url",
+            srv.base_url,
+            "--model",
+            "tiny",
+            "--tokenizer",
+            model_dir,
+            "--isl",
+            "16",
+            "--osl",
+            "4",
+            "--concurrency",
+            "2",
+            "--num-prompts",
+            "4",
+            "--num-warmups",
+            "0",
+        ]
         res = runner.invoke(_app(), [*base, "--result-dir", str(tmp_path / "a")])
         assert res.exit_code == 0, res.output
         res = runner.invoke(_app(), [*base, "--result-dir", str(tmp_path / "b"), "--gpus", "8"])
         assert res.exit_code == 0, res.output
-        for args, needle in [(["--prefill-gpus", "1"], "decode_gpus: give prefill_gpus and decode_gpus together"),
-                             (["--gpus", "8", "--prefill-gpus", "1", "--decode-gpus", "1"], "gpus: for one"),
-                             (["--gpus", "0"], "gpus")]:
+        for args, needle in [
+            (["--prefill-gpus", "1"], "decode_gpus: give prefill_gpus and decode_gpus together"),
+            (["--gpus", "8", "--prefill-gpus", "1", "--decode-gpus", "1"], "gpus: for one"),
+            (["--gpus", "0"], "gpus"),
+        ]:
             res = runner.invoke(_app(), [*base, "--result-dir", str(tmp_path / "c"), *args])
             assert res.exit_code == 2 and needle in res.output, res.output
     (a,) = (tmp_path / "a").iterdir()

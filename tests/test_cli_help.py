@@ -59,7 +59,7 @@ def _section(text: str, title: str) -> list[str]:
     lines = text.splitlines()
     if f"{title}:" not in lines:
         return []
-    body = lines[lines.index(f"{title}:") + 1:]
+    body = lines[lines.index(f"{title}:") + 1 :]
     end = next((i for i, line in enumerate(body) if line and not line.startswith(" ")), len(body))
     return body[:end]
 
@@ -96,7 +96,8 @@ def test_help_never_cuts_an_option_name(path, cmd, mode, width):
         assert head and head <= known, f"cut or unknown option name in {head} at {mode} {width}:\n{text}"
     for opt in options:
         assert any(set(_names(opt)) <= head for head in heads), (
-            f"{_names(opt)} not shown whole at {mode} {width}:\n{text}")
+            f"{_names(opt)} not shown whole at {mode} {width}:\n{text}"
+        )
     # A group lists its commands with their whole summaries, wrapped rather than cut with "...".
     commands = _section(text, "Commands")
     assert not any(line.rstrip().endswith("...") for line in commands), text

@@ -80,8 +80,11 @@ def test_invalid_yaml_names_line(root: Path) -> None:
 
 
 def test_overrides_typed_and_validated(root: Path) -> None:
-    rr = load_recipe("local-tiny-1p1d", ["benchmark.concurrency=[2, 8]", "benchmark.isl=1024",
-                                         "topology.decode.flags.max-num-seqs=4"], root=root)
+    rr = load_recipe(
+        "local-tiny-1p1d",
+        ["benchmark.concurrency=[2, 8]", "benchmark.isl=1024", "topology.decode.flags.max-num-seqs=4"],
+        root=root,
+    )
     assert rr.recipe.benchmark.concurrency == [2, 8] and rr.recipe.benchmark.isl == 1024
     assert rr.recipe.topology.decode.flags == {"max-num-seqs": 4}
     assert _error(root, overrides=["benchmark.isl=-3"]).key == "benchmark.isl"
@@ -106,8 +109,9 @@ def test_topology_plan_and_port_conflicts(root: Path) -> None:
     with pytest.raises(ConfigError, match="local launcher"):
         check_single_host(rr, p)
     # Two TP4 workers share an 8-GPU node, each with its own devices and port.
-    rr = load_recipe("dsr1-fp8-1p2d", ["topology.decode.nodes=1", "topology.decode.tp=4",
-                                       "topology.decode.ep=4"], root=root)
+    rr = load_recipe(
+        "dsr1-fp8-1p2d", ["topology.decode.nodes=1", "topology.decode.tp=4", "topology.decode.ep=4"], root=root
+    )
     d = plan(rr).role("decode")
     assert [(w.node, w.port, w.visible_devices) for w in d] == [(1, 2584, "0,1,2,3"), (1, 2585, "4,5,6,7")]
     with pytest.raises(ConfigError, match="gpus_per_node"):
@@ -115,40 +119,96 @@ def test_topology_plan_and_port_conflicts(root: Path) -> None:
     with pytest.raises(ConfigError, match="must use all their GPUs"):
         plan(load_recipe("dsr1-fp8-1p2d", ["topology.decode.workers=1"], root=root))
     # One decode worker over both decode nodes: DP16 attention with EP, TP1 per rank.
-    p = plan(load_recipe("dsr1-fp8-1p2d", ["topology.decode.workers=1", "topology.decode.tp=1",
-                                           "topology.decode.dp=16", "topology.decode.ep=16",
-                                           "topology.decode.dp_attention=true"], root=root))
+    p = plan(
+        load_recipe(
+            "dsr1-fp8-1p2d",
+            [
+                "topology.decode.workers=1",
+                "topology.decode.tp=1",
+                "topology.decode.dp=16",
+                "topology.decode.ep=16",
+                "topology.decode.dp_attention=true",
+            ],
+            root=root,
+        )
+    )
     (d,) = p.role("decode")
     assert d.nodes == (1, 2) and d.span == "data_parallel" and d.devices == 16
     assert [(x.name, x.node, x.kind) for x in p.processes()] == [
-        ("prefill-0", 0, "server"), ("decode-0", 1, "server"), ("decode-0-f1", 2, "follower"), ("proxy", 0, "proxy")]
-    with pytest.raises(ConfigError, match="proxy.port"):
+        ("prefill-0", 0, "server"),
+        ("decode-0", 1, "server"),
+        ("decode-0-f1", 2, "follower"),
+        ("proxy", 0, "proxy"),
+    ]
+    with pytest.raises(ConfigError, match=r"proxy\.port"):
         plan(load_recipe("local-tiny-1p1d", ["proxy.port=8100"], root=root))
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--recipe", "no-such-recipe"], "no-such-recipe.yaml: recipe not found"),
-    (["--recipe", "local-tiny-1p1d", "--set", "benchmark.isl=abc"], "local-tiny-1p1d.yaml: benchmark.isl:"),
-    (["--recipe", "local-tiny-1p1d", "--set", "benchmark.bogus=1"], "benchmark.bogus: unknown key"),
-    (["--recipe", "local-tiny-1p1d", "--set", "model=nope"], "model: 'nope' is not in"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--recipe", "no-such-recipe"], "no-such-recipe.yaml: recipe not found"),
+        (["--recipe", "local-tiny-1p1d", "--set", "benchmark.isl=abc"], "local-tiny-1p1d.yaml: benchmark.isl:"),
+        (["--recipe", "local-tiny-1p1d", "--set", "benchmark.bogus=1"], "benchmark.bogus: unknown key"),
+        (["--recipe", "local-tiny-1p1d", "--set", "model=nope"], "model: 'nope' is not in"),
+    ],
+)
 def test_cli_exits_2_with_file_and_key(args: list[str], needle: str, tmp_path: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "harness", "submit", *args, "--dry-run",
-                        "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "harness", "submit", *args, "--dry-run", "--results-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2, r.stderr
     assert needle in r.stderr
     assert not any(tmp_path.iterdir())  # no run directory for a bad recipe
 
 
 def test_dry_run_creates_run_dir_and_prints_sbatch(tmp_path: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "harness", "submit", "--recipe", "dsr1-fp8-1p2d", "--dry-run",
-                        "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "submit",
+            "--recipe",
+            "dsr1-fp8-1p2d",
+            "--dry-run",
+            "--results-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     (run_dir,) = (tmp_path / "dsr1-fp8-1p2d").iterdir()
     assert f"sbatch --parsable --chdir={run_dir} {run_dir}/job.slurm" in r.stdout
-    assert {p.name for p in run_dir.iterdir()} >= {"job.slurm", "server.sh", "recipe.lock.yaml", "plan.json", "bench.json", "logs"}
-    r2 = subprocess.run([sys.executable, "-m", "harness", "submit", "--recipe", "dsr1-fp8-1p2d", "--dry-run",
-                         "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert {p.name for p in run_dir.iterdir()} >= {
+        "job.slurm",
+        "server.sh",
+        "recipe.lock.yaml",
+        "plan.json",
+        "bench.json",
+        "logs",
+    }
+    r2 = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "submit",
+            "--recipe",
+            "dsr1-fp8-1p2d",
+            "--dry-run",
+            "--results-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r2.returncode == 0 and len(list((tmp_path / "dsr1-fp8-1p2d").iterdir())) == 2  # never reused
 
 
@@ -162,26 +222,32 @@ def test_recipe_name_is_a_safe_directory_name(root: Path) -> None:
     assert load_recipe(str(bad), ["name=my-recipe"], root=root).name == "my-recipe"
 
 
-@pytest.mark.parametrize("override, key, needle", [
-    ("env.A B=1", "env.A B.[key]", "environment variable name"),
-    ('env.OK="a\\nb"', "env.OK", "control characters"),
-    ('slurm.job_name="x\\ntouch M"', "slurm.job_name", "#SBATCH"),
-    ('slurm.partition="a\\\\b"', "slurm.partition", "#SBATCH"),
-    ('slurm.extra_sbatch=["--mem=0", "touch M"]', "slurm.extra_sbatch.1", "sbatch option"),
-    ('container.mounts={"/a,/b": "/c"}', "container.mounts./a,/b.[key]", "','"),
-    ('container.mounts={"/a": "/b,/c"}', "container.mounts./a", "','"),
-    ('topology.decode.flags={"x; y": 1}', "topology.decode.flags.x; y.[key]", "flag name"),
-    ('topology.decode.flags={"seed": "1\\u0000"}', "topology.decode.flags", "flag 'seed'"),
-    ('description="two\\u0007lines"', "description", "control characters"),
-])
+@pytest.mark.parametrize(
+    "override, key, needle",
+    [
+        ("env.A B=1", "env.A B.[key]", "environment variable name"),
+        ('env.OK="a\\nb"', "env.OK", "control characters"),
+        ('slurm.job_name="x\\ntouch M"', "slurm.job_name", "#SBATCH"),
+        ('slurm.partition="a\\\\b"', "slurm.partition", "#SBATCH"),
+        ('slurm.extra_sbatch=["--mem=0", "touch M"]', "slurm.extra_sbatch.1", "sbatch option"),
+        ('container.mounts={"/a,/b": "/c"}', "container.mounts./a,/b.[key]", "','"),
+        ('container.mounts={"/a": "/b,/c"}', "container.mounts./a", "','"),
+        ('topology.decode.flags={"x; y": 1}', "topology.decode.flags.x; y.[key]", "flag name"),
+        ('topology.decode.flags={"seed": "1\\u0000"}', "topology.decode.flags", "flag 'seed'"),
+        ('description="two\\u0007lines"', "description", "control characters"),
+    ],
+)
 def test_values_no_quoting_can_carry_are_refused_by_key(root: Path, override: str, key: str, needle: str) -> None:
     e = _error(root, overrides=[override])
     assert e.key == key and needle in str(e), str(e)
 
 
 def test_multi_line_description_and_quoted_values_load(root: Path) -> None:
-    rr = load_recipe("local-tiny-1p1d", ['description="one\\ntwo"', 'slurm.job_name="a b $(c)"',
-                                         'container.mounts={"/data dir": "/data:ro"}'], root=root)
+    rr = load_recipe(
+        "local-tiny-1p1d",
+        ['description="one\\ntwo"', 'slurm.job_name="a b $(c)"', 'container.mounts={"/data dir": "/data:ro"}'],
+        root=root,
+    )
     assert rr.recipe.description == "one\ntwo" and rr.recipe.slurm.job_name == "a b $(c)"
 
 
@@ -193,10 +259,20 @@ def test_recipe_sets_every_benchmark_setting(root: Path, tmp_path: Path) -> None
 
     data = tmp_path / "prompts.jsonl"
     data.write_text('{"prompt": "hi"}\n')
-    rr = load_recipe("local-tiny-1p1d", [
-        "benchmark.dataset=jsonl", f"benchmark.dataset_path={data}", "benchmark.goodput={ttft: 2000, tpot: 50}",
-        "benchmark.burstiness=0.5", "benchmark.request_rate=8", "benchmark.percentiles=[50, 95]",
-        "benchmark.total_timeout_s=900", "benchmark.validity.max_failed_share=0.1"], root=root)
+    rr = load_recipe(
+        "local-tiny-1p1d",
+        [
+            "benchmark.dataset=jsonl",
+            f"benchmark.dataset_path={data}",
+            "benchmark.goodput={ttft: 2000, tpot: 50}",
+            "benchmark.burstiness=0.5",
+            "benchmark.request_rate=8",
+            "benchmark.percentiles=[50, 95]",
+            "benchmark.total_timeout_s=900",
+            "benchmark.validity.max_failed_share=0.1",
+        ],
+        root=root,
+    )
     bench = BenchConfig.model_validate(bench_config(rr, plan(rr), {}))
     assert bench.dataset == "jsonl" and bench.dataset_path == str(data)
     assert bench.goodput == {"ttft": 2000.0, "tpot": 50.0} and bench.burstiness == 0.5
@@ -206,13 +282,16 @@ def test_recipe_sets_every_benchmark_setting(root: Path, tmp_path: Path) -> None
     assert bench.model_dump(include=set(type(rr.recipe.benchmark).model_fields)) == rr.recipe.benchmark.model_dump()
 
 
-@pytest.mark.parametrize(("overrides", "key", "needle"), [
-    (["benchmark.range_ratio_convention=vllm", "benchmark.range_ratio=1.0"], "benchmark", "[0, 1) for the vllm"),
-    (["benchmark.goodput={queue: 5}"], "benchmark.goodput.queue.[key]", "'ttft', 'tpot' or 'e2el'"),
-    (["benchmark.dataset=sharegpt"], "benchmark", "needs dataset_path"),
-    (["benchmark.percentiles=[101]"], "benchmark.percentiles", "within [0, 100]"),
-    (["benchmark.concurrency=[4, 4]"], "benchmark.concurrency", "unique"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "key", "needle"),
+    [
+        (["benchmark.range_ratio_convention=vllm", "benchmark.range_ratio=1.0"], "benchmark", "[0, 1) for the vllm"),
+        (["benchmark.goodput={queue: 5}"], "benchmark.goodput.queue.[key]", "'ttft', 'tpot' or 'e2el'"),
+        (["benchmark.dataset=sharegpt"], "benchmark", "needs dataset_path"),
+        (["benchmark.percentiles=[101]"], "benchmark.percentiles", "within [0, 100]"),
+        (["benchmark.concurrency=[4, 4]"], "benchmark.concurrency", "unique"),
+    ],
+)
 def test_benchmark_settings_checked_at_recipe_load(root: Path, overrides: list[str], key: str, needle: str) -> None:
     e = _error(root, overrides=overrides)
     assert e.file.endswith("local-tiny-1p1d.yaml") and e.key == key and needle in str(e), str(e)

@@ -32,7 +32,8 @@ def test_every_field_is_described() -> None:
 def test_reference_is_current() -> None:
     committed = (PROJECT_ROOT / "docs" / "recipe-reference.md").read_text()
     assert committed == render_reference(), (
-        "docs/recipe-reference.md is stale: run `python -m harness.config.reference > docs/recipe-reference.md`")
+        "docs/recipe-reference.md is stale: run `python -m harness.config.reference > docs/recipe-reference.md`"
+    )
 
 
 def test_reference_lists_every_key() -> None:

@@ -15,10 +15,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from connector.config import PdbenchConfig  # noqa: E402
-from connector.layout import PagedKV  # noqa: E402
-from connector.staging import Stager  # noqa: E402
-from connector.transport import Completions, IOLoop, KVClient, KVServer, PullJob  # noqa: E402
+from connector.config import PdbenchConfig
+from connector.layout import PagedKV
+from connector.staging import Stager
+from connector.transport import Completions, IOLoop, KVClient, KVServer, PullJob
 
 try:
     import pytest
@@ -43,8 +43,15 @@ def _caches(device: str, n_blocks: int, seed: int | None, strided: bool = True) 
     return out
 
 
-def _transfer(src: dict[str, torch.Tensor], dst: dict[str, torch.Tensor], port: int, chunk: int,
-              src_blocks: list[int], dst_blocks: list[int], **cfg: Any) -> bool:
+def _transfer(
+    src: dict[str, torch.Tensor],
+    dst: dict[str, torch.Tensor],
+    port: int,
+    chunk: int,
+    src_blocks: list[int],
+    dst_blocks: list[int],
+    **cfg: Any,
+) -> bool:
     n_src, n_dst = next(iter(src.values())).shape[0], next(iter(dst.values())).shape[0]
     kp, kd = PagedKV(src, n_src, 16), PagedKV(dst, n_dst, 16)
     c = PdbenchConfig(port=port, chunk_bytes=chunk, **cfg)

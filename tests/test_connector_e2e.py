@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import require_vllm
 
 from connector import devpair as dp
-from conftest import require_vllm
 
 pytestmark = pytest.mark.vllm
 
@@ -43,11 +43,11 @@ def copy_tasks(n: int, seed: int = 0) -> list[tuple[str, str]]:
         rep = s * 40
         if i % 2 == 0:
             n_chars = rng.randint(max(100, 2 * len(s)), 560)
-            out.append((rep[:n_chars], rep[n_chars:n_chars + OUT_TOKENS]))
+            out.append((rep[:n_chars], rep[n_chars : n_chars + OUT_TOKENS]))
         else:
             noise = "".join(rng.choices(ALPHABET, k=rng.randint(50, 400)))
             k = rng.randint(3, 10)
-            out.append((noise + s + s[:k], rep[k:k + OUT_TOKENS]))
+            out.append((noise + s + s[:k], rep[k : k + OUT_TOKENS]))
     return out
 
 
@@ -117,13 +117,14 @@ def wait_usage_zero(url: str, timeout: float = 30.0) -> float:
 def test_model_reads_the_prompt(baseline: list[str]) -> None:
     """Sanity of the proof: outputs differ per prompt and mostly continue the copy."""
     assert len(set(baseline)) == len(baseline)
-    copied = sum(out == want for out, (_, want) in zip(baseline, TASKS))
-    assert copied >= len(TASKS) * 3 // 4, list(zip(baseline, TASKS))
+    copied = sum(out == want for out, (_, want) in zip(baseline, TASKS, strict=False))
+    assert copied >= len(TASKS) * 3 // 4, list(zip(baseline, TASKS, strict=False))
 
 
 class TestSharedPair:
     def test_greedy_outputs_equal_single_instance_and_all_tokens_come_from_prefill(
-            self, pair: dp.Pair, baseline: list[str]) -> None:
+        self, pair: dp.Pair, baseline: list[str]
+    ) -> None:
         m0 = dp.scrape(pair.decode.url)
         outs = pd_texts(pair, PROMPTS)
         m1 = dp.scrape(pair.decode.url)
@@ -187,7 +188,7 @@ def test_corrupted_kv_is_caught(baseline: list[str], tmp_path: Path) -> None:
         outs = pd_texts(p, PROMPTS)
     finally:
         p.stop()
-    differ = sum(a != b for a, b in zip(outs, baseline))
+    differ = sum(a != b for a, b in zip(outs, baseline, strict=False))
     assert differ >= len(PROMPTS) // 2, (differ, outs, baseline)  # 9 of 12 here, deterministic
 
 
@@ -195,12 +196,17 @@ def test_decode_killed_mid_transfer_prefill_frees_after_lease(tmp_path: Path) ->
     require_vllm()
     lease = 8.0
     # Small chunks and a delay per chunk stretch a pull to seconds so decode dies inside it.
-    p = dp.start_pair(MODEL, tmp_path, extra={"lease_s": lease, "io_timeout_s": 3.0},
-                      decode_extra={"chunk_bytes": 16384, "debug_chunk_delay_s": 0.05})
+    p = dp.start_pair(
+        MODEL,
+        tmp_path,
+        extra={"lease_s": lease, "io_timeout_s": 3.0},
+        decode_extra={"chunk_bytes": 16384, "debug_chunk_delay_s": 0.05},
+    )
     try:
         prompt = copy_prompts(1, seed=3)[0] * 4
         params = dp.prefill(p, body(prompt))
         assert dp.scrape(p.prefill.url)[USAGE] > 0  # held for decode
+
         def decode_leg() -> None:
             try:
                 dp.complete(p.decode.url, dict(body(prompt), kv_transfer_params=params), timeout=30)

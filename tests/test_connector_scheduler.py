@@ -14,7 +14,6 @@ import pickle
 from typing import Any
 
 import pytest
-
 from conftest import require_vllm
 
 require_vllm(module_level=True)  # CI sets PDBENCH_REQUIRE_VLLM: a missing vLLM fails, never skips
@@ -54,43 +53,77 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 def make_scheduler(model_dir: str, role: str, policy: str = "fail", **extra: Any) -> Scheduler:
     vc = VllmConfig(
         model_config=ModelConfig(model=model_dir, dtype="float32", seed=0),
-        scheduler_config=SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=512, max_model_len=2048,
-                                         enable_chunked_prefill=True, is_encoder_decoder=False),
+        scheduler_config=SchedulerConfig(
+            max_num_seqs=16,
+            max_num_batched_tokens=512,
+            max_model_len=2048,
+            enable_chunked_prefill=True,
+            is_encoder_decoder=False,
+        ),
         cache_config=CacheConfig(block_size=BS, cache_dtype="auto", enable_prefix_caching=True),
         kv_transfer_config=KVTransferConfig(
-            kv_connector="PdbenchConnector", kv_connector_module_path="connector", kv_role=role,
-            kv_load_failure_policy=policy, kv_connector_extra_config={"host": "p-host", "port": 15690, **extra}),
+            kv_connector="PdbenchConnector",
+            kv_connector_module_path="connector",
+            kv_role=role,
+            kv_load_failure_policy=policy,
+            kv_connector_extra_config={"host": "p-host", "port": 15690, **extra},
+        ),
         device_config=DeviceConfig("cpu"),
     )
     vc.cache_config.num_gpu_blocks = NUM_BLOCKS
-    kcc = KVCacheConfig(num_blocks=NUM_BLOCKS, kv_cache_tensors=[], kv_cache_groups=[
-        KVCacheGroupSpec(["layer"], FullAttentionSpec(block_size=BS, num_kv_heads=1, head_size=1,
-                                                      dtype=torch.float32))])
-    return Scheduler(vllm_config=vc, kv_cache_config=kcc, log_stats=True,
-                     structured_output_manager=StructuredOutputManager(vc), block_size=BS)
+    kcc = KVCacheConfig(
+        num_blocks=NUM_BLOCKS,
+        kv_cache_tensors=[],
+        kv_cache_groups=[
+            KVCacheGroupSpec(
+                ["layer"], FullAttentionSpec(block_size=BS, num_kv_heads=1, head_size=1, dtype=torch.float32)
+            )
+        ],
+    )
+    return Scheduler(
+        vllm_config=vc,
+        kv_cache_config=kcc,
+        log_stats=True,
+        structured_output_manager=StructuredOutputManager(vc),
+        block_size=BS,
+    )
 
 
 _ids = itertools.count(1)
 init_none_hash(sha256)
 
 
-def make_request(num_tokens: int, *, params: dict[str, Any] | None = None, max_tokens: int = 4,
-                 prefix: list[int] | None = None) -> Request:
+def make_request(
+    num_tokens: int, *, params: dict[str, Any] | None = None, max_tokens: int = 4, prefix: list[int] | None = None
+) -> Request:
     n = next(_ids)
     prefix = prefix or []
     prompt = prefix + [(n * 7919 + i) % 2000 + 3 for i in range(num_tokens - len(prefix))]
     sp = SamplingParams(max_tokens=max_tokens)
     sp.update_from_generation_config({}, EOS)
-    req = Request(request_id=f"req-{n}", prompt_token_ids=prompt, sampling_params=sp, pooling_params=None,
-                  mm_features=None, block_hasher=get_request_block_hasher(BS, sha256))
+    req = Request(
+        request_id=f"req-{n}",
+        prompt_token_ids=prompt,
+        sampling_params=sp,
+        pooling_params=None,
+        mm_features=None,
+        block_hasher=get_request_block_hasher(BS, sha256),
+    )
     req.kv_transfer_params = params
     return req
 
 
 def remote_params(n_tokens: int, **over: Any) -> dict[str, Any]:
-    p = {"do_remote_prefill": True, "do_remote_decode": False, "remote_engine_id": "P-engine",
-         "remote_request_id": f"p-{next(_ids)}", "remote_host": "p-host", "remote_port": 15690,
-         "remote_num_tokens": n_tokens, "tp_size": 1}
+    p = {
+        "do_remote_prefill": True,
+        "do_remote_decode": False,
+        "remote_engine_id": "P-engine",
+        "remote_request_id": f"p-{next(_ids)}",
+        "remote_host": "p-host",
+        "remote_port": 15690,
+        "remote_num_tokens": n_tokens,
+        "tp_size": 1,
+    }
     p.update(over)
     return p
 
@@ -98,9 +131,15 @@ def remote_params(n_tokens: int, **over: Any) -> dict[str, Any]:
 def runner_output(reqs: list[Request], token: int = 5, **kv: Any) -> ModelRunnerOutput:
     ids = [r.request_id for r in reqs]
     kvo = KVConnectorOutput(**kv) if kv else None
-    return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-                             sampled_token_ids=[[token] for _ in ids], logprobs=None, prompt_logprobs_dict={},
-                             pooler_output=None, kv_connector_output=kvo)
+    return ModelRunnerOutput(
+        req_ids=ids,
+        req_id_to_index={r: i for i, r in enumerate(ids)},
+        sampled_token_ids=[[token] for _ in ids],
+        logprobs=None,
+        prompt_logprobs_dict={},
+        pooler_output=None,
+        kv_connector_output=kvo,
+    )
 
 
 def step(s: Scheduler, token: int = 5, **kv: Any) -> tuple[Any, PdbenchMetadata, dict[int, Any]]:
@@ -173,7 +212,7 @@ def test_plain_requests_are_untouched(model_dir: str) -> None:
     req = make_request(40, max_tokens=2)
     s.add_request(req)
     for _ in range(3):
-        _, meta, out = step(s)
+        _, meta, _out = step(s)
         assert not (meta.sends or meta.recvs or meta.releases)
     assert_empty(s)
 
@@ -199,8 +238,7 @@ def test_decode_loads_asynchronously_then_runs(model_dir: str) -> None:
     assert req.status == RequestStatus.WAITING_FOR_REMOTE_KVS
     assert req.request_id not in so.num_scheduled_tokens
     (r,) = meta.recvs
-    assert (r.req_id, r.remote_req_id, r.remote_engine_id) == (req.request_id, params["remote_request_id"],
-                                                               "P-engine")
+    assert (r.req_id, r.remote_req_id, r.remote_engine_id) == (req.request_id, params["remote_request_id"], "P-engine")
     assert (r.remote_host, r.remote_port, r.first_token, r.num_tokens) == ("p-host", 15690, 0, 100)
     assert r.block_ids == s.kv_cache_manager.get_block_ids(req.request_id)[0][:7]
     assert len(r.block_ids) == 7
@@ -261,8 +299,9 @@ def test_decode_load_failure_follows_policy(model_dir: str, policy: str) -> None
     _, meta, _ = step(s)
     (r,) = meta.recvs
     # What the worker reports for a failed pull: finished + failed + its blocks invalid.
-    _, _, out = step(s, finished_recving={req.request_id}, failed_recving={req.request_id},
-                     invalid_block_ids=set(r.block_ids))
+    _, _, out = step(
+        s, finished_recving={req.request_id}, failed_recving={req.request_id}, invalid_block_ids=set(r.block_ids)
+    )
     if policy == "fail":
         fin = finished_outputs(out)
         assert [o.request_id for o in fin] == [req.request_id]

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 import torch
-
 from conftest import port_base
+
 from connector.auth import AuthError, client_handshake, server_handshake
 from connector.config import PdbenchConfig
 from connector.layout import PagedKV
@@ -28,13 +28,23 @@ from connector.transport import Completions, IOLoop, KVClient, KVServer, PullJob
 PORTS = iter(range(port_base(15660), port_base(15700)))
 
 
-def caches(n_blocks: int, fill: bool, layers: int = 3, heads: int = 2, bs: int = 16, c: int = 64,
-           dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+def caches(
+    n_blocks: int,
+    fill: bool,
+    layers: int = 3,
+    heads: int = 2,
+    bs: int = 16,
+    c: int = 64,
+    dtype: torch.dtype = torch.float32,
+) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(1)
     out = {}
     for i in range(layers):
-        t = torch.randn(n_blocks, heads, bs, c, generator=g).to(dtype) if fill else \
-            torch.zeros(n_blocks, heads, bs, c, dtype=dtype)
+        t = (
+            torch.randn(n_blocks, heads, bs, c, generator=g).to(dtype)
+            if fill
+            else torch.zeros(n_blocks, heads, bs, c, dtype=dtype)
+        )
         out[f"model.layers.{i}.self_attn.attn"] = t
     return out
 
@@ -47,8 +57,14 @@ def strided(c: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 class Pair:
     """A server (prefill worker) and a client (decode worker), each on its own IO thread."""
 
-    def __init__(self, src: dict[str, torch.Tensor], dst: dict[str, torch.Tensor], staged: bool = False,
-                 client_secret: bytes | None | str = "same", **cfg: Any) -> None:
+    def __init__(
+        self,
+        src: dict[str, torch.Tensor],
+        dst: dict[str, torch.Tensor],
+        staged: bool = False,
+        client_secret: bytes | str | None = "same",
+        **cfg: Any,
+    ) -> None:
         self.port = next(PORTS)
         self.cfg = PdbenchConfig(port=self.port, **cfg)
         ccfg = self.cfg if client_secret == "same" else dataclasses.replace(self.cfg, secret=client_secret)
@@ -121,8 +137,8 @@ def test_pull_moves_exactly_the_requested_blocks(make_pair: Any, kind: str) -> N
     if kind == "strided":
         src, dst = strided(src), strided(dst)
     p = make_pair(src, dst, staged=kind == "staged")
-    p.register("r1", [5, 9, 10, 11, 20])      # prefill's blocks of the request
-    assert p.pull("r1", 1, [30, 2, 3, 17])     # decode had block 0 cached; its ids differ
+    p.register("r1", [5, 9, 10, 11, 20])  # prefill's blocks of the request
+    assert p.pull("r1", 1, [30, 2, 3, 17])  # decode had block 0 cached; its ids differ
     for name in src:
         assert torch.equal(dst[name][[30, 2, 3, 17]], src[name][[9, 10, 11, 20]])
         untouched = [i for i in range(40) if i not in (30, 2, 3, 17)]
@@ -283,8 +299,9 @@ def test_decode_dying_mid_pull_keeps_blocks_until_the_lease(make_pair: Any) -> N
 
     async def half_pull() -> None:
         await client_handshake(sock, b"", 5)
-        await send_frame(sock, {"op": "pull", "req": "r", "engine": "P", "first": 0, "count": 64,
-                                "layout": p.kp.signature()}, 5)
+        await send_frame(
+            sock, {"op": "pull", "req": "r", "engine": "P", "first": 0, "count": 64, "layout": p.kp.signature()}, 5
+        )
         resp = await recv_frame(sock, 5)
         assert resp["ok"]
         await asyncio.get_running_loop().sock_recv(sock, 4096)
@@ -324,7 +341,8 @@ def test_pull_with_the_job_secret_is_served(make_pair: Any) -> None:
 
 @pytest.mark.parametrize("client_secret", [None, b"wrong-secret-wrong-secret-wrong!"])
 def test_pull_without_the_job_secret_is_refused_and_gets_no_data(
-        make_pair: Any, client_secret: bytes | None, caplog: pytest.LogCaptureFixture) -> None:
+    make_pair: Any, client_secret: bytes | None, caplog: pytest.LogCaptureFixture
+) -> None:
     src, dst = caches(8, True), caches(8, False)
     p = make_pair(src, dst, secret=SECRET, client_secret=client_secret)
     p.register("r", [1, 2])
@@ -360,17 +378,20 @@ def _raw_exchange(port: int, first: dict[str, Any]) -> tuple[dict[str, Any], dic
         return asyncio.run(go())
 
 
-@pytest.mark.parametrize("first", [
-    {"op": "pull", "req": "r", "engine": "P", "first": 0, "count": 2},   # no handshake at all
-    {"op": "auth", "nonce": "00" * 16, "mac": "00" * 32},                # a guessed proof
-    {"op": "auth", "nonce": "00" * 16, "mac": 12345},                    # wrong type
-])
-def test_a_peer_that_skips_or_fakes_the_handshake_is_closed_without_data(
-        make_pair: Any, first: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "first",
+    [
+        {"op": "pull", "req": "r", "engine": "P", "first": 0, "count": 2},  # no handshake at all
+        {"op": "auth", "nonce": "00" * 16, "mac": "00" * 32},  # a guessed proof
+        {"op": "auth", "nonce": "00" * 16, "mac": 12345},  # wrong type
+    ],
+)
+def test_a_peer_that_skips_or_fakes_the_handshake_is_closed_without_data(make_pair: Any, first: dict[str, Any]) -> None:
     p = make_pair(caches(8, True), caches(8, False), secret=SECRET)
     p.register("r", [1, 2])
-    challenge, answer, rest = _raw_exchange(p.port, {**first, "layout": p.kp.signature()}
-                                            if first["op"] == "pull" else first)
+    challenge, answer, rest = _raw_exchange(
+        p.port, {**first, "layout": p.kp.signature()} if first["op"] == "pull" else first
+    )
     assert challenge["op"] == "challenge" and "nonce" in challenge
     assert answer == {"ok": False, "error": "authentication failed"}
     assert rest == b""  # then closed: no KV bytes
@@ -393,15 +414,18 @@ def test_decode_refuses_a_server_that_does_not_know_the_secret(make_pair: Any) -
             await send_frame(conn, {"op": "challenge", "v": 1, "nonce": "ab" * 16}, 5)
             await recv_frame(conn, 5)
             await send_frame(conn, {"ok": True, "mac": "cd" * 32}, 5)  # accepts anyone, proves nothing
+
         asyncio.run(lie())
         conn.close()
 
     threading.Thread(target=squat, daemon=True).start()
     io = IOLoop("test-d")
     try:
+
         async def dial() -> None:
             client = KVClient(PagedKV(caches(8, False), 8, 16), None, PdbenchConfig(secret=SECRET), Completions())
             await client._connect("127.0.0.1", port)
+
         with pytest.raises(AuthError, match="could not prove"):
             io.submit(dial()).result(10)
     finally:
@@ -481,11 +505,14 @@ def test_ensure_job_secret_is_private_idempotent_and_race_safe(tmp_path: Any) ->
     text = path.read_text()
     assert len(text.strip()) == 64 and ensure_job_secret(tmp_path).read_text() == text
     # Nodes racing on a shared run directory all end up with one secret.
-    code = ("import sys; from harness.node.secrets import ensure_job_secret; "
-            "print(ensure_job_secret(sys.argv[1]).read_text().strip())")
+    code = (
+        "import sys; from harness.node.secrets import ensure_job_secret; "
+        "print(ensure_job_secret(sys.argv[1]).read_text().strip())"
+    )
     run = tmp_path / "race"
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(run)], stdout=subprocess.PIPE, text=True)
-             for _ in range(6)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(run)], stdout=subprocess.PIPE, text=True) for _ in range(6)
+    ]
     outs = {proc.communicate(timeout=60)[0].strip() for proc in procs}
     assert all(proc.returncode == 0 for proc in procs)
     assert len(outs) == 1 and outs == {(run / "state" / "kv_secret").read_text().strip()}
@@ -493,7 +520,9 @@ def test_ensure_job_secret_is_private_idempotent_and_race_safe(tmp_path: Any) ->
 
 
 def test_connector_imports_nothing_of_harness() -> None:
-    code = ("import sys, connector.transport, connector.config, connector.auth, connector.protocol; "
-            "bad = [m for m in sys.modules if m == 'harness' or m.startswith('harness.')]; "
-            "assert not bad, bad")
+    code = (
+        "import sys, connector.transport, connector.config, connector.auth, connector.protocol; "
+        "bad = [m for m in sys.modules if m == 'harness' or m.startswith('harness.')]; "
+        "assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -13,18 +13,11 @@ import time
 from typing import Any
 
 import pytest
-
 from conftest import port_base, require_vllm
 
 require_vllm(module_level=True)  # CI sets PDBENCH_REQUIRE_VLLM: a missing vLLM fails, never skips
 
 import torch  # noqa: E402
-from vllm.distributed.kv_transfer.kv_connector.utils import KVOutputAggregator  # noqa: E402
-from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  # noqa: E402
-from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
-from vllm.v1.request import RequestStatus  # noqa: E402
-
-from connector.connector import PdbenchConnector  # noqa: E402
 from test_connector_scheduler import (  # noqa: E402
     BS,
     NUM_BLOCKS,
@@ -34,13 +27,27 @@ from test_connector_scheduler import (  # noqa: E402
     make_scheduler,
     model_dir,  # noqa: F401  (fixture)
 )
+from vllm.distributed.kv_transfer.kv_connector.utils import KVOutputAggregator  # noqa: E402
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  # noqa: E402
+from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
+from vllm.v1.request import RequestStatus  # noqa: E402
+
+from connector.connector import PdbenchConnector  # noqa: E402
 
 HEADS, C, LAYERS = 2, 8, 2
 
 
 class Engine:
-    def __init__(self, model_dir: str, role: str, port: int, tp: int = 1, policy: str = "fail",
-                 monkeypatch: pytest.MonkeyPatch | None = None, **extra: Any) -> None:
+    def __init__(
+        self,
+        model_dir: str,  # noqa: F811 - a str here, not the fixture
+        role: str,
+        port: int,
+        tp: int = 1,
+        policy: str = "fail",
+        monkeypatch: pytest.MonkeyPatch | None = None,
+        **extra: Any,
+    ) -> None:
         extra = {"host": "127.0.0.1", "port": port, "io_timeout_s": 2.0, "register_timeout_s": 2.0, **extra}
         self.s = make_scheduler(model_dir, role, policy, **extra)
         self.s.vllm_config.parallel_config.tensor_parallel_size = tp
@@ -78,14 +85,25 @@ class Engine:
             res = w.get_transfer_results(so.finished_req_ids)
             from vllm.v1.outputs import KVConnectorOutput
 
-            kvo = KVConnectorOutput(finished_sending=res.finished_sending, finished_recving=res.finished_recving,
-                                    failed_recving=res.failed_recving,
-                                    invalid_block_ids=w.get_block_ids_with_load_errors(),
-                                    kv_connector_stats=w.get_kv_connector_stats())
+            kvo = KVConnectorOutput(
+                finished_sending=res.finished_sending,
+                finished_recving=res.finished_recving,
+                failed_recving=res.failed_recving,
+                invalid_block_ids=w.get_block_ids_with_load_errors(),
+                kv_connector_stats=w.get_kv_connector_stats(),
+            )
             ids = list(so.num_scheduled_tokens)
-            outs.append(ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-                                          sampled_token_ids=[[5] for _ in ids], logprobs=None,
-                                          prompt_logprobs_dict={}, pooler_output=None, kv_connector_output=kvo))
+            outs.append(
+                ModelRunnerOutput(
+                    req_ids=ids,
+                    req_id_to_index={r: i for i, r in enumerate(ids)},
+                    sampled_token_ids=[[5] for _ in ids],
+                    logprobs=None,
+                    prompt_logprobs_dict={},
+                    pooler_output=None,
+                    kv_connector_output=kvo,
+                )
+            )
             w.clear_connector_metadata()
         out = self.agg.aggregate(outs)
         assert out is not None
@@ -163,7 +181,7 @@ def test_decode_slots_hold_prefill_kv_and_both_sides_end_empty(engines: Any, tp:
 def test_failed_pull_with_fail_policy_errors_and_frees(engines: Any) -> None:
     p = engines("kv_producer", lease_s=0.5)
     d = engines("kv_consumer")
-    preq, params = prefill_and_params(p, 64)
+    _preq, params = prefill_and_params(p, 64)
     p.run_until(lambda f: not p.s.requests, timeout=10)  # lease expires before decode asks
     dreq = make_request(64, params=params)
     d.s.add_request(dreq)
@@ -192,7 +210,7 @@ def test_failed_pull_with_recompute_policy_recomputes(engines: Any) -> None:
 def test_transfer_stats_reach_the_scheduler(engines: Any) -> None:
     p = engines("kv_producer")
     d = engines("kv_consumer")
-    preq, params = prefill_and_params(p, 40)
+    _preq, params = prefill_and_params(p, 40)
     dreq = make_request(40, params=params, max_tokens=1)
     d.s.add_request(dreq)
     stats: list[Any] = []

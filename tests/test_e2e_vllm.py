@@ -15,9 +15,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import require_vllm
 from test_inferencex_contract import assert_inferencex_contract
+
 from harness.validity.metrics import Scrape, delta
 
 pytestmark = pytest.mark.vllm
@@ -65,18 +65,35 @@ class ProcessWatcher:
 
 
 def _listening(ports: set[int]) -> set[int]:
-    return {c.laddr.port for c in psutil.net_connections("tcp")
-            if c.status == psutil.CONN_LISTEN and c.laddr.port in ports}
+    return {
+        c.laddr.port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN and c.laddr.port in ports
+    }
 
 
 def _launch(results: Path, *overrides: str) -> tuple[subprocess.Popen, ProcessWatcher]:
     assert not _listening(PORTS), f"ports already in use: {_listening(PORTS)}"
-    args = [sys.executable, "-m", "harness", "submit", "--recipe", RECIPE, "--launcher", "local",
-            "--results-dir", str(results)]
+    args = [
+        sys.executable,
+        "-m",
+        "harness",
+        "submit",
+        "--recipe",
+        RECIPE,
+        "--launcher",
+        "local",
+        "--results-dir",
+        str(results),
+    ]
     for o in overrides:
         args += ["--set", o]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, preexec_fn=_default_sigint)
+    proc = subprocess.Popen(
+        args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_default_sigint,
+    )
     return proc, ProcessWatcher(proc.pid)
 
 
@@ -131,8 +148,10 @@ def test_local_1p1d_real_vllm(tmp_path: Path) -> None:
     assert status["state"] == "succeeded"
 
     files = sorted(run_dir.glob("concurrency_*.json"))
-    assert [f.name for f in files] == ["concurrency_1_req_rate_inf_gpus_2_ctx_1_gen_1.json",
-                                       "concurrency_4_req_rate_inf_gpus_2_ctx_1_gen_1.json"]
+    assert [f.name for f in files] == [
+        "concurrency_1_req_rate_inf_gpus_2_ctx_1_gen_1.json",
+        "concurrency_4_req_rate_inf_gpus_2_ctx_1_gen_1.json",
+    ]
     sent_prompt_tokens = 0
     for f in files:
         r = json.loads(f.read_text())
@@ -175,7 +194,9 @@ def test_decode_without_kv_connector_is_invalid(tmp_path: Path) -> None:
     assert meta["valid"] is False
     assert any(r.startswith("kv_transferred: decode loaded 0 of") for r in meta["validity"]["reasons"])
     status = json.loads((run_dir / "status.json").read_text())
-    assert status["state"] == "failed" and status["reason"].startswith("node 0: invalid result point(s): concurrency_2_")
+    assert status["state"] == "failed" and status["reason"].startswith(
+        "node 0: invalid result point(s): concurrency_2_"
+    )
     _assert_nothing_left(watcher)
 
 

@@ -16,9 +16,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import yaml
@@ -32,22 +34,44 @@ from harness.render import RenderContext, render_job
 
 RUNTIMES = ["docker", "podman", "enroot", "apptainer", "none"]
 MODEL = {
-    "hf_id": "org/model", "precision": "fp8", "tokenizer": "org/model", "served_model_name": "served",
-    "max_model_len": 4096, "prefill_flags": {"dtype": "bfloat16"}, "decode_flags": {"dtype": "bfloat16"},
-    "env": {"MODEL_ENV": "1"}, "prefill_env": {"P_ENV": "1"}, "decode_env": {"D_ENV": "1"},
+    "hf_id": "org/model",
+    "precision": "fp8",
+    "tokenizer": "org/model",
+    "served_model_name": "served",
+    "max_model_len": 4096,
+    "prefill_flags": {"dtype": "bfloat16"},
+    "decode_flags": {"dtype": "bfloat16"},
+    "env": {"MODEL_ENV": "1"},
+    "prefill_env": {"P_ENV": "1"},
+    "decode_env": {"D_ENV": "1"},
 }
 RECIPE: dict[str, Any] = {
-    "name": "hostile", "description": "a recipe", "model": "m",
+    "name": "hostile",
+    "description": "a recipe",
+    "model": "m",
     "container": {"runtime": "docker", "image": "img", "mounts": {"/src": "/dst"}},
-    "topology": {"gpus_per_node": 0, "nic_detection": True,
-                 "prefill": {"port": 8100, "cpu_bind": ["0"], "env": {"R_ENV": "1"}, "flags": {"seed": 1}},
-                 "decode": {"port": 8200, "cpu_bind": ["1"], "env": {"R_ENV": "1"}, "flags": {"seed": 1}}},
+    "topology": {
+        "gpus_per_node": 0,
+        "nic_detection": True,
+        "prefill": {"port": 8100, "cpu_bind": ["0"], "env": {"R_ENV": "1"}, "flags": {"seed": 1}},
+        "decode": {"port": 8200, "cpu_bind": ["1"], "env": {"R_ENV": "1"}, "flags": {"seed": 1}},
+    },
     # MoRI-IO: its kv-transfer-config holds a run-time address, so recipe values in it
     # go through the double-quoted JSON word, the harder case.
     "connector": {"name": "moriio", "extra_config": {"k": "v"}},
     "benchmark": {"isl": 8, "osl": 8, "concurrency": [1]},
-    "slurm": {"job_name": "j", "partition": "p", "account": "a", "qos": "q", "time_limit": "00:10:00",
-              "nodelist": "n", "exclude": "x", "reservation": "r", "constraint": "c", "extra_sbatch": ["--mem=0"]},
+    "slurm": {
+        "job_name": "j",
+        "partition": "p",
+        "account": "a",
+        "qos": "q",
+        "time_limit": "00:10:00",
+        "nodelist": "n",
+        "exclude": "x",
+        "reservation": "r",
+        "constraint": "c",
+        "extra_sbatch": ["--mem=0"],
+    },
     "env": {"JOB_ENV": "1"},
 }
 
@@ -61,7 +85,7 @@ def _unwrap(tp: Any) -> list[Any]:
     """The alternatives of a type, without Optional, None and Annotated."""
     if typing.get_origin(tp) is typing.Annotated:
         return _unwrap(typing.get_args(tp)[0])
-    if typing.get_origin(tp) is typing.Union:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
         return [t for a in typing.get_args(tp) if a is not type(None) for t in _unwrap(a)]
     return [tp]
 
@@ -73,7 +97,7 @@ def _takes_str(tp: Any) -> bool:
 def string_slots(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> list[Slot]:
     slots: list[Slot] = []
     for name, field in model.model_fields.items():
-        path = prefix + (name,)
+        path = (*prefix, name)
         for tp in _unwrap(field.annotation):
             origin, args = typing.get_origin(tp), typing.get_args(tp)
             if tp is str:
@@ -93,11 +117,21 @@ SLOTS = string_slots(Recipe) + string_slots(ModelSpec, ("models", "m"))
 
 def test_the_walk_finds_the_fields_under_test() -> None:
     found = {(k, ".".join(p)) for k, p in SLOTS}
-    assert {("str", "description"), ("str", "slurm.job_name"), ("item", "slurm.extra_sbatch"),
-            ("key", "env"), ("value", "env"), ("key", "container.mounts"), ("value", "container.mounts"),
-            ("str", "container.image"), ("value", "topology.decode.flags"), ("item", "topology.prefill.cpu_bind"),
-            ("str", "models.m.hf_id"), ("value", "models.m.decode_env"), ("value", "connector.extra_config"),
-            } <= found
+    assert {
+        ("str", "description"),
+        ("str", "slurm.job_name"),
+        ("item", "slurm.extra_sbatch"),
+        ("key", "env"),
+        ("value", "env"),
+        ("key", "container.mounts"),
+        ("value", "container.mounts"),
+        ("str", "container.image"),
+        ("value", "topology.decode.flags"),
+        ("item", "topology.prefill.cpu_bind"),
+        ("str", "models.m.hf_id"),
+        ("value", "models.m.decode_env"),
+        ("value", "connector.extra_config"),
+    } <= found
     assert len(SLOTS) > 35
 
 
@@ -149,24 +183,41 @@ def _render(root: Path, recipe: dict[str, Any], catalogue: dict[str, Any], ctx: 
 
 # --- property: refused with the key named, or valid bash -----------------------------
 
-PAYLOADS = ["$(touch @M@)", "`touch @M@`", "a b; touch @M@ #", "x\ntouch @M@\n", "' ; touch @M@ ; '",
-            '" ; touch @M@ ; "', "'$(touch @M@)'", '"$(touch @M@)"', "\\'`touch @M@`", "}; touch @M@; {",
-            "${IFS}$(touch @M@)", "'\"'\"'$(touch @M@)"]
+PAYLOADS = [
+    "$(touch @M@)",
+    "`touch @M@`",
+    "a b; touch @M@ #",
+    "x\ntouch @M@\n",
+    "' ; touch @M@ ; '",
+    '" ; touch @M@ ; "',
+    "'$(touch @M@)'",
+    '"$(touch @M@)"',
+    "\\'`touch @M@`",
+    "}; touch @M@; {",
+    "${IFS}$(touch @M@)",
+    "'\"'\"'$(touch @M@)",
+]
 HOSTILE_CHARS = "$`'\"\\;|&<>(){}[]*?!#~=%,:@ \t\n\r\x00\x1b\x7f-_/.aZ09é\u2028"
 hostile = st.one_of(
     st.sampled_from(PAYLOADS).map(lambda p: p.replace("@M@", "/tmp/pdbench-hostile-marker")),
     st.text(alphabet=HOSTILE_CHARS, max_size=24),
     st.text(max_size=12),
 )
-CTX_N = RenderContext(run_dir="/unused", root="/opt/pdbench", python="/opt/pdbench/.venv/bin/python",
-                      git_commit="0123abcd")
+CTX_N = RenderContext(
+    run_dir="/unused", root="/opt/pdbench", python="/opt/pdbench/.venv/bin/python", git_commit="0123abcd"
+)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(slot=st.sampled_from(SLOTS), value=hostile, prefix=st.sampled_from(["", "--comment="]),
-       runtime=st.sampled_from(RUNTIMES))
-def test_hostile_string_is_refused_by_key_or_renders_valid_bash(slot: Slot, value: str, prefix: str,
-                                                                  runtime: str) -> None:
+@given(
+    slot=st.sampled_from(SLOTS),
+    value=hostile,
+    prefix=st.sampled_from(["", "--comment="]),
+    runtime=st.sampled_from(RUNTIMES),
+)
+def test_hostile_string_is_refused_by_key_or_renders_valid_bash(
+    slot: Slot, value: str, prefix: str, runtime: str
+) -> None:
     recipe, catalogue = _base(runtime)
     _put(recipe, catalogue, slot, prefix + value, "H0")
     key = ".".join(slot[1])
@@ -231,7 +282,7 @@ def sbatch_args(script: str) -> list[str]:
         if not line.startswith("#SBATCH"):
             continue
         word, have, quote, escape = "", False, "", False
-        for ch in line[len("#SBATCH"):]:
+        for ch in line[len("#SBATCH") :]:
             if escape:
                 word, escape = word + ch, False
             elif ch == "\\":
@@ -292,25 +343,30 @@ def _check(slot: Slot, value: str, tag: str, runtime: str, procs: bool) -> Check
     if path[-1] == "cpu_bind":
         return lambda seen: any(e.get("VLLM_CPU_OMP_THREADS_BIND") == value for e in vllm_env(seen))
     if key == "connector.extra_config":
+
         def extra(seen: dict[str, Any]) -> bool:
             cfgs = [json.loads(_arg_after(a, "--kv-transfer-config") or "{}") for a in vllm(seen)]
             got = [c["kv_connector_extra_config"] for c in cfgs]
             return all((value in g) if kind == "key" else g.get(tag) == value for g in got)
+
         return extra
     if runtime == "none":
         return None
     if key == "container.image":
-        return {"docker": lambda seen: value in _container_run(seen, "docker"),
-                "podman": lambda seen: value in _container_run(seen, "podman"),
-                "enroot": lambda seen: f"--container-image={value}" in seen["srun"][0][0],
-                "apptainer": lambda seen: value in seen["apptainer"][0][0]}[runtime]
+        return {
+            "docker": lambda seen: value in _container_run(seen, "docker"),
+            "podman": lambda seen: value in _container_run(seen, "podman"),
+            "enroot": lambda seen: f"--container-image={value}" in seen["srun"][0][0],
+            "apptainer": lambda seen: value in seen["apptainer"][0][0],
+        }[runtime]
     if key == "container.mounts":
         entry = f"{value}:/v" if kind == "key" else f"{tag}:{value}"
         if runtime in ("docker", "podman"):
             return lambda seen: entry in _container_run(seen, runtime)
         if runtime == "enroot":
-            return lambda seen: any(a.startswith("--container-mounts=") and entry in a.split(",")
-                                    for a in seen["srun"][0][0])
+            return lambda seen: any(
+                a.startswith("--container-mounts=") and entry in a.split(",") for a in seen["srun"][0][0]
+            )
         return lambda seen: entry in (_arg_after(seen["apptainer"][0][0], "--bind") or "").split(",")
     return None
 
@@ -346,15 +402,29 @@ def _run_sandbox(tmp: Path, runtime: str, payload: str) -> None:
     bin_dir, log = tmp / "bin", tmp / "log"
     _stubs(bin_dir)
     log.mkdir()
-    ctx = RenderContext(run_dir=str(tmp / "run"), root=str(tmp / "root"), python=str(bin_dir / "python"),
-                        git_commit=None)
+    ctx = RenderContext(
+        run_dir=str(tmp / "run"), root=str(tmp / "root"), python=str(bin_dir / "python"), git_commit=None
+    )
     out = _render(tmp / "project", recipe, catalogue, ctx)
-    env = {"PATH": str(bin_dir), "HOME": str(tmp), "STUB_LOG": str(log), "PDBENCH_PYTHON": str(bin_dir / "python"),
-           "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node0", "SLURM_NODEID": "0", "SLURM_PROCID": "0",
-           "PDBENCH_NODE_ADDR": "10.0.0.1", "PDBENCH_NODE_0_ADDR": "10.0.0.1", "PDBENCH_NODE_1_ADDR": "10.0.0.2"}
+    env = {
+        "PATH": str(bin_dir),
+        "HOME": str(tmp),
+        "STUB_LOG": str(log),
+        "PDBENCH_PYTHON": str(bin_dir / "python"),
+        "SLURM_JOB_ID": "7",
+        "SLURM_JOB_NODELIST": "node0",
+        "SLURM_NODEID": "0",
+        "SLURM_PROCID": "0",
+        "PDBENCH_NODE_ADDR": "10.0.0.1",
+        "PDBENCH_NODE_0_ADDR": "10.0.0.1",
+        "PDBENCH_NODE_1_ADDR": "10.0.0.2",
+    }
     runs = [["bash", str(out / "job.slurm")]]
-    runs += [["bash", str(out / "server.sh"), "proc", p["name"]]
-             for p in json.loads((out / "plan.json").read_text())["processes"] if procs]
+    runs += [
+        ["bash", str(out / "server.sh"), "proc", p["name"]]
+        for p in json.loads((out / "plan.json").read_text())["processes"]
+        if procs
+    ]
     for argv in runs:
         r = subprocess.run(argv, env=env, cwd=tmp, capture_output=True, text=True, timeout=30)
         assert r.returncode == 0, (argv, r.stdout, r.stderr)
@@ -395,7 +465,11 @@ def test_non_identifier_env_key_fails_the_cli_with_exit_2(tmp_path: Path) -> Non
     recipe, catalogue = _base("none")
     recipe["env"] = {"A=1; touch M; B": "v"}
     recipe_file, _ = _write(tmp_path, recipe, catalogue)
-    r = subprocess.run([sys.executable, "-m", "harness", "render", str(recipe_file), "--out", str(tmp_path / "out")],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "harness", "render", str(recipe_file), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2, r.stderr
     assert "hostile.yaml: env.A=1; touch M; B.[key]: " in r.stderr and "environment variable name" in r.stderr

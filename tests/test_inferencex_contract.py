@@ -46,7 +46,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
@@ -65,15 +65,58 @@ IX_FIXTURE_RUN = FIXTURES / "inferencex-dsr1-fp8-mi355x-isl_1024_osl_1024"
 # What InferenceX's CI prefixes each copied result with (RESULT_FILENAME of the multinode job).
 CI_PREFIX = "pdbench_fp8_vllm-disagg_prefill-tp8-pp1-dcp1-pcp1-ep1-dpfalse-nw1_disagg-true_spec-none_conc8_runner-0"
 
-BASE_KEYS = ("hw", "conc", "image", "model", "infmax_model_prefix", "framework", "precision", "spec_decoding",
-             "disagg", "recipe_fingerprint", "isl", "osl", "router", "kv_p2p_transfer")
-MULTINODE_KEYS = ("is_multinode", "prefill_tp", "prefill_pp", "prefill_dcp_size", "prefill_pcp_size", "prefill_ep",
-                  "prefill_dp_attention", "prefill_num_workers", "decode_tp", "decode_pp", "decode_dcp_size",
-                  "decode_pcp_size", "decode_ep", "decode_dp_attention", "decode_num_workers", "num_prefill_gpu",
-                  "num_decode_gpu", "tput_per_gpu", "output_tput_per_gpu", "input_tput_per_gpu", "prefill_hw",
-                  "decode_hw")
-SINGLE_NODE_KEYS = ("is_multinode", "tp", "pp", "dcp_size", "pcp_size", "ep", "dp_attention", "tput_per_gpu",
-                    "output_tput_per_gpu", "input_tput_per_gpu")
+BASE_KEYS = (
+    "hw",
+    "conc",
+    "image",
+    "model",
+    "infmax_model_prefix",
+    "framework",
+    "precision",
+    "spec_decoding",
+    "disagg",
+    "recipe_fingerprint",
+    "isl",
+    "osl",
+    "router",
+    "kv_p2p_transfer",
+)
+MULTINODE_KEYS = (
+    "is_multinode",
+    "prefill_tp",
+    "prefill_pp",
+    "prefill_dcp_size",
+    "prefill_pcp_size",
+    "prefill_ep",
+    "prefill_dp_attention",
+    "prefill_num_workers",
+    "decode_tp",
+    "decode_pp",
+    "decode_dcp_size",
+    "decode_pcp_size",
+    "decode_ep",
+    "decode_dp_attention",
+    "decode_num_workers",
+    "num_prefill_gpu",
+    "num_decode_gpu",
+    "tput_per_gpu",
+    "output_tput_per_gpu",
+    "input_tput_per_gpu",
+    "prefill_hw",
+    "decode_hw",
+)
+SINGLE_NODE_KEYS = (
+    "is_multinode",
+    "tp",
+    "pp",
+    "dcp_size",
+    "pcp_size",
+    "ep",
+    "dp_attention",
+    "tput_per_gpu",
+    "output_tput_per_gpu",
+    "input_tput_per_gpu",
+)
 # Keys pdbench collect adds for a point kept on request; InferenceX has no notion of them.
 PDBENCH_ONLY = ("valid", "validity")
 
@@ -89,7 +132,7 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def workflow_split(name: str) -> Optional[tuple[int, int]]:
+def workflow_split(name: str) -> tuple[int, int] | None:
     """(prefill, decode) GPUs as the multinode workflow's sed reads a file name; None: it skips it."""
     last = lambda rx: (re.findall(rx, name) or [""])[-1]  # noqa: E731 - sed's greedy `.*` takes the last
     gpus, ctx, gen = last(r"_gpus_(\d+)"), last(r"_ctx_(\d*)"), last(r"_gen_(\d*)")
@@ -129,11 +172,13 @@ def check_result_file(path: Path, power: bool = True) -> list[str]:
     if split is not None and split[0] <= 0:
         problems.append(f"{path.name}: no prefill GPU in the name; InferenceX's multinode branch refuses it")
     if power:
-        start, end, duration = (data.get(k) for k in ("benchmark_start_time_unix", "benchmark_end_time_unix",
-                                                        "duration"))
+        start, end, duration = (
+            data.get(k) for k in ("benchmark_start_time_unix", "benchmark_end_time_unix", "duration")
+        )
         if not all(_number(v) for v in (start, end, duration)):
-            problems.append(f"power window: benchmark_start/end_time_unix, duration not numbers "
-                            f"({start!r}, {end!r}, {duration!r})")
+            problems.append(
+                f"power window: benchmark_start/end_time_unix, duration not numbers ({start!r}, {end!r}, {duration!r})"
+            )
         elif data.get("completed"):  # a point that completed nothing has no window to account
             window = end - start
             if window <= 0 or abs(duration - window) > max(0.5, window * 0.01):
@@ -144,7 +189,7 @@ def check_result_file(path: Path, power: bool = True) -> list[str]:
     return problems
 
 
-def _env_int(env: dict[str, str], name: str, default: Optional[str] = None) -> int:
+def _env_int(env: dict[str, str], name: str, default: str | None = None) -> int:
     raw = env.get(name, default)
     if raw is None:
         raise ContractError(f"env {name} is required")
@@ -157,8 +202,22 @@ def _env_int(env: dict[str, str], name: str, default: Optional[str] = None) -> i
 def ingest(data: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
     """The agg entry InferenceX's process_result.py makes of `data` under `env` (power keys aside).
     Raises ContractError, naming the env variable or key, where the script would fail."""
-    missing = [v for v in ("RUNNER_TYPE", "FRAMEWORK", "PRECISION", "SPEC_DECODING", "RESULT_FILENAME", "ISL", "OSL",
-                           "DISAGG", "MODEL_PREFIX", "IMAGE") if v not in env]
+    missing = [
+        v
+        for v in (
+            "RUNNER_TYPE",
+            "FRAMEWORK",
+            "PRECISION",
+            "SPEC_DECODING",
+            "RESULT_FILENAME",
+            "ISL",
+            "OSL",
+            "DISAGG",
+            "MODEL_PREFIX",
+            "IMAGE",
+        )
+        if v not in env
+    ]
     if missing:
         raise ContractError(f"env {', '.join(missing)} required")
     disagg = env["DISAGG"].lower() == "true"
@@ -169,16 +228,26 @@ def ingest(data: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
     except (KeyError, TypeError, ValueError) as e:
         raise ContractError(f"result: {type(e).__name__}: {e}") from None
     out: dict[str, Any] = {
-        "hw": env["RUNNER_TYPE"], "conc": conc, "image": env["IMAGE"], "model": model,
-        "infmax_model_prefix": env["MODEL_PREFIX"], "framework": env["FRAMEWORK"], "precision": env["PRECISION"],
-        "spec_decoding": env["SPEC_DECODING"], "disagg": disagg,
+        "hw": env["RUNNER_TYPE"],
+        "conc": conc,
+        "image": env["IMAGE"],
+        "model": model,
+        "infmax_model_prefix": env["MODEL_PREFIX"],
+        "framework": env["FRAMEWORK"],
+        "precision": env["PRECISION"],
+        "spec_decoding": env["SPEC_DECODING"],
+        "disagg": disagg,
         "recipe_fingerprint": env.get("RECIPE_FINGERPRINT", ""),
-        "isl": _env_int(env, "ISL"), "osl": _env_int(env, "OSL"),
+        "isl": _env_int(env, "ISL"),
+        "osl": _env_int(env, "OSL"),
     }
     if env.get("ROUTER_METADATA", "") not in ("", "null"):
         router = json.loads(env["ROUTER_METADATA"])
-        if not (isinstance(router, dict) and set(router) == {"name", "version"}
-                and all(isinstance(v, str) and v for v in router.values())):
+        if not (
+            isinstance(router, dict)
+            and set(router) == {"name", "version"}
+            and all(isinstance(v, str) and v for v in router.values())
+        ):
             raise ContractError(f"env ROUTER_METADATA: exactly non-empty name and version, got {router!r}")
         out["router"] = router
     if env.get("KV_P2P_TRANSFER"):
@@ -187,8 +256,11 @@ def ingest(data: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
         if bool(env.get("PREFILL_HARDWARE")) != bool(env.get("DECODE_HARDWARE")):
             raise ContractError("env PREFILL_HARDWARE and DECODE_HARDWARE: both or neither")
         p, d = _env_int(env, "PREFILL_GPUS"), _env_int(env, "DECODE_GPUS")
-        sizes = {f"{role}_{k}": _env_int(env, f"{role.upper()}_{k.upper()}{'_SIZE' if k == 'pp' else ''}", "1")
-                 for role in ("prefill", "decode") for k in ("pp", "dcp_size", "pcp_size")}
+        sizes = {
+            f"{role}_{k}": _env_int(env, f"{role.upper()}_{k.upper()}{'_SIZE' if k == 'pp' else ''}", "1")
+            for role in ("prefill", "decode")
+            for k in ("pp", "dcp_size", "pcp_size")
+        }
         if min(sizes.values()) <= 0:
             raise ContractError(f"env PP/DCP/PCP sizes must be positive: {sizes}")
         if p + d <= 0 or p <= 0:
@@ -199,18 +271,24 @@ def ingest(data: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
         has_d = d > 0
         out |= {
             "is_multinode": True,
-            "prefill_tp": _env_int(env, "PREFILL_TP"), "prefill_pp": sizes["prefill_pp"],
-            "prefill_dcp_size": sizes["prefill_dcp_size"], "prefill_pcp_size": sizes["prefill_pcp_size"],
-            "prefill_ep": _env_int(env, "PREFILL_EP"), "prefill_dp_attention": dp_attn["prefill"],
+            "prefill_tp": _env_int(env, "PREFILL_TP"),
+            "prefill_pp": sizes["prefill_pp"],
+            "prefill_dcp_size": sizes["prefill_dcp_size"],
+            "prefill_pcp_size": sizes["prefill_pcp_size"],
+            "prefill_ep": _env_int(env, "PREFILL_EP"),
+            "prefill_dp_attention": dp_attn["prefill"],
             "prefill_num_workers": _env_int(env, "PREFILL_NUM_WORKERS"),
             "decode_tp": _env_int(env, "DECODE_TP") if has_d else 0,
             "decode_pp": sizes["decode_pp"] if has_d else 1,
             "decode_dcp_size": sizes["decode_dcp_size"] if has_d else 1,
             "decode_pcp_size": sizes["decode_pcp_size"] if has_d else 1,
             "decode_ep": _env_int(env, "DECODE_EP") if has_d else 0,
-            "decode_dp_attention": dp_attn["decode"], "decode_num_workers": _env_int(env, "DECODE_NUM_WORKERS"),
-            "num_prefill_gpu": p, "num_decode_gpu": d,
-            "tput_per_gpu": total / (p + d), "output_tput_per_gpu": output / (d if has_d else p + d),
+            "decode_dp_attention": dp_attn["decode"],
+            "decode_num_workers": _env_int(env, "DECODE_NUM_WORKERS"),
+            "num_prefill_gpu": p,
+            "num_decode_gpu": d,
+            "tput_per_gpu": total / (p + d),
+            "output_tput_per_gpu": output / (d if has_d else p + d),
             "input_tput_per_gpu": (total - output) / p,
         }
         if env.get("PREFILL_HARDWARE"):
@@ -227,10 +305,18 @@ def ingest(data: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
         gpus = tp * pp * pcp
         if gpus == 0:
             raise ContractError("TP * PP_SIZE * PCP_SIZE is 0")
-        out |= {"is_multinode": False, "tp": tp, "pp": pp, "dcp_size": dcp, "pcp_size": pcp,
-                "ep": _env_int(env, "EP_SIZE"), "dp_attention": env["DP_ATTENTION"],
-                "tput_per_gpu": total / gpus, "output_tput_per_gpu": output / gpus,
-                "input_tput_per_gpu": (total - output) / gpus}
+        out |= {
+            "is_multinode": False,
+            "tp": tp,
+            "pp": pp,
+            "dcp_size": dcp,
+            "pcp_size": pcp,
+            "ep": _env_int(env, "EP_SIZE"),
+            "dp_attention": env["DP_ATTENTION"],
+            "tput_per_gpu": total / gpus,
+            "output_tput_per_gpu": output / gpus,
+            "input_tput_per_gpu": (total - output) / gpus,
+        }
     for key, value in data.items():
         try:
             if key.endswith("ms"):
@@ -250,14 +336,17 @@ def inferencex_env(path: Path, hw: str, multinode: bool = True) -> dict[str, str
     md = data.get("metadata") or {}
     flag = lambda v: "true" if v is True or str(v).lower() == "true" else "false"  # noqa: E731
     env = {
-        "RUNNER_TYPE": hw, "FRAMEWORK": md.get("framework") or "vllm-disagg",
-        "PRECISION": md.get("precision") or "unknown", "SPEC_DECODING": md.get("spec_decoding") or "none",
-        "RESULT_FILENAME": path.name[:-len(".json")],
+        "RUNNER_TYPE": hw,
+        "FRAMEWORK": md.get("framework") or "vllm-disagg",
+        "PRECISION": md.get("precision") or "unknown",
+        "SPEC_DECODING": md.get("spec_decoding") or "none",
+        "RESULT_FILENAME": path.name[: -len(".json")],
         "ISL": str(data.get("random_input_len") or md.get("isl") or 1),
         "OSL": str(data.get("random_output_len") or md.get("osl") or 1),
         "DISAGG": flag(multinode and md.get("disagg", True)),
         "MODEL_PREFIX": md.get("model_prefix") or md.get("model") or data["model_id"],
-        "IMAGE": md.get("image") or "", "RECIPE_FINGERPRINT": md.get("recipe_fingerprint") or "",
+        "IMAGE": md.get("image") or "",
+        "RECIPE_FINGERPRINT": md.get("recipe_fingerprint") or "",
         "KV_P2P_TRANSFER": md.get("connector") or "",
     }
     if md.get("proxy") == "pdbench" and md.get("pdbench_version"):
@@ -265,16 +354,22 @@ def inferencex_env(path: Path, hw: str, multinode: bool = True) -> dict[str, str
     elif md.get("proxy") and md.get("proxy_version"):
         env["ROUTER_METADATA"] = json.dumps({"name": str(md["proxy"]), "version": str(md["proxy_version"])})
     if not multinode:
-        return env | {"TP": str(md.get("gpus") or md.get("tp") or 1), "EP_SIZE": str(md.get("ep") or 1),
-                      "DP_ATTENTION": flag(md.get("dp_attention"))}
+        return env | {
+            "TP": str(md.get("gpus") or md.get("tp") or 1),
+            "EP_SIZE": str(md.get("ep") or 1),
+            "DP_ATTENTION": flag(md.get("dp_attention")),
+        }
     split = workflow_split(path.name)
     assert split is not None, f"{path.name}: no _gpus_ in the name; InferenceX's multinode workflow skips it"
     env |= {"IS_MULTINODE": "true", "PREFILL_GPUS": str(split[0]), "DECODE_GPUS": str(split[1])}
     for role, gpus in (("prefill", split[0]), ("decode", split[1])):
         up = role.upper()
-        env |= {f"{up}_NUM_WORKERS": str(md.get(f"{role}_num_workers", 1 if gpus else 0)),
-                f"{up}_TP": str(md.get(f"{role}_tp", gpus)), f"{up}_EP": str(md.get(f"{role}_ep", 1)),
-                f"{up}_DP_ATTN": flag(md.get(f"{role}_dp_attention"))}
+        env |= {
+            f"{up}_NUM_WORKERS": str(md.get(f"{role}_num_workers", 1 if gpus else 0)),
+            f"{up}_TP": str(md.get(f"{role}_tp", gpus)),
+            f"{up}_EP": str(md.get(f"{role}_ep", 1)),
+            f"{up}_DP_ATTN": flag(md.get(f"{role}_dp_attention")),
+        }
         for k in ("pp", "dcp_size", "pcp_size"):
             if md.get(f"{role}_{k}"):
                 env[f"{up}_{k.upper()}{'_SIZE' if k == 'pp' else ''}"] = str(md[f"{role}_{k}"])
@@ -286,8 +381,9 @@ def run_upstream(script: Path, result: Path, env: dict[str, str], workdir: Path)
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.copy(result, workdir / f"{env['RESULT_FILENAME']}.json")
     keep = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "SYSTEMROOT")}
-    r = subprocess.run([sys.executable, str(script)], cwd=workdir, env=keep | env, capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        [sys.executable, str(script)], cwd=workdir, env=keep | env, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0, f"process_result.py failed on {result.name}:\n{r.stderr[-3000:]}"
     return json.loads((workdir / f"agg_{env['RESULT_FILENAME']}.json").read_text())
 
@@ -316,8 +412,12 @@ def assert_inferencex_contract(run: Path, hw: str = "test-hw", power: bool = Tru
         env["RESULT_FILENAME"] = f"{CI_PREFIX}_{env['RESULT_FILENAME']}"
         agg = ingest(data, env)
         if script:
-            upstream = run_upstream(Path(script), path, env, Path(os.environ.get("TMPDIR", "/tmp"))
-                                    / "pdbench-ix" / path.parent.name / path.stem)
+            upstream = run_upstream(
+                Path(script),
+                path,
+                env,
+                Path(os.environ.get("TMPDIR", "/tmp")) / "pdbench-ix" / path.parent.name / path.stem,
+            )
             assert {k: upstream.get(k) for k in agg} == agg, f"{path.name}: upstream differs from the contract"
         kept = collect([path], hw=hw, include_invalid=True, include_unverified=True).entries
         if kept and multinode:  # collect writes the multinode disaggregated schema only
@@ -325,7 +425,8 @@ def assert_inferencex_contract(run: Path, hw: str = "test-hw", power: bool = Tru
             mine = {k: v for k, v in entry.items() if k not in PDBENCH_ONLY}
             assert list(mine) == list(agg) and mine == agg, (
                 f"{path.name}: collect differs from InferenceX's ingestion: "
-                + str({k: (mine.get(k), agg.get(k)) for k in set(mine) | set(agg) if mine.get(k) != agg.get(k)}))
+                + str({k: (mine.get(k), agg.get(k)) for k in set(mine) | set(agg) if mine.get(k) != agg.get(k)})
+            )
         entries.append(agg)
     return entries
 
@@ -337,7 +438,7 @@ def assert_inferencex_contract(run: Path, hw: str = "test-hw", power: bool = Tru
 def test_pdbench_fixture_runs(run: Path) -> None:
     # Recorded before the power window existed in pdbench's files, hence power=False.
     entries = assert_inferencex_contract(run, power=False)
-    for agg, path in zip(entries, result_files(run)):
+    for agg, path in zip(entries, result_files(run), strict=False):
         data = json.loads(path.read_text())
         split = workflow_split(path.name)
         assert (agg["num_prefill_gpu"], agg["num_decode_gpu"]) == split
@@ -380,8 +481,11 @@ def test_the_checks_catch_what_breaks_inferencex(tmp_path: Path) -> None:
     with pytest.raises(ContractError, match="needs a prefill GPU"):
         ingest(good, env | {"PREFILL_GPUS": "0"})
     with pytest.raises(ContractError, match="DISAGG=true needs IS_MULTINODE"):
-        ingest(good, {k: v for k, v in env.items() if k != "IS_MULTINODE"} | {"TP": "8", "EP_SIZE": "1",
-                                                                              "DP_ATTENTION": "false"})
+        ingest(
+            good,
+            {k: v for k, v in env.items() if k != "IS_MULTINODE"}
+            | {"TP": "8", "EP_SIZE": "1", "DP_ATTENTION": "false"},
+        )
 
 
 def test_workflow_split_reads_names_as_the_sed_does() -> None:
@@ -410,16 +514,29 @@ def _recipe_bench_config(recipe: str, tmp: Path) -> dict[str, Any]:
 
     out = tmp / f"render-{recipe}"
     out.mkdir()
-    render_job(load_recipe(recipe), out, RenderContext(run_dir=str(out), root="/opt/pdbench", python="python",
-                                                       git_commit="0" * 40))
+    render_job(
+        load_recipe(recipe),
+        out,
+        RenderContext(run_dir=str(out), root="/opt/pdbench", python="python", git_commit="0" * 40),
+    )
     return json.loads((out / "bench.json").read_text())
 
 
 def _sweep(model_dir: str, result_dir: Path, base_url: str, **kw: Any) -> list[Path]:
     from harness.bench import BenchConfig, run_sweep_detailed
 
-    fields = dict(base_url=base_url, model="tiny", tokenizer=model_dir, isl=16, osl=4, concurrency=[2],
-                  num_prompts=4, num_warmups=0, result_dir=str(result_dir), health_check_interval_s=0)
+    fields = dict(
+        base_url=base_url,
+        model="tiny",
+        tokenizer=model_dir,
+        isl=16,
+        osl=4,
+        concurrency=[2],
+        num_prompts=4,
+        num_warmups=0,
+        result_dir=str(result_dir),
+        health_check_interval_s=0,
+    )
     outcomes = run_sweep_detailed(BenchConfig(**(fields | kw)))
     assert all(o.path is not None for o in outcomes), [o.error for o in outcomes]
     return [o.path for o in outcomes]
@@ -434,8 +551,9 @@ def test_every_recipe_point_passes(recipe: str, model_dir: str, tmp_path: Path) 
     common = dict(prefill_gpus=bench["prefill_gpus"], decode_gpus=bench["decode_gpus"], metadata=bench["metadata"])
     with FakeServer() as srv:
         a = _sweep(model_dir, tmp_path / "a", srv.base_url, concurrency=[1, 2], **common)
-        b = _sweep(model_dir, tmp_path / "b", srv.base_url, endpoint="chat", goodput={"ttft": 60000, "tpot": 60000},
-                   **common)
+        b = _sweep(
+            model_dir, tmp_path / "b", srv.base_url, endpoint="chat", goodput={"ttft": 60000, "tpot": 60000}, **common
+        )
     for run in (tmp_path / "a", tmp_path / "b"):
         entries = assert_inferencex_contract(run)
         assert all(e["num_prefill_gpu"] == bench["prefill_gpus"] for e in entries)
@@ -454,8 +572,15 @@ def test_degenerate_points_pass(model_dir: str, tmp_path: Path) -> None:
     with FakeServer(policy=lambda n, b: "500") as srv:
         (failed,) = _sweep(model_dir, tmp_path / "f", srv.base_url, prefill_gpus=1, decode_gpus=2)
     with FakeServer() as srv:
-        (one,) = _sweep(model_dir, tmp_path / "o", srv.base_url, osl=1, prefill_gpus=1, decode_gpus=1,
-                        scrape=["decode-0=decode@" + srv.base_url])  # no /metrics there: unverified
+        (one,) = _sweep(
+            model_dir,
+            tmp_path / "o",
+            srv.base_url,
+            osl=1,
+            prefill_gpus=1,
+            decode_gpus=1,
+            scrape=["decode-0=decode@" + srv.base_url],
+        )  # no /metrics there: unverified
     for path in (failed, one):
         (agg,) = assert_inferencex_contract(path)
         data = json.loads(path.read_text())

@@ -54,8 +54,9 @@ class Engine:
         await web.SockSite(self._runner, self._sock).start()
 
     def post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
-        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(req, timeout=10) as r:
                 return r.status, r.read()
@@ -71,7 +72,9 @@ class Engine:
         for line in self.get("/metrics")[1].decode().splitlines():
             if line and not line.startswith("#"):
                 key, value = line.rsplit(" ", 1)
-                out[key.split("{")[0] + ("" if "finished_reason" not in key else "/" + key.split('"')[-2])] = float(value)
+                out[key.split("{")[0] + ("" if "finished_reason" not in key else "/" + key.split('"')[-2])] = float(
+                    value
+                )
         return out
 
 
@@ -79,7 +82,7 @@ def _events(raw: bytes) -> list[Any]:
     out = []
     for block in raw.decode().split("\n\n"):
         if block.startswith("data: "):
-            data = block[len("data: "):]
+            data = block[len("data: ") :]
             out.append(data if data == "[DONE]" else json.loads(data))
     return out
 
@@ -107,14 +110,25 @@ def test_endpoints_streaming_and_not():
         assert eng.get("/health")[0] == 200
         assert json.loads(eng.get("/v1/models")[1])["data"][0]["id"] == "m"
 
-        status, raw = eng.post("/v1/completions", {"model": "m", "prompt": "a b c", "max_tokens": 4, "stream": True,
-                                                   "stream_options": {"include_usage": True}})
+        status, raw = eng.post(
+            "/v1/completions",
+            {
+                "model": "m",
+                "prompt": "a b c",
+                "max_tokens": 4,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            },
+        )
         ev = _events(raw)
         assert status == 200 and ev[-1] == "[DONE]"
         tokens = [e for e in ev[:-1] if e["choices"]]
         assert len(tokens) == 4 and [t["choices"][0]["finish_reason"] for t in tokens] == [None] * 3 + ["length"]
-        assert ev[-2]["choices"] == [] and ev[-2]["usage"] == {"prompt_tokens": 3, "total_tokens": 7,
-                                                               "completion_tokens": 4}
+        assert ev[-2]["choices"] == [] and ev[-2]["usage"] == {
+            "prompt_tokens": 3,
+            "total_tokens": 7,
+            "completion_tokens": 4,
+        }
         text = "".join(t["choices"][0]["text"] for t in tokens)
         assert len(text.split()) == 4  # one word per token
 
@@ -122,9 +136,17 @@ def test_endpoints_streaming_and_not():
         ev = _events(raw)
         assert len(ev) == 3 and all("usage" not in e for e in ev[:-1])  # no usage chunk unless asked
 
-        ev = _events(eng.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi there"}],
-                                                       "max_completion_tokens": 2, "stream": True,
-                                                       "stream_options": {"include_usage": True}})[1])
+        ev = _events(
+            eng.post(
+                "/v1/chat/completions",
+                {
+                    "messages": [{"role": "user", "content": "hi there"}],
+                    "max_completion_tokens": 2,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                },
+            )[1]
+        )
         assert ev[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
         assert [e["choices"][0]["delta"]["content"] for e in ev[1:3]] == [" the", " quick"]
         assert ev[3]["usage"]["prompt_tokens"] == 2 and ev[0]["object"] == "chat.completion.chunk"
@@ -133,9 +155,24 @@ def test_endpoints_streaming_and_not():
         assert body["usage"] == {"prompt_tokens": 5, "total_tokens": 8, "completion_tokens": 3}
         assert body["choices"][0]["text"] == " the quick brown" and body["kv_transfer_params"] is None
         chat = json.loads(eng.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "a b"}]})[1])
-        assert chat["choices"][0]["message"]["content"].split() == ["the", "quick", "brown", "fox", "jumps", "over",
-                                                                    "a", "lazy", "dog", "again", "the", "quick",
-                                                                    "brown", "fox", "jumps", "over"]  # default 16
+        assert chat["choices"][0]["message"]["content"].split() == [
+            "the",
+            "quick",
+            "brown",
+            "fox",
+            "jumps",
+            "over",
+            "a",
+            "lazy",
+            "dog",
+            "again",
+            "the",
+            "quick",
+            "brown",
+            "fox",
+            "jumps",
+            "over",
+        ]  # default 16
 
         m = eng.metrics()
         assert m["vllm:prompt_tokens_total"] == 3 + 1 + 2 + 5 + 2
@@ -177,16 +214,25 @@ def test_tokenizer_counts(tmp_path):
         assert chat["usage"]["prompt_tokens"] == len(ids["input_ids"] if isinstance(ids, dict) else ids)
 
 
-PREFILL_LEG = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
-               "remote_block_ids": None, "remote_host": None, "remote_port": None}
+PREFILL_LEG = {
+    "do_remote_decode": True,
+    "do_remote_prefill": False,
+    "remote_engine_id": None,
+    "remote_block_ids": None,
+    "remote_host": None,
+    "remote_port": None,
+}
 PROMPT = " ".join(f"w{i}" for i in range(40))  # 40 tokens: 3 blocks of 16
 
 
 def test_prefill_and_decode_roles():
-    with Engine(role="prefill", engine_id="eng-p", kv_host="10.0.0.7", kv_port=5601) as p, \
-            Engine(role="decode", itl_ms=1) as d:
-        status, raw = p.post("/v1/completions", {"prompt": PROMPT, "max_tokens": 1, "stream": False,
-                                                 "kv_transfer_params": PREFILL_LEG})
+    with (
+        Engine(role="prefill", engine_id="eng-p", kv_host="10.0.0.7", kv_port=5601) as p,
+        Engine(role="decode", itl_ms=1) as d,
+    ):
+        status, raw = p.post(
+            "/v1/completions", {"prompt": PROMPT, "max_tokens": 1, "stream": False, "kv_transfer_params": PREFILL_LEG}
+        )
         body = json.loads(raw)
         kv = body["kv_transfer_params"]
         assert status == 200 and body["usage"]["completion_tokens"] == 1
@@ -194,18 +240,22 @@ def test_prefill_and_decode_roles():
         assert (kv["remote_engine_id"], kv["remote_host"], kv["remote_port"]) == ("eng-p", "10.0.0.7", 5601)
         assert kv["remote_block_ids"] == [[0, 1, 2]] and kv["remote_num_tokens"] == 40
         assert kv["remote_request_id"] == body["id"]
-        again = json.loads(p.post("/v1/completions", {"prompt": "a b", "max_tokens": 1,
-                                                      "kv_transfer_params": PREFILL_LEG})[1])
+        again = json.loads(
+            p.post("/v1/completions", {"prompt": "a b", "max_tokens": 1, "kv_transfer_params": PREFILL_LEG})[1]
+        )
         assert again["kv_transfer_params"]["remote_block_ids"] == [[3]]  # blocks are not reused
 
         # The decode leg carries the prefill's params: its prompt counts as external hits.
-        status, raw = d.post("/v1/completions", {"prompt": PROMPT, "max_tokens": 3, "stream": True,
-                                                 "kv_transfer_params": kv})
+        status, raw = d.post(
+            "/v1/completions", {"prompt": PROMPT, "max_tokens": 3, "stream": True, "kv_transfer_params": kv}
+        )
         assert status == 200 and _events(raw)[-1] == "[DONE]"
         m = d.metrics()
         assert m["vllm:external_prefix_cache_hits_total"] == 40 and m["vllm:prompt_tokens_total"] == 40
         # Without the remote fields, vLLM recomputes: no hits.
-        d.post("/v1/completions", {"prompt": PROMPT, "max_tokens": 1, "kv_transfer_params": {"do_remote_prefill": True}})
+        d.post(
+            "/v1/completions", {"prompt": PROMPT, "max_tokens": 1, "kv_transfer_params": {"do_remote_prefill": True}}
+        )
         assert d.metrics()["vllm:external_prefix_cache_hits_total"] == 40
         assert p.metrics()["vllm:external_prefix_cache_hits_total"] == 0
 
@@ -219,11 +269,21 @@ def test_prefill_and_decode_roles():
 
 def test_role_both_serves_both_legs():
     with Engine() as eng:
-        kv = json.loads(eng.post("/v1/chat/completions", {"messages": [{"role": "user", "content": PROMPT}],
-                                                          "max_tokens": 1, "kv_transfer_params": PREFILL_LEG})[1])
+        kv = json.loads(
+            eng.post(
+                "/v1/chat/completions",
+                {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 1, "kv_transfer_params": PREFILL_LEG},
+            )[1]
+        )
         assert kv["kv_transfer_params"]["do_remote_prefill"] is True
-        status, _ = eng.post("/v1/chat/completions", {"messages": [{"role": "user", "content": PROMPT}],
-                                                      "max_tokens": 2, "kv_transfer_params": kv["kv_transfer_params"]})
+        status, _ = eng.post(
+            "/v1/chat/completions",
+            {
+                "messages": [{"role": "user", "content": PROMPT}],
+                "max_tokens": 2,
+                "kv_transfer_params": kv["kv_transfer_params"],
+            },
+        )
         assert status == 200 and eng.metrics()["vllm:external_prefix_cache_hits_total"] == 40
 
 
@@ -249,8 +309,13 @@ def test_latencies_are_injected():
     assert 0.055 <= times[0] <= 0.2
     assert 0.9 * 75e-3 <= times[-1] - times[0] <= 0.25  # 5 gaps of 15 ms
     with Engine(ttft_ms=200, itl_ms=1, role="decode") as eng:  # a decode leg skips the prefill (TTFT)
-        kv = {"do_remote_prefill": True, "remote_engine_id": "e", "remote_block_ids": [[0]],
-              "remote_host": "h", "remote_port": 1}
+        kv = {
+            "do_remote_prefill": True,
+            "remote_engine_id": "e",
+            "remote_block_ids": [[0]],
+            "remote_host": "h",
+            "remote_port": 1,
+        }
         times = _stream_times(eng.url, {"prompt": "x", "max_tokens": 2, "stream": True, "kv_transfer_params": kv})
     assert times[0] < 0.15
 
@@ -259,9 +324,18 @@ def test_pdbench_bench_against_the_mock_engine(tmp_path):
     model = str(tiny_model.build(tmp_path / "m"))
     with Engine(model="tiny", ttft_ms=5, itl_ms=2) as eng:
         for endpoint in ("completions", "chat"):
-            cfg = BenchConfig(base_url=eng.url, endpoint=endpoint, model="tiny", tokenizer=model, isl=32, osl=8,
-                              concurrency=[4], num_prompts=12, result_dir=str(tmp_path / endpoint),
-                              gpus=1)  # one aggregated engine
+            cfg = BenchConfig(
+                base_url=eng.url,
+                endpoint=endpoint,
+                model="tiny",
+                tokenizer=model,
+                isl=32,
+                osl=8,
+                concurrency=[4],
+                num_prompts=12,
+                result_dir=str(tmp_path / endpoint),
+                gpus=1,
+            )  # one aggregated engine
             (out,) = run_sweep_detailed(cfg)
             r = json.loads(out.path.read_text())
             assert out.ok and r["output_lens"] == [8] * 12 and all(len(i) == 7 for i in r["itls"])
@@ -272,7 +346,10 @@ def test_cli_rejects_bad_options():
     app = typer.Typer()
     app.command()(mock_engine_command)
     runner = CliRunner()
-    for args, needle in [(["--ttft-ms", "normal:1"], "ttft_ms"), (["--role", "router"], "role"),
-                         (["--port", "70000"], "port")]:
+    for args, needle in [
+        (["--ttft-ms", "normal:1"], "ttft_ms"),
+        (["--role", "router"], "role"),
+        (["--port", "70000"], "port"),
+    ]:
         res = runner.invoke(app, args)
         assert res.exit_code == 2 and needle in res.output, res.output

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 import pytest
 import typer
@@ -32,7 +32,7 @@ def v4_gid(ip: str) -> str:
     return f"0000:0000:0000:0000:0000:ffff:{a:02x}{b:02x}:{c:02x}{d:02x}"
 
 
-def roce_gids(ip: Optional[str], ndev: str) -> dict[int, tuple[str, str, str]]:
+def roce_gids(ip: str | None, ndev: str) -> dict[int, tuple[str, str, str]]:
     """The table mlx5 shows for a RoCE port: v1/v2 link-local, then v1/v2 IPv4, then empty slots."""
     gids = {0: (LINK_LOCAL, "IB/RoCE v1", ndev), 1: (LINK_LOCAL, "RoCE v2", ndev)}
     if ip:
@@ -63,7 +63,7 @@ def add_device(sysfs: Path, name: str, ports: dict[int, dict], netdevs: Sequence
         (dev / "device" / "net" / nd).mkdir(parents=True)
 
 
-def roce_port(ip: Optional[str], ndev: str, state: str = "4: ACTIVE") -> dict:
+def roce_port(ip: str | None, ndev: str, state: str = "4: ACTIVE") -> dict:
     return {"state": state, "link_layer": "Ethernet", "gids": roce_gids(ip, ndev)}
 
 
@@ -160,14 +160,18 @@ def test_natural_device_order(sysfs: Path, env: dict[str, str]) -> None:
 
 def test_ionic_roce_v2_netdev_from_device_dir(sysfs: Path, env: dict[str, str]) -> None:
     # AMD ionic: IPv4 GID at index 1, no gid_attrs/ndevs entries.
-    add_device(sysfs, "ionic_0", {1: {"gids": {
-        0: (LINK_LOCAL, "RoCE v2", ""), 1: (v4_gid("172.16.3.7"), "RoCE v2", "")}}},
-        netdevs=["enp9s0"])
+    add_device(
+        sysfs,
+        "ionic_0",
+        {1: {"gids": {0: (LINK_LOCAL, "RoCE v2", ""), 1: (v4_gid("172.16.3.7"), "RoCE v2", "")}}},
+        netdevs=["enp9s0"],
+    )
     result = detect(sysfs, env, runner=no_runner)
     assert result.env["UCX_NET_DEVICES"] == "ionic_0:1"
     assert result.env["UCX_IB_GID_INDEX"] == result.env["NCCL_IB_GID_INDEX"] == "1"
     assert result.env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "172.16.3.7"
     from harness.node.nic import read_device
+
     dev = read_device(sysfs, "ionic_0")
     assert dev.vendor == "amd"
     assert dev.ports[0].netdev == "enp9s0"
@@ -317,15 +321,22 @@ def test_nicctl_qos(sysfs: Path, env: dict[str, str]) -> None:
     assert calls == [([str(Path(env["PATH"]) / "nicctl"), "show", "qos"], 5.0)]
     # Priority 3 is the no-drop one; DSCP 26 << 2 = 104.
     assert {k: result.env[k] for k in ("UCX_IB_TRAFFIC_CLASS", "UCX_IB_SL", "NCCL_IB_TC", "NCCL_IB_SL")} == {
-        "UCX_IB_TRAFFIC_CLASS": "104", "UCX_IB_SL": "3", "NCCL_IB_TC": "104", "NCCL_IB_SL": "3"}
+        "UCX_IB_TRAFFIC_CLASS": "104",
+        "UCX_IB_SL": "3",
+        "NCCL_IB_TC": "104",
+        "NCCL_IB_SL": "3",
+    }
     assert list(result.env)[-1] == "VLLM_NIXL_SIDE_CHANNEL_HOST"
 
 
-@pytest.mark.parametrize("exc", [
-    subprocess.TimeoutExpired(["nicctl"], 5.0),
-    subprocess.CalledProcessError(1, ["nicctl"]),
-    PermissionError("denied"),
-])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        subprocess.TimeoutExpired(["nicctl"], 5.0),
+        subprocess.CalledProcessError(1, ["nicctl"]),
+        PermissionError("denied"),
+    ],
+)
 def test_nicctl_failure_is_a_notice(sysfs: Path, env: dict[str, str], exc: Exception) -> None:
     add_device(sysfs, "ionic_0", {1: roce_port("10.0.0.1", "eth0")})
     fake_nicctl(env)
@@ -396,8 +407,13 @@ def bash_eval(script: str, tmp_path: Path, var: str) -> str:
     f.write_text(script)
     bash = BASH
     # The CLI tests empty PATH (no host nicctl); bash still needs cat.
-    out = subprocess.run([bash, "-c", f'eval "$(cat {f})"; echo "${var}"'],
-                         capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"})
+    out = subprocess.run(
+        [bash, "-c", f'eval "$(cat {f})"; echo "${var}"'],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     return out.stdout.rstrip("\n")
 
 
@@ -445,8 +461,9 @@ def test_cli_export_evals_in_bash(cli: typer.Typer, sysfs: Path, tmp_path: Path)
 def test_cli_json(cli: typer.Typer, sysfs: Path, tmp_path: Path) -> None:
     route = tmp_path / "route"
     route.write_text(ROUTE)
-    result = CliRunner().invoke(cli, ["--sysfs", str(sysfs), "--json", "--fallback-addr", "10.0.0.42",
-                                      "--route-file", str(route)])
+    result = CliRunner().invoke(
+        cli, ["--sysfs", str(sysfs), "--json", "--fallback-addr", "10.0.0.42", "--route-file", str(route)]
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["transport"] == "tcp"

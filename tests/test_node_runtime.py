@@ -22,12 +22,12 @@ from pathlib import Path
 
 import psutil
 import pytest
+from node_fakes import RESULT_NAME
 
 from benchmarks.common import free_ports
 from harness.launch.local import _sweep_leftovers, node_env, run_local
 from harness.node.coordination import Aborted, Coordination, Failure
 from harness.node.supervisor import Supervisor
-from node_fakes import RESULT_NAME
 
 FAKES = Path(__file__).with_name("node_fakes.py")
 pytestmark = pytest.mark.timeout(60)
@@ -38,61 +38,123 @@ FAST = {"rendezvous_s": 10, "health_s": 10, "smoke_s": 5, "bench_s": 10, "teardo
 class Job:
     """A hand-made run directory: prefill-0 and the proxy on node 0, decode-0 on the last node."""
 
-    def __init__(self, run_dir: Path, num_nodes: int = 2, timeouts: dict | None = None,
-                 flags: dict[str, list[str]] | None = None, cpu_bind: str | None = None):
+    def __init__(
+        self,
+        run_dir: Path,
+        num_nodes: int = 2,
+        timeouts: dict | None = None,
+        flags: dict[str, list[str]] | None = None,
+        cpu_bind: str | None = None,
+    ):
         self.run_dir = run_dir
         self.num_nodes = num_nodes
         self.timeouts = dict(FAST, **(timeouts or {}))
-        self.ports = dict(zip(("prefill-0", "decode-0", "proxy"), free_ports(3)))
+        self.ports = dict(zip(("prefill-0", "decode-0", "proxy"), free_ports(3), strict=False))
         flags = flags or {}
         run_dir.mkdir(parents=True)
         last = num_nodes - 1
-        workers = [self._worker("prefill", 0, self.ports["prefill-0"], cpu_bind),
-                   self._worker("decode", last, self.ports["decode-0"], None)]
-        processes = [
-            {"name": "prefill-0", "node": 0, "kind": "server", "worker": "prefill-0",
-             "port": self.ports["prefill-0"], "cpu_bind": cpu_bind},
-            {"name": "decode-0", "node": last, "kind": "server", "worker": "decode-0",
-             "port": self.ports["decode-0"], "cpu_bind": None},
-            {"name": "proxy", "node": 0, "kind": "proxy", "worker": None,
-             "port": self.ports["proxy"], "cpu_bind": None},
+        workers = [
+            self._worker("prefill", 0, self.ports["prefill-0"], cpu_bind),
+            self._worker("decode", last, self.ports["decode-0"], None),
         ]
-        self.plan = {"num_nodes": num_nodes, "proxy_node": 0, "proxy_port": self.ports["proxy"],
-                     "workers": workers, "processes": processes, "recipe": "fake-1p1d",
-                     "fingerprint": "0" * 16, "served_model_name": "fake-model",
-                     "timeouts": self.timeouts}
+        processes = [
+            {
+                "name": "prefill-0",
+                "node": 0,
+                "kind": "server",
+                "worker": "prefill-0",
+                "port": self.ports["prefill-0"],
+                "cpu_bind": cpu_bind,
+            },
+            {
+                "name": "decode-0",
+                "node": last,
+                "kind": "server",
+                "worker": "decode-0",
+                "port": self.ports["decode-0"],
+                "cpu_bind": None,
+            },
+            {
+                "name": "proxy",
+                "node": 0,
+                "kind": "proxy",
+                "worker": None,
+                "port": self.ports["proxy"],
+                "cpu_bind": None,
+            },
+        ]
+        self.plan = {
+            "num_nodes": num_nodes,
+            "proxy_node": 0,
+            "proxy_port": self.ports["proxy"],
+            "workers": workers,
+            "processes": processes,
+            "recipe": "fake-1p1d",
+            "fingerprint": "0" * 16,
+            "served_model_name": "fake-model",
+            "timeouts": self.timeouts,
+        }
         (run_dir / "plan.json").write_text(json.dumps(self.plan, indent=2) + "\n")
 
         def fake(*words: str) -> str:
             return 'exec "$PDBENCH_PYTHON" ' + shlex.join([str(FAKES), *words])
 
-        funcs = {name: fake("server", "--name", name, "--port", str(port), *flags.get(name, []))
-                 for name, port in self.ports.items()}
+        funcs = {
+            name: fake("server", "--name", name, "--port", str(port), *flags.get(name, []))
+            for name, port in self.ports.items()
+        }
         funcs["bench"] = fake("bench", "--proxy-port", str(self.ports["proxy"]), *flags.get("bench", []))
-        lines = ["#!/usr/bin/env bash", "set -euo pipefail",
-                 'RUN_DIR="${RUN_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}"', "export RUN_DIR",
-                 'PDBENCH_PYTHON="${PDBENCH_PYTHON:-python3}"', "export PDBENCH_PYTHON", ""]
+        lines = [
+            "#!/usr/bin/env bash",
+            "set -euo pipefail",
+            'RUN_DIR="${RUN_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}"',
+            "export RUN_DIR",
+            'PDBENCH_PYTHON="${PDBENCH_PYTHON:-python3}"',
+            "export PDBENCH_PYTHON",
+            "",
+        ]
         for name, body in funcs.items():
             lines += [f"proc_{name.replace('-', '_')}() {{", f"  {body}", "}", ""]
-        lines += ['case "${1:-node}" in',
-                  '  node) exec "$PDBENCH_PYTHON" -m harness node --run-dir "$RUN_DIR" ;;',
-                  "  proc)", '    case "${2:-}" in']
+        lines += [
+            'case "${1:-node}" in',
+            '  node) exec "$PDBENCH_PYTHON" -m harness node --run-dir "$RUN_DIR" ;;',
+            "  proc)",
+            '    case "${2:-}" in',
+        ]
         lines += [f"      {name}) proc_{name.replace('-', '_')} ;;" for name in funcs]
-        lines += ["      *) echo \"server.sh: unknown process '${2:-}'\" >&2; exit 2 ;;", "    esac", "    ;;",
-                  '  *) echo "usage: server.sh [node | proc NAME]" >&2; exit 2 ;;', "esac", ""]
+        lines += [
+            "      *) echo \"server.sh: unknown process '${2:-}'\" >&2; exit 2 ;;",
+            "    esac",
+            "    ;;",
+            '  *) echo "usage: server.sh [node | proc NAME]" >&2; exit 2 ;;',
+            "esac",
+            "",
+        ]
         (run_dir / "server.sh").write_text("\n".join(lines))
         (run_dir / "server.sh").chmod(0o755)
 
     @staticmethod
     def _worker(role: str, node: int, port: int, cpu_bind: str | None) -> dict:
-        return {"role": role, "index": 0, "nodes": [node], "local_index": 0, "port": port,
-                "side_channel_port": 5600, "devices": 1, "visible_devices": None,
-                "cpu_bind": cpu_bind, "span": "single", "name": f"{role}-0", "node": node}
+        return {
+            "role": role,
+            "index": 0,
+            "nodes": [node],
+            "local_index": 0,
+            "port": port,
+            "side_channel_port": 5600,
+            "devices": 1,
+            "visible_devices": None,
+            "cpu_bind": cpu_bind,
+            "span": "single",
+            "name": f"{role}-0",
+            "node": node,
+        }
 
     def run(self, timeout_s: float | None = None) -> tuple[int, float]:
         t0 = time.monotonic()
-        rc = run_local(self.run_dir, self.num_nodes, timeout_s or self.timeouts["job_s"],
-                       self.timeouts["teardown_s"], echo=None)
+        rc = run_local(
+            self.run_dir, self.num_nodes, timeout_s or self.timeouts["job_s"], self.timeouts["teardown_s"], echo=None
+        )
         return rc, time.monotonic() - t0
 
     def status(self) -> dict:
@@ -254,12 +316,17 @@ def test_server_exits_during_startup(make_job) -> None:
     status = job.status()
     assert status["state"] == "failed" and status["exit_code"] != 0
     # node 1 saw decode-0 die and aborted the job; node 0 stopped on that abort
-    assert status["reason"].startswith("decode-0 (decode) on node 1 exited with code 3; last lines of "
-                                       "logs/decode-0.log:\n")
+    assert status["reason"].startswith(
+        "decode-0 (decode) on node 1 exited with code 3; last lines of logs/decode-0.log:\n"
+    )
     assert "fake start-up failure, exiting with 3" in status["reason"]  # the log tail
     failure = status["failure"]
     assert (failure["node"], failure["process"], failure["role"], failure["cause"]) == (
-        1, "decode-0", "decode", "exited with code 3")
+        1,
+        "decode-0",
+        "decode",
+        "exited with code 3",
+    )
     abort = json.loads((job.run_dir / "state" / "abort").read_text())
     assert abort["node"] == 1 and "decode-0" in abort["reason"]
     assert "stopping: decode-0 (decode) on node 1 exited with code 3" in job.log("node0")
@@ -277,8 +344,9 @@ def test_server_never_healthy(make_job, stuck: str) -> None:
     assert status["state"] == "failed"
     node = 1 if stuck == "decode-0" else 0
     role = "decode" if stuck == "decode-0" else "proxy"
-    assert status["reason"].startswith(f"{stuck} ({role}) on node {node} was not healthy within 2 s; "
-                                       f"last lines of logs/{stuck}.log:"), status
+    assert status["reason"].startswith(
+        f"{stuck} ({role}) on node {node} was not healthy within 2 s; last lines of logs/{stuck}.log:"
+    ), status
     others = {"decode-0", "proxy", "prefill-0"} - {stuck}
     assert not any(o in status["reason"] for o in others)
     assert status["results"] == []
@@ -316,8 +384,7 @@ def test_teardown_escalates_and_reaches_escaped_grandchildren(make_job) -> None:
     # decode-0 (node 1) ignores SIGTERM; prefill-0 (node 0) forks a grandchild into its own
     # session that ignores SIGTERM as well: only SIGKILL through the psutil tree reaches it.
     teardown = 2
-    job = make_job(timeouts={"teardown_s": teardown},
-                   flags={"decode-0": ["--ignore-term"], "prefill-0": ["--escapee"]})
+    job = make_job(timeouts={"teardown_s": teardown}, flags={"decode-0": ["--ignore-term"], "prefill-0": ["--escapee"]})
     rc, took = job.run()
     assert rc == 0, job.logs()
     assert took < 25
@@ -362,22 +429,38 @@ def test_sweep_kills_the_group_of_a_dead_leader(make_job) -> None:
     # killed) leaves its forked worker behind in its process group.
     job = make_job(num_nodes=1)
     env = dict(os.environ, RUN_DIR=str(job.run_dir))
-    leader = subprocess.Popen([sys.executable, str(FAKES), "server", "--name", "decode-0", "--port",
-                               str(job.ports["decode-0"]), "--exit-after", "0.3"],
-                              env=env, stdout=subprocess.DEVNULL, start_new_session=True)
+    leader = subprocess.Popen(
+        [
+            sys.executable,
+            str(FAKES),
+            "server",
+            "--name",
+            "decode-0",
+            "--port",
+            str(job.ports["decode-0"]),
+            "--exit-after",
+            "0.3",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     _wait_for(lambda: len(job.fake_procs()) == 2, 10, "the server and its worker")
     assert leader.wait(10) == 3
     me = next(f for f in job.fake_procs() if f["name"] == "decode-0")
     (job.run_dir / "state").mkdir()
-    (job.run_dir / "state" / "procs-node0.json").write_text(json.dumps(
-        [{"name": "decode-0", "pid": me["pid"], "create_time": me["create_time"]}]))
+    (job.run_dir / "state" / "procs-node0.json").write_text(
+        json.dumps([{"name": "decode-0", "pid": me["pid"], "create_time": me["create_time"]}])
+    )
     _sweep_leftovers(job.run_dir)
     job.assert_nothing_left(wait=1)
 
 
 def test_supervisor_reports_sigkill_exit_code(tmp_path: Path) -> None:
     sup = Supervisor(tmp_path / "logs")
-    ignore = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
+    ignore = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
+    )
     m = sup.start("stubborn", [sys.executable, "-c", ignore], os.environ)
     try:
         _wait_for(lambda: "up" in m.log_path.read_text(), 10, "the process to start")
@@ -396,8 +479,18 @@ def test_supervisor_kills_escapee_of_a_crashed_server(tmp_path: Path, monkeypatc
     monkeypatch.setenv("RUN_DIR", str(tmp_path))  # where the fakes record their PIDs
     sup = Supervisor(tmp_path / "logs", adopt_orphans=True)  # as the node runtime runs it
     port = free_ports(1)[0]
-    argv = [sys.executable, str(FAKES), "server", "--name", "crashy", "--port", str(port),
-            "--escapee", "--exit-after", "0.5"]
+    argv = [
+        sys.executable,
+        str(FAKES),
+        "server",
+        "--name",
+        "crashy",
+        "--port",
+        str(port),
+        "--escapee",
+        "--exit-after",
+        "0.5",
+    ]
     m = sup.start("crashy", argv, os.environ)
     escapees: list[dict] = []
     try:
@@ -415,7 +508,7 @@ def test_supervisor_kills_escapee_of_a_crashed_server(tmp_path: Path, monkeypatc
 
 def test_smoke_request_failure(make_job) -> None:
     job = make_job(num_nodes=1, flags={"proxy": ["--completion-status", "500"]})
-    rc, took = job.run()
+    rc, _took = job.run()
     assert rc == 1, job.logs()
     job.assert_nothing_left()  # this part holds: the finally block still tears down
     status = job.status()
@@ -425,8 +518,10 @@ def test_smoke_request_failure(make_job) -> None:
 
 def test_sigterm_to_local_launcher(make_job) -> None:
     job = make_job(timeouts={"bench_s": 30}, flags={"bench": ["--sleep", "60"]})
-    code = ("import sys; from pathlib import Path; from harness.launch.local import run_local; "
-            f"sys.exit(run_local(Path({str(job.run_dir)!r}), 2, 60, {job.timeouts['teardown_s']}, echo=None))")
+    code = (
+        "import sys; from pathlib import Path; from harness.launch.local import run_local; "
+        f"sys.exit(run_local(Path({str(job.run_dir)!r}), 2, 60, {job.timeouts['teardown_s']}, echo=None))"
+    )
     launcher = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
     try:
         _wait_for(lambda: any(f["name"] == "bench" for f in job.fake_procs()), 15, "the bench to start")
@@ -445,7 +540,7 @@ def test_sigterm_to_local_launcher(make_job) -> None:
 
 def test_local_time_limit_is_the_reason(make_job) -> None:
     job = make_job(timeouts={"bench_s": 60}, flags={"bench": ["--sleep", "60"]})
-    rc, took = job.run(timeout_s=3)
+    rc, _took = job.run(timeout_s=3)
     assert rc == 124, job.logs()
     status = job.status()
     assert status["reason"] == "the local launcher: the job reached its time limit of 3 s"
@@ -458,10 +553,17 @@ def _start_nodes(job: Job) -> list[subprocess.Popen]:
     procs = []
     for i in range(job.num_nodes):
         with open(job.run_dir / f"node{i}.out", "wb") as out:
-            procs.append(subprocess.Popen(
-                ["bash", str(job.run_dir / "server.sh")], stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, env=node_env(job.run_dir, "srun-like", i, job.num_nodes),
-                cwd=job.run_dir, start_new_session=True))
+            procs.append(
+                subprocess.Popen(
+                    ["bash", str(job.run_dir / "server.sh")],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=node_env(job.run_dir, "srun-like", i, job.num_nodes),
+                    cwd=job.run_dir,
+                    start_new_session=True,
+                )
+            )
     return procs
 
 
@@ -487,7 +589,9 @@ def test_sigterm_after_another_node_failed_keeps_that_failure(make_job) -> None:
     assert status["reason"].startswith("decode-0 (decode) on node 1 exited with code 3; last lines of ")
     assert "received SIGTERM" not in json.dumps(status)
     assert sorted(p.name for p in (job.run_dir / "state").glob("exit-node*.json")) == [
-        "exit-node0.json", "exit-node1.json"]
+        "exit-node0.json",
+        "exit-node1.json",
+    ]
     job.assert_nothing_left()
 
 
@@ -497,7 +601,7 @@ def test_cause_beats_its_echo(make_job, attempt: int) -> None:
     # fail (the echo) while node 1 sees decode-0 die (the cause). Whichever node notices first,
     # the job's reason is the cause.
     job = make_job(flags={"bench": ["--kill-server", "decode-0", "--exit-code", "1"]})
-    rc, took = job.run()
+    rc, _took = job.run()
     assert rc == 1, job.logs()
     status = job.status()
     assert status["reason"].startswith("decode-0 (decode) on node 1 was killed by signal 9"), status["reason"]
@@ -521,9 +625,15 @@ def test_sigterm_to_node_runtime(make_job) -> None:
     job = make_job(num_nodes=1, timeouts={"bench_s": 30}, flags={"bench": ["--sleep", "60"]})
     env = node_env(job.run_dir, "sigterm-test", 0, 1)
     with open(job.run_dir / "node0.out", "wb") as out:
-        node = subprocess.Popen(["bash", str(job.run_dir / "server.sh")], stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=subprocess.STDOUT, env=env, cwd=job.run_dir,
-                                start_new_session=True)
+        node = subprocess.Popen(
+            ["bash", str(job.run_dir / "server.sh")],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=job.run_dir,
+            start_new_session=True,
+        )
     try:
         _wait_for(lambda: any(f["name"] == "bench" for f in job.fake_procs()), 15, "the bench to start")
         assert "every server and the proxy are ready" in job.log("node0")
@@ -564,11 +674,22 @@ def test_first_primary_failure_wins_over_an_earlier_echo(tmp_path: Path) -> None
     a, b = Coordination(tmp_path, 0, 2), Coordination(tmp_path, 1, 2)
     a.record_failure(Failure(0, "exited with code 1", process="bench", role="benchmark client", primary=False))
     assert a.first_failure().process == "bench" and a.root_cause() is None
-    b.record_failure(Failure(1, "was killed by signal 9", process="decode-0", role="decode", log="logs/decode-0.log",
-                             log_tail="  last words"))
+    b.record_failure(
+        Failure(
+            1,
+            "was killed by signal 9",
+            process="decode-0",
+            role="decode",
+            log="logs/decode-0.log",
+            log_tail="  last words",
+        )
+    )
     a.record_failure(Failure(0, "received SIGTERM"))  # later: kept out
     first = a.first_failure()
-    assert first.reason == "decode-0 (decode) on node 1 was killed by signal 9; last lines of logs/decode-0.log:\n  last words"
+    assert (
+        first.reason
+        == "decode-0 (decode) on node 1 was killed by signal 9; last lines of logs/decode-0.log:\n  last words"
+    )
     assert json.loads((tmp_path / "state" / "abort").read_text())["process"] == "bench"  # the stop signal
     t0 = time.monotonic()
     a.settle(5)  # a cause is recorded: nothing to wait for
@@ -587,8 +708,10 @@ def test_settle_is_bounded_and_ends_when_every_node_exited(tmp_path: Path) -> No
 
 
 def test_concurrent_aborts_have_one_winner(tmp_path: Path) -> None:
-    script = ("import sys; from pathlib import Path; from harness.node.coordination import Coordination; "
-              "Coordination(Path(sys.argv[1]), int(sys.argv[2]), 4).abort(f'reason {sys.argv[2]}')")
+    script = (
+        "import sys; from pathlib import Path; from harness.node.coordination import Coordination; "
+        "Coordination(Path(sys.argv[1]), int(sys.argv[2]), 4).abort(f'reason {sys.argv[2]}')"
+    )
     procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path), str(i)]) for i in range(4)]
     assert [p.wait(20) for p in procs] == [0] * 4
     data = json.loads((tmp_path / "state" / "abort").read_text())

@@ -13,10 +13,10 @@ import asyncio
 import json
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Optional
+from typing import Any
 
 import aiohttp
 import pytest
@@ -56,13 +56,13 @@ class Fake:
     stall_after_first: bool = False  # decode: send one chunk, then go silent
     stall_before_headers: bool = False  # hold the request without answering
     status: int = 200  # non-200: answer with a vLLM-style error body
-    kv: Optional[dict[str, Any]] = field(default_factory=lambda: dict(KV))  # prefill's answer
-    wait_for: Optional["Fake"] = None  # hold the answer until that fake got a request
+    kv: dict[str, Any] | None = field(default_factory=lambda: dict(KV))  # prefill's answer
+    wait_for: Fake | None = None  # hold the answer until that fake got a request
     received: list[tuple[CIMultiDict[str], dict[str, Any]]] = field(default_factory=list)
     started: asyncio.Event = field(default_factory=asyncio.Event)
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     url: str = ""
-    server: Optional[TestServer] = None
+    server: TestServer | None = None
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -88,8 +88,7 @@ class Fake:
             if self.stall_before_headers:
                 await asyncio.sleep(DEADLINE_S * 2)
             if self.status != 200:
-                err = {"object": "error", "message": "prompt too long", "type": "BadRequestError",
-                       "code": self.status}
+                err = {"object": "error", "message": "prompt too long", "type": "BadRequestError", "code": self.status}
                 return web.json_response(err, status=self.status)
             if self.role == "prefill":
                 out: dict[str, Any] = {"id": "p", "choices": [{"index": 0, "text": "x"}]}
@@ -132,8 +131,11 @@ async def proxy_client(config: ProxyConfig) -> AsyncIterator[TestClient]:
 
 @asynccontextmanager
 async def stack(
-    prefills: list[Fake], decodes: list[Fake], extra_prefill_urls: tuple[str, ...] = (),
-    wait_ready: bool = True, **cfg: Any,
+    prefills: list[Fake],
+    decodes: list[Fake],
+    extra_prefill_urls: tuple[str, ...] = (),
+    wait_ready: bool = True,
+    **cfg: Any,
 ) -> AsyncIterator[TestClient]:
     """Start the fakes and a proxy in front of them; yield a client of the proxy."""
     servers = []
@@ -217,10 +219,14 @@ def test_two_phase_flow_bodies_headers_and_stream_order() -> None:
             assert resp.headers["Content-Type"].startswith("text/event-stream")
             assert await read_all(resp) == b"".join(CHUNKS) + DONE
 
-        (p_headers, p_body), = p.received
-        (d_headers, d_body), = d.received
+        ((p_headers, p_body),) = p.received
+        ((d_headers, d_body),) = d.received
         assert p_body == {
-            "model": "tiny", "prompt": "hello", "max_tokens": 1, "stream": False, "ignore_eos": True,
+            "model": "tiny",
+            "prompt": "hello",
+            "max_tokens": 1,
+            "stream": False,
+            "ignore_eos": True,
             "kv_transfer_params": NIXL_PREFILL_KV,
         }
         assert d_body == {**COMPLETION, "kv_transfer_params": KV}
@@ -292,8 +298,11 @@ def test_health_503_until_all_backends_up() -> None:
             resp = await client.get("/health")
             assert resp.status == 503
             assert counts(await resp.json()) == {
-                "status": "not_ready", "prefill_instances": 0, "decode_instances": 0,
-                "expected_prefill": 1, "expected_decode": 2,
+                "status": "not_ready",
+                "prefill_instances": 0,
+                "decode_instances": 0,
+                "expected_prefill": 1,
+                "expected_decode": 2,
             }
             # No instance is ready: a request is refused at once, naming the role.
             resp = await client.post("/v1/completions", json=COMPLETION)
@@ -307,8 +316,11 @@ def test_health_503_until_all_backends_up() -> None:
             assert ready == {p.url: True, d1.url: True, d2.url: False}
             d2.healthy = True
             assert counts(await wait_health(client, 200)) == {
-                "status": "ok", "prefill_instances": 1, "decode_instances": 2,
-                "expected_prefill": 1, "expected_decode": 2,
+                "status": "ok",
+                "prefill_instances": 1,
+                "decode_instances": 2,
+                "expected_prefill": 1,
+                "expected_decode": 2,
             }
             d1.healthy = False  # going down again is noticed too
             assert (await wait_health(client, 503))["decode_instances"] == 1
@@ -320,8 +332,13 @@ def test_health_with_expected_counts_above_static_list() -> None:
     async def body() -> None:
         async with stack([Fake("prefill")], [Fake("decode")], wait_ready=False, expected_decode=2) as client:
             state = await wait_health(client, 503, lambda b: b["decode_instances"] == 1)
-            assert counts(state) == {"status": "not_ready", "prefill_instances": 1, "decode_instances": 1,
-                                     "expected_prefill": 1, "expected_decode": 2}
+            assert counts(state) == {
+                "status": "not_ready",
+                "prefill_instances": 1,
+                "decode_instances": 1,
+                "expected_prefill": 1,
+                "expected_decode": 2,
+            }
 
     run(body)
 
@@ -400,11 +417,13 @@ def test_dead_backend_gives_502_naming_it_then_is_taken_out() -> None:
                     await resp.read()
             # Round-robin hits the dead one on requests 1 and 3; then it is out.
             assert statuses == [502, 200, 502, 200, 200, 200]
-            state = (await (await client.get("/health")).json())
+            state = await (await client.get("/health")).json()
             (dead,) = [b for b in state["backends"] if b["url"] == p1.url]
             assert dead["circuit_open"] is True and dead["ready"] is False
-            assert f'pdbench_proxy_backend_failures_total{{backend="{p1.url}",role="prefill"}} 2.0' in \
-                await metrics_text(client)
+            assert (
+                f'pdbench_proxy_backend_failures_total{{backend="{p1.url}",role="prefill"}} 2.0'
+                in await metrics_text(client)
+            )
 
     run(body)
 
@@ -496,8 +515,12 @@ BAD_BODIES: list[tuple[str, bytes]] = [
     ("/v1/chat/completions", json.dumps({"model": "tiny", "messages": ["hi"]}).encode()),
     ("/v1/chat/completions", json.dumps({"model": "tiny", "messages": []}).encode()),
     ("/v1/chat/completions", json.dumps({"model": "tiny"}).encode()),
-    ("/v1/chat/completions", json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "x"}],
-                                         "max_completion_tokens": "9"}).encode()),
+    (
+        "/v1/chat/completions",
+        json.dumps(
+            {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_completion_tokens": "9"}
+        ).encode(),
+    ),
 ]
 
 
@@ -529,7 +552,7 @@ def test_oversized_body_gives_413_with_and_without_length() -> None:
 
             async def chunks() -> AsyncIterator[bytes]:  # chunked: no Content-Length to check
                 for i in range(0, len(big), 1000):
-                    yield big[i:i + 1000]
+                    yield big[i : i + 1000]
 
             resp = await client.post("/v1/completions", data=chunks())
             assert resp.status == 413
@@ -615,9 +638,23 @@ def _cli() -> typer.Typer:
 def test_cli_builds_config(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[ProxyConfig] = []
     monkeypatch.setattr(proxy_cli, "serve", seen.append)
-    args = ["proxy", "--port", "31000", "--prefill", "http://10.0.0.1:8100/", "--prefill", "10.0.0.2:8100",
-            "--decode", "http://10.0.0.3:8200", "--stream-idle-timeout-s", "5", "--policy", "prefix_hash",
-            "--expected-decode", "2"]
+    args = [
+        "proxy",
+        "--port",
+        "31000",
+        "--prefill",
+        "http://10.0.0.1:8100/",
+        "--prefill",
+        "10.0.0.2:8100",
+        "--decode",
+        "http://10.0.0.3:8200",
+        "--stream-idle-timeout-s",
+        "5",
+        "--policy",
+        "prefix_hash",
+        "--expected-decode",
+        "2",
+    ]
     result = CliRunner().invoke(_cli(), args)
     assert result.exit_code == 0, result.output
     (cfg,) = seen
@@ -632,8 +669,23 @@ def test_cli_builds_config(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_cli_moriio_needs_no_urls(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[ProxyConfig] = []
     monkeypatch.setattr(proxy_cli, "serve", seen.append)
-    args = ["proxy", "--connector", "moriio", "--moriio-port", "36367", "--expected-prefill", "2",
-            "--expected-decode", "3", "--moriio-mode", "read", "--host", "127.0.0.1", "--moriio-host", "10.0.0.7"]
+    args = [
+        "proxy",
+        "--connector",
+        "moriio",
+        "--moriio-port",
+        "36367",
+        "--expected-prefill",
+        "2",
+        "--expected-decode",
+        "3",
+        "--moriio-mode",
+        "read",
+        "--host",
+        "127.0.0.1",
+        "--moriio-host",
+        "10.0.0.7",
+    ]
     result = CliRunner().invoke(_cli(), args)
     assert result.exit_code == 0, result.output
     (cfg,) = seen
@@ -676,15 +728,29 @@ def _accepts(host: str, port: int) -> bool:
 
 
 @pytest.mark.parametrize("host, workers", [(None, 1), ("127.0.0.2", 2)])
-def test_proxy_listens_only_on_the_address_it_was_given(host: Optional[str], workers: int) -> None:
+def test_proxy_listens_only_on_the_address_it_was_given(host: str | None, workers: int) -> None:
     """127.0.0.1 and 127.0.0.2 are two local addresses (Linux loopback is 127/8): a proxy
     bound to one must refuse connections on the other, as it would on the node's NIC."""
     import subprocess
     import sys
 
     port = free_port()
-    args = [sys.executable, "-m", "harness", "proxy", "--port", str(port), "--workers", str(workers),
-            "--prefill", dead_url(), "--decode", dead_url(), "--health-interval-s", "30"]
+    args = [
+        sys.executable,
+        "-m",
+        "harness",
+        "proxy",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--prefill",
+        dead_url(),
+        "--decode",
+        dead_url(),
+        "--health-interval-s",
+        "30",
+    ]
     if host is not None:
         args += ["--host", host]
     want, other = (host or "127.0.0.1"), ("127.0.0.1" if host else "127.0.0.2")

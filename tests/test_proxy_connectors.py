@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any
 
 import msgpack
 import pytest
@@ -15,33 +16,65 @@ import zmq
 import zmq.asyncio
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from test_proxy import (
+    CHUNKS,
+    COMPLETION,
+    DONE,
+    KV,
+    NIXL_PREFILL_KV,
+    Fake,
+    counts,
+    free_port,
+    metrics_text,
+    proxy_client,
+    read_all,
+    run,
+    stack,
+    start_fake,
+    wait_health,
+)
 
 from harness.proxy import ProxyConfig
 from harness.proxy.backends import Pool
 from harness.proxy.flows import affinity_key, parse_request
 from harness.proxy.registry import RegistrationError, Registry, parse_registration
-from test_proxy import (
-    CHUNKS, COMPLETION, DONE, KV, NIXL_PREFILL_KV, Fake, counts, free_port, metrics_text, proxy_client,
-    read_all, run, stack, start_fake, wait_health,
-)
 
-READ_KV = {"remote_engine_id": "eng-P", "remote_block_ids": [7, 8], "transfer_id": "tx-from-prefill",
-           "do_remote_decode": False, "do_remote_prefill": True}
+READ_KV = {
+    "remote_engine_id": "eng-P",
+    "remote_block_ids": [7, 8],
+    "transfer_id": "tx-from-prefill",
+    "do_remote_decode": False,
+    "do_remote_prefill": True,
+}
 
 
 # -- MoRI-IO ------------------------------------------------------------------------
 
 
 def gen1(fake: Fake, role: str, index: int = 0, mode: str = "READ", dp: int = 1, **extra: Any) -> dict[str, Any]:
-    return {"type": "register", "role": role, "index": str(index),
-            "request_address": f"{fake.url}/v1/completions", "handshake_port": 6301, "notify_port": 61005,
-            "dp_size": dp, "tp_size": 1, "transfer_mode": mode, **extra}
+    return {
+        "type": "register",
+        "role": role,
+        "index": str(index),
+        "request_address": f"{fake.url}/v1/completions",
+        "handshake_port": 6301,
+        "notify_port": 61005,
+        "dp_size": dp,
+        "tp_size": 1,
+        "transfer_mode": mode,
+        **extra,
+    }
 
 
 def gen2(fake: Fake, role: str, mode: str = "READ", dp: int = 1, notify: int = 61005) -> dict[str, Any]:
-    return {"type": role, "http_address": fake.url.removeprefix("http://"),
-            "zmq_address": f"host:127.0.0.1,handshake:6301,notify:{notify}",
-            "dp_size": dp, "tp_size": 2, "transfer_mode": mode}
+    return {
+        "type": role,
+        "http_address": fake.url.removeprefix("http://"),
+        "zmq_address": f"host:127.0.0.1,handshake:6301,notify:{notify}",
+        "dp_size": dp,
+        "tp_size": 2,
+        "transfer_mode": mode,
+    }
 
 
 class Dealer:
@@ -63,8 +96,12 @@ class Dealer:
 async def moriio_stack(fakes: list[Fake], **cfg: Any) -> AsyncIterator[tuple[TestClient, zmq.asyncio.Context, str]]:
     servers = [await start_fake(f) for f in fakes]
     port = free_port()
-    config = ProxyConfig(connector="moriio", moriio_host="127.0.0.1", moriio_port=port,
-                         **{"health_interval_s": 0.05, "health_failures": 1, **cfg})
+    config = ProxyConfig(
+        connector="moriio",
+        moriio_host="127.0.0.1",
+        moriio_port=port,
+        **{"health_interval_s": 0.05, "health_failures": 1, **cfg},
+    )
     ctx = zmq.asyncio.Context()
     try:
         async with proxy_client(config) as client:
@@ -81,8 +118,13 @@ def test_moriio_gen1_registration_dedup_and_read_flow() -> None:
         d = Fake("decode")
         async with moriio_stack([p, d]) as (client, ctx, endpoint):
             state = await (await client.get("/health")).json()
-            assert counts(state) == {"status": "not_ready", "prefill_instances": 0, "decode_instances": 0,
-                                     "expected_prefill": 1, "expected_decode": 1}
+            assert counts(state) == {
+                "status": "not_ready",
+                "prefill_instances": 0,
+                "decode_instances": 0,
+                "expected_prefill": 1,
+                "expected_decode": 1,
+            }
             resp = await client.post("/v1/completions", json=COMPLETION)
             assert resp.status == 503
             dealer = Dealer(ctx, endpoint)
@@ -94,33 +136,48 @@ def test_moriio_gen1_registration_dedup_and_read_flow() -> None:
             state = await wait_health(client, 200)
             assert state["transfer_mode"] == "read"
             assert [(b["role"], b["url"], b["source"]) for b in state["backends"]] == [
-                ("prefill", p.url, "gen1"), ("decode", d.url, "gen1")]
+                ("prefill", p.url, "gen1"),
+                ("decode", d.url, "gen1"),
+            ]
 
             req = {**COMPLETION, "max_tokens": 10, "max_completion_tokens": 10}
             resp = await client.post("/v1/completions", json=req)
             assert resp.status == 200
             assert await read_all(resp) == b"".join(CHUNKS) + DONE
 
-        (ph, pb), = p.received
-        (dh, db), = d.received
+        ((ph, pb),) = p.received
+        ((dh, db),) = d.received
         assert pb["max_tokens"] == 1 and pb["max_completion_tokens"] == 1 and pb["stream"] is False
         assert "stream_options" not in pb and "min_tokens" not in pb
         tid = pb["kv_transfer_params"]["transfer_id"]
         assert tid.startswith("tx-")
         assert pb["kv_transfer_params"] == {
-            "remote_dp_size": 1, "remote_tp_size": 1, "do_remote_decode": True, "do_remote_prefill": False,
-            "remote_engine_id": None, "remote_block_ids": None, "transfer_id": tid,
-            "remote_handshake_port": 6301, "remote_notify_port": 61005, "remote_host": "127.0.0.1",
+            "remote_dp_size": 1,
+            "remote_tp_size": 1,
+            "do_remote_decode": True,
+            "do_remote_prefill": False,
+            "remote_engine_id": None,
+            "remote_block_ids": None,
+            "transfer_id": tid,
+            "remote_handshake_port": 6301,
+            "remote_notify_port": 61005,
+            "remote_host": "127.0.0.1",
             "remote_port": int(d.url.rsplit(":", 1)[1]),
         }
         assert db["max_tokens"] == 9 and db["max_completion_tokens"] == 9  # prefill made the first token
         assert db["min_tokens"] == 3 and db["stream"] is True
         assert db["kv_transfer_params"] == {
-            "do_remote_decode": False, "do_remote_prefill": True,
+            "do_remote_decode": False,
+            "do_remote_prefill": True,
             # READ: decode pulls, so it gets where the KV sits (copied from prefill's answer).
-            "remote_engine_id": "eng-P", "remote_block_ids": [7, 8], "transfer_id": "tx-from-prefill",
-            "remote_dp_size": 1, "remote_tp_size": 1,
-            "remote_handshake_port": 6301, "remote_notify_port": 61005, "remote_host": "127.0.0.1",
+            "remote_engine_id": "eng-P",
+            "remote_block_ids": [7, 8],
+            "transfer_id": "tx-from-prefill",
+            "remote_dp_size": 1,
+            "remote_tp_size": 1,
+            "remote_handshake_port": 6301,
+            "remote_notify_port": 61005,
+            "remote_host": "127.0.0.1",
             "remote_port": int(p.url.rsplit(":", 1)[1]),
         }
         assert ph["X-Request-Id"] == dh["X-Request-Id"]
@@ -152,30 +209,50 @@ def test_moriio_gen2_heartbeats_upsert_dp_ranks_and_write_flow() -> None:
 
             for _ in range(2):
                 p.started.clear(), d.started.clear()
-                resp = await client.post("/v1/chat/completions", json={
-                    "model": "tiny", "messages": [{"role": "user", "content": "hi"}], "stream": True,
-                    "max_completion_tokens": 5})
+                resp = await client.post(
+                    "/v1/chat/completions",
+                    json={
+                        "model": "tiny",
+                        "messages": [{"role": "user", "content": "hi"}],
+                        "stream": True,
+                        "max_completion_tokens": 5,
+                    },
+                )
                 assert resp.status == 200
                 assert await read_all(resp) == b"".join(CHUNKS) + DONE
 
         ranks = []
-        for (ph, pb), (dh, db) in zip(p.received, d.received):
+        for (ph, pb), (dh, db) in zip(p.received, d.received, strict=False):
             ranks.append(ph["X-data-parallel-rank"])
             assert ph["X-Request-Id"] == dh["X-Request-Id"]
             rid = ph["X-Request-Id"]
-            assert rid.startswith("___prefill_addr_host:127.0.0.1,handshake:6301,notify:61007___decode_addr_"
-                                  "host:127.0.0.1,handshake:6301,notify:61005_")
+            assert rid.startswith(
+                "___prefill_addr_host:127.0.0.1,handshake:6301,notify:61007___decode_addr_"
+                "host:127.0.0.1,handshake:6301,notify:61005_"
+            )
             assert len(rid.rsplit("_", 1)[1]) == 32
             tid = pb["kv_transfer_params"]["transfer_id"]
             assert pb["kv_transfer_params"] == {
-                "remote_dp_size": 1, "remote_tp_size": 2, "do_remote_decode": True, "do_remote_prefill": False,
-                "remote_engine_id": None, "remote_block_ids": None, "transfer_id": tid}
+                "remote_dp_size": 1,
+                "remote_tp_size": 2,
+                "do_remote_decode": True,
+                "do_remote_prefill": False,
+                "remote_engine_id": None,
+                "remote_block_ids": None,
+                "transfer_id": tid,
+            }
             assert pb["max_tokens"] == 1 and pb["max_completion_tokens"] == 1
             assert db["max_completion_tokens"] == 4 and "max_tokens" not in db
             assert db["kv_transfer_params"] == {
-                "do_remote_decode": False, "do_remote_prefill": True, "remote_engine_id": None,
-                "remote_block_ids": None, "transfer_id": tid, "remote_dp_size": 2, "remote_tp_size": 2,
-                "remote_dp_rank": int(ph["X-data-parallel-rank"])}
+                "do_remote_decode": False,
+                "do_remote_prefill": True,
+                "remote_engine_id": None,
+                "remote_block_ids": None,
+                "transfer_id": tid,
+                "remote_dp_size": 2,
+                "remote_tp_size": 2,
+                "remote_dp_rank": int(ph["X-data-parallel-rank"]),
+            }
         assert ranks == ["0", "1"]
 
     run(body)
@@ -189,8 +266,13 @@ def test_moriio_health_with_missing_workers_heartbeat_expiry_and_mode_mismatch()
             await dealer.send(gen2(p1, "P"))
             await dealer.send(gen2(d, "D"))
             state = await wait_health(client, 503, lambda b: b["prefill_instances"] == 1 and b["decode_instances"] == 1)
-            assert counts(state) == {"status": "not_ready", "prefill_instances": 1, "decode_instances": 1,
-                                     "expected_prefill": 2, "expected_decode": 1}
+            assert counts(state) == {
+                "status": "not_ready",
+                "prefill_instances": 1,
+                "decode_instances": 1,
+                "expected_prefill": 2,
+                "expected_decode": 1,
+            }
             await dealer.send(gen2(p2, "P", mode="WRITE"))  # disagrees with READ: rejected
             await dealer.send(b"not msgpack at all")  # type: ignore[arg-type]
             await dealer.send_raw(b"\xc1")
@@ -302,15 +384,29 @@ def test_registration_parsing() -> None:
     reg = parse_registration(gen1(f, "P", handshake_port="6301", notify_port="61005"))
     assert reg is not None
     assert (reg["gen"], reg["role"], reg["url"], reg["handshake_port"], reg["mode"]) == (
-        "gen1", "prefill", "http://10.1.2.3:2584", 6301, "read")
+        "gen1",
+        "prefill",
+        "http://10.1.2.3:2584",
+        6301,
+        "read",
+    )
     assert reg["zmq_address"] == "host:10.1.2.3,handshake:6301,notify:61005"
     reg = parse_registration(gen2(f, "D", mode="WRITE"))
     assert reg is not None and (reg["gen"], reg["role"], reg["url"], reg["mode"]) == (
-        "gen2", "decode", "http://10.1.2.3:2584", "write")
+        "gen2",
+        "decode",
+        "http://10.1.2.3:2584",
+        "write",
+    )
     assert parse_registration({"type": "HELLO"}) is None
-    for bad in ({"type": "P", "http_address": "10.0.0.1:1", "zmq_address": "host:x"},
-                {**gen1(f, "P"), "handshake_port": "abc"}, {**gen1(f, "P"), "dp_size": True},
-                {**gen2(f, "P"), "transfer_mode": "PUSH"}, {"type": "?"}, "str"):
+    for bad in (
+        {"type": "P", "http_address": "10.0.0.1:1", "zmq_address": "host:x"},
+        {**gen1(f, "P"), "handshake_port": "abc"},
+        {**gen1(f, "P"), "dp_size": True},
+        {**gen2(f, "P"), "transfer_mode": "PUSH"},
+        {"type": "?"},
+        "str",
+    ):
         with pytest.raises(RegistrationError):
             parse_registration(bad)
 
@@ -348,26 +444,33 @@ def test_mooncake_concurrent_legs_transfer_id_bootstrap_and_dp_ranks() -> None:
                     assert resp.status == 200
                     assert await read_all(resp) == b"".join(CHUNKS) + DONE
                     await asyncio.sleep(0.05)  # let the prefill leg finish in the background
-        for i, ((ph, pb), (dh, db)) in enumerate(zip(p.received, d.received)):
+        for i, ((ph, pb), (dh, db)) in enumerate(zip(p.received, d.received, strict=False)):
             rid = ph["X-Request-Id"]
             assert dh["X-Request-Id"] == rid
             assert ph["X-data-parallel-rank"] == str(i)
-            assert pb["kv_transfer_params"] == {"do_remote_decode": True, "do_remote_prefill": False,
-                                                "transfer_id": f"xfer-{rid}"}
+            assert pb["kv_transfer_params"] == {
+                "do_remote_decode": True,
+                "do_remote_prefill": False,
+                "transfer_id": f"xfer-{rid}",
+            }
             assert pb["max_tokens"] == 1 and pb["stream"] is False
             assert db["max_tokens"] == COMPLETION["max_tokens"]
             assert db["kv_transfer_params"] == {
-                "do_remote_decode": False, "do_remote_prefill": True,
-                "remote_bootstrap_addr": f"http://127.0.0.1:{bport}", "remote_engine_id": f"eng-{i}",
-                "transfer_id": f"xfer-{rid}"}
+                "do_remote_decode": False,
+                "do_remote_prefill": True,
+                "remote_bootstrap_addr": f"http://127.0.0.1:{bport}",
+                "remote_engine_id": f"eng-{i}",
+                "transfer_id": f"xfer-{rid}",
+            }
 
     run(body)
 
 
 def test_mooncake_prefill_not_ready_without_bootstrap() -> None:
     async def body() -> None:
-        async with stack([Fake("prefill")], [Fake("decode")], connector="mooncake",
-                         bootstrap_ports=[free_port()], wait_ready=False) as client:
+        async with stack(
+            [Fake("prefill")], [Fake("decode")], connector="mooncake", bootstrap_ports=[free_port()], wait_ready=False
+        ) as client:
             state = await wait_health(client, 503, lambda b: b["decode_instances"] == 1)
             assert state["prefill_instances"] == 0  # healthy, but its engines are unknown
 
@@ -418,14 +521,17 @@ def test_prefix_hash_keeps_a_prefix_on_one_instance() -> None:
         async with stack(prefills, decodes, policy="prefix_hash", prefix_chars=64) as client:
             shared = "You are a helpful assistant. " * 4
             for i in range(4):  # same first 64 characters, different tails
-                resp = await client.post("/v1/completions", json={**COMPLETION, "stream": False,
-                                                                  "prompt": shared + str(i)})
+                resp = await client.post(
+                    "/v1/completions", json={**COMPLETION, "stream": False, "prompt": shared + str(i)}
+                )
                 await resp.read()
             assert sorted(len(f.received) for f in prefills) == [0, 0, 4]
             assert sorted(len(f.received) for f in decodes) == [0, 0, 4]
             for i in range(30):
-                resp = await client.post("/v1/chat/completions", json={
-                    "model": "m", "messages": [{"role": "user", "content": f"question {i}"}]})
+                resp = await client.post(
+                    "/v1/chat/completions",
+                    json={"model": "m", "messages": [{"role": "user", "content": f"question {i}"}]},
+                )
                 await resp.read()
         assert sum(1 for f in prefills if f.received) == 3  # distinct prefixes spread out
 
@@ -477,14 +583,26 @@ def test_nixl_flow_against_mock_engines() -> None:
             config = ProxyConfig(prefill=[urls[0]], decode=[urls[1]], health_interval_s=0.05)
             async with proxy_client(config) as client:
                 await wait_health(client, 200)
-                req = {"model": "m", "prompt": "one two three four", "max_tokens": 8, "stream": True,
-                       "ignore_eos": True, "stream_options": {"include_usage": True}}
+                req = {
+                    "model": "m",
+                    "prompt": "one two three four",
+                    "max_tokens": 8,
+                    "stream": True,
+                    "ignore_eos": True,
+                    "stream_options": {"include_usage": True},
+                }
                 resp = await client.post("/v1/completions", json=req)
                 assert resp.status == 200
                 data = await read_all(resp)
                 assert data.endswith(DONE) and data.count(b'"text"') == 8
-                chat = await client.post("/v1/chat/completions", json={
-                    "model": "m", "messages": [{"role": "user", "content": "hi there"}], "max_completion_tokens": 3})
+                chat = await client.post(
+                    "/v1/chat/completions",
+                    json={
+                        "model": "m",
+                        "messages": [{"role": "user", "content": "hi there"}],
+                        "max_completion_tokens": 3,
+                    },
+                )
                 assert chat.status == 200
                 assert (await chat.json())["usage"]["completion_tokens"] == 3
             async with TestClient(servers[1]) as dc:  # type: ignore[arg-type]
@@ -510,7 +628,7 @@ def test_moriio_read_without_prefill_kv_lets_decode_recompute() -> None:
             resp = await client.post("/v1/completions", json={**COMPLETION, "stream": False})
             assert resp.status == 200
             assert "pdbench_proxy_kv_params_missing_total 1.0" in await metrics_text(client)
-        (_, db), = d.received
+        ((_, db),) = d.received
         assert "kv_transfer_params" not in db and db["max_tokens"] == COMPLETION["max_tokens"] - 1
 
     run(body)

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Awaitable, Callable
 
 import pytest
+from test_proxy import COMPLETION, Fake, proxy_client, run, start_fake, wait_health
 
 from harness.proxy import ProxyConfig
 from harness.proxy.upstream import HIGH_WATER, UpstreamClient, UpstreamFailure
-from test_proxy import COMPLETION, Fake, proxy_client, run, start_fake, wait_health
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
 
@@ -50,7 +50,10 @@ async def read_request(reader: asyncio.StreamReader) -> bytes:
 
 def ok(body: bytes, extra: bytes = b"") -> bytes:
     return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s" % (
-        len(body), extra, body)
+        len(body),
+        extra,
+        body,
+    )
 
 
 def test_keep_alive_reuse_and_request_shape() -> None:
@@ -66,8 +69,14 @@ def test_keep_alive_reuse_and_request_shape() -> None:
         async with raw_server(handler) as (port, conns):
             client = UpstreamClient(5)
             for _ in range(3):
-                resp = await client.post("127.0.0.1", port, "/v1/completions", b'{"a":1}',
-                                         {"Content-Type": "application/json", "X-Request-Id": "r"}, 5)
+                resp = await client.post(
+                    "127.0.0.1",
+                    port,
+                    "/v1/completions",
+                    b'{"a":1}',
+                    {"Content-Type": "application/json", "X-Request-Id": "r"},
+                    5,
+                )
                 assert (resp.status, resp.content_type, resp.content_length) == (200, "application/json", 8)
                 assert await resp.read(1 << 20) == b'{"ok":1}'
             client.close()
@@ -148,8 +157,15 @@ def test_failures_raise_upstream_failure(mode: str) -> None:
             target = port if mode != "refused" else _closed_port()
             kind = {"idle": "stream_idle_timeout", "total": "timeout"}.get(mode, "connection_error")
             with pytest.raises(UpstreamFailure) as info:
-                resp = await client.post("127.0.0.1", target, "/x", b"{}", {},
-                                         0.4 if mode == "total" else 5, idle=0.2 if mode == "idle" else None)
+                resp = await client.post(
+                    "127.0.0.1",
+                    target,
+                    "/x",
+                    b"{}",
+                    {},
+                    0.4 if mode == "total" else 5,
+                    idle=0.2 if mode == "idle" else None,
+                )
                 if mode == "too_big":
                     await resp.read(100)
                 while await resp.read_chunk():

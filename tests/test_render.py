@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,8 +15,9 @@ from harness.render import RenderContext, render_job
 
 GOLDEN = Path(__file__).parent / "golden"
 RECIPES = ["local-tiny-1p1d", "dsr1-fp8-1p2d", "dsr1-fp8-1p2d-nixl"]
-CTX = RenderContext(run_dir="/shared/results/RUN", root="/opt/pdbench",
-                    python="/opt/pdbench/.venv/bin/python", git_commit="0123abcd")
+CTX = RenderContext(
+    run_dir="/shared/results/RUN", root="/opt/pdbench", python="/opt/pdbench/.venv/bin/python", git_commit="0123abcd"
+)
 
 
 def _render(recipe: str, out: Path, overrides: list[str] | None = None) -> Path:
@@ -36,29 +36,63 @@ def _shellcheck() -> str:
 # Golden cases: the shipped recipes, multi-node workers and every container runtime.
 VARIANTS = {
     **{r: (r, []) for r in RECIPES},
-    "dsr1-fp8-1p2d--decode-dp16-over-2-nodes": ("dsr1-fp8-1p2d", [
-        "topology.decode.workers=1", "topology.decode.tp=1", "topology.decode.dp=16",
-        "topology.decode.ep=16", "topology.decode.dp_attention=true"]),
-    "dsr1-fp8-1p2d-nixl--prefill-tp16-over-2-nodes": ("dsr1-fp8-1p2d-nixl", [
-        "topology.prefill.nodes=2", "topology.prefill.tp=16"]),
-    **{f"dsr1-fp8-1p2d--{rt}": ("dsr1-fp8-1p2d", [f"container.runtime={rt}"])
-       for rt in ("podman", "enroot", "apptainer", "none")},
+    "dsr1-fp8-1p2d--decode-dp16-over-2-nodes": (
+        "dsr1-fp8-1p2d",
+        [
+            "topology.decode.workers=1",
+            "topology.decode.tp=1",
+            "topology.decode.dp=16",
+            "topology.decode.ep=16",
+            "topology.decode.dp_attention=true",
+        ],
+    ),
+    "dsr1-fp8-1p2d-nixl--prefill-tp16-over-2-nodes": (
+        "dsr1-fp8-1p2d-nixl",
+        ["topology.prefill.nodes=2", "topology.prefill.tp=16"],
+    ),
+    **{
+        f"dsr1-fp8-1p2d--{rt}": ("dsr1-fp8-1p2d", [f"container.runtime={rt}"])
+        for rt in ("podman", "enroot", "apptainer", "none")
+    },
     # Values that need quoting: mounts with a space and options, sbatch values with a space
     # and '#', a multi-line description.
-    **{f"dsr1-fp8-1p2d--{rt}-mounts-sbatch": ("dsr1-fp8-1p2d", [
-        f"container.runtime={rt}",
-        'container.mounts={"/data/models": "/models:ro", "/scratch dir": "/scratch"}',
-        'slurm.partition="gpu a"', 'slurm.extra_sbatch=["--exclusive", "--comment=pd #1", "--mem=0"]',
-        'description="DeepSeek-R1 1P2D\\nsecond line: $(not run)"']) for rt in ("docker", "enroot", "apptainer")},
+    **{
+        f"dsr1-fp8-1p2d--{rt}-mounts-sbatch": (
+            "dsr1-fp8-1p2d",
+            [
+                f"container.runtime={rt}",
+                'container.mounts={"/data/models": "/models:ro", "/scratch dir": "/scratch"}',
+                'slurm.partition="gpu a"',
+                'slurm.extra_sbatch=["--exclusive", "--comment=pd #1", "--mem=0"]',
+                'description="DeepSeek-R1 1P2D\\nsecond line: $(not run)"',
+            ],
+        )
+        for rt in ("docker", "enroot", "apptainer")
+    },
 }
 
 
 # The container runtime and Slurm options change only job.slurm; their server.sh would be
 # copies of the default's.
-GOLDEN_CASES = [(case, script) for case in sorted(VARIANTS) for script in ("job.slurm", "server.sh")
-                if not (script == "server.sh" and case.startswith("dsr1-fp8-1p2d--") and case.split("--")[1] in
-                        ("podman", "enroot", "apptainer", "none", "docker-mounts-sbatch", "enroot-mounts-sbatch",
-                         "apptainer-mounts-sbatch"))]
+GOLDEN_CASES = [
+    (case, script)
+    for case in sorted(VARIANTS)
+    for script in ("job.slurm", "server.sh")
+    if not (
+        script == "server.sh"
+        and case.startswith("dsr1-fp8-1p2d--")
+        and case.split("--")[1]
+        in (
+            "podman",
+            "enroot",
+            "apptainer",
+            "none",
+            "docker-mounts-sbatch",
+            "enroot-mounts-sbatch",
+            "apptainer-mounts-sbatch",
+        )
+    )
+]
 
 
 @pytest.mark.parametrize("case, script", GOLDEN_CASES)
@@ -66,10 +100,8 @@ def test_golden(case: str, script: str, tmp_path: Path) -> None:
     recipe, overrides = VARIANTS[case]
     text = (_render(recipe, tmp_path, overrides) / script).read_text()
     golden = GOLDEN / case / script
-    if os.environ.get("PDBENCH_UPDATE_GOLDEN"):
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(text)
-    assert text == golden.read_text(), f"{script} of {case} differs from {golden}"
+    # Goldens are rewritten only on purpose, by scripts/update_goldens.py, never by the suite.
+    assert text == golden.read_text(), f"{script} of {case} differs from {golden} (see scripts/update_goldens.py)"
 
 
 @pytest.mark.parametrize("case", sorted(VARIANTS))
@@ -93,9 +125,13 @@ def test_every_container_runtime_renders_clean_shell(runtime: str, tmp_path: Pat
     job = (out / "job.slurm").read_text()
     r = subprocess.run([_shellcheck(), str(out / "job.slurm")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout
-    launch = {"none": 'bash "$RUN_DIR/server.sh"', "docker": "docker run --rm --init",
-              "podman": "podman run --rm --init", "enroot": "--container-image=",
-              "apptainer": "apptainer exec"}[runtime]
+    launch = {
+        "none": 'bash "$RUN_DIR/server.sh"',
+        "docker": "docker run --rm --init",
+        "podman": "podman run --rm --init",
+        "enroot": "--container-image=",
+        "apptainer": "apptainer exec",
+    }[runtime]
     assert launch in job
 
 
@@ -118,7 +154,7 @@ def test_nixl_side_channel_ports_are_distinct_per_worker(tmp_path: Path) -> None
     assert ports == ["5600", "5608", "5616"]  # 8 ranks each
     assert server.count('export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"') == 3
     assert '\\"kv_buffer_device\\":\\"cuda\\"' not in server  # plain JSON: no shell expansion needed
-    assert "'{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_producer\",\"kv_buffer_device\":\"cuda\"}'" in server
+    assert '\'{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_buffer_device":"cuda"}\'' in server
 
 
 def test_lock_plan_and_bench_files(tmp_path: Path) -> None:
@@ -129,7 +165,10 @@ def test_lock_plan_and_bench_files(tmp_path: Path) -> None:
     assert lock["git_commit"] == "0123abcd" and lock["pdbench_version"]
     assert lock["recipe"]["benchmark"]["isl"] == 256 and lock["model"]["name"] == "tiny-llama"
     plan = json.loads((out / "plan.json").read_text())
-    assert [(w["name"], w["node"], w["port"]) for w in plan["workers"]] == [("prefill-0", 0, 8100), ("decode-0", 1, 8200)]
+    assert [(w["name"], w["node"], w["port"]) for w in plan["workers"]] == [
+        ("prefill-0", 0, 8100),
+        ("decode-0", 1, 8200),
+    ]
     bench = json.loads((out / "bench.json").read_text())
     assert bench["base_url"] == "http://127.0.0.1:30000"
     assert (bench["prefill_gpus"], bench["decode_gpus"]) == (1, 1)
@@ -165,7 +204,9 @@ def test_multi_node_workers_render_headless_followers(tmp_path: Path) -> None:
     assert "--headless" in follower and "--data-parallel-start-rank 8" in follower
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert [(p["name"], p["node"], p["kind"]) for p in plan["processes"]][1:3] == [
-        ("decode-0", 1, "server"), ("decode-0-f1", 2, "follower")]
+        ("decode-0", 1, "server"),
+        ("decode-0-f1", 2, "follower"),
+    ]
 
     recipe, overrides = VARIANTS["dsr1-fp8-1p2d-nixl--prefill-tp16-over-2-nodes"]
     server = (_render(recipe, tmp_path / "tp", overrides) / "server.sh").read_text()
@@ -179,7 +220,9 @@ def test_bundled_connector_gets_a_kv_port_per_worker(tmp_path: Path) -> None:
     server = (_render("dsr1-fp8-1p2d-nixl", tmp_path, ["connector.name=pdbench"]) / "server.sh").read_text()
     ports = [line.split("=")[1] for line in server.splitlines() if "PDBENCH_KV_PORT=" in line]
     assert ports == ["5600", "5608", "5616"]
-    assert '\\"kv_connector_module_path\\":\\"connector\\"' in server or '"kv_connector_module_path":"connector"' in server
+    assert (
+        '\\"kv_connector_module_path\\":\\"connector\\"' in server or '"kv_connector_module_path":"connector"' in server
+    )
 
 
 def test_run_dir_that_no_sbatch_line_can_carry_is_refused(tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 from pathlib import Path
 
@@ -45,10 +44,8 @@ def _report(case: str):
 
 def _golden(name: str, text: str) -> None:
     path = GOLDEN / name
-    if os.environ.get("PDBENCH_UPDATE_GOLDEN"):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    assert text == path.read_text(), f"{name} differs from {path} (PDBENCH_UPDATE_GOLDEN=1 regenerates)"
+    # Goldens are rewritten only on purpose, by scripts/update_goldens.py, never by the suite.
+    assert text == path.read_text(), f"{name} differs from {path} (see scripts/update_goldens.py)"
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
@@ -103,11 +100,16 @@ def test_folder_of_runs_reads_each_run() -> None:
 
 # --- loading --------------------------------------------------------------------------------------
 
+
 def test_every_source_format_is_recognised() -> None:
     loaded = load_runs([FIXTURES / r for r in (TINY_1P1D, DSR1_A, "vllm-serve", IX, "srt-slurm-4049")])
     assert {r.label: sorted({p.source for p in r.points}) for r in loaded.runs} == {
-        TINY_1P1D: ["pdbench"], DSR1_A: ["pdbench"], "vllm-serve": ["vllm"], IX: ["inferencex"],
-        "srt-slurm-4049": ["srt-slurm"]}
+        TINY_1P1D: ["pdbench"],
+        DSR1_A: ["pdbench"],
+        "vllm-serve": ["vllm"],
+        IX: ["inferencex"],
+        "srt-slurm-4049": ["srt-slurm"],
+    }
 
 
 def test_skipped_files_are_listed_with_reasons() -> None:
@@ -120,8 +122,7 @@ def test_skipped_files_are_listed_with_reasons() -> None:
         "concurrency_8_req_rate_inf_gpus_2_ctx_1_gen_1.json": "total_token_throughput is not a finite",
         "concurrency_16_req_rate_inf_gpus_2_ctx_1_gen_1.json": "exceeds total_token_throughput",
         "results.json": "no concurrency",
-        "RESULT_FILENAME_concurrency_64_req_rate_inf_gpus_2_ctx_1_gen_1.json":
-            "duplicate of concurrency_64_req_rate_inf_gpus_2_ctx_1_gen_1.json",
+        "RESULT_FILENAME_concurrency_64_req_rate_inf_gpus_2_ctx_1_gen_1.json": "duplicate of concurrency_64_req_rate_inf_gpus_2_ctx_1_gen_1.json",
     }
     assert {Path(k).name for k in got} == set(expected)
     for name, reason in expected.items():
@@ -138,10 +139,8 @@ def test_sidecars_rollups_and_job_metadata_are_listed_not_read() -> None:
     report = build_report([FIXTURES / "vllm-serve", FIXTURES / "srt-slurm-4049"], root=FIXTURES)
     got = {Path(s.path).name: s.reason for s in report.skipped}
     assert got == {
-        "vllm-infqps-concurrency8-Llama-3.1-8B-Instruct-20261120-101500.pytorch.json":
-            "PyTorch-benchmark sidecar of a result, not a result",
-        "vllm-infqps-concurrency32-Llama-3.1-8B-Instruct-20261120-101500.pytorch.json":
-            "PyTorch-benchmark sidecar of a result, not a result",
+        "vllm-infqps-concurrency8-Llama-3.1-8B-Instruct-20261120-101500.pytorch.json": "PyTorch-benchmark sidecar of a result, not a result",
+        "vllm-infqps-concurrency32-Llama-3.1-8B-Instruct-20261120-101500.pytorch.json": "PyTorch-benchmark sidecar of a result, not a result",
         "4049.json": "missing key total_token_throughput (nor total_throughput), not a benchmark result",
     }
 
@@ -151,23 +150,30 @@ def test_empty_and_unreadable(tmp_path: Path) -> None:
     (tmp_path / "run" / "concurrency_1_gpus_2_ctx_1_gen_1.json").write_bytes(b"\xff\xfe\x00garbage")
     report = build_report([tmp_path / "run"], root=tmp_path)
     assert [(report.rel(s.path), s.reason) for s in report.skipped] == [
-        ("run/concurrency_1_gpus_2_ctx_1_gen_1.json", "not a text file")]
+        ("run/concurrency_1_gpus_2_ctx_1_gen_1.json", "not a text file")
+    ]
     assert report.table.empty and "run: no usable result files" in report.notes
 
 
-@pytest.mark.parametrize("name, conc, gpus", [
-    ("concurrency_64_req_rate_inf_gpus_48_ctx_16_gen_32", 64, (48, 16, 32)),
-    ("results_concurrency_16_gpus_24_ctx_8_gen_16", 16, (24, 8, 16)),
-    ("results_concurrency_32_gpus_8", 32, (8, None, None)),
-    ("results_concurrency_16", 16, (None, None, None)),
-    ("dsr1_conc128_gpus_24_ctx_8_gen_16", 128, (24, 8, 16)),
-    ("exp_c256_gpus_9_ctx_1_gen_8", 256, (9, 1, 8)),
-    ("vllm-infqps-concurrency8-Llama-3.1-8B-Instruct-20261120-101500", 8, (None, None, None)),
-    # InferenceX's RESULT_FILENAME prefix has its own conc8x32 token and -tp8- parts.
-    ("dsr1_prefill-tp8-nw1_decode-tp8-nw2_conc8x32_runner_concurrency_32_req_rate_inf_gpus_24_ctx_8_gen_16",
-     32, (24, 8, 16)),
-    ("plan", None, (None, None, None)),
-])
+@pytest.mark.parametrize(
+    "name, conc, gpus",
+    [
+        ("concurrency_64_req_rate_inf_gpus_48_ctx_16_gen_32", 64, (48, 16, 32)),
+        ("results_concurrency_16_gpus_24_ctx_8_gen_16", 16, (24, 8, 16)),
+        ("results_concurrency_32_gpus_8", 32, (8, None, None)),
+        ("results_concurrency_16", 16, (None, None, None)),
+        ("dsr1_conc128_gpus_24_ctx_8_gen_16", 128, (24, 8, 16)),
+        ("exp_c256_gpus_9_ctx_1_gen_8", 256, (9, 1, 8)),
+        ("vllm-infqps-concurrency8-Llama-3.1-8B-Instruct-20261120-101500", 8, (None, None, None)),
+        # InferenceX's RESULT_FILENAME prefix has its own conc8x32 token and -tp8- parts.
+        (
+            "dsr1_prefill-tp8-nw1_decode-tp8-nw2_conc8x32_runner_concurrency_32_req_rate_inf_gpus_24_ctx_8_gen_16",
+            32,
+            (24, 8, 16),
+        ),
+        ("plan", None, (None, None, None)),
+    ],
+)
 def test_file_name_variants(name: str, conc: int | None, gpus: tuple) -> None:
     assert name_concurrency(name) == conc
     assert name_gpus(name) == gpus
@@ -213,6 +219,7 @@ def test_point_that_ended_early_is_said(tmp_path: Path) -> None:
 
 # --- table ---------------------------------------------------------------------------------------
 
+
 def test_per_gpu_formulas() -> None:
     assert per_gpu(48000.0, 6000.0, 16, 32) == (1000.0, 187.5, 2625.0)
     assert per_gpu(16000.0, 8000.0, 8, 0) == (2000.0, 1000.0, 1000.0)  # D = 0: output over P+D
@@ -249,8 +256,9 @@ def test_invalid_points_are_marked() -> None:
 def test_unverified_points_are_marked(tmp_path: Path) -> None:
     # The writer's representation (valid null, verdict unverified), and a pdbench point with no verdict.
     d = json.loads((FIXTURES / DSR1_A / "concurrency_64_req_rate_inf_gpus_48_ctx_16_gen_32.json").read_text())
-    d["metadata"].update(valid=None, validity={"verdict": "unverified", "valid": None,
-                                               "reasons": ["no server /metrics were scraped"]})
+    d["metadata"].update(
+        valid=None, validity={"verdict": "unverified", "valid": None, "reasons": ["no server /metrics were scraped"]}
+    )
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "concurrency_64_req_rate_inf_gpus_48_ctx_16_gen_32.json").write_text(json.dumps(d))
     report = build_report([tmp_path / "r", FIXTURES / "vllm-serve"], root=tmp_path)
@@ -265,6 +273,7 @@ def test_unverified_points_are_marked(tmp_path: Path) -> None:
 
 
 # --- plot ----------------------------------------------------------------------------------------
+
 
 def test_pareto_front() -> None:
     pts = [(50.0, 1100.0), (25.0, 1500.0), (20.0, 1400.0), (12.5, 2300.0), (30.0, 1000.0), (math.nan, 5.0)]
@@ -288,9 +297,12 @@ def test_plot_data_labels_and_legend() -> None:
     assert [(list(c.get_xdata()), list(c.get_ydata())) for c in crosses] == [([15.625], [2000.0])]
     assert ax.get_xlabel() == X_LABEL and ax.get_ylabel() == Y_LABEL
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [
-        f"{DSR1_A} (baseline)", DSR1_B, "invalid point (off the line)"]
+        f"{DSR1_A} (baseline)",
+        DSR1_B,
+        "invalid point (off the line)",
+    ]
     assert ax.get_title() == "Throughput per GPU vs interactivity (ISL 8192, OSL 1024)"
-    assert sorted(t.get_text() for t in ax.texts) == sorted(["c64", "c128", "c256"] + ["c64", "c128", "c256", "c512"])
+    assert sorted(t.get_text() for t in ax.texts) == sorted(["c64", "c128", "c256", "c64", "c128", "c256", "c512"])
 
 
 def test_plot_real_runs_one_line_each_and_png(tmp_path: Path) -> None:
@@ -300,8 +312,8 @@ def test_plot_real_runs_one_line_each_and_png(tmp_path: Path) -> None:
     lines = _lines(fig.axes[0])
     for label, run in ((TINY_1P1D, TINY_1P1D), (TINY_1P2D, TINY_1P2D)):
         rows = report.table[report.table["run"] == run]
-        front = pareto_front(list(zip(rows["intvty"], rows["tput_per_gpu"])))
-        assert list(zip(lines[label].get_xdata(), lines[label].get_ydata())) == front
+        front = pareto_front(list(zip(rows["intvty"], rows["tput_per_gpu"], strict=False)))
+        assert list(zip(lines[label].get_xdata(), lines[label].get_ydata(), strict=False)) == front
     import matplotlib.image
 
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -309,8 +321,12 @@ def test_plot_real_runs_one_line_each_and_png(tmp_path: Path) -> None:
 
 
 def test_plot_mixed_isl_osl_labels_each_pair() -> None:
-    report = build_report([FIXTURES / "srt-slurm-4049", FIXTURES / "srt-slurm-agg-4100", FIXTURES / "vllm-serve"],
-                          root=FIXTURES)
+    report = build_report(
+        [FIXTURES / "srt-slurm-4049", FIXTURES / "srt-slurm-agg-4100", FIXTURES / "vllm-serve"], root=FIXTURES
+    )
     labels = [t.get_text() for t in figure(report).axes[0].get_legend().get_texts()]
-    assert labels == ["srt-slurm-4049 [ISL 8192 / OSL 1024]", "srt-slurm-agg-4100 [ISL 1024 / OSL 1024]",
-                      "vllm-serve [ISL n/a / OSL n/a] (no plottable point)"]
+    assert labels == [
+        "srt-slurm-4049 [ISL 8192 / OSL 1024]",
+        "srt-slurm-agg-4100 [ISL 1024 / OSL 1024]",
+        "vllm-serve [ISL n/a / OSL n/a] (no plottable point)",
+    ]

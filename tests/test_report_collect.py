@@ -18,12 +18,42 @@ DSR1_B = FIXTURES / "dsr1-fp8-2p4d" / "20261202T100000Z-bbb222"
 TINY_1P2D = FIXTURES / "local-tiny-1p2d" / "20261122T034324Z-a3eb41"
 
 # InferenceX's utils/process_result.py, multinode branch, in its order.
-IX_KEYS = ["hw", "conc", "image", "model", "infmax_model_prefix", "framework", "precision", "spec_decoding",
-           "disagg", "recipe_fingerprint", "isl", "osl", "router", "kv_p2p_transfer", "is_multinode",
-           "prefill_tp", "prefill_pp", "prefill_dcp_size", "prefill_pcp_size", "prefill_ep",
-           "prefill_dp_attention", "prefill_num_workers", "decode_tp", "decode_pp", "decode_dcp_size",
-           "decode_pcp_size", "decode_ep", "decode_dp_attention", "decode_num_workers", "num_prefill_gpu",
-           "num_decode_gpu", "tput_per_gpu", "output_tput_per_gpu", "input_tput_per_gpu"]
+IX_KEYS = [
+    "hw",
+    "conc",
+    "image",
+    "model",
+    "infmax_model_prefix",
+    "framework",
+    "precision",
+    "spec_decoding",
+    "disagg",
+    "recipe_fingerprint",
+    "isl",
+    "osl",
+    "router",
+    "kv_p2p_transfer",
+    "is_multinode",
+    "prefill_tp",
+    "prefill_pp",
+    "prefill_dcp_size",
+    "prefill_pcp_size",
+    "prefill_ep",
+    "prefill_dp_attention",
+    "prefill_num_workers",
+    "decode_tp",
+    "decode_pp",
+    "decode_dcp_size",
+    "decode_pcp_size",
+    "decode_ep",
+    "decode_dp_attention",
+    "decode_num_workers",
+    "num_prefill_gpu",
+    "num_decode_gpu",
+    "tput_per_gpu",
+    "output_tput_per_gpu",
+    "input_tput_per_gpu",
+]
 
 
 def _by_conc(entries: list[dict]) -> dict[int, dict]:
@@ -51,16 +81,40 @@ def test_hand_computed_values() -> None:
     assert c64["std_intvty"] == 1000 / 6.25 == 160.0
     assert "median_ttft_ms" not in c64 and not any(k.endswith("_ms") for k in c64)
     assert {k: c64[k] for k in IX_KEYS[:12]} == {
-        "hw": "h200-disagg", "conc": 64, "image": "vllm/vllm-openai:v0.32.0",
-        "model": "deepseek-ai/DeepSeek-R1-0528", "infmax_model_prefix": "dsr1", "framework": "vllm-disagg",
-        "precision": "fp8", "spec_decoding": "none", "disagg": True, "recipe_fingerprint": "a1b2c3d4e5f60718",
-        "isl": 8192, "osl": 1024}
+        "hw": "h200-disagg",
+        "conc": 64,
+        "image": "vllm/vllm-openai:v0.32.0",
+        "model": "deepseek-ai/DeepSeek-R1-0528",
+        "infmax_model_prefix": "dsr1",
+        "framework": "vllm-disagg",
+        "precision": "fp8",
+        "spec_decoding": "none",
+        "disagg": True,
+        "recipe_fingerprint": "a1b2c3d4e5f60718",
+        "isl": 8192,
+        "osl": 1024,
+    }
     assert {k: c64[k] for k in IX_KEYS[12:31]} == {
-        "router": {"name": "pdbench", "version": "0.1.0"}, "kv_p2p_transfer": "nixl", "is_multinode": True,
-        "prefill_tp": 8, "prefill_pp": 1, "prefill_dcp_size": 1, "prefill_pcp_size": 1, "prefill_ep": 1,
-        "prefill_dp_attention": "false", "prefill_num_workers": 2, "decode_tp": 8, "decode_pp": 1,
-        "decode_dcp_size": 1, "decode_pcp_size": 1, "decode_ep": 8, "decode_dp_attention": "true",
-        "decode_num_workers": 4, "num_prefill_gpu": 16, "num_decode_gpu": 32}
+        "router": {"name": "pdbench", "version": "0.1.0"},
+        "kv_p2p_transfer": "nixl",
+        "is_multinode": True,
+        "prefill_tp": 8,
+        "prefill_pp": 1,
+        "prefill_dcp_size": 1,
+        "prefill_pcp_size": 1,
+        "prefill_ep": 1,
+        "prefill_dp_attention": "false",
+        "prefill_num_workers": 2,
+        "decode_tp": 8,
+        "decode_pp": 1,
+        "decode_dcp_size": 1,
+        "decode_pcp_size": 1,
+        "decode_ep": 8,
+        "decode_dp_attention": "true",
+        "decode_num_workers": 4,
+        "num_prefill_gpu": 16,
+        "num_decode_gpu": 32,
+    }
 
 
 def test_key_set_and_order() -> None:
@@ -78,8 +132,10 @@ def test_key_set_and_order() -> None:
 
 
 def test_real_pdbench_run() -> None:
-    src = {json.loads(p.read_text())["max_concurrency"]: json.loads(p.read_text())
-           for p in TINY_1P2D.glob("concurrency_*.json")}
+    src = {
+        json.loads(p.read_text())["max_concurrency"]: json.loads(p.read_text())
+        for p in TINY_1P2D.glob("concurrency_*.json")
+    }
     # A real run from before validity verdicts: no evidence, so only on request.
     assert collect([TINY_1P2D], hw="cpu").entries == []
     entries = _by_conc(collect([TINY_1P2D], hw="cpu", include_unverified=True).entries)
@@ -111,7 +167,8 @@ def test_no_decode_gpu_divides_output_by_all(tmp_path: Path) -> None:
 def test_invalid_points_left_out_unless_asked() -> None:
     result = collect([DSR1_A], hw="x")
     assert [(s.path.name, s.reason.split(" (")[0]) for s in result.skipped] == [
-        ("concurrency_256_req_rate_inf_gpus_48_ctx_16_gen_32.json", "invalid point")]
+        ("concurrency_256_req_rate_inf_gpus_48_ctx_16_gen_32.json", "invalid point")
+    ]
     assert "kv_transferred" in result.skipped[0].reason
     kept = _by_conc(collect([DSR1_A], hw="x", include_invalid=True).entries)
     assert sorted(kept) == [64, 128, 256]
@@ -123,12 +180,15 @@ def test_unverified_points_left_out_unless_asked(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
     d = json.loads((DSR1_A / "concurrency_64_req_rate_inf_gpus_48_ctx_16_gen_32.json").read_text())
-    d["metadata"].update(valid=None, validity={"verdict": "unverified", "valid": None,
-                                               "reasons": ["kv_transferred: not checked: no metric"]})
+    d["metadata"].update(
+        valid=None,
+        validity={"verdict": "unverified", "valid": None, "reasons": ["kv_transferred: not checked: no metric"]},
+    )
     (run / "concurrency_64_req_rate_inf_gpus_48_ctx_16_gen_32.json").write_text(json.dumps(d))
     result = collect([run], hw="x")
     assert result.entries == [] and result.skipped[0].reason.startswith(
-        "unverified point (no evidence it measured what it claims: kv_transferred: not checked: no metric)")
+        "unverified point (no evidence it measured what it claims: kv_transferred: not checked: no metric)"
+    )
     (e,) = collect([run], hw="x", include_unverified=True).entries
     assert e["validity"] == "unverified" and "valid" not in e
     # A recorded verdict wins over an older `valid` flag.
@@ -143,8 +203,10 @@ def test_dedupe_by_run_fingerprint_isl_osl_conc(tmp_path: Path) -> None:
     # A runner's prefixed copy of a result in the same run: one entry, the copy listed.
     run = tmp_path / "run"
     shutil.copytree(DSR1_B, run)
-    shutil.copy(run / "concurrency_64_req_rate_inf_gpus_48_ctx_16_gen_32.json",
-                run / "RESULT_concurrency_64_req_rate_inf_gpus_48_ctx_16_gen_32.json")
+    shutil.copy(
+        run / "concurrency_64_req_rate_inf_gpus_48_ctx_16_gen_32.json",
+        run / "RESULT_concurrency_64_req_rate_inf_gpus_48_ctx_16_gen_32.json",
+    )
     result = collect([run], hw="x", include_unverified=True)
     assert sorted(e["conc"] for e in result.entries) == [64, 128, 256, 512]
     assert [s.path.name for s in result.skipped] == ["RESULT_concurrency_64_req_rate_inf_gpus_48_ctx_16_gen_32.json"]
@@ -159,7 +221,8 @@ def test_files_it_cannot_collect_are_listed() -> None:
     result = collect([FIXTURES / "vllm-serve", FIXTURES / "srt-slurm-4049", FIXTURES / "broken"])
     reasons = {s.path.name: s.reason for s in result.skipped}
     assert reasons["vllm-infqps-concurrency8-Llama-3.1-8B-Instruct-20261120-101500.json"].startswith(
-        "no pdbench metadata block")
+        "no pdbench metadata block"
+    )
     assert reasons["results_concurrency_16_gpus_24_ctx_8_gen_16.json"].startswith("no pdbench metadata block")
     assert reasons["concurrency_64_req_rate_inf_gpus_2_ctx_1_gen_1.json"].startswith("hardware unknown: pass --hw")
     assert "not valid JSON" in reasons["concurrency_1_req_rate_inf_gpus_2_ctx_1_gen_1.json"]
@@ -169,8 +232,16 @@ def test_files_it_cannot_collect_are_listed() -> None:
 def test_validation_rejects_bad_entries() -> None:
     good = collect([DSR1_A], hw="x").entries[0]
     CollectEntry.model_validate(good)
-    for bad in ({"tput_per_gpu": -1.0}, {"conc": 0}, {"prefill_dp_attention": "yes"}, {"median_ttft": "fast"},
-                {"hw": ""}, {"router": {"name": "pdbench"}}, {"valid": True}, {"validity": "valid"}):
+    for bad in (
+        {"tput_per_gpu": -1.0},
+        {"conc": 0},
+        {"prefill_dp_attention": "yes"},
+        {"median_ttft": "fast"},
+        {"hw": ""},
+        {"router": {"name": "pdbench"}},
+        {"valid": True},
+        {"validity": "valid"},
+    ):
         with pytest.raises(ValueError):
             CollectEntry.model_validate(good | bad)
 
@@ -196,11 +267,13 @@ def test_cli(tmp_path: Path) -> None:
     before = out.read_text()
     r = runner.invoke(app, ["collect", str(DSR1_A), "--out", str(out), "--hw", "x"])
     assert r.exit_code == 2 and "never overwrites" in r.stderr and out.read_text() == before
-    r = runner.invoke(app, ["collect", str(DSR1_A), "--out", str(tmp_path / "b.json"), "--hw", "x",
-                            "--include-invalid"])
+    r = runner.invoke(
+        app, ["collect", str(DSR1_A), "--out", str(tmp_path / "b.json"), "--hw", "x", "--include-invalid"]
+    )
     assert r.exit_code == 0 and len(json.loads((tmp_path / "b.json").read_text())) == 3
-    r = runner.invoke(app, ["collect", str(DSR1_B), "--out", str(tmp_path / "u.json"), "--hw", "x",
-                            "--include-unverified"])
+    r = runner.invoke(
+        app, ["collect", str(DSR1_B), "--out", str(tmp_path / "u.json"), "--hw", "x", "--include-unverified"]
+    )
     assert r.exit_code == 0, r.output
     assert [e.get("validity") for e in json.loads((tmp_path / "u.json").read_text())] == [None] * 3 + ["unverified"]
     r = runner.invoke(app, ["collect", str(FIXTURES / "vllm-serve"), "--out", str(tmp_path / "c.json")])

@@ -32,8 +32,12 @@ def _steps() -> list[dict]:
 
 
 def test_schema() -> None:
-    r = subprocess.run([_tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(WORKFLOW)],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [_tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(WORKFLOW)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -43,8 +47,7 @@ def test_run_steps_pass_shellcheck(tmp_path: Path) -> None:
         body = re.sub(r"\$\{\{[^}]*\}\}", "GHA_EXPR", step["run"])
         script = tmp_path / f"step{i}.sh"
         script.write_text("#!/usr/bin/env bash\nset -eo pipefail\n" + body)
-        r = subprocess.run([_tool("shellcheck"), str(script)], capture_output=True, text=True,
-                           timeout=60)
+        r = subprocess.run([_tool("shellcheck"), str(script)], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, f"{step.get('name')}:\n{r.stdout}"
 
 
@@ -74,7 +77,7 @@ def test_structure() -> None:
     submit = next(s for s in steps if "pdbench submit" in s.get("run", ""))
     assert submit["id"] == "submit"
     assert '--recipe "$RECIPE" --wait' in submit["run"] and "GITHUB_OUTPUT" in submit["run"]
-    after = steps[steps.index(submit) + 1:]
+    after = steps[steps.index(submit) + 1 :]
     text = "\n".join(s.get("run", "") for s in after)
     assert 'pdbench collect "$RUN_DIR" --out' in text
     assert "pdbench report" in text and "--baseline" in text and "--plot out/pareto.png" in text
@@ -96,6 +99,7 @@ def test_hardware_check_stops_without_a_label(tmp_path: Path) -> None:
     env = {"PATH": "/usr/bin:/bin", "RECIPE": "dsr1-fp8-1p2d"}
     r = subprocess.run(["bash", str(script)], env=env | {"RUNNER_TYPE": ""}, capture_output=True, text=True)
     assert r.returncode == 1 and "hardware label unknown for recipe dsr1-fp8-1p2d" in r.stdout
-    r = subprocess.run(["bash", str(script)], env=env | {"RUNNER_TYPE": "mi355x-disagg"}, capture_output=True,
-                       text=True)
+    r = subprocess.run(
+        ["bash", str(script)], env=env | {"RUNNER_TYPE": "mi355x-disagg"}, capture_output=True, text=True
+    )
     assert r.returncode == 0 and "on mi355x-disagg" in r.stdout

@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import require_vllm
-from harness.runs import read_status
-from test_inferencex_contract import assert_inferencex_contract
 from slurm_cluster import describe, job_state, processes_in_node_namespaces, require_cluster, wait_job
+from test_inferencex_contract import assert_inferencex_contract
+
+from harness.runs import read_status
 
 pytestmark = pytest.mark.vllm
 
@@ -45,12 +45,21 @@ def _leftovers(grace: float = 0) -> dict[str, list[int]]:
 
 
 def _submit(results: Path, recipe: str, *overrides: str, extra: tuple[str, ...] = ()) -> subprocess.Popen:
-    args = [sys.executable, "-m", "harness", "submit", "--recipe", recipe, "--wait",
-            "--results-dir", str(results), *extra]
+    args = [
+        sys.executable,
+        "-m",
+        "harness",
+        "submit",
+        "--recipe",
+        recipe,
+        "--wait",
+        "--results-dir",
+        str(results),
+        *extra,
+    ]
     for o in overrides:
         args += ["--set", o]
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
 def _run_dir(results: Path, recipe: str, timeout: float = 60) -> Path:
@@ -130,10 +139,13 @@ def test_1p2d_on_three_nodes(tmp_path: Path) -> None:
     _assert_clean()
 
 
-@pytest.mark.parametrize("victim, reason", [
-    ("decode-0", "decode-0 (decode) on node 1 was killed by signal 9"),
-    ("proxy", "proxy (proxy) on node 0 was killed by signal 9"),
-])
+@pytest.mark.parametrize(
+    "victim, reason",
+    [
+        ("decode-0", "decode-0 (decode) on node 1 was killed by signal 9"),
+        ("proxy", "proxy (proxy) on node 0 was killed by signal 9"),
+    ],
+)
 def test_process_killed_mid_sweep(victim: str, reason: str, tmp_path: Path) -> None:
     proc = _submit(tmp_path, "local-tiny-1p1d", *FAULT)
     run_dir = _run_dir(tmp_path, "local-tiny-1p1d")
@@ -148,7 +160,8 @@ def test_process_killed_mid_sweep(victim: str, reason: str, tmp_path: Path) -> N
     assert status["state"] == "failed" and status["reason"].startswith(reason + "; last lines of logs/"), status
     assert status["failure"]["primary"] is True
     assert [p.name for p in run_dir.glob("concurrency_*.json")] == [
-        "concurrency_1_req_rate_inf_gpus_2_ctx_1_gen_1.json"]  # the finished point is kept
+        "concurrency_1_req_rate_inf_gpus_2_ctx_1_gen_1.json"
+    ]  # the finished point is kept
     _assert_clean()
 
 
@@ -159,8 +172,11 @@ def test_server_never_healthy(tmp_path: Path) -> None:
     assert rc == 1, out[-4000:]
     status = _status(run_dir)
     # No vLLM server starts in 10 s here: the first node whose own gate expires names its server.
-    assert re.match(r"(prefill-0 \(prefill\) on node 0|decode-0 \(decode\) on node 1) was not healthy "
-                    r"within 10 s; last lines of logs/(prefill|decode)-0\.log:", status["reason"]), status
+    assert re.match(
+        r"(prefill-0 \(prefill\) on node 0|decode-0 \(decode\) on node 1) was not healthy "
+        r"within 10 s; last lines of logs/(prefill|decode)-0\.log:",
+        status["reason"],
+    ), status
     assert "SIGTERM" not in status["reason"]
     _assert_clean()
 
@@ -169,14 +185,16 @@ def test_scancel_mid_run(tmp_path: Path) -> None:
     proc = _submit(tmp_path, "local-tiny-1p1d", *FAULT)
     run_dir = _run_dir(tmp_path, "local-tiny-1p1d")
     _wait_for(lambda: _healthy(run_dir, "prefill-0"), 400, "a healthy prefill", proc)
-    r = subprocess.run([sys.executable, "-m", "harness", "cancel", str(run_dir)],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "harness", "cancel", str(run_dir)], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0, r.stderr
     rc, out = _finish(proc, timeout=180)
     assert rc == 1, out[-4000:]
     assert job_state((run_dir / "slurm_job_id").read_text().strip()) == "CANCELLED"
-    assert re.match(r"node [01]: received SIGTERM: the Slurm job was cancelled \(scancel",
-                    _status(run_dir)["reason"]), _status(run_dir)
+    assert re.match(
+        r"node [01]: received SIGTERM: the Slurm job was cancelled \(scancel", _status(run_dir)["reason"]
+    ), _status(run_dir)
     _assert_clean()
 
 
@@ -188,6 +206,7 @@ def test_time_limit_expires(tmp_path: Path) -> None:
     run_dir = _run_dir(tmp_path, "local-tiny-1p1d")
     assert rc == 1, out[-4000:]
     assert job_state((run_dir / "slurm_job_id").read_text().strip()) == "TIMEOUT"
-    assert re.match(r"node [01]: received SIGTERM: the Slurm job reached its time limit \(00:01:00\)",
-                    _status(run_dir)["reason"]), _status(run_dir)
+    assert re.match(
+        r"node [01]: received SIGTERM: the Slurm job reached its time limit \(00:01:00\)", _status(run_dir)["reason"]
+    ), _status(run_dir)
     _assert_clean()

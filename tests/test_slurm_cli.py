@@ -38,7 +38,9 @@ def test_state_from_sacct(fake_bin: Path) -> None:
 
 def test_without_accounting_falls_back_to_scontrol(fake_bin: Path) -> None:
     _fake(fake_bin, "sacct", 'echo "Slurm accounting storage is disabled" >&2; exit 1\n')
-    _fake(fake_bin, "scontrol", 'echo "JobId=7 JobName=x JobState=RUNNING Reason=None ExitCode=0:0 NodeList=node[1-3]"\n')
+    _fake(
+        fake_bin, "scontrol", 'echo "JobId=7 JobName=x JobState=RUNNING Reason=None ExitCode=0:0 NodeList=node[1-3]"\n'
+    )
     info = slurm.job_info("7")
     assert (info.state, info.nodes, info.source) == ("RUNNING", "node[1-3]", "scontrol")
     assert not info.finished
@@ -64,9 +66,13 @@ def test_submit_parses_job_id_and_reports_errors(fake_bin: Path, tmp_path: Path)
 
 def test_wait_follows_to_the_end(fake_bin: Path, tmp_path: Path) -> None:
     counter = tmp_path / "n"
-    _fake(fake_bin, "scontrol", f'n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}\n'
-          'if [ "$n" -lt 2 ]; then s=RUNNING; else s=COMPLETED; fi\n'
-          'echo "JobId=7 JobState=$s ExitCode=0:0"\n')
+    _fake(
+        fake_bin,
+        "scontrol",
+        f"n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}\n"
+        'if [ "$n" -lt 2 ]; then s=RUNNING; else s=COMPLETED; fi\n'
+        'echo "JobId=7 JobState=$s ExitCode=0:0"\n',
+    )
     seen: list[str] = []
     info = slurm.wait("7", timeout_s=30, on_poll=lambda i: seen.append(i.state), poll_s=0.01)
     assert info.state == "COMPLETED" and seen == ["RUNNING", "RUNNING", "COMPLETED"]
@@ -75,9 +81,15 @@ def test_wait_follows_to_the_end(fake_bin: Path, tmp_path: Path) -> None:
 def _run_dir(tmp_path: Path) -> Path:
     run = tmp_path / "results" / "r1" / "20260101T000000Z-abc123"
     (run / "logs").mkdir(parents=True)
-    plan = {"num_nodes": 2, "proxy_node": 0, "processes": [
-        {"name": "prefill-0", "node": 0, "kind": "server"}, {"name": "decode-0", "node": 1, "kind": "server"},
-        {"name": "proxy", "node": 0, "kind": "proxy"}]}
+    plan = {
+        "num_nodes": 2,
+        "proxy_node": 0,
+        "processes": [
+            {"name": "prefill-0", "node": 0, "kind": "server"},
+            {"name": "decode-0", "node": 1, "kind": "server"},
+            {"name": "proxy", "node": 0, "kind": "proxy"},
+        ],
+    }
     (run / "plan.json").write_text(json.dumps(plan))
     for name in ("prefill-0", "decode-0", "proxy", "bench", "node0", "node1"):
         (run / "logs" / f"{name}.log").write_text(f"{name} line 1\n{name} line 2\n")
@@ -101,12 +113,19 @@ def test_logs_status_cancel_commands(tmp_path: Path, fake_bin: Path) -> None:
     _fake(fake_bin, "scancel", f'echo "$@" > {tmp_path}/cancelled\n')
     env = dict(os.environ)
     cli = [sys.executable, "-m", "harness"]
-    r = subprocess.run([*cli, "logs", str(run), "--role", "proxy", "-n", "1"], capture_output=True, text=True, env=env, timeout=60)
+    r = subprocess.run(
+        [*cli, "logs", str(run), "--role", "proxy", "-n", "1"], capture_output=True, text=True, env=env, timeout=60
+    )
     assert r.returncode == 0 and "==> logs/proxy.log <==\nproxy line 2" in r.stdout
     r = subprocess.run([*cli, "status", str(run)], capture_output=True, text=True, env=env, timeout=60)
     assert "slurm job 9: FAILED" in r.stdout and "reason: decode-0 died" in r.stdout
-    r = subprocess.run([*cli, "cancel", "r1", "--results-dir", str(tmp_path / "results")],
-                       capture_output=True, text=True, env=env, timeout=60)
+    r = subprocess.run(
+        [*cli, "cancel", "r1", "--results-dir", str(tmp_path / "results")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert r.returncode == 0 and (tmp_path / "cancelled").read_text().strip() == "9"
     r = subprocess.run([*cli, "logs", str(tmp_path / "nope")], capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 2 and "no run directory" in r.stderr

@@ -18,8 +18,9 @@ CLIENT = ClientCounts(prompt_tokens=7168, output_tokens=896, completed=28, faile
 def _servers(edit_decode=lambda text, phase: text, edit_prefill=lambda text, phase: text) -> dict[str, ServerScrapes]:
     out = {}
     for name, role, edit in (("prefill-0", "prefill", edit_prefill), ("decode-0", "decode", edit_decode)):
-        out[name] = ServerScrapes(role=role, **{ph: edit((FIX / f"{role}.{ph}.prom").read_text(), ph)
-                                                for ph in ("before", "after")})
+        out[name] = ServerScrapes(
+            role=role, **{ph: edit((FIX / f"{role}.{ph}.prom").read_text(), ph) for ph in ("before", "after")}
+        )
     return out
 
 
@@ -39,8 +40,9 @@ def test_recorded_nixl_run_is_valid() -> None:
 
 def test_other_version_names_p2p_source_only() -> None:
     # A version without external_prefix_cache_*: hits come from prompt_tokens_cached_by_source{p2p}.
-    drop = lambda text, phase: "\n".join(l for l in text.splitlines()  # noqa: E731
-                                         if not l.startswith("vllm:external_prefix_cache"))
+    def drop(text: str, phase: str) -> str:
+        return "\n".join(ln for ln in text.splitlines() if not ln.startswith("vllm:external_prefix_cache"))
+
     v = evaluate(_servers(edit_decode=drop), CLIENT)
     assert _rule(v, "kv_transferred").status == "passed"
     assert "vllm:prompt_tokens_cached_by_source_total" in v.metrics_found["decode"]
@@ -49,27 +51,34 @@ def test_other_version_names_p2p_source_only() -> None:
 
 def test_missing_metrics_are_not_checked_never_passed() -> None:
     keep = re.compile(r"^(process_|python_|http_)")
-    bare = lambda text, phase: "\n".join(l for l in text.splitlines() if keep.match(l))  # noqa: E731
+    bare = lambda text, phase: "\n".join(ln for ln in text.splitlines() if keep.match(ln))  # noqa: E731
     v = evaluate(_servers(edit_decode=bare, edit_prefill=bare), CLIENT)
     statuses = {r.name: r.status for r in v.rules}
-    assert statuses == {"kv_transferred": "not_checked", "no_failed_or_expired_transfers": "not_checked",
-                        "failed_requests": "passed", "token_counts_agree": "not_checked"}
+    assert statuses == {
+        "kv_transferred": "not_checked",
+        "no_failed_or_expired_transfers": "not_checked",
+        "failed_requests": "passed",
+        "token_counts_agree": "not_checked",
+    }
     # No evidence from any server: unverified, never valid (null, so only `valid is False` fails a job).
     assert v.verdict == "unverified" and v.valid is None
-    assert v.reasons == [f"{n}: not checked: {r.detail}" for n, r in ((r.name, r) for r in v.rules)
-                         if n != "failed_requests"]
+    assert v.reasons == [
+        f"{n}: not checked: {r.detail}" for n, r in ((r.name, r) for r in v.rules) if n != "failed_requests"
+    ]
 
 
 def test_some_evidence_is_enough_and_a_failure_wins_over_missing_evidence() -> None:
     # Only the token counters left on decode: one server-side rule checked and passed.
     keep = re.compile(r"^vllm:(prompt|generation)_tokens_total")
-    few = lambda text, phase: "\n".join(l for l in text.splitlines() if keep.match(l))  # noqa: E731
+    few = lambda text, phase: "\n".join(ln for ln in text.splitlines() if keep.match(ln))  # noqa: E731
     v = evaluate(_servers(edit_decode=few, edit_prefill=few), CLIENT)
     assert _rule(v, "token_counts_agree").status == "passed" and _rule(v, "kv_transferred").status == "not_checked"
     assert (v.verdict, v.valid, v.reasons) == ("valid", True, [])
     # Nothing scraped, but a third of the requests failed: the client's own evidence says invalid.
-    v = evaluate(_servers(edit_decode=lambda t, p: "", edit_prefill=lambda t, p: ""),
-                 CLIENT.model_copy(update={"failed": 10, "completed": 18}))
+    v = evaluate(
+        _servers(edit_decode=lambda t, p: "", edit_prefill=lambda t, p: ""),
+        CLIENT.model_copy(update={"failed": 10, "completed": 18}),
+    )
     assert (v.verdict, v.valid) == ("invalid", False) and v.reasons[0].startswith("failed_requests:")
 
 
@@ -77,9 +86,14 @@ def test_unverified_without_scrape_targets() -> None:
     from harness.validity import unverified
 
     v = unverified("no server /metrics were scraped")
-    assert v.model_dump(mode="json") == {"verdict": "unverified", "valid": None,
-                                         "reasons": ["no server /metrics were scraped"], "rules": [], "roles": {},
-                                         "metrics_found": {}}
+    assert v.model_dump(mode="json") == {
+        "verdict": "unverified",
+        "valid": None,
+        "reasons": ["no server /metrics were scraped"],
+        "rules": [],
+        "roles": {},
+        "metrics_found": {},
+    }
 
 
 def _set(metric: str, value: float):
@@ -87,6 +101,7 @@ def _set(metric: str, value: float):
         if phase == "before":
             return text
         return re.sub(rf"^({re.escape(metric)}\{{[^}}]*\}}) \S+$", rf"\g<1> {value}", text, flags=re.M)
+
     return edit
 
 
@@ -96,6 +111,7 @@ def test_re_prefill_on_decode_is_invalid() -> None:
         text = _set("vllm:external_prefix_cache_hits_total", 13.0)(text, phase)
         text = _set("vllm:prompt_tokens_cached_by_source_total", 0.0)(text, phase)
         return text
+
     v = evaluate(_servers(edit_decode=reprefill), CLIENT)
     assert v.valid is False and v.verdict == "invalid"
     rule = _rule(v, "kv_transferred")
@@ -123,8 +139,10 @@ def test_failed_share_and_token_mismatch() -> None:
 
 def test_gauge_peaks_from_samples_during_the_point() -> None:
     servers = _servers()
-    servers["decode-0"].during = ['vllm:num_requests_running{engine="0"} 4.0\nvllm:kv_cache_usage_perc{engine="0"} 0.25',
-                                  'vllm:num_requests_running{engine="0"} 3.0\nvllm:num_requests_waiting{engine="0"} 2.0']
+    servers["decode-0"].during = [
+        'vllm:num_requests_running{engine="0"} 4.0\nvllm:kv_cache_usage_perc{engine="0"} 0.25',
+        'vllm:num_requests_running{engine="0"} 3.0\nvllm:num_requests_waiting{engine="0"} 2.0',
+    ]
     v = evaluate(servers, CLIENT)
     d = v.roles["decode"]
     assert (d.peak_running, d.peak_waiting, d.peak_kv_cache_usage) == (4.0, 2.0, 0.25)
@@ -135,8 +153,9 @@ def test_gauge_samples_are_folded_into_peaks() -> None:
 
     peaks: dict[str, float] = {}
     for running in (1.0, 7.0, 2.0):
-        peaks = gauge_peaks(f'vllm:num_requests_running{{engine="0"}} {running}\n'
-                            f'vllm:num_requests_running{{engine="1"}} 1.0', peaks)
+        peaks = gauge_peaks(
+            f'vllm:num_requests_running{{engine="0"}} {running}\nvllm:num_requests_running{{engine="1"}} 1.0', peaks
+        )
     assert peaks == {"running": 8.0}  # summed over engines, max over samples
     servers = _servers()
     servers["decode-0"].peaks = peaks | {"kv_cache_usage": 0.5}

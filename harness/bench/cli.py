@@ -12,7 +12,7 @@ import inspect
 import json
 from pathlib import Path
 from types import UnionType
-from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import typer
 from pydantic import ValidationError
@@ -56,9 +56,7 @@ def load_config(config: Path | None, overrides: dict[str, Any]) -> BenchConfig:
     try:
         return BenchConfig.model_validate(data)
     except ValidationError as e:
-        lines = [
-            f"  {'.'.join(str(x) for x in err['loc']) or '(config)'}: {err['msg']}" for err in e.errors()
-        ]
+        lines = [f"  {'.'.join(str(x) for x in err['loc']) or '(config)'}: {err['msg']}" for err in e.errors()]
         raise _fail("invalid benchmark config:\n" + "\n".join(lines), 2) from None
 
 
@@ -72,8 +70,11 @@ _SCALARS = (int, float, str, bool)
 
 def _scalar(annotation: Any) -> type | None:
     """int | None -> int; Literal['a', 'b'] -> str; anything else -> None."""
-    args = [a for a in get_args(annotation) if a is not type(None)] if get_origin(annotation) in (Union, UnionType) \
+    args = (
+        [a for a in get_args(annotation) if a is not type(None)]
+        if get_origin(annotation) in (Union, UnionType)
         else [annotation]
+    )
     if len(args) != 1:
         return None
     a = args[0]
@@ -103,28 +104,32 @@ def _option(name: str, field: FieldInfo) -> inspect.Parameter | None:
     choices = get_args(_unwrap(field.annotation)) if get_origin(_unwrap(field.annotation)) is Literal else ()
     what = f" One of: {', '.join(map(str, choices))}." if choices else ""
     if fmt == "csv":
-        annotation: Any = Optional[str]
+        annotation: Any = str | None
         what += " Comma-separated."
     elif fmt == "repeat":
         item = get_args(field.annotation)[0]
-        annotation = Optional[list[item]]  # type: ignore[valid-type]
+        annotation = list[item] | None  # type: ignore[valid-type]
         what += " Repeatable."
     elif fmt == "kv":
-        annotation = Optional[list[str]]
+        annotation = list[str] | None
         what += " As KEY:VALUE, repeatable or several in one value."
     elif fmt == "json":
-        annotation = Optional[str]
+        annotation = str | None
     else:
         scalar = _scalar(field.annotation)
         if scalar is None:
             return None  # a nested model: --config or a recipe only
-        annotation = Optional[scalar]
+        annotation = scalar | None
         if scalar is bool:
             flags = [f"{flags[0]}/--no-{flags[0].removeprefix('--')}"]
     when = "(required, here or in --config)" if field.is_required() else f"[default: {_default_text(field)}]"
     help_text = f"{field.description}{what} {when}"
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
-                             default=typer.Option(None, *flags, help=help_text, show_default=False))
+    return inspect.Parameter(
+        name,
+        inspect.Parameter.KEYWORD_ONLY,
+        annotation=annotation,
+        default=typer.Option(None, *flags, help=help_text, show_default=False),
+    )
 
 
 def _unwrap(annotation: Any) -> Any:
@@ -140,9 +145,16 @@ _BINDINGS = ("base_url", "model", "tokenizer", "result_dir")
 
 def _parameters() -> list[inspect.Parameter]:
     config = inspect.Parameter(
-        "config", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path],
-        default=typer.Option(None, "--config", show_default=False,
-                             help="JSON file holding a BenchConfig; flags override it [default: none]"))
+        "config",
+        inspect.Parameter.KEYWORD_ONLY,
+        annotation=Path | None,
+        default=typer.Option(
+            None,
+            "--config",
+            show_default=False,
+            help="JSON file holding a BenchConfig; flags override it [default: none]",
+        ),
+    )
     fields = BenchConfig.model_fields
     order = [*_BINDINGS, *(n for n in fields if n not in _BINDINGS)]
     params = [_option(n, fields[n]) for n in order]
@@ -181,7 +193,7 @@ def bench_command(**flags: Any) -> None:
 
     try:
         outcomes = run_sweep_detailed(cfg)
-    except Exception as e:  # noqa: BLE001 - e.g. results already exist, tokenizer not found
+    except Exception as e:
         raise _fail(f"{type(e).__name__}: {e}", 1) from None
     if not all(o.ok for o in outcomes):
         bad = [f"C={o.concurrency} ({o.error or f'{o.failed} failed'})" for o in outcomes if not o.ok]

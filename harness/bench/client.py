@@ -53,9 +53,7 @@ class RequestFailed(Exception):
     """A response that arrived but cannot count as a success."""
 
 
-def build_payload(
-    endpoint: str, model: str, prompt: str, max_tokens: int, ignore_eos: bool
-) -> dict[str, Any]:
+def build_payload(endpoint: str, model: str, prompt: str, max_tokens: int, ignore_eos: bool) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": model,
         "max_tokens": max_tokens,
@@ -143,8 +141,24 @@ MAX_ERROR_BODY = 500
 class _Exchange:
     """Parse one response (status, headers, chunked/length/close body, SSE events) into `out`."""
 
-    __slots__ = ("out", "chat", "fut", "state", "buf", "left", "status", "reason", "keep_alive",
-                 "sse", "err_body", "chunks", "last", "usage_tokens", "done", "failure")
+    __slots__ = (
+        "buf",
+        "chat",
+        "chunks",
+        "done",
+        "err_body",
+        "failure",
+        "fut",
+        "keep_alive",
+        "last",
+        "left",
+        "out",
+        "reason",
+        "sse",
+        "state",
+        "status",
+        "usage_tokens",
+    )
 
     def __init__(self, out: RequestOutput, chat: bool, fut: asyncio.Future[None]) -> None:
         self.out = out
@@ -305,10 +319,9 @@ class _Exchange:
         try:
             if b"error" in block:
                 for msg in msgs:
-                    if "error" in msg or msg.get("object") == "error":
-                        if (err := _error_text(msg)) is not None:
-                            self.failure = f"error in stream: {err}"
-                            return
+                    if ("error" in msg or msg.get("object") == "error") and (err := _error_text(msg)) is not None:
+                        self.failure = f"error in stream: {err}"
+                        return
             if self.chat:
                 new = sum(1 for msg in msgs if _is_content_chunk(msg))
             else:
@@ -368,9 +381,7 @@ def _payloads(block: bytes) -> list[bytes]:
     """General SSE: data lines joined with LF per event; comments and other fields skipped."""
     out: list[bytes] = []
     for event in block.split(b"\n\n"):
-        data = [
-            line[5:].removeprefix(b" ") for line in event.split(b"\n") if line.startswith(b"data:")
-        ]
+        data = [line[5:].removeprefix(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
         if data:
             out.append(b"\n".join(data).strip())
     return out
@@ -498,10 +509,7 @@ class Slot:
             if not out.error:
                 out.error = f"timeout: no complete response within request_timeout_s={timeout_s:g}"
         except OSError as e:
-            out.error = (
-                f"{type(e).__name__}: Cannot connect to host "
-                f"{self.target.host}:{self.target.port}: {e}"
-            )
+            out.error = f"{type(e).__name__}: Cannot connect to host {self.target.host}:{self.target.port}: {e}"
         finally:
             timer.cancel()
             out.end_time = time.perf_counter()
@@ -511,9 +519,7 @@ class Slot:
         loop = asyncio.get_running_loop()
         t = self.target
         _, conn = await asyncio.wait_for(
-            loop.create_connection(
-                Connection, t.host, t.port, ssl=t.ssl, server_hostname=t.host if t.ssl else None
-            ),
+            loop.create_connection(Connection, t.host, t.port, ssl=t.ssl, server_hostname=t.host if t.ssl else None),
             timeout_s,
         )
         return conn

@@ -68,8 +68,11 @@ def exact_length_prompt(
         for _ in range(max_tries):
             # Decode/re-encode may merge or split tokens; trim or pad and retry.
             text = tokenizer.decode(ids)
-            full = tokenizer.encode(prefix + text, add_special_tokens=False) if p else (
-                tokenizer.encode(text, add_special_tokens=False))
+            full = (
+                tokenizer.encode(prefix + text, add_special_tokens=False)
+                if p
+                else (tokenizer.encode(text, add_special_tokens=False))
+            )
             if full[:p] != prefix_ids:
                 break  # the text merged into the prefix's last token: fresh ids
             ids = full[p:]
@@ -120,7 +123,7 @@ def sample_requests(
             prompt_len=prefix_len + int(n_in),
             output_len=int(n_out),
         )
-        for n_in, n_out in zip(input_lens, output_lens)
+        for n_in, n_out in zip(input_lens, output_lens, strict=False)
     ]
 
 
@@ -203,8 +206,12 @@ def sample_file_requests(
             prompt_len = len(tokenizer(rec.prompt).input_ids)
             if rec.reference is not None:
                 output_len = len(tokenizer(rec.reference).input_ids)
-                if (prompt_len < SHAREGPT_MIN_LEN or output_len < SHAREGPT_MIN_LEN
-                        or prompt_len > SHAREGPT_MAX_PROMPT or prompt_len + output_len > SHAREGPT_MAX_TOTAL):
+                if (
+                    prompt_len < SHAREGPT_MIN_LEN
+                    or output_len < SHAREGPT_MIN_LEN
+                    or prompt_len > SHAREGPT_MAX_PROMPT
+                    or prompt_len + output_len > SHAREGPT_MAX_TOTAL
+                ):
                     continue
             else:
                 output_len = rec.output_len if rec.output_len is not None else osl

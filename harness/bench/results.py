@@ -126,7 +126,10 @@ def rate_label(request_rate: float) -> str:
 
 
 def result_filename(
-    concurrency: int, request_rate: float, prefill_gpus: int | None = None, decode_gpus: int | None = None,
+    concurrency: int,
+    request_rate: float,
+    prefill_gpus: int | None = None,
+    decode_gpus: int | None = None,
     gpus: int | None = None,
 ) -> str:
     """`concurrency_C_req_rate_R` + the GPU split as InferenceX's workflow parses it from the name:

@@ -107,8 +107,15 @@ class _Sweep:
         rng = np.random.default_rng([cfg.seed, concurrency, stream])
         if cfg.dataset == "random":
             return sample_requests(
-                tok, count, cfg.isl, cfg.osl, cfg.range_ratio, cfg.range_ratio_convention, rng,
-                prefix=self.prefix, prefix_len=cfg.random_prefix_len,
+                tok,
+                count,
+                cfg.isl,
+                cfg.osl,
+                cfg.range_ratio,
+                cfg.range_ratio_convention,
+                rng,
+                prefix=self.prefix,
+                prefix_len=cfg.random_prefix_len,
             )
         return sample_file_requests(tok, self.records, count, cfg.osl, rng)
 
@@ -123,7 +130,12 @@ class _Sweep:
         return wire, [RequestOutput(r.prompt_len, r.output_len) for r in reqs]
 
     async def batch(
-        self, label: str, reqs: list[SampleRequest], concurrency: int, rate: float, point_limit: float,
+        self,
+        label: str,
+        reqs: list[SampleRequest],
+        concurrency: int,
+        rate: float,
+        point_limit: float,
         rng: np.random.Generator,
     ) -> tuple[list[RequestOutput], str | None]:
         wire, outs = self.prepare(reqs)
@@ -137,8 +149,9 @@ class _Sweep:
         chat = self.cfg.endpoint == "chat"
         while len(self.slots) < concurrency:
             self.slots.append(Slot(Target.from_url(self.cfg.url), chat))
-        run = LoadRun(self.cfg.url, chat, wire, outs, offsets, concurrency, self.cfg.request_timeout_s, progress,
-                      slots=self.slots)
+        run = LoadRun(
+            self.cfg.url, chat, wire, outs, offsets, concurrency, self.cfg.request_timeout_s, progress, slots=self.slots
+        )
         self.current = run
         # Everything allocated so far (tokenizer, prompts) is long-lived: keep the cyclic
         # GC from walking it in the middle of the batch, where a pause would be timed.
@@ -164,7 +177,10 @@ class _Sweep:
         if n_warm:
             # Warmups go out all at once (limited by C) and are left out of the metrics.
             warm, stopped = await self.batch(
-                f"C={concurrency} warmup", self.sample(n_warm, concurrency, _WARMUP), concurrency, math.inf,
+                f"C={concurrency} warmup",
+                self.sample(n_warm, concurrency, _WARMUP),
+                concurrency,
+                math.inf,
                 cfg.point_timeout_for(n_warm, concurrency),
                 np.random.default_rng([cfg.seed, concurrency, _ARRIVALS]),  # unused at rate inf
             )
@@ -177,20 +193,30 @@ class _Sweep:
         wall_offset = time.time() - time.perf_counter()  # request times are perf_counter
         probe = None
         if cfg.scrape:
-            probe = PointProbe(cfg.scrape, Path(cfg.result_dir) / "metrics" / f"concurrency_{concurrency}",
-                               cfg.validity)
+            probe = PointProbe(
+                cfg.scrape, Path(cfg.result_dir) / "metrics" / f"concurrency_{concurrency}", cfg.validity
+            )
             await probe.start()
         outs, stopped = await self.batch(
-            f"C={concurrency}", measured, concurrency, cfg.request_rate,
-            cfg.point_timeout_for(n, concurrency), np.random.default_rng([cfg.seed, concurrency, _ARRIVALS]),
+            f"C={concurrency}",
+            measured,
+            concurrency,
+            cfg.request_rate,
+            cfg.point_timeout_for(n, concurrency),
+            np.random.default_rng([cfg.seed, concurrency, _ARRIVALS]),
         )
         backend = "openai-chat" if cfg.endpoint == "chat" else "openai"
         metadata = _metadata(cfg)
         if probe is not None:
             sent = [o for o in outs if o.start_time is not None]
-            verdict = await probe.finish(ClientCounts(
-                prompt_tokens=sum(o.prompt_len for o in sent), output_tokens=sum(o.output_tokens for o in sent),
-                completed=sum(o.success for o in outs), failed=sum(not o.success for o in outs)))
+            verdict = await probe.finish(
+                ClientCounts(
+                    prompt_tokens=sum(o.prompt_len for o in sent),
+                    output_tokens=sum(o.output_tokens for o in sent),
+                    completed=sum(o.success for o in outs),
+                    failed=sum(not o.success for o in outs),
+                )
+            )
         else:
             verdict = unverified("no server /metrics were scraped (no scrape targets given)")
         # valid: true / false / null (unverified); the verdict and its evidence under validity.
@@ -281,7 +307,7 @@ class _Sweep:
                 log(f"C={c}: no result: {result}")
                 return PointOutcome(c, None, error=result)
             path = write_result(result, path)
-        except Exception as e:  # noqa: BLE001 - one bad point must not lose the others
+        except Exception as e:
             log(f"C={c}: point could not be run: {type(e).__name__}: {e}")
             return PointOutcome(c, None, error=f"{type(e).__name__}: {e}")
         log(
@@ -292,7 +318,9 @@ class _Sweep:
             + (f", stopped: {result.stop_reason}" if result.stop_reason else "")
             + f" -> {path.name}"
         )
-        error = result.stop_reason if result.stop_reason and not result.stop_reason.startswith("point timeout") else None
+        error = (
+            result.stop_reason if result.stop_reason and not result.stop_reason.startswith("point timeout") else None
+        )
         return PointOutcome(c, path, result.completed, result.failed, error)
 
 

@@ -48,7 +48,7 @@ class PointProbe:
 
     async def _scrape_all(self) -> dict[str, str]:
         texts = await asyncio.gather(*(asyncio.to_thread(_get, url, 5.0) for _, _, url in self.targets))
-        return {name: text for (name, _, _), text in zip(self.targets, texts)}
+        return {name: text for (name, _, _), text in zip(self.targets, texts, strict=False)}
 
     async def start(self) -> None:
         self.before = await self._scrape_all()
@@ -67,10 +67,14 @@ class PointProbe:
             await asyncio.gather(self._sampler, return_exceptions=True)
         after = await self._scrape_all()
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        for name, phase, text in [(n, "before", t) for n, t in self.before.items()] + \
-                                 [(n, "after", t) for n, t in after.items()]:
+        for name, phase, text in [(n, "before", t) for n, t in self.before.items()] + [
+            (n, "after", t) for n, t in after.items()
+        ]:
             scrape.save(self.out_dir, name, phase, text)
-        servers = {name: ServerScrapes(role=role, before=self.before.get(name, ""), after=after.get(name, ""),
-                                       peaks=self.peaks[name])
-                   for name, role, _ in self.targets}
+        servers = {
+            name: ServerScrapes(
+                role=role, before=self.before.get(name, ""), after=after.get(name, ""), peaks=self.peaks[name]
+            )
+            for name, role, _ in self.targets
+        }
         return evaluate(servers, client, self.thresholds)

@@ -186,12 +186,17 @@ def load_recipe(
     catalogue = load_catalogue(models_file)
     if recipe.model not in catalogue.models:
         raise ConfigError(
-            path, "model",
+            path,
+            "model",
             f"'{recipe.model}' is not in {models_file} (known: {', '.join(sorted(catalogue.models))})",
         )
     name = recipe.name or path.stem
     if recipe.name is None and not _SAFE_NAME.fullmatch(name):
         # The name becomes results/<name>/ and the job name; set `name:` to pick a safe one.
-        raise ConfigError(path, "name", f"the file name {name!r} is not a safe name (letters, digits, "
-                                        "'.', '_', '-', not starting with '.' or '-'); set 'name:'")
+        raise ConfigError(
+            path,
+            "name",
+            f"the file name {name!r} is not a safe name (letters, digits, "
+            "'.', '_', '-', not starting with '.' or '-'); set 'name:'",
+        )
     return ResolvedRecipe(name, recipe, catalogue.models[recipe.model], path.resolve(), models_file.resolve(), root)

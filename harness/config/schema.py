@@ -7,7 +7,7 @@ unknown keys so that a typo is an error, not a silently ignored setting.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -56,15 +56,21 @@ Comment = Annotated[str, _checker(_CONTROL.pattern, _NO_CONTROL, allow="\n\t")]
 # An `#SBATCH` value, shell-quoted like submitit's `_as_sbatch_flag`; sbatch reads a
 # backslash as an escape even inside quotes, so no quoting carries one intact.
 SbatchValue = Annotated[str, _checker(r"[\x00-\x1f\x7f\\]", "#SBATCH lines cannot carry control characters or '\\'")]
-SbatchOption = Annotated[SbatchValue, _matching(r"--[A-Za-z][A-Za-z0-9-]*(=.*)?",
-                                                "an sbatch option '--name' or '--name=value'")]
+SbatchOption = Annotated[
+    SbatchValue, _matching(r"--[A-Za-z][A-Za-z0-9-]*(=.*)?", "an sbatch option '--name' or '--name=value'")
+]
 EnvName = Annotated[str, _matching(r"[A-Za-z_][A-Za-z0-9_]*", "an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")]
 # A `vllm serve` flag name without its leading '--' (dots for vLLM's nested config flags).
 FlagName = Annotated[str, _matching(r"[A-Za-z0-9][A-Za-z0-9_.-]*", "a flag name (letters, digits, '-', '_', '.')")]
 # A directory name: results/<name>/ and the Slurm job name.
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-SafeName = Annotated[str, _matching(SAFE_NAME.pattern, "a safe name (letters, digits, '.', '_', '-'; "
-                                    "not starting with '.' or '-'; at most 100 characters)")]
+SafeName = Annotated[
+    str,
+    _matching(
+        SAFE_NAME.pattern,
+        "a safe name (letters, digits, '.', '_', '-'; not starting with '.' or '-'; at most 100 characters)",
+    ),
+]
 # Container mounts are joined as 'src:dst' into ','-separated lists (enroot, apptainer)
 # or `-v src:dst[:options]` (docker), so ',' would add mounts and ':' in a source shifts fields.
 MountSource = Annotated[Text, _checker(r"[,:]", "mount lists use ',' between and ':' inside entries")]
@@ -74,7 +80,7 @@ Image = Annotated[Text, _checker(r"^-", "an image name cannot start with '-'")]
 
 # A vLLM flag value: True renders a bare flag, False/None omits it, dicts and lists render as
 # JSON; strings are single-quoted words, so only their control characters are refused.
-FlagValue = Union[bool, int, float, str, None, dict[str, Any], list[Any]]
+FlagValue = bool | int | float | str | None | dict[str, Any] | list[Any]
 Env = dict[EnvName, Text]
 
 
@@ -93,24 +99,27 @@ class Strict(BaseModel):
 
 
 class ModelSpec(Strict):
-    path: Optional[Text] = Field(None, description="local model directory (relative to models.yaml)")
-    hf_id: Optional[Text] = Field(None, description="Hugging Face id, resolved by vLLM inside the job")
+    path: Text | None = Field(None, description="local model directory (relative to models.yaml)")
+    hf_id: Text | None = Field(None, description="Hugging Face id, resolved by vLLM inside the job")
     precision: Text = Field(description="weights' precision, recorded in results (e.g. fp8, bf16)", examples=["fp8"])
-    tokenizer: Optional[Text] = Field(None, description="tokenizer path or HF id; default: the model's own")
-    served_model_name: Optional[Text] = Field(None, description="name the servers answer to; default: the catalogue key")
+    tokenizer: Text | None = Field(None, description="tokenizer path or HF id; default: the model's own")
+    served_model_name: Text | None = Field(None, description="name the servers answer to; default: the catalogue key")
     max_model_len: int = Field(gt=0, description="vLLM --max-model-len", examples=[16384])
-    prefill_flags: Flags = Field({}, description="`vllm serve` flags of prefill servers (name without '--': value; "
-                                 "true for a bare flag)", examples=[{"enforce-eager": True, "block-size": 64}])
+    prefill_flags: Flags = Field(
+        {},
+        description="`vllm serve` flags of prefill servers (name without '--': value; true for a bare flag)",
+        examples=[{"enforce-eager": True, "block-size": 64}],
+    )
     decode_flags: Flags = Field({}, description="`vllm serve` flags of decode servers, as prefill_flags")
     env: Env = Field({}, description="environment of every server of this model")
     prefill_env: Env = Field({}, description="environment of prefill servers (wins over env)")
     decode_env: Env = Field({}, description="environment of decode servers (wins over env)")
-    build: Optional[Literal["tiny-llama"]] = Field(
+    build: Literal["tiny-llama"] | None = Field(
         None, description="builder that makes `path` offline when it is missing"
     )
 
     @model_validator(mode="after")
-    def _one_source(self) -> "ModelSpec":
+    def _one_source(self) -> ModelSpec:
         if (self.path is None) == (self.hf_id is None):
             raise ValueError("set exactly one of 'path' or 'hf_id'")
         return self
@@ -134,15 +143,13 @@ class RoleSpec(Strict):
     port: int = Field(ge=1024, le=65535, description="HTTP port of the first worker on a node")
     flags: Flags = Field({}, description="`vllm serve` flags of this role, over the model's")
     env: Env = Field({}, description="environment of this role's servers, over the recipe's and the model's")
-    cpu_bind: list[Text] = Field(
-        [], description="CPU-only: VLLM_CPU_OMP_THREADS_BIND per worker (cycled)"
-    )
+    cpu_bind: list[Text] = Field([], description="CPU-only: VLLM_CPU_OMP_THREADS_BIND per worker (cycled)")
     kv_transfer: bool = Field(
         True, description="start with the KV connector; false re-prefills (to check validity rules)"
     )
 
     @model_validator(mode="after")
-    def _check(self) -> "RoleSpec":
+    def _check(self) -> RoleSpec:
         if self.dp_attention and self.dp < 2:
             raise ValueError("dp_attention needs dp > 1")
         if self.ep > 1 and self.ep != self.tp * self.dp:
@@ -163,9 +170,11 @@ class TopologySpec(Strict):
 
 class ConnectorSpec(Strict):
     name: Literal["nixl", "moriio", "mooncake", "pdbench"] = Field(
-        description="KV connector: nixl, moriio (MoRI-IO), mooncake, or pdbench (the bundled connector/)")
-    kv_buffer_device: Optional[Literal["cpu", "cuda"]] = Field(
-        None, description="kv_transfer_config.kv_buffer_device; cpu for vLLM on CPU; default: vLLM's")
+        description="KV connector: nixl, moriio (MoRI-IO), mooncake, or pdbench (the bundled connector/)"
+    )
+    kv_buffer_device: Literal["cpu", "cuda"] | None = Field(
+        None, description="kv_transfer_config.kv_buffer_device; cpu for vLLM on CPU; default: vLLM's"
+    )
     side_channel_port: int = Field(5600, ge=1024, le=65535, description="NIXL side-channel base port")
     read_mode: bool = Field(False, description="MoRI-IO READ mode (decode pulls KV)")
     proxy_ping_port: int = Field(36367, ge=1024, le=65535, description="MoRI-IO registration port")
@@ -176,35 +185,38 @@ class ProxySpec(Strict):
     kind: Literal["pdbench"] = Field("pdbench", description="the PD proxy (pdbench's own, on node 0)")
     port: int = Field(30000, ge=1024, le=65535, description="the proxy's HTTP port on node 0 (loopback)")
     policy: Literal["round_robin", "least_outstanding", "prefix_hash"] = Field(
-        "round_robin", description="how the proxy picks a prefill and a decode worker per request")
+        "round_robin", description="how the proxy picks a prefill and a decode worker per request"
+    )
     request_timeout_s: float = Field(600, gt=0, description="seconds allowed for one upstream request")
     stream_idle_timeout_s: float = Field(300, gt=0, description="seconds a stream may go without a byte")
 
 
 class ContainerSpec(Strict):
     runtime: Literal["docker", "podman", "enroot", "apptainer", "none"] = Field(
-        "docker", description="one container per node with this runtime; none runs on the host")
-    image: Optional[Image] = Field(None, description="container image (required unless runtime is none)",
-                                   examples=["vllm/vllm-openai:v0.11.0"])
+        "docker", description="one container per node with this runtime; none runs on the host"
+    )
+    image: Image | None = Field(
+        None, description="container image (required unless runtime is none)", examples=["vllm/vllm-openai:v0.11.0"]
+    )
     mounts: dict[MountSource, MountTarget] = Field({}, description="host path -> container path[:options]")
 
     @model_validator(mode="after")
-    def _image(self) -> "ContainerSpec":
+    def _image(self) -> ContainerSpec:
         if self.runtime != "none" and not self.image:
             raise ValueError(f"container runtime '{self.runtime}' needs an image")
         return self
 
 
 class SlurmSpec(Strict):
-    job_name: Optional[SbatchValue] = Field(None, description="sbatch --job-name; default: pdbench-<recipe>")
-    partition: Optional[SbatchValue] = Field(None, description="sbatch --partition")
-    account: Optional[SbatchValue] = Field(None, description="sbatch --account")
-    qos: Optional[SbatchValue] = Field(None, description="sbatch --qos")
+    job_name: SbatchValue | None = Field(None, description="sbatch --job-name; default: pdbench-<recipe>")
+    partition: SbatchValue | None = Field(None, description="sbatch --partition")
+    account: SbatchValue | None = Field(None, description="sbatch --account")
+    qos: SbatchValue | None = Field(None, description="sbatch --qos")
     time_limit: SbatchValue = Field("02:00:00", description="sbatch --time")
-    nodelist: Optional[SbatchValue] = Field(None, description="sbatch --nodelist")
-    exclude: Optional[SbatchValue] = Field(None, description="sbatch --exclude")
-    reservation: Optional[SbatchValue] = Field(None, description="sbatch --reservation")
-    constraint: Optional[SbatchValue] = Field(None, description="sbatch --constraint")
+    nodelist: SbatchValue | None = Field(None, description="sbatch --nodelist")
+    exclude: SbatchValue | None = Field(None, description="sbatch --exclude")
+    reservation: SbatchValue | None = Field(None, description="sbatch --reservation")
+    constraint: SbatchValue | None = Field(None, description="sbatch --constraint")
     extra_sbatch: list[SbatchOption] = Field([], description="'--name' or '--name=value' (the value is quoted)")
 
 
@@ -218,7 +230,7 @@ class TimeoutSpec(Strict):
 
 
 class Recipe(Strict):
-    name: Optional[SafeName] = Field(None, description="names results/<name>/; default: the file's stem")
+    name: SafeName | None = Field(None, description="names results/<name>/; default: the file's stem")
     description: Comment = Field("", description="free text, written as comments into the scripts")
     model: Text = Field(description="a model of models.yaml", examples=["deepseek-r1-fp8"])
     container: ContainerSpec = Field(ContainerSpec(runtime="none"), description="the per-node container")

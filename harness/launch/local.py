@@ -30,23 +30,25 @@ log = logging.getLogger("pdbench.launch")
 def node_env(run_dir: Path, job_id: str, node: int, num_nodes: int) -> dict[str, str]:
     venv_bin = str(Path(sys.executable).parent)
     env = dict(os.environ)
-    env.update({
-        "PATH": venv_bin + os.pathsep + env.get("PATH", ""),
-        "PDBENCH_PYTHON": sys.executable,
-        "PDBENCH_NODE_ADDR": "127.0.0.1",
-        "PDBENCH_LAUNCHER": "local",
-        "RUN_DIR": str(run_dir),
-        "SLURM_JOB_ID": job_id,
-        "SLURM_JOB_NAME": f"pdbench-{run_dir.parent.name}",
-        "SLURM_JOB_NUM_NODES": str(num_nodes),
-        "SLURM_NNODES": str(num_nodes),
-        "SLURM_NTASKS": str(num_nodes),
-        "SLURM_JOB_NODELIST": f"local[0-{num_nodes - 1}]" if num_nodes > 1 else "local0",
-        "SLURM_NODEID": str(node),
-        "SLURM_PROCID": str(node),
-        "SLURM_LOCALID": "0",
-        "SLURMD_NODENAME": f"local{node}",
-    })
+    env.update(
+        {
+            "PATH": venv_bin + os.pathsep + env.get("PATH", ""),
+            "PDBENCH_PYTHON": sys.executable,
+            "PDBENCH_NODE_ADDR": "127.0.0.1",
+            "PDBENCH_LAUNCHER": "local",
+            "RUN_DIR": str(run_dir),
+            "SLURM_JOB_ID": job_id,
+            "SLURM_JOB_NAME": f"pdbench-{run_dir.parent.name}",
+            "SLURM_JOB_NUM_NODES": str(num_nodes),
+            "SLURM_NNODES": str(num_nodes),
+            "SLURM_NTASKS": str(num_nodes),
+            "SLURM_JOB_NODELIST": f"local[0-{num_nodes - 1}]" if num_nodes > 1 else "local0",
+            "SLURM_NODEID": str(node),
+            "SLURM_PROCID": str(node),
+            "SLURM_LOCALID": "0",
+            "SLURMD_NODENAME": f"local{node}",
+        }
+    )
     return env
 
 
@@ -72,8 +74,7 @@ class LogTail:
                 self.offsets[path] = offset + cut
 
 
-def run_local(run_dir: Path, num_nodes: int, timeout_s: float, grace_s: float,
-              echo: TextIO | None = sys.stdout) -> int:
+def run_local(run_dir: Path, num_nodes: int, timeout_s: float, grace_s: float, echo: TextIO | None = sys.stdout) -> int:
     """Run every node of the job; returns the job's exit status (0 when every node succeeded)."""
     job_id = f"local-{run_dir.name}"
     logs = run_dir / "logs"
@@ -91,10 +92,17 @@ def run_local(run_dir: Path, num_nodes: int, timeout_s: float, grace_s: float,
         for i in range(num_nodes):
             # The node runtime logs to logs/node<i>.log itself; this keeps anything else it prints.
             with open(logs / f"node{i}.out", "ab") as out:
-                nodes.append(subprocess.Popen(
-                    ["bash", str(run_dir / "server.sh")], stdin=subprocess.DEVNULL, stdout=out,
-                    stderr=subprocess.STDOUT, env=node_env(run_dir, job_id, i, num_nodes),
-                    cwd=run_dir, start_new_session=True))
+                nodes.append(
+                    subprocess.Popen(
+                        ["bash", str(run_dir / "server.sh")],
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        env=node_env(run_dir, job_id, i, num_nodes),
+                        cwd=run_dir,
+                        start_new_session=True,
+                    )
+                )
         log.info("local job %s: %d node process(es), pids %s", job_id, num_nodes, [p.pid for p in nodes])
         deadline = time.monotonic() + timeout_s
         first_failure_at: float | None = None
@@ -107,8 +115,13 @@ def run_local(run_dir: Path, num_nodes: int, timeout_s: float, grace_s: float,
             if first_failure_at is not None and time.monotonic() - first_failure_at > grace_s + 30:
                 log.error("a node failed; stopping the others")
                 failed = next(i for i, c in enumerate(codes) if c not in (None, 0))
-                coord.record_failure(Failure("launcher", f"node {failed} exited with code {codes[failed]} "
-                                             "and the other nodes did not stop by themselves"))
+                coord.record_failure(
+                    Failure(
+                        "launcher",
+                        f"node {failed} exited with code {codes[failed]} "
+                        "and the other nodes did not stop by themselves",
+                    )
+                )
                 break
             if time.monotonic() > deadline:
                 log.error("the job exceeded its time limit of %.0f s; stopping it", timeout_s)
@@ -139,8 +152,9 @@ def run_local(run_dir: Path, num_nodes: int, timeout_s: float, grace_s: float,
         # The head node was killed before it could write the job's status.
         failure = coord.first_failure()
         if rc and failure is None:
-            failure = Failure("launcher", f"node processes exited with codes {[p.returncode for p in nodes]} "
-                                          "and recorded no reason")
+            failure = Failure(
+                "launcher", f"node processes exited with codes {[p.returncode for p in nodes]} and recorded no reason"
+            )
         write_status(run_dir, rc, failure if rc else None)
     return rc
 
@@ -167,8 +181,12 @@ def _sweep_leftovers(run_dir: Path) -> None:
             victims = _group_members(entry["pid"], entry["create_time"])
             if not victims:
                 continue
-            log.warning("killing leftovers of %s (process group %d): pids %s", entry["name"], entry["pid"],
-                        [v.pid for v in victims])
+            log.warning(
+                "killing leftovers of %s (process group %d): pids %s",
+                entry["name"],
+                entry["pid"],
+                [v.pid for v in victims],
+            )
             for v in victims:
                 try:
                     v.kill()

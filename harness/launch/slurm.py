@@ -10,12 +10,21 @@ import shlex
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
-            "BOOT_FAIL", "DEADLINE"}
+TERMINAL = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+}
 
 
 class SubmitError(RuntimeError):
@@ -87,11 +96,12 @@ def job_info(job_id: str) -> JobInfo:
     out = _run(["scontrol", "show", "job", "-o", job_id])
     if out.returncode == 0 and out.stdout.strip():
         f = _parse_scontrol(out.stdout)
-        return JobInfo(job_id, f.get("JobState", "UNKNOWN"), f.get("ExitCode"), f.get("Reason"),
-                       f.get("NodeList"), "scontrol")
+        return JobInfo(
+            job_id, f.get("JobState", "UNKNOWN"), f.get("ExitCode"), f.get("Reason"), f.get("NodeList"), "scontrol"
+        )
     out = _run(["squeue", "-h", "-j", job_id, "-o", "%T|%r|%N"])
     if out.returncode == 0 and out.stdout.strip():
-        state, reason, nodes = (out.stdout.strip().split("|") + ["", ""])[:3]
+        state, reason, nodes = ([*out.stdout.strip().split("|"), "", ""])[:3]
         return JobInfo(job_id, state, None, reason or None, nodes or None, "squeue")
     return JobInfo(job_id, "UNKNOWN", source="none")
 

@@ -195,10 +195,14 @@ COUNTERS = (
     ("vllm:generation_tokens_total", "Number of generation tokens processed."),
     ("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens."),
     ("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens."),
-    ("vllm:external_prefix_cache_queries_total",
-     "External prefix cache queries from KV connector cross-instance cache sharing, in tokens."),
-    ("vllm:external_prefix_cache_hits_total",
-     "External prefix cache hits from KV connector cross-instance cache sharing, in tokens."),
+    (
+        "vllm:external_prefix_cache_queries_total",
+        "External prefix cache queries from KV connector cross-instance cache sharing, in tokens.",
+    ),
+    (
+        "vllm:external_prefix_cache_hits_total",
+        "External prefix cache hits from KV connector cross-instance cache sharing, in tokens.",
+    ),
 )
 
 
@@ -245,7 +249,7 @@ class _Engine:
                 try:
                     ids = self.tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
                     return len(ids["input_ids"] if isinstance(ids, dict) else ids)
-                except Exception:  # noqa: BLE001 - no chat template: count the contents
+                except Exception:
                     pass
             total = 0
             for m in messages:
@@ -327,8 +331,9 @@ class _Engine:
             raise _BadRequest("this mock engine is a decode instance; it got a prefill leg (do_remote_decode)")
         external_hits = 0
         if remote_prefill:
-            missing = [k for k in ("remote_engine_id", "remote_block_ids", "remote_host", "remote_port")
-                       if kv.get(k) is None]
+            missing = [
+                k for k in ("remote_engine_id", "remote_block_ids", "remote_host", "remote_port") if kv.get(k) is None
+            ]
             if missing:
                 # vLLM's NIXL connector logs and recomputes the prompt locally.
                 log.warning("do_remote_prefill without %s: recomputing the prompt", ", ".join(missing))
@@ -337,8 +342,16 @@ class _Engine:
                 external_hits = prompt_tokens
         stream = bool(body.get("stream", False))
         usage = stream and bool((body.get("stream_options") or {}).get("include_usage"))
-        return dict(prompt_tokens=prompt_tokens, n=n, finish=finish, remote_decode=remote_decode,
-                    remote_prefill=remote_prefill, external_hits=external_hits, stream=stream, usage=usage)
+        return dict(
+            prompt_tokens=prompt_tokens,
+            n=n,
+            finish=finish,
+            remote_decode=remote_decode,
+            remote_prefill=remote_prefill,
+            external_hits=external_hits,
+            stream=stream,
+            usage=usage,
+        )
 
     def deadlines(self, t0: float, n: int, remote_prefill: bool) -> list[float]:
         """Absolute send time of each token: errors never accumulate over a stream."""
@@ -416,8 +429,11 @@ class _Engine:
                 self.success["abort"] += 1
 
     def _usage(self, p: dict[str, Any]) -> dict[str, int]:
-        return {"prompt_tokens": p["prompt_tokens"], "total_tokens": p["prompt_tokens"] + p["n"],
-                "completion_tokens": p["n"]}
+        return {
+            "prompt_tokens": p["prompt_tokens"],
+            "total_tokens": p["prompt_tokens"] + p["n"],
+            "completion_tokens": p["n"],
+        }
 
     async def _complete(self, rid: str, chat: bool, p: dict[str, Any], t0: float) -> web.Response:
         n = p["n"]
@@ -426,30 +442,45 @@ class _Engine:
         text = "".join(WORDS[i % len(WORDS)] for i in range(n))
         kv = self.kv_params_out(rid, p["prompt_tokens"]) if p["remote_decode"] else None
         if chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                      "finish_reason": p["finish"], "stop_reason": None}
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": p["finish"],
+                "stop_reason": None,
+            }
             obj = "chat.completion"
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": p["finish"],
-                      "stop_reason": None}
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": p["finish"], "stop_reason": None}
             obj = "text_completion"
-        body = {"id": rid, "object": obj, "created": self.created, "model": self.cfg.model,
-                "choices": [choice], "usage": self._usage(p), "kv_transfer_params": kv}
+        body = {
+            "id": rid,
+            "object": obj,
+            "created": self.created,
+            "model": self.cfg.model,
+            "choices": [choice],
+            "usage": self._usage(p),
+            "kv_transfer_params": kv,
+        }
         return web.json_response(body)
 
     def _chunks(self, rid: str, chat: bool, p: dict[str, Any]) -> tuple[list[bytes], bytes, bytes]:
         """Pre-encoded SSE events: one per word, the last token's (with the finish reason), the tail."""
         obj = "chat.completion.chunk" if chat else "text_completion"
-        head = (f'data: {{"id":"{rid}","object":"{obj}","created":{self.created},'
-                f'"model":{self.model_json},"choices":[{{"index":0,').encode()
+        head = (
+            f'data: {{"id":"{rid}","object":"{obj}","created":{self.created},'
+            f'"model":{self.model_json},"choices":[{{"index":0,'
+        ).encode()
         tokens = [head + sfx for sfx in self.suffix[(chat, "null")]]
         k = (p["n"] - 1) % len(WORDS)
         last = head + self.suffix[(chat, f'"{p["finish"]}"')][k]
         tail = b""
         if p["usage"]:
             usage = json.dumps(self._usage(p), separators=(",", ":"))
-            tail = (f'data: {{"id":"{rid}","object":"{obj}","created":{self.created},'
-                    f'"model":{self.model_json},"choices":[],"usage":{usage}}}\n\n').encode()
+            tail = (
+                f'data: {{"id":"{rid}","object":"{obj}","created":{self.created},'
+                f'"model":{self.model_json},"choices":[],"usage":{usage}}}\n\n'
+            ).encode()
         return tokens, last, tail + DONE
 
     @staticmethod
@@ -467,9 +498,11 @@ class _Engine:
         tokens, last, tail = self._chunks(rid, chat, p)
         role = b""
         if chat:
-            role = (f'data: {{"id":"{rid}","object":"chat.completion.chunk","created":{self.created},'
-                    f'"model":{self.model_json},"choices":[{{"index":0,"delta":{{"role":"assistant",'
-                    f'"content":""}},"logprobs":null,"finish_reason":null}}]}}\n\n').encode()
+            role = (
+                f'data: {{"id":"{rid}","object":"chat.completion.chunk","created":{self.created},'
+                f'"model":{self.model_json},"choices":[{{"index":0,"delta":{{"role":"assistant",'
+                f'"content":""}},"logprobs":null,"finish_reason":null}}]}}\n\n'
+            ).encode()
         if self.instant:
             # Every token is due at once: one write, no chunked framing.
             return web.Response(body=role + self._events(tokens, last, n, 0, n) + tail, headers=SSE_HEADERS)
@@ -503,8 +536,15 @@ class _Engine:
     # -- other endpoints ------------------------------------------------------
 
     async def handle_models(self, request: web.Request) -> web.Response:
-        card = {"id": self.cfg.model, "object": "model", "created": self.created, "owned_by": "pdbench",
-                "root": self.cfg.model, "parent": None, "max_model_len": self.cfg.max_model_len}
+        card = {
+            "id": self.cfg.model,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "pdbench",
+            "root": self.cfg.model,
+            "parent": None,
+            "max_model_len": self.cfg.max_model_len,
+        }
         return web.json_response({"object": "list", "data": [card]})
 
     async def handle_health(self, request: web.Request) -> web.Response:
@@ -514,31 +554,61 @@ class _Engine:
         labels = f'engine="0",model_name={self.model_json}'
         lines: list[str] = []
         for name, help_text in COUNTERS:
-            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter",
-                      f"{name}{{{labels}}} {float(self.counters[name])}"]
-        lines += ["# HELP vllm:request_success_total Count of successfully processed requests.",
-                  "# TYPE vllm:request_success_total counter"]
+            lines += [
+                f"# HELP {name} {help_text}",
+                f"# TYPE {name} counter",
+                f"{name}{{{labels}}} {float(self.counters[name])}",
+            ]
+        lines += [
+            "# HELP vllm:request_success_total Count of successfully processed requests.",
+            "# TYPE vllm:request_success_total counter",
+        ]
         for reason in ("length", "stop", "abort"):
-            lines.append(f'vllm:request_success_total{{{labels},finished_reason="{reason}"}} '
-                         f"{float(self.success[reason])}")
-        lines += ["# HELP vllm:num_requests_running Number of requests in model execution batches.",
-                  "# TYPE vllm:num_requests_running gauge",
-                  f"vllm:num_requests_running{{{labels}}} {float(self.running)}",
-                  "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
-                  "# TYPE vllm:num_requests_waiting gauge",
-                  f"vllm:num_requests_waiting{{{labels}}} 0.0"]
+            lines.append(
+                f'vllm:request_success_total{{{labels},finished_reason="{reason}"}} {float(self.success[reason])}'
+            )
+        lines += [
+            "# HELP vllm:num_requests_running Number of requests in model execution batches.",
+            "# TYPE vllm:num_requests_running gauge",
+            f"vllm:num_requests_running{{{labels}}} {float(self.running)}",
+            "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
+            "# TYPE vllm:num_requests_waiting gauge",
+            f"vllm:num_requests_waiting{{{labels}}} 0.0",
+        ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain", charset="utf-8")
 
 
 class _Stream:
     """The tokens of one stream after the first write, sent from loop timer callbacks."""
 
-    __slots__ = ("engine", "transport", "deadlines", "tokens", "last", "n", "i", "tail", "done", "handle", "head",
-                 "loop")
+    __slots__ = (
+        "deadlines",
+        "done",
+        "engine",
+        "handle",
+        "head",
+        "i",
+        "last",
+        "loop",
+        "n",
+        "tail",
+        "tokens",
+        "transport",
+    )
 
-
-    def __init__(self, engine: _Engine, transport: asyncio.Transport, deadlines: list[float], tokens: list[bytes],
-                 last: bytes, n: int, i: int, tail: bytes, done: asyncio.Future[None], head: bytes = b"") -> None:
+    def __init__(
+        self,
+        engine: _Engine,
+        transport: asyncio.Transport,
+        deadlines: list[float],
+        tokens: list[bytes],
+        last: bytes,
+        n: int,
+        i: int,
+        tail: bytes,
+        done: asyncio.Future[None],
+        head: bytes = b"",
+    ) -> None:
         self.engine, self.transport, self.deadlines = engine, transport, deadlines
         self.tokens, self.last, self.n, self.i, self.tail, self.done = tokens, last, n, i, tail, done
         self.head = head  # sent before the first token (chat's role chunk)
@@ -558,8 +628,11 @@ class _Stream:
         j = i + 1
         while j < n and deadlines[j] <= now:  # every token already due goes in this write
             j += 1
-        data = self.tokens[i % len(self.tokens)] if j == i + 1 and j < n else engine._events(
-            self.tokens, self.last, n, i, j)
+        data = (
+            self.tokens[i % len(self.tokens)]
+            if j == i + 1 and j < n
+            else engine._events(self.tokens, self.last, n, i, j)
+        )
         if self.head:
             data, self.head = self.head + data, b""
         if j == n:
@@ -639,7 +712,9 @@ async def _serve(config: MockEngineConfig) -> None:
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
         lambda: _ArrivalClock(runner.server(), engine.arrivals),  # type: ignore[misc]
-        config.host, config.port, reuse_address=True,
+        config.host,
+        config.port,
+        reuse_address=True,
     )
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -655,8 +730,15 @@ def serve(config: MockEngineConfig) -> None:
     """Run the mock engine until SIGINT/SIGTERM (uvloop when importable)."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    log.info("pdbench mock engine on %s:%d model=%s role=%s ttft_ms=%s itl_ms=%s",
-             config.host, config.port, config.model, config.role, config.ttft_ms, config.itl_ms)
+    log.info(
+        "pdbench mock engine on %s:%d model=%s role=%s ttft_ms=%s itl_ms=%s",
+        config.host,
+        config.port,
+        config.model,
+        config.role,
+        config.ttft_ms,
+        config.itl_ms,
+    )
     loop = aio.new_event_loop()
     try:
         loop.run_until_complete(_serve(config))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, NoReturn, Optional
+from typing import Annotated, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -25,25 +25,45 @@ def mock_engine_command(
     itl_ms: Annotated[str, typer.Option("--itl-ms", help=f"Inter-token latency in ms: {DIST_HELP}.")] = "0",
     role: Annotated[str, typer.Option("--role", help="prefill, decode or both (kv_transfer_params legs).")] = "both",
     eos_after: Annotated[
-        Optional[int], typer.Option("--eos-after", help="Stop after N tokens unless ignore_eos [default: never]")
+        int | None, typer.Option("--eos-after", help="Stop after N tokens unless ignore_eos [default: never]")
     ] = None,
-    max_model_len: Annotated[Optional[int], typer.Option(
-        "--max-model-len", help="Reject requests whose prompt + max_tokens exceed N tokens [default: no limit]"),
+    max_model_len: Annotated[
+        int | None,
+        typer.Option(
+            "--max-model-len", help="Reject requests whose prompt + max_tokens exceed N tokens [default: no limit]"
+        ),
     ] = None,
     tokenizer: Annotated[
-        Optional[str], typer.Option("--tokenizer", help="Count tokens with this HF tokenizer [default: count words]")
+        str | None, typer.Option("--tokenizer", help="Count tokens with this HF tokenizer [default: count words]")
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Random seed of the latency samples.")] = 0,
-    engine_id: Annotated[Optional[str], typer.Option(
-        "--engine-id", help="remote_engine_id in kv_transfer_params [default: a random UUID]")] = None,
-    kv_host: Annotated[Optional[str], typer.Option(
-        "--kv-host", help="remote_host advertised to decode [default: --host; 127.0.0.1 if that is 0.0.0.0]")] = None,
+    engine_id: Annotated[
+        str | None, typer.Option("--engine-id", help="remote_engine_id in kv_transfer_params [default: a random UUID]")
+    ] = None,
+    kv_host: Annotated[
+        str | None,
+        typer.Option(
+            "--kv-host", help="remote_host advertised to decode [default: --host; 127.0.0.1 if that is 0.0.0.0]"
+        ),
+    ] = None,
     kv_port: Annotated[int, typer.Option("--kv-port", help="remote_port (TCP) advertised to decode.")] = 5600,
 ) -> None:
     """Run a mock OpenAI-compatible engine with injected latencies and vLLM's PD behaviour."""
-    fields = dict(host=host, port=port, model=model, ttft_ms=ttft_ms, itl_ms=itl_ms, role=role,
-                  eos_after=eos_after, max_model_len=max_model_len, tokenizer=tokenizer, seed=seed,
-                  engine_id=engine_id, kv_host=kv_host, kv_port=kv_port)
+    fields = dict(
+        host=host,
+        port=port,
+        model=model,
+        ttft_ms=ttft_ms,
+        itl_ms=itl_ms,
+        role=role,
+        eos_after=eos_after,
+        max_model_len=max_model_len,
+        tokenizer=tokenizer,
+        seed=seed,
+        engine_id=engine_id,
+        kv_host=kv_host,
+        kv_port=kv_port,
+    )
     try:
         config = MockEngineConfig(**{k: v for k, v in fields.items() if v is not None})
     except ValidationError as exc:

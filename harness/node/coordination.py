@@ -56,7 +56,7 @@ class Failure:
         return dict(asdict(self), reason=self.reason)
 
     @classmethod
-    def from_json(cls, data: dict) -> "Failure":
+    def from_json(cls, data: dict) -> Failure:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
 
@@ -84,8 +84,10 @@ class Coordination:
             return None
 
     def announce(self, addr: str) -> None:
-        self._write_json(self.nodes_dir / f"{self.node_id}.json",
-                         {"node": self.node_id, "addr": addr, "host": socket.gethostname(), "pid": os.getpid()})
+        self._write_json(
+            self.nodes_dir / f"{self.node_id}.json",
+            {"node": self.node_id, "addr": addr, "host": socket.gethostname(), "pid": os.getpid()},
+        )
 
     def wait_for_nodes(self, timeout: float, poll: float = 0.2) -> dict[int, str]:
         deadline = time.monotonic() + timeout
@@ -168,10 +170,14 @@ class Coordination:
 def write_status(run_dir: Path, rc: int, failure: Failure | None) -> None:
     """status.json: the job's outcome and, when it failed, its first failure."""
     results = sorted(p.name for p in run_dir.glob("concurrency_*.json"))
-    status = {"state": "succeeded" if rc == 0 else "failed", "exit_code": rc,
-              "reason": failure.reason if failure else None,
-              "failure": failure.to_json() if failure else None,
-              "results": results, "finished_at": time.time()}
+    status = {
+        "state": "succeeded" if rc == 0 else "failed",
+        "exit_code": rc,
+        "reason": failure.reason if failure else None,
+        "failure": failure.to_json() if failure else None,
+        "results": results,
+        "finished_at": time.time(),
+    }
     atomic.write_json(run_dir / "status.json", status, indent=2)
 
 

@@ -18,10 +18,10 @@ def is_healthy(url: str, timeout: float = 3.0) -> bool:
 
 def smoke_request(base_url: str, model: str, timeout: float) -> str:
     """One short completion through the proxy; returns the text or raises RuntimeError."""
-    body = json.dumps({"model": model, "prompt": "pdbench smoke test", "max_tokens": 4,
-                       "temperature": 0, "stream": False}).encode()
-    req = urllib.request.Request(f"{base_url}/v1/completions", data=body,
-                                 headers={"Content-Type": "application/json"})
+    body = json.dumps(
+        {"model": model, "prompt": "pdbench smoke test", "max_tokens": 4, "temperature": 0, "stream": False}
+    ).encode()
+    req = urllib.request.Request(f"{base_url}/v1/completions", data=body, headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             data = json.loads(r.read())

@@ -19,9 +19,9 @@ import shlex
 import shutil
 import subprocess
 from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Sequence
 
 SYSFS = Path("/sys")
 PROC_NET_ROUTE = Path("/proc/net/route")
@@ -29,10 +29,10 @@ NICCTL_TIMEOUT_S = 5.0
 
 # Prefix -> vendor. Order matters only in that prefixes do not overlap.
 VENDOR_PREFIXES: tuple[tuple[str, str], ...] = (
-    ("mlx5_", "nvidia"),      # NVIDIA / Mellanox ConnectX
-    ("ionic_", "amd"),        # AMD Pensando (Pollara / AI NIC)
+    ("mlx5_", "nvidia"),  # NVIDIA / Mellanox ConnectX
+    ("ionic_", "amd"),  # AMD Pensando (Pollara / AI NIC)
     ("bnxt_re", "broadcom"),  # Broadcom NetXtreme-E
-    ("rdma", "generic"),      # renamed devices (udev rules), vendor unknown from the name
+    ("rdma", "generic"),  # renamed devices (udev rules), vendor unknown from the name
 )
 
 # A command runner: (argv, timeout seconds) -> stdout. Raises OSError or
@@ -48,12 +48,12 @@ class NicError(ValueError):
 class RdmaPort:
     device: str
     port: int
-    state: str                 # "ACTIVE", "DOWN", "INIT", ...
-    link_layer: str            # "Ethernet" (RoCE) or "InfiniBand"
-    gid_index: Optional[int]
-    gid: Optional[str]
-    ipv4: Optional[str]        # from an IPv4-mapped RoCE v2 GID
-    netdev: Optional[str]
+    state: str  # "ACTIVE", "DOWN", "INIT", ...
+    link_layer: str  # "Ethernet" (RoCE) or "InfiniBand"
+    gid_index: int | None
+    gid: str | None
+    ipv4: str | None  # from an IPv4-mapped RoCE v2 GID
+    netdev: str | None
 
     @property
     def active(self) -> bool:
@@ -75,7 +75,7 @@ class RdmaDevice:
 class NicEnv:
     env: dict[str, str] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
-    transport: str = "tcp"     # "rdma" or "tcp"
+    transport: str = "tcp"  # "rdma" or "tcp"
 
     def to_json(self) -> dict[str, object]:
         return {"transport": self.transport, "env": dict(self.env), "notices": list(self.notices)}
@@ -96,7 +96,7 @@ def _natural_key(name: str) -> list[object]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
-def _read(path: Path) -> Optional[str]:
+def _read(path: Path) -> str | None:
     # Real sysfs answers EINVAL for unpopulated GID attribute slots; treat as absent.
     try:
         return path.read_text().strip()
@@ -118,7 +118,7 @@ def list_devices(sysfs: Path = SYSFS) -> list[str]:
     return sorted((p.name for p in root.iterdir()), key=_natural_key)
 
 
-def ipv4_from_gid(gid: str) -> Optional[str]:
+def ipv4_from_gid(gid: str) -> str | None:
     """'0000:0000:0000:0000:0000:ffff:0a00:0001' -> '10.0.0.1'; None for anything else."""
     try:
         mapped = ipaddress.IPv6Address(gid).ipv4_mapped
@@ -127,19 +127,19 @@ def ipv4_from_gid(gid: str) -> Optional[str]:
     return str(mapped) if mapped is not None else None
 
 
-def _is_zero_gid(gid: Optional[str]) -> bool:
+def _is_zero_gid(gid: str | None) -> bool:
     try:
         return gid is None or ipaddress.IPv6Address(gid) == ipaddress.IPv6Address(0)
     except ValueError:
         return True
 
 
-def select_gid(port_dir: Path, link_layer: str) -> tuple[Optional[int], Optional[str]]:
+def select_gid(port_dir: Path, link_layer: str) -> tuple[int | None, str | None]:
     """The GID index (and GID) UCX/NCCL should use on this port."""
     if link_layer.lower() != "ethernet":
         # InfiniBand: index 0 is the port GID (subnet prefix + port GUID), always valid.
         return 0, _read(port_dir / "gids" / "0")
-    fallback: tuple[Optional[int], Optional[str]] = (None, None)
+    fallback: tuple[int | None, str | None] = (None, None)
     for idx in _numeric_entries(port_dir / "gids"):
         gid = _read(port_dir / "gids" / str(idx))
         if _is_zero_gid(gid):
@@ -156,7 +156,7 @@ def select_gid(port_dir: Path, link_layer: str) -> tuple[Optional[int], Optional
     return fallback
 
 
-def _netdev(dev_dir: Path, port_dir: Path, gid_index: Optional[int]) -> Optional[str]:
+def _netdev(dev_dir: Path, port_dir: Path, gid_index: int | None) -> str | None:
     if gid_index is not None:
         nd = _read(port_dir / "gid_attrs" / "ndevs" / str(gid_index))
         if nd:
@@ -179,18 +179,27 @@ def read_device(sysfs: Path, name: str) -> RdmaDevice:
         state = raw_state.split(":", 1)[-1].strip().upper() or "UNKNOWN"
         link_layer = _read(port_dir / "link_layer") or "InfiniBand"
         gid_index, gid = select_gid(port_dir, link_layer)
-        ports.append(RdmaPort(
-            device=name, port=n, state=state, link_layer=link_layer, gid_index=gid_index, gid=gid,
-            ipv4=ipv4_from_gid(gid) if gid else None, netdev=_netdev(dev_dir, port_dir, gid_index)))
+        ports.append(
+            RdmaPort(
+                device=name,
+                port=n,
+                state=state,
+                link_layer=link_layer,
+                gid_index=gid_index,
+                gid=gid,
+                ipv4=ipv4_from_gid(gid) if gid else None,
+                netdev=_netdev(dev_dir, port_dir, gid_index),
+            )
+        )
     return RdmaDevice(name=name, vendor=vendor_of(name), ports=tuple(ports))
 
 
-def default_route_iface(route_path: Path = PROC_NET_ROUTE) -> Optional[str]:
+def default_route_iface(route_path: Path = PROC_NET_ROUTE) -> str | None:
     """The netdev of the IPv4 default route with the lowest metric, from /proc/net/route."""
     text = _read(route_path)
     if not text:
         return None
-    best: Optional[tuple[int, str]] = None
+    best: tuple[int, str] | None = None
     for line in text.splitlines()[1:]:
         cols = line.split()
         if len(cols) < 8:
@@ -211,15 +220,15 @@ def default_route_iface(route_path: Path = PROC_NET_ROUTE) -> Optional[str]:
 
 @dataclass(frozen=True)
 class Qos:
-    traffic_class: Optional[int] = None
-    service_level: Optional[int] = None
+    traffic_class: int | None = None
+    service_level: int | None = None
 
 
 def _default_runner(argv: Sequence[str], timeout: float) -> str:
     return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=True).stdout
 
 
-def _pick_dscp(spec: str) -> Optional[int]:
+def _pick_dscp(spec: str) -> int | None:
     """From '24, 26-28' pick 26 when present (the RoCE v2 convention), else the first value."""
     tokens = [t.strip() for t in spec.split(",") if t.strip()]
     values: list[int] = []
@@ -237,7 +246,7 @@ def _pick_dscp(spec: str) -> Optional[int]:
     return values[0] if values else None
 
 
-def parse_nicctl_qos(text: str) -> Optional[Qos]:
+def parse_nicctl_qos(text: str) -> Qos | None:
     """Best effort over `nicctl show qos` text: the first PFC no-drop priority that has a
     DSCP mapped to it gives SL (that priority) and TC (DSCP << 2, the DSCP bits of the
     IP TOS byte). None when the output does not have those lines."""
@@ -255,7 +264,7 @@ def parse_nicctl_qos(text: str) -> Optional[Qos]:
     return None
 
 
-def _env_int(environ: Mapping[str, str], key: str, hi: int) -> Optional[int]:
+def _env_int(environ: Mapping[str, str], key: str, hi: int) -> int | None:
     raw = environ.get(key, "").strip()
     if not raw:
         return None
@@ -276,23 +285,26 @@ def read_qos(environ: Mapping[str, str], runner: Runner, notices: list[str]) -> 
         out = runner([nicctl, "show", "qos"], NICCTL_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError) as e:
         # nicctl commonly needs root; a batch job cannot answer a sudo prompt, so no sudo.
-        notices.append(f"nicctl show qos failed ({type(e).__name__}: {e}); RDMA QoS left unset "
-                       "(set PDBENCH_IB_TRAFFIC_CLASS / PDBENCH_IB_SL)")
+        notices.append(
+            f"nicctl show qos failed ({type(e).__name__}: {e}); RDMA QoS left unset "
+            "(set PDBENCH_IB_TRAFFIC_CLASS / PDBENCH_IB_SL)"
+        )
         return Qos(tc, sl)
     parsed = parse_nicctl_qos(out)
     if parsed is None:
-        notices.append("could not read a PFC no-drop priority and its DSCP from nicctl show qos; "
-                       "RDMA QoS left unset (set PDBENCH_IB_TRAFFIC_CLASS / PDBENCH_IB_SL)")
+        notices.append(
+            "could not read a PFC no-drop priority and its DSCP from nicctl show qos; "
+            "RDMA QoS left unset (set PDBENCH_IB_TRAFFIC_CLASS / PDBENCH_IB_SL)"
+        )
         return Qos(tc, sl)
-    return Qos(tc if tc is not None else parsed.traffic_class,
-               sl if sl is not None else parsed.service_level)
+    return Qos(tc if tc is not None else parsed.traffic_class, sl if sl is not None else parsed.service_level)
 
 
 # --------------------------------------------------------------------------- env
 
 
-def _parse_override(raw: str) -> list[tuple[str, Optional[int]]]:
-    out: list[tuple[str, Optional[int]]] = []
+def _parse_override(raw: str) -> list[tuple[str, int | None]]:
+    out: list[tuple[str, int | None]] = []
     for item in (s.strip() for s in raw.split(",")):
         if not item:
             continue
@@ -322,7 +334,7 @@ def _gpu_copy_transports(sysfs: Path) -> list[str]:
     return []
 
 
-def _tcp_env(sysfs: Path, route_path: Path, fallback_addr: Optional[str], notices: list[str]) -> NicEnv:
+def _tcp_env(sysfs: Path, route_path: Path, fallback_addr: str | None, notices: list[str]) -> NicEnv:
     env: dict[str, str] = {"UCX_TLS": ",".join(["tcp", "self", "sm", *_gpu_copy_transports(sysfs)])}
     iface = default_route_iface(route_path)
     if iface:
@@ -339,8 +351,8 @@ def _tcp_env(sysfs: Path, route_path: Path, fallback_addr: Optional[str], notice
 
 def detect(
     sysfs: Path = SYSFS,
-    environ: Optional[Mapping[str, str]] = None,
-    fallback_addr: Optional[str] = None,
+    environ: Mapping[str, str] | None = None,
+    fallback_addr: str | None = None,
     route_path: Path = PROC_NET_ROUTE,
     runner: Runner = _default_runner,
 ) -> NicEnv:
@@ -353,8 +365,10 @@ def detect(
     if override:
         missing = [n for n, _ in override if n not in present]
         if missing:
-            raise NicError(f"IBDEVICES names RDMA device(s) not on this node: {', '.join(missing)} "
-                           f"(present: {', '.join(present) or 'none'})")
+            raise NicError(
+                f"IBDEVICES names RDMA device(s) not on this node: {', '.join(missing)} "
+                f"(present: {', '.join(present) or 'none'})"
+            )
         wanted = override
     else:
         wanted = [(n, None) for n in present]
@@ -394,14 +408,17 @@ def detect(
         if p.gid_index is None:
             notices.append(f"{p.device} port {p.port}: no RoCE v2 GID; it will use the library's default")
         elif p.ipv4 is None:
-            notices.append(f"{p.device} port {p.port}: no IPv4-mapped RoCE v2 GID; "
-                           f"using GID index {p.gid_index} ({p.gid}), routable only within its L2 segment")
+            notices.append(
+                f"{p.device} port {p.port}: no IPv4-mapped RoCE v2 GID; "
+                f"using GID index {p.gid_index} ({p.gid}), routable only within its L2 segment"
+            )
     if roce:
         # UCX and NCCL take one GID index for all devices; use the majority (ties: first).
         counts = Counter(p.gid_index for p in roce if p.gid_index is not None)
         gid_index = counts.most_common(1)[0][0] if counts else None
-        odd = [f"{p.device}:{p.port}={p.gid_index}" for p in roce
-               if p.gid_index is not None and p.gid_index != gid_index]
+        odd = [
+            f"{p.device}:{p.port}={p.gid_index}" for p in roce if p.gid_index is not None and p.gid_index != gid_index
+        ]
         if odd:
             notices.append(f"RoCE GID index differs across ports ({', '.join(odd)}); using {gid_index}")
     else:
@@ -410,8 +427,12 @@ def detect(
         env["UCX_IB_GID_INDEX"] = env["NCCL_IB_GID_INDEX"] = str(gid_index)
 
     qos = read_qos(environ, runner, notices)
-    for key, value in (("UCX_IB_TRAFFIC_CLASS", qos.traffic_class), ("UCX_IB_SL", qos.service_level),
-                       ("NCCL_IB_TC", qos.traffic_class), ("NCCL_IB_SL", qos.service_level)):
+    for key, value in (
+        ("UCX_IB_TRAFFIC_CLASS", qos.traffic_class),
+        ("UCX_IB_SL", qos.service_level),
+        ("NCCL_IB_TC", qos.traffic_class),
+        ("NCCL_IB_SL", qos.service_level),
+    ):
         if value is not None:
             env[key] = str(value)
 
@@ -422,8 +443,9 @@ def detect(
         env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = fallback_addr
         notices.append(f"no IPv4 address on the RDMA interfaces; side channel uses {fallback_addr}")
     else:
-        notices.append("no IPv4 address on the RDMA interfaces and no fallback address; "
-                       "VLLM_NIXL_SIDE_CHANNEL_HOST left unset")
+        notices.append(
+            "no IPv4 address on the RDMA interfaces and no fallback address; VLLM_NIXL_SIDE_CHANNEL_HOST left unset"
+        )
     return NicEnv(env=env, notices=notices, transport="rdma")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -20,19 +20,21 @@ EXIT_CONFIG = 2
 
 def nic_command(
     sysfs: Annotated[Path, typer.Option(help="sysfs root to read RDMA devices (class/infiniband) from.")] = SYSFS,
-    fallback_addr: Annotated[Optional[str], typer.Option(
-        help="IPv4 for VLLM_NIXL_SIDE_CHANNEL_HOST when the RDMA interfaces have none [default: none]")] = None,
-    export: Annotated[bool, typer.Option(
-        "--export/--json", help="Print `export` lines for bash eval, or a JSON object.")] = True,
-    route_file: Annotated[Path, typer.Option(
-        hidden=True, help="IPv4 route table (for tests).")] = PROC_NET_ROUTE,
+    fallback_addr: Annotated[
+        str | None,
+        typer.Option(help="IPv4 for VLLM_NIXL_SIDE_CHANNEL_HOST when the RDMA interfaces have none [default: none]"),
+    ] = None,
+    export: Annotated[
+        bool, typer.Option("--export/--json", help="Print `export` lines for bash eval, or a JSON object.")
+    ] = True,
+    route_file: Annotated[Path, typer.Option(hidden=True, help="IPv4 route table (for tests).")] = PROC_NET_ROUTE,
 ) -> None:
     """Detect RDMA NICs (IBDEVICES overrides) and print UCX/NCCL/NIXL settings."""
     try:
         result = detect(sysfs=sysfs, fallback_addr=fallback_addr, route_path=route_file)
     except NicError as e:
         typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(EXIT_CONFIG)
+        raise typer.Exit(EXIT_CONFIG) from None
     if export:
         for notice in result.notices:
             typer.echo(f"# pdbench nic: {notice}", err=True)

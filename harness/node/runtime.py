@@ -90,8 +90,7 @@ def run_node(run_dir: Path, node_id: int | None = None) -> int:
     handler.setFormatter(logging.Formatter(f"%(asctime)s node{node_id} %(levelname)s %(message)s"))
     logging.getLogger("pdbench").addHandler(handler)
     coord = Coordination(run_dir, node_id, plan["num_nodes"])
-    sup = Supervisor(run_dir / "logs", record=run_dir / "state" / f"procs-node{node_id}.json",
-                     adopt_orphans=True)
+    sup = Supervisor(run_dir / "logs", record=run_dir / "state" / f"procs-node{node_id}.json", adopt_orphans=True)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _raise_interrupted)
 
@@ -111,7 +110,7 @@ def run_node(run_dir: Path, node_id: int | None = None) -> int:
         rc, failure = EXIT_FAILED, e.failure
     except (TimeoutError, OSError, RuntimeError) as e:
         rc, failure = EXIT_FAILED, Failure(node_id, str(e))
-    except Exception as e:  # noqa: BLE001 - any bug must still abort the job and tear down
+    except Exception as e:
         log.exception("node %d: unexpected error", node_id)
         rc, failure = EXIT_FAILED, Failure(node_id, f"unexpected {type(e).__name__}: {e}")
     finally:
@@ -198,8 +197,9 @@ def _run(ctx: NodeContext, coord: Coordination, sup: Supervisor) -> None:
     while (rc := sup.procs["bench"].popen.poll()) is None:
         check(ignore=("bench",))
         if time.monotonic() > deadline:
-            raise Failed(Failure(ctx.node_id, f"the benchmark did not finish within {t['bench_s']:.0f} s "
-                                              "(partial results kept)"))
+            raise Failed(
+                Failure(ctx.node_id, f"the benchmark did not finish within {t['bench_s']:.0f} s (partial results kept)")
+            )
         time.sleep(0.5)
     if rc != 0:
         check(ignore=("bench",))  # a server or the proxy that died first is the cause
@@ -248,8 +248,15 @@ def _exit_failure(ctx: NodeContext, name: str, code: int, primary: bool = True) 
     proc = next((p for p in ctx.processes() if p["name"] == name), {"kind": "benchmark client"})
     role = name.split("-")[0] if proc["kind"] in ("server", "follower") else proc["kind"]
     how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-    return Failure(ctx.node_id, how, process=name, role=role, log=f"logs/{name}.log",
-                   log_tail=_log_tail(ctx.run_dir / "logs" / f"{name}.log"), primary=primary)
+    return Failure(
+        ctx.node_id,
+        how,
+        process=name,
+        role=role,
+        log=f"logs/{name}.log",
+        log_tail=_log_tail(ctx.run_dir / "logs" / f"{name}.log"),
+        primary=primary,
+    )
 
 
 def _log_tail(path: Path, lines: int = 15) -> str:
@@ -279,9 +286,17 @@ def _wait_healthy(ctx: NodeContext, urls: dict[str, str], timeout: float, check,
             if len(names) == 1 and mine:  # the one process of this node that is stuck: its log says why
                 name, kind = names[0], mine[0]["kind"]
                 role = name.split("-")[0] if kind in ("server", "follower") else kind
-                raise Failed(Failure(ctx.node_id, f"was not healthy within {timeout:.0f} s", process=name,
-                                     role=role, log=f"logs/{name}.log",
-                                     log_tail=_log_tail(ctx.run_dir / "logs" / f"{name}.log"), primary=primary))
+                raise Failed(
+                    Failure(
+                        ctx.node_id,
+                        f"was not healthy within {timeout:.0f} s",
+                        process=name,
+                        role=role,
+                        log=f"logs/{name}.log",
+                        log_tail=_log_tail(ctx.run_dir / "logs" / f"{name}.log"),
+                        primary=primary,
+                    )
+                )
             raise Failed(Failure(ctx.node_id, cause, primary=primary))
         if pending:
             time.sleep(1.0)
@@ -300,6 +315,7 @@ def _wait(ctx: NodeContext, pred, timeout: float, what: str, check) -> None:
 
 
 def main(run_dir: str) -> None:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s pdbench-node[%(process)d] %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s pdbench-node[%(process)d] %(levelname)s %(message)s"
+    )
     sys.exit(run_node(Path(run_dir)))

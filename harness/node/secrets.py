@@ -76,5 +76,6 @@ def _check(path: Path) -> None:
         try:
             os.chmod(path, 0o600)
         except OSError as exc:
-            raise OSError(f"{path}: job secret is readable by others (mode {mode:o}) and cannot be "
-                          f"restricted: {exc}") from None
+            raise OSError(
+                f"{path}: job secret is readable by others (mode {mode:o}) and cannot be restricted: {exc}"
+            ) from None

@@ -22,8 +22,13 @@ def describe_signal(signum: int, timeout_s: float = 3.0) -> str:
             return f"received {name} (the local launcher recorded no reason)"
         return f"received {name} from outside the job"
     try:
-        out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True,
-                             timeout=timeout_s, stdin=subprocess.DEVNULL)
+        out = subprocess.run(
+            ["scontrol", "show", "job", "-o", job_id],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            stdin=subprocess.DEVNULL,
+        )
         fields = dict(t.partition("=")[::2] for t in out.stdout.split() if "=" in t)
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"received {name} from outside the job (Slurm's job state unreadable: {e})"

@@ -15,9 +15,9 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import psutil
 
@@ -57,8 +57,14 @@ class Supervisor:
         log_path = self.log_dir / f"{name}.log"
         with open(log_path, "ab") as out:
             popen = subprocess.Popen(
-                list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                env=dict(env), cwd=cwd, start_new_session=True, preexec_fn=_die_with_parent,
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=dict(env),
+                cwd=cwd,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         m = Managed(name, popen, log_path)
         self.procs[name] = m
@@ -117,8 +123,7 @@ class Supervisor:
         tree = [p for pid, p in self._seen.items() if pid not in own and _alive(p)]
         for m in procs:
             try:
-                tree += [c for c in psutil.Process(m.pid).children(recursive=True)
-                         if c.pid not in self._seen]
+                tree += [c for c in psutil.Process(m.pid).children(recursive=True) if c.pid not in self._seen]
             except psutil.NoSuchProcess:
                 pass
             signal_group(m.pid, signal.SIGTERM)

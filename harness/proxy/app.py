@@ -18,7 +18,7 @@ import os
 import socket
 import time
 from collections.abc import AsyncIterator
-from typing import Any, Optional
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -56,7 +56,7 @@ MAX_QUOTE = 500
 class UpstreamError(Exception):
     """A failed upstream leg, rendered as a JSON error naming the backend."""
 
-    def __init__(self, backend: str, status: int, kind: str, message: str, category: Optional[str] = None) -> None:
+    def __init__(self, backend: str, status: int, kind: str, message: str, category: str | None = None) -> None:
         super().__init__(message)
         self.backend, self.status, self.kind, self.message = backend, status, kind, message
         # A fixed set of metric labels (kind may be a backend's own error type).
@@ -68,27 +68,28 @@ class UpstreamError(Exception):
         # A 4xx is the backend rejecting the request: the client should see it
         # as such. Anything else is the backend failing: a gateway error.
         if 400 <= status < 500:
-            return cls(backend, status, kind or "upstream_error", f"{leg} returned HTTP {status}: {msg}",
-                       "upstream_4xx")
+            return cls(
+                backend, status, kind or "upstream_error", f"{leg} returned HTTP {status}: {msg}", "upstream_4xx"
+            )
         return cls(backend, 502, "upstream_error", f"{leg} returned HTTP {status}: {msg}", "upstream_5xx")
 
     @property
     def backend_fault(self) -> bool:
         return self.status >= 500
 
-    def response(self, request_id: Optional[str] = None) -> web.Response:
+    def response(self, request_id: str | None = None) -> web.Response:
         return error_response(self.status, self.message, self.kind, self.backend, request_id)
 
 
 def error_response(
-    status: int, message: str, kind: str, backend: Optional[str] = None, request_id: Optional[str] = None
+    status: int, message: str, kind: str, backend: str | None = None, request_id: str | None = None
 ) -> web.Response:
     headers = {"X-Request-Id": request_id} if request_id else None
     body = {"error": {"message": message, "type": kind, "backend": backend, "code": status}}
     return web.Response(body=dumps(body), status=status, headers=headers, content_type="application/json")
 
 
-def _backend_message(raw: bytes) -> tuple[str, Optional[str]]:
+def _backend_message(raw: bytes) -> tuple[str, str | None]:
     """Best-effort (message, type) from a backend error body (vLLM or other)."""
     text = raw[:MAX_QUOTE].decode("utf-8", errors="replace").strip()
     try:
@@ -104,7 +105,7 @@ def _backend_message(raw: bytes) -> tuple[str, Optional[str]]:
     return text, None
 
 
-def _str_or_none(value: object) -> Optional[str]:
+def _str_or_none(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
@@ -139,10 +140,10 @@ class _Proxy:
         self.pool = Pool(config)
         self.metrics = ProxyMetrics(self.pool)
         self.flow: Flow = make_flow(config.connector, config.moriio_mode)
-        self.session: Optional[aiohttp.ClientSession] = None
+        self.session: aiohttp.ClientSession | None = None
         self.background: set[asyncio.Task[Any]] = set()
-        self.registry: Optional[Registry] = None
-        self.registration_endpoint: Optional[str] = None
+        self.registry: Registry | None = None
+        self.registration_endpoint: str | None = None
         for i, url in enumerate(config.prefill):
             b = self.pool.add(Backend("prefill", url, dp_size=config.prefill_dp_size))
             if config.connector == "mooncake":
@@ -151,8 +152,12 @@ class _Proxy:
         for url in config.decode:
             self.pool.add(Backend("decode", url, dp_size=config.decode_dp_size))
         if config.connector == "moriio":
-            self.registry = Registry(self.pool, config.moriio_mode, self._set_mode,
-                                     lambda result: self.metrics.registrations.labels(result).inc())
+            self.registry = Registry(
+                self.pool,
+                config.moriio_mode,
+                self._set_mode,
+                lambda result: self.metrics.registrations.labels(result).inc(),
+            )
         connect = min(MAX_CONNECT_S, config.request_timeout_s)
         self.leg_timeout = aiohttp.ClientTimeout(total=config.request_timeout_s, sock_connect=connect)
         self.health_timeout = aiohttp.ClientTimeout(total=config.health_timeout_s)
@@ -189,14 +194,17 @@ class _Proxy:
         # Health checks, bootstrap queries and /v1/models (the legs use self.upstream).
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=60)
         self.session = aiohttp.ClientSession(
-            connector=connector, timeout=self.leg_timeout, auto_decompress=False,
+            connector=connector,
+            timeout=self.leg_timeout,
+            auto_decompress=False,
             skip_auto_headers=("User-Agent", "Accept-Encoding"),
         )
         tasks = [asyncio.ensure_future(self._health_loop())]
         if self.registry is not None:
             bound: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-            tasks.append(asyncio.ensure_future(
-                self.registry.serve(self.cfg.moriio_host, self.cfg.moriio_port or 0, bound)))
+            tasks.append(
+                asyncio.ensure_future(self.registry.serve(self.cfg.moriio_host, self.cfg.moriio_port or 0, bound))
+            )
             try:
                 self.registration_endpoint = await asyncio.wait_for(bound, 10)
             except BaseException:
@@ -269,8 +277,9 @@ class _Proxy:
             "expected_prefill": exp_p,
             "expected_decode": exp_d,
             "connector": self.cfg.connector,
-            "backends": [b.describe(now, ttl, b.out_since is None and self.pool.ready(b, now))
-                         for b in self.pool.all()],
+            "backends": [
+                b.describe(now, ttl, b.out_since is None and self.pool.ready(b, now)) for b in self.pool.all()
+            ],
         }
         if self.registry is not None:
             body["transfer_mode"] = self.registry.mode
@@ -298,8 +307,9 @@ class _Proxy:
                 return web.Response(body=raw, status=resp.status, headers={"Content-Type": ctype})
         except (asyncio.TimeoutError, aiohttp.ClientError, ValueError) as exc:
             log.warning("decode %s /v1/models failed: %s", decodes[0].url, _describe(exc))
-            return error_response(502, f"decode /v1/models failed: {_describe(exc)}", "connection_error",
-                                  decodes[0].url)
+            return error_response(
+                502, f"decode /v1/models failed: {_describe(exc)}", "connection_error", decodes[0].url
+            )
 
     async def handle_generate(self, request: web.Request) -> web.StreamResponse:
         m = self.metrics
@@ -321,16 +331,18 @@ class _Proxy:
             m.in_flight.dec()
             m.request_done(request.path, status)
 
-    def _reject(self, status: int, message: str, kind: str, backend: Optional[str] = None,
-                rid: Optional[str] = None) -> web.Response:
+    def _reject(
+        self, status: int, message: str, kind: str, backend: str | None = None, rid: str | None = None
+    ) -> web.Response:
         self.metrics.errors.labels(kind).inc()
         return error_response(status, message, kind, backend, rid)
 
     async def _generate(self, request: web.Request) -> web.StreamResponse:
         cfg = self.cfg
         if request.content_length is not None and request.content_length > cfg.max_body_bytes:
-            return self._reject(413, f"request body of {request.content_length} bytes exceeds "
-                                f"{cfg.max_body_bytes}", "request_too_large")
+            return self._reject(
+                413, f"request body of {request.content_length} bytes exceeds {cfg.max_body_bytes}", "request_too_large"
+            )
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
@@ -347,8 +359,12 @@ class _Proxy:
         if picked_p is None or picked_d is None:
             role: Role = "prefill" if picked_p is None else "decode"
             known = [b.url for b in self.pool.backends[role]]
-            return self._reject(503, f"no {role} instance available (known: {known or 'none'}; "
-                                f"see /health)", "no_backend", ",".join(known) or None)
+            return self._reject(
+                503,
+                f"no {role} instance available (known: {known or 'none'}; see /health)",
+                "no_backend",
+                ",".join(known) or None,
+            )
         p, rank = picked_p
         d = picked_d[0]
         flow = self.flow
@@ -373,8 +389,11 @@ class _Proxy:
                 raise
             if flow.missing_kv(kv):
                 self.metrics.kv_missing.inc()
-                log.warning("prefill %s returned no usable kv_transfer_params (request %s): "
-                            "decode recomputes the prompt", p.url, rid)
+                log.warning(
+                    "prefill %s returned no usable kv_transfer_params (request %s): decode recomputes the prompt",
+                    p.url,
+                    rid,
+                )
             d_body = flow.decode(body, p, rank, d, tid, kv)
             return await self._decode(request, d, d_body, headers, rid, None)
 
@@ -400,8 +419,9 @@ class _Proxy:
         start = time.perf_counter()
         try:
             try:
-                resp = await self.upstream.post(p.host, p.port, path, data, headers,
-                                                self.cfg.request_timeout_s, None, p.ssl)
+                resp = await self.upstream.post(
+                    p.host, p.port, path, data, headers, self.cfg.request_timeout_s, None, p.ssl
+                )
                 try:
                     status = resp.status
                     raw = await resp.read(MAX_PREFILL_RESPONSE if status < 300 else MAX_ERROR_BODY)
@@ -431,8 +451,13 @@ class _Proxy:
         return data_out.get("kv_transfer_params") if isinstance(data_out, dict) else None
 
     async def _start_decode(
-        self, d: Backend, path: str, data: bytes, headers: dict[str, str], idle: Optional[float],
-        prefill: Optional[asyncio.Task[Any]],
+        self,
+        d: Backend,
+        path: str,
+        data: bytes,
+        headers: dict[str, str],
+        idle: float | None,
+        prefill: asyncio.Task[Any] | None,
     ) -> Response:
         """Send the decode leg; with a concurrent prefill, fail fast if the prefill fails first."""
         coro = self.upstream.post(d.host, d.port, path, data, headers, self.cfg.request_timeout_s, idle, d.ssl)
@@ -454,23 +479,32 @@ class _Proxy:
             raise
 
     async def _decode(
-        self, request: web.Request, d: Backend, body: dict[str, Any], headers: dict[str, str], rid: str,
-        prefill: Optional[asyncio.Task[Any]],
+        self,
+        request: web.Request,
+        d: Backend,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        rid: str,
+        prefill: asyncio.Task[Any] | None,
     ) -> web.StreamResponse:
         """Run the decode leg, relaying its bytes to the client as they arrive."""
         seconds, failures = self.metrics.attach(d)
         start = time.perf_counter()
         stream = bool(body.get("stream"))
-        up: Optional[Response] = None
+        up: Response | None = None
         try:
             try:
-                up = await self._start_decode(d, request.path, dumps(body), headers,
-                                              self.cfg.stream_idle_timeout_s if stream else None, prefill)
+                up = await self._start_decode(
+                    d, request.path, dumps(body), headers, self.cfg.stream_idle_timeout_s if stream else None, prefill
+                )
             except UpstreamError as err:  # the concurrent prefill failed first (counted by _prefill_done)
                 return err.response(rid)
             except UpstreamFailure as exc:
-                msg = (f"decode timed out after {self.cfg.request_timeout_s:g}s" if exc.kind == "timeout"
-                       else f"decode failed: {exc}")
+                msg = (
+                    f"decode timed out after {self.cfg.request_timeout_s:g}s"
+                    if exc.kind == "timeout"
+                    else f"decode failed: {exc}"
+                )
                 return self._decode_failed(d, failures, rid, exc.kind, msg)
 
             if not 200 <= up.status < 300:
@@ -507,7 +541,8 @@ class _Proxy:
                 # Stop relaying at once instead of waiting for the idle timeout.
                 upstream = up
                 prefill.add_done_callback(
-                    lambda t: upstream.close() if not t.cancelled() and t.exception() is not None else None)
+                    lambda t: upstream.close() if not t.cancelled() and t.exception() is not None else None
+                )
             try:
                 await resp.prepare(request)
                 chunk = first
@@ -517,8 +552,9 @@ class _Proxy:
                     elif up.at_eof:
                         failed = self._prefill_error(prefill)
                         if failed is not None:
-                            return await self._abort(request, resp, failed.backend, rid,
-                                                     "prefill_" + failed.category, failed.message)
+                            return await self._abort(
+                                request, resp, failed.backend, rid, "prefill_" + failed.category, failed.message
+                            )
                         self._leg_ok(d, seconds, start)
                         return resp
                     try:
@@ -555,14 +591,14 @@ class _Proxy:
         return self._reject(502, msg, "decode_" + kind, d.url, rid)
 
     @staticmethod
-    def _prefill_error(prefill: Optional[asyncio.Task[Any]]) -> Optional[UpstreamError]:
+    def _prefill_error(prefill: asyncio.Task[Any] | None) -> UpstreamError | None:
         if prefill is None or not prefill.done() or prefill.cancelled():
             return None
         err = prefill.exception()
         return err if isinstance(err, UpstreamError) else None
 
     def _stream_failure(
-        self, exc: UpstreamFailure, prefill: Optional[asyncio.Task[Any]], d: Backend
+        self, exc: UpstreamFailure, prefill: asyncio.Task[Any] | None, d: Backend
     ) -> tuple[str, str, str]:
         """(type, message, backend) of an error while relaying the decode body."""
         failed = self._prefill_error(prefill)
@@ -612,7 +648,7 @@ def build_app(config: ProxyConfig) -> web.Application:
     return app
 
 
-def _run(config: ProxyConfig, sock: Optional[socket.socket]) -> None:
+def _run(config: ProxyConfig, sock: socket.socket | None) -> None:
     kwargs: dict[str, Any] = {"sock": sock} if sock is not None else {"host": config.host, "port": config.port}
     web.run_app(
         build_app(config),
@@ -631,8 +667,15 @@ def serve(config: ProxyConfig) -> None:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.info(
         "pdbench proxy on %s:%d connector=%s policy=%s prefill=%s decode=%s expected=%dP/%dD workers=%d",
-        config.host, config.port, config.connector, config.policy, config.prefill, config.decode,
-        config.want_prefill, config.want_decode, config.workers,
+        config.host,
+        config.port,
+        config.connector,
+        config.policy,
+        config.prefill,
+        config.decode,
+        config.want_prefill,
+        config.want_decode,
+        config.workers,
     )
     if config.workers == 1:
         _run(config, None)

@@ -6,7 +6,7 @@ import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from harness.proxy.config import ProxyConfig
@@ -41,19 +41,19 @@ class Backend:
     dp_size: int = 1
     tp_size: int = 1
     # MoRI-IO registration details.
-    handshake_port: Optional[int] = None
-    notify_port: Optional[int] = None
-    zmq_address: Optional[str] = None
-    transfer_mode: Optional[str] = None
+    handshake_port: int | None = None
+    notify_port: int | None = None
+    zmq_address: str | None = None
+    transfer_mode: str | None = None
     last_seen: float = 0.0
     # Mooncake: the prefill's bootstrap server and the engine id of each DP rank.
-    bootstrap_addr: Optional[str] = None
+    bootstrap_addr: str | None = None
     engine_ids: dict[int, str] = field(default_factory=dict)
     # Health (polled) and circuit breaker (request outcomes).
     healthy: bool = False
     health_misses: int = 0
     fails: int = 0
-    out_since: Optional[float] = None
+    out_since: float | None = None
     outstanding: int = 0
     picks: int = 0
     metrics: Any = None  # per-backend metric children, set by ProxyMetrics
@@ -75,9 +75,14 @@ class Backend:
 
     def describe(self, now: float, ttl: float, ready: bool) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "role": self.role, "url": self.url, "source": self.source, "ready": ready,
-            "healthy": self.healthy, "circuit_open": self.out_since is not None,
-            "outstanding": self.outstanding, "dp_size": self.dp_size,
+            "role": self.role,
+            "url": self.url,
+            "source": self.source,
+            "ready": ready,
+            "healthy": self.healthy,
+            "circuit_open": self.out_since is not None,
+            "outstanding": self.outstanding,
+            "dp_size": self.dp_size,
         }
         if self.source == "gen2":
             out["heartbeat_age_s"] = round(now - self.last_seen, 3)
@@ -97,7 +102,7 @@ class Pool:
     def all(self) -> list[Backend]:
         return [*self.backends["prefill"], *self.backends["decode"]]
 
-    def find(self, role: Role, url: str) -> Optional[Backend]:
+    def find(self, role: Role, url: str) -> Backend | None:
         for b in self.backends[role]:
             if b.url == url:
                 return b
@@ -124,7 +129,7 @@ class Pool:
 
     # -- routing -----------------------------------------------------------
 
-    def pick(self, role: Role, key: Optional[int], now: float) -> Optional[tuple[Backend, int]]:
+    def pick(self, role: Role, key: int | None, now: float) -> tuple[Backend, int] | None:
         """Choose (instance, DP rank) for one leg; None when no instance is available."""
         cands = self.available(role, now)
         if not cands:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, NoReturn, Optional
+from typing import Annotated, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -19,48 +19,74 @@ def _fail(message: str) -> NoReturn:
 
 
 def proxy_command(
-    host: Annotated[str, typer.Option(
-        "--host", help="Address to listen on (one address; 0.0.0.0 means every interface).")] = "127.0.0.1",
+    host: Annotated[
+        str, typer.Option("--host", help="Address to listen on (one address; 0.0.0.0 means every interface).")
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="TCP port to listen on.")] = 30000,
     prefill: Annotated[
-        Optional[list[str]],
-        typer.Option("--prefill", metavar="URL", help="Prefill base URL, e.g. http://10.0.0.1:8100; repeatable "
-                     "(default: none; required unless --connector moriio)."),
+        list[str] | None,
+        typer.Option(
+            "--prefill",
+            metavar="URL",
+            help="Prefill base URL, e.g. http://10.0.0.1:8100; repeatable "
+            "(default: none; required unless --connector moriio).",
+        ),
     ] = None,
     decode: Annotated[
-        Optional[list[str]],
-        typer.Option("--decode", metavar="URL", help="Decode server base URL; repeatable "
-                     "(default: none; required unless --connector moriio)."),
+        list[str] | None,
+        typer.Option(
+            "--decode",
+            metavar="URL",
+            help="Decode server base URL; repeatable (default: none; required unless --connector moriio).",
+        ),
     ] = None,
     connector: Annotated[
         str, typer.Option("--connector", help=f"KV connector flow: {', '.join(CONNECTORS)}.")
     ] = "nixl",
-    policy: Annotated[
-        str, typer.Option("--policy", help=f"Instance choice: {', '.join(POLICIES)}.")
-    ] = "round_robin",
+    policy: Annotated[str, typer.Option("--policy", help=f"Instance choice: {', '.join(POLICIES)}.")] = "round_robin",
     expected_prefill: Annotated[
-        Optional[int], typer.Option("--expected-prefill", help="Prefill instances /health waits for "
-                                    "(default: the number of --prefill URLs).")
+        int | None,
+        typer.Option(
+            "--expected-prefill", help="Prefill instances /health waits for (default: the number of --prefill URLs)."
+        ),
     ] = None,
     expected_decode: Annotated[
-        Optional[int], typer.Option("--expected-decode", help="Decode instances /health waits for "
-                                   "(default: the number of --decode URLs).")
+        int | None,
+        typer.Option(
+            "--expected-decode", help="Decode instances /health waits for (default: the number of --decode URLs)."
+        ),
     ] = None,
-    prefill_dp_size: Annotated[int, typer.Option("--prefill-dp-size", help="DP ranks behind each static prefill URL.")] = 1,
-    decode_dp_size: Annotated[int, typer.Option("--decode-dp-size", help="DP ranks behind each static decode URL.")] = 1,
+    prefill_dp_size: Annotated[
+        int, typer.Option("--prefill-dp-size", help="DP ranks behind each static prefill URL.")
+    ] = 1,
+    decode_dp_size: Annotated[
+        int, typer.Option("--decode-dp-size", help="DP ranks behind each static decode URL.")
+    ] = 1,
     moriio_port: Annotated[
-        Optional[int], typer.Option("--moriio-port", help="MoRI-IO: ZMQ registration TCP port, proxy_ping_port "
-                                        "(default: none; required for --connector moriio).")
+        int | None,
+        typer.Option(
+            "--moriio-port",
+            help="MoRI-IO: ZMQ registration TCP port, proxy_ping_port "
+            "(default: none; required for --connector moriio).",
+        ),
     ] = None,
-    moriio_host: Annotated[str, typer.Option(
-        "--moriio-host", help="MoRI-IO: registration bind address; workers on other nodes must reach it "
-                              "(a job passes its node's address).")] = "127.0.0.1",
+    moriio_host: Annotated[
+        str,
+        typer.Option(
+            "--moriio-host",
+            help="MoRI-IO: registration bind address; workers on other nodes must reach it "
+            "(a job passes its node's address).",
+        ),
+    ] = "127.0.0.1",
     moriio_mode: Annotated[
-        Optional[str], typer.Option("--moriio-mode", help="MoRI-IO: read or write (default: the first registration's).")
+        str | None, typer.Option("--moriio-mode", help="MoRI-IO: read or write (default: the first registration's).")
     ] = None,
     bootstrap_port: Annotated[
-        Optional[list[int]], typer.Option("--bootstrap-port", help="Mooncake: prefill bootstrap port "
-                                          "(once for all, or once per --prefill; default 8998).")
+        list[int] | None,
+        typer.Option(
+            "--bootstrap-port",
+            help="Mooncake: prefill bootstrap port (once for all, or once per --prefill; default 8998).",
+        ),
     ] = None,
     request_timeout_s: Annotated[
         float, typer.Option("--request-timeout-s", help="Seconds allowed for one whole upstream leg.")
@@ -77,9 +103,7 @@ def proxy_command(
     max_body_mb: Annotated[
         float, typer.Option("--max-body-mb", help="Largest accepted request body (MiB); larger ones get 413.")
     ] = 256.0,
-    workers: Annotated[
-        int, typer.Option("--workers", help="Server processes sharing the port (SO_REUSEPORT).")
-    ] = 1,
+    workers: Annotated[int, typer.Option("--workers", help="Server processes sharing the port (SO_REUSEPORT).")] = 1,
 ) -> None:
     """Run the prefill/decode proxy (NIXL, pdbench, MoRI-IO and Mooncake flows)."""
     if connector not in CONNECTORS:
@@ -92,15 +116,26 @@ def proxy_command(
         _fail("at least one --prefill URL and one --decode URL are required")
     try:
         config = ProxyConfig(
-            host=host, port=port, prefill=prefill or [], decode=decode or [],
-            connector=connector, policy=policy,  # type: ignore[arg-type]
-            expected_prefill=expected_prefill, expected_decode=expected_decode,
-            prefill_dp_size=prefill_dp_size, decode_dp_size=decode_dp_size,
-            moriio_port=moriio_port, moriio_host=moriio_host, moriio_mode=moriio_mode,  # type: ignore[arg-type]
+            host=host,
+            port=port,
+            prefill=prefill or [],
+            decode=decode or [],
+            connector=connector,
+            policy=policy,  # type: ignore[arg-type]
+            expected_prefill=expected_prefill,
+            expected_decode=expected_decode,
+            prefill_dp_size=prefill_dp_size,
+            decode_dp_size=decode_dp_size,
+            moriio_port=moriio_port,
+            moriio_host=moriio_host,
+            moriio_mode=moriio_mode,  # type: ignore[arg-type]
             bootstrap_ports=bootstrap_port or [],
-            request_timeout_s=request_timeout_s, stream_idle_timeout_s=stream_idle_timeout_s,
-            health_interval_s=health_interval_s, breaker_failures=breaker_failures,
-            max_body_bytes=int(max_body_mb * 1024 * 1024), workers=workers,
+            request_timeout_s=request_timeout_s,
+            stream_idle_timeout_s=stream_idle_timeout_s,
+            health_interval_s=health_interval_s,
+            breaker_failures=breaker_failures,
+            max_body_bytes=int(max_body_mb * 1024 * 1024),
+            workers=workers,
         )
     except ValidationError as exc:
         _fail("; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in exc.errors()))

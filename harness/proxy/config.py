@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -40,8 +40,8 @@ class ProxyConfig(BaseModel):
     policy: Policy = "round_robin"
     # Readiness: /health is 200 only when this many instances of each role are ready.
     # Defaults to the number of static URLs (at least 1).
-    expected_prefill: Optional[int] = Field(None, ge=1)
-    expected_decode: Optional[int] = Field(None, ge=1)
+    expected_prefill: int | None = Field(None, ge=1)
+    expected_decode: int | None = Field(None, ge=1)
     # Data-parallel size of the static instances (registered ones announce theirs).
     prefill_dp_size: int = Field(1, ge=1)
     decode_dp_size: int = Field(1, ge=1)
@@ -49,8 +49,8 @@ class ProxyConfig(BaseModel):
     # first registration decides; later ones that disagree are rejected). Workers on
     # other nodes register here, so jobs bind it to the node's address ($PDBENCH_NODE_ADDR).
     moriio_host: str = "127.0.0.1"
-    moriio_port: Optional[int] = Field(None, ge=1, le=65535)
-    moriio_mode: Optional[Literal["read", "write"]] = None
+    moriio_port: int | None = Field(None, ge=1, le=65535)
+    moriio_mode: Literal["read", "write"] | None = None
     registration_ttl_s: float = Field(30.0, gt=0, description="drop a Gen-2 instance silent this long")
     max_registered: int = Field(1024, ge=1, description="cap on registered instances (memory bound)")
     # Mooncake: bootstrap port of every static prefill (one for all, or one per --prefill).
@@ -61,7 +61,9 @@ class ProxyConfig(BaseModel):
     health_timeout_s: float = Field(2.0, gt=0, description="timeout of one backend /health poll")
     health_failures: int = Field(3, ge=1, description="failed polls before a ready backend is not ready")
     breaker_failures: int = Field(5, ge=1, description="consecutive failed legs that take a backend out")
-    breaker_min_open_s: float = Field(5.0, ge=0, description="out at least this long, then a passing health check re-admits")
+    breaker_min_open_s: float = Field(
+        5.0, ge=0, description="out at least this long, then a passing health check re-admits"
+    )
     max_body_bytes: int = Field(256 * 1024 * 1024, ge=1024)
     prefix_chars: int = Field(2048, ge=16, description="prefix_hash: prompt characters that choose the instance")
     workers: int = Field(1, ge=1, le=64, description="server processes sharing the port (SO_REUSEPORT)")
@@ -72,14 +74,16 @@ class ProxyConfig(BaseModel):
         return [normalize_url(u) for u in urls]
 
     @model_validator(mode="after")
-    def _check(self) -> "ProxyConfig":
+    def _check(self) -> ProxyConfig:
         if self.connector == "moriio":
             if self.moriio_port is None:
                 raise ValueError("connector moriio needs a registration port (--moriio-port)")
             if self.prefill or self.decode:
                 # A URL cannot carry the handshake/notify ports and sizes the flow needs.
-                raise ValueError("MoRI-IO instances register themselves: give --expected-prefill/"
-                                 "--expected-decode instead of --prefill/--decode URLs")
+                raise ValueError(
+                    "MoRI-IO instances register themselves: give --expected-prefill/"
+                    "--expected-decode instead of --prefill/--decode URLs"
+                )
         else:
             if not self.prefill or not self.decode:
                 raise ValueError(f"connector {self.connector} needs at least one prefill and one decode URL")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from typing import Any, Optional
+from typing import Any, ClassVar
 
 from harness.proxy.backends import Backend, hash64
 
@@ -31,6 +31,7 @@ try:  # orjson is several times faster; the stdlib is the fallback.
     loads = orjson.loads
     JSONDecodeError: tuple[type[Exception], ...] = (orjson.JSONDecodeError, ValueError)
 except ImportError:  # pragma: no cover - exercised only without orjson
+
     def dumps(obj: Any) -> bytes:
         return json.dumps(obj, separators=(",", ":")).encode()
 
@@ -140,10 +141,10 @@ class Flow:
     def request_id(self, p: Backend, d: Backend) -> str:
         return os.urandom(16).hex()  # as unique as a UUID4, cheaper to make
 
-    def transfer_id(self, rid: str) -> Optional[str]:
+    def transfer_id(self, rid: str) -> str | None:
         return None
 
-    def prefill(self, body: dict[str, Any], p: Backend, rank: int, d: Backend, tid: Optional[str]) -> dict[str, Any]:
+    def prefill(self, body: dict[str, Any], p: Backend, rank: int, d: Backend, tid: str | None) -> dict[str, Any]:
         raise NotImplementedError
 
     def prefill_headers(self, p: Backend, rank: int) -> dict[str, str]:
@@ -152,11 +153,11 @@ class Flow:
         return {}
 
     def decode(
-        self, body: dict[str, Any], p: Backend, rank: int, d: Backend, tid: Optional[str], kv: Optional[dict]
+        self, body: dict[str, Any], p: Backend, rank: int, d: Backend, tid: str | None, kv: dict | None
     ) -> dict[str, Any]:
         raise NotImplementedError
 
-    def missing_kv(self, kv: Optional[dict]) -> bool:
+    def missing_kv(self, kv: dict | None) -> bool:
         """Sequential flows: the prefill response lacks what decode needs (decode recomputes)."""
         return False
 
@@ -166,7 +167,7 @@ class TwoPhaseFlow(Flow):
 
     name = "nixl"
 
-    PREFILL_KV: dict[str, Any] = {
+    PREFILL_KV: ClassVar[dict[str, Any]] = {
         "do_remote_decode": True,
         "do_remote_prefill": False,
         "remote_engine_id": None,
@@ -192,7 +193,7 @@ class TwoPhaseFlow(Flow):
         out["kv_transfer_params"] = kv
         return out
 
-    def missing_kv(self, kv: Optional[dict]) -> bool:
+    def missing_kv(self, kv: dict | None) -> bool:
         return not kv
 
 
@@ -231,8 +232,12 @@ class MoriioFlow(Flow):
             "transfer_id": tid,
         }
         if self._gen1(p, d):  # older connectors read the peer from explicit fields
-            kv.update(remote_handshake_port=d.handshake_port, remote_notify_port=d.notify_port,
-                      remote_host=d.host, remote_port=d.port)
+            kv.update(
+                remote_handshake_port=d.handshake_port,
+                remote_notify_port=d.notify_port,
+                remote_host=d.host,
+                remote_port=d.port,
+            )
         out["kv_transfer_params"] = kv
         return out
 
@@ -255,8 +260,12 @@ class MoriioFlow(Flow):
         if p.dp_size > 1:
             params["remote_dp_rank"] = rank
         if self._gen1(p, d):
-            params.update(remote_handshake_port=p.handshake_port, remote_notify_port=p.notify_port,
-                          remote_host=p.host, remote_port=p.port)
+            params.update(
+                remote_handshake_port=p.handshake_port,
+                remote_notify_port=p.notify_port,
+                remote_host=p.host,
+                remote_port=p.port,
+            )
         if self.mode == "read":
             if self.missing_kv(kv):
                 return out  # nothing to pull: decode recomputes the prompt (counted and logged)
@@ -268,7 +277,7 @@ class MoriioFlow(Flow):
         out["kv_transfer_params"] = params
         return out
 
-    def missing_kv(self, kv: Optional[dict]) -> bool:
+    def missing_kv(self, kv: dict | None) -> bool:
         return self.mode == "read" and not (kv and kv.get("remote_block_ids") is not None)
 
 
@@ -298,7 +307,7 @@ class MooncakeFlow(Flow):
         return out
 
 
-def make_flow(connector: str, moriio_mode: Optional[str] = None) -> Flow:
+def make_flow(connector: str, moriio_mode: str | None = None) -> Flow:
     if connector in ("nixl", "pdbench"):
         flow = TwoPhaseFlow()
         flow.name = connector
@@ -308,4 +317,3 @@ def make_flow(connector: str, moriio_mode: Optional[str] = None) -> Flow:
     if connector == "mooncake":
         return MooncakeFlow()
     raise ValueError(f"unknown connector {connector!r}")
-

@@ -9,7 +9,8 @@ proxy sends, a fixed set of error kinds, and the known backends.
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -98,31 +99,45 @@ class ProxyMetrics:
                 m.add_metric(list(values), child.value)
             return m
 
-        yield counter("pdbench_proxy_requests", "Client requests by endpoint and HTTP status",
-                      ["endpoint", "status"], self.requests)
+        yield counter(
+            "pdbench_proxy_requests",
+            "Client requests by endpoint and HTTP status",
+            ["endpoint", "status"],
+            self.requests,
+        )
         yield counter("pdbench_proxy_errors", "Failed client requests by cause", ["kind"], self.errors)
-        yield counter("pdbench_proxy_registrations", "MoRI-IO registration messages by outcome",
-                      ["result"], self.registrations)
-        yield GaugeMetricFamily("pdbench_proxy_requests_in_flight", "Client requests being served",
-                                value=self.in_flight.value)
-        yield CounterMetricFamily("pdbench_proxy_kv_params_missing",
-                                  "Prefill responses without usable kv_transfer_params", value=self.kv_missing.value)
+        yield counter(
+            "pdbench_proxy_registrations", "MoRI-IO registration messages by outcome", ["result"], self.registrations
+        )
+        yield GaugeMetricFamily(
+            "pdbench_proxy_requests_in_flight", "Client requests being served", value=self.in_flight.value
+        )
+        yield CounterMetricFamily(
+            "pdbench_proxy_kv_params_missing",
+            "Prefill responses without usable kv_transfer_params",
+            value=self.kv_missing.value,
+        )
 
         now, pool = self._now, self.pool
-        hist = HistogramMetricFamily("pdbench_proxy_backend_latency_seconds",
-                                     "Duration of one upstream leg (decode: until its last byte)",
-                                     labels=["role", "backend"])
-        fails = CounterMetricFamily("pdbench_proxy_backend_failures", "Failed upstream legs",
-                                    labels=["role", "backend"])
-        up = GaugeMetricFamily("pdbench_proxy_backend_up", "1 if the instance is ready and not taken out",
-                               labels=["role", "backend"])
-        outstanding = GaugeMetricFamily("pdbench_proxy_backend_outstanding", "Legs in flight per instance",
-                                        labels=["role", "backend"])
+        hist = HistogramMetricFamily(
+            "pdbench_proxy_backend_latency_seconds",
+            "Duration of one upstream leg (decode: until its last byte)",
+            labels=["role", "backend"],
+        )
+        fails = CounterMetricFamily(
+            "pdbench_proxy_backend_failures", "Failed upstream legs", labels=["role", "backend"]
+        )
+        up = GaugeMetricFamily(
+            "pdbench_proxy_backend_up", "1 if the instance is ready and not taken out", labels=["role", "backend"]
+        )
+        outstanding = GaugeMetricFamily(
+            "pdbench_proxy_backend_outstanding", "Legs in flight per instance", labels=["role", "backend"]
+        )
         for b in pool.all():
             labels = [b.role, b.url]
             h, f = self.attach(b)
             cum, buckets = 0, []
-            for bound, n in zip((*map(floatToGoString, LATENCY_BUCKETS), "+Inf"), h.counts):
+            for bound, n in zip((*map(floatToGoString, LATENCY_BUCKETS), "+Inf"), h.counts, strict=False):
                 cum += n
                 buckets.append((bound, cum))
             hist.add_metric(labels, buckets, h.sum)
@@ -132,8 +147,7 @@ class ProxyMetrics:
         yield from (hist, fails, up, outstanding)
 
         ready = GaugeMetricFamily("pdbench_proxy_ready_instances", "Ready instances per role", labels=["role"])
-        expected = GaugeMetricFamily("pdbench_proxy_expected_instances", "Expected instances per role",
-                                     labels=["role"])
+        expected = GaugeMetricFamily("pdbench_proxy_expected_instances", "Expected instances per role", labels=["role"])
         for role, want in (("prefill", pool.cfg.want_prefill), ("decode", pool.cfg.want_decode)):
             ready.add_metric([role], pool.count_available(role, now))  # type: ignore[arg-type]
             expected.add_metric([role], want)

@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 from harness.proxy.backends import Backend, Pool, Role
@@ -35,7 +36,7 @@ class RegistrationError(ValueError):
     pass
 
 
-def _int(msg: dict[str, Any], key: str, default: Optional[int] = None) -> int:
+def _int(msg: dict[str, Any], key: str, default: int | None = None) -> int:
     v = msg.get(key, default)
     if v is None:
         raise RegistrationError(f"missing '{key}'")
@@ -81,7 +82,7 @@ def parse_zmq_address(text: str) -> tuple[str, int, int]:
         raise RegistrationError(f"malformed zmq_address {text!r:.100}") from None
 
 
-def parse_registration(msg: Any) -> Optional[dict[str, Any]]:
+def parse_registration(msg: Any) -> dict[str, Any] | None:
     """A registration in one shape for both generations; None for messages to ignore."""
     if not isinstance(msg, dict):
         raise RegistrationError("message must be a map")
@@ -99,10 +100,14 @@ def parse_registration(msg: Any) -> Optional[dict[str, Any]]:
             raise RegistrationError(f"bad request_address {msg.get('request_address')!r:.100}")
         hs, nt = _int(msg, "handshake_port"), _int(msg, "notify_port")
         return {
-            "gen": "gen1", "role": role, "url": f"{addr.scheme}://{addr.netloc}",
-            "handshake_port": hs, "notify_port": nt,
+            "gen": "gen1",
+            "role": role,
+            "url": f"{addr.scheme}://{addr.netloc}",
+            "handshake_port": hs,
+            "notify_port": nt,
             "zmq_address": f"host:{addr.hostname},handshake:{hs},notify:{nt}",
-            "dp_size": max(1, _int(msg, "dp_size", 1)), "tp_size": max(1, _int(msg, "tp_size", 1)),
+            "dp_size": max(1, _int(msg, "dp_size", 1)),
+            "tp_size": max(1, _int(msg, "tp_size", 1)),
             "mode": _mode(msg),
         }
     if kind in _ROLE:  # Gen-2
@@ -114,9 +119,14 @@ def parse_registration(msg: Any) -> Optional[dict[str, Any]]:
         zmq_address = _str(msg, "zmq_address")
         _, hs, nt = parse_zmq_address(zmq_address)
         return {
-            "gen": "gen2", "role": _ROLE[kind], "url": f"{parts.scheme}://{parts.netloc}",
-            "handshake_port": hs, "notify_port": nt, "zmq_address": zmq_address,
-            "dp_size": max(1, _int(msg, "dp_size", 1)), "tp_size": max(1, _int(msg, "tp_size", 1)),
+            "gen": "gen2",
+            "role": _ROLE[kind],
+            "url": f"{parts.scheme}://{parts.netloc}",
+            "handshake_port": hs,
+            "notify_port": nt,
+            "zmq_address": zmq_address,
+            "dp_size": max(1, _int(msg, "dp_size", 1)),
+            "tp_size": max(1, _int(msg, "tp_size", 1)),
             "mode": _mode(msg),
         }
     raise RegistrationError(f"unknown message type {kind!r:.40}")
@@ -126,7 +136,10 @@ class Registry:
     """Applies registrations to the pool; the ZMQ socket loop lives in `serve`."""
 
     def __init__(
-        self, pool: Pool, mode: Optional[str], on_mode: Callable[[str], None],
+        self,
+        pool: Pool,
+        mode: str | None,
+        on_mode: Callable[[str], None],
         on_result: Callable[[str], None] = lambda result: None,
     ) -> None:
         self.pool = pool
@@ -136,7 +149,7 @@ class Registry:
         if mode:
             on_mode(mode)
 
-    def apply(self, reg: dict[str, Any], now: Optional[float] = None) -> Optional[Backend]:
+    def apply(self, reg: dict[str, Any], now: float | None = None) -> Backend | None:
         now = time.monotonic() if now is None else now
         if self.mode is None:
             self.mode = reg["mode"]
@@ -152,10 +165,17 @@ class Registry:
         if b is None:
             if len(self.pool.all()) >= self.pool.cfg.max_registered:
                 raise RegistrationError(f"too many instances ({self.pool.cfg.max_registered}); ignoring {reg['url']}")
-            b = self.pool.add(Backend(role=reg["role"], url=reg["url"], source=reg["gen"],
-                                      transfer_mode=reg["mode"], last_seen=now, **fields))
-            log.info("registered %s (%s, dp=%d tp=%d %s)", b.label, reg["gen"], b.dp_size, b.tp_size,
-                     b.zmq_address)
+            b = self.pool.add(
+                Backend(
+                    role=reg["role"],
+                    url=reg["url"],
+                    source=reg["gen"],
+                    transfer_mode=reg["mode"],
+                    last_seen=now,
+                    **fields,
+                )
+            )
+            log.info("registered %s (%s, dp=%d tp=%d %s)", b.label, reg["gen"], b.dp_size, b.tp_size, b.zmq_address)
             self.on_result("new")
             return b
         changed = any(getattr(b, k) != v for k, v in fields.items()) or b.source != reg["gen"]
@@ -194,7 +214,7 @@ class Registry:
                 log.warning("forgetting %s: no heartbeat for %.0fs", b.label, now - b.last_seen)
                 self.pool.remove(b)
 
-    async def serve(self, host: str, port: int, bound: Optional[asyncio.Future] = None) -> None:
+    async def serve(self, host: str, port: int, bound: asyncio.Future | None = None) -> None:
         """Receive registrations until cancelled."""
         import zmq
         import zmq.asyncio

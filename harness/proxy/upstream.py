@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import ssl as ssl_module
 from collections import deque
-from typing import Optional
 
 import httptools
 
@@ -32,25 +31,40 @@ class UpstreamFailure(Exception):
 class Response:
     """One upstream response: status and headers, then its (de-chunked) body."""
 
-    __slots__ = ("conn", "status", "content_type", "content_length", "_chunks", "_size", "_waiter",
-                 "_done", "_exc", "_head", "_timer", "_deadline", "_idle", "_last", "_paused")
+    __slots__ = (
+        "_chunks",
+        "_deadline",
+        "_done",
+        "_exc",
+        "_head",
+        "_idle",
+        "_last",
+        "_paused",
+        "_size",
+        "_timer",
+        "_waiter",
+        "conn",
+        "content_length",
+        "content_type",
+        "status",
+    )
 
-    def __init__(self, conn: "_Conn", deadline: float, idle: Optional[float]) -> None:
+    def __init__(self, conn: _Conn, deadline: float, idle: float | None) -> None:
         self.conn = conn
         self.status = 0
         self.content_type = "application/json"
-        self.content_length: Optional[int] = None
+        self.content_length: int | None = None
         self._chunks: list[bytes] = []
         self._size = 0
-        self._waiter: Optional[asyncio.Future[None]] = None
+        self._waiter: asyncio.Future[None] | None = None
         self._done = False
-        self._exc: Optional[BaseException] = None
+        self._exc: BaseException | None = None
         self._head: asyncio.Future[None] = conn.loop.create_future()
         self._deadline = deadline
         self._idle = idle
         self._last = conn.loop.time()
         self._paused = False
-        self._timer: Optional[asyncio.TimerHandle] = None
+        self._timer: asyncio.TimerHandle | None = None
         self._arm()
 
     # -- timers: one handle per request, re-armed only when it fires --------
@@ -166,12 +180,12 @@ class Response:
 class _Conn(asyncio.Protocol):
     """One keep-alive connection to a backend, parsing with llhttp."""
 
-    def __init__(self, pool: "_HostPool", loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, pool: _HostPool, loop: asyncio.AbstractEventLoop) -> None:
         self.pool = pool
         self.loop = loop
-        self.transport: Optional[asyncio.Transport] = None
+        self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
-        self.resp: Optional[Response] = None
+        self.resp: Response | None = None
         self.closed = False
         self.used = False  # has carried a request before (may be stale when reused)
         self.got_data = False
@@ -193,7 +207,7 @@ class _Conn(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             resp._fail(UpstreamFailure("connection_error", f"bad HTTP response: {exc}"))
 
-    def connection_lost(self, exc: Optional[Exception]) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         resp = self.resp
         if resp is not None and not resp._done:
@@ -248,7 +262,7 @@ class _Conn(asyncio.Protocol):
 
 
 class _HostPool:
-    def __init__(self, client: "UpstreamClient", host: str, port: int, use_ssl: bool) -> None:
+    def __init__(self, client: UpstreamClient, host: str, port: int, use_ssl: bool) -> None:
         self.client = client
         self.host, self.port, self.use_ssl = host, port, use_ssl
         self.idle: deque[_Conn] = deque()
@@ -298,8 +312,15 @@ class UpstreamClient:
         return pool
 
     async def post(
-        self, host: str, port: int, path: str, body: bytes, headers: dict[str, str],
-        timeout: float, idle: Optional[float] = None, use_ssl: bool = False,
+        self,
+        host: str,
+        port: int,
+        path: str,
+        body: bytes,
+        headers: dict[str, str],
+        timeout: float,
+        idle: float | None = None,
+        use_ssl: bool = False,
     ) -> Response:
         """POST `body`; the returned Response must be read to the end or closed."""
         pool = self._pool(host, port, use_ssl)
@@ -346,4 +367,3 @@ def split_url(url: str) -> tuple[str, int, bool]:
     parts = urlsplit(url)
     use_ssl = parts.scheme == "https"
     return parts.hostname or "", parts.port or (443 if use_ssl else 80), use_ssl
-

@@ -10,7 +10,7 @@ import json
 import secrets
 import shlex
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from harness.config.load import ResolvedRecipe
 from harness.config.schema import Flags
@@ -24,7 +24,7 @@ class Shell:
     text: str
 
 
-Word = Union[str, Shell]
+Word = str | Shell
 
 PYTHON = Shell("${PDBENCH_PYTHON}")
 RUN_DIR = Shell("${RUN_DIR}")
@@ -116,11 +116,19 @@ def server_argv(rr: ResolvedRecipe, worker: Worker, root: str | None = None, ran
     """The `vllm serve` line of a worker's process on its rank-th node (0: the HTTP leader)."""
     role = getattr(rr.recipe.topology, worker.role)
     model_flags = rr.model.prefill_flags if worker.role == "prefill" else rr.model.decode_flags
-    argv: list[Word] = ["vllm", "serve", rr.relocated(rr.model_source, root),
-                        "--port", str(worker.port),
-                        "--served-model-name", rr.served_model_name,
-                        "--max-model-len", str(rr.model.max_model_len),
-                        "--tensor-parallel-size", str(role.tp)]
+    argv: list[Word] = [
+        "vllm",
+        "serve",
+        rr.relocated(rr.model_source, root),
+        "--port",
+        str(worker.port),
+        "--served-model-name",
+        rr.served_model_name,
+        "--max-model-len",
+        str(rr.model.max_model_len),
+        "--tensor-parallel-size",
+        str(role.tp),
+    ]
     if role.dp > 1:
         argv += ["--data-parallel-size", str(role.dp)]
     argv += _span_flags(rr, worker, rank)
@@ -142,13 +150,27 @@ def _span_flags(rr: ResolvedRecipe, worker: Worker, rank: int) -> list[Word]:
     if worker.span == "data_parallel":
         role = getattr(rr.recipe.topology, worker.role)
         local = rr.recipe.topology.gpus_per_node // role.tp
-        flags: list[Word] = ["--data-parallel-size-local", str(local),
-                             "--data-parallel-address", leader, "--data-parallel-rpc-port", str(port)]
+        flags: list[Word] = [
+            "--data-parallel-size-local",
+            str(local),
+            "--data-parallel-address",
+            leader,
+            "--data-parallel-rpc-port",
+            str(port),
+        ]
         if rank:
             flags += ["--data-parallel-start-rank", str(rank * local), "--headless"]
         return flags
-    flags = ["--nnodes", str(len(worker.nodes)), "--node-rank", str(rank),
-             "--master-addr", leader, "--master-port", str(port)]
+    flags = [
+        "--nnodes",
+        str(len(worker.nodes)),
+        "--node-rank",
+        str(rank),
+        "--master-addr",
+        leader,
+        "--master-port",
+        str(port),
+    ]
     return flags + (["--headless"] if rank else [])
 
 
@@ -177,22 +199,42 @@ def proxy_argv(rr: ResolvedRecipe, plan: JobPlan) -> list[Word]:
     p, c = rr.recipe.proxy, rr.recipe.connector
     # Only the benchmark client and node 0's health gate, both on the proxy's node, use
     # its HTTP port: loopback, not every interface.
-    argv: list[Word] = [PYTHON, "-m", "harness", "proxy",
-                        "--host", "127.0.0.1", "--port", str(p.port),
-                        "--connector", c.name,
-                        "--policy", p.policy,
-                        "--request-timeout-s", f"{p.request_timeout_s:g}",
-                        "--stream-idle-timeout-s", f"{p.stream_idle_timeout_s:g}"]
+    argv: list[Word] = [
+        PYTHON,
+        "-m",
+        "harness",
+        "proxy",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(p.port),
+        "--connector",
+        c.name,
+        "--policy",
+        p.policy,
+        "--request-timeout-s",
+        f"{p.request_timeout_s:g}",
+        "--stream-idle-timeout-s",
+        f"{p.stream_idle_timeout_s:g}",
+    ]
     if c.name == "moriio":
         # MoRI-IO servers register themselves on the proxy's ZMQ port (proxy_ping_port in
         # their kv-transfer-config) with the handshake/notify ports and DP/TP sizes the
         # flow needs; a static URL carries none of that, so none is passed. The proxy
         # instead waits for this many registered (and healthy) instances of each role.
         # Workers on every node register, so it binds the node's address (their proxy_ip).
-        argv += ["--moriio-host", NODE_ADDR, "--moriio-port", str(c.proxy_ping_port),
-                 "--moriio-mode", "read" if c.read_mode else "write",
-                 "--expected-prefill", str(len(plan.role("prefill"))),
-                 "--expected-decode", str(len(plan.role("decode")))]
+        argv += [
+            "--moriio-host",
+            NODE_ADDR,
+            "--moriio-port",
+            str(c.proxy_ping_port),
+            "--moriio-mode",
+            "read" if c.read_mode else "write",
+            "--expected-prefill",
+            str(len(plan.role("prefill"))),
+            "--expected-decode",
+            str(len(plan.role("decode"))),
+        ]
         return argv
     # NIXL, Mooncake and the bundled connector: static instances, one per worker (its
     # HTTP leader); the proxy expects all of them. Mooncake prefills run their bootstrap
@@ -203,17 +245,25 @@ def proxy_argv(rr: ResolvedRecipe, plan: JobPlan) -> list[Word]:
 
 
 def bench_argv(plan: JobPlan) -> list[Word]:
-    argv: list[Word] = [PYTHON, "-m", "harness", "bench",
-                        "--config", Shell("${RUN_DIR}/bench.json"),
-                        "--result-dir", RUN_DIR]
+    argv: list[Word] = [
+        PYTHON,
+        "-m",
+        "harness",
+        "bench",
+        "--config",
+        Shell("${RUN_DIR}/bench.json"),
+        "--result-dir",
+        RUN_DIR,
+    ]
     # Every HTTP server's /metrics around each point: the evidence for the point's validity.
     for w in plan.workers:
         argv += ["--scrape", Shell(f"{w.name}={w.role}@http://{node_addr(w.node).text}:{w.port}")]
     return argv
 
 
-def bench_config(rr: ResolvedRecipe, plan: JobPlan, run_meta: dict[str, Any],
-                 root: str | None = None) -> dict[str, Any]:
+def bench_config(
+    rr: ResolvedRecipe, plan: JobPlan, run_meta: dict[str, Any], root: str | None = None
+) -> dict[str, Any]:
     """The BenchConfig the job's client reads (bench.json); the result dir is given at run time."""
     # Every benchmark setting of the recipe, as the recipe holds it; then the job's bindings.
     # (Through model_dump_json: strict JSON, an infinite request_rate written as "Infinity".)

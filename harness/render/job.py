@@ -40,8 +40,9 @@ def current_context(run_dir: Path, root: Path) -> RenderContext:
 
 def git_commit(root: Path) -> str | None:
     try:
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=10, check=True)
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        )
         return out.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None
@@ -100,31 +101,62 @@ def _procs(rr: ResolvedRecipe, p: JobPlan, root: str) -> list[dict[str, Any]]:
     procs = []
     for proc in p.processes():
         if proc.kind == "proxy":
-            procs.append({"name": "proxy", "func": "proxy",
-                          "summary": f"PD proxy on node {p.proxy_node}, port {proc.port}",
-                          "env": [], "argv": cmd.proxy_argv(rr, p), "nic": False})
+            procs.append(
+                {
+                    "name": "proxy",
+                    "func": "proxy",
+                    "summary": f"PD proxy on node {p.proxy_node}, port {proc.port}",
+                    "env": [],
+                    "argv": cmd.proxy_argv(rr, p),
+                    "nic": False,
+                }
+            )
             continue
         w = workers[proc.worker]
         rank = w.nodes.index(proc.node)
-        what = (f"{w.role} worker {w.index} on node {proc.node}, port {w.port}, {w.devices} device(s)"
-                if rank == 0 else
-                f"headless follower {rank} of {w.name} on node {proc.node} ({w.span.replace('_', ' ')})")
-        procs.append({"name": proc.name, "func": proc.name.replace("-", "_"), "summary": what,
-                      "nic": rr.recipe.topology.nic_detection,
-                      "env": _env(cmd.server_env(rr, w)), "argv": cmd.server_argv(rr, w, root, rank)})
-    procs.append({"name": "bench", "func": "bench",
-                  "summary": f"benchmark client on node {p.proxy_node}, through the proxy",
-                  "env": [], "argv": cmd.bench_argv(p), "nic": False})
+        what = (
+            f"{w.role} worker {w.index} on node {proc.node}, port {w.port}, {w.devices} device(s)"
+            if rank == 0
+            else f"headless follower {rank} of {w.name} on node {proc.node} ({w.span.replace('_', ' ')})"
+        )
+        procs.append(
+            {
+                "name": proc.name,
+                "func": proc.name.replace("-", "_"),
+                "summary": what,
+                "nic": rr.recipe.topology.nic_detection,
+                "env": _env(cmd.server_env(rr, w)),
+                "argv": cmd.server_argv(rr, w, root, rank),
+            }
+        )
+    procs.append(
+        {
+            "name": "bench",
+            "func": "bench",
+            "summary": f"benchmark client on node {p.proxy_node}, through the proxy",
+            "env": [],
+            "argv": cmd.bench_argv(p),
+            "nic": False,
+        }
+    )
     return procs
 
 
 def _sbatch_opts(rr: ResolvedRecipe) -> list[str]:
     s = rr.recipe.slurm
-    opts = [f"--{flag}={sbatch_quote(value)}" for flag, value in (
-        ("partition", s.partition), ("account", s.account), ("qos", s.qos),
-        ("nodelist", s.nodelist), ("exclude", s.exclude), ("reservation", s.reservation),
-        ("constraint", s.constraint),
-    ) if value]
+    opts = [
+        f"--{flag}={sbatch_quote(value)}"
+        for flag, value in (
+            ("partition", s.partition),
+            ("account", s.account),
+            ("qos", s.qos),
+            ("nodelist", s.nodelist),
+            ("exclude", s.exclude),
+            ("reservation", s.reservation),
+            ("constraint", s.constraint),
+        )
+        if value
+    ]
     gpn = rr.recipe.topology.gpus_per_node
     if gpn:
         opts.append(f"--gpus-per-node={gpn}")
@@ -136,8 +168,10 @@ def topology_summary(rr: ResolvedRecipe) -> str:
     parts = []
     for role in ("prefill", "decode"):
         r = getattr(t, role)
-        parts.append(f"{r.workers}x {role} on {r.nodes} node(s) (tp{r.tp} dp{r.dp} ep{r.ep}"
-                     f"{' dp-attn' if r.dp_attention else ''})")
+        parts.append(
+            f"{r.workers}x {role} on {r.nodes} node(s) (tp{r.tp} dp{r.dp} ep{r.ep}"
+            f"{' dp-attn' if r.dp_attention else ''})"
+        )
     return f"{' + '.join(parts)}, connector {rr.recipe.connector.name}"
 
 
@@ -145,20 +179,35 @@ def run_metadata(rr: ResolvedRecipe, p: JobPlan, ctx: RenderContext) -> dict[str
     """The metadata block every result file carries."""
     t, c = rr.recipe.topology, rr.recipe.connector
     meta: dict[str, Any] = {
-        "recipe": rr.name, "recipe_fingerprint": rr.fingerprint,
-        "pdbench_version": __version__, "pdbench_commit": ctx.git_commit,
-        "model": rr.recipe.model, "model_source": rr.model.hf_id or rr.model.path,
-        "precision": rr.model.precision, "image": rr.recipe.container.image,
+        "recipe": rr.name,
+        "recipe_fingerprint": rr.fingerprint,
+        "pdbench_version": __version__,
+        "pdbench_commit": ctx.git_commit,
+        "model": rr.recipe.model,
+        "model_source": rr.model.hf_id or rr.model.path,
+        "precision": rr.model.precision,
+        "image": rr.recipe.container.image,
         "container_runtime": rr.recipe.container.runtime,
-        "connector": c.name, "kv_buffer_device": c.kv_buffer_device,
-        "proxy": rr.recipe.proxy.kind, "disagg": True,
-        "num_nodes": p.num_nodes, "gpus_per_node": t.gpus_per_node,
+        "connector": c.name,
+        "kv_buffer_device": c.kv_buffer_device,
+        "proxy": rr.recipe.proxy.kind,
+        "disagg": True,
+        "num_nodes": p.num_nodes,
+        "gpus_per_node": t.gpus_per_node,
     }
     for role in ("prefill", "decode"):
         r = getattr(t, role)
-        meta.update({f"{role}_num_workers": r.workers, f"{role}_nodes": r.nodes, f"{role}_tp": r.tp,
-                     f"{role}_dp": r.dp, f"{role}_ep": r.ep, f"{role}_dp_attention": r.dp_attention,
-                     f"{role}_gpus": p.devices(role)})
+        meta.update(
+            {
+                f"{role}_num_workers": r.workers,
+                f"{role}_nodes": r.nodes,
+                f"{role}_tp": r.tp,
+                f"{role}_dp": r.dp,
+                f"{role}_ep": r.ep,
+                f"{role}_dp_attention": r.dp_attention,
+                f"{role}_gpus": p.devices(role),
+            }
+        )
     return meta
 
 
@@ -168,25 +217,37 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext) -> JobPlan
     env = _environment()
     common = {"name": rr.name, "fingerprint": rr.fingerprint, "version": __version__}
     server = env.get_template("server.sh.j2").render(
-        **common, procs=_procs(rr, p, ctx.root), job_env=_env(dict(rr.recipe.env)))
+        **common, procs=_procs(rr, p, ctx.root), job_env=_env(dict(rr.recipe.env))
+    )
     mounts = sorted(rr.recipe.container.mounts.items())
     job = env.get_template("job.slurm.j2").render(
         **common,
         # One comment line per line: a newline in the description never starts a command.
         description=(rr.recipe.description or rr.name).split("\n"),
-        topology_summary=topology_summary(rr), num_nodes=p.num_nodes, slurm=rr.recipe.slurm,
+        topology_summary=topology_summary(rr),
+        num_nodes=p.num_nodes,
+        slurm=rr.recipe.slurm,
         # '%' starts a Slurm file-name pattern; '%%' is a literal one.
         slurm_out=ctx.run_dir.replace("%", "%%") + "/slurm-%j.out",
-        sbatch_opts=_sbatch_opts(rr), run_dir=ctx.run_dir, root=ctx.root, python=ctx.python,
-        runtime=rr.recipe.container.runtime, image=rr.recipe.container.image or "",
-        mounts=mounts, mount_list="".join(f",{src}:{dst}" for src, dst in mounts),
+        sbatch_opts=_sbatch_opts(rr),
+        run_dir=ctx.run_dir,
+        root=ctx.root,
+        python=ctx.python,
+        runtime=rr.recipe.container.runtime,
+        image=rr.recipe.container.image or "",
+        mounts=mounts,
+        mount_list="".join(f",{src}:{dst}" for src, dst in mounts),
     )
     lock = {
-        **rr.locked(), "fingerprint": rr.fingerprint, "pdbench_version": __version__,
+        **rr.locked(),
+        "fingerprint": rr.fingerprint,
+        "pdbench_version": __version__,
         "git_commit": ctx.git_commit,
     }
     plan_json = {
-        **p.to_json(), "recipe": rr.name, "fingerprint": rr.fingerprint,
+        **p.to_json(),
+        "recipe": rr.name,
+        "fingerprint": rr.fingerprint,
         "served_model_name": rr.served_model_name,
         "timeouts": rr.recipe.timeouts.model_dump(),
     }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 import pandas as pd
 
@@ -24,7 +24,7 @@ def value(m: Metric, v: Any) -> str:
     return f"{float(v):,.1f}"
 
 
-def delta(m: Metric, d: Any, pct: Any) -> Optional[str]:
+def delta(m: Metric, d: Any, pct: Any) -> str | None:
     """'+12.3, +4.5%' (signed: candidate - baseline), or None when there is nothing to compare."""
     if missing(d):
         return None
@@ -60,12 +60,20 @@ def run_summaries(report: Report) -> list[dict[str, Any]]:
 
         splits = [f"{p.prefill_gpus}+{p.decode_gpus}" if p.prefill_gpus is not None else None for p in run.points]
         state = (run.status or {}).get("state") if run.status else ("no status.json" if run.is_pdbench_run else None)
-        out.append({
-            "run": run.label, "baseline": run.label == report.baseline, "path": report.rel(run.path),
-            "source": same([p.source for p in run.points]), "recipe": md.get("recipe"),
-            "model": same([p.model for p in run.points]), "precision": md.get("precision"),
-            "connector": md.get("connector"), "gpus": same(splits),
-            "fingerprint": same([p.fingerprint for p in run.points]), "state": state,
-            "points": len(run.points),
-        })
+        out.append(
+            {
+                "run": run.label,
+                "baseline": run.label == report.baseline,
+                "path": report.rel(run.path),
+                "source": same([p.source for p in run.points]),
+                "recipe": md.get("recipe"),
+                "model": same([p.model for p in run.points]),
+                "precision": md.get("precision"),
+                "connector": md.get("connector"),
+                "gpus": same(splits),
+                "fingerprint": same([p.fingerprint for p in run.points]),
+                "state": state,
+                "points": len(run.points),
+            }
+        )
     return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -22,8 +22,10 @@ class Format(str, Enum):
     json = "json"
 
 
-RunsArg = Annotated[list[str], typer.Argument(
-    help="Run directories (or result files, or a recipe name for its latest run under --results-dir).")]
+RunsArg = Annotated[
+    list[str],
+    typer.Argument(help="Run directories (or result files, or a recipe name for its latest run under --results-dir)."),
+]
 ResultsOpt = Annotated[Path, typer.Option(help="Root directory of run directories, for recipe names.")]
 
 
@@ -48,12 +50,16 @@ def _write(path: Path, text: str) -> None:
 
 def report_command(
     runs: RunsArg,
-    baseline: Annotated[Optional[str], typer.Option(
-        help="Run to compare against: signed deltas and percentages on every other row [default: none]")] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option(help="Run to compare against: signed deltas and percentages on every other row [default: none]"),
+    ] = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.md,
-    plot: Annotated[Optional[Path], typer.Option(
-        help="Also write the Pareto plot (tok/s/GPU vs tok/s/user) to this PNG [default: no plot]")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Write the report to this file [default: stdout]")] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(help="Also write the Pareto plot (tok/s/GPU vs tok/s/user) to this PNG [default: no plot]"),
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Write the report to this file [default: stdout]")] = None,
     results_dir: ResultsOpt = PROJECT_ROOT / "results",
 ) -> None:
     """Compare runs: per-GPU throughput, TTFT/TPOT/E2EL, interactivity and failures per concurrency."""
@@ -84,8 +90,12 @@ def report_command(
 
         save(report, plot)
     if out is not None or plot is not None:
-        typer.echo(f"{len(report.table)} row(s) from {len(report.runs)} run(s)"
-                   + (f"; report: {out}" if out else "") + (f"; plot: {plot}" if plot else ""), err=True)
+        typer.echo(
+            f"{len(report.table)} row(s) from {len(report.runs)} run(s)"
+            + (f"; report: {out}" if out else "")
+            + (f"; plot: {plot}" if plot else ""),
+            err=True,
+        )
     if report.table.empty:
         typer.echo("error: no usable result files", err=True)
         raise typer.Exit(1)
@@ -94,12 +104,18 @@ def report_command(
 def collect_command(
     runs: RunsArg,
     out: Annotated[Path, typer.Option(help="Aggregate JSON to create (never overwritten).")],
-    hw: Annotated[Optional[str], typer.Option(
-        envvar="RUNNER_TYPE", help="Hardware name for points whose metadata has none [default: $RUNNER_TYPE]")] = None,
-    include_invalid: Annotated[bool, typer.Option(
-        help="Keep points whose metadata says valid: false (they carry \"valid\": false).")] = False,
-    include_unverified: Annotated[bool, typer.Option(
-        help="Keep points with no validity evidence (they carry \"validity\": \"unverified\").")] = False,
+    hw: Annotated[
+        str | None,
+        typer.Option(
+            envvar="RUNNER_TYPE", help="Hardware name for points whose metadata has none [default: $RUNNER_TYPE]"
+        ),
+    ] = None,
+    include_invalid: Annotated[
+        bool, typer.Option(help='Keep points whose metadata says valid: false (they carry "valid": false).')
+    ] = False,
+    include_unverified: Annotated[
+        bool, typer.Option(help='Keep points with no validity evidence (they carry "validity": "unverified").')
+    ] = False,
     results_dir: ResultsOpt = PROJECT_ROOT / "results",
 ) -> None:
     """Write the InferenceX-style aggregate JSON of runs, one validated entry per point."""
@@ -127,5 +143,7 @@ def collect_command(
     except FileExistsError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
-    typer.echo(f"wrote {len(result.entries)} entr{'y' if len(result.entries) == 1 else 'ies'} to {out}"
-               + (f" ({len(result.skipped)} file(s) skipped)" if result.skipped else ""))
+    typer.echo(
+        f"wrote {len(result.entries)} entr{'y' if len(result.entries) == 1 else 'ies'} to {out}"
+        + (f" ({len(result.skipped)} file(s) skipped)" if result.skipped else "")
+    )

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -63,8 +63,8 @@ class CollectEntry(BaseModel):
     recipe_fingerprint: str
     isl: PositiveInt
     osl: PositiveInt
-    router: Optional[Router] = None
-    kv_p2p_transfer: Optional[str] = None
+    router: Router | None = None
+    kv_p2p_transfer: str | None = None
     is_multinode: Literal[True] = True
     prefill_tp: PositiveInt
     prefill_pp: PositiveInt = 1
@@ -87,7 +87,7 @@ class CollectEntry(BaseModel):
     input_tput_per_gpu: FiniteNonNeg
 
     @model_validator(mode="after")
-    def _latencies_are_numbers(self) -> "CollectEntry":
+    def _latencies_are_numbers(self) -> CollectEntry:
         for key, value in (self.model_extra or {}).items():
             if key == "valid":
                 if value is not False:
@@ -118,8 +118,9 @@ class _Skip(Exception):
 
 def _meta(md: dict[str, Any], key: str) -> Any:
     if md.get(key) is None:
-        raise _Skip(f"metadata.{key} is missing; collect needs pdbench's metadata block for topology, "
-                    f"precision and model")
+        raise _Skip(
+            f"metadata.{key} is missing; collect needs pdbench's metadata block for topology, precision and model"
+        )
     return md[key]
 
 
@@ -128,14 +129,16 @@ def _flag(v: Any) -> str:
     return "true" if v is True or str(v).lower() == "true" else "false"
 
 
-def entry(p: Point, hw: Optional[str], notes: list[str]) -> CollectEntry:
+def entry(p: Point, hw: str | None, notes: list[str]) -> CollectEntry:
     md = p.metadata
     if not md:
         raise _Skip("no pdbench metadata block (collect needs the point's topology, precision and model)")
     if md.get("disagg") is False:
-        raise _Skip("not a disaggregated point (metadata.disagg is false); collect writes the multinode "
-                    "disaggregated schema only (InferenceX's process_result.py takes the file itself: "
-                    "single-node branch, or multinode with the `_gpus_N` of its name counted as prefill)")
+        raise _Skip(
+            "not a disaggregated point (metadata.disagg is false); collect writes the multinode "
+            "disaggregated schema only (InferenceX's process_result.py takes the file itself: "
+            "single-node branch, or multinode with the `_gpus_N` of its name counted as prefill)"
+        )
     hw = hw or md.get("hw") or md.get("runner_type")
     if not hw:
         raise _Skip("hardware unknown: pass --hw (InferenceX's RUNNER_TYPE, e.g. h100-disagg)")
@@ -154,17 +157,27 @@ def entry(p: Point, hw: Optional[str], notes: list[str]) -> CollectEntry:
         router = {"name": str(md["proxy"]), "version": str(md["proxy_version"])}
     has_decode = decode > 0
     data: dict[str, Any] = {
-        "hw": hw, "conc": p.concurrency, "image": md.get("image") or "",
+        "hw": hw,
+        "conc": p.concurrency,
+        "image": md.get("image") or "",
         "model": p.model or _meta(md, "model"),
         "infmax_model_prefix": md.get("model_prefix") or _meta(md, "model"),
-        "framework": md.get("framework") or "vllm-disagg", "precision": _meta(md, "precision"),
-        "spec_decoding": md.get("spec_decoding") or "none", "disagg": True,
-        "recipe_fingerprint": p.fingerprint or "", "isl": p.isl, "osl": p.osl,
-        "router": router, "kv_p2p_transfer": md.get("connector") or None,
+        "framework": md.get("framework") or "vllm-disagg",
+        "precision": _meta(md, "precision"),
+        "spec_decoding": md.get("spec_decoding") or "none",
+        "disagg": True,
+        "recipe_fingerprint": p.fingerprint or "",
+        "isl": p.isl,
+        "osl": p.osl,
+        "router": router,
+        "kv_p2p_transfer": md.get("connector") or None,
         "is_multinode": True,
-        "prefill_tp": _meta(md, "prefill_tp"), "prefill_pp": md.get("prefill_pp") or 1,
-        "prefill_dcp_size": md.get("prefill_dcp_size") or 1, "prefill_pcp_size": md.get("prefill_pcp_size") or 1,
-        "prefill_ep": _meta(md, "prefill_ep"), "prefill_dp_attention": _flag(md.get("prefill_dp_attention")),
+        "prefill_tp": _meta(md, "prefill_tp"),
+        "prefill_pp": md.get("prefill_pp") or 1,
+        "prefill_dcp_size": md.get("prefill_dcp_size") or 1,
+        "prefill_pcp_size": md.get("prefill_pcp_size") or 1,
+        "prefill_ep": _meta(md, "prefill_ep"),
+        "prefill_dp_attention": _flag(md.get("prefill_dp_attention")),
         "prefill_num_workers": _meta(md, "prefill_num_workers"),
         # InferenceX zeroes decode's parallelism when there is no decode GPU.
         "decode_tp": _meta(md, "decode_tp") if has_decode else 0,
@@ -174,8 +187,11 @@ def entry(p: Point, hw: Optional[str], notes: list[str]) -> CollectEntry:
         "decode_ep": _meta(md, "decode_ep") if has_decode else 0,
         "decode_dp_attention": _flag(md.get("decode_dp_attention")),
         "decode_num_workers": _meta(md, "decode_num_workers"),
-        "num_prefill_gpu": prefill, "num_decode_gpu": decode,
-        "tput_per_gpu": tput, "output_tput_per_gpu": out, "input_tput_per_gpu": inp,
+        "num_prefill_gpu": prefill,
+        "num_decode_gpu": decode,
+        "tput_per_gpu": tput,
+        "output_tput_per_gpu": out,
+        "input_tput_per_gpu": inp,
     }
     for key, value in p.ms.items():  # file order, as InferenceX iterates the result
         if key.endswith("ms"):
@@ -197,15 +213,17 @@ def entry(p: Point, hw: Optional[str], notes: list[str]) -> CollectEntry:
         raise _Skip(f"entry fails validation: {errors}") from None
 
 
-def collect(run_paths: list[Path], hw: Optional[str] = None, include_invalid: bool = False,
-            include_unverified: bool = False) -> Collected:
+def collect(
+    run_paths: list[Path], hw: str | None = None, include_invalid: bool = False, include_unverified: bool = False
+) -> Collected:
     loaded = load_runs(run_paths)
     dedupe(loaded)
     result = Collected(entries=[], skipped=list(loaded.skipped), notes=[f"{n.path}: {n.text}" for n in loaded.notes])
     for run in loaded.runs:
         if run.status is not None and run.status.get("state") != "succeeded":
-            result.notes.append(f"{run.path}: run state {run.status.get('state')}; its result files are "
-                                f"collected all the same")
+            result.notes.append(
+                f"{run.path}: run state {run.status.get('state')}; its result files are collected all the same"
+            )
         points = sorted(run.points, key=lambda p: (p.isl or 0, p.osl or 0, p.concurrency))
         for p in points:
             why = "; ".join(p.validity_reasons) or "no reason given"
@@ -215,8 +233,10 @@ def collect(run_paths: list[Path], hw: Optional[str] = None, include_invalid: bo
                 if p.verdict == "invalid" and not include_invalid:
                     raise _Skip(f"invalid point (metadata.valid is false: {why}); --include-invalid keeps it")
                 if p.verdict == "unverified" and not include_unverified:
-                    raise _Skip(f"unverified point (no evidence it measured what it claims: {why}); "
-                                f"--include-unverified keeps it")
+                    raise _Skip(
+                        f"unverified point (no evidence it measured what it claims: {why}); "
+                        f"--include-unverified keeps it"
+                    )
             except _Skip as err:
                 result.skipped.append(Skipped(p.path, str(err)))
                 continue

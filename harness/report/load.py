@@ -16,16 +16,18 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 # pdbench's own run files: part of every run directory, never results.
 CONTROL_FILES = frozenset({"plan.json", "bench.json", "status.json"})
 
 # Names that carry a sweep point (used to find results in nested folders, e.g. srt-slurm's
 # logs/sa-bench_isl_<I>_osl_<O>/), and the parts of a name that carry the GPU split.
-_CONC_PATTERNS = (re.compile(r"concurrency_?(\d+)(?=[_.-]|$)"),
-                  re.compile(r"(?:^|_)conc_?(\d+)(?=[_.]|$)"),
-                  re.compile(r"(?:^|_)c(\d+)(?=_gpus_)"))
+_CONC_PATTERNS = (
+    re.compile(r"concurrency_?(\d+)(?=[_.-]|$)"),
+    re.compile(r"(?:^|_)conc_?(\d+)(?=[_.]|$)"),
+    re.compile(r"(?:^|_)c(\d+)(?=_gpus_)"),
+)
 _GPUS = re.compile(r"_gpus_(\d+)(?=[_.]|$)")
 _CTX = re.compile(r"_ctx_(\d+)(?=[_.]|$)")
 _GEN = re.compile(r"_gen_(\d+)(?=[_.]|$)")
@@ -67,34 +69,34 @@ class Point:
     path: Path
     source: str  # pdbench | vllm | inferencex | srt-slurm
     concurrency: int
-    request_rate: Optional[str]
-    isl: Optional[int]
-    osl: Optional[int]
-    model: Optional[str]
-    completed: Optional[int]
-    failed: Optional[int]
+    request_rate: str | None
+    isl: int | None
+    osl: int | None
+    model: str | None
+    completed: int | None
+    failed: int | None
     failed_derived: bool  # failed = num_prompts - completed (files without a `failed` key)
     total_token_throughput: float
     output_throughput: float
-    prefill_gpus: Optional[int]
-    decode_gpus: Optional[int]
-    gpus_from: Optional[str]
+    prefill_gpus: int | None
+    decode_gpus: int | None
+    gpus_from: str | None
     ms: dict[str, float]  # every numeric key ending in "ms", in file order, aliases resolved
     metadata: dict[str, Any]
-    valid: Optional[bool]  # True / False for a valid / invalid verdict; None otherwise
+    valid: bool | None  # True / False for a valid / invalid verdict; None otherwise
     validity_reasons: list[str]  # why the verdict is not "valid"
-    fingerprint: Optional[str]
-    stop_reason: Optional[str] = None  # pdbench: why the point ended before every request was done
+    fingerprint: str | None
+    stop_reason: str | None = None  # pdbench: why the point ended before every request was done
     # "valid" | "invalid" | "unverified" (a pdbench point without evidence); None: another
     # tool's file, which has no notion of validity.
-    verdict: Optional[str] = None
+    verdict: str | None = None
 
 
 @dataclass
 class Run:
     path: Path
     label: str
-    status: Optional[dict[str, Any]]
+    status: dict[str, Any] | None
     is_pdbench_run: bool
     points: list[Point] = field(default_factory=list)
 
@@ -110,32 +112,32 @@ class RunPathError(Exception):
     """A RUN_DIR argument that does not exist."""
 
 
-def _number(v: Any) -> Optional[float]:
+def _number(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
     return float(v)
 
 
-def _first(data: dict[str, Any], name: str) -> tuple[Optional[str], Any]:
+def _first(data: dict[str, Any], name: str) -> tuple[str | None, Any]:
     for key in ALIASES.get(name, (name,)):
         if data.get(key) is not None:
             return key, data[key]
     return None, None
 
 
-def _int(v: Any) -> Optional[int]:
+def _int(v: Any) -> int | None:
     n = _number(v)
     if n is None or not math.isfinite(n) or n != int(n):
         return None
     return int(n)
 
 
-def _last_match(pattern: re.Pattern[str], name: str) -> Optional[str]:
+def _last_match(pattern: re.Pattern[str], name: str) -> str | None:
     found = pattern.findall(name)
     return found[-1] if found else None
 
 
-def name_concurrency(name: str) -> Optional[int]:
+def name_concurrency(name: str) -> int | None:
     for pattern in _CONC_PATTERNS:
         m = _last_match(pattern, name)
         if m is not None:
@@ -143,7 +145,7 @@ def name_concurrency(name: str) -> Optional[int]:
     return None
 
 
-def name_gpus(name: str) -> tuple[Optional[int], Optional[int], Optional[int]]:
+def name_gpus(name: str) -> tuple[int | None, int | None, int | None]:
     """(total, ctx, gen) from `_gpus_<N>[_ctx_<P>_gen_<D>]`, as InferenceX's workflow reads them."""
     g, c, d = (_last_match(p, name) for p in (_GPUS, _CTX, _GEN))
     return (int(g) if g else None, int(c) if c else None, int(d) if d else None)
@@ -160,9 +162,14 @@ def _source(path: Path, data: dict[str, Any], run_root: Path) -> str:
     if "request_goodput:" in data:
         return "inferencex"
     name = path.name
-    if (name.startswith("results_concurrency_") or re.search(r"_conc\d", name) or "total_input" in data
-            or "peak_output_tokens_per_s" in data or "percentiles_ttft_ms" in data
-            or any(p.name.startswith("sa-bench") for p in path.relative_to(run_root).parents)):
+    if (
+        name.startswith("results_concurrency_")
+        or re.search(r"_conc\d", name)
+        or "total_input" in data
+        or "peak_output_tokens_per_s" in data
+        or "percentiles_ttft_ms" in data
+        or any(p.name.startswith("sa-bench") for p in path.relative_to(run_root).parents)
+    ):
         return "srt-slurm"
     return "vllm"
 
@@ -188,7 +195,7 @@ def _ms_keys(data: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def _path_isl_osl(path: Path, run_root: Path) -> tuple[Optional[int], Optional[int]]:
+def _path_isl_osl(path: Path, run_root: Path) -> tuple[int | None, int | None]:
     for part in [path.stem, *(p.name for p in path.relative_to(run_root).parents if p.name), run_root.name]:
         m = _ISL_OSL.search(part)
         if m:
@@ -199,7 +206,7 @@ def _path_isl_osl(path: Path, run_root: Path) -> tuple[Optional[int], Optional[i
 VERDICTS = ("valid", "invalid", "unverified")
 
 
-def _validity(md: dict[str, Any], pdbench: bool) -> tuple[Optional[str], list[str]]:
+def _validity(md: dict[str, Any], pdbench: bool) -> tuple[str | None, list[str]]:
     """The point's verdict and why it is not valid. `validity.verdict` when recorded, else the
     older `valid` flag; a pdbench point with neither recorded no evidence: unverified."""
     block = md["validity"] if isinstance(md.get("validity"), dict) else {}
@@ -241,8 +248,9 @@ def read_point(path: Path, run_root: Path, notes: list[Note]) -> Point:
                 raise _Bad(f"{key} is not a finite, non-negative number ({v!r})")
             return n
         # Fall back to tokens / duration when only the totals are there.
-        tokens_keys = ("total_output_tokens",) if name == "output_throughput" else (
-            "total_input_tokens", "total_output_tokens")
+        tokens_keys = (
+            ("total_output_tokens",) if name == "output_throughput" else ("total_input_tokens", "total_output_tokens")
+        )
         duration = _number(data.get("duration"))
         totals = [_number(_first(data, k)[1]) for k in tokens_keys]
         if duration and duration > 0 and all(t is not None for t in totals):
@@ -258,9 +266,8 @@ def read_point(path: Path, run_root: Path, notes: list[Note]) -> Point:
     key, v = _first(data, "max_concurrency")
     conc = _int(v) if key else None
     from_name = name_concurrency(stem)
-    if key and conc is None:
-        if v is not None:
-            raise _Bad(f"{key} is not an integer ({v!r})")
+    if key and conc is None and v is not None:
+        raise _Bad(f"{key} is not an integer ({v!r})")
     if conc is None:
         conc = from_name
     elif from_name is not None and from_name != conc:
@@ -277,12 +284,17 @@ def read_point(path: Path, run_root: Path, notes: list[Note]) -> Point:
     # GPUs: the metadata's working GPUs, else the file name as InferenceX's workflow reads it.
     g, c, d = name_gpus(stem)
     pg, dg = _int(md.get("prefill_gpus")), _int(md.get("decode_gpus"))
-    gpus_from: Optional[str] = None
+    gpus_from: str | None = None
     if pg is not None and dg is not None:
         gpus_from = "metadata"
         if g is not None and (g != pg + dg or (c is not None and (c, d) != (pg, dg))):
-            notes.append(Note(path, f"the file name's GPU split (gpus {g}, ctx {c}, gen {d}) differs from "
-                                    f"the metadata's (prefill {pg}, decode {dg}); using the metadata"))
+            notes.append(
+                Note(
+                    path,
+                    f"the file name's GPU split (gpus {g}, ctx {c}, gen {d}) differs from "
+                    f"the metadata's (prefill {pg}, decode {dg}); using the metadata",
+                )
+            )
     elif g is not None and c is not None and d is not None:
         pg, dg, gpus_from = c, d, "file name"
     elif g is not None:
@@ -307,17 +319,32 @@ def read_point(path: Path, run_root: Path, notes: list[Note]) -> Point:
     model = _first(data, "model_id")[1]
     fp = md.get("recipe_fingerprint") or data.get("recipe_fingerprint")
     return Point(
-        path=path, source=source, concurrency=conc,
-        request_rate=None if rate is None else str(rate), isl=isl, osl=osl,
-        model=str(model) if model is not None else None, completed=completed, failed=failed,
-        failed_derived=failed_derived, total_token_throughput=total, output_throughput=output,
-        prefill_gpus=pg, decode_gpus=dg, gpus_from=gpus_from, ms=_ms_keys(data), metadata=md,
-        valid={"valid": True, "invalid": False}.get(verdict or ""), validity_reasons=reasons,
+        path=path,
+        source=source,
+        concurrency=conc,
+        request_rate=None if rate is None else str(rate),
+        isl=isl,
+        osl=osl,
+        model=str(model) if model is not None else None,
+        completed=completed,
+        failed=failed,
+        failed_derived=failed_derived,
+        total_token_throughput=total,
+        output_throughput=output,
+        prefill_gpus=pg,
+        decode_gpus=dg,
+        gpus_from=gpus_from,
+        ms=_ms_keys(data),
+        metadata=md,
+        valid={"valid": True, "invalid": False}.get(verdict or ""),
+        validity_reasons=reasons,
         fingerprint=str(fp) if fp else None,
-        stop_reason=str(data["stop_reason"]) if data.get("stop_reason") else None, verdict=verdict)
+        stop_reason=str(data["stop_reason"]) if data.get("stop_reason") else None,
+        verdict=verdict,
+    )
 
 
-def _not_a_result(path: Path) -> Optional[str]:
+def _not_a_result(path: Path) -> str | None:
     name = path.name
     if name.endswith(".pytorch.json"):
         return "PyTorch-benchmark sidecar of a result, not a result"
@@ -378,7 +405,9 @@ def load_runs(run_paths: list[Path]) -> Loaded:
             raise RunPathError(f"{given}: no such run directory or result file")
         expanded = expand_runs(given)
         if expanded != [given]:
-            notes.append(Note(given, f"a folder of runs: read as {len(expanded)} run{'' if len(expanded) == 1 else 's'}"))
+            notes.append(
+                Note(given, f"a folder of runs: read as {len(expanded)} run{'' if len(expanded) == 1 else 's'}")
+            )
         args += expanded
     for arg in args:
         resolved = arg.resolve()
@@ -409,8 +438,13 @@ def load_runs(run_paths: list[Path]) -> Loaded:
                 skipped.append(Skipped(f, str(e)))
         if not files:
             skipped.append(Skipped(arg, "no result files (*.json) in this run directory"))
-        run = Run(path=arg, label=_label(run_root, points), status=status,
-                  is_pdbench_run=(run_root / "plan.json").is_file(), points=points)
+        run = Run(
+            path=arg,
+            label=_label(run_root, points),
+            status=status,
+            is_pdbench_run=(run_root / "plan.json").is_file(),
+            points=points,
+        )
         seen[resolved] = run
         runs.append(run)
     labels: dict[str, int] = {}
@@ -435,8 +469,12 @@ def dedupe(loaded: Loaded) -> None:
         for p in sorted(run.points, key=lambda p: (len(p.path.name), p.path.name)):
             k = dedupe_key(run, p)
             if k in kept:
-                loaded.skipped.append(Skipped(p.path, f"duplicate of {kept[k].path.name} (same run, recipe "
-                                                      f"fingerprint, ISL, OSL and concurrency)"))
+                loaded.skipped.append(
+                    Skipped(
+                        p.path,
+                        f"duplicate of {kept[k].path.name} (same run, recipe fingerprint, ISL, OSL and concurrency)",
+                    )
+                )
             else:
                 kept[k] = p
         keep = {id(p) for p in kept.values()}

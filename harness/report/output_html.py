@@ -36,20 +36,51 @@ def _cell(text: str, num: bool = False) -> str:
 
 
 def render(report: Report) -> str:
-    out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
-           "<title>pdbench report</title>", f"<style>\n{STYLE}\n</style>", "</head>", "<body>",
-           "<h1>pdbench report</h1>"]
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        "<title>pdbench report</title>",
+        f"<style>\n{STYLE}\n</style>",
+        "</head>",
+        "<body>",
+        "<h1>pdbench report</h1>",
+    ]
     if report.baseline:
-        out.append(f"<p><strong>Baseline:</strong> <code>{html.escape(report.baseline)}</code>. Other rows show "
-                   "value (change, % change) against the baseline row of the same ISL, OSL and concurrency; "
-                   '<span class="better">green</span> is better, <span class="worse">red</span> is worse.</p>')
-    out += ["<h2>Runs</h2>", "<table>", "<thead><tr>" + "".join(
-        f"<th>{h}</th>" for h in ("Run", "Source", "Recipe", "Model", "Precision", "Connector", "GPUs (P+D)",
-                                  "Fingerprint", "State", "Points")) + "</tr></thead>", "<tbody>"]
+        out.append(
+            f"<p><strong>Baseline:</strong> <code>{html.escape(report.baseline)}</code>. Other rows show "
+            "value (change, % change) against the baseline row of the same ISL, OSL and concurrency; "
+            '<span class="better">green</span> is better, <span class="worse">red</span> is worse.</p>'
+        )
+    out += [
+        "<h2>Runs</h2>",
+        "<table>",
+        "<thead><tr>"
+        + "".join(
+            f"<th>{h}</th>"
+            for h in (
+                "Run",
+                "Source",
+                "Recipe",
+                "Model",
+                "Precision",
+                "Connector",
+                "GPUs (P+D)",
+                "Fingerprint",
+                "State",
+                "Points",
+            )
+        )
+        + "</tr></thead>",
+        "<tbody>",
+    ]
     for s in cells.run_summaries(report):
         label = f"<code>{html.escape(s['run'])}</code>" + (" (baseline)" if s["baseline"] else "")
-        tds = [_cell(label)] + [_cell(html.escape(str(s[k])) if s[k] is not None else "–")
-                                for k in ("source", "recipe", "model", "precision", "connector")]
+        tds = [_cell(label)] + [
+            _cell(html.escape(str(s[k])) if s[k] is not None else "–")
+            for k in ("source", "recipe", "model", "precision", "connector")
+        ]
         tds += [_cell(html.escape(str(s["gpus"] or "–")), True)]
         tds += [_cell(html.escape(str(s[k])) if s[k] is not None else "–") for k in ("fingerprint", "state")]
         tds += [_cell(str(s["points"]), True)]
@@ -60,16 +91,28 @@ def render(report: Report) -> str:
         out.append("<p>No usable result files.</p>")
     else:
         heads = ["Run", "ISL", "OSL", "Conc", "GPUs (P+D)", "Valid"] + [m.header for m in report.metrics]
-        out += ["<table>", "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in heads) + "</tr></thead>",
-                "<tbody>"]
+        out += [
+            "<table>",
+            "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in heads) + "</tr></thead>",
+            "<tbody>",
+        ]
         for _, r in df.iterrows():
             invalid = not cells.missing(r["valid"]) and not r["valid"]
             cls = " ".join(c for c, on in (("baseline", r["baseline"]), ("invalid", invalid)) if on)
             label = f"<code>{html.escape(r['run'])}</code>" + (" (baseline)" if r["baseline"] else "")
-            valid = {"valid": "yes", "invalid": '<span class="invalid-flag">INVALID</span>',
-                     "unverified": '<span class="unverified-flag">unverified</span>'}.get(r["verdict"], "–")
-            tds = [_cell(label), _cell(cells.integer(r["isl"]), True), _cell(cells.integer(r["osl"]), True),
-                   _cell(str(r["conc"]), True), _cell(cells.gpus(r), True), _cell(valid)]
+            valid = {
+                "valid": "yes",
+                "invalid": '<span class="invalid-flag">INVALID</span>',
+                "unverified": '<span class="unverified-flag">unverified</span>',
+            }.get(r["verdict"], "–")
+            tds = [
+                _cell(label),
+                _cell(cells.integer(r["isl"]), True),
+                _cell(cells.integer(r["osl"]), True),
+                _cell(str(r["conc"]), True),
+                _cell(cells.gpus(r), True),
+                _cell(valid),
+            ]
             for m in report.metrics:
                 text = html.escape(cells.value(m, r[m.column]))
                 if report.baseline and not r["baseline"]:
@@ -79,9 +122,12 @@ def render(report: Report) -> str:
                         text += f'<br><span class="{way}">({html.escape(d)})</span>'
                 tds.append(_cell(text, True))
             out.append(f'<tr class="{cls}">' + "".join(tds) + "</tr>" if cls else "<tr>" + "".join(tds) + "</tr>")
-        out += ["</tbody>", "</table>",
-                "<p>Per-GPU throughput: total over prefill+decode GPUs, output over decode GPUs, input over "
-                "prefill GPUs. Interactivity = 1000 / median TPOT (ms).</p>"]
+        out += [
+            "</tbody>",
+            "</table>",
+            "<p>Per-GPU throughput: total over prefill+decode GPUs, output over decode GPUs, input over "
+            "prefill GPUs. Interactivity = 1000 / median TPOT (ms).</p>",
+        ]
     if report.skipped:
         out += [f"<h2>Skipped files ({len(report.skipped)})</h2>", "<ul>"]
         out += [f"<li><code>{html.escape(report.rel(s.path))}</code>: {_text(s.reason)}</li>" for s in report.skipped]

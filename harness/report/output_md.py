@@ -27,18 +27,29 @@ def _valid(row: Any) -> str:
 def render(report: Report) -> str:
     out = ["# pdbench report", ""]
     if report.baseline:
-        out += [f"**Baseline:** `{report.baseline}`. Other rows show value (change, % change) against the "
-                "baseline row of the same ISL, OSL and concurrency. Higher is better for throughput and "
-                "interactivity, lower for latencies and failed requests.", ""]
+        out += [
+            f"**Baseline:** `{report.baseline}`. Other rows show value (change, % change) against the "
+            "baseline row of the same ISL, OSL and concurrency. Higher is better for throughput and "
+            "interactivity, lower for latencies and failed requests.",
+            "",
+        ]
     out += ["## Runs", ""]
     rows = []
     for s in cells.run_summaries(report):
         label = f"`{_esc(s['run'])}`" + (" (baseline)" if s["baseline"] else "")
-        rows.append([label] + [_esc(s[k]) if s[k] is not None else "–" for k in
-                               ("source", "recipe", "model", "precision", "connector", "gpus", "fingerprint",
-                                "state")] + [str(s["points"])])
-    out += _table(["Run", "Source", "Recipe", "Model", "Precision", "Connector", "GPUs (P+D)", "Fingerprint",
-                   "State", "Points"], ["---"] * 6 + [RIGHT, "---", "---", RIGHT], rows)
+        rows.append(
+            [label]
+            + [
+                _esc(s[k]) if s[k] is not None else "–"
+                for k in ("source", "recipe", "model", "precision", "connector", "gpus", "fingerprint", "state")
+            ]
+            + [str(s["points"])]
+        )
+    out += _table(
+        ["Run", "Source", "Recipe", "Model", "Precision", "Connector", "GPUs (P+D)", "Fingerprint", "State", "Points"],
+        ["---"] * 6 + [RIGHT, "---", "---", RIGHT],
+        rows,
+    )
     out += ["", "## Results", ""]
     df = report.table
     if df.empty:
@@ -59,8 +70,12 @@ def render(report: Report) -> str:
                 line.append(text)
             body.append(line)
         out += _table(header, align, body)
-        out += ["", "Per-GPU throughput: total over prefill+decode GPUs, output over decode GPUs, input over "
-                "prefill GPUs. Interactivity = 1000 / median TPOT (ms).", ""]
+        out += [
+            "",
+            "Per-GPU throughput: total over prefill+decode GPUs, output over decode GPUs, input over "
+            "prefill GPUs. Interactivity = 1000 / median TPOT (ms).",
+            "",
+        ]
     if report.skipped:
         out += [f"## Skipped files ({len(report.skipped)})", ""]
         out += [f"- `{_esc(report.rel(s.path))}`: {_esc(s.reason)}" for s in report.skipped]

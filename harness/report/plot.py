@@ -50,7 +50,7 @@ def figure(report: Report) -> Figure:
             label += f" [ISL {cells.integer(isl)} / OSL {cells.integer(osl)}]"
         ok = g[[not (not cells.missing(v) and not v) for v in g["valid"]]]
         bad = g[[not cells.missing(v) and not v for v in g["valid"]]]
-        pts = [(float(x), float(y)) for x, y in zip(ok["intvty"], ok["tput_per_gpu"])]
+        pts = [(float(x), float(y)) for x, y in zip(ok["intvty"], ok["tput_per_gpu"], strict=False)]
         front = pareto_front(pts)
         if front:
             ax.plot([p[0] for p in front], [p[1] for p in front], marker="o", color=colour, label=label)
@@ -58,19 +58,38 @@ def figure(report: Report) -> Figure:
             ax.plot([], [], marker="o", color=colour, label=label + " (no plottable point)")
         others = [p for p in pts if p not in front and all(math.isfinite(v) for v in p)]
         if others:
-            ax.plot([p[0] for p in others], [p[1] for p in others], linestyle="none", marker="o", alpha=0.35,
-                    color=colour, label="_dominated")
+            ax.plot(
+                [p[0] for p in others],
+                [p[1] for p in others],
+                linestyle="none",
+                marker="o",
+                alpha=0.35,
+                color=colour,
+                label="_dominated",
+            )
         if not bad.empty:
-            ax.plot(list(bad["intvty"]), list(bad["tput_per_gpu"]), linestyle="none", marker="x", markersize=9,
-                    color=colour, label="_invalid")
+            ax.plot(
+                list(bad["intvty"]),
+                list(bad["tput_per_gpu"]),
+                linestyle="none",
+                marker="x",
+                markersize=9,
+                color=colour,
+                label="_invalid",
+            )
             any_invalid = True
         for _, r in g.iterrows():
             if math.isfinite(r["intvty"]) and math.isfinite(r["tput_per_gpu"]):
-                ax.annotate(f"c{r['conc']}", (r["intvty"], r["tput_per_gpu"]), textcoords="offset points",
-                            xytext=(4, 4), fontsize=8, color=colour)
+                ax.annotate(
+                    f"c{r['conc']}",
+                    (r["intvty"], r["tput_per_gpu"]),
+                    textcoords="offset points",
+                    xytext=(4, 4),
+                    fontsize=8,
+                    color=colour,
+                )
     if any_invalid:  # one neutral legend entry for the crosses of every run
-        ax.plot([], [], linestyle="none", marker="x", markersize=9, color="black",
-                label="invalid point (off the line)")
+        ax.plot([], [], linestyle="none", marker="x", markersize=9, color="black", label="invalid point (off the line)")
     ax.set_xlabel(X_LABEL)
     ax.set_ylabel(Y_LABEL)
     title = "Throughput per GPU vs interactivity"

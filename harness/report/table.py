@@ -7,7 +7,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pandas as pd
 
@@ -36,11 +36,23 @@ METRICS: tuple[Metric, ...] = (
     Metric("failed", "Failed", -1, "count"),
 )
 
-ID_COLUMNS = ("run", "baseline", "isl", "osl", "conc", "prefill_gpus", "decode_gpus", "valid", "verdict",
-              "validity_reasons", "source", "file")
+ID_COLUMNS = (
+    "run",
+    "baseline",
+    "isl",
+    "osl",
+    "conc",
+    "prefill_gpus",
+    "decode_gpus",
+    "valid",
+    "verdict",
+    "validity_reasons",
+    "source",
+    "file",
+)
 
 
-def per_gpu(total: float, output: float, prefill: Optional[int], decode: Optional[int]) -> tuple[float, float, float]:
+def per_gpu(total: float, output: float, prefill: int | None, decode: int | None) -> tuple[float, float, float]:
     """InferenceX's per-role normalisation (its #131): total over P+D, output over D (over P+D when
     D is 0), input (total - output) over P. NaN where the GPU split is unknown."""
     nan = math.nan
@@ -52,7 +64,7 @@ def per_gpu(total: float, output: float, prefill: Optional[int], decode: Optiona
     return tput, out, inp
 
 
-def interactivity(tpot_ms: Optional[float]) -> float:
+def interactivity(tpot_ms: float | None) -> float:
     """Tokens/s per user: 1000 / TPOT in ms (InferenceX's `*_intvty`)."""
     return 1000.0 / tpot_ms if tpot_ms else math.nan
 
@@ -60,7 +72,7 @@ def interactivity(tpot_ms: Optional[float]) -> float:
 @dataclass
 class Report:
     runs: list[Run]
-    baseline: Optional[str]  # the baseline run's label
+    baseline: str | None  # the baseline run's label
     table: pd.DataFrame
     skipped: list[Skipped]
     notes: list[str] = field(default_factory=list)
@@ -82,14 +94,28 @@ def _row(run: Run, p: Point, is_baseline: bool, rel: Any) -> dict[str, Any]:
     tput, out, inp = per_gpu(p.total_token_throughput, p.output_throughput, p.prefill_gpus, p.decode_gpus)
     ms = p.ms
     return {
-        "run": run.label, "baseline": is_baseline, "isl": p.isl, "osl": p.osl, "conc": p.concurrency,
-        "prefill_gpus": p.prefill_gpus, "decode_gpus": p.decode_gpus, "valid": p.valid, "verdict": p.verdict,
-        "validity_reasons": "; ".join(p.validity_reasons), "source": p.source, "file": rel(p.path),
-        "tput_per_gpu": tput, "output_tput_per_gpu": out, "input_tput_per_gpu": inp,
-        "median_ttft_ms": ms.get("median_ttft_ms", math.nan), "p99_ttft_ms": ms.get("p99_ttft_ms", math.nan),
-        "p99.9_ttft_ms": ms.get("p99.9_ttft_ms", math.nan), "median_tpot_ms": ms.get("median_tpot_ms", math.nan),
+        "run": run.label,
+        "baseline": is_baseline,
+        "isl": p.isl,
+        "osl": p.osl,
+        "conc": p.concurrency,
+        "prefill_gpus": p.prefill_gpus,
+        "decode_gpus": p.decode_gpus,
+        "valid": p.valid,
+        "verdict": p.verdict,
+        "validity_reasons": "; ".join(p.validity_reasons),
+        "source": p.source,
+        "file": rel(p.path),
+        "tput_per_gpu": tput,
+        "output_tput_per_gpu": out,
+        "input_tput_per_gpu": inp,
+        "median_ttft_ms": ms.get("median_ttft_ms", math.nan),
+        "p99_ttft_ms": ms.get("p99_ttft_ms", math.nan),
+        "p99.9_ttft_ms": ms.get("p99.9_ttft_ms", math.nan),
+        "median_tpot_ms": ms.get("median_tpot_ms", math.nan),
         "intvty": interactivity(ms.get("median_tpot_ms")),
-        "median_e2el_ms": ms.get("median_e2el_ms", math.nan), "p99_e2el_ms": ms.get("p99_e2el_ms", math.nan),
+        "median_e2el_ms": ms.get("median_e2el_ms", math.nan),
+        "p99_e2el_ms": ms.get("p99_e2el_ms", math.nan),
         "failed": math.nan if p.failed is None else float(p.failed),
     }
 
@@ -107,13 +133,14 @@ def _key(row: pd.Series) -> str:
     return f"{row['isl']}/{row['osl']}/{row['conc']}"
 
 
-def build_report(run_paths: list[Path], baseline: Optional[Path] = None, root: Optional[Path] = None) -> Report:
+def build_report(run_paths: list[Path], baseline: Path | None = None, root: Path | None = None) -> Report:
     """Load the runs (the baseline first when given), build the table and the deltas."""
     paths = ([baseline] if baseline is not None else []) + [p for p in run_paths]
     loaded: Loaded = load_runs(paths)
     dedupe(loaded)
-    report = Report(runs=loaded.runs, baseline=None, table=pd.DataFrame(), skipped=loaded.skipped,
-                    root=root or Path.cwd())
+    report = Report(
+        runs=loaded.runs, baseline=None, table=pd.DataFrame(), skipped=loaded.skipped, root=root or Path.cwd()
+    )
     report.notes += [f"{report.rel(n.path)}: {n.text}" for n in loaded.notes]
     base_run = loaded.runs[0] if baseline is not None else None
     if base_run is not None:
@@ -126,8 +153,11 @@ def build_report(run_paths: list[Path], baseline: Optional[Path] = None, root: O
         df["_order"] = df["run"].map(order)
         df["_isl"] = df["isl"].fillna(-1)
         df["_osl"] = df["osl"].fillna(-1)
-        df = df.sort_values(["_isl", "_osl", "conc", "_order"], kind="stable").drop(
-            columns=["_order", "_isl", "_osl"]).reset_index(drop=True)
+        df = (
+            df.sort_values(["_isl", "_osl", "conc", "_order"], kind="stable")
+            .drop(columns=["_order", "_isl", "_osl"])
+            .reset_index(drop=True)
+        )
         for col in ("isl", "osl", "prefill_gpus", "decode_gpus"):
             df[col] = df[col].astype("Int64")
         df["valid"] = df["valid"].astype("boolean")
@@ -177,8 +207,9 @@ def _explain(report: Report, loaded: Loaded, df: pd.DataFrame) -> None:
     for run in loaded.runs:
         if run.status is not None and run.status.get("state") != "succeeded":
             reason = run.status.get("reason")
-            report.notes.append(f"{run.label}: run state {run.status.get('state')!s}"
-                                + (f" ({reason})" if reason else ""))
+            report.notes.append(
+                f"{run.label}: run state {run.status.get('state')!s}" + (f" ({reason})" if reason else "")
+            )
         elif run.status is None and run.is_pdbench_run:
             report.notes.append(f"{run.label}: no status.json (the run did not finish)")
         if not run.points:
@@ -191,24 +222,36 @@ def _explain(report: Report, loaded: Loaded, df: pd.DataFrame) -> None:
             elif p.failed is None:
                 groups.setdefault("failed requests unknown (no `failed` key, no num_prompts)", []).append(p)
             if p.prefill_gpus is None:
-                groups.setdefault("GPU split unknown (no metadata, no `_gpus_` in the file name): "
-                                  "per-GPU throughput left blank", []).append(p)
+                groups.setdefault(
+                    "GPU split unknown (no metadata, no `_gpus_` in the file name): per-GPU throughput left blank", []
+                ).append(p)
             elif p.gpus_from and p.gpus_from.startswith("file name (no ctx/gen"):
-                groups.setdefault("no `_ctx_`/`_gen_` in the file name: all GPUs counted as prefill, "
-                                  "decode 0 (as InferenceX does)", []).append(p)
+                groups.setdefault(
+                    "no `_ctx_`/`_gen_` in the file name: all GPUs counted as prefill, decode 0 (as InferenceX does)",
+                    [],
+                ).append(p)
             if p.isl is None or p.osl is None:
                 groups.setdefault("ISL/OSL unknown (not in the file, its metadata or its path)", []).append(p)
             if p.verdict == "unverified":
-                groups.setdefault("UNVERIFIED: no evidence the point measured what it claims (no /metrics "
-                                  "verdict); `collect` leaves it out unless --include-unverified", []).append(p)
+                groups.setdefault(
+                    "UNVERIFIED: no evidence the point measured what it claims (no /metrics "
+                    "verdict); `collect` leaves it out unless --include-unverified",
+                    [],
+                ).append(p)
         for text, points in groups.items():
-            which = ("1 point" if len(run.points) == 1 else f"all {len(points)} points"
-                     if len(points) == len(run.points) else ", ".join(f"conc {p.concurrency}" for p in points))
+            which = (
+                "1 point"
+                if len(run.points) == 1
+                else f"all {len(points)} points"
+                if len(points) == len(run.points)
+                else ", ".join(f"conc {p.concurrency}" for p in points)
+            )
             report.notes.append(f"{run.label}: {text} ({which})")
         for p in run.points:
             if p.stop_reason:
-                report.notes.append(f"{run.label}: conc {p.concurrency} ended before every request was done: "
-                                    f"{p.stop_reason}")
+                report.notes.append(
+                    f"{run.label}: conc {p.concurrency} ended before every request was done: {p.stop_reason}"
+                )
             if p.valid is False:
                 why = "; ".join(p.validity_reasons) or "no reason given"
                 report.notes.append(f"{run.label}: conc {p.concurrency} is INVALID: {why}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-_SAMPLE = re.compile(r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)')
+_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
@@ -31,7 +31,7 @@ class Scrape:
     series: list[Series] = field(default_factory=list)
 
     @classmethod
-    def parse(cls, text: str) -> "Scrape":
+    def parse(cls, text: str) -> Scrape:
         out = []
         for line in text.splitlines():
             if not line or line.startswith("#"):
@@ -49,8 +49,7 @@ class Scrape:
 
     def find(self, pattern: str, **labels: str) -> list[Series]:
         rx = re.compile(pattern)
-        return [s for s in self.series if rx.fullmatch(s.name)
-                and all(s.label(k) == v for k, v in labels.items())]
+        return [s for s in self.series if rx.fullmatch(s.name) and all(s.label(k) == v for k, v in labels.items())]
 
     def total(self, pattern: str, **labels: str) -> tuple[float, list[str]] | None:
         """Sum of every matching series (all engines), with the names used; None if none match."""

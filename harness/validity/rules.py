@@ -10,25 +10,34 @@ the families exported): a point with no evidence is not valid; else "valid".
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from harness.validity.metrics import Scrape, delta
 
 # Family-name patterns (full match). Alternatives cover vLLM versions and connectors.
-EXTERNAL_HITS = [(r"vllm:external_prefix_cache_hits(_total)?", {}),
-                 (r"vllm:prompt_tokens_cached_by_source(_total)?", {"source": "p2p"})]
+EXTERNAL_HITS = [
+    (r"vllm:external_prefix_cache_hits(_total)?", {}),
+    (r"vllm:prompt_tokens_cached_by_source(_total)?", {"source": "p2p"}),
+]
 PROMPT_TOKENS = r"vllm:prompt_tokens(_total)?"
 GENERATION_TOKENS = r"vllm:generation_tokens(_total)?"
 RECOMPUTED = (r"vllm:prompt_tokens_by_source(_total)?", {"source": "local_compute"})
-TRANSFER_FAILURES = r"(vllm:)?\w*(nixl|moriio|mooncake|pdbench|kv_transfer|kv_connector)\w*(failed|failure|error)\w*_total"
+TRANSFER_FAILURES = (
+    r"(vllm:)?\w*(nixl|moriio|mooncake|pdbench|kv_transfer|kv_connector)\w*(failed|failure|error)\w*_total"
+)
 EXPIRED_LEASES = r"(vllm:)?\w*(nixl|moriio|mooncake|pdbench|kv)\w*(expired|after_expiry)\w*_total"
 TRANSFER_BYTES = r"(vllm:)?\w*(nixl|moriio|mooncake|pdbench|kv)\w*bytes_transferred(_total|_sum)?"
-TRANSFER_TIME = r"(vllm:)?\w*(nixl|moriio|mooncake|pdbench|kv)\w*xfer_time_seconds_sum|(vllm:)?pdbench\w*transfer_seconds_sum"
+TRANSFER_TIME = (
+    r"(vllm:)?\w*(nixl|moriio|mooncake|pdbench|kv)\w*xfer_time_seconds_sum|(vllm:)?pdbench\w*transfer_seconds_sum"
+)
 PREEMPTIONS = r"vllm:num_preemptions(_total)?"
-GAUGES = {"running": r"vllm:num_requests_running", "waiting": r"vllm:num_requests_waiting",
-          "kv_cache_usage": r"vllm:(gpu_)?kv_cache_usage_perc"}
+GAUGES = {
+    "running": r"vllm:num_requests_running",
+    "waiting": r"vllm:num_requests_waiting",
+    "kv_cache_usage": r"vllm:(gpu_)?kv_cache_usage_perc",
+}
 
 
 class ValidityThresholds(BaseModel):
@@ -40,24 +49,24 @@ class ValidityThresholds(BaseModel):
 class RuleResult(BaseModel):
     name: str
     status: Literal["passed", "failed", "not_checked"]
-    measured: Optional[float] = None
-    threshold: Optional[float] = None
+    measured: float | None = None
+    threshold: float | None = None
     detail: str
 
 
 class RoleStats(BaseModel):
-    prompt_tokens: Optional[float] = None
-    generation_tokens: Optional[float] = None
-    external_hits: Optional[float] = None
-    recomputed_tokens: Optional[float] = None
-    transfer_bytes: Optional[float] = None
-    transfer_seconds: Optional[float] = None
-    transfer_failures: Optional[float] = None
-    expired_leases: Optional[float] = None
-    preemptions: Optional[float] = None
-    peak_running: Optional[float] = None
-    peak_waiting: Optional[float] = None
-    peak_kv_cache_usage: Optional[float] = None
+    prompt_tokens: float | None = None
+    generation_tokens: float | None = None
+    external_hits: float | None = None
+    recomputed_tokens: float | None = None
+    transfer_bytes: float | None = None
+    transfer_seconds: float | None = None
+    transfer_failures: float | None = None
+    expired_leases: float | None = None
+    preemptions: float | None = None
+    peak_running: float | None = None
+    peak_waiting: float | None = None
+    peak_kv_cache_usage: float | None = None
 
 
 Verdict = Literal["valid", "invalid", "unverified"]
@@ -67,7 +76,7 @@ CLIENT_RULES = frozenset({"failed_requests"})
 
 class PointValidity(BaseModel):
     verdict: Verdict
-    valid: Optional[bool]  # True / False / None for valid / invalid / unverified
+    valid: bool | None  # True / False / None for valid / invalid / unverified
     reasons: list[str]  # why the verdict is not "valid": failed rules, or what could not be checked
     rules: list[RuleResult]
     roles: dict[str, RoleStats]
@@ -86,7 +95,7 @@ class ServerScrapes(BaseModel):
     peaks: dict[str, float] = {}
 
 
-def gauge_peaks(text: str, peaks: Optional[dict[str, float]] = None) -> dict[str, float]:
+def gauge_peaks(text: str, peaks: dict[str, float] | None = None) -> dict[str, float]:
     """Fold one scrape's gauges (GAUGES keys, summed over engines) into running maxima."""
     out = dict(peaks or {})
     scrape = Scrape.parse(text)
@@ -104,7 +113,7 @@ class ClientCounts(BaseModel):
     failed: int
 
 
-def _add(acc: Optional[float], value: Optional[tuple[float, list[str]]], found: set[str]) -> Optional[float]:
+def _add(acc: float | None, value: tuple[float, list[str]] | None, found: set[str]) -> float | None:
     if value is None:
         return acc
     found.update(value[1])
@@ -139,8 +148,9 @@ def unverified(reason: str) -> PointValidity:
     return PointValidity(verdict="unverified", valid=None, reasons=[reason], rules=[], roles={}, metrics_found={})
 
 
-def evaluate(servers: dict[str, ServerScrapes], client: ClientCounts,
-             thresholds: ValidityThresholds = ValidityThresholds()) -> PointValidity:
+def evaluate(
+    servers: dict[str, ServerScrapes], client: ClientCounts, thresholds: ValidityThresholds = ValidityThresholds()
+) -> PointValidity:
     found: dict[str, set[str]] = {}
     roles: dict[str, RoleStats] = {}
     for role in ("prefill", "decode", "proxy"):
@@ -160,23 +170,35 @@ def evaluate(servers: dict[str, ServerScrapes], client: ClientCounts,
     if not reasons and all(r.status == "not_checked" for r in rules if r.name not in CLIENT_RULES):
         verdict = "unverified"
         reasons = [f"{r.name}: not checked: {r.detail}" for r in rules if r.name not in CLIENT_RULES]
-    return PointValidity(verdict=verdict, valid={"valid": True, "invalid": False}.get(verdict), reasons=reasons,
-                         rules=rules, roles=roles, metrics_found={k: sorted(v) for k, v in found.items()})
+    return PointValidity(
+        verdict=verdict,
+        valid={"valid": True, "invalid": False}.get(verdict),
+        reasons=reasons,
+        rules=rules,
+        roles=roles,
+        metrics_found={k: sorted(v) for k, v in found.items()},
+    )
 
 
 def _rule_kv_transferred(decode: RoleStats, client: ClientCounts, t: ValidityThresholds) -> RuleResult:
     name, need = "kv_transferred", 1 - t.hit_tolerance
     if decode.external_hits is None:
-        return RuleResult(name=name, status="not_checked", threshold=need,
-                          detail="decode exports no external prefix-cache metric")
+        return RuleResult(
+            name=name, status="not_checked", threshold=need, detail="decode exports no external prefix-cache metric"
+        )
     if client.prompt_tokens <= 0:
         return RuleResult(name=name, status="not_checked", threshold=need, detail="no prompt tokens were sent")
     share = decode.external_hits / client.prompt_tokens
     ok = share >= need
-    return RuleResult(name=name, status="passed" if ok else "failed", measured=share, threshold=need,
-                      detail=f"decode loaded {decode.external_hits:.0f} of {client.prompt_tokens} prompt tokens "
-                             f"from remote KV ({share:.1%}; need >= {need:.0%})"
-                             + ("" if ok else f"; {decode.recomputed_tokens or 0:.0f} recomputed on decode"))
+    return RuleResult(
+        name=name,
+        status="passed" if ok else "failed",
+        measured=share,
+        threshold=need,
+        detail=f"decode loaded {decode.external_hits:.0f} of {client.prompt_tokens} prompt tokens "
+        f"from remote KV ({share:.1%}; need >= {need:.0%})"
+        + ("" if ok else f"; {decode.recomputed_tokens or 0:.0f} recomputed on decode"),
+    )
 
 
 def _rule_transfers_clean(roles: dict[str, RoleStats]) -> RuleResult:
@@ -184,31 +206,55 @@ def _rule_transfers_clean(roles: dict[str, RoleStats]) -> RuleResult:
     failures = [r.transfer_failures for r in roles.values() if r.transfer_failures is not None]
     expired = [r.expired_leases for r in roles.values() if r.expired_leases is not None]
     if not failures and not expired:
-        return RuleResult(name=name, status="not_checked", threshold=0,
-                          detail="no server exports KV transfer failure or lease-expiry metrics")
+        return RuleResult(
+            name=name,
+            status="not_checked",
+            threshold=0,
+            detail="no server exports KV transfer failure or lease-expiry metrics",
+        )
     bad = sum(failures) + sum(expired)
-    return RuleResult(name=name, status="passed" if bad == 0 else "failed", measured=bad, threshold=0,
-                      detail=f"{sum(failures):.0f} failed transfer(s), {sum(expired):.0f} expired KV lease(s)")
+    return RuleResult(
+        name=name,
+        status="passed" if bad == 0 else "failed",
+        measured=bad,
+        threshold=0,
+        detail=f"{sum(failures):.0f} failed transfer(s), {sum(expired):.0f} expired KV lease(s)",
+    )
 
 
 def _rule_failed_share(client: ClientCounts, t: ValidityThresholds) -> RuleResult:
     total = client.completed + client.failed
     share = client.failed / total if total else 1.0
-    return RuleResult(name="failed_requests", status="passed" if share <= t.max_failed_share else "failed",
-                      measured=share, threshold=t.max_failed_share,
-                      detail=f"{client.failed} of {total} requests failed ({share:.1%}; at most {t.max_failed_share:.0%})")
+    return RuleResult(
+        name="failed_requests",
+        status="passed" if share <= t.max_failed_share else "failed",
+        measured=share,
+        threshold=t.max_failed_share,
+        detail=f"{client.failed} of {total} requests failed ({share:.1%}; at most {t.max_failed_share:.0%})",
+    )
 
 
 def _rule_token_counts(decode: RoleStats, client: ClientCounts, t: ValidityThresholds) -> RuleResult:
     name = "token_counts_agree"
     if decode.prompt_tokens is None or decode.generation_tokens is None:
-        return RuleResult(name=name, status="not_checked", threshold=t.token_tolerance,
-                          detail="decode exports no prompt/generation token counters")
+        return RuleResult(
+            name=name,
+            status="not_checked",
+            threshold=t.token_tolerance,
+            detail="decode exports no prompt/generation token counters",
+        )
     errs = []
-    for what, server, mine in (("prompt", decode.prompt_tokens, client.prompt_tokens),
-                               ("output", decode.generation_tokens, client.output_tokens)):
+    for what, server, mine in (
+        ("prompt", decode.prompt_tokens, client.prompt_tokens),
+        ("output", decode.generation_tokens, client.output_tokens),
+    ):
         errs.append((abs(server - mine) / max(mine, 1), what, server, mine))
     worst = max(errs)
     ok = worst[0] <= t.token_tolerance
-    return RuleResult(name=name, status="passed" if ok else "failed", measured=worst[0], threshold=t.token_tolerance,
-                      detail="; ".join(f"{w} tokens: client {m}, decode {s:.0f}" for _, w, s, m in errs))
+    return RuleResult(
+        name=name,
+        status="passed" if ok else "failed",
+        measured=worst[0],
+        threshold=t.token_tolerance,
+        detail="; ".join(f"{w} tokens: client {m}, decode {s:.0f}" for _, w, s, m in errs),
+    )
