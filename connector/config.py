@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger("connector.config")
+log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 17600
 # The job secret (see connector/auth.py): `secret_file` in kv_connector_extra_config,

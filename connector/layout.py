@@ -102,7 +102,7 @@ class PagedKV:
             if flat is not None:
                 while j < n and kblocks[j] == kblocks[j - 1] + 1 and (j - i + 1) * bb <= max_bytes:
                     j += 1
-                views.append(memoryview(flat[kblocks[i] * bb : kblocks[j - 1] * bb + bb]))
+                views.append(memoryview(flat[kblocks[i] * bb : kblocks[j - 1] * bb + bb]))  # type: ignore[arg-type]  # an ndarray is a buffer
             else:
                 views.append(memoryview(u8[kblocks[i]]))
             i = j

@@ -67,7 +67,12 @@ async def _ready(sock: socket.socket, write: bool) -> None:
     fut = loop.create_future()
     fd = sock.fileno()
     add, remove = (loop.add_writer, loop.remove_writer) if write else (loop.add_reader, loop.remove_reader)
-    add(fd, lambda: fut.done() or fut.set_result(None))
+
+    def ready() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    add(fd, ready)
     try:
         await fut
     finally:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.request import Request
 
-log = logging.getLogger("connector.scheduler")
+log = logging.getLogger(__name__)
 
 _REMOTE_KEYS = ("remote_engine_id", "remote_request_id", "remote_host", "remote_port")
 

@@ -126,7 +126,7 @@ class Stager:
         ring = await self._ring()
         try:
             stream = self.d2h if self.cuda else None
-            if self.cuda and ready is not None:
+            if stream is not None and ready is not None:
                 stream.wait_event(ready)  # KV written by the compute stream comes first
             idx = self._index(kblocks, stream)
             events: list[Any] = [None] * len(plan)
@@ -147,7 +147,7 @@ class Stager:
                 launch(k)
             for k, (layer, a, b) in enumerate(plan):
                 await self._wait(events[k])
-                yield [memoryview(ring[k % self.depth][: (b - a) * kv.block_bytes[layer]].numpy())]
+                yield [memoryview(ring[k % self.depth][: (b - a) * kv.block_bytes[layer]].numpy())]  # type: ignore[arg-type]
                 # The consumer has sent slot k: refill it with chunk k + depth.
                 if k + self.depth < len(plan):
                     launch(k + self.depth)
@@ -168,7 +168,7 @@ class Stager:
                 s = k % self.depth
                 await self._wait(slot_busy[s])
                 slot = ring[s][: (b - a) * kv.block_bytes[layer]]
-                yield [memoryview(slot.numpy())]
+                yield [memoryview(slot.numpy())]  # type: ignore[arg-type]  # an ndarray is a buffer
                 t = kv.layers[layer]
                 src = slot.view(t.dtype).view(b - a, *t.shape[1:])
                 if self.cuda:

@@ -70,7 +70,7 @@ class PdbenchPromMetrics(KVConnectorPromMetrics):
         rate_b = [1e6 * 10 ** (i / 2) for i in range(12)]  # 1 MB/s .. ~300 GB/s
 
         def hist(name: str, doc: str, buckets: list[float]) -> dict[int, Any]:
-            m = self._histogram_cls(name=name, documentation=doc, buckets=buckets, labelnames=labelnames)
+            m = self._histogram_cls(name=name, documentation=doc, buckets=buckets, labelnames=labelnames)  # type: ignore[call-arg]  # vLLM types it as any metric class
             return create_metric_per_engine(m, per_engine_labelvalues)
 
         def counter(name: str, doc: str) -> dict[int, Any]:

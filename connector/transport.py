@@ -32,7 +32,7 @@ from connector.layout import PagedKV, signature_mismatch
 from connector.protocol import PeerError, recv_frame, recv_views, send_frame, send_views, tune
 from connector.staging import Stager, direct_sink, direct_source
 
-log = logging.getLogger("connector.transport")
+log = logging.getLogger(__name__)
 
 _GONE_MAX = 65536  # remembered finished ids, to refuse late pulls with a clear error
 
@@ -363,7 +363,7 @@ class KVServer:
         try:
             await send_frame(sock, {"ok": True}, self.cfg.io_timeout_s)
             kblocks = entry.kblocks[first : first + count]
-            async with contextlib.aclosing(_source(self.kv, self.stager, kblocks, self.cfg, entry.ready)) as chunks:
+            async with contextlib.aclosing(_source(self.kv, self.stager, kblocks, self.cfg, entry.ready)) as chunks:  # type: ignore[type-var]  # an async generator
                 async for batch in chunks:
                     sent += await send_views(sock, batch, self.cfg.io_timeout_s)
             dt = time.perf_counter() - t0
@@ -494,7 +494,7 @@ class KVClient:
         t1 = time.perf_counter()
         got = 0
         try:
-            async with contextlib.aclosing(_sink(self.kv, self.stager, job.kblocks, cfg)) as views:
+            async with contextlib.aclosing(_sink(self.kv, self.stager, job.kblocks, cfg)) as views:  # type: ignore[type-var]  # an async generator
                 async for batch in views:
                     got += await recv_views(sock, batch, cfg.io_timeout_s)
                     if cfg.debug_chunk_delay_s:

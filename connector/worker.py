@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from vllm.config import VllmConfig
     from vllm.v1.kv_cache_interface import KVCacheConfig
 
-log = logging.getLogger("connector.worker")
+log = logging.getLogger(__name__)
 
 
 class PdbenchWorker:

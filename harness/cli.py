@@ -10,7 +10,7 @@ import sys
 import time
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -44,7 +44,7 @@ SetOpt = Annotated[
 ]
 
 
-def _fail(msg: str, code: int = EXIT_CONFIG) -> None:
+def _fail(msg: str, code: int = EXIT_CONFIG) -> NoReturn:
     typer.echo(f"error: {msg}", err=True)
     raise typer.Exit(code)
 
@@ -131,7 +131,7 @@ def _slurm_overrides(**opts: object) -> list[str]:
         if k in keys and v is not None
     ]
     if opts.get("sbatch"):
-        out.append(f"slurm.extra_sbatch={json.dumps(list(opts['sbatch']))}")
+        out.append(f"slurm.extra_sbatch={json.dumps(list(opts['sbatch']))}")  # type: ignore[call-overload]
     return out
 
 

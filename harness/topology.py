@@ -150,6 +150,7 @@ def _spanning_workers(
             f"a worker on {per_worker} nodes must use all their GPUs: tp*dp is {spec.gpus_per_worker}, "
             f"nodes x topology.gpus_per_node is {per_worker * gpn}",
         )
+    span: Literal["data_parallel", "tensor_parallel"]
     if spec.tp <= gpn:
         span = "data_parallel"
         if gpn % spec.tp:

@@ -18,6 +18,10 @@ fi
 # The fast tests mostly wait on fake processes: they run in parallel
 # (pytest-xdist; tests with fixed ports offset them per worker, see conftest.port_base). Tests that start real vLLM or use the one Slurm cluster (marker `vllm`)
 # run serially after them: they share the cluster, fixed ports and the 2 cores.
+# Lint, format and types first: seconds, and a red one needs no half-hour suite to show it.
+.venv/bin/ruff check harness connector tests benchmarks scripts
+.venv/bin/ruff format --check harness connector tests benchmarks scripts
+.venv/bin/mypy
 PYTEST=(.venv/bin/python -m pytest -q)
 PARALLEL=(-n 2 --dist load)
 if [ $# -eq 0 ]; then

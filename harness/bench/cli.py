@@ -86,7 +86,7 @@ def _scalar(annotation: Any) -> type | None:
 
 
 def _default_text(field: FieldInfo) -> str:
-    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    extra: dict[str, Any] = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
     if "cli_default" in extra:
         return str(extra["cli_default"])
     value = field.get_default(call_default_factory=True)
@@ -98,9 +98,9 @@ def _default_text(field: FieldInfo) -> str:
 
 
 def _option(name: str, field: FieldInfo) -> inspect.Parameter | None:
-    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    extra: dict[str, Any] = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
     fmt = extra.get("cli_format")
-    flags = list(extra.get("cli_flags") or [f"--{name.replace('_', '-')}"])
+    flags: list[str] = list(extra.get("cli_flags") or [f"--{name.replace('_', '-')}"])
     choices = get_args(_unwrap(field.annotation)) if get_origin(_unwrap(field.annotation)) is Literal else ()
     what = f" One of: {', '.join(map(str, choices))}." if choices else ""
     if fmt == "csv":

@@ -31,7 +31,7 @@ try:  # optional: faster, same results
 
     _loads = orjson.loads
 except ImportError:  # pragma: no cover - depends on the environment
-    _loads = json.loads
+    _loads = json.loads  # type: ignore[assignment]  # same contract as orjson.loads
 
 
 @dataclass

@@ -17,7 +17,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 from transformers import PreTrainedTokenizerBase
@@ -67,7 +67,7 @@ def exact_length_prompt(
         ids = allowed[rng.integers(0, len(allowed), size=target)].tolist()
         for _ in range(max_tries):
             # Decode/re-encode may merge or split tokens; trim or pad and retry.
-            text = tokenizer.decode(ids)
+            text = cast(str, tokenizer.decode(ids))
             full = (
                 tokenizer.encode(prefix + text, add_special_tokens=False)
                 if p

@@ -16,6 +16,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -119,7 +120,8 @@ class LoadRun:
         everything = asyncio.gather(*tasks)
         stopper = asyncio.create_task(self._stopped.wait())
         try:
-            await asyncio.wait([everything, stopper], timeout=limit_s, return_when=asyncio.FIRST_COMPLETED)
+            waiters: list[asyncio.Future[Any]] = [everything, stopper]
+            await asyncio.wait(waiters, timeout=limit_s, return_when=asyncio.FIRST_COMPLETED)
             if not everything.done() and self.stop_reason is None:
                 self.stop(limit_reason or f"point timeout: unfinished after {limit_s:g}s")
             if not everything.done():

@@ -104,7 +104,7 @@ def compute_metrics(
     total_output = sum(output_lens)
 
     sent = [o for o in outputs if o.start_time is not None and o.end_time is not None]
-    t0 = min((o.start_time for o in sent), default=0.0)  # type: ignore[type-var]
+    t0: float = min((o.start_time for o in sent), default=0.0)  # type: ignore[type-var,assignment]  # sent: all have start_time
     duration = max(o.end_time for o in sent) - t0 if sent else 0.0  # type: ignore[type-var,operator]
 
     def per_s(x: float) -> float:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from typing import Literal, TextIO
+from typing import Any, Literal, TextIO
 
 from harness.bench.loadgen import Progress
 
@@ -37,7 +37,7 @@ class Display:
         self.mode = mode
         self.stream = stream or sys.stderr
         self._task: asyncio.Task[None] | None = None
-        self._bar = None
+        self._bar: Any = None  # a rich Progress once started (rich is imported lazily)
         self._t0 = time.monotonic()
 
     async def __aenter__(self) -> Display:

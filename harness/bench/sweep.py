@@ -150,7 +150,15 @@ class _Sweep:
         while len(self.slots) < concurrency:
             self.slots.append(Slot(Target.from_url(self.cfg.url), chat))
         run = LoadRun(
-            self.cfg.url, chat, wire, outs, offsets, concurrency, self.cfg.request_timeout_s, progress, slots=self.slots
+            self.cfg.url,
+            chat,
+            wire,
+            outs,
+            offsets,  # type: ignore[arg-type]  # an ndarray of floats, indexed like a sequence
+            concurrency,
+            self.cfg.request_timeout_s,
+            progress,
+            slots=self.slots,
         )
         self.current = run
         # Everything allocated so far (tokenizer, prompts) is long-lived: keep the cyclic
@@ -223,7 +231,7 @@ class _Sweep:
         metadata.update(valid=verdict.valid, validity=verdict.model_dump(mode="json"))
         if probe is not None and verdict.verdict != "valid":
             log(f"C={concurrency}: {verdict.verdict.upper()} point: {'; '.join(verdict.reasons)}")
-        metrics = compute_metrics(outs, cfg.percentiles, cfg.goodput)
+        metrics = compute_metrics(outs, cfg.percentiles, {str(k): v for k, v in cfg.goodput.items()})
         sent_at = [o.start_time for o in outs if o.start_time is not None and o.end_time is not None]
         start_unix = min(sent_at) + wall_offset if sent_at else None
         return BenchResult(

@@ -24,7 +24,7 @@ import psutil
 from harness.node.coordination import Coordination, Failure, write_status
 from harness.node.supervisor import stop_groups
 
-log = logging.getLogger("pdbench.launch")
+log = logging.getLogger(__name__)
 
 
 def node_env(run_dir: Path, job_id: str, node: int, num_nodes: int) -> dict[str, str]:

@@ -24,7 +24,7 @@ from harness import aio
 try:  # optional: faster request parsing
     from orjson import loads as _loads
 except ImportError:  # pragma: no cover - depends on the environment
-    _loads = json.loads
+    _loads = json.loads  # type: ignore[assignment]  # same contract as orjson.loads
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -34,7 +34,7 @@ from pydantic import (
     field_validator,
 )
 
-log = logging.getLogger("pdbench.mock_engine")
+log = logging.getLogger(__name__)
 
 Role = Literal["prefill", "decode", "both"]
 

@@ -14,7 +14,7 @@ import os
 
 import psutil
 
-log = logging.getLogger("pdbench.node")
+log = logging.getLogger(__name__)
 
 
 def parse_cpus(spec: str) -> set[int]:

@@ -32,7 +32,7 @@ from harness.node.signal_cause import describe_signal
 from harness.node.supervisor import Supervisor
 from harness.validity.scrape import scrape_all
 
-log = logging.getLogger("pdbench.node")
+log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -88,7 +88,7 @@ def run_node(run_dir: Path, node_id: int | None = None) -> int:
     (run_dir / "logs").mkdir(exist_ok=True)
     handler = logging.FileHandler(run_dir / "logs" / f"node{node_id}.log")
     handler.setFormatter(logging.Formatter(f"%(asctime)s node{node_id} %(levelname)s %(message)s"))
-    logging.getLogger("pdbench").addHandler(handler)
+    logging.getLogger("harness").addHandler(handler)  # every harness module logging on this node
     coord = Coordination(run_dir, node_id, plan["num_nodes"])
     sup = Supervisor(run_dir / "logs", record=run_dir / "state" / f"procs-node{node_id}.json", adopt_orphans=True)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

@@ -23,7 +23,7 @@ import psutil
 
 from harness import atomic
 
-log = logging.getLogger("pdbench.node")
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -162,6 +162,7 @@ def _alive(p: psutil.Process) -> bool:
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
+_LIBC: ctypes.CDLL | None
 try:  # loaded once here: preexec_fn runs in the forked child, where a lookup would be costly
     _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 except OSError:

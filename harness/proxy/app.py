@@ -40,7 +40,7 @@ from harness.proxy.metrics import ProxyMetrics
 from harness.proxy.registry import Registry
 from harness.proxy.upstream import Response, UpstreamClient, UpstreamFailure
 
-log = logging.getLogger("harness.proxy")
+log = logging.getLogger(__name__)
 
 # Connecting must not eat the whole leg budget when a host is black-holed.
 MAX_CONNECT_S = 30.0
@@ -251,6 +251,7 @@ class _Proxy:
 
     async def _query_bootstrap(self, b: Backend) -> None:
         """Mooncake: the engine id of each DP rank, from the prefill's bootstrap server."""
+        assert b.bootstrap_addr is not None  # only Mooncake prefills are queried
         async with self.http.get(b.bootstrap_addr + "/query", timeout=self.health_timeout) as resp:
             if resp.status != 200:
                 raise ValueError(f"bootstrap /query returned HTTP {resp.status}")
@@ -512,13 +513,13 @@ class _Proxy:
                     raw = await up.read(MAX_ERROR_BODY)
                 except UpstreamFailure:
                     raw = b""
-                err = UpstreamError.from_status(d.url, "decode", up.status, raw)
-                if err.backend_fault:
+                status_err = UpstreamError.from_status(d.url, "decode", up.status, raw)
+                if status_err.backend_fault:
                     failures.inc()
-                    self.pool.record_failure(d, err.message)
-                log.warning("decode %s failed (request %s): %s", d.url, rid, err.message)
-                self.metrics.errors.labels("decode_" + err.category).inc()
-                return err.response(rid)
+                    self.pool.record_failure(d, status_err.message)
+                log.warning("decode %s failed (request %s): %s", d.url, rid, status_err.message)
+                self.metrics.errors.labels("decode_" + status_err.category).inc()
+                return status_err.response(rid)
 
             out_headers = {"Content-Type": up.content_type, "X-Request-Id": rid}
             try:

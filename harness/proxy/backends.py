@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from harness.proxy.config import ProxyConfig
 
-log = logging.getLogger("harness.proxy")
+log = logging.getLogger(__name__)
 
 Role = Literal["prefill", "decode"]
 ROLES: tuple[Role, Role] = ("prefill", "decode")

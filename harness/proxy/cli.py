@@ -121,14 +121,14 @@ def proxy_command(
             prefill=prefill or [],
             decode=decode or [],
             connector=connector,
-            policy=policy,  # type: ignore[arg-type]
+            policy=policy,
             expected_prefill=expected_prefill,
             expected_decode=expected_decode,
             prefill_dp_size=prefill_dp_size,
             decode_dp_size=decode_dp_size,
             moriio_port=moriio_port,
             moriio_host=moriio_host,
-            moriio_mode=moriio_mode,  # type: ignore[arg-type]
+            moriio_mode=moriio_mode,
             bootstrap_ports=bootstrap_port or [],
             request_timeout_s=request_timeout_s,
             stream_idle_timeout_s=stream_idle_timeout_s,

@@ -35,7 +35,7 @@ except ImportError:  # pragma: no cover - exercised only without orjson
     def dumps(obj: Any) -> bytes:
         return json.dumps(obj, separators=(",", ":")).encode()
 
-    loads = json.loads
+    loads = json.loads  # type: ignore[assignment]  # same contract as orjson.loads
     JSONDecodeError = (ValueError,)
 
 

@@ -77,7 +77,7 @@ class ProxyMetrics:
         self.kv_missing = _Count()
         self._now = 0.0
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(self)  # type: ignore[arg-type]
+        self.registry.register(self)
 
     def request_done(self, endpoint: str, status: int) -> None:
         self.requests.labels(endpoint, str(status)).inc()

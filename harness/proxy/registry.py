@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from harness.proxy.backends import Backend, Pool, Role
 
-log = logging.getLogger("harness.proxy")
+log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 64 * 1024  # a registration is a few hundred bytes
 _ROLE: dict[str, Role] = {"P": "prefill", "D": "decode"}
@@ -228,9 +228,9 @@ class Registry:
                 sock.setsockopt(zmq.IPV6, 1)
                 host = f"[{host.strip('[]')}]"
             sock.bind(f"tcp://{host}:{port}")
-            log.info("MoRI-IO registration on %s", sock.getsockopt(zmq.LAST_ENDPOINT).decode())
+            log.info("MoRI-IO registration on %s", sock.getsockopt_string(zmq.LAST_ENDPOINT))
             if bound is not None and not bound.done():
-                bound.set_result(sock.getsockopt(zmq.LAST_ENDPOINT).decode())
+                bound.set_result(sock.getsockopt_string(zmq.LAST_ENDPOINT))
             while True:
                 frames = await sock.recv_multipart()
                 # ROUTER prepends the sender's identity; the payload is the last frame.

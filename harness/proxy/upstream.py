@@ -158,7 +158,7 @@ class Response:
         """The whole body, at most `cap` bytes (UpstreamFailure beyond)."""
         if self.content_length is not None and self.content_length > cap:
             raise UpstreamFailure("connection_error", f"response of {self.content_length} bytes exceeds {cap}")
-        parts = []
+        parts: list[bytes] = []
         size = 0
         while True:
             chunk = await self.read_chunk()

@@ -112,6 +112,7 @@ def _procs(rr: ResolvedRecipe, p: JobPlan, root: str) -> list[dict[str, Any]]:
                 }
             )
             continue
+        assert proc.worker is not None  # every non-proxy process belongs to a worker
         w = workers[proc.worker]
         rank = w.nodes.index(proc.node)
         what = (

@@ -237,7 +237,7 @@ def read_point(path: Path, run_root: Path, notes: list[Note]) -> Point:
         raise _Bad(f"not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
     if not isinstance(data, dict):
         raise _Bad(f"not a result: the JSON is {type(data).__name__}, not an object")
-    md = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+    md: dict[str, Any] = data["metadata"] if isinstance(data.get("metadata"), dict) else {}
     stem = path.name[:-5] if path.name.endswith(".json") else path.name
 
     def throughput(name: str) -> float:
