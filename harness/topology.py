@@ -8,10 +8,12 @@ proxy and the benchmark client), then decode nodes.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from harness.config.load import ConfigError, ResolvedRecipe
-from harness.config.schema import RoleSpec
+from harness.config.schema import RoleSpec, TimeoutSpec
 
 Role = Literal["prefill", "decode"]
 ROLES: tuple[Role, Role] = ("prefill", "decode")
@@ -88,6 +90,58 @@ class JobPlan:
             "workers": [dict(asdict(w), name=w.name, node=w.node) for w in self.workers],
             "processes": [asdict(p) for p in self.processes()],
         }
+
+
+class PlanFile(BaseModel):
+    """plan.json: what the renderer decided, read back as this model by every node runtime.
+
+    The workers' derived `name` and `node` are written for readers of the file and
+    ignored when it is read back (they follow from role, index and nodes).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    num_nodes: int
+    proxy_node: int
+    proxy_port: int
+    workers: tuple[Worker, ...]
+    processes: tuple[Process, ...]
+    recipe: str
+    fingerprint: str
+    served_model_name: str
+    timeouts: TimeoutSpec
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _drop_derived(cls, v: Any) -> Any:
+        if isinstance(v, (list, tuple)):
+            return [{k: x for k, x in w.items() if k not in ("name", "node")} if isinstance(w, dict) else w for w in v]
+        return v
+
+    @classmethod
+    def of(cls, rr: ResolvedRecipe, p: JobPlan) -> PlanFile:
+        return cls(
+            num_nodes=p.num_nodes,
+            proxy_node=p.proxy_node,
+            proxy_port=p.proxy_port,
+            workers=p.workers,
+            processes=tuple(p.processes()),
+            recipe=rr.name,
+            fingerprint=rr.fingerprint,
+            served_model_name=rr.served_model_name,
+            timeouts=rr.recipe.timeouts,
+        )
+
+    def to_json(self) -> dict:
+        return self.job_plan().to_json() | self.model_dump(
+            mode="json", include={"recipe", "fingerprint", "served_model_name", "timeouts"}
+        )
+
+    def job_plan(self) -> JobPlan:
+        return JobPlan(self.num_nodes, self.workers, self.proxy_port, self.proxy_node)
+
+    def processes_on(self, node: int | None = None) -> list[Process]:
+        return [p for p in self.processes if node is None or p.node == node]
 
 
 def _role_workers(

@@ -226,6 +226,9 @@ class TimeoutSpec(Strict):
     smoke_s: float = Field(300, gt=0, description="one request through the proxy")
     bench_s: float = Field(4 * 3600, gt=0, description="the whole sweep")
     teardown_s: float = Field(30, gt=0, description="SIGTERM to SIGKILL grace")
+    settle_s: float = Field(
+        10, gt=0, description="a node stopped by another's failure waits this long for that node's own record"
+    )
     job_s: float = Field(6 * 3600, gt=0, description="local launcher: whole job")
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from harness.config.schema import TimeoutSpec
 from harness.node.affinity import pin_worker_main_threads
 from harness.node.coordination import (
     Aborted,
@@ -30,6 +31,7 @@ from harness.node.secrets import ENV_VAR as SECRET_ENV
 from harness.node.secrets import ensure_job_secret
 from harness.node.signal_cause import describe_signal
 from harness.node.supervisor import Supervisor
+from harness.topology import PlanFile, Process
 from harness.validity.scrape import scrape_all
 
 log = logging.getLogger(__name__)
@@ -55,18 +57,18 @@ class Failed(Exception):
 class NodeContext:
     run_dir: Path
     node_id: int
-    plan: dict
+    plan: PlanFile
 
     @property
-    def timeouts(self) -> dict:
-        return self.plan["timeouts"]
+    def timeouts(self) -> TimeoutSpec:
+        return self.plan.timeouts
 
     @property
     def is_head(self) -> bool:
-        return self.node_id == self.plan["proxy_node"]
+        return self.node_id == self.plan.proxy_node
 
-    def processes(self, node: int | None = None) -> list[dict]:
-        return [p for p in self.plan["processes"] if node is None or p["node"] == node]
+    def processes(self, node: int | None = None) -> list[Process]:
+        return self.plan.processes_on(node)
 
 
 def _raise_interrupted(signum: int, _frame: FrameType | None) -> None:
@@ -78,18 +80,18 @@ def _raise_interrupted(signum: int, _frame: FrameType | None) -> None:
 
 def run_node(run_dir: Path, node_id: int | None = None) -> int:
     run_dir = run_dir.resolve()
-    plan = json.loads((run_dir / "plan.json").read_text())
+    plan = PlanFile.model_validate_json((run_dir / "plan.json").read_text())
     if node_id is None:
         node_id = int(os.environ.get("SLURM_NODEID", os.environ.get("SLURM_PROCID", "0")))
-    if not 0 <= node_id < plan["num_nodes"]:
-        log.error("node id %d is outside this job's %d nodes", node_id, plan["num_nodes"])
+    if not 0 <= node_id < plan.num_nodes:
+        log.error("node id %d is outside this job's %d nodes", node_id, plan.num_nodes)
         return EXIT_FAILED
     ctx = NodeContext(run_dir, node_id, plan)
     (run_dir / "logs").mkdir(exist_ok=True)
     handler = logging.FileHandler(run_dir / "logs" / f"node{node_id}.log")
     handler.setFormatter(logging.Formatter(f"%(asctime)s node{node_id} %(levelname)s %(message)s"))
     logging.getLogger("harness").addHandler(handler)  # every harness module logging on this node
-    coord = Coordination(run_dir, node_id, plan["num_nodes"])
+    coord = Coordination(run_dir, node_id, plan.num_nodes)
     sup = Supervisor(run_dir / "logs", record=run_dir / "state" / f"procs-node{node_id}.json", adopt_orphans=True)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _raise_interrupted)
@@ -119,7 +121,7 @@ def run_node(run_dir: Path, node_id: int | None = None) -> int:
             signal.signal(sig, signal.SIG_IGN)
         if failure is not None:
             coord.record_failure(failure)  # first, so the other nodes stop now
-        sup.stop_all(ctx.timeouts["teardown_s"])
+        sup.stop_all(ctx.timeouts.teardown_s)
     if rc == EXIT_OK:
         log.info("node %d finished", node_id)
     else:
@@ -128,7 +130,7 @@ def run_node(run_dir: Path, node_id: int | None = None) -> int:
         if rc != EXIT_OK and coord.root_cause() is None:
             # Only a consequence was seen here; the node with the cause records it before it
             # exits. Bounded well inside Slurm's KillWait.
-            coord.settle(ctx.timeouts.get("settle_s", 10.0))
+            coord.settle(ctx.timeouts.settle_s)
         write_status(run_dir, rc, coord.first_failure() if rc != EXIT_OK else None)
     coord.mark_exited(rc)
     return rc
@@ -138,8 +140,8 @@ def _run(ctx: NodeContext, coord: Coordination, sup: Supervisor) -> None:
     t = ctx.timeouts
     addr = discover_address()
     coord.announce(addr)
-    addrs = coord.wait_for_nodes(t["rendezvous_s"])
-    log.info("node %d of %d at %s; all nodes: %s", ctx.node_id, ctx.plan["num_nodes"], addr, addrs)
+    addrs = coord.wait_for_nodes(t.rendezvous_s)
+    log.info("node %d of %d at %s; all nodes: %s", ctx.node_id, ctx.plan.num_nodes, addr, addrs)
 
     env = dict(os.environ, PDBENCH_NODE_ADDR=addr, PDBENCH_NODE_ID=str(ctx.node_id), RUN_DIR=str(ctx.run_dir))
     env.update({f"PDBENCH_NODE_{i}_ADDR": a for i, a in addrs.items()})
@@ -152,7 +154,7 @@ def _run(ctx: NodeContext, coord: Coordination, sup: Supervisor) -> None:
 
     mine = ctx.processes(ctx.node_id)
     for p in mine:
-        start(p["name"])
+        start(p.name)
 
     def check(ignore: tuple[str, ...] = ()) -> None:
         dead = [d for d in sup.exited() if d[0] not in ignore]
@@ -163,42 +165,42 @@ def _run(ctx: NodeContext, coord: Coordination, sup: Supervisor) -> None:
     # Health gate: this node's servers first (and pin CPU-only workers), then node 0
     # waits for every server of the job and for the proxy's count-aware /health.
     # The proxy is gated with the job below: its /health waits for every remote server.
-    own = {p["name"]: f"http://127.0.0.1:{p['port']}/health" for p in mine if p["port"] and p["kind"] != "proxy"}
-    _wait_healthy(ctx, own, t["health_s"], check, primary=True)
+    own = {p.name: f"http://127.0.0.1:{p.port}/health" for p in mine if p.port and p.kind != "proxy"}
+    _wait_healthy(ctx, own, t.health_s, check, primary=True)
     for p in mine:
-        if p.get("cpu_bind"):
-            pin_worker_main_threads(sup.procs[p["name"]].pid, p["cpu_bind"])
+        if p.cpu_bind:
+            pin_worker_main_threads(sup.procs[p.name].pid, p.cpu_bind)
 
     if not ctx.is_head:
         log.info("node %d ready; waiting for the benchmark to finish", ctx.node_id)
-        _wait(ctx, coord.is_done, t["health_s"] + t["smoke_s"] + t["bench_s"], "the job's end", check)
+        _wait(ctx, coord.is_done, t.health_s + t.smoke_s + t.bench_s, "the job's end", check)
         return
 
-    servers = [p for p in ctx.processes() if p["kind"] == "server"]
-    job = {p["name"]: f"http://{addrs[p['node']]}:{p['port']}/health" for p in servers if p["name"] not in own}
-    job.update({p["name"]: f"http://127.0.0.1:{p['port']}/health" for p in mine if p["kind"] == "proxy"})
+    servers = [p for p in ctx.processes() if p.kind == "server"]
+    job = {p.name: f"http://{addrs[p.node]}:{p.port}/health" for p in servers if p.name not in own}
+    job.update({p.name: f"http://127.0.0.1:{p.port}/health" for p in mine if p.kind == "proxy"})
     # Another node's server is gated by its own node too, which records the cause if it fails;
     # what this gate sees is a consequence (settle() lets the cause win, or this stands).
-    _wait_healthy(ctx, job, t["health_s"], check, primary=False)
+    _wait_healthy(ctx, job, t.health_s, check, primary=False)
     log.info("every server and the proxy are ready")
 
-    base = f"http://127.0.0.1:{ctx.plan['proxy_port']}"
+    base = f"http://127.0.0.1:{ctx.plan.proxy_port}"
     try:
-        text = smoke_request(base, ctx.plan["served_model_name"], t["smoke_s"])
+        text = smoke_request(base, ctx.plan.served_model_name, t.smoke_s)
     except (RuntimeError, OSError, TimeoutError) as e:
         check()  # a server that died is the cause, the failed request its echo
         raise Failed(Failure(ctx.node_id, str(e), primary=False)) from e
     log.info("smoke request through the proxy answered %r", text)
 
-    targets = {p["name"]: f"http://{addrs[p['node']]}:{p['port']}" for p in servers}
+    targets = {p.name: f"http://{addrs[p.node]}:{p.port}" for p in servers}
     scrape_all(targets, ctx.run_dir / "metrics", "before")
     start("bench")
-    deadline = time.monotonic() + t["bench_s"]
+    deadline = time.monotonic() + t.bench_s
     while (rc := sup.procs["bench"].popen.poll()) is None:
         check(ignore=("bench",))
         if time.monotonic() > deadline:
             raise Failed(
-                Failure(ctx.node_id, f"the benchmark did not finish within {t['bench_s']:.0f} s (partial results kept)")
+                Failure(ctx.node_id, f"the benchmark did not finish within {t.bench_s:.0f} s (partial results kept)")
             )
         time.sleep(0.5)
     if rc != 0:
@@ -245,8 +247,8 @@ def _unverified_points(run_dir: Path) -> list[str]:
 
 def _exit_failure(ctx: NodeContext, name: str, code: int, primary: bool = True) -> Failure:
     """Names the node, the role and the end of the process's log, so the run directory says why."""
-    proc = next((p for p in ctx.processes() if p["name"] == name), {"kind": "benchmark client"})
-    role = name.split("-")[0] if proc["kind"] in ("server", "follower") else proc["kind"]
+    kind = next((p.kind for p in ctx.processes() if p.name == name), "benchmark client")
+    role = name.split("-")[0] if kind in ("server", "follower") else kind
     how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
     return Failure(
         ctx.node_id,
@@ -282,9 +284,9 @@ def _wait_healthy(ctx: NodeContext, urls: dict[str, str], timeout: float, check,
         if pending and time.monotonic() > deadline:
             names = sorted(pending)
             cause = f"not healthy within {timeout:.0f} s: {', '.join(names)}"
-            mine = [p for p in ctx.processes(ctx.node_id) if p["name"] in names]
+            mine = [p for p in ctx.processes(ctx.node_id) if p.name in names]
             if len(names) == 1 and mine:  # the one process of this node that is stuck: its log says why
-                name, kind = names[0], mine[0]["kind"]
+                name, kind = names[0], mine[0].kind
                 role = name.split("-")[0] if kind in ("server", "follower") else kind
                 raise Failed(
                     Failure(

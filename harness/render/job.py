@@ -19,7 +19,7 @@ from harness import __version__, atomic
 from harness.config.load import ConfigError, ResolvedRecipe
 from harness.render import commands as cmd
 from harness.render.commands import Word, quote
-from harness.topology import JobPlan, plan
+from harness.topology import JobPlan, PlanFile, plan
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "slurm_templates"
 
@@ -245,13 +245,7 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext) -> JobPlan
         "pdbench_version": __version__,
         "git_commit": ctx.git_commit,
     }
-    plan_json = {
-        **p.to_json(),
-        "recipe": rr.name,
-        "fingerprint": rr.fingerprint,
-        "served_model_name": rr.served_model_name,
-        "timeouts": rr.recipe.timeouts.model_dump(),
-    }
+    plan_json = PlanFile.of(rr, p).to_json()
     files = {
         "server.sh": server,
         "job.slurm": job,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe local-tiny-1p1d · fingerprint 239f5d1f72daa138
+# pdbench node script · recipe local-tiny-1p1d · fingerprint 0b887ed70e2afd1e
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
