@@ -12,9 +12,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 17600
-# The job secret (see connector/auth.py): `secret_file` in kv_connector_extra_config,
-# else this variable, else RUN_DIR/state/kv_secret when pdbench's node runtime wrote one.
-SECRET_FILE_ENV = "PDBENCH_KV_SECRET_FILE"
+# The job secret (see connector/auth.py) is read from `secret_file`; pdbench's node runtime
+# writes it to RUN_DIR/state/kv_secret and the renderer passes that path.
 RUN_DIR_SECRET = Path("state") / "kv_secret"
 MIN_SECRET_BYTES = 16
 
@@ -58,33 +57,20 @@ class PdbenchConfig:
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any] | None) -> PdbenchConfig:
+        """The connector's settings, all from kv_connector_extra_config (nothing from the
+        environment: the rendered `vllm serve` line shows every one). Unknown keys are errors."""
         extra = dict(extra or {})
-        known = {f.name: f for f in fields(cls) if f.name != "secret"}  # never inline: argv is public
-        kwargs: dict[str, Any] = {}
-        for key, value in extra.items():
-            if key not in known:
-                continue  # other connectors' keys (e.g. kv_lease_duration) are ignored
-            kwargs[key] = _coerce(value, known[key].type)
-        if "lease_s" not in kwargs and "kv_lease_duration" in extra:
-            kwargs["lease_s"] = float(extra["kv_lease_duration"])  # NIXL's name, for recipe reuse
-        if "port" not in kwargs and os.environ.get("PDBENCH_KV_PORT"):
-            kwargs["port"] = int(os.environ["PDBENCH_KV_PORT"])
-        if "host" not in kwargs:
-            # pdbench's node runtime exports each node's address as PDBENCH_NODE_ADDR.
-            kwargs["host"] = (
-                os.environ.get("PDBENCH_KV_HOST")
-                or os.environ.get("PDBENCH_NODE_ADDR")
-                or os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST")
-                or _vllm_ip()
+        unknown = sorted(set(extra) - set(ACCEPTED_KEYS))
+        if unknown:
+            raise ValueError(
+                f"pdbench connector: unknown kv_connector_extra_config key(s) {', '.join(unknown)}; "
+                f"accepted: {', '.join(ACCEPTED_KEYS)}"
             )
-        if os.environ.get("PDBENCH_KV_DEBUG_CORRUPT") == "1":
-            kwargs["debug_corrupt"] = True
-        if "secret_file" not in kwargs:
-            kwargs["secret_file"] = os.environ.get(SECRET_FILE_ENV) or None
-            run_dir = os.environ.get("RUN_DIR")
-            if kwargs["secret_file"] is None and run_dir and (Path(run_dir) / RUN_DIR_SECRET).is_file():
-                kwargs["secret_file"] = str(Path(run_dir) / RUN_DIR_SECRET)
-        if kwargs["secret_file"]:
+        types = {f.name: f.type for f in fields(cls)}
+        kwargs: dict[str, Any] = {key: _coerce(value, types[key]) for key, value in extra.items()}
+        if kwargs.get("host") is None:
+            kwargs["host"] = _vllm_ip()  # this host's address as vLLM sees it
+        if kwargs.get("secret_file"):
             kwargs["secret"] = load_secret(kwargs["secret_file"])
         return cls(**kwargs)
 
@@ -137,3 +123,8 @@ def _coerce(value: Any, typ: Any) -> Any:
     if "int" in t:
         return int(value)
     return None if value is None else str(value)
+
+
+# The keys kv_connector_extra_config may hold: every setting but the secret itself, which
+# never travels on a command line (argv is public); the recipe schema checks them too.
+ACCEPTED_KEYS: tuple[str, ...] = tuple(f.name for f in fields(PdbenchConfig) if f.name != "secret")

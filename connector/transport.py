@@ -199,8 +199,8 @@ class KVServer:
             raise RuntimeError(
                 f"pdbench connector: no job secret, so the KV server may only listen on loopback, "
                 f"not {bound}; write a random secret (>= 16 bytes, mode 0600) to a file both sides "
-                f"can read and give it as kv_connector_extra_config secret_file or "
-                f"$PDBENCH_KV_SECRET_FILE (pdbench jobs: RUN_DIR/state/kv_secret)"
+                f"can read and give it as kv_connector_extra_config secret_file "
+                f"(pdbench jobs: RUN_DIR/state/kv_secret)"
             )
         if self.cfg.secret is None:
             log.warning("pdbench KV server: no job secret configured; listening on loopback %s only", bound)

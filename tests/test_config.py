@@ -313,3 +313,11 @@ def test_validate_checks_without_rendering(tmp_path: Path, monkeypatch: pytest.M
     clash = CliRunner().invoke(app, ["validate", "local-tiny-1p1d", "--set", "proxy.port=8100"])
     assert clash.exit_code == 2 and "local-tiny-1p1d.yaml: proxy.port: port 8100" in clash.output, clash.output
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_pdbench_connector_keys_checked_at_load(root: Path) -> None:
+    rr = load_recipe("local-tiny-1p1d-pdbench", ["connector.extra_config.io_timeout_s=30"], root=root)
+    assert rr.recipe.connector.extra_config["io_timeout_s"] == 30
+    e = _error(root, "local-tiny-1p1d-pdbench", ["connector.extra_config.kv_lease_duration=300"])
+    assert e.key == "connector" and "unknown key(s) for the pdbench connector: kv_lease_duration" in str(e)
+    assert "accepted: host, port" in str(e)

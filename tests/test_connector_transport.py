@@ -467,27 +467,27 @@ def test_without_a_secret_the_server_refuses_to_listen_beyond_loopback() -> None
         io.stop()
 
 
-def test_secret_file_from_extra_env_or_run_dir(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("PDBENCH_KV_SECRET_FILE", "RUN_DIR", "PDBENCH_KV_HOST", "PDBENCH_NODE_ADDR"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("PDBENCH_KV_HOST", "127.0.0.1")
+def test_settings_only_from_extra_config(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The environment holds nothing the connector reads: the rendered kv-transfer-config is the whole truth.
     f = tmp_path / "s"
     f.write_bytes(SECRET + b"\n")
     f.chmod(0o600)
-    assert PdbenchConfig.from_extra({}).secret is None
-    assert PdbenchConfig.from_extra({"secret_file": str(f)}).secret == SECRET
-    assert PdbenchConfig.from_extra({"secret": "inline"}).secret is None  # never from argv
-    monkeypatch.setenv("PDBENCH_KV_SECRET_FILE", str(f))
-    cfg = PdbenchConfig.from_extra({})
-    assert cfg.secret == SECRET and cfg.secret_file == str(f)
+    for var, value in (
+        ("PDBENCH_KV_SECRET_FILE", str(f)),
+        ("PDBENCH_KV_PORT", "9999"),
+        ("PDBENCH_NODE_ADDR", "10.9.9.9"),
+        ("RUN_DIR", str(tmp_path)),
+    ):
+        monkeypatch.setenv(var, value)
+    cfg = PdbenchConfig.from_extra({"host": "127.0.0.1"})
+    assert cfg.secret is None and cfg.port == 17600 and cfg.host == "127.0.0.1"
+    cfg = PdbenchConfig.from_extra({"host": "10.0.0.2", "port": "5600", "secret_file": str(f), "lease_s": 300})
+    assert (cfg.host, cfg.port, cfg.lease_s, cfg.secret) == ("10.0.0.2", 5600, 300.0, SECRET)
     assert SECRET.decode() not in repr(cfg)
-    monkeypatch.delenv("PDBENCH_KV_SECRET_FILE")
-    from harness.node.secrets import ensure_job_secret
-
-    monkeypatch.setenv("RUN_DIR", str(tmp_path / "run"))
-    assert PdbenchConfig.from_extra({}).secret is None  # no file written: loopback only
-    path = ensure_job_secret(tmp_path / "run")
-    assert PdbenchConfig.from_extra({}).secret == path.read_bytes().strip()
+    # Unknown keys are errors naming the key and what is accepted; the secret never travels inline.
+    for bad in ("secret", "kv_lease_duration", "prot"):
+        with pytest.raises(ValueError, match=f"unknown kv_connector_extra_config key.*{bad}.*accepted: host, port"):
+            PdbenchConfig.from_extra({bad: "x"})
     # A file that was configured must be usable: fail at startup, not at the first pull.
     with pytest.raises(ValueError, match="cannot read"):
         PdbenchConfig.from_extra({"secret_file": str(tmp_path / "missing")})

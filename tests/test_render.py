@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -218,8 +219,13 @@ def test_multi_node_workers_render_headless_followers(tmp_path: Path) -> None:
 
 def test_bundled_connector_gets_a_kv_port_per_worker(tmp_path: Path) -> None:
     server = (_render("dsr1-fp8-1p2d-nixl", tmp_path, ["connector.name=pdbench"]) / "server.sh").read_text()
-    ports = [line.split("=")[1] for line in server.splitlines() if "PDBENCH_KV_PORT=" in line]
-    assert ports == ["5600", "5608", "5616"]
+    configs = [line for line in server.splitlines() if "--kv-transfer-config" in line]
+    ports = [int(re.search(r'\\"port\\":(\d+)', line).group(1)) for line in configs]
+    assert ports == [5600, 5608, 5616]
+    # Every setting in the kv-transfer-config, none in the environment.
+    assert all('\\"host\\":\\"${PDBENCH_NODE_ADDR}\\"' in line for line in configs)
+    assert all('\\"secret_file\\":\\"${RUN_DIR}/state/kv_secret\\"' in line for line in configs)
+    assert "PDBENCH_KV_" not in server
     assert (
         '\\"kv_connector_module_path\\":\\"connector\\"' in server or '"kv_connector_module_path":"connector"' in server
     )

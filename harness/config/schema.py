@@ -17,6 +17,7 @@ from pydantic import (
     model_validator,
 )
 
+from connector.config import ACCEPTED_KEYS
 from harness.bench.settings import BenchmarkSettings
 
 # Strings reach job.slurm and server.sh. The renderer quotes every one for the context it
@@ -179,6 +180,17 @@ class ConnectorSpec(Strict):
     read_mode: bool = Field(False, description="MoRI-IO READ mode (decode pulls KV)")
     proxy_ping_port: int = Field(36367, ge=1024, le=65535, description="MoRI-IO registration port")
     extra_config: dict[str, Any] = Field({}, description="kv_transfer_config.kv_connector_extra_config")
+
+    @model_validator(mode="after")
+    def _pdbench_keys(self) -> ConnectorSpec:
+        # The bundled connector rejects unknown keys at start-up; say so before the job queues.
+        unknown = sorted(set(self.extra_config) - set(ACCEPTED_KEYS)) if self.name == "pdbench" else []
+        if unknown:
+            raise ValueError(
+                f"extra_config: unknown key(s) for the pdbench connector: {', '.join(unknown)}; "
+                f"accepted: {', '.join(ACCEPTED_KEYS)}"
+            )
+        return self
 
 
 class ProxySpec(Strict):

@@ -27,7 +27,6 @@ from harness.node.coordination import (
     write_status,
 )
 from harness.node.health import is_healthy, smoke_request
-from harness.node.secrets import ENV_VAR as SECRET_ENV
 from harness.node.secrets import ensure_job_secret
 from harness.node.signal_cause import describe_signal
 from harness.node.supervisor import Supervisor
@@ -145,8 +144,9 @@ def _run(ctx: NodeContext, coord: Coordination, sup: Supervisor) -> None:
 
     env = dict(os.environ, PDBENCH_NODE_ADDR=addr, PDBENCH_NODE_ID=str(ctx.node_id), RUN_DIR=str(ctx.run_dir))
     env.update({f"PDBENCH_NODE_{i}_ADDR": a for i, a in addrs.items()})
-    # The bundled connector's KV server serves only peers that prove this job's secret.
-    env[SECRET_ENV] = str(ensure_job_secret(ctx.run_dir))
+    # The bundled connector's KV server serves only peers that prove this job's secret
+    # (its secret_file, ${RUN_DIR}/state/kv_secret in the rendered kv-transfer-config).
+    ensure_job_secret(ctx.run_dir)
     server_sh = str(ctx.run_dir / "server.sh")
 
     def start(name: str) -> None:

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 SECRET_FILE = Path("state") / "kv_secret"
-ENV_VAR = "PDBENCH_KV_SECRET_FILE"  # what the connector reads (connector/config.py)
 _MIN_CHARS = 32
 _WAIT_S = 10.0  # a loser of the race on a filesystem without link() waits this long for the bytes
 

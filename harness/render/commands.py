@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.config.load import ResolvedRecipe
 from harness.config.schema import Flags
+from harness.node.secrets import SECRET_FILE
 from harness.topology import JobPlan, Worker
 
 
@@ -83,6 +84,12 @@ def kv_transfer_config(rr: ResolvedRecipe, worker: Worker) -> dict[str, Any]:
             extra.setdefault("read_mode", True)
     if c.name == "pdbench":
         cfg["kv_connector_module_path"] = "connector"
+        # Every setting of the bundled connector is here, none in its environment: it dials
+        # and binds the node's address, prefill rank r listens on port + r (disjoint per
+        # worker, like NIXL's side-channel ports), and pulls prove the job's secret.
+        extra.setdefault("host", NODE_ADDR)
+        extra.setdefault("port", worker.side_channel_port)
+        extra.setdefault("secret_file", Shell(f"${{RUN_DIR}}/{SECRET_FILE}"))
     if extra:
         cfg["kv_connector_extra_config"] = extra
     return cfg
@@ -98,10 +105,6 @@ def server_env(rr: ResolvedRecipe, worker: Worker) -> dict[str, Word]:
     if c.name == "nixl":
         env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = NODE_ADDR
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(worker.side_channel_port)
-    if c.name == "pdbench" and "port" not in c.extra_config:
-        # The bundled connector's prefill rank r listens on this + r: disjoint per worker,
-        # like NIXL's side-channel ports, so workers sharing a host never collide.
-        env["PDBENCH_KV_PORT"] = str(worker.side_channel_port)
     if c.name == "moriio" and c.read_mode:
         env["VLLM_MORIIO_CONNECTOR_READ_MODE"] = "1"
     if worker.visible_devices is not None:
