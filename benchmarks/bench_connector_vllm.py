@@ -30,7 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from connector import devpair as dp
+from benchmarks import devpair as dp
 
 XFER = {  # connector -> (bytes histogram sum, seconds histogram sum, count)
     "pdbench": (

@@ -194,7 +194,7 @@ class KVServer:
         bound = ls.getsockname()[0]
         if self.cfg.secret is None and not _is_loopback(bound):
             # Anyone who can reach the port could read any held request's KV: without
-            # a job secret, serve only this machine (the devpair and unit tests do).
+            # a job secret, serve only this machine (benchmarks/devpair.py and the unit tests do).
             ls.close()
             raise RuntimeError(
                 f"pdbench connector: no job secret, so the KV server may only listen on loopback, "

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from conftest import require_vllm
 
-from connector import devpair as dp
+from benchmarks import devpair as dp
 
 pytestmark = pytest.mark.vllm
 

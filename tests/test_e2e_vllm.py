@@ -70,7 +70,7 @@ def _listening(ports: set[int]) -> set[int]:
     }
 
 
-def _launch(results: Path, *overrides: str) -> tuple[subprocess.Popen, ProcessWatcher]:
+def _launch(results: Path, *overrides: str, recipe: str = RECIPE) -> tuple[subprocess.Popen, ProcessWatcher]:
     assert not _listening(PORTS), f"ports already in use: {_listening(PORTS)}"
     args = [
         sys.executable,
@@ -78,7 +78,7 @@ def _launch(results: Path, *overrides: str) -> tuple[subprocess.Popen, ProcessWa
         "harness",
         "submit",
         "--recipe",
-        RECIPE,
+        recipe,
         "--launcher",
         "local",
         "--results-dir",
@@ -233,4 +233,21 @@ def test_ctrl_c_tears_everything_down(tmp_path: Path) -> None:
     status = json.loads((_run_dir(tmp_path) / "status.json").read_text())
     assert status["state"] == "failed"
     assert status["reason"] == "the local launcher: interrupted by the user (Ctrl-C)"
+    _assert_nothing_left(watcher)
+
+
+def test_bundled_connector_job(tmp_path: Path) -> None:
+    require_vllm()
+    # The bundled connector as a job runs it: host, port and the job secret come from the
+    # rendered kv-transfer-config alone, and decode loads every prompt's KV from prefill.
+    proc, watcher = _launch(tmp_path, "benchmark.concurrency=[2]", recipe="local-tiny-1p1d-pdbench")
+    rc, out = _finish(proc, watcher, timeout=600)
+    assert rc == 0, out[-4000:]
+    (run_dir,) = (tmp_path / "local-tiny-1p1d-pdbench").iterdir()
+    (f,) = run_dir.glob("concurrency_2_*.json")
+    meta = json.loads(f.read_text())["metadata"]
+    assert meta["valid"] is True, meta["validity"]
+    assert {r["name"]: r["status"] for r in meta["validity"]["rules"]}["kv_transferred"] == "passed"
+    log = (run_dir / "logs" / "prefill-0.log").read_text()
+    assert f"'secret_file': '{run_dir}/state/kv_secret'" in log and "'port': 5600" in log
     _assert_nothing_left(watcher)

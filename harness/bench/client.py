@@ -14,6 +14,12 @@ parsed in one go: one clock reading, and all its complete SSE events decoded by 
 single `json.loads` of a JSON array. Events that arrive in the same read therefore
 share one timestamp (ITL 0 between them); vLLM's client reads the clock once per
 event of such a read, which differs only by its own parsing time.
+
+Why not the proxy's client (harness.proxy.upstream)? Each side is built for its own hot
+path, and sharing would slow one of them: this one times every socket read and parses
+its SSE events in one batch (the measurement), while the proxy's relays response bytes
+untouched with backpressure and never parses SSE (the forwarding). Both are kept lean
+and measured: benchmarks/bench_client_capacity.py and benchmarks/bench_proxy.py.
 """
 
 from __future__ import annotations

@@ -5,6 +5,11 @@ not need (cookie jars, tracing, redirects, per-request timer contexts). This cli
 writes a request in one send, parses responses with llhttp (httptools), keeps
 connections alive per backend, and enforces a total deadline and a stream idle
 timeout with one timer per request. Health checks and /v1/models stay on aiohttp.
+
+Not shared with the bench client (harness.bench.client), on purpose: the proxy relays
+bytes with backpressure and never looks inside the stream, while the client's job is to
+timestamp each read and decode its SSE events; one module for both would add the other's
+work to each hot path (see the client's docstring).
 """
 
 from __future__ import annotations

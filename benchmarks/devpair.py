@@ -1,6 +1,7 @@
 """A local prefill/decode pair of real `vllm serve` processes, for tests and benchmarks.
 
-Not used by vLLM. Starts each server in its own session (so stopping it kills its
+Lives beside the benchmarks (the connector package is only what vLLM loads); process
+groups are signalled with the node supervisor's helper, as a job's servers are. Starts each server in its own session (so stopping it kills its
 EngineCore and workers too), waits for /health, and speaks the two-phase flow
 the proxy uses: prefill with ``do_remote_decode``, then decode with the
 ``kv_transfer_params`` prefill returned.
@@ -21,6 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from harness.node.supervisor import signal_group
 
 REPO = Path(__file__).resolve().parent.parent
 PREFILL_PARAMS = {
@@ -54,17 +57,17 @@ class Server:
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM the server's session, SIGKILL what is left after `timeout`."""
         if self.proc.poll() is None:
-            _signal_group(self.proc.pid, signal.SIGTERM)
+            signal_group(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 pass
-        _signal_group(self.proc.pid, signal.SIGKILL)  # stragglers of the session
+        signal_group(self.proc.pid, signal.SIGKILL)  # stragglers of the session
         if self.proc.poll() is None:
             self.proc.wait(10)
 
     def kill(self) -> None:
-        _signal_group(self.proc.pid, signal.SIGKILL)
+        signal_group(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
 
     def log_tail(self, n: int = 40) -> str:
@@ -72,13 +75,6 @@ class Server:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
         except OSError:
             return ""
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)  # the server was started in its own session: pgid == pid
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def kv_config(
