@@ -8,6 +8,12 @@ streams `max_tokens` one-token chunks, a usage chunk and `data: [DONE]`, unless
 "error_then_more" (an error event after 1 token, then tokens go on without [DONE]
 until the server stops). GET /health answers `health` (an HTTP status, settable at
 any time; None: no such route, 404).
+
+Why not the mock engine (harness.mock_engine, the one stand-in for vLLM elsewhere): these
+tests need a failure chosen per request by a Python callable, in the test's own process
+(hang after one token, an error event followed by more tokens, a stream without [DONE],
+health flipped mid-sweep), and the bodies the client sent; the mock engine models a
+healthy vLLM's timing and metrics and has none of that.
 """
 
 from __future__ import annotations

@@ -7,6 +7,11 @@ benchmark client behind a hand-written server.sh (stdlib HTTP only, so they star
 Every fake (and every process it forks) records its PID and start time in
 $RUN_DIR/fakepids/, so a test can prove afterwards that none of them is left.
 A server forks one "VLLM::Worker" child in its own process group, as vLLM does.
+
+Why not the mock engine: these tests are about process lifecycles, not HTTP: a server
+that exits with a given code after N s, never gets healthy, ignores SIGTERM, or leaves
+a forked worker in its own process group, each recording its PID for the leak checks.
+The mock engine (harness.mock_engine) is a well-behaved single process and stays so.
 """
 
 from __future__ import annotations

@@ -49,7 +49,13 @@ def run(coro_fn: Callable[[], Awaitable[None]]) -> None:
 
 @dataclass
 class Fake:
-    """A fake vLLM server: records requests; answers as a prefill or a decode."""
+    """A fake vLLM server: records requests; answers as a prefill or a decode.
+
+    Not the mock engine, on purpose: the proxy tests steer each upstream from the test
+    (stall before headers or after the first chunk, answer only after another fake got its
+    request, flip health) and inspect the headers and bodies the proxy forwarded; the
+    mock engine (used by the proxy's connector and benchmark tests) cannot be steered so.
+    """
 
     role: str
     healthy: bool = True

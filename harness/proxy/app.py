@@ -1,4 +1,6 @@
-"""The prefill/decode (PD) proxy: aiohttp server, upstream legs, health, metrics.
+"""The prefill/decode (PD) proxy's request handling: upstream legs, health, metrics.
+
+The process around it (application, loop, workers) is `server`; error answers `errors`.
 
 Per request: validate the body, pick a prefill and a decode instance (policy, DP rank),
 shape both legs for the connector (`flows`), run them (one after the other, or at
@@ -14,8 +16,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import os
-import socket
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -24,9 +24,9 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from harness import aio
 from harness.proxy.backends import Backend, Pool, Role
 from harness.proxy.config import ProxyConfig
+from harness.proxy.errors import UpstreamError, describe, error_response
 from harness.proxy.flows import (
     BadRequest,
     Flow,
@@ -49,69 +49,6 @@ MAX_MODELS_S = 30.0
 # A prefill answer is one token (plus logprobs at most); a decode error body is short.
 MAX_PREFILL_RESPONSE = 64 * 1024 * 1024
 MAX_ERROR_BODY = 64 * 1024
-# Backend messages quoted in errors and logs are cut to this.
-MAX_QUOTE = 500
-
-
-class UpstreamError(Exception):
-    """A failed upstream leg, rendered as a JSON error naming the backend."""
-
-    def __init__(self, backend: str, status: int, kind: str, message: str, category: str | None = None) -> None:
-        super().__init__(message)
-        self.backend, self.status, self.kind, self.message = backend, status, kind, message
-        # A fixed set of metric labels (kind may be a backend's own error type).
-        self.category = category or kind
-
-    @classmethod
-    def from_status(cls, backend: str, leg: str, status: int, raw: bytes) -> UpstreamError:
-        msg, kind = _backend_message(raw)
-        # A 4xx is the backend rejecting the request: the client should see it
-        # as such. Anything else is the backend failing: a gateway error.
-        if 400 <= status < 500:
-            return cls(
-                backend, status, kind or "upstream_error", f"{leg} returned HTTP {status}: {msg}", "upstream_4xx"
-            )
-        return cls(backend, 502, "upstream_error", f"{leg} returned HTTP {status}: {msg}", "upstream_5xx")
-
-    @property
-    def backend_fault(self) -> bool:
-        return self.status >= 500
-
-    def response(self, request_id: str | None = None) -> web.Response:
-        return error_response(self.status, self.message, self.kind, self.backend, request_id)
-
-
-def error_response(
-    status: int, message: str, kind: str, backend: str | None = None, request_id: str | None = None
-) -> web.Response:
-    headers = {"X-Request-Id": request_id} if request_id else None
-    body = {"error": {"message": message, "type": kind, "backend": backend, "code": status}}
-    return web.Response(body=dumps(body), status=status, headers=headers, content_type="application/json")
-
-
-def _backend_message(raw: bytes) -> tuple[str, str | None]:
-    """Best-effort (message, type) from a backend error body (vLLM or other)."""
-    text = raw[:MAX_QUOTE].decode("utf-8", errors="replace").strip()
-    try:
-        data = loads(raw)
-    except Exception:
-        return text or "(empty body)", None
-    if isinstance(data, dict):
-        err = data.get("error")
-        if isinstance(err, dict) and "message" in err:
-            return str(err["message"])[:MAX_QUOTE], _str_or_none(err.get("type"))
-        if "message" in data:
-            return str(data["message"])[:MAX_QUOTE], _str_or_none(data.get("type"))
-    return text, None
-
-
-def _str_or_none(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)[:MAX_QUOTE]
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _auth_headers(request: web.Request) -> dict[str, str]:
@@ -132,7 +69,7 @@ async def _read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
     return bytes(buf)
 
 
-class _Proxy:
+class Proxy:
     """State shared by the handlers of one app: session, pool, flow, metrics."""
 
     def __init__(self, config: ProxyConfig) -> None:
@@ -235,7 +172,7 @@ class _Proxy:
                 if self.registry is not None:
                     self.registry.expire(time.monotonic(), self.cfg.registration_ttl_s)
             except Exception as exc:  # keep polling whatever happens
-                log.warning("health poll error: %s", _describe(exc))
+                log.warning("health poll error: %s", describe(exc))
             await asyncio.sleep(self.cfg.health_interval_s)
 
     async def _poll(self, b: Backend) -> None:
@@ -246,7 +183,7 @@ class _Proxy:
             if ok and b.bootstrap_addr is not None:
                 await self._query_bootstrap(b)
         except (asyncio.TimeoutError, aiohttp.ClientError, ValueError) as exc:
-            ok, reason = False, _describe(exc)
+            ok, reason = False, describe(exc)
         self.pool.record_health(b, ok, reason)
 
     async def _query_bootstrap(self, b: Backend) -> None:
@@ -307,10 +244,8 @@ class _Proxy:
                 ctype = resp.headers.get("Content-Type", "application/json")
                 return web.Response(body=raw, status=resp.status, headers={"Content-Type": ctype})
         except (asyncio.TimeoutError, aiohttp.ClientError, ValueError) as exc:
-            log.warning("decode %s /v1/models failed: %s", decodes[0].url, _describe(exc))
-            return error_response(
-                502, f"decode /v1/models failed: {_describe(exc)}", "connection_error", decodes[0].url
-            )
+            log.warning("decode %s /v1/models failed: %s", decodes[0].url, describe(exc))
+            return error_response(502, f"decode /v1/models failed: {describe(exc)}", "connection_error", decodes[0].url)
 
     async def handle_generate(self, request: web.Request) -> web.StreamResponse:
         m = self.metrics
@@ -412,7 +347,7 @@ class _Proxy:
             log.warning("prefill %s failed (request %s): %s", err.backend, rid, err.message)
             self.metrics.errors.labels("prefill_" + err.category).inc()
         elif err is not None:
-            log.error("prefill leg crashed (request %s): %s", rid, _describe(err))
+            log.error("prefill leg crashed (request %s): %s", rid, describe(err))
 
     async def _prefill(self, p: Backend, path: str, data: bytes, headers: dict[str, str]) -> Any:
         """Run the prefill leg; returns its kv_transfer_params (None if absent)."""
@@ -609,7 +544,7 @@ class _Proxy:
             return exc.kind, f"decode sent nothing for {self.cfg.stream_idle_timeout_s:g}s", d.url
         if exc.kind == "timeout":
             return exc.kind, f"decode exceeded {self.cfg.request_timeout_s:g}s", d.url
-        return exc.kind, _describe(exc), d.url
+        return exc.kind, describe(exc), d.url
 
     async def _abort(
         self, request: web.Request, resp: web.StreamResponse, url: str, rid: str, kind: str, msg: str
@@ -629,94 +564,3 @@ class _Proxy:
         if request.transport is not None:
             request.transport.close()
         return resp
-
-
-PROXY_KEY = web.AppKey("pdbench_proxy", _Proxy)
-
-
-def build_app(config: ProxyConfig) -> web.Application:
-    """The proxy's aiohttp application (session, poller and registration live with it)."""
-    proxy = _Proxy(config)
-    # The body limit is checked in the handler (JSON 413); aiohttp's own is a backstop.
-    app = web.Application(client_max_size=config.max_body_bytes)
-    app[PROXY_KEY] = proxy
-    app.cleanup_ctx.append(proxy.lifespan)
-    app.router.add_post("/v1/completions", proxy.handle_generate)
-    app.router.add_post("/v1/chat/completions", proxy.handle_generate)
-    app.router.add_get("/health", proxy.handle_health)
-    app.router.add_get("/metrics", proxy.handle_metrics)
-    app.router.add_get("/v1/models", proxy.handle_models)
-    return app
-
-
-def _run(config: ProxyConfig, sock: socket.socket | None) -> None:
-    kwargs: dict[str, Any] = {"sock": sock} if sock is not None else {"host": config.host, "port": config.port}
-    web.run_app(
-        build_app(config),
-        loop=aio.new_event_loop(),
-        # Cancel the handler (and so the upstream legs) when the client disconnects.
-        handler_cancellation=True,
-        access_log=None,  # one line per request would cost more than the proxying
-        print=None,
-        **kwargs,
-    )
-
-
-def serve(config: ProxyConfig) -> None:
-    """Run the proxy until SIGINT/SIGTERM (with `workers` > 1, that many processes on one port)."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    log.info(
-        "pdbench proxy on %s:%d connector=%s policy=%s prefill=%s decode=%s expected=%dP/%dD workers=%d",
-        config.host,
-        config.port,
-        config.connector,
-        config.policy,
-        config.prefill,
-        config.decode,
-        config.want_prefill,
-        config.want_decode,
-        config.workers,
-    )
-    if config.workers == 1:
-        _run(config, None)
-        return
-    # SO_REUSEPORT: the kernel spreads connections over the processes; each has its
-    # own session, poller and metrics (so /metrics shows one worker's share).
-    children = []
-    for _ in range(config.workers):
-        pid = os.fork()
-        if pid == 0:
-            sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            sock.bind((config.host, config.port))
-            try:
-                _run(config, sock)
-            finally:
-                os._exit(0)
-        children.append(pid)
-    import signal
-
-    def forward(signum: int, frame: Any) -> None:
-        for pid in children:
-            try:
-                os.kill(pid, signum)
-            except ProcessLookupError:
-                pass
-
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    status = 0
-    for pid in children:
-        while True:
-            try:
-                _, code = os.waitpid(pid, 0)
-                status = status or os.waitstatus_to_exitcode(code)
-                break
-            except InterruptedError:
-                continue
-            except ChildProcessError:
-                break
-    if status:
-        raise SystemExit(status)

@@ -7,8 +7,8 @@ from typing import Annotated, NoReturn
 import typer
 from pydantic import ValidationError
 
-from harness.proxy.app import serve
 from harness.proxy.config import CONNECTORS, POLICIES, ProxyConfig
+from harness.proxy.server import serve
 
 SUPPORTED_CONNECTORS = CONNECTORS
 

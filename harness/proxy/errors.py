@@ -1,0 +1,71 @@
+"""The proxy's error answers: a failed upstream leg as a JSON error naming the backend."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from harness.proxy.flows import dumps, loads
+
+# Backend messages quoted in errors and logs are cut to this.
+MAX_QUOTE = 500
+
+
+class UpstreamError(Exception):
+    """A failed upstream leg, rendered as a JSON error naming the backend."""
+
+    def __init__(self, backend: str, status: int, kind: str, message: str, category: str | None = None) -> None:
+        super().__init__(message)
+        self.backend, self.status, self.kind, self.message = backend, status, kind, message
+        # A fixed set of metric labels (kind may be a backend's own error type).
+        self.category = category or kind
+
+    @classmethod
+    def from_status(cls, backend: str, leg: str, status: int, raw: bytes) -> UpstreamError:
+        msg, kind = _backend_message(raw)
+        # A 4xx is the backend rejecting the request: the client should see it
+        # as such. Anything else is the backend failing: a gateway error.
+        if 400 <= status < 500:
+            return cls(
+                backend, status, kind or "upstream_error", f"{leg} returned HTTP {status}: {msg}", "upstream_4xx"
+            )
+        return cls(backend, 502, "upstream_error", f"{leg} returned HTTP {status}: {msg}", "upstream_5xx")
+
+    @property
+    def backend_fault(self) -> bool:
+        return self.status >= 500
+
+    def response(self, request_id: str | None = None) -> web.Response:
+        return error_response(self.status, self.message, self.kind, self.backend, request_id)
+
+
+def error_response(
+    status: int, message: str, kind: str, backend: str | None = None, request_id: str | None = None
+) -> web.Response:
+    headers = {"X-Request-Id": request_id} if request_id else None
+    body = {"error": {"message": message, "type": kind, "backend": backend, "code": status}}
+    return web.Response(body=dumps(body), status=status, headers=headers, content_type="application/json")
+
+
+def _backend_message(raw: bytes) -> tuple[str, str | None]:
+    """Best-effort (message, type) from a backend error body (vLLM or other)."""
+    text = raw[:MAX_QUOTE].decode("utf-8", errors="replace").strip()
+    try:
+        data = loads(raw)
+    except Exception:
+        return text or "(empty body)", None
+    if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, dict) and "message" in err:
+            return str(err["message"])[:MAX_QUOTE], _str_or_none(err.get("type"))
+        if "message" in data:
+            return str(data["message"])[:MAX_QUOTE], _str_or_none(data.get("type"))
+    return text, None
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def describe(exc: BaseException) -> str:
+    text = str(exc)[:MAX_QUOTE]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
