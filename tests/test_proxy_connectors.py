@@ -569,7 +569,7 @@ def test_static_dp_ranks_round_robin_over_flat_slots() -> None:
 
 
 def test_nixl_flow_against_mock_engines() -> None:
-    from harness.mock_engine import app as mock
+    import harness.mock_engine as mock
 
     async def body() -> None:
         servers = []

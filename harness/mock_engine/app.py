@@ -1,4 +1,4 @@
-"""The mock engine's configuration, latency distributions and aiohttp application.
+"""The mock engine's behaviour: prompt counting, token timing, streaming, vLLM's /metrics.
 
 See the package docstring (`harness.mock_engine`) for the public API and behaviour.
 """
@@ -9,34 +9,22 @@ import asyncio
 import itertools
 import json
 import logging
-import math
 import random
-import signal
 import time
 import uuid
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from aiohttp import web
 
-from harness import aio
+from harness.mock_engine.config import MockEngineConfig
 
 try:  # optional: faster request parsing
     from orjson import loads as _loads
 except ImportError:  # pragma: no cover - depends on the environment
     _loads = json.loads  # type: ignore[assignment]  # same contract as orjson.loads
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    NonNegativeInt,
-    PositiveInt,
-    field_validator,
-)
 
 log = logging.getLogger(__name__)
 
-Role = Literal["prefill", "decode", "both"]
 
 # The generated text cycles through these words; each is one token for the
 # whitespace counter (a leading space, no other whitespace) and needs no JSON escaping.
@@ -44,138 +32,6 @@ WORDS = (" the", " quick", " brown", " fox", " jumps", " over", " a", " lazy", "
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 DONE = b"data: [DONE]\n\n"
 MAX_REQUEST_BYTES = 256 * 1024 * 1024
-
-
-# -- latency distributions ---------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Distribution:
-    """A latency distribution in milliseconds, parsed from `KIND[:A[,B]]`.
-
-    constant:M (or just M), normal:MEAN,STD (clipped at 0), exponential:MEAN,
-    uniform:LOW,HIGH, lognormal:MEAN,STD (of the latency itself, not of its log).
-    """
-
-    kind: Literal["constant", "normal", "exponential", "uniform", "lognormal"]
-    a: float
-    b: float = 0.0
-
-    @classmethod
-    def parse(cls, spec: str | float | int) -> Distribution:
-        if isinstance(spec, (int, float)):
-            return cls._make("constant", [float(spec)], str(spec))
-        text = str(spec).strip()
-        kind, _, args = text.partition(":") if ":" in text else ("constant", "", text)
-        try:
-            values = [float(x) for x in args.split(",")] if args.strip() else []
-        except ValueError:
-            raise ValueError(f"bad latency distribution {text!r}: arguments must be numbers") from None
-        return cls._make(kind.strip().lower(), values, text)
-
-    @classmethod
-    def _make(cls, kind: str, v: list[float], text: str) -> Distribution:
-        arity = {"constant": 1, "exponential": 1, "normal": 2, "uniform": 2, "lognormal": 2}
-        if kind not in arity:
-            raise ValueError(f"bad latency distribution {text!r}: kind must be one of {', '.join(arity)}")
-        if len(v) != arity[kind]:
-            raise ValueError(f"bad latency distribution {text!r}: {kind} takes {arity[kind]} number(s)")
-        if any(not math.isfinite(x) or x < 0 for x in v):
-            raise ValueError(f"bad latency distribution {text!r}: values must be finite and >= 0")
-        if kind == "uniform" and v[1] < v[0]:
-            raise ValueError(f"bad latency distribution {text!r}: uniform needs LOW <= HIGH")
-        if kind == "lognormal" and v[0] == 0 and v[1] > 0:
-            raise ValueError(f"bad latency distribution {text!r}: lognormal needs MEAN > 0")
-        return cls(kind, v[0], v[1] if len(v) > 1 else 0.0)  # type: ignore[arg-type]
-
-    def __str__(self) -> str:
-        two = self.kind in ("normal", "uniform", "lognormal")
-        return f"{self.kind}:{self.a:g}" + (f",{self.b:g}" if two else "")
-
-    @property
-    def is_zero(self) -> bool:
-        return (self.kind in ("constant", "exponential") and self.a == 0) or (
-            self.kind in ("uniform", "normal", "lognormal") and self.a == 0 and self.b == 0
-        )
-
-    def sample_s(self, rng: random.Random) -> float:
-        """One latency in seconds."""
-        k, a, b = self.kind, self.a, self.b
-        if k == "constant":
-            ms = a
-        elif k == "normal":
-            ms = max(0.0, rng.gauss(a, b))
-        elif k == "exponential":
-            ms = rng.expovariate(1.0 / a) if a > 0 else 0.0
-        elif k == "uniform":
-            ms = rng.uniform(a, b)
-        else:  # lognormal with the given mean and std of the latency
-            if b == 0:
-                ms = a
-            else:
-                sigma2 = math.log1p((b / a) ** 2)
-                ms = rng.lognormvariate(math.log(a) - sigma2 / 2, math.sqrt(sigma2))
-        return ms / 1000.0
-
-
-def _distribution_spec(v: Any) -> str:
-    return str(Distribution.parse(v))
-
-
-# -- configuration -----------------------------------------------------------
-
-
-class MockEngineConfig(BaseModel):
-    """Everything `build_app`/`serve` need; every field has a default."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    host: str = "127.0.0.1"
-    port: int = Field(8000, ge=0, le=65535)
-    model: str = Field("mock", min_length=1)
-    ttft_ms: str = Field("0", description="time to first token: a Distribution spec, e.g. 50 or normal:50,5")
-    itl_ms: str = Field("0", description="gap between tokens: a Distribution spec")
-    role: Role = "both"
-    # Without ignore_eos a request stops (finish_reason "stop") after this many tokens;
-    # None: the mock never emits EOS, so max_tokens always decides.
-    eos_after: PositiveInt | None = None
-    default_max_tokens: PositiveInt = 16  # OpenAI's default when a request sets none
-    max_model_len: PositiveInt | None = None  # prompt + max_tokens above it: HTTP 400, as vLLM
-    tokenizer: str | None = None  # count tokens with this HF tokenizer instead of words
-    seed: NonNegativeInt | None = 0  # None: latencies differ from run to run
-    engine_id: str = Field(default_factory=lambda: str(uuid.uuid4()))
-    kv_host: str | None = None  # remote_host in kv_transfer_params; None: host (or 127.0.0.1)
-    kv_port: int = Field(5600, ge=0, le=65535)  # vLLM's default NIXL side-channel port
-    block_size: PositiveInt = 16
-
-    _ttft: Distribution
-    _itl: Distribution
-
-    @field_validator("ttft_ms", "itl_ms", mode="before")
-    @classmethod
-    def _check_distribution(cls, v: Any) -> str:
-        return _distribution_spec(v)
-
-    def model_post_init(self, __context: Any) -> None:
-        self._ttft = Distribution.parse(self.ttft_ms)
-        self._itl = Distribution.parse(self.itl_ms)
-
-    @property
-    def ttft(self) -> Distribution:
-        return self._ttft
-
-    @property
-    def itl(self) -> Distribution:
-        return self._itl
-
-    @property
-    def advertised_kv_host(self) -> str:
-        if self.kv_host:
-            return self.kv_host
-        return "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
-
-
-# -- the engine --------------------------------------------------------------
 
 
 class _BadRequest(Exception):
@@ -206,7 +62,7 @@ COUNTERS = (
 )
 
 
-class _Engine:
+class Engine:
     def __init__(self, cfg: MockEngineConfig) -> None:
         self.cfg = cfg
         self.rng = random.Random(cfg.seed)
@@ -598,7 +454,7 @@ class _Stream:
 
     def __init__(
         self,
-        engine: _Engine,
+        engine: Engine,
         transport: asyncio.Transport,
         deadlines: list[float],
         tokens: list[bytes],
@@ -651,96 +507,3 @@ class _Stream:
     def cancel(self) -> None:
         if self.handle is not None:
             self.handle.cancel()
-
-
-ENGINE_KEY = web.AppKey("pdbench_mock_engine", _Engine)
-
-
-def build_app(config: MockEngineConfig) -> web.Application:
-    """The mock engine's aiohttp application; run it with web.AppRunner or serve()."""
-    engine = _Engine(config)
-    app = web.Application(client_max_size=MAX_REQUEST_BYTES)
-    app[ENGINE_KEY] = engine
-    app.router.add_post("/v1/completions", engine.handle_generate)
-    app.router.add_post("/v1/chat/completions", engine.handle_generate)
-    app.router.add_get("/v1/models", engine.handle_models)
-    app.router.add_get("/health", engine.handle_health)
-    app.router.add_get("/metrics", engine.handle_metrics)
-    return app
-
-
-class _ArrivalClock(asyncio.Protocol):
-    """Wraps aiohttp's protocol to note when a request's first bytes arrive.
-
-    aiohttp starts a handler two event-loop iterations after parsing the request (and
-    later still while other handlers run); counting latencies from the arrival makes
-    the injected TTFT what a client sees, whatever the engine is busy with.
-    """
-
-    def __init__(self, inner: asyncio.Protocol, arrivals: dict[Any, float]) -> None:
-        self.inner, self.arrivals, self.transport = inner, arrivals, None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        self.inner.connection_made(transport)
-
-    def data_received(self, data: bytes) -> None:
-        if self.transport not in self.arrivals:  # the handler takes it; the next request sets it again
-            self.arrivals[self.transport] = time.perf_counter()
-        self.inner.data_received(data)
-
-    def eof_received(self) -> bool | None:
-        return self.inner.eof_received()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.arrivals.pop(self.transport, None)
-        self.inner.connection_lost(exc)
-
-    def pause_writing(self) -> None:
-        self.inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        self.inner.resume_writing()
-
-
-async def _serve(config: MockEngineConfig) -> None:
-    app = build_app(config)
-    engine = app[ENGINE_KEY]
-    # handler_cancellation: a client that goes away stops its stream.
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-    await runner.setup()
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(
-        lambda: _ArrivalClock(runner.server(), engine.arrivals),  # type: ignore[misc]
-        config.host,
-        config.port,
-        reuse_address=True,
-    )
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        server.close()
-        await runner.cleanup()
-
-
-def serve(config: MockEngineConfig) -> None:
-    """Run the mock engine until SIGINT/SIGTERM (uvloop when importable)."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    log.info(
-        "pdbench mock engine on %s:%d model=%s role=%s ttft_ms=%s itl_ms=%s",
-        config.host,
-        config.port,
-        config.model,
-        config.role,
-        config.ttft_ms,
-        config.itl_ms,
-    )
-    loop = aio.new_event_loop()
-    try:
-        loop.run_until_complete(_serve(config))
-    finally:
-        loop.close()

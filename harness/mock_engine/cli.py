@@ -7,7 +7,8 @@ from typing import Annotated, NoReturn
 import typer
 from pydantic import ValidationError
 
-from harness.mock_engine.app import MockEngineConfig, serve
+from harness.mock_engine.config import MockEngineConfig
+from harness.mock_engine.server import serve
 
 DIST_HELP = "50 | constant:50 | normal:MEAN,STD | exponential:MEAN | uniform:LO,HI | lognormal:MEAN,STD"
 
