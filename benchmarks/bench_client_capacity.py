@@ -66,7 +66,7 @@ def run_vllm(url: str, tok: str, n: int, out: Path) -> float:
         str(out),
         "--disable-tqdm",
     ]
-    res = subprocess.run(cmd, cwd=out, capture_output=True, text=True)
+    res = subprocess.run(cmd, cwd=out, capture_output=True, text=True, timeout=1800)
     files = list(out.glob("*.json"))
     if res.returncode != 0 or len(files) != 1:
         raise SystemExit(f"vllm bench serve failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
@@ -100,14 +100,12 @@ def run_pdbench(url: str, tok: str, n: int, out: Path) -> float:
         str(2 * CONCURRENCY),
         "--result-dir",
         str(out),
-        "--prefill-gpus",
-        "0",
-        "--decode-gpus",
+        "--gpus",  # one plain endpoint: no prefill/decode split
         "1",
         "--progress",
         "plain",
     ]
-    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     files = list(out.glob("*.json"))
     if res.returncode != 0 or len(files) != 1:
         raise SystemExit(f"pdbench bench failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")

@@ -104,16 +104,16 @@ def main() -> int:
                 str(args.num_prompts),
                 "--result-dir",
                 str(work / "out"),
-                "--prefill-gpus",
-                "0",
-                "--decode-gpus",
+                "--gpus",  # one plain endpoint: no prefill/decode split
                 "1",
                 "--percentiles",
                 "50,99",
                 "--progress",
                 "plain",
             ]
-            res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, preexec_fn=with_priority(mode))
+            res = subprocess.run(
+                cmd, cwd=ROOT, capture_output=True, text=True, preexec_fn=with_priority(mode), timeout=1800
+            )
         finally:
             engine.terminate()
             engine.wait(timeout=30)
