@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from harness.launch.slurm import TERMINAL
+
 ROOT = Path(__file__).resolve().parents[1]
 UP = ROOT / "scripts" / "slurm" / "up.sh"
 DOWN = ROOT / "scripts" / "slurm" / "down.sh"
@@ -29,24 +31,8 @@ DOWN = ROOT / "scripts" / "slurm" / "down.sh"
 #: Why the last ensure_cluster() returned False ("" after a success).
 last_reason = ""
 
-#: Job states after which nothing of the job runs any more. scontrol reports a job whose
-#: steps are still being torn down as COMPLETING, which is not in this set.
-TERMINAL_STATES = frozenset(
-    {
-        "COMPLETED",
-        "FAILED",
-        "CANCELLED",
-        "TIMEOUT",
-        "NODE_FAIL",
-        "PREEMPTED",
-        "OUT_OF_MEMORY",
-        "BOOT_FAIL",
-        "DEADLINE",
-        "SPECIAL_EXIT",
-        "REVOKED",
-        "NOT_FOUND",
-    }
-)
+#: The launcher's terminal job states, and the job no longer known to Slurm at all.
+TERMINAL_STATES = TERMINAL | {"NOT_FOUND"}
 
 
 def _can_be_root() -> bool:

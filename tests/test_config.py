@@ -166,22 +166,8 @@ def test_cli_exits_2_with_file_and_key(args: list[str], needle: str, tmp_path: P
 
 
 def test_dry_run_creates_run_dir_and_prints_sbatch(tmp_path: Path) -> None:
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness",
-            "submit",
-            "--recipe",
-            "dsr1-fp8-1p2d",
-            "--dry-run",
-            "--results-dir",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    args = [sys.executable, "-m", "harness", "submit", "--recipe", "dsr1-fp8-1p2d", "--dry-run"]
+    r = subprocess.run([*args, "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     (run_dir,) = (tmp_path / "dsr1-fp8-1p2d").iterdir()
     assert f"sbatch --parsable --chdir={run_dir} {run_dir}/job.slurm" in r.stdout
@@ -193,22 +179,7 @@ def test_dry_run_creates_run_dir_and_prints_sbatch(tmp_path: Path) -> None:
         "bench.json",
         "logs",
     }
-    r2 = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness",
-            "submit",
-            "--recipe",
-            "dsr1-fp8-1p2d",
-            "--dry-run",
-            "--results-dir",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r2 = subprocess.run([*args, "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert r2.returncode == 0 and len(list((tmp_path / "dsr1-fp8-1p2d").iterdir())) == 2  # never reused
 
 
@@ -303,6 +274,8 @@ def test_validate_checks_without_rendering(tmp_path: Path, monkeypatch: pytest.M
     from harness.cli import app
 
     monkeypatch.chdir(tmp_path)
+    results = PROJECT_ROOT / "results"
+    before = sorted(results.rglob("*")) if results.exists() else []
     ok = CliRunner().invoke(app, ["validate", "dsr1-fp8-1p2d"])
     assert ok.exit_code == 0, ok.output
     assert ok.output.startswith("ok: dsr1-fp8-1p2d (") and "1P+2D on 3 node(s), connector moriio" in ok.output
@@ -312,7 +285,9 @@ def test_validate_checks_without_rendering(tmp_path: Path, monkeypatch: pytest.M
     # The topology is checked too: the proxy on the prefill server's port.
     clash = CliRunner().invoke(app, ["validate", "local-tiny-1p1d", "--set", "proxy.port=8100"])
     assert clash.exit_code == 2 and "local-tiny-1p1d.yaml: proxy.port: port 8100" in clash.output, clash.output
-    assert list(tmp_path.iterdir()) == []  # nothing written
+    # Nothing written: not here, not under the project's results/ (where submit writes).
+    assert list(tmp_path.iterdir()) == []
+    assert (sorted(results.rglob("*")) if results.exists() else []) == before
 
 
 def test_pdbench_connector_keys_checked_at_load(root: Path) -> None:

@@ -68,25 +68,29 @@ def load_config(config: Path | None, overrides: dict[str, Any]) -> BenchConfig:
 _SCALARS = (int, float, str, bool)
 
 
+def _cli_meta(field: FieldInfo) -> dict[str, Any]:
+    """The field's CLI metadata (cli_default, cli_flags, cli_format; see harness.bench.settings)."""
+    return field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+
+
+def _unwrap(annotation: Any) -> Any:
+    """X | None -> X and Annotated[X, ...] -> X (PositiveInt inside an Optional)."""
+    if get_origin(annotation) in (Union, UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        annotation = args[0] if len(args) == 1 else annotation
+    return get_args(annotation)[0] if get_origin(annotation) is Annotated else annotation
+
+
 def _scalar(annotation: Any) -> type | None:
     """int | None -> int; Literal['a', 'b'] -> str; anything else -> None."""
-    args = (
-        [a for a in get_args(annotation) if a is not type(None)]
-        if get_origin(annotation) in (Union, UnionType)
-        else [annotation]
-    )
-    if len(args) != 1:
-        return None
-    a = args[0]
-    if get_origin(a) is Annotated:  # PositiveInt and the like inside an Optional
-        a = get_args(a)[0]
+    a = _unwrap(annotation)
     if get_origin(a) is Literal:
         return type(get_args(a)[0])
     return a if a in _SCALARS else None
 
 
 def _default_text(field: FieldInfo) -> str:
-    extra: dict[str, Any] = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    extra = _cli_meta(field)
     if "cli_default" in extra:
         return str(extra["cli_default"])
     value = field.get_default(call_default_factory=True)
@@ -98,10 +102,11 @@ def _default_text(field: FieldInfo) -> str:
 
 
 def _option(name: str, field: FieldInfo) -> inspect.Parameter | None:
-    extra: dict[str, Any] = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    extra = _cli_meta(field)
     fmt = extra.get("cli_format")
     flags: list[str] = list(extra.get("cli_flags") or [f"--{name.replace('_', '-')}"])
-    choices = get_args(_unwrap(field.annotation)) if get_origin(_unwrap(field.annotation)) is Literal else ()
+    base = _unwrap(field.annotation)
+    choices = get_args(base) if get_origin(base) is Literal else ()
     what = f" One of: {', '.join(map(str, choices))}." if choices else ""
     if fmt == "csv":
         annotation: Any = str | None
@@ -130,13 +135,6 @@ def _option(name: str, field: FieldInfo) -> inspect.Parameter | None:
         annotation=annotation,
         default=typer.Option(None, *flags, help=help_text, show_default=False),
     )
-
-
-def _unwrap(annotation: Any) -> Any:
-    if get_origin(annotation) in (Union, UnionType):
-        args = [a for a in get_args(annotation) if a is not type(None)]
-        return args[0] if len(args) == 1 else annotation
-    return annotation
 
 
 # Where a flag is found in --help: what to reach first, then the settings in recipe order.
@@ -168,7 +166,7 @@ def _overrides(values: dict[str, Any]) -> dict[str, Any]:
         if value is None or value == []:
             continue
         field = BenchConfig.model_fields[name]
-        fmt = (field.json_schema_extra or {}).get("cli_format") if isinstance(field.json_schema_extra, dict) else None
+        fmt = _cli_meta(field).get("cli_format")
         if fmt == "csv":
             value = _csv(value)
         elif fmt == "kv":

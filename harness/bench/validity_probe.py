@@ -34,8 +34,12 @@ def parse_target(text: str) -> tuple[str, str, str]:
 
 
 def _get(url: str, timeout: float) -> str:
-    # A failed scrape ("") leaves the rules that need it "not checked".
-    return scrape.fetch_metrics(url, timeout) or ""
+    # Sampled every few seconds: a failed scrape ("") is not logged; it leaves the rules
+    # that need it "not checked", which the point's verdict says.
+    try:
+        return scrape.fetch_metrics(url, timeout)
+    except scrape.SCRAPE_ERRORS:
+        return ""
 
 
 class PointProbe:

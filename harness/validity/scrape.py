@@ -17,16 +17,13 @@ log = logging.getLogger(__name__)
 
 # vLLM's /metrics is a few hundred kB; a bound keeps a misbehaving target from filling memory.
 MAX_SCRAPE_BYTES = 16 << 20
+SCRAPE_ERRORS = (OSError, http.client.HTTPException, ValueError)
 
 
-def fetch_metrics(base_url: str, timeout: float) -> str | None:
-    """The text of <base_url>/metrics, or None (logged) when it cannot be had."""
-    try:
-        with urllib.request.urlopen(f"{base_url}/metrics", timeout=timeout) as r:
-            return r.read(MAX_SCRAPE_BYTES).decode(errors="replace")
-    except (OSError, http.client.HTTPException, ValueError) as e:
-        log.warning("could not scrape %s/metrics: %s", base_url, e)
-        return None
+def fetch_metrics(base_url: str, timeout: float) -> str:
+    """The text of <base_url>/metrics; raises OSError/HTTPException/ValueError when it cannot be had."""
+    with urllib.request.urlopen(f"{base_url}/metrics", timeout=timeout) as r:
+        return r.read(MAX_SCRAPE_BYTES).decode(errors="replace")
 
 
 def save(out_dir: Path, name: str, phase: str, text: str) -> Path:
@@ -37,6 +34,7 @@ def save(out_dir: Path, name: str, phase: str, text: str) -> Path:
 def scrape_all(targets: dict[str, str], out_dir: Path, phase: str, timeout: float = 10.0) -> None:
     """targets: name -> base URL. A failed scrape is logged, not fatal: that file is missing."""
     for name, base in targets.items():
-        text = fetch_metrics(base, timeout)
-        if text is not None:
-            save(out_dir, name, phase, text)
+        try:
+            save(out_dir, name, phase, fetch_metrics(base, timeout))
+        except SCRAPE_ERRORS as e:
+            log.warning("could not scrape %s/metrics: %s", base, e)
