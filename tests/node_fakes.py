@@ -1,8 +1,17 @@
 """Fake processes for the node-runtime tests: they stand in for vLLM, the proxy and the
-benchmark client behind a hand-written server.sh (stdlib HTTP only, so they start fast).
+benchmark client of a server.sh written by the real renderer (stdlib HTTP only, so they
+start fast).
 
     python node_fakes.py server --name prefill-0 --port 8100 [failure options]
     python node_fakes.py bench --proxy-port 30000 [--exit-code 1] [--sleep 60]
+    python node_fakes.py as vllm serve MODEL --port 8100 ...   (the command line server.sh runs)
+    python node_fakes.py as proxy --port 30000 ...
+    python node_fakes.py as bench --config ...
+
+`as` maps the rendered command line onto a fake: the process is the one whose port is
+`--port` in $RUN_DIR/fakes.json ({"ports": {name: port}, "flags": {name: [options]}}),
+started with the failure options the test gave it. write_bin() writes the `vllm` and
+`python` wrappers that send server.sh's commands here.
 
 Every fake (and every process it forks) records its PID and start time in
 $RUN_DIR/fakepids/, so a test can prove afterwards that none of them is left.
@@ -20,6 +29,7 @@ import argparse
 import ctypes
 import json
 import os
+import shlex
 import signal
 import sys
 import time
@@ -200,7 +210,42 @@ def run_bench(args: argparse.Namespace) -> None:
     sys.exit(args.exit_code)
 
 
+def as_fake(kind: str, argv: list[str]) -> list[str]:
+    """The fake's command line for a command line of the rendered server.sh."""
+    spec = json.loads((Path(os.environ["RUN_DIR"]) / "fakes.json").read_text())
+    ports, flags = spec["ports"], spec["flags"]
+    if kind == "bench":
+        return ["bench", "--proxy-port", str(ports["proxy"]), *flags.get("bench", [])]
+    port = int(argv[argv.index("--port") + 1])
+    name = next(n for n, p in ports.items() if p == port)
+    return ["server", "--name", name, "--port", str(port), *flags.get(name, [])]
+
+
+def write_bin(bin_dir: Path) -> Path:
+    """`vllm` and `python` wrappers in bin_dir; `python -m harness proxy|bench` and `vllm`
+    become fakes, anything else runs the real interpreter. Returns the `python` wrapper,
+    for PDBENCH_PYTHON (the local launcher puts its directory first on PATH)."""
+    me, real = shlex.quote(str(Path(__file__).resolve())), shlex.quote(sys.executable)
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    scripts = {
+        "vllm": f'exec {real} {me} as vllm "$@"\n',
+        "python": (
+            'if [ "${1:-}" = -m ] && [ "${2:-}" = harness ] && { [ "${3:-}" = proxy ] || [ "${3:-}" = bench ]; }; then\n'
+            f'  exec {real} {me} as "$3" "${{@:4}}"\n'
+            "fi\n"
+            f'exec {real} "$@"\n'
+        ),
+    }
+    for name, body in scripts.items():
+        (bin_dir / name).write_text("#!/usr/bin/env bash\n" + body)
+        (bin_dir / name).chmod(0o755)
+    return bin_dir / "python"
+
+
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["as"]:
+        argv = as_fake(argv[1], argv[2:])
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("server")

@@ -1,8 +1,8 @@
 """The node runtime and the local launcher with real processes but fake servers (no vLLM).
 
-Each test writes a run directory by hand (plan.json as harness/render/job.py writes it and
-a server.sh whose `proc NAME` functions exec tests/node_fakes.py) and runs it through
-harness.launch.local.run_local or `bash server.sh` directly. The fakes record their PIDs in
+Each test renders the local 1P1D recipe with the real renderer (plan.json, server.sh) and
+runs it through harness.launch.local.run_local or `bash server.sh` directly, with the `vllm`
+and `python -m harness proxy|bench` of server.sh answered by tests/node_fakes.py. The fakes record their PIDs in
 $RUN_DIR/fakepids/, so every test can check that nothing outlived the job.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import signal
 import socket
 import subprocess
@@ -22,15 +21,16 @@ from pathlib import Path
 
 import psutil
 import pytest
-from node_fakes import RESULT_NAME
+from node_fakes import RESULT_NAME, write_bin
 
 from benchmarks.common import free_ports
 from harness.config import load_recipe
 from harness.launch.local import _sweep_leftovers, node_env, run_local
 from harness.node.coordination import Aborted, Coordination, Failure
 from harness.node.supervisor import Supervisor
-from harness.topology import PlanFile, plan
+from harness.render import RenderContext, render_job
 
+ROOT = Path(__file__).resolve().parents[1]
 FAKES = Path(__file__).with_name("node_fakes.py")
 pytestmark = pytest.mark.timeout(60)
 
@@ -38,8 +38,8 @@ FAST = {"rendezvous_s": 10, "health_s": 10, "smoke_s": 5, "bench_s": 10, "teardo
 
 
 class Job:
-    """A run directory: the plan as the renderer writes it for 1P1D (prefill-0 and the proxy on
-    node 0, decode-0 on node 1) and a server.sh whose processes are the fakes of node_fakes.py."""
+    """A run directory as the renderer writes it for 1P1D (prefill-0 and the proxy on node 0,
+    decode-0 on node 1), whose processes are the fakes of node_fakes.py."""
 
     def __init__(
         self,
@@ -65,45 +65,12 @@ class Job:
             *(f"timeouts.{k}={v}" for k, v in self.timeouts.items()),
         ]
         rr = load_recipe("local-tiny-1p1d", overrides)
-        self.plan = PlanFile.of(rr, plan(rr)).to_json()
-        (run_dir / "plan.json").write_text(json.dumps(self.plan, indent=2) + "\n")
-
-        def fake(*words: str) -> str:
-            return 'exec "$PDBENCH_PYTHON" ' + shlex.join([str(FAKES), *words])
-
-        funcs = {
-            name: fake("server", "--name", name, "--port", str(port), *flags.get(name, []))
-            for name, port in self.ports.items()
-        }
-        funcs["bench"] = fake("bench", "--proxy-port", str(self.ports["proxy"]), *flags.get("bench", []))
-        lines = [
-            "#!/usr/bin/env bash",
-            "set -euo pipefail",
-            'RUN_DIR="${RUN_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}"',
-            "export RUN_DIR",
-            'PDBENCH_PYTHON="${PDBENCH_PYTHON:-python3}"',
-            "export PDBENCH_PYTHON",
-            "",
-        ]
-        for name, body in funcs.items():
-            lines += [f"proc_{name.replace('-', '_')}() {{", f"  {body}", "}", ""]
-        lines += [
-            'case "${1:-node}" in',
-            '  node) exec "$PDBENCH_PYTHON" -m harness node --run-dir "$RUN_DIR" ;;',
-            "  proc)",
-            '    case "${2:-}" in',
-        ]
-        lines += [f"      {name}) proc_{name.replace('-', '_')} ;;" for name in funcs]
-        lines += [
-            "      *) echo \"server.sh: unknown process '${2:-}'\" >&2; exit 2 ;;",
-            "    esac",
-            "    ;;",
-            '  *) echo "usage: server.sh [node | proc NAME]" >&2; exit 2 ;;',
-            "esac",
-            "",
-        ]
-        (run_dir / "server.sh").write_text("\n".join(lines))
-        (run_dir / "server.sh").chmod(0o755)
+        # The real renderer writes plan.json and server.sh; the `vllm` and `python -m harness
+        # proxy|bench` that server.sh runs are node_fakes' wrappers (see the fakes fixture).
+        render_job(rr, run_dir, RenderContext(str(run_dir), str(ROOT), sys.executable, None))
+        self.plan = json.loads((run_dir / "plan.json").read_text())
+        fakes = {"ports": self.ports, "flags": flags}
+        (run_dir / "fakes.json").write_text(json.dumps(fakes))
 
     def run(self, timeout_s: float | None = None) -> tuple[int, float]:
         t0 = time.monotonic()
@@ -204,8 +171,16 @@ def _wait_for(pred, timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
+@pytest.fixture(scope="module")
+def fake_python(tmp_path_factory) -> Path:
+    return write_bin(tmp_path_factory.mktemp("fakebin"))
+
+
 @pytest.fixture
-def make_job(tmp_path: Path):
+def make_job(tmp_path: Path, fake_python: Path, monkeypatch):
+    # server.sh runs `vllm` from PATH and `$PDBENCH_PYTHON -m harness ...`: both are the fakes'.
+    monkeypatch.setenv("PDBENCH_PYTHON", str(fake_python))
+    monkeypatch.setenv("PATH", f"{fake_python.parent}{os.pathsep}{os.environ['PATH']}")
     jobs: list[Job] = []
 
     def make(**kw) -> Job:

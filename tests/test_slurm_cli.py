@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from harness import topology
+from harness.config import load_recipe
 from harness.launch import slurm
 from harness.runs import log_files, resolve_run
+from harness.topology import PlanFile
 
 
 def _fake(bin_dir: Path, name: str, script: str) -> None:
@@ -81,15 +84,8 @@ def test_wait_follows_to_the_end(fake_bin: Path, tmp_path: Path) -> None:
 def _run_dir(tmp_path: Path) -> Path:
     run = tmp_path / "results" / "r1" / "20260101T000000Z-abc123"
     (run / "logs").mkdir(parents=True)
-    plan = {
-        "num_nodes": 2,
-        "proxy_node": 0,
-        "processes": [
-            {"name": "prefill-0", "node": 0, "kind": "server"},
-            {"name": "decode-0", "node": 1, "kind": "server"},
-            {"name": "proxy", "node": 0, "kind": "proxy"},
-        ],
-    }
+    rr = load_recipe("local-tiny-1p1d")  # prefill-0 and the proxy on node 0, decode-0 on node 1
+    plan = PlanFile.of(rr, topology.plan(rr)).to_json()
     (run / "plan.json").write_text(json.dumps(plan))
     for name in ("prefill-0", "decode-0", "proxy", "bench", "node0", "node1"):
         (run / "logs" / f"{name}.log").write_text(f"{name} line 1\n{name} line 2\n")

@@ -28,12 +28,14 @@ log = logging.getLogger(__name__)
 
 
 def node_env(run_dir: Path, job_id: str, node: int, num_nodes: int) -> dict[str, str]:
-    venv_bin = str(Path(sys.executable).parent)
+    # The node runs pdbench with PDBENCH_PYTHON (default: this interpreter), and that
+    # environment's bin directory comes first on PATH, so `vllm` is the one installed beside it.
+    python = os.environ.get("PDBENCH_PYTHON") or sys.executable
     env = dict(os.environ)
     env.update(
         {
-            "PATH": venv_bin + os.pathsep + env.get("PATH", ""),
-            "PDBENCH_PYTHON": sys.executable,
+            "PATH": str(Path(python).parent) + os.pathsep + env.get("PATH", ""),
+            "PDBENCH_PYTHON": python,
             "PDBENCH_NODE_ADDR": "127.0.0.1",
             "PDBENCH_LAUNCHER": "local",
             "RUN_DIR": str(run_dir),
