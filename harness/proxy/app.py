@@ -1,4 +1,4 @@
-"""The prefill/decode (PD) proxy's request handling: upstream legs, health, metrics.
+"""The prefill/decode (PD) proxy's request handling: upstream legs and metrics.
 
 The process around it (application, loop, workers) is `server`; error answers `errors`.
 
@@ -6,9 +6,9 @@ Per request: validate the body, pick a prefill and a decode instance (policy, DP
 shape both legs for the connector (`flows`), run them (one after the other, or at
 once) over a lean keep-alive HTTP client (`upstream`), and relay decode's bytes to the
 client untouched. Instances come from the command line and, for MoRI-IO, from
-registrations (`registry`). A poller checks every instance's /health (aiohttp's
-client, off the hot path); a circuit breaker takes out instances whose legs keep
-failing until a health check passes again.
+registrations (`registry`). The poller of `health` checks every instance's /health;
+a circuit breaker takes out instances whose legs keep failing until a health check
+passes again.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from harness.proxy.flows import (
     make_flow,
     parse_request,
 )
+from harness.proxy.health import HealthPoller, read_capped, readiness
 from harness.proxy.metrics import ProxyMetrics
 from harness.proxy.registry import Registry
 from harness.proxy.upstream import Response, UpstreamClient, UpstreamFailure
@@ -54,19 +55,6 @@ MAX_ERROR_BODY = 64 * 1024
 def _auth_headers(request: web.Request) -> dict[str, str]:
     auth = request.headers.get("Authorization")
     return {"Authorization": auth} if auth else {}
-
-
-async def _read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
-    if resp.content_length is not None:
-        if resp.content_length > cap:
-            raise ValueError(f"response of {resp.content_length} bytes exceeds {cap}")
-        return await resp.read()
-    buf = bytearray()
-    async for chunk in resp.content.iter_any():
-        buf += chunk
-        if len(buf) > cap:
-            raise ValueError(f"response exceeds {cap} bytes")
-    return bytes(buf)
 
 
 class Proxy:
@@ -97,7 +85,7 @@ class Proxy:
             )
         connect = min(MAX_CONNECT_S, config.request_timeout_s)
         self.leg_timeout = aiohttp.ClientTimeout(total=config.request_timeout_s, sock_connect=connect)
-        self.health_timeout = aiohttp.ClientTimeout(total=config.health_timeout_s)
+        self.health = HealthPoller(config, self.pool, self.registry, lambda: self.http)
         self.upstream = UpstreamClient(connect)
         self._urls: dict[tuple[str, str], URL] = {}
 
@@ -136,7 +124,7 @@ class Proxy:
             auto_decompress=False,
             skip_auto_headers=("User-Agent", "Accept-Encoding"),
         )
-        tasks = [asyncio.ensure_future(self._health_loop())]
+        tasks = [asyncio.ensure_future(self.health.run())]
         if self.registry is not None:
             bound: asyncio.Future[str] = asyncio.get_running_loop().create_future()
             tasks.append(
@@ -164,64 +152,10 @@ class Proxy:
             await self.session.close()
             self.session = None
 
-    async def _health_loop(self) -> None:
-        while True:
-            try:
-                backends = self.pool.all()
-                await asyncio.gather(*(self._poll(b) for b in backends))
-                if self.registry is not None:
-                    self.registry.expire(time.monotonic(), self.cfg.registration_ttl_s)
-            except Exception as exc:  # keep polling whatever happens
-                log.warning("health poll error: %s", describe(exc))
-            await asyncio.sleep(self.cfg.health_interval_s)
-
-    async def _poll(self, b: Backend) -> None:
-        try:
-            async with self.http.get(self._url(b, "/health"), timeout=self.health_timeout) as resp:
-                ok, reason = resp.status == 200, f"HTTP {resp.status}"
-                await resp.read()
-            if ok and b.bootstrap_addr is not None:
-                await self._query_bootstrap(b)
-        except (asyncio.TimeoutError, aiohttp.ClientError, ValueError) as exc:
-            ok, reason = False, describe(exc)
-        self.pool.record_health(b, ok, reason)
-
-    async def _query_bootstrap(self, b: Backend) -> None:
-        """Mooncake: the engine id of each DP rank, from the prefill's bootstrap server."""
-        assert b.bootstrap_addr is not None  # only Mooncake prefills are queried
-        async with self.http.get(b.bootstrap_addr + "/query", timeout=self.health_timeout) as resp:
-            if resp.status != 200:
-                raise ValueError(f"bootstrap /query returned HTTP {resp.status}")
-            data = loads(await _read_capped(resp, 1 << 20))
-        if not isinstance(data, dict) or not data:
-            raise ValueError("bootstrap /query returned no engines")
-        ids = {int(rank): str(entry["engine_id"]) for rank, entry in data.items()}
-        if ids != b.engine_ids:
-            log.info("%s engines per DP rank: %s", b.label, ids)
-        b.engine_ids, b.dp_size = ids, max(1, len(ids))
-
     # -- handlers ----------------------------------------------------------
 
     def health_state(self) -> tuple[bool, dict[str, Any]]:
-        now = time.monotonic()
-        n_p, n_d = self.pool.count_available("prefill", now), self.pool.count_available("decode", now)
-        exp_p, exp_d = self.cfg.want_prefill, self.cfg.want_decode
-        ok = n_p >= exp_p and n_d >= exp_d
-        ttl = self.cfg.registration_ttl_s
-        body: dict[str, Any] = {
-            "status": "ok" if ok else "not_ready",
-            "prefill_instances": n_p,
-            "decode_instances": n_d,
-            "expected_prefill": exp_p,
-            "expected_decode": exp_d,
-            "connector": self.cfg.connector,
-            "backends": [
-                b.describe(now, ttl, b.out_since is None and self.pool.ready(b, now)) for b in self.pool.all()
-            ],
-        }
-        if self.registry is not None:
-            body["transfer_mode"] = self.registry.mode
-        return ok, body
+        return readiness(self.cfg, self.pool, self.registry)
 
     async def handle_health(self, request: web.Request) -> web.Response:
         ok, body = self.health_state()
@@ -240,7 +174,7 @@ class Proxy:
         timeout = aiohttp.ClientTimeout(total=min(MAX_MODELS_S, self.cfg.request_timeout_s))
         try:
             async with self.http.get(url, headers=_auth_headers(request), timeout=timeout) as resp:
-                raw = await _read_capped(resp, MAX_PREFILL_RESPONSE)
+                raw = await read_capped(resp, MAX_PREFILL_RESPONSE)
                 ctype = resp.headers.get("Content-Type", "application/json")
                 return web.Response(body=raw, status=resp.status, headers={"Content-Type": ctype})
         except (asyncio.TimeoutError, aiohttp.ClientError, ValueError) as exc:
