@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import typer
 from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from harness import tiny_model
@@ -68,13 +69,12 @@ class Engine:
             return r.status, r.read()
 
     def metrics(self) -> dict[str, float]:
+        """Each sample by name (and '/finished_reason' where it has one), as Prometheus parses it."""
         out = {}
-        for line in self.get("/metrics")[1].decode().splitlines():
-            if line and not line.startswith("#"):
-                key, value = line.rsplit(" ", 1)
-                out[key.split("{")[0] + ("" if "finished_reason" not in key else "/" + key.split('"')[-2])] = float(
-                    value
-                )
+        for family in text_string_to_metric_families(self.get("/metrics")[1].decode()):
+            for sample in family.samples:
+                reason = sample.labels.get("finished_reason")
+                out[sample.name + (f"/{reason}" if reason else "")] = sample.value
         return out
 
 

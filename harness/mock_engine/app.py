@@ -17,6 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from harness.mock_engine.config import MockEngineConfig
+from harness.mock_engine.metrics import COUNTER_NAMES, FINISH_REASONS, EngineMetrics
 
 try:  # optional: faster request parsing
     from orjson import loads as _loads
@@ -46,31 +47,16 @@ def _error(status: int, message: str, etype: str) -> web.Response:
     return web.json_response(body, status=status)
 
 
-COUNTERS = (
-    ("vllm:prompt_tokens_total", "Number of prefill tokens processed."),
-    ("vllm:generation_tokens_total", "Number of generation tokens processed."),
-    ("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens."),
-    ("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens."),
-    (
-        "vllm:external_prefix_cache_queries_total",
-        "External prefix cache queries from KV connector cross-instance cache sharing, in tokens.",
-    ),
-    (
-        "vllm:external_prefix_cache_hits_total",
-        "External prefix cache hits from KV connector cross-instance cache sharing, in tokens.",
-    ),
-)
-
-
 class Engine:
     def __init__(self, cfg: MockEngineConfig) -> None:
         self.cfg = cfg
         self.rng = random.Random(cfg.seed)
         self.ttft, self.itl = cfg.ttft, cfg.itl
         self.instant = self.ttft.is_zero and self.itl.is_zero
-        self.counters = dict.fromkeys((name for name, _ in COUNTERS), 0)
-        self.success: dict[str, int] = {"length": 0, "stop": 0, "abort": 0}
+        self.counters = dict.fromkeys(COUNTER_NAMES, 0)
+        self.success = dict.fromkeys(FINISH_REASONS, 0)
         self.running = 0
+        self.metrics = EngineMetrics(self)
         self.arrivals: dict[Any, float] = {}  # transport -> when its request began to arrive
         self.ids = itertools.count()
         self.id_prefix = uuid.uuid4().hex[:16]
@@ -407,31 +393,7 @@ class Engine:
         return web.Response(status=200)
 
     async def handle_metrics(self, request: web.Request) -> web.Response:
-        labels = f'engine="0",model_name={self.model_json}'
-        lines: list[str] = []
-        for name, help_text in COUNTERS:
-            lines += [
-                f"# HELP {name} {help_text}",
-                f"# TYPE {name} counter",
-                f"{name}{{{labels}}} {float(self.counters[name])}",
-            ]
-        lines += [
-            "# HELP vllm:request_success_total Count of successfully processed requests.",
-            "# TYPE vllm:request_success_total counter",
-        ]
-        for reason in ("length", "stop", "abort"):
-            lines.append(
-                f'vllm:request_success_total{{{labels},finished_reason="{reason}"}} {float(self.success[reason])}'
-            )
-        lines += [
-            "# HELP vllm:num_requests_running Number of requests in model execution batches.",
-            "# TYPE vllm:num_requests_running gauge",
-            f"vllm:num_requests_running{{{labels}}} {float(self.running)}",
-            "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
-            "# TYPE vllm:num_requests_waiting gauge",
-            f"vllm:num_requests_waiting{{{labels}}} 0.0",
-        ]
-        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain", charset="utf-8")
+        return web.Response(body=self.metrics.render(), headers={"Content-Type": self.metrics.content_type})
 
 
 class _Stream:
