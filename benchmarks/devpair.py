@@ -1,8 +1,8 @@
 """A local prefill/decode pair of real `vllm serve` processes, for tests and benchmarks.
 
-Lives beside the benchmarks (the connector package is only what vLLM loads); process
-groups are signalled with the node supervisor's helper, as a job's servers are. Starts each server in its own session (so stopping it kills its
-EngineCore and workers too), waits for /health, and speaks the two-phase flow
+Lives beside the benchmarks (the connector package is only what vLLM loads). Each server
+runs under the node supervisor, as a job's servers do: its own session, its log file, its
+EngineCore and workers stopped with it. Waits for /health, and speaks the two-phase flow
 the proxy uses: prefill with ``do_remote_decode``, then decode with the
 ``kv_transfer_params`` prefill returned.
 """
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.node.supervisor import signal_group
+from harness.node.supervisor import Managed, Supervisor, signal_group
 
 REPO = Path(__file__).resolve().parent.parent
 PREFILL_PARAMS = {
@@ -42,10 +42,20 @@ def vllm_bin() -> str:
 
 @dataclass
 class Server:
+    """One `vllm serve` under its own node supervisor (own session, real PID, reaped)."""
+
     name: str
     port: int
-    proc: subprocess.Popen[bytes]
-    log: Path
+    supervisor: Supervisor
+    managed: Managed
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes]:
+        return self.managed.popen
+
+    @property
+    def log(self) -> Path:
+        return self.managed.log_path
 
     @property
     def url(self) -> str:
@@ -55,20 +65,13 @@ class Server:
         return self.proc.poll() is None
 
     def stop(self, timeout: float = 20.0) -> None:
-        """SIGTERM the server's session, SIGKILL what is left after `timeout`."""
-        if self.proc.poll() is None:
-            signal_group(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                pass
-        signal_group(self.proc.pid, signal.SIGKILL)  # stragglers of the session
-        if self.proc.poll() is None:
-            self.proc.wait(10)
+        """SIGTERM the server's session and every descendant, SIGKILL what is left after `timeout`."""
+        self.supervisor.stop_all(timeout)
 
     def kill(self) -> None:
+        """A crash: SIGKILL the whole session at once."""
         signal_group(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
+        self.supervisor.stop_all(0)
 
     def log_tail(self, n: int = 40) -> str:
         try:
@@ -151,11 +154,8 @@ def start_server(
         }
     )
     e.update(env or {})
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log = log_dir / f"{name}.log"
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=e, cwd=str(REPO), start_new_session=True)
-    return Server(name, port, proc, log)
+    sup = Supervisor(log_dir)
+    return Server(name, port, sup, sup.start(name, argv, e, cwd=REPO))
 
 
 def wait_healthy(servers: list[Server], timeout: float = 300.0) -> None:
