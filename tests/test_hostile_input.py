@@ -258,8 +258,25 @@ def _stubs(bin_dir: Path) -> None:
         (bin_dir / name).chmod(0o755)
     (bin_dir / "id").write_text(f"#!{bash}\necho 1000\n")
     (bin_dir / "id").chmod(0o755)
-    # Real tools the scripts use; `touch` too, so that an injected `touch` would work.
-    for tool in ("bash", "mkdir", "dirname", "touch"):
+    # Real tools the scripts (job.slurm, container.sh) use; `touch` too, so that an injected
+    # `touch` would work.
+    for tool in (
+        "bash",
+        "mkdir",
+        "dirname",
+        "touch",
+        "mktemp",
+        "rm",
+        "ln",
+        "mv",
+        "date",
+        "sleep",
+        "timeout",
+        "tail",
+        "cut",
+        "grep",
+        "hostname",
+    ):
         (bin_dir / tool).symlink_to(shutil.which(tool))
 
 

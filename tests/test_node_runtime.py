@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -685,3 +686,20 @@ def test_done_marker(tmp_path: Path) -> None:
     a.mark_done()
     assert b.is_done()
     assert json.loads((tmp_path / "state" / "done").read_text())["node"] == 0
+
+
+def test_stale_host_heartbeat_tears_the_node_down(make_job, monkeypatch) -> None:
+    # In a container, Slurm killing the task (past KillWait) leaves the container running:
+    # the wrapper's heartbeat stops, and the node runtime inside ends the job by itself.
+    job = make_job(flags={"bench": ["--sleep", "60"]})
+    beat = job.run_dir / "state" / "heartbeat-node1"
+    beat.parent.mkdir(exist_ok=True)
+    beat.touch()
+    old = time.time() - 120
+    os.utime(beat, (old, old))
+    monkeypatch.setenv("PDBENCH_HEARTBEAT", str(beat))  # both nodes watch node 1's stale file
+    rc, took = job.run()
+    assert rc == 1 and took < 20, job.logs()
+    reason = job.status()["reason"]
+    assert re.match(r"node [01]: the container's host-side wrapper stopped beating \d+ s ago", reason), reason
+    job.assert_nothing_left()

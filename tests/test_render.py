@@ -73,27 +73,32 @@ VARIANTS = {
 }
 
 
-# The container runtime and Slurm options change only job.slurm; their server.sh would be
-# copies of the default's.
-GOLDEN_CASES = [
-    (case, script)
-    for case in sorted(VARIANTS)
-    for script in ("job.slurm", "server.sh")
-    if not (
-        script == "server.sh"
-        and case.startswith("dsr1-fp8-1p2d--")
-        and case.split("--")[1]
-        in (
-            "podman",
-            "enroot",
-            "apptainer",
-            "none",
-            "docker-mounts-sbatch",
-            "enroot-mounts-sbatch",
-            "apptainer-mounts-sbatch",
-        )
-    )
-]
+# The container runtime and Slurm options change only job.slurm (and container.sh, which
+# docker and podman jobs have); their server.sh would be copies of the default's.
+SAME_SERVER_SH = (
+    "podman",
+    "enroot",
+    "apptainer",
+    "none",
+    "docker-mounts-sbatch",
+    "enroot-mounts-sbatch",
+    "apptainer-mounts-sbatch",
+)
+
+
+def _scripts(case: str) -> list[str]:
+    recipe, overrides = VARIANTS[case]
+    runtime = next((o.split("=", 1)[1] for o in overrides if o.startswith("container.runtime=")), None)
+    runtime = runtime or load_recipe(recipe).recipe.container.runtime
+    out = ["job.slurm"]
+    if not (case.startswith("dsr1-fp8-1p2d--") and case.split("--")[1] in SAME_SERVER_SH):
+        out.append("server.sh")
+    if runtime in ("docker", "podman"):
+        out.append("container.sh")
+    return out
+
+
+GOLDEN_CASES = [(case, script) for case in sorted(VARIANTS) for script in _scripts(case)]
 
 
 @pytest.mark.parametrize("case, script", GOLDEN_CASES)
@@ -109,8 +114,10 @@ def test_golden(case: str, script: str, tmp_path: Path) -> None:
 def test_scripts_pass_bash_n_and_shellcheck(case: str, tmp_path: Path) -> None:
     recipe, overrides = VARIANTS[case]
     out = _render(recipe, tmp_path, overrides)
-    for script in ("job.slurm", "server.sh"):
+    for script in ("job.slurm", "server.sh", "container.sh"):
         path = out / script
+        if script == "container.sh" and not path.exists():
+            continue
         r = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True, timeout=30)
         assert r.returncode == 0, r.stderr
         r = subprocess.run([_shellcheck(), "-x", str(path)], capture_output=True, text=True, timeout=60)
@@ -128,12 +135,23 @@ def test_every_container_runtime_renders_clean_shell(runtime: str, tmp_path: Pat
     assert r.returncode == 0, r.stdout
     launch = {
         "none": 'bash "$RUN_DIR/server.sh"',
-        "docker": "docker run --rm --init",
-        "podman": "podman run --rm --init",
+        "docker": 'bash "$RUN_DIR/container.sh"',
+        "podman": 'bash "$RUN_DIR/container.sh"',
         "enroot": "--container-image=",
         "apptainer": "apptainer exec",
     }[runtime]
     assert launch in job
+    if runtime in ("docker", "podman"):
+        wrapper = (out / "container.sh").read_text()
+        assert f"RUNTIME={runtime}\n" in wrapper
+        # The stock vLLM images' entrypoint is `vllm`: every container overrides it.
+        assert (
+            '--entrypoint ""' in wrapper and '"$RUNTIME" run "${ARGS[@]}" "$IMAGE" bash "$RUN_DIR/server.sh"' in wrapper
+        )
+        r = subprocess.run([_shellcheck(), str(out / "container.sh")], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stdout
+    else:
+        assert not (out / "container.sh").exists()
 
 
 def test_dsr1_commands(tmp_path: Path) -> None:

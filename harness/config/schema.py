@@ -211,6 +211,23 @@ class ContainerSpec(Strict):
         None, description="container image (required unless runtime is none)", examples=["vllm/vllm-openai:v0.11.0"]
     )
     mounts: dict[MountSource, MountTarget] = Field({}, description="host path -> container path[:options]")
+    gpus: Literal["auto", "nvidia", "amd", "none"] = Field(
+        "auto",
+        description=(
+            "docker/podman: how the container gets the node's GPUs: nvidia (--gpus all, or CDI with podman), "
+            "amd (/dev/kfd and /dev/dri), none; auto picks by the devices each node has"
+        ),
+    )
+    privileged: bool = Field(
+        True,
+        description=(
+            "docker/podman: --privileged, as the vendors' own jobs run (RDMA, NUMA, every GPU device); "
+            "off where the host refuses it (a container host without all capabilities)"
+        ),
+    )
+    pull_timeout_s: int = Field(
+        1800, gt=0, description="docker/podman: a node that lacks the image pulls it within this many seconds"
+    )
 
     @model_validator(mode="after")
     def _image(self) -> ContainerSpec:

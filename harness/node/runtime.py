@@ -7,10 +7,12 @@ Every node tears down all of its processes on success, failure, signal or timeou
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -27,6 +29,7 @@ from harness.node.coordination import (
     write_status,
 )
 from harness.node.health import is_healthy, smoke_request
+from harness.node.heartbeat import HostHeartbeat
 from harness.node.secrets import ensure_job_secret
 from harness.node.signal_cause import describe_signal
 from harness.node.supervisor import Supervisor
@@ -138,6 +141,15 @@ def run_node(run_dir: Path, node_id: int | None = None) -> int:
 def _run(ctx: NodeContext, coord: Coordination, sup: Supervisor) -> None:
     t = ctx.timeouts
     addr = discover_address()
+    if ctx.plan.num_nodes > 1 and ipaddress.ip_address(addr).is_loopback and not os.environ.get("PDBENCH_NODE_ADDR"):
+        # The other nodes could never reach this one: say so now, not after the health timeout.
+        raise Failed(
+            Failure(
+                ctx.node_id,
+                f"this node's host name {socket.gethostname()!r} resolves to {addr}, a loopback address the "
+                "other nodes cannot reach (fix its /etc/hosts or DNS, or set PDBENCH_NODE_ADDR)",
+            )
+        )
     coord.announce(addr)
     addrs = coord.wait_for_nodes(t.rendezvous_s)
     log.info("node %d of %d at %s; all nodes: %s", ctx.node_id, ctx.plan.num_nodes, addr, addrs)
@@ -156,11 +168,15 @@ def _run(ctx: NodeContext, coord: Coordination, sup: Supervisor) -> None:
     for p in mine:
         start(p.name)
 
+    host = HostHeartbeat.from_env()
+
     def check(ignore: tuple[str, ...] = ()) -> None:
         dead = [d for d in sup.exited() if d[0] not in ignore]
         if dead:
             raise Failed(_exit_failure(ctx, *dead[0]))
         coord.check_abort()
+        if (lost := host.lost()) is not None:
+            raise Failed(Failure(ctx.node_id, lost))
 
     # Health gate: this node's servers first (and pin CPU-only workers), then node 0
     # waits for every server of the job and for the proxy's count-aware /health.

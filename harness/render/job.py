@@ -239,6 +239,18 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext) -> JobPlan
         mounts=mounts,
         mount_list="".join(f",{src}:{dst}" for src, dst in mounts),
     )
+    container = None
+    if rr.recipe.container.runtime in ("docker", "podman"):
+        c = rr.recipe.container
+        container = env.get_template("container.sh.j2").render(
+            **common,
+            runtime=c.runtime,
+            image=c.image or "",
+            gpus=c.gpus,
+            privileged=c.privileged,
+            pull_timeout_s=c.pull_timeout_s,
+            mounts=mounts,
+        )
     lock = {
         **rr.locked(),
         "fingerprint": rr.fingerprint,
@@ -253,8 +265,10 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext) -> JobPlan
         "plan.json": json.dumps(plan_json, indent=2) + "\n",
         "bench.json": json.dumps(cmd.bench_config(rr, p, run_metadata(rr, p, ctx), ctx.root), indent=2) + "\n",
     }
+    if container is not None:
+        files["container.sh"] = container
     for fname, text in files.items():
-        write_new(out_dir / fname, text, executable=fname in ("server.sh", "job.slurm"))
+        write_new(out_dir / fname, text, executable=fname.endswith((".sh", ".slurm")))
     return p
 
 

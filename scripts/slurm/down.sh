@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/slurm/down.sh - tear down the cluster made by scripts/slurm/up.sh. Safe to run
 # any number of times. Cancels jobs, stops slurmd/slurmctld (SIGTERM, then SIGKILL), kills
-# whatever is left in the node namespaces, deletes the namespaces and the bridge, stops
+# the nodes' dockerd (scripts/slurm/containers-up.sh), whatever is left in the node namespaces, deletes the namespaces and the bridge, stops
 # munged only if up.sh started it, and removes the managed slurm.conf, the /etc/hosts lines
 # and the state directory. Packages stay installed.
 #   PDBENCH_SLURM_DIR        state directory (/tmp/pdbench-slurm)
@@ -79,7 +79,12 @@ for f in "$BASE"/run/slurmd-*.pid; do p=$(pid_of "$f" slurmd); [ -n "$p" ] && pi
 p=$(pid_of "$BASE/run/slurmctld.pid" slurmctld)
 [ -n "$p" ] && { log "stopping slurmctld: $p"; stop_pids 10 "$p"; }
 
-# 3. anything left in the node namespaces (slurmstepd, job processes that escaped), then them
+# 3. the nodes' dockerd of containers-up.sh (images stay in /var/lib/pdbench-docker)
+pids=()
+for f in /run/pdbench-docker/node*.pid; do [ -f "$f" ] && p=$(pid_of "$f" dockerd) && [ -n "$p" ] && pids+=("$p"); done
+[ ${#pids[@]} -gt 0 ] && { log "stopping the nodes' dockerd: ${pids[*]}"; stop_pids 20 "${pids[@]}"; }
+
+# 4. anything left in the node namespaces (slurmstepd, job processes that escaped), then them
 for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep '^slurm-node'); do
   mapfile -t left < <(ip netns pids "$ns" 2>/dev/null)
   [ ${#left[@]} -gt 0 ] && { log "killing what is left in $ns: ${left[*]}"; stop_pids 5 "${left[@]}"; }
@@ -90,14 +95,14 @@ for l in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//'
 done
 if ip link show "$BR" >/dev/null 2>&1; then log "deleting bridge $BR"; ip link del "$BR"; fi
 
-# 4. munged, only if up.sh started it
+# 5. munged, only if up.sh started it
 if [ "$KEEP_MUNGE" != 1 ] && [ -f "$BASE/run/munged.ours" ]; then
   p=$(pid_of "$BASE/run/munged.ours" munged)
   [ -n "$p" ] && { log "stopping munged: $p"; stop_pids 10 "$p"; }
   rm -f "$BASE/run/munged.ours"
 fi
 
-# 5. config, /etc/hosts lines, state
+# 6. config, /etc/hosts lines, state
 if [ -f "$CONF" ] && head -1 "$CONF" | grep -qF "$TAG"; then
   rm -f "$CONF"
   if [ -f "$CONF.pdbench-backup" ]; then log "restoring $CONF from its backup"; mv "$CONF.pdbench-backup" "$CONF"; fi

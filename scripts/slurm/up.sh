@@ -107,6 +107,8 @@ SlurmdLogFile=$BASE/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 InactiveLimit=0
+# Points each task at its own node's dockerd, where containers-up.sh started one.
+TaskProlog=$BASE/task-prolog.sh
 KillWait=5
 MinJobAge=300
 # Generous: the machine is small and often busy with vLLM servers.
@@ -227,6 +229,14 @@ if [ -f "$CONF" ] && ! head -1 "$CONF" | grep -qF "$TAG"; then
   cp -p "$CONF" "$CONF.pdbench-backup"
 fi
 printf '%s\n' "$WANT" >"$CONF"
+# Lines "export NAME=value" on a TaskProlog's stdout set the task's environment.
+cat >"$BASE/task-prolog.sh" <<'PROLOG'
+#!/bin/sh
+sock=/run/pdbench-docker/$SLURMD_NODENAME.sock
+[ -S "$sock" ] && echo "export DOCKER_HOST=unix://$sock"
+exit 0
+PROLOG
+chmod 755 "$BASE/task-prolog.sh"
 
 # ---------------------------------------------------------------- 6. daemons
 log "starting slurmctld"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-1p2d-nixl · fingerprint ea2c227b1cfa4239
+# pdbench node script · recipe dsr1-fp8-1p2d-nixl · fingerprint 87a1113b19fa9e24
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
