@@ -27,6 +27,11 @@ from harness.launch.slurm import TERMINAL
 ROOT = Path(__file__).resolve().parents[1]
 UP = ROOT / "scripts" / "slurm" / "up.sh"
 DOWN = ROOT / "scripts" / "slurm" / "down.sh"
+CONTAINERS_UP = ROOT / "scripts" / "slurm" / "containers-up.sh"
+IMAGE_BUILD = ROOT / "scripts" / "image" / "build.sh"
+DOCKER_SOCKETS = Path("/run/pdbench-docker")
+#: What runs on every node besides a job: Slurm's daemon and the node's container runtime.
+NODE_DAEMONS = frozenset({"slurmd", "dockerd", "containerd"})
 
 #: Why the last ensure_cluster() returned False ("" after a success).
 last_reason = ""
@@ -67,6 +72,41 @@ def ensure_cluster(nodes: int = 3, timeout: float = 600) -> bool:
         last_reason = f"scripts/slurm/up.sh exited {r.returncode}:\n{tail}"
         return False
     return True
+
+
+_image: str | None = None
+
+
+def ensure_containers(timeout: float = 1800) -> str:
+    """The CI image (scripts/image/build.sh, cached) on podman and on every node's own
+    dockerd (scripts/slurm/containers-up.sh); returns its tag. Once per test session."""
+    global _image
+    if _image is None:
+        r = subprocess.run(["bash", str(IMAGE_BUILD)], capture_output=True, text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError(f"scripts/image/build.sh exited {r.returncode}:\n{r.stderr[-3000:]}")
+        tag, tarball = r.stdout.split()
+        r = subprocess.run(["bash", str(CONTAINERS_UP), tag, tarball], capture_output=True, text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError(f"scripts/slurm/containers-up.sh exited {r.returncode}:\n{r.stderr[-3000:]}")
+        _image = tag
+    return _image
+
+
+def pdbench_containers() -> dict[str, list[str]]:
+    """{where: [container, ...]} of every pdbench container (running or not) on each node's
+    dockerd and on podman: after a job, all lists must be empty."""
+    out: dict[str, list[str]] = {}
+    fmt = "{{.Names}} {{.Status}}"
+    for sock in sorted(DOCKER_SOCKETS.glob("node*.sock")):
+        argv = ["docker", "-H", f"unix://{sock}", "ps", "-a", "--filter", "label=pdbench.job", "--format", fmt]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
+        out[f"docker@{sock.stem}"] = r.stdout.splitlines()
+    if shutil.which("podman"):
+        argv = ["podman", "ps", "-a", "--filter", "label=pdbench.job", "--format", fmt]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
+        out["podman"] = r.stdout.splitlines()
+    return out
 
 
 def require_cluster(nodes: int = 3) -> None:
@@ -125,11 +165,11 @@ def _comm_and_state(pid: int) -> tuple[str, str]:
     return comm, stat[stat.rindex(")") + 2 :].split()[0]
 
 
-def processes_in_node_namespaces(include_slurmd: bool = False) -> dict[str, list[int]]:
+def processes_in_node_namespaces(include_daemons: bool = False) -> dict[str, list[int]]:
     """{namespace: [pid, ...]} for every slurm-node* network namespace: what runs on each
-    node. The node's own slurmd (always there) and exited processes not yet reaped are left
-    out unless include_slurmd, so after a job `not any(result.values())` means the nodes are
-    clean."""
+    node. The node's own daemons (NODE_DAEMONS, always there) and exited processes not yet
+    reaped are left out unless include_daemons, so after a job `not any(result.values())`
+    means the nodes are clean."""
     r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30)
     out: dict[str, list[int]] = {}
     for line in r.stdout.splitlines():
@@ -141,7 +181,7 @@ def processes_in_node_namespaces(include_slurmd: bool = False) -> dict[str, list
             comm, state = _comm_and_state(pid)
             if state in ("Z", "X"):
                 continue
-            if comm == "slurmd" and not include_slurmd:
+            if comm in NODE_DAEMONS and not include_daemons:
                 continue
             pids.append(pid)
         out[ns] = pids

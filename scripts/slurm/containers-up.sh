@@ -27,9 +27,20 @@ CHANGES=(--change 'ENTRYPOINT ["vllm"]' --change 'ENV PATH=/opt/venv/bin:/usr/lo
 
 mapfile -t NODES < <(ip netns list | awk '$1 ~ /^slurm-node[0-9]+$/ {sub("slurm-", "", $1); print $1}' | sort -V)
 [ ${#NODES[@]} -gt 0 ] || die "no slurm-node* namespaces: run scripts/slurm/up.sh (netns mode) first"
-for c in dockerd docker podman runc nsenter; do
-  command -v "$c" >/dev/null || die "$c is not installed (apt-get install docker.io podman runc)"
-done
+need=()
+for c in dockerd podman runc nsenter; do command -v "$c" >/dev/null || need+=("$c"); done
+# podman's --init needs catatonit
+[ -x /usr/libexec/podman/catatonit ] || need+=(catatonit)
+if [ ${#need[@]} -gt 0 ]; then
+  command -v apt-get >/dev/null || die "missing ${need[*]} and no apt-get to install them"
+  log "installing docker.io podman runc catatonit (missing: ${need[*]})"
+  export DEBIAN_FRONTEND=noninteractive
+  timeout 600 apt-get -o DPkg::Lock::Timeout=120 -q install -y --no-install-recommends \
+    docker.io podman runc catatonit >/tmp/pdbench-containers-apt.log 2>&1 \
+    || { tail -5 /tmp/pdbench-containers-apt.log >&2; die "apt-get install failed (log: /tmp/pdbench-containers-apt.log)"; }
+  # Debian's packages would start a host-wide dockerd where systemd runs; the nodes have their own.
+  if [ -d /run/systemd/system ]; then systemctl stop docker.service docker.socket 2>/dev/null || true; fi
+fi
 
 # ------------------------------------------------------------------ podman
 CONF=/etc/containers/containers.conf
@@ -80,4 +91,12 @@ for n in "${NODES[@]}"; do
   fi
 done
 for p in "${pids[@]}"; do wait "$p" || die "docker import failed"; done
+# Earlier builds of the CI image are superseded: keep the nodes' disks bounded.
+# shellcheck disable=SC2016  # Go templates, not shell
+fmt='{{.Repository}}:{{.Tag}}'
+podman images --format "$fmt" | grep '^localhost/pdbench-ci:' | grep -vxF "$TAG" | xargs -r podman rmi -f >/dev/null 2>&1 || true
+for n in "${NODES[@]}"; do
+  docker -H "unix://$RUN/$n.sock" images --format "$fmt" | grep '^localhost/pdbench-ci:' | grep -vxF "$TAG" \
+    | xargs -r docker -H "unix://$RUN/$n.sock" rmi -f >/dev/null 2>&1 || true
+done
 log "image $TAG is on podman and on the dockerd of ${NODES[*]}"
