@@ -207,6 +207,20 @@ def test_1p2d_in_containers(runtime: str, tmp_path: Path) -> None:
     _assert_clean()
 
 
+def test_missing_image_fails_in_seconds(tmp_path: Path) -> None:
+    # No registry is reachable here: each node's pull fails at once, and the job says so.
+    ensure_containers()
+    overrides = ["container.runtime=docker", "container.image=localhost/pdbench-absent:0", "container.privileged=false"]
+    t0 = time.monotonic()
+    rc, out = _finish(_submit(tmp_path, "local-tiny-1p1d", *overrides), timeout=180)
+    assert rc == 1 and time.monotonic() - t0 < 90, out[-4000:]
+    reason = _status(_run_dir(tmp_path, "local-tiny-1p1d"))["reason"]
+    assert re.match(
+        r"node [01]: image localhost/pdbench-absent:0 is not on node\d and could not be pulled: .+", reason
+    ), reason
+    _assert_clean()
+
+
 @pytest.mark.parametrize(
     "victim, reason",
     [
@@ -227,9 +241,14 @@ def test_process_killed_mid_sweep(victim: str, reason: str, tmp_path: Path) -> N
     status = _status(run_dir)
     assert status["state"] == "failed" and status["reason"].startswith(reason + "; last lines of logs/"), status
     assert status["failure"]["primary"] is True
-    assert [p.name for p in run_dir.glob("concurrency_*.json")] == [
-        "concurrency_1_req_rate_inf_gpus_2_ctx_1_gen_1.json"
-    ]  # the finished point is kept
+    results = {p.name: json.loads(p.read_text()) for p in run_dir.glob("concurrency_*.json")}
+    first = results.pop("concurrency_1_req_rate_inf_gpus_2_ctx_1_gen_1.json")  # the finished point is kept
+    assert first["metadata"]["valid"] is True and first["failed"] == 0
+    # The second point may have started before the abort reached node 0: then its requests
+    # failed (the client records them) and it is marked invalid, never passed off as valid.
+    assert set(results) <= {"concurrency_2_req_rate_inf_gpus_2_ctx_1_gen_1.json"}
+    for r in results.values():
+        assert r["metadata"]["valid"] is False and r["failed"] > 0, r["metadata"]
     _assert_clean()
 
 
