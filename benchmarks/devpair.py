@@ -24,16 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.node.supervisor import Managed, Supervisor, signal_group
+from harness.proxy.flows import TwoPhaseFlow
 
 REPO = Path(__file__).resolve().parent.parent
-PREFILL_PARAMS = {
-    "do_remote_decode": True,
-    "do_remote_prefill": False,
-    "remote_engine_id": None,
-    "remote_block_ids": None,
-    "remote_host": None,
-    "remote_port": None,
-}
+# What the proxy sends prefill for NIXL and the bundled connector (one definition).
+PREFILL_PARAMS = TwoPhaseFlow.PREFILL_KV
 
 
 def vllm_bin() -> str:

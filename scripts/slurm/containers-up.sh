@@ -56,9 +56,9 @@ default_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]
 runtime = "runc"
 CONFEOF
 fi
-if ! podman image exists "$TAG"; then
+if ! timeout 60 podman image exists "$TAG"; then
   log "podman: importing $TAG"
-  podman import "${CHANGES[@]}" "$TARBALL" "$TAG" >/dev/null
+  timeout 1800 podman import "${CHANGES[@]}" "$TARBALL" "$TAG" >/dev/null
 fi
 
 # ------------------------------------------------------------------ one dockerd per node
@@ -84,9 +84,9 @@ for n in "${NODES[@]}"; do
 done
 pids=()
 for n in "${NODES[@]}"; do
-  if ! docker -H "unix://$RUN/$n.sock" image inspect "$TAG" >/dev/null 2>&1; then
+  if ! timeout 60 docker -H "unix://$RUN/$n.sock" image inspect "$TAG" >/dev/null 2>&1; then
     log "docker on $n: importing $TAG"
-    docker -H "unix://$RUN/$n.sock" import "${CHANGES[@]}" "$TARBALL" "$TAG" >/dev/null &
+    timeout 1800 docker -H "unix://$RUN/$n.sock" import "${CHANGES[@]}" "$TARBALL" "$TAG" >/dev/null &
     pids+=($!)
   fi
 done
@@ -94,9 +94,9 @@ for p in "${pids[@]}"; do wait "$p" || die "docker import failed"; done
 # Earlier builds of the CI image are superseded: keep the nodes' disks bounded.
 # shellcheck disable=SC2016  # Go templates, not shell
 fmt='{{.Repository}}:{{.Tag}}'
-podman images --format "$fmt" | grep '^localhost/pdbench-ci:' | grep -vxF "$TAG" | xargs -r podman rmi -f >/dev/null 2>&1 || true
+timeout 60 podman images --format "$fmt" | grep '^localhost/pdbench-ci:' | grep -vxF "$TAG" | xargs -r timeout 300 podman rmi -f >/dev/null 2>&1 || true
 for n in "${NODES[@]}"; do
-  docker -H "unix://$RUN/$n.sock" images --format "$fmt" | grep '^localhost/pdbench-ci:' | grep -vxF "$TAG" \
-    | xargs -r docker -H "unix://$RUN/$n.sock" rmi -f >/dev/null 2>&1 || true
+  timeout 60 docker -H "unix://$RUN/$n.sock" images --format "$fmt" | grep '^localhost/pdbench-ci:' | grep -vxF "$TAG" \
+    | xargs -r timeout 300 docker -H "unix://$RUN/$n.sock" rmi -f >/dev/null 2>&1 || true
 done
 log "image $TAG is on podman and on the dockerd of ${NODES[*]}"

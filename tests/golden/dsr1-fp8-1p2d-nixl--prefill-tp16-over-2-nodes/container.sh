@@ -61,15 +61,15 @@ fi
 # ----------------------------------------------------------- stale containers
 # This job's name from an earlier attempt, and any pdbench container whose job has ended
 # (one that outlived a crash must not hold this node's GPUs).
-"$RUNTIME" rm -f "$NAME" >/dev/null 2>&1 || true
-for c in $("$RUNTIME" ps -a -q --filter label=pdbench.job 2>/dev/null); do
-  job=$("$RUNTIME" inspect --format '{{ index .Config.Labels "pdbench.job" }}' "$c" 2>/dev/null || true)
+timeout 60 "$RUNTIME" rm -f "$NAME" >/dev/null 2>&1 || true
+for c in $(timeout 60 "$RUNTIME" ps -a -q --filter label=pdbench.job 2>/dev/null); do
+  job=$(timeout 60 "$RUNTIME" inspect --format '{{ index .Config.Labels "pdbench.job" }}' "$c" 2>/dev/null || true)
   if [ -z "$job" ] || [ "$job" = "$SLURM_JOB_ID" ]; then continue; fi
   # Only a job Slurm no longer knows (not one Slurm could not be asked about).
   if state=$(timeout 10 squeue -h -j "$job" -o %T 2>"$err") || grep -q 'Invalid job id' "$err"; then
     if [ -z "$state" ]; then
       echo "pdbench: node $NODE: removing container $c of ended job $job" >&2
-      "$RUNTIME" rm -f "$c" >/dev/null 2>&1 || true
+      timeout 60 "$RUNTIME" rm -f "$c" >/dev/null 2>&1 || true
     fi
   fi
 done
@@ -106,7 +106,7 @@ cpid=$!
 # shellcheck disable=SC2317  # called from the traps below
 on_signal() {
   timeout 3 scontrol -o show job "$SLURM_JOB_ID" >"$JOB_RECORD.tmp" 2>/dev/null && mv "$JOB_RECORD.tmp" "$JOB_RECORD"
-  "$RUNTIME" kill --signal "$1" "$NAME" >/dev/null 2>&1 || true
+  timeout 10 "$RUNTIME" kill --signal "$1" "$NAME" >/dev/null 2>&1 || true
 }
 trap 'on_signal TERM' TERM
 trap 'on_signal INT' INT
@@ -118,7 +118,7 @@ while kill -0 "$cpid" 2>/dev/null; do
 done
 rc=0
 wait "$cpid" || rc=$?
-"$RUNTIME" rm -f "$NAME" >/dev/null 2>&1 || true
+timeout 60 "$RUNTIME" rm -f "$NAME" >/dev/null 2>&1 || true
 if [ "$rc" != 0 ] && [ ! -e "$STATE/exit-node$NODE.json" ] && [ ! -e "$STATE/abort" ]; then
   fail "the container exited with code $rc before pdbench's node runtime ran" "$LOG"
 fi
