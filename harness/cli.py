@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import logging
@@ -44,14 +45,28 @@ SetOpt = Annotated[
 ]
 
 
+ClusterOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cluster",
+        help=(
+            "Cluster profile: a name (clusters/<name>.yaml; see docs/clusters.md for the search order) or a "
+            "file; its settings override the recipe's, --set overrides both [default: $PDBENCH_CLUSTER, else none]"
+        ),
+    ),
+]
+
+
 def _fail(msg: str, code: int = EXIT_CONFIG) -> NoReturn:
     typer.echo(f"error: {msg}", err=True)
     raise typer.Exit(code)
 
 
-def _load(recipe: str, overrides: list[str] | None) -> ResolvedRecipe:
+def _load(recipe: str, overrides: list[str] | None, cluster: str | None = None) -> ResolvedRecipe:
+    from harness.config.cluster import chosen_profile
+
     try:
-        return load_recipe(recipe, overrides or [])
+        return load_recipe(recipe, overrides or [], cluster=chosen_profile(cluster))
     except ConfigError as e:
         _fail(str(e))
         raise  # unreachable; keeps type checkers happy
@@ -75,14 +90,17 @@ def render(
         Path, typer.Option("--out", help="Directory to write job.slurm and server.sh into (created if missing).")
     ],
     set_: SetOpt = None,
+    cluster: ClusterOpt = None,
+    skip_flag_check: SkipFlagCheck = False,
 ) -> None:
     """Render a recipe's job.slurm, server.sh and their data files into a directory."""
     from harness.render import current_context, render_job
 
-    rr = _load(recipe, set_)
+    rr = _load(recipe, set_, cluster)
+    _check_flags(rr, skip_flag_check)
     out.mkdir(parents=True, exist_ok=True)
     try:
-        render_job(rr, out, current_context(out, PROJECT_ROOT))
+        render_job(rr, out, current_context(out, PROJECT_ROOT, rr))
     except ConfigError as e:
         _fail(str(e))
     except FileExistsError as e:
@@ -94,21 +112,67 @@ def render(
 def validate(
     recipe: Annotated[str, typer.Argument(help="Recipe name (recipes/<name>.yaml) or path.")],
     set_: SetOpt = None,
+    cluster: ClusterOpt = None,
+    skip_flag_check: SkipFlagCheck = False,
 ) -> None:
-    """Check a recipe (schema, model catalogue, topology and ports) without rendering anything."""
+    """Check a recipe (schema, model catalogue, topology, ports, vLLM flags) without rendering anything."""
     from harness.topology import plan
 
-    rr = _load(recipe, set_)
+    rr = _load(recipe, set_, cluster)
     try:
         p = plan(rr)
     except ConfigError as e:
         _fail(str(e))
+    _check_flags(rr, skip_flag_check)
     topo = rr.recipe.topology
     typer.echo(
         f"ok: {rr.name} ({rr.recipe_file}): model {rr.recipe.model}, "
         f"{topo.prefill.workers}P+{topo.decode.workers}D on {p.num_nodes} node(s), "
         f"connector {rr.recipe.connector.name}, fingerprint {rr.fingerprint}"
     )
+
+
+def _flag_problems(rr: ResolvedRecipe) -> list[str]:
+    """The job's `vllm serve` lines through vLLM's own parser, where vLLM is importable here."""
+    from harness.render import vllm_flags
+    from harness.render.commands import serve_lines
+    from harness.topology import plan
+
+    lines = serve_lines(rr, plan(rr))
+    try:
+        # vLLM logs to stdout as it imports; stdout is for pdbench's own output (--json).
+        with contextlib.redirect_stdout(sys.stderr):
+            problems = vllm_flags.check_many(
+                [argv for _, argv, _ in lines],
+                [origins for _, _, origins in lines],
+                cache_dir=PROJECT_ROOT / ".cache" / "vllm-flag-check",
+            )
+    except vllm_flags.VllmUnavailable:
+        return []
+    note = vllm_flags.image_version_note(rr.recipe.container.image, vllm_flags.vllm_version())
+    if note:
+        typer.echo(f"note: {note}", err=True)
+    return [f"vLLM rejects a flag: {p}" for p in problems]
+
+
+def _check_flags(rr: ResolvedRecipe, skip: bool) -> None:
+    if skip:
+        return
+    problems = _flag_problems(rr)
+    if problems:
+        _fail("\n".join(problems))
+
+
+SkipFlagCheck = Annotated[
+    bool,
+    typer.Option(
+        "--skip-flag-check",
+        help=(
+            "Do not parse the `vllm serve` lines with the installed vLLM's parser "
+            "[default: parse them whenever vLLM imports]"
+        ),
+    ),
+]
 
 
 def _slurm_overrides(**opts: object) -> list[str]:
@@ -139,6 +203,8 @@ def _slurm_overrides(**opts: object) -> list[str]:
 def submit(
     recipe: Annotated[str, typer.Option("--recipe", "-r", help="Recipe name (recipes/<name>.yaml) or path.")],
     set_: SetOpt = None,
+    cluster: ClusterOpt = None,
+    skip_flag_check: SkipFlagCheck = False,
     launcher: Annotated[
         Launcher, typer.Option(help="How to run the job: slurm (sbatch) or local (this machine, no Slurm).")
     ] = Launcher.slurm,
@@ -191,16 +257,18 @@ def submit(
         job_name=job_name,
         sbatch=sbatch,
     )
-    rr = _load(recipe, overrides)
+    rr = _load(recipe, overrides, cluster)
     try:
         job_plan = plan(rr)
         if launcher is Launcher.local:
             check_single_host(rr, job_plan)
     except ConfigError as e:
         _fail(str(e))
+    _check_flags(rr, skip_flag_check)
+    _check_storage(rr)
     run_dir = create_run_dir(results_dir, rr.name)
     try:
-        render_job(rr, run_dir, current_context(run_dir, PROJECT_ROOT))
+        render_job(rr, run_dir, current_context(run_dir, PROJECT_ROOT, rr))
     except ConfigError as e:  # e.g. a results directory that no #SBATCH line can carry
         _fail(f"{e} (run directory {run_dir} left unrendered)")
     typer.echo(f"run directory: {run_dir}")
@@ -231,6 +299,97 @@ def submit(
     rc = run_local(run_dir, job_plan.num_nodes, t.job_s, t.teardown_s)
     _summary(run_dir, rc)
     raise typer.Exit(rc)
+
+
+def _check_storage(rr: ResolvedRecipe) -> None:
+    """Weights and the shared install, checked here when this host sees them (else on every node)."""
+    from harness.doctor import local_findings
+
+    _ensure_model(rr)
+    findings = local_findings(rr, str(rr.root))
+    if findings:
+        _fail("\n".join(str(f) for f in findings))
+
+
+@app.command()
+def doctor(
+    recipe: Annotated[str, typer.Option("--recipe", "-r", help="Recipe name (recipes/<name>.yaml) or path.")],
+    set_: SetOpt = None,
+    cluster: ClusterOpt = None,
+    launcher: Annotated[
+        Launcher, typer.Option(help="Check the nodes of a short Slurm job, or this machine (local launcher).")
+    ] = Launcher.slurm,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the findings as one JSON object [default: one line per problem].")
+    ] = False,
+    timeout_s: Annotated[
+        float, typer.Option(help="Give up (and cancel the check job) after this many seconds, queue time included.")
+    ] = 900,
+    results_dir: Annotated[Path, typer.Option(help="Root directory of run directories.")] = PROJECT_ROOT / "results",
+) -> None:
+    """Check everything a recipe's job needs on the nodes it would get: image, pdbench in the image,
+    weights, GPUs, ports, RDMA, memory, disk, clocks; and its vLLM flags here. Exit 0 when all pass."""
+    from harness import doctor as dr
+    from harness.launch import slurm
+    from harness.render import current_context, render_job
+    from harness.rundir import create_run_dir
+    from harness.topology import check_single_host, plan
+
+    rr = _load(recipe, set_, cluster)
+    try:
+        job_plan = plan(rr)
+        if launcher is Launcher.local:
+            check_single_host(rr, job_plan)
+    except ConfigError as e:
+        _fail(str(e))
+    _ensure_model(rr)
+    findings = [dr.Finding(dr.SUBMIT_HOST, "vllm-flags", p) for p in _flag_problems(rr)]
+    findings += dr.local_findings(rr, str(rr.root))
+    # The check job's run directory is kept apart from the benchmark runs (results/.doctor/).
+    run_dir = create_run_dir(results_dir / ".doctor", rr.name)
+    try:
+        render_job(rr, run_dir, current_context(run_dir, PROJECT_ROOT, rr))
+    except ConfigError as e:
+        _fail(str(e))
+    dr.mark_doctor_run(run_dir)
+    if not as_json:
+        typer.echo(f"checking {job_plan.num_nodes} node(s) of {rr.name} ({launcher.value}); run directory {run_dir}")
+    start = time.monotonic()
+    if launcher is Launcher.local:
+        from harness.launch.local import run_local
+
+        run_local(run_dir, job_plan.num_nodes, min(timeout_s, 300), rr.recipe.timeouts.teardown_s, echo=None)
+    else:
+        job_id = None
+        try:
+            job_id = slurm.submit(run_dir, extra=["--time=00:10:00"])
+            slurm.wait(job_id, timeout_s, lambda info: None)
+        except slurm.SubmitError as e:
+            findings.append(dr.Finding("job", "slurm", str(e)))
+            if job_id is not None:
+                slurm.cancel(job_id)
+    findings += dr.job_findings(run_dir, job_plan.num_nodes)
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "ok": not findings,
+                    "recipe": rr.name,
+                    "run_dir": str(run_dir),
+                    "seconds": round(time.monotonic() - start, 1),
+                    "problems": [f.to_json() for f in findings],
+                },
+                indent=2,
+            )
+        )
+    else:
+        for f in findings:
+            typer.echo(str(f))
+        typer.echo(
+            f"{'ok' if not findings else f'{len(findings)} problem(s)'}: {job_plan.num_nodes} node(s) checked "
+            f"in {time.monotonic() - start:.1f} s"
+        )
+    raise typer.Exit(0 if not findings else 1)
 
 
 def _summary(run_dir: Path, rc: int) -> None:
@@ -270,11 +429,15 @@ def _follow(run_dir: Path, job_id: str, timeout_s: float) -> int:
         typer.echo(f"error: {e}", err=True)
         return 1
     # The job's status.json is the authority on success; Slurm's state covers what it cannot see.
-    time.sleep(1)
-    tail.pump()
+    # On NFS another host's new file can take a few seconds (attribute caching) to appear here.
     from harness.runs import read_status
 
     status = read_status(run_dir)
+    settle = time.monotonic() + 10
+    while (status is None or status.get("finished_at") is None) and time.monotonic() < settle:
+        time.sleep(1)
+        status = read_status(run_dir)
+    tail.pump()
     ok = info.state == "COMPLETED" and status is not None and status["state"] == "succeeded"
     if info.state == "UNKNOWN" and status is not None:
         ok = status["state"] == "succeeded"

@@ -92,6 +92,22 @@ class JobPlan:
         }
 
 
+class PreflightSpec(BaseModel):
+    """What every node checks before starting a server (see harness/node/preflight.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    weights_path: str | None = None  # as the job sees it
+    hf_id: str | None = None
+    hf_cache: str | None = None
+    need_weights: bool = True  # false with --load-format dummy: config and tokenizer only
+    gpus: dict[int, int] = {}  # node -> GPUs its processes use
+    ports: dict[int, list[int]] = {}  # node -> TCP ports its processes bind
+    memory_bytes: dict[int, int] = {}  # node -> host memory its servers reserve (CPU KV cache)
+    rdma: bool = False  # the connector needs active RDMA ports
+    node_interface: str | None = None  # the node address is this interface's IPv4
+
+
 class PlanFile(BaseModel):
     """plan.json: what the renderer decided, read back as this model by every node runtime.
 
@@ -110,6 +126,7 @@ class PlanFile(BaseModel):
     fingerprint: str
     served_model_name: str
     timeouts: TimeoutSpec
+    preflight: PreflightSpec = PreflightSpec()
 
     @field_validator("workers", mode="before")
     @classmethod
@@ -119,7 +136,7 @@ class PlanFile(BaseModel):
         return v
 
     @classmethod
-    def of(cls, rr: ResolvedRecipe, p: JobPlan) -> PlanFile:
+    def of(cls, rr: ResolvedRecipe, p: JobPlan, preflight: PreflightSpec | None = None) -> PlanFile:
         return cls(
             num_nodes=p.num_nodes,
             proxy_node=p.proxy_node,
@@ -130,11 +147,12 @@ class PlanFile(BaseModel):
             fingerprint=rr.fingerprint,
             served_model_name=rr.served_model_name,
             timeouts=rr.recipe.timeouts,
+            preflight=preflight or PreflightSpec(),
         )
 
     def to_json(self) -> dict:
         return self.job_plan().to_json() | self.model_dump(
-            mode="json", include={"recipe", "fingerprint", "served_model_name", "timeouts"}
+            mode="json", include={"recipe", "fingerprint", "served_model_name", "timeouts", "preflight"}
         )
 
     def job_plan(self) -> JobPlan:

@@ -22,8 +22,7 @@ def main() -> int:
     written = 0
     with tempfile.TemporaryDirectory() as tmp:
         for case, script in test_render.GOLDEN_CASES:
-            recipe, overrides = test_render.VARIANTS[case]
-            text = (test_render._render(recipe, Path(tmp) / case / script, overrides) / script).read_text()
+            text = (test_render.render_case(case, Path(tmp) / case / script) / script).read_text()
             path = test_render.GOLDEN / case / script
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)

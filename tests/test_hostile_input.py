@@ -162,6 +162,8 @@ def _put(recipe: dict[str, Any], catalogue: dict[str, Any], slot: Slot, value: s
 def _base(runtime: str) -> tuple[dict[str, Any], dict[str, Any]]:
     recipe = copy.deepcopy(RECIPE)
     recipe["container"]["runtime"] = runtime
+    recipe.setdefault("slurm", {})["gpu_request"] = "gres"
+    recipe["topology"]["gpus_per_node"] = 1  # so that the GRES request is rendered
     return recipe, {"models": {"m": copy.deepcopy(MODEL)}}
 
 
@@ -332,7 +334,8 @@ Check = Callable[[dict[str, Any]], bool]
 
 
 def _container_run(seen: dict[str, Any], runtime: str) -> list[str]:
-    (argv,) = [a for a, _ in seen[runtime] if a[0] == "run"]
+    # The container that runs the node (not container.sh's import probe of the image).
+    (argv,) = [a for a, _ in seen[runtime] if a[0] == "run" and a[-1].endswith("/server.sh")]
     return argv
 
 
@@ -344,6 +347,8 @@ def _check(slot: Slot, value: str, tag: str, runtime: str, procs: bool) -> Check
         return None  # server.sh values: seen by the vllm stub
     vllm = lambda seen: [a for a, _ in seen["vllm"]]  # noqa: E731
     vllm_env = lambda seen: [e for _, e in seen["vllm"]]  # noqa: E731
+    if key == "slurm.gres_name":  # the base recipe asks for GPUs as GRES
+        return lambda seen: any(a.startswith(f"--gres={value}:") for a in seen["sbatch"])
     if key.startswith("slurm.") and kind == "str":
         flag = {"job_name": "job-name", "time_limit": "time"}.get(path[-1], path[-1])
         return lambda seen: f"--{flag}={value}" in seen["sbatch"]

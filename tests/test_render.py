@@ -21,9 +21,9 @@ CTX = RenderContext(
 )
 
 
-def _render(recipe: str, out: Path, overrides: list[str] | None = None) -> Path:
+def _render(recipe: str, out: Path, overrides: list[str] | None = None, cluster: str | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    render_job(load_recipe(recipe, overrides or []), out, CTX)
+    render_job(load_recipe(recipe, overrides or [], cluster=cluster), out, CTX)
     return out
 
 
@@ -37,6 +37,11 @@ def _shellcheck() -> str:
 # Golden cases: the shipped recipes, multi-node workers and every container runtime.
 VARIANTS = {
     **{r: (r, []) for r in RECIPES},
+    # Recipes on the example GPU sites' cluster profiles (weights and HF cache mounted
+    # read-only, offline, GPU request style, node interface) and on the local cluster's.
+    "dsr1-fp8-1p2d@example-mi355x-mori": ("dsr1-fp8-1p2d", [], "example-mi355x-mori"),
+    "dsr1-fp8-1p2d-nixl@example-h200-nixl": ("dsr1-fp8-1p2d-nixl", [], "example-h200-nixl"),
+    "local-tiny-1p2d@local": ("local-tiny-1p2d", [], "local"),
     "dsr1-fp8-1p2d--decode-dp16-over-2-nodes": (
         "dsr1-fp8-1p2d",
         [
@@ -86,10 +91,20 @@ SAME_SERVER_SH = (
 )
 
 
+def variant(case: str) -> tuple[str, list[str], str | None]:
+    """(recipe, overrides, cluster profile) of a golden case."""
+    recipe, overrides, *cluster = VARIANTS[case]
+    return recipe, overrides, cluster[0] if cluster else None
+
+
+def render_case(case: str, out: Path) -> Path:
+    recipe, overrides, cluster = variant(case)
+    return _render(recipe, out, overrides, cluster)
+
+
 def _scripts(case: str) -> list[str]:
-    recipe, overrides = VARIANTS[case]
-    runtime = next((o.split("=", 1)[1] for o in overrides if o.startswith("container.runtime=")), None)
-    runtime = runtime or load_recipe(recipe).recipe.container.runtime
+    recipe, overrides, cluster = variant(case)
+    runtime = load_recipe(recipe, overrides, cluster=cluster).recipe.container.runtime
     out = ["job.slurm"]
     if not (case.startswith("dsr1-fp8-1p2d--") and case.split("--")[1] in SAME_SERVER_SH):
         out.append("server.sh")
@@ -103,8 +118,7 @@ GOLDEN_CASES = [(case, script) for case in sorted(VARIANTS) for script in _scrip
 
 @pytest.mark.parametrize("case, script", GOLDEN_CASES)
 def test_golden(case: str, script: str, tmp_path: Path) -> None:
-    recipe, overrides = VARIANTS[case]
-    text = (_render(recipe, tmp_path, overrides) / script).read_text()
+    text = (render_case(case, tmp_path) / script).read_text()
     golden = GOLDEN / case / script
     # Goldens are rewritten only on purpose, by scripts/update_goldens.py, never by the suite.
     assert text == golden.read_text(), f"{script} of {case} differs from {golden} (see scripts/update_goldens.py)"
@@ -112,8 +126,7 @@ def test_golden(case: str, script: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("case", sorted(VARIANTS))
 def test_scripts_pass_bash_n_and_shellcheck(case: str, tmp_path: Path) -> None:
-    recipe, overrides = VARIANTS[case]
-    out = _render(recipe, tmp_path, overrides)
+    out = render_case(case, tmp_path)
     for script in ("job.slurm", "server.sh", "container.sh"):
         path = out / script
         if script == "container.sh" and not path.exists():
@@ -171,7 +184,11 @@ def test_nixl_side_channel_ports_are_distinct_per_worker(tmp_path: Path) -> None
     server = (_render("dsr1-fp8-1p2d-nixl", tmp_path) / "server.sh").read_text()
     ports = [line.split("=")[1] for line in server.splitlines() if "VLLM_NIXL_SIDE_CHANNEL_PORT=" in line]
     assert ports == ["5600", "5608", "5616"]  # 8 ranks each
-    assert server.count('export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"') == 3
+    # NIC detection sets the side-channel host (the RDMA interface's address, else the node's):
+    # nothing after it may overwrite it.
+    assert "VLLM_NIXL_SIDE_CHANNEL_HOST" not in server and server.count("nic_env=$(") == 3
+    tiny = (_render("local-tiny-1p2d", tmp_path / "tiny", cluster="local") / "server.sh").read_text()
+    assert tiny.count('export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"') == 3  # no detection there
     assert '\\"kv_buffer_device\\":\\"cuda\\"' not in server  # plain JSON: no shell expansion needed
     assert '\'{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_buffer_device":"cuda"}\'' in server
 

@@ -77,6 +77,9 @@ def _submit(results: Path, recipe: str, *overrides: str, extra: tuple[str, ...] 
         "--wait",
         "--results-dir",
         str(results),
+        # The cluster's settings (partition, no GPU GRES, CPU cores, no RDMA) from its profile.
+        "--cluster",
+        "local",
         *extra,
     ]
     for o in overrides:
@@ -285,17 +288,30 @@ def test_scancel_mid_run(tmp_path: Path) -> None:
     _assert_clean()
 
 
-def test_time_limit_expires(tmp_path: Path) -> None:
+@pytest.mark.parametrize("warning_s", [30, 0])
+def test_time_limit_expires(warning_s: int, tmp_path: Path) -> None:
     # One minute is Slurm's smallest limit; vLLM needs most of it to start, so the limit
-    # strikes during start-up or the sweep.
+    # strikes during start-up or the sweep. With a warning (sbatch --signal=USR2@30, sent up
+    # to 60 s early) every node stops before the limit and the run is marked "timeout";
+    # without one, Slurm's SIGTERM at the limit ends it.
     proc = _submit(
-        tmp_path, "local-tiny-1p1d", "benchmark.num_prompts=400", *_in_containers("docker"), extra=("--time", "1")
+        tmp_path,
+        "local-tiny-1p1d",
+        "benchmark.num_prompts=400",
+        f"slurm.time_limit_warning_s={warning_s}",
+        *_in_containers("docker"),
+        extra=("--time", "1"),
     )
     rc, out = _finish(proc, timeout=300)
     run_dir = _run_dir(tmp_path, "local-tiny-1p1d")
     assert rc == 1, out[-4000:]
-    assert job_state((run_dir / "slurm_job_id").read_text().strip()) == "TIMEOUT"
-    assert re.match(
-        r"node [01]: received SIGTERM: the Slurm job reached its time limit \(00:01:00\)", _status(run_dir)["reason"]
-    ), _status(run_dir)
+    status = _status(run_dir)
+    if warning_s:
+        assert status["state"] == "timeout", status
+        assert re.match(r"node [01]: Slurm warned that the job's time limit is near", status["reason"]), status
+    else:
+        assert job_state((run_dir / "slurm_job_id").read_text().strip()) == "TIMEOUT"
+        assert re.match(
+            r"node [01]: received SIGTERM: the Slurm job reached its time limit \(00:01:00\)", status["reason"]
+        ), status
     _assert_clean()

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from harness.config.cluster import ClusterProfile, profile_path
 from harness.config.schema import SAFE_NAME as _SAFE_NAME
 from harness.config.schema import Catalogue, ModelSpec, Recipe
 
@@ -39,6 +40,9 @@ class ResolvedRecipe:
     recipe_file: Path
     models_file: Path
     root: Path
+    cluster_file: Path | None = None
+    # Where each value of the recipe came from: dotted key -> a file, "--set KEY" or "default".
+    provenance: dict[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def served_model_name(self) -> str:
@@ -46,11 +50,18 @@ class ResolvedRecipe:
 
     @property
     def model_source(self) -> str:
-        """Local path made absolute (relative to models.yaml), or the HF id."""
+        """Local path made absolute (relative to models.yaml), <site.model_root>/<hf_id>, or the HF id."""
         if self.model.path is not None:
             p = Path(self.model.path)
             return str(p if p.is_absolute() else (self.models_file.parent / p).resolve())
+        if self.recipe.site.model_root:
+            return str(Path(self.recipe.site.model_root) / self.model.hf_id)  # type: ignore[operator]
         return self.model.hf_id  # type: ignore[return-value]
+
+    @property
+    def weights_local(self) -> bool:
+        """The servers load from a path (or a shared HF cache), never from the hub."""
+        return self.model.path is not None or bool(self.recipe.site.model_root or self.recipe.site.hf_cache)
 
     def relocated(self, path: str, root: str | None) -> str:
         """A path under the project root, re-rooted at `root` (where the job sees the project)."""
@@ -71,12 +82,19 @@ class ResolvedRecipe:
         return self.model_source
 
     def locked(self) -> dict[str, Any]:
-        """The fully resolved configuration, as written to recipe.lock.yaml."""
+        """The fully resolved configuration (what the fingerprint covers)."""
         return {
             "name": self.name,
             "recipe": self.recipe.model_dump(mode="json"),
             "model": {"name": self.recipe.model, **self.model.model_dump(mode="json")},
         }
+
+    def sources(self) -> dict[str, str]:
+        """Every leaf of the resolved recipe -> where its value came from (recipe.lock.yaml)."""
+        out = {}
+        for key in _leaves(self.recipe.model_dump(mode="json")):
+            out[key] = _source_of(self.provenance, key) or "default"
+        return out
 
     @property
     def fingerprint(self) -> str:
@@ -97,9 +115,59 @@ def _read_yaml(path: Path) -> Any:
         raise ConfigError(path, "", f"{line}invalid YAML ({getattr(e, 'problem', e)})") from None
 
 
-def _validation_error(path: Path, err: ValidationError, prefix: str = "") -> ConfigError:
+def _leaves(data: Any, prefix: str = "") -> dict[str, Any]:
+    """{'a': {'b': 1, 'c': [2]}} -> {'a.b': 1, 'a.c': [2]}; an empty mapping is a leaf."""
+    if isinstance(data, dict) and data:
+        out: dict[str, Any] = {}
+        for k, v in data.items():
+            out.update(_leaves(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: data} if prefix else {}
+
+
+def _source_of(provenance: dict[str, str], key: str) -> str | None:
+    """The source of `key`: its own, else its nearest parent's (a whole mapping set at once)."""
+    parts = key.split(".")
+    for i in range(len(parts), 0, -1):
+        src = provenance.get(".".join(parts[:i]))
+        if src is not None:
+            return src
+    return None
+
+
+def source_of_key(provenance: dict[str, str], key: str) -> str | None:
+    """Where `key` came from; for a section, the last layer that wrote into it."""
+    src = _source_of(provenance, key)
+    if src is None:
+        under = [v for k, v in provenance.items() if k.startswith(key + ".")]
+        src = under[-1] if under else None
+    return src
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _record(provenance: dict[str, str], data: dict[str, Any], label: str) -> None:
+    for key in _leaves(data):
+        # A layer that sets a key replaces what earlier layers said below it.
+        for old in [k for k in provenance if k.startswith(key + ".")]:
+            del provenance[old]
+        provenance[key] = label
+
+
+def _validation_error(
+    path: Path | str, err: ValidationError, prefix: str = "", provenance=None, files=None
+) -> ConfigError:
     first = err.errors()[0]
     key = ".".join(str(p) for p in (prefix.split(".") if prefix else []) + list(first["loc"]))
+    if provenance:
+        # Name the file (recipe, cluster profile or --set) that gave the offending value.
+        src = source_of_key(provenance, key)
+        path = (files or {}).get(src, src) if src else path
     msg = first["msg"]
     if first["type"] == "extra_forbidden":
         msg = "unknown key"
@@ -115,11 +183,11 @@ def _validation_error(path: Path, err: ValidationError, prefix: str = "") -> Con
     return ConfigError(path, key or "(top level)", msg)
 
 
-def _validate(model: type[BaseModel], data: Any, path: Path, prefix: str = "") -> Any:
+def _validate(model: type[BaseModel], data: Any, path: Path, prefix: str = "", provenance=None, files=None) -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        raise _validation_error(path, e, prefix) from None
+        raise _validation_error(path, e, prefix, provenance, files) from None
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -137,9 +205,16 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return parts, value
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+def apply_overrides(
+    data: dict[str, Any], overrides: list[str], provenance: dict[str, str] | None = None
+) -> dict[str, Any]:
     for text in overrides:
         parts, value = parse_override(text)
+        if provenance is not None:
+            nested: Any = value
+            for part in reversed(parts):
+                nested = {part: nested}
+            _record(provenance, nested, "--set")
         node = data
         for i, part in enumerate(parts[:-1]):
             child = node.get(part)
@@ -171,7 +246,9 @@ def load_recipe(
     overrides: list[str] | None = None,
     root: Path = PROJECT_ROOT,
     models_file: Path | None = None,
+    cluster: str | None = None,
 ) -> ResolvedRecipe:
+    """The recipe, merged with a cluster profile (by name or path) and --set overrides, in that order."""
     path = recipe_path(name_or_path, root)
     if not path.is_file():
         available = sorted(p.stem for p in (root / "recipes").glob("*.yaml"))
@@ -179,8 +256,19 @@ def load_recipe(
     data = _read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(path, "", "expected a mapping of recipe keys")
-    data = apply_overrides(data, overrides or [])
-    recipe: Recipe = _validate(Recipe, data, path)
+    provenance: dict[str, str] = {}
+    files = {_label(path, root): path}  # label in provenance -> the path errors name
+    _record(provenance, data, _label(path, root))
+    cluster_file = None
+    if cluster:
+        cluster_file, profile = load_profile(cluster, root)
+        model = data.get("model")
+        overlay = profile.overlay(model if isinstance(model, str) else "")
+        files[_label(cluster_file, root)] = cluster_file
+        _record(provenance, overlay, _label(cluster_file, root))
+        data = _deep_merge(data, overlay)
+    data = apply_overrides(data, overrides or [], provenance)
+    recipe: Recipe = _validate(Recipe, data, path, provenance=provenance, files=files)
 
     models_file = models_file or root / "models.yaml"
     catalogue = load_catalogue(models_file)
@@ -199,4 +287,31 @@ def load_recipe(
             f"the file name {name!r} is not a safe name (letters, digits, "
             "'.', '_', '-', not starting with '.' or '-'); set 'name:'",
         )
-    return ResolvedRecipe(name, recipe, catalogue.models[recipe.model], path.resolve(), models_file.resolve(), root)
+    return ResolvedRecipe(
+        name,
+        recipe,
+        catalogue.models[recipe.model],
+        path.resolve(),
+        models_file.resolve(),
+        root,
+        cluster_file.resolve() if cluster_file else None,
+        provenance,
+    )
+
+
+def _label(path: Path, root: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(path.resolve())
+
+
+def load_profile(name: str, root: Path = PROJECT_ROOT) -> tuple[Path, ClusterProfile]:
+    try:
+        path = profile_path(name, root)
+    except FileNotFoundError as e:
+        raise ConfigError("--cluster", name, str(e)) from None
+    data = _read_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(path, "", "expected a mapping of cluster profile keys")
+    return path, _validate(ClusterProfile, data, path)

@@ -76,6 +76,9 @@ SafeName = Annotated[
 # or `-v src:dst[:options]` (docker), so ',' would add mounts and ':' in a source shifts fields.
 MountSource = Annotated[Text, _checker(r"[,:]", "mount lists use ',' between and ':' inside entries")]
 MountTarget = Annotated[Text, _checker(r",", "mount lists use ',' between entries")]
+# A path on the nodes, mounted into containers as 'src:dst:ro'.
+AbsPath = Annotated[MountSource, _matching(r"/.*", "an absolute path")]
+IfName = Annotated[str, _matching(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,14}", "a network interface name")]
 # `docker run ... "$IMAGE"`: a leading '-' would be read as an option.
 Image = Annotated[Text, _checker(r"^-", "an image name cannot start with '-'")]
 
@@ -236,17 +239,70 @@ class ContainerSpec(Strict):
         return self
 
 
+class SiteSpec(Strict):
+    """Where a cluster keeps things; usually set by a cluster profile (clusters/<name>.yaml)."""
+
+    model_root: AbsPath | None = Field(
+        None,
+        description=(
+            "shared directory of model weights: a model with an hf_id is served from <model_root>/<hf_id>, "
+            "mounted read-only, offline"
+        ),
+        examples=["/shared/models"],
+    )
+    hf_cache: AbsPath | None = Field(
+        None,
+        description=(
+            "shared Hugging Face hub cache (HF_HUB_CACHE), mounted read-only: models with an hf_id load from it "
+            "offline when there is no model_root"
+        ),
+    )
+    pdbench_root: AbsPath | None = Field(
+        None,
+        description="pdbench's checkout at the same path on every node (shared storage); default: this checkout",
+    )
+    python: AbsPath | None = Field(
+        None,
+        description="runtime none: pdbench's Python on the nodes; default: <pdbench_root>/.venv/bin/python",
+    )
+    node_interface: IfName | None = Field(
+        None,
+        description=(
+            "network interface whose IPv4 address is each node's address (proxy, health checks, KV side "
+            "channels); default: the address the host name resolves to"
+        ),
+        examples=["ens1f0np0"],
+    )
+
+
 class SlurmSpec(Strict):
     job_name: SbatchValue | None = Field(None, description="sbatch --job-name; default: pdbench-<recipe>")
     partition: SbatchValue | None = Field(None, description="sbatch --partition")
     account: SbatchValue | None = Field(None, description="sbatch --account")
     qos: SbatchValue | None = Field(None, description="sbatch --qos")
     time_limit: SbatchValue = Field("02:00:00", description="sbatch --time")
+    time_limit_warning_s: int = Field(
+        120,
+        ge=0,
+        le=65535,
+        description=(
+            "sbatch --signal=USR2@<s>: this long before the time limit every node stops the sweep, keeps the "
+            "finished points and records the job as timeout (Slurm may signal up to 60 s early); 0: none"
+        ),
+    )
     nodelist: SbatchValue | None = Field(None, description="sbatch --nodelist")
     exclude: SbatchValue | None = Field(None, description="sbatch --exclude")
     reservation: SbatchValue | None = Field(None, description="sbatch --reservation")
     constraint: SbatchValue | None = Field(None, description="sbatch --constraint")
     extra_sbatch: list[SbatchOption] = Field([], description="'--name' or '--name=value' (the value is quoted)")
+    gpu_request: Literal["gpus-per-node", "gres", "none"] = Field(
+        "gpus-per-node",
+        description=(
+            "how the job asks for GPUs: --gpus-per-node=N, --gres=<gres_name>:N (clusters without GPU "
+            "scheduling reject --gpus-per-node), or not at all (whole nodes, --exclusive)"
+        ),
+    )
+    gres_name: SbatchValue = Field("gpu", description="gpu_request gres: the GRES name (and type), e.g. gpu:h200")
 
 
 class TimeoutSpec(Strict):
@@ -271,5 +327,6 @@ class Recipe(Strict):
     proxy: ProxySpec = Field(ProxySpec(), description="the PD proxy in front of the servers")
     benchmark: BenchmarkSettings = Field(description="what the sweep measures (the settings of `pdbench bench`)")
     slurm: SlurmSpec = Field(SlurmSpec(), description="sbatch options")
+    site: SiteSpec = Field(SiteSpec(), description="the cluster's storage, install location and network")
     timeouts: TimeoutSpec = Field(TimeoutSpec(), description="bounds on every stage of the job")
     env: Env = Field({}, description="environment for every process of the job")

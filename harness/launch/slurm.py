@@ -60,15 +60,16 @@ def _run(cmd: list[str], timeout: float = 30) -> subprocess.CompletedProcess:
         raise SubmitError(f"{cmd[0]} is not on PATH") from None
 
 
-def sbatch_command(run_dir: Path) -> list[str]:
-    # Every option lives in job.slurm's #SBATCH lines, so the file alone reproduces the job.
-    return ["sbatch", "--parsable", f"--chdir={run_dir}", str(run_dir / "job.slurm")]
+def sbatch_command(run_dir: Path, extra: list[str] | None = None) -> list[str]:
+    # Every option lives in job.slurm's #SBATCH lines, so the file alone reproduces the job
+    # (`extra`, which wins over them, is for `pdbench doctor`'s short check job only).
+    return ["sbatch", "--parsable", f"--chdir={run_dir}", *(extra or []), str(run_dir / "job.slurm")]
 
 
-def submit(run_dir: Path, timeout_s: float = 60) -> str:
+def submit(run_dir: Path, timeout_s: float = 60, extra: list[str] | None = None) -> str:
     if shutil.which("sbatch") is None:
         raise SubmitError("sbatch is not on PATH; use --launcher local to run on this machine")
-    out = _run(sbatch_command(run_dir), timeout_s)
+    out = _run(sbatch_command(run_dir, extra), timeout_s)
     if out.returncode != 0:
         raise SubmitError(f"sbatch failed ({out.returncode}): {out.stderr.strip()}")
     job_id = out.stdout.strip().split(";")[0]
@@ -119,17 +120,25 @@ def cancel(job_id: str) -> None:
 
 
 def wait(job_id: str, timeout_s: float, on_poll: Callable[[JobInfo], None], poll_s: float = 2.0) -> JobInfo:
-    """Poll until the job ends (or Slurm forgets it); Ctrl-C cancels the job, then re-raises."""
-    deadline = time.monotonic() + timeout_s
+    """Poll until the job ends (or Slurm forgets it); Ctrl-C cancels the job, then re-raises.
+
+    timeout_s counts from when the job leaves the queue: on a busy cluster a job may wait
+    for hours, which says nothing about the job. Polls grow sparser the longer it waits
+    (up to 15 s), so that many followers do not load slurmctld.
+    """
+    deadline = None
+    start = time.monotonic()
     try:
         while True:
             info = job_info(job_id)
             on_poll(info)
             if info.finished or info.state == "UNKNOWN":
                 return info
-            if time.monotonic() > deadline:
-                raise SubmitError(f"job {job_id} still {info.state} after {timeout_s:.0f} s; not cancelled")
-            time.sleep(poll_s)
+            if deadline is None and info.state not in ("PENDING", "REQUEUED", "CONFIGURING"):
+                deadline = time.monotonic() + timeout_s
+            if deadline is not None and time.monotonic() > deadline:
+                raise SubmitError(f"job {job_id} still {info.state} {timeout_s:.0f} s after it started; not cancelled")
+            time.sleep(min(15.0, poll_s + (time.monotonic() - start) / 60))
     except KeyboardInterrupt:
         cancel(job_id)
         end = time.monotonic() + 120

@@ -9,9 +9,11 @@ Every wait here is bounded and checks for an abort.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
+import struct
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -167,11 +169,21 @@ class Coordination:
             time.sleep(poll)
 
 
+TIME_LIMIT_WARNING = (
+    "Slurm warned that the job's time limit is near (sbatch --signal=USR2): the sweep was stopped "
+    "before it; the points finished so far are kept"
+)
+
+
 def write_status(run_dir: Path, rc: int, failure: Failure | None) -> None:
-    """status.json: the job's outcome and, when it failed, its first failure."""
+    """status.json: the job's outcome and, when it failed, its first failure. A job stopped by
+    the warning before its time limit is "timeout": partial, not broken."""
     results = sorted(p.name for p in run_dir.glob("concurrency_*.json"))
+    state = "succeeded" if rc == 0 else "failed"
+    if failure is not None and failure.cause == TIME_LIMIT_WARNING:
+        state = "timeout"
     status = {
-        "state": "succeeded" if rc == 0 else "failed",
+        "state": state,
         "exit_code": rc,
         "reason": failure.reason if failure else None,
         "failure": failure.to_json() if failure else None,
@@ -181,15 +193,28 @@ def write_status(run_dir: Path, rc: int, failure: Failure | None) -> None:
     atomic.write_json(run_dir / "status.json", status, indent=2)
 
 
-def discover_address() -> str:
+def interface_address(name: str) -> str:
+    """The IPv4 address of a network interface (SIOCGIFADDR); OSError when it has none."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
+        except OSError as e:
+            raise OSError(f"network interface {name!r} has no IPv4 address on this node ({e.strerror})") from None
+    return socket.inet_ntoa(packed[20:24])
+
+
+def discover_address(interface: str | None = None) -> str:
     """This node's address as the other nodes reach it.
 
-    PDBENCH_NODE_ADDR wins (the local launcher sets 127.0.0.1); otherwise the address
-    the host name resolves to.
+    PDBENCH_NODE_ADDR wins (the local launcher sets 127.0.0.1); then the address of the
+    interface the site names (site.node_interface); otherwise the address the host name
+    resolves to (127.0.1.1 on Debian-style /etc/hosts: the runtime refuses a loopback one).
     """
     addr = os.environ.get("PDBENCH_NODE_ADDR")
     if addr:
         return addr
+    if interface:
+        return interface_address(interface)
     try:
         return socket.gethostbyname(socket.gethostname())
     except OSError:

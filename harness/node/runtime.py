@@ -22,6 +22,7 @@ from types import FrameType
 from harness.config.schema import TimeoutSpec
 from harness.node.affinity import pin_worker_main_threads
 from harness.node.coordination import (
+    TIME_LIMIT_WARNING,
     Aborted,
     Coordination,
     Failure,
@@ -30,6 +31,8 @@ from harness.node.coordination import (
 )
 from harness.node.health import is_healthy, smoke_request
 from harness.node.heartbeat import HostHeartbeat
+from harness.node.node_checks import checks_for, is_doctor_run, run_preflight
+from harness.node.node_checks import describe as describe_problems
 from harness.node.secrets import ensure_job_secret
 from harness.node.signal_cause import describe_signal
 from harness.node.supervisor import Supervisor
@@ -39,6 +42,7 @@ from harness.validity.scrape import scrape_all
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILED = 0, 1
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class Interrupted(Exception):
@@ -75,7 +79,7 @@ class NodeContext:
 
 def _raise_interrupted(signum: int, _frame: FrameType | None) -> None:
     # Ignore further signals at once: a second one must not cut the abort and teardown short.
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for sig in (*STOP_SIGNALS, signal.SIGUSR2):
         signal.signal(sig, signal.SIG_IGN)
     raise Interrupted(signum)
 
@@ -95,7 +99,9 @@ def run_node(run_dir: Path, node_id: int | None = None) -> int:
     logging.getLogger("harness").addHandler(handler)  # every harness module logging on this node
     coord = Coordination(run_dir, node_id, plan.num_nodes)
     sup = Supervisor(run_dir / "logs", record=run_dir / "state" / f"procs-node{node_id}.json", adopt_orphans=True)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    # SIGUSR2: Slurm's warning before the time limit (#SBATCH --signal=USR2@<s>): stop while
+    # there is time to tear down and record, instead of depending on KillWait after SIGTERM.
+    for sig in (*STOP_SIGNALS, signal.SIGUSR2):
         signal.signal(sig, _raise_interrupted)
 
     rc, failure = EXIT_OK, None
@@ -105,7 +111,9 @@ def run_node(run_dir: Path, node_id: int | None = None) -> int:
         rc = 128 + e.signum
         # A node told to stop because another one failed must not bury that failure: the
         # failing node (or the launcher) records it before any other node is signalled.
-        if not coord.has_failed():
+        if e.signum == signal.SIGUSR2:
+            failure = Failure(node_id, TIME_LIMIT_WARNING)
+        elif not coord.has_failed():
             failure = Failure(node_id, describe_signal(e.signum))
     except Aborted as e:
         rc = EXIT_FAILED
@@ -119,7 +127,7 @@ def run_node(run_dir: Path, node_id: int | None = None) -> int:
         rc, failure = EXIT_FAILED, Failure(node_id, f"unexpected {type(e).__name__}: {e}")
     finally:
         # A second signal during teardown must not cut it short.
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for sig in (*STOP_SIGNALS, signal.SIGUSR2):
             signal.signal(sig, signal.SIG_IGN)
         if failure is not None:
             coord.record_failure(failure)  # first, so the other nodes stop now
@@ -140,20 +148,38 @@ def run_node(run_dir: Path, node_id: int | None = None) -> int:
 
 def _run(ctx: NodeContext, coord: Coordination, sup: Supervisor) -> None:
     t = ctx.timeouts
-    addr = discover_address()
+    # Before any server starts: what would otherwise fail 10-20 minutes into loading a model.
+    problems = run_preflight(ctx.plan, ctx.node_id, ctx.run_dir)
+    if problems:
+        raise Failed(Failure(ctx.node_id, describe_problems(problems)))
+    log.info("preflight passed: %s", ", ".join(checks_for(ctx.plan, ctx.node_id, ctx.run_dir)))
+    interface = ctx.plan.preflight.node_interface
+    addr = discover_address(interface)
     if ctx.plan.num_nodes > 1 and ipaddress.ip_address(addr).is_loopback and not os.environ.get("PDBENCH_NODE_ADDR"):
         # The other nodes could never reach this one: say so now, not after the health timeout.
+        source = (
+            f"network interface {interface!r} has"
+            if interface
+            else f"this node's host name {socket.gethostname()!r} resolves to"
+        )
         raise Failed(
             Failure(
                 ctx.node_id,
-                f"this node's host name {socket.gethostname()!r} resolves to {addr}, a loopback address the "
-                "other nodes cannot reach (fix its /etc/hosts or DNS, or set PDBENCH_NODE_ADDR)",
+                f"{source} {addr}, a loopback address the other nodes cannot reach (fix /etc/hosts or DNS, "
+                "name the interface in site.node_interface, or set PDBENCH_NODE_ADDR)",
             )
         )
     coord.announce(addr)
     addrs = coord.wait_for_nodes(t.rendezvous_s)
     where = f" (in a {os.environ['PDBENCH_CONTAINER']} container)" if os.environ.get("PDBENCH_CONTAINER") else ""
     log.info("node %d of %d at %s%s; all nodes: %s", ctx.node_id, ctx.plan.num_nodes, addr, where, addrs)
+    if is_doctor_run(ctx.run_dir):
+        # `pdbench doctor`: every node passed its checks and reached every other one; start nothing.
+        if ctx.is_head:
+            coord.mark_done()
+        else:
+            _wait(ctx, coord.is_done, t.rendezvous_s, "node 0's end of the checks", coord.check_abort)
+        return
 
     env = dict(os.environ, PDBENCH_NODE_ADDR=addr, PDBENCH_NODE_ID=str(ctx.node_id), RUN_DIR=str(ctx.run_dir))
     env.update({f"PDBENCH_NODE_{i}_ADDR": a for i, a in addrs.items()})

@@ -10,6 +10,7 @@ import json
 import secrets
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from harness.config.load import ResolvedRecipe
@@ -95,6 +96,35 @@ def kv_transfer_config(rr: ResolvedRecipe, worker: Worker) -> dict[str, Any]:
     return cfg
 
 
+def storage_env(rr: ResolvedRecipe) -> dict[str, Word]:
+    """Every process of the job reads weights and tokenizer from local storage, never the hub."""
+    env: dict[str, Word] = {}
+    if rr.recipe.site.hf_cache:
+        env["HF_HUB_CACHE"] = rr.recipe.site.hf_cache
+    if rr.weights_local:
+        # A job that downloads at start-up pulls ~700 GB per node into a throw-away container.
+        env["HF_HUB_OFFLINE"] = "1"
+    return env
+
+
+def storage_mounts(rr: ResolvedRecipe, root: str) -> dict[str, str]:
+    """Host path -> container path:ro for the weights, the tokenizer and the HF cache, where
+    they are outside the pdbench tree (mounted already)."""
+    site, out = rr.recipe.site, dict[str, str]()
+    paths = [site.model_root] if site.model_root else []
+    if rr.model.path is not None:
+        paths.append(rr.relocated(rr.model_source, root))
+    if rr.model.tokenizer and Path(rr.tokenizer).is_absolute():
+        paths.append(rr.relocated(rr.tokenizer, root))
+    if site.hf_cache:
+        paths.append(site.hf_cache)
+    for path in paths:
+        inside = [q for q in (root, *out) if path == q or path.startswith(q.rstrip("/") + "/")]
+        if path and not inside:
+            out[path] = f"{path}:ro"
+    return out
+
+
 def server_env(rr: ResolvedRecipe, worker: Worker) -> dict[str, Word]:
     """Environment of one vLLM server, later keys winning: model, role, recipe, topology."""
     m, role = rr.model, getattr(rr.recipe.topology, worker.role)
@@ -103,7 +133,9 @@ def server_env(rr: ResolvedRecipe, worker: Worker) -> dict[str, Word]:
     env.update(role.env)
     c = rr.recipe.connector
     if c.name == "nixl":
-        env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = NODE_ADDR
+        if not rr.recipe.topology.nic_detection:
+            # With detection, `pdbench nic` sets it: the RDMA interface's address, else the node's.
+            env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = NODE_ADDR
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(worker.side_channel_port)
     if c.name == "moriio" and c.read_mode:
         env["VLLM_MORIIO_CONNECTOR_READ_MODE"] = "1"
@@ -280,3 +312,62 @@ def bench_config(
         "decode_gpus": plan.devices("decode"),
         "metadata": run_meta,
     }
+
+
+# Stand-ins for what only the job knows, so that a rendered line can be parsed ahead of time.
+_SAMPLE_ENV = {"PDBENCH_NODE_ADDR": "10.0.0.1", "RUN_DIR": "/run", "PDBENCH_PYTHON": "python3"}
+
+
+def concrete(word: Word) -> str:
+    """A word as bash would pass it, with sample values for the job's run-time variables."""
+    if isinstance(word, str):
+        return word
+    out, text, i = [], word.text, 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text) and text[i + 1] in '\\"$`':
+            out.append(text[i + 1])
+            i += 2
+        elif text.startswith("${", i):
+            end = text.index("}", i)
+            name = text[i + 2 : end]
+            out.append(_SAMPLE_ENV.get(name, "10.0.0.1" if name.endswith("_ADDR") else name))
+            i = end + 1
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def serve_lines(rr: ResolvedRecipe, plan: JobPlan) -> list[tuple[str, list[str], dict[str, str]]]:
+    """Every distinct `vllm serve` line of the job: (process, the words after `vllm serve`,
+    flag -> the recipe key that produced it, as 'FILE: KEY')."""
+    from harness.config.load import source_of_key
+
+    models = rr.models_file.name
+    out, seen = [], set()
+    for w in plan.workers:
+        role = w.role
+        origins = {
+            "--max-model-len": f"{models}: models.{rr.recipe.model}.max_model_len",
+            "--served-model-name": f"{models}: models.{rr.recipe.model}.served_model_name",
+            "--tensor-parallel-size": f"topology.{role}.tp",
+            "--data-parallel-size": f"topology.{role}.dp",
+            "--enable-expert-parallel": f"topology.{role}.ep",
+            "--port": f"topology.{role}.port",
+            "--kv-transfer-config": "connector",
+        }
+        for key in rr.model.prefill_flags if role == "prefill" else rr.model.decode_flags:
+            origins[f"--{key}"] = f"{models}: models.{rr.recipe.model}.{role}_flags.{key}"
+        for key in getattr(rr.recipe.topology, role).flags:
+            origins[f"--{key}"] = f"topology.{role}.flags.{key}"
+        for flag, key in origins.items():
+            if not key.startswith(models):
+                src = source_of_key(rr.provenance, key) or str(rr.recipe_file.name)
+                origins[flag] = f"{src}: {key}"
+        for rank, _node in enumerate(w.nodes):
+            argv = [concrete(x) for x in server_argv(rr, w, None, rank)][2:]
+            if tuple(argv) not in seen:
+                seen.add(tuple(argv))
+                out.append((w.process_name(rank), argv, origins))
+    return out

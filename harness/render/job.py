@@ -19,6 +19,7 @@ from harness import __version__, atomic
 from harness.config.load import ConfigError, ResolvedRecipe
 from harness.render import commands as cmd
 from harness.render.commands import Word, quote
+from harness.render.preflight_spec import preflight_spec
 from harness.topology import JobPlan, PlanFile, plan
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "slurm_templates"
@@ -34,8 +35,14 @@ class RenderContext:
     git_commit: str | None
 
 
-def current_context(run_dir: Path, root: Path) -> RenderContext:
-    return RenderContext(str(run_dir.resolve()), str(root.resolve()), sys.executable, git_commit(root))
+def current_context(run_dir: Path, root: Path, rr: ResolvedRecipe | None = None) -> RenderContext:
+    """This checkout and Python, or the shared install the recipe's site names (site.pdbench_root)."""
+    site = rr.recipe.site if rr is not None else None
+    if site is not None and site.pdbench_root:
+        python = site.python or f"{site.pdbench_root}/.venv/bin/python"
+        return RenderContext(str(run_dir.resolve()), site.pdbench_root, python, git_commit(Path(site.pdbench_root)))
+    python = site.python if site is not None and site.python else sys.executable
+    return RenderContext(str(run_dir.resolve()), str(root.resolve()), python, git_commit(root))
 
 
 def git_commit(root: Path) -> str | None:
@@ -159,8 +166,10 @@ def _sbatch_opts(rr: ResolvedRecipe) -> list[str]:
         if value
     ]
     gpn = rr.recipe.topology.gpus_per_node
-    if gpn:
+    if gpn and s.gpu_request == "gpus-per-node":
         opts.append(f"--gpus-per-node={gpn}")
+    elif gpn and s.gpu_request == "gres":
+        opts.append(f"--gres={sbatch_quote(f'{s.gres_name}:{gpn}')}")
     return opts + [sbatch_option(o) for o in s.extra_sbatch]
 
 
@@ -218,9 +227,10 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext) -> JobPlan
     env = _environment()
     common = {"name": rr.name, "fingerprint": rr.fingerprint, "version": __version__}
     server = env.get_template("server.sh.j2").render(
-        **common, procs=_procs(rr, p, ctx.root), job_env=_env(dict(rr.recipe.env))
+        **common, procs=_procs(rr, p, ctx.root), job_env=_env({**cmd.storage_env(rr), **rr.recipe.env})
     )
-    mounts = sorted(rr.recipe.container.mounts.items())
+    # The weights and the HF cache, read-only at the same paths, unless the recipe mounts them itself.
+    mounts = sorted({**cmd.storage_mounts(rr, ctx.root), **rr.recipe.container.mounts}.items())
     job = env.get_template("job.slurm.j2").render(
         **common,
         # One comment line per line: a newline in the description never starts a command.
@@ -256,8 +266,11 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext) -> JobPlan
         "fingerprint": rr.fingerprint,
         "pdbench_version": __version__,
         "git_commit": ctx.git_commit,
+        "cluster_profile": str(rr.cluster_file) if rr.cluster_file else None,
+        # Where each value came from: the recipe, the cluster profile, a --set, or the default.
+        "sources": rr.sources(),
     }
-    plan_json = PlanFile.of(rr, p).to_json()
+    plan_json = PlanFile.of(rr, p, preflight_spec(rr, p, ctx.root)).to_json()
     files = {
         "server.sh": server,
         "job.slurm": job,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-1p2d · fingerprint 21a8707ec0562e8c
+# pdbench node script · recipe dsr1-fp8-1p2d · fingerprint 77dd9607654d446a
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
@@ -15,7 +15,11 @@ export PDBENCH_PYTHON
 # prefill-0: prefill worker 0 on node 0, port 2584, 8 device(s)
 proc_prefill_0() {
   # RDMA devices, GID index and QoS of this node (TCP settings when there is no RDMA).
-  eval "$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")"
+  # Assigned first, so that a failing detection fails the node (set -e) instead of
+  # leaving UCX/NCCL on their defaults.
+  local nic_env
+  nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
+  eval "$nic_env"
   export VLLM_USE_V1=1
   export VLLM_ROCM_USE_AITER=1
   export VLLM_ROCM_USE_AITER_MOE=1
@@ -39,7 +43,11 @@ proc_prefill_0() {
 # decode-0: decode worker 0 on node 1, port 2584, 16 device(s)
 proc_decode_0() {
   # RDMA devices, GID index and QoS of this node (TCP settings when there is no RDMA).
-  eval "$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")"
+  # Assigned first, so that a failing detection fails the node (set -e) instead of
+  # leaving UCX/NCCL on their defaults.
+  local nic_env
+  nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
+  eval "$nic_env"
   export VLLM_USE_V1=1
   export VLLM_ROCM_USE_AITER=1
   export VLLM_ROCM_USE_AITER_MOE=1
@@ -69,7 +77,11 @@ proc_decode_0() {
 # decode-0-f1: headless follower 1 of decode-0 on node 2 (data parallel)
 proc_decode_0_f1() {
   # RDMA devices, GID index and QoS of this node (TCP settings when there is no RDMA).
-  eval "$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")"
+  # Assigned first, so that a failing detection fails the node (set -e) instead of
+  # leaving UCX/NCCL on their defaults.
+  local nic_env
+  nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
+  eval "$nic_env"
   export VLLM_USE_V1=1
   export VLLM_ROCM_USE_AITER=1
   export VLLM_ROCM_USE_AITER_MOE=1

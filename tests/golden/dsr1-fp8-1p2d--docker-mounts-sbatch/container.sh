@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench container wrapper · recipe dsr1-fp8-1p2d · fingerprint 6e529ab65bce09c5
+# pdbench container wrapper · recipe dsr1-fp8-1p2d · fingerprint 6207c5d532037acc
 # Runs on the host of every node (one Slurm task per node, started by job.slurm): checks
 # this node's docker and image, removes stale pdbench containers, and runs server.sh
 # in one container with the node's network, IPC and devices, the run directory and the
@@ -58,6 +58,13 @@ if ! timeout 60 "$RUNTIME" image inspect "$IMAGE" >/dev/null 2>&1; then
     || fail "image $IMAGE is not on $(hostname) and could not be pulled: $(last_line "$err")"
 fi
 
+# pdbench runs inside the image from the shared tree: its dependencies must import there
+# (a stock vLLM image may lack them). Seconds here instead of a failure after the queue.
+probe=(timeout 120 "$RUNTIME" run --rm --entrypoint "" --network none -e "PYTHONPATH=$PDBENCH_ROOT"
+  -e PYTHONDONTWRITEBYTECODE=1 -v "$PDBENCH_ROOT:$PDBENCH_ROOT:ro" "$IMAGE")
+"${probe[@]}" python3 -c 'import harness.node.runtime, harness.proxy.server, harness.bench.client' >/dev/null 2>"$err" \
+  || fail "pdbench cannot run in image $IMAGE on $(hostname): $(last_line "$err")"
+
 # ----------------------------------------------------------- stale containers
 # This job's name from an earlier attempt, and any pdbench container whose job has ended
 # (one that outlived a crash must not hold this node's GPUs).
@@ -113,6 +120,7 @@ on_signal() {
 trap 'on_signal TERM' TERM
 trap 'on_signal INT' INT
 trap 'on_signal HUP' HUP
+trap 'on_signal USR2' USR2  # Slurm's warning before the time limit
 while kill -0 "$cpid" 2>/dev/null; do
   touch "$HEARTBEAT"
   sleep 2 &

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-1p2d-nixl · fingerprint 87a1113b19fa9e24
+# pdbench node script · recipe dsr1-fp8-1p2d-nixl · fingerprint c32aec186923336f
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
@@ -15,12 +15,15 @@ export PDBENCH_PYTHON
 # prefill-0: prefill worker 0 on node 0, port 2584, 8 device(s)
 proc_prefill_0() {
   # RDMA devices, GID index and QoS of this node (TCP settings when there is no RDMA).
-  eval "$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")"
+  # Assigned first, so that a failing detection fails the node (set -e) instead of
+  # leaving UCX/NCCL on their defaults.
+  local nic_env
+  nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
+  eval "$nic_env"
   export VLLM_USE_V1=1
   export VLLM_ROCM_USE_AITER=1
   export VLLM_ROCM_USE_AITER_MOE=1
   export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
-  export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
   exec vllm serve deepseek-ai/DeepSeek-R1-0528 \
     --port 2584 \
@@ -40,13 +43,16 @@ proc_prefill_0() {
 # decode-0: decode worker 0 on node 1, port 2584, 8 device(s)
 proc_decode_0() {
   # RDMA devices, GID index and QoS of this node (TCP settings when there is no RDMA).
-  eval "$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")"
+  # Assigned first, so that a failing detection fails the node (set -e) instead of
+  # leaving UCX/NCCL on their defaults.
+  local nic_env
+  nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
+  eval "$nic_env"
   export VLLM_USE_V1=1
   export VLLM_ROCM_USE_AITER=1
   export VLLM_ROCM_USE_AITER_MOE=1
   export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
   export VLLM_ALL2ALL_BACKEND=mori
-  export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5608
   exec vllm serve deepseek-ai/DeepSeek-R1-0528 \
     --port 2584 \
@@ -67,13 +73,16 @@ proc_decode_0() {
 # decode-1: decode worker 1 on node 2, port 2584, 8 device(s)
 proc_decode_1() {
   # RDMA devices, GID index and QoS of this node (TCP settings when there is no RDMA).
-  eval "$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")"
+  # Assigned first, so that a failing detection fails the node (set -e) instead of
+  # leaving UCX/NCCL on their defaults.
+  local nic_env
+  nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
+  eval "$nic_env"
   export VLLM_USE_V1=1
   export VLLM_ROCM_USE_AITER=1
   export VLLM_ROCM_USE_AITER_MOE=1
   export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
   export VLLM_ALL2ALL_BACKEND=mori
-  export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5616
   exec vllm serve deepseek-ai/DeepSeek-R1-0528 \
     --port 2584 \

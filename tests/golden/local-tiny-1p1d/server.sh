@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe local-tiny-1p1d · fingerprint 500e058ad7a6de72
+# pdbench node script · recipe local-tiny-1p1d · fingerprint 45dd82a4a3f4b196
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
@@ -11,6 +11,7 @@ RUN_DIR="${RUN_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}"
 export RUN_DIR
 PDBENCH_PYTHON="${PDBENCH_PYTHON:-python3}"
 export PDBENCH_PYTHON
+export HF_HUB_OFFLINE=1
 
 # prefill-0: prefill worker 0 on node 0, port 8100, 1 device(s)
 proc_prefill_0() {

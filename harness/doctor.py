@@ -1,0 +1,112 @@
+"""`pdbench doctor`: everything a job needs, checked before a real job queues for hours.
+
+Two parts. Here, where pdbench submits: the recipe's `vllm serve` lines against vLLM's own
+parser, the weights and the shared pdbench install when this host sees them. On the
+nodes: a short job of the rendered recipe (Slurm, or the local launcher) that runs only
+the preflight every real job runs before starting a server (container.sh: runtime, image,
+pdbench importable in it; `pdbench node`: weights, GPUs, ports, RDMA, memory, disk,
+clock) and stops. One line per problem, naming the node and the cause.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import atomic
+from harness.config.load import ResolvedRecipe
+from harness.node.node_checks import DOCTOR_MARKER, record_path
+from harness.runs import read_status
+
+SUBMIT_HOST = "submit host"
+
+
+@dataclass(frozen=True)
+class Finding:
+    where: str  # "node 1", or SUBMIT_HOST
+    check: str
+    cause: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.cause}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"where": self.where, "check": self.check, "cause": self.cause}
+
+
+def local_findings(rr: ResolvedRecipe, root: str) -> list[Finding]:
+    """What the submit host can check itself: weights and the shared install, where it sees them."""
+    out: list[Finding] = []
+    for cause in model_presence(rr, root):
+        out.append(Finding(SUBMIT_HOST, "weights", cause))
+    site_root = rr.recipe.site.pdbench_root
+    if site_root and not (Path(site_root) / "harness" / "__init__.py").is_file():
+        out.append(
+            Finding(
+                SUBMIT_HOST,
+                "install",
+                f"site.pdbench_root {site_root} holds no pdbench checkout (harness/__init__.py is missing); "
+                "the nodes run pdbench from there",
+            )
+        )
+    return out
+
+
+def model_presence(rr: ResolvedRecipe, root: str) -> list[str]:
+    """Weights checked from here when their location is visible from here, else left to each node's preflight."""
+    from harness.node import preflight as pf
+
+    site = rr.recipe.site
+    if rr.model.path is not None or site.model_root:
+        path = Path(rr.model_source)
+        # The model root (or the model's parent) visible here means the weights should be too.
+        visible = Path(site.model_root).is_dir() if site.model_root else path.parent.is_dir()
+        if not visible:
+            return []
+        dummy = all(
+            {
+                **(rr.model.prefill_flags if r == "prefill" else rr.model.decode_flags),
+                **getattr(rr.recipe.topology, r).flags,
+            }.get("load-format")
+            == "dummy"
+            for r in ("prefill", "decode")
+        )
+        return pf.check_weights(str(path), need_weights=not dummy)
+    if site.hf_cache and Path(site.hf_cache).is_dir():
+        return pf.check_weights(None, hf_id=rr.model.hf_id, hf_cache=site.hf_cache)
+    return []
+
+
+def mark_doctor_run(run_dir: Path) -> None:
+    atomic.write_json(run_dir / DOCTOR_MARKER, {"created": time.time()}, indent=2)
+
+
+def node_findings(run_dir: Path, num_nodes: int) -> tuple[list[Finding], list[int]]:
+    """The nodes' recorded problems, and the nodes that recorded nothing (never got to check)."""
+    out: list[Finding] = []
+    silent = []
+    for node in range(num_nodes):
+        try:
+            record = json.loads(record_path(run_dir, node).read_text())
+        except (OSError, ValueError):
+            silent.append(node)
+            continue
+        out += [Finding(f"node {p['node']}", p["check"], p["cause"]) for p in record["problems"]]
+    return out, silent
+
+
+def job_findings(run_dir: Path, num_nodes: int) -> list[Finding]:
+    """Every node's problems; a failure recorded before a node could check (its image, its
+    container, Slurm) when no node listed a problem."""
+    found, silent = node_findings(run_dir, num_nodes)
+    status = read_status(run_dir)
+    if status is not None and status["state"] != "succeeded" and not found:
+        failure = status.get("failure") or {}
+        where = f"node {failure['node']}" if isinstance(failure.get("node"), int) else "job"
+        cause = failure.get("cause") or status.get("reason") or "failed"
+        found.append(Finding(where, "job", cause))
+    elif status is None and not found:
+        found.append(Finding("job", "job", f"the check job left no outcome (nodes without a record: {silent})"))
+    return found

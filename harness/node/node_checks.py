@@ -1,0 +1,73 @@
+"""The preflight of one node: which checks of harness.node.preflight apply, run them, record them.
+
+Every node runs this before it starts any server (a job on a real cluster would otherwise
+find a taken port or a missing file 10-20 minutes into loading a model), and `pdbench
+doctor` runs a job that does only this. Each node writes state/preflight-node<i>.json.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from harness import atomic
+from harness.node import preflight as pf
+from harness.topology import PlanFile
+
+PREFLIGHT_TIMEOUT_S = 20.0
+DOCTOR_MARKER = "doctor.json"  # in the run directory: the job checks and stops, starting nothing
+
+
+def record_path(run_dir: Path, node: int) -> Path:
+    return run_dir / "state" / f"preflight-node{node}.json"
+
+
+def checks_for(plan: PlanFile, node: int, run_dir: Path) -> dict[str, Callable[[], list[str]]]:
+    spec = plan.preflight
+    checks: dict[str, Callable[[], list[str]]] = {
+        "ports": lambda: pf.check_ports(spec.ports.get(node, [])),
+        # Logs and result files; a full disk loses them silently.
+        "disk": lambda: pf.check_disk(str(run_dir), 1 << 30),
+        "clock": lambda: pf.check_clock(run_dir),
+    }
+    if spec.weights_path or spec.hf_id:
+        checks["weights"] = lambda: pf.check_weights(
+            spec.weights_path, hf_id=spec.hf_id, hf_cache=spec.hf_cache, need_weights=spec.need_weights
+        )
+    if spec.gpus.get(node):
+        checks["gpus"] = lambda: pf.check_gpus(spec.gpus[node], env=os.environ)
+    if spec.memory_bytes.get(node):
+        checks["memory"] = lambda: pf.check_memory(spec.memory_bytes[node])
+    if spec.rdma:
+        checks["rdma"] = lambda: pf.check_rdma(environ=os.environ)
+    return checks
+
+
+def run_preflight(plan: PlanFile, node: int, run_dir: Path) -> list[pf.Problem]:
+    """Run this node's checks (bounded) and record them; returns the problems found."""
+    start = time.monotonic()
+    checks = checks_for(plan, node, run_dir)
+    problems = pf.run_checks(node, checks, timeout_s=PREFLIGHT_TIMEOUT_S)
+    atomic.write_json(
+        record_path(run_dir, node),
+        {
+            "node": node,
+            "checks": list(checks),
+            "problems": [{"node": p.node, "check": p.check, "cause": p.cause} for p in problems],
+            "seconds": round(time.monotonic() - start, 3),
+        },
+        indent=2,
+    )
+    return problems
+
+
+def describe(problems: list[pf.Problem]) -> str:
+    """A node's failure cause: one line per problem (the failure names the node)."""
+    head = f"preflight found {len(problems)} problem(s)"
+    return head + ":\n" + "\n".join(f"  {p.cause}" for p in problems)
+
+
+def is_doctor_run(run_dir: Path) -> bool:
+    return (run_dir / DOCTOR_MARKER).is_file()

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# pdbench node script · recipe local-tiny-1p2d · fingerprint b6960ae31302f1df
+# Runs on every node of the job (one Slurm task per node).
+#   bash server.sh             run this node: `pdbench node` starts, health-gates and
+#                              tears down the processes below that belong to this node
+#   bash server.sh proc NAME   run one process in the foreground (what `pdbench node` calls)
+# PDBENCH_NODE_ADDR and PDBENCH_NODE_<i>_ADDR are set by `pdbench node` once every node
+# has reported its address.
+set -euo pipefail
+RUN_DIR="${RUN_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}"
+export RUN_DIR
+PDBENCH_PYTHON="${PDBENCH_PYTHON:-python3}"
+export PDBENCH_PYTHON
+export HF_HUB_OFFLINE=1
+
+# prefill-0: prefill worker 0 on node 0, port 8100, 1 device(s)
+proc_prefill_0() {
+  export VLLM_CPU_KVCACHE_SPACE=1
+  export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"
+  export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
+  export VLLM_CPU_OMP_THREADS_BIND=0
+  exec vllm serve /opt/pdbench/.cache/models/tiny-llama \
+    --port 8100 \
+    --served-model-name tiny \
+    --max-model-len 4096 \
+    --tensor-parallel-size 1 \
+    --load-format dummy \
+    --dtype float32 \
+    --enforce-eager \
+    --max-num-seqs 64 \
+    --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_buffer_device":"cpu","kv_connector_extra_config":{"kv_lease_duration":300}}'
+}
+
+# decode-0: decode worker 0 on node 1, port 8200, 1 device(s)
+proc_decode_0() {
+  export VLLM_CPU_KVCACHE_SPACE=1
+  export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"
+  export VLLM_NIXL_SIDE_CHANNEL_PORT=5601
+  export VLLM_CPU_OMP_THREADS_BIND=1
+  exec vllm serve /opt/pdbench/.cache/models/tiny-llama \
+    --port 8200 \
+    --served-model-name tiny \
+    --max-model-len 4096 \
+    --tensor-parallel-size 1 \
+    --load-format dummy \
+    --dtype float32 \
+    --enforce-eager \
+    --max-num-seqs 64 \
+    --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_buffer_device":"cpu","kv_connector_extra_config":{"kv_lease_duration":300}}'
+}
+
+# decode-1: decode worker 1 on node 2, port 8200, 1 device(s)
+proc_decode_1() {
+  export VLLM_CPU_KVCACHE_SPACE=1
+  export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"
+  export VLLM_NIXL_SIDE_CHANNEL_PORT=5602
+  export VLLM_CPU_OMP_THREADS_BIND=1
+  exec vllm serve /opt/pdbench/.cache/models/tiny-llama \
+    --port 8200 \
+    --served-model-name tiny \
+    --max-model-len 4096 \
+    --tensor-parallel-size 1 \
+    --load-format dummy \
+    --dtype float32 \
+    --enforce-eager \
+    --max-num-seqs 64 \
+    --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_buffer_device":"cpu","kv_connector_extra_config":{"kv_lease_duration":300}}'
+}
+
+# proxy: PD proxy on node 0, port 30000
+proc_proxy() {
+  exec "${PDBENCH_PYTHON}" -m harness proxy \
+    --host 127.0.0.1 \
+    --port 30000 \
+    --connector nixl \
+    --policy round_robin \
+    --request-timeout-s 600 \
+    --stream-idle-timeout-s 300 \
+    --prefill "http://${PDBENCH_NODE_0_ADDR}:8100" \
+    --decode "http://${PDBENCH_NODE_1_ADDR}:8200" \
+    --decode "http://${PDBENCH_NODE_2_ADDR}:8200"
+}
+
+# bench: benchmark client on node 0, through the proxy
+proc_bench() {
+  exec "${PDBENCH_PYTHON}" -m harness bench \
+    --config "${RUN_DIR}/bench.json" \
+    --result-dir "${RUN_DIR}" \
+    --scrape "prefill-0=prefill@http://${PDBENCH_NODE_0_ADDR}:8100" \
+    --scrape "decode-0=decode@http://${PDBENCH_NODE_1_ADDR}:8200" \
+    --scrape "decode-1=decode@http://${PDBENCH_NODE_2_ADDR}:8200"
+}
+
+case "${1:-node}" in
+  node) exec "$PDBENCH_PYTHON" -m harness node --run-dir "$RUN_DIR" ;;
+  proc)
+    case "${2:-}" in
+      prefill-0) proc_prefill_0 ;;
+      decode-0) proc_decode_0 ;;
+      decode-1) proc_decode_1 ;;
+      proxy) proc_proxy ;;
+      bench) proc_bench ;;
+      *) echo "server.sh: unknown process '${2:-}'" >&2; exit 2 ;;
+    esac
+    ;;
+  *) echo "usage: server.sh [node | proc NAME]" >&2; exit 2 ;;
+esac
