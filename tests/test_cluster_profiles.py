@@ -178,3 +178,28 @@ def test_a_failing_nic_detection_fails_the_server(tmp_path: Path) -> None:
     env["PDBENCH_PYTHON"] = "true"  # detection succeeds (prints nothing): the server starts
     r = subprocess.run(["bash", str(out / "server.sh"), "proc", "prefill-0"], env=env, timeout=30, capture_output=True)
     assert r.returncode == 0 and marker.exists()
+
+
+def _submit_dry_run(tmp_path: Path, *sets: str) -> subprocess.CompletedProcess:
+    args = [sys.executable, "-m", "harness", "submit", "--recipe", "dsr1-fp8-1p2d", "--dry-run", "--skip-flag-check"]
+    args += ["--results-dir", str(tmp_path / "results")]
+    for s in sets:
+        args += ["--set", s]
+    return subprocess.run(args, capture_output=True, text=True, timeout=60, cwd=PROJECT_ROOT)
+
+
+def test_submit_refuses_weights_or_install_it_can_see_are_missing(tmp_path: Path) -> None:
+    root = tmp_path / "models"
+    (root / "deepseek-ai" / "DeepSeek-R1-0528").mkdir(parents=True)
+    r = _submit_dry_run(tmp_path, f"site.model_root={root}")
+    assert r.returncode == 2, r.stdout
+    assert f"submit host: {root}/deepseek-ai/DeepSeek-R1-0528" in r.stderr and "config.json" in r.stderr, r.stderr
+    assert not (tmp_path / "results").exists()  # nothing queued, no run directory
+    (root / "deepseek-ai" / "DeepSeek-R1-0528" / "config.json").write_text("{}")
+    (root / "deepseek-ai" / "DeepSeek-R1-0528" / "model.safetensors").write_bytes(b"\0" * 64)
+    r = _submit_dry_run(tmp_path, f"site.model_root={root}")
+    assert r.returncode == 0, r.stderr
+    # A model root this host does not see is left to every node's preflight.
+    assert _submit_dry_run(tmp_path, "site.model_root=/not/mounted/here").returncode == 0
+    r = _submit_dry_run(tmp_path, f"site.pdbench_root={tmp_path / 'nopdbench'}")
+    assert r.returncode == 2 and "site.pdbench_root" in r.stderr and "holds no pdbench checkout" in r.stderr, r.stderr

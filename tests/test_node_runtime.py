@@ -590,6 +590,41 @@ def test_sigterm_to_node_runtime(make_job) -> None:
     job.assert_nothing_left()
 
 
+def test_time_limit_warning_stops_the_job_as_timeout(make_job) -> None:
+    """Slurm's USR2 before the time limit (#SBATCH --signal=USR2@<s>), sent to every task:
+    each node stops and tears down, the finished points are kept, the run is "timeout"."""
+    job = make_job(timeouts={"bench_s": 30}, flags={"bench": ["--sleep", "60"]})
+    nodes = []
+    for i in range(job.num_nodes):
+        with open(job.run_dir / f"node{i}.out", "wb") as out:
+            nodes.append(
+                subprocess.Popen(
+                    ["bash", str(job.run_dir / "server.sh")],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=node_env(job.run_dir, "usr2-test", i, job.num_nodes),
+                    cwd=job.run_dir,
+                    start_new_session=True,
+                )
+            )
+    try:
+        _wait_for(lambda: any(f["name"] == "bench" for f in job.fake_procs()), 15, "the bench to start")
+        for n in nodes:
+            n.send_signal(signal.SIGUSR2)
+        rcs = [n.wait(job.timeouts["teardown_s"] + 15) for n in nodes]
+    finally:
+        for n in nodes:
+            if n.poll() is None:
+                os.killpg(n.pid, signal.SIGKILL)
+                n.wait(5)
+    assert rcs == [128 + signal.SIGUSR2] * 2, job.logs()
+    status = job.status()
+    assert status["state"] == "timeout", status
+    assert re.match(r"node [01]: Slurm warned that the job's time limit is near", status["reason"]), status
+    job.assert_nothing_left()
+
+
 # --- coordination --------------------------------------------------------------------------
 
 

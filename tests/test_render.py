@@ -273,3 +273,12 @@ def test_run_dir_that_no_sbatch_line_can_carry_is_refused(tmp_path: Path) -> Non
     out.mkdir()
     with pytest.raises(ConfigError, match="#SBATCH"):
         render_job(load_recipe("local-tiny-1p1d"), out, RenderContext(str(out), "/opt/pdbench", "/py", None))
+
+
+def test_top_level_kv_transfer_config_keys_from_the_recipe(tmp_path: Path) -> None:
+    out = _render("dsr1-fp8-1p2d", tmp_path, ['connector.transfer_config={"kv_load_failure_policy": "recompute"}'])
+    assert (out / "server.sh").read_text().count('\\"kv_load_failure_policy\\":\\"recompute\\"') == 3
+    from harness.config.load import ConfigError
+
+    with pytest.raises(ConfigError, match=r"connector\.transfer_config\.engine_id"):
+        load_recipe("dsr1-fp8-1p2d", ['connector.transfer_config={"engine_id": "x"}'])

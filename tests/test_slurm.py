@@ -221,6 +221,102 @@ def test_missing_image_fails_in_seconds(tmp_path: Path) -> None:
     assert re.match(
         r"node [01]: image localhost/pdbench-absent:0 is not on node\d and could not be pulled: .+", reason
     ), reason
+    # `pdbench doctor` says the same, as a finding with exit 1.
+    problems = _doctor_problems(tmp_path, "local-tiny-1p1d", *overrides)
+    assert len(problems) == 1 and "image localhost/pdbench-absent:0 is not on node" in problems[0]["cause"], problems
+    _assert_clean()
+
+
+def _doctor_problems(tmp_path: Path, recipe: str, *overrides: str) -> list[dict]:
+    args = [sys.executable, "-m", "harness", "doctor", "--recipe", recipe, "--cluster", "local", "--json"]
+    args += ["--results-dir", str(tmp_path / "doctor")]
+    for o in overrides:
+        args += ["--set", o]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    return json.loads(r.stdout)["problems"]
+
+
+def _broken_image(tag: str) -> str:
+    """The CI image without pydantic, on every node's dockerd: pdbench cannot import in it."""
+    broken = tag.rsplit(":", 1)[0] + ":no-pydantic"
+    for sock in sorted(DOCKER_SOCKETS.glob("node*.sock")):
+        docker = ["docker", "-H", f"unix://{sock}"]
+        name = f"pdbench-break-{sock.stem}"
+        subprocess.run([*docker, "rm", "-f", name], capture_output=True, timeout=60)
+        subprocess.run(
+            [
+                *docker,
+                "run",
+                "--name",
+                name,
+                "--entrypoint",
+                "",
+                tag,
+                "sh",
+                "-c",
+                "rm -rf /opt/venv/lib/python3*/site-packages/pydantic",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        subprocess.run([*docker, "commit", name, broken], check=True, capture_output=True, timeout=120)
+        subprocess.run([*docker, "rm", "-f", name], check=True, capture_output=True, timeout=60)
+    return broken
+
+
+def test_image_without_pdbench_dependencies_fails_in_seconds(tmp_path: Path) -> None:
+    broken = _broken_image(ensure_containers())
+    overrides = ["container.runtime=docker", f"container.image={broken}", "container.privileged=false"]
+    t0 = time.monotonic()
+    rc, out = _finish(_submit(tmp_path, "local-tiny-1p1d", *overrides), timeout=180)
+    assert rc == 1 and time.monotonic() - t0 < 90, out[-4000:]
+    reason = _status(_run_dir(tmp_path, "local-tiny-1p1d"))["reason"]
+    assert re.match(
+        rf"node [01]: pdbench cannot run in image {re.escape(broken)} on node\d: .*No module named 'pydantic'", reason
+    ), reason
+    problems = _doctor_problems(tmp_path, "local-tiny-1p1d", *overrides)
+    assert len(problems) == 1 and "No module named 'pydantic'" in problems[0]["cause"], problems
+    assert problems[0]["where"] in ("node 0", "node 1"), problems
+    _assert_clean()
+
+
+def test_doctor_on_the_cluster(tmp_path: Path) -> None:
+    """`pdbench doctor` as a short Slurm job on the three nodes: all pass; a port taken on one
+    node fails it, naming that node and the holder."""
+    args = [sys.executable, "-m", "harness", "doctor", "--recipe", "local-tiny-1p2d", "--cluster", "local"]
+    args += ["--json", "--results-dir", str(tmp_path)]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["problems"] == []
+    # Hold decode's port 8200 inside node 3 (the job's node 2).
+    holder = subprocess.Popen(
+        [
+            "ip",
+            "netns",
+            "exec",
+            "slurm-node3",
+            sys.executable,
+            "-c",
+            "import socket,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('0.0.0.0', 8200)); s.listen(); print('up', flush=True); time.sleep(120)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "up"
+        t0 = time.monotonic()
+        r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+        took = time.monotonic() - t0
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    assert r.returncode == 1, r.stdout + r.stderr
+    problems = json.loads(r.stdout)["problems"]
+    assert [(p["where"], p["check"]) for p in problems] == [("node 2", "ports")], problems
+    assert f"port 8200 is in use (by pid {holder.pid}" in problems[0]["cause"], problems
+    assert took < 60, took
     _assert_clean()
 
 

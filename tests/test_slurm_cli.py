@@ -81,6 +81,25 @@ def test_wait_follows_to_the_end(fake_bin: Path, tmp_path: Path) -> None:
     assert info.state == "COMPLETED" and seen == ["RUNNING", "RUNNING", "COMPLETED"]
 
 
+def test_wait_deadline_counts_from_the_start_not_the_queue(fake_bin: Path, tmp_path: Path) -> None:
+    """A job that waits in the queue longer than its own time is not failed for it; one that
+    runs past the deadline is (and is not cancelled)."""
+    counter = tmp_path / "n"
+    _fake(
+        fake_bin,
+        "scontrol",
+        f"n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}\n"
+        'if [ "$n" -lt 30 ]; then s=PENDING; elif [ "$n" -lt 32 ]; then s=RUNNING; else s=COMPLETED; fi\n'
+        'echo "JobId=7 JobState=$s ExitCode=0:0"\n',
+    )
+    seen: list[str] = []
+    info = slurm.wait("7", timeout_s=0.2, on_poll=lambda i: seen.append(i.state), poll_s=0.01)
+    assert info.state == "COMPLETED" and seen.count("PENDING") == 30, seen
+    _fake(fake_bin, "scontrol", 'echo "JobId=8 JobState=RUNNING ExitCode=0:0"\n')
+    with pytest.raises(slurm.SubmitError, match="still RUNNING 0 s after it started; not cancelled"):
+        slurm.wait("8", timeout_s=0.1, on_poll=lambda i: None, poll_s=0.01)
+
+
 def _run_dir(tmp_path: Path) -> Path:
     run = tmp_path / "results" / "r1" / "20260101T000000Z-abc123"
     (run / "logs").mkdir(parents=True)

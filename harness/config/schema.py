@@ -172,6 +172,11 @@ class TopologySpec(Strict):
     decode: RoleSpec = Field(description="the decode servers (yD)")
 
 
+# kv_transfer_config keys a recipe may set itself; pdbench sets kv_connector, kv_role,
+# kv_buffer_device, the extra config and the module path, and engine_id must stay unique.
+TransferConfigKey = Literal["kv_load_failure_policy", "kv_port", "enable_permute_local_kv"]
+
+
 class ConnectorSpec(Strict):
     name: Literal["nixl", "moriio", "mooncake", "pdbench"] = Field(
         description="KV connector: nixl, moriio (MoRI-IO), mooncake, or pdbench (the bundled connector/)"
@@ -183,6 +188,14 @@ class ConnectorSpec(Strict):
     read_mode: bool = Field(False, description="MoRI-IO READ mode (decode pulls KV)")
     proxy_ping_port: int = Field(36367, ge=1024, le=65535, description="MoRI-IO registration port")
     extra_config: dict[str, Any] = Field({}, description="kv_transfer_config.kv_connector_extra_config")
+    transfer_config: dict[TransferConfigKey, Any] = Field(
+        {},
+        description=(
+            "other top-level kv_transfer_config keys (kv_load_failure_policy, kv_port, enable_permute_local_kv); "
+            "their values are checked by vLLM's parser at render time"
+        ),
+        examples=[{"kv_load_failure_policy": "recompute"}],
+    )
 
     @model_validator(mode="after")
     def _pdbench_keys(self) -> ConnectorSpec:
