@@ -75,7 +75,7 @@ def kv_transfer_config(rr: ResolvedRecipe, worker: Worker) -> dict[str, Any]:
     }
     if c.kv_buffer_device:
         cfg["kv_buffer_device"] = c.kv_buffer_device
-    cfg.update(c.transfer_config)
+    cfg.update({str(k): v for k, v in c.transfer_config.items()})
     extra = dict(c.extra_config)
     if c.name == "moriio":
         # The proxy's registration endpoint is on node 0, whose address is known only in the job.
