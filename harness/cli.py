@@ -79,7 +79,7 @@ def _ensure_model(rr: ResolvedRecipe) -> None:
         if not (path / "config.json").is_file():
             from harness import tiny_model
 
-            typer.echo(f"building the tiny model in {path}")
+            typer.echo(f"building the tiny model in {path}", err=True)  # stdout may be --json
             tiny_model.build(path)
 
 

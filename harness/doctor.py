@@ -106,6 +106,10 @@ def job_findings(run_dir: Path, num_nodes: int) -> list[Finding]:
         failure = status.get("failure") or {}
         where = f"node {failure['node']}" if isinstance(failure.get("node"), int) else "job"
         cause = failure.get("cause") or status.get("reason") or "failed"
+        if failure.get("process"):
+            cause = f"{failure['process']} ({failure.get('role')}) {cause}"
+        if failure.get("log"):
+            cause += f"; last lines of {failure['log']}:\n{failure.get('log_tail') or '  (empty)'}"
         found.append(Finding(where, "job", cause))
     elif status is None and not found:
         found.append(Finding("job", "job", f"the check job left no outcome (nodes without a record: {silent})"))

@@ -134,11 +134,11 @@ def test_site_storage_renders_read_only_mounts_and_offline_mode(tmp_path: Path) 
     assert "-v /shared/models:/shared/models:ro" in wrapper and "-v /shared/hf-cache:/shared/hf-cache:ro" in wrapper
     assert "#SBATCH --gres=gpu:8\n" in job and "--gpus-per-node" not in job
     out = _render(tmp_path / "nv", "dsr1-fp8-1p2d-nixl", "example-h200-nixl")
-    server, job = ((out / f).read_text() for f in ("server.sh", "job.slurm"))
+    server, wrapper, job = ((out / f).read_text() for f in ("server.sh", "container.sh", "job.slurm"))
     # An HF id served from the shared cache, offline.
     assert server.count("exec vllm serve deepseek-ai/DeepSeek-R1-0528") == 3
     assert "export HF_HUB_OFFLINE=1\n" in server and "export HF_HUB_CACHE=/lustre/shared/hf-cache\n" in server
-    assert "/lustre/shared/hf-cache:/lustre/shared/hf-cache:ro" in job and "#SBATCH --gpus-per-node=8" in job
+    assert "-v /lustre/shared/hf-cache:/lustre/shared/hf-cache:ro" in wrapper and "#SBATCH --gpus-per-node=8" in job
     # No site storage: the hub (nothing claims to be offline).
     out = _render(tmp_path / "hub", "dsr1-fp8-1p2d", None)
     assert "HF_HUB_OFFLINE" not in (out / "server.sh").read_text()

@@ -142,8 +142,10 @@ def test_mlx5_roce_two_devices(sysfs: Path, env: dict[str, str]) -> None:
         "IBDEVICES": "mlx5_0,mlx5_1",
         "UCX_NET_DEVICES": "mlx5_0:1,mlx5_1:1",
         "NCCL_IB_HCA": "mlx5_0,mlx5_1",
+        "MORI_RDMA_DEVICES": "mlx5_0,mlx5_1",  # MoRI gets the same NICs, not its own pick
         "UCX_IB_GID_INDEX": "3",
         "NCCL_IB_GID_INDEX": "3",
+        "MORI_IB_GID_INDEX": "3",
         "VLLM_NIXL_SIDE_CHANNEL_HOST": "10.1.0.5",
     }
     assert list(result.env)[:3] == ["IBDEVICES", "UCX_NET_DEVICES", "NCCL_IB_HCA"]
@@ -197,8 +199,10 @@ def test_infiniband_uses_gid_index_0(sysfs: Path, env: dict[str, str]) -> None:
         "IBDEVICES": "mlx5_0,mlx5_1",
         "UCX_NET_DEVICES": "mlx5_0:1,mlx5_1:1",
         "NCCL_IB_HCA": "mlx5_0,mlx5_1",
+        "MORI_RDMA_DEVICES": "mlx5_0,mlx5_1",
         "UCX_IB_GID_INDEX": "0",
         "NCCL_IB_GID_INDEX": "0",
+        "MORI_IB_GID_INDEX": "0",
         "VLLM_NIXL_SIDE_CHANNEL_HOST": "10.9.9.9",
     }
 
@@ -326,6 +330,13 @@ def test_nicctl_qos(sysfs: Path, env: dict[str, str]) -> None:
         "NCCL_IB_TC": "104",
         "NCCL_IB_SL": "3",
     }
+    # MoRI-IO and MoRI EP read their own QoS variables: the same class and level.
+    assert {k: result.env[k] for k in ("MORI_IO_TC", "MORI_RDMA_TC", "MORI_IO_SL", "MORI_RDMA_SL")} == {
+        "MORI_IO_TC": "104",
+        "MORI_RDMA_TC": "104",
+        "MORI_IO_SL": "3",
+        "MORI_RDMA_SL": "3",
+    }
     assert list(result.env)[-1] == "VLLM_NIXL_SIDE_CHANNEL_HOST"
 
 
@@ -449,8 +460,10 @@ def test_cli_export_evals_in_bash(cli: typer.Typer, sysfs: Path, tmp_path: Path)
         "export IBDEVICES=mlx5_0",
         "export UCX_NET_DEVICES=mlx5_0:1",
         "export NCCL_IB_HCA=mlx5_0",
+        "export MORI_RDMA_DEVICES=mlx5_0",
         "export UCX_IB_GID_INDEX=3",
         "export NCCL_IB_GID_INDEX=3",
+        "export MORI_IB_GID_INDEX=3",
         "export VLLM_NIXL_SIDE_CHANNEL_HOST=10.1.0.5",
     ]
     assert "# pdbench nic: mlx5_1 port 1 is DOWN; left out" in result.stderr

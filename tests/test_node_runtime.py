@@ -25,6 +25,7 @@ import pytest
 from node_fakes import RESULT_NAME, write_bin
 
 from benchmarks.common import free_ports
+from harness import tiny_model
 from harness.config import load_recipe
 from harness.launch.local import _sweep_leftovers, node_env, run_local
 from harness.node.coordination import Aborted, Coordination, Failure
@@ -52,7 +53,7 @@ class Job:
         self.run_dir = run_dir
         self.num_nodes = 2
         self.timeouts = dict(FAST, **(timeouts or {}))
-        self.ports = dict(zip(("prefill-0", "decode-0", "proxy"), free_ports(3), strict=True))
+        self.ports = dict(zip(("prefill-0", "decode-0", "proxy", "kv"), free_ports(4), strict=True))
         flags = flags or {}
         run_dir.mkdir(parents=True)
         # The plan is the one the renderer writes for the local 1P1D recipe (prefill-0 and
@@ -61,6 +62,8 @@ class Job:
             f"topology.prefill.port={self.ports['prefill-0']}",
             f"topology.decode.port={self.ports['decode-0']}",
             f"proxy.port={self.ports['proxy']}",
+            # (Each node's preflight checks that the KV side-channel ports are free too.)
+            f"connector.side_channel_port={self.ports['kv']}",
             f"topology.prefill.cpu_bind={json.dumps([cpu_bind] if cpu_bind else [])}",
             "topology.decode.cpu_bind=[]",
             *(f"timeouts.{k}={v}" for k, v in self.timeouts.items()),
@@ -179,6 +182,9 @@ def fake_python(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def make_job(tmp_path: Path, fake_python: Path, monkeypatch):
+    # Every node's preflight checks the recipe's model directory (config and tokenizer of the
+    # tiny model, served with dummy weights), as `pdbench submit` builds it.
+    tiny_model.build(ROOT / ".cache" / "models" / "tiny-llama")
     # server.sh runs `vllm` from PATH and `$PDBENCH_PYTHON -m harness ...`: both are the fakes'.
     monkeypatch.setenv("PDBENCH_PYTHON", str(fake_python))
     monkeypatch.setenv("PATH", f"{fake_python.parent}{os.pathsep}{os.environ['PATH']}")

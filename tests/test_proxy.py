@@ -216,6 +216,25 @@ async def read_all(resp: aiohttp.ClientResponse) -> bytes:
 # -- the NIXL two-phase flow ----------------------------------------------------
 
 
+def test_prefill_leg_ends_at_its_token_cap() -> None:
+    """Connectors hand the KV over only for a length-capped prefill: the prefill leg has no
+    stops and masks EOS for its one token; decode gets the request's own."""
+
+    async def body() -> None:
+        p, d = Fake("prefill"), Fake("decode")
+        req = {**COMPLETION, "stop": ["\n\n"], "stop_token_ids": [2], "min_tokens": 5}
+        async with stack([p], [d]) as client:
+            resp = await client.post("/v1/completions", json=req)
+            assert resp.status == 200
+            await read_all(resp)
+        ((_, p_body),) = p.received
+        ((_, d_body),) = d.received
+        assert "stop" not in p_body and "stop_token_ids" not in p_body and p_body["min_tokens"] == 1
+        assert (d_body["stop"], d_body["stop_token_ids"], d_body["min_tokens"]) == (["\n\n"], [2], 5)
+
+    asyncio.run(body())
+
+
 def test_two_phase_flow_bodies_headers_and_stream_order() -> None:
     async def body() -> None:
         p, d = Fake("prefill"), Fake("decode")
@@ -233,6 +252,7 @@ def test_two_phase_flow_bodies_headers_and_stream_order() -> None:
             "max_tokens": 1,
             "stream": False,
             "ignore_eos": True,
+            "min_tokens": 1,
             "kv_transfer_params": NIXL_PREFILL_KV,
         }
         assert d_body == {**COMPLETION, "kv_transfer_params": KV}

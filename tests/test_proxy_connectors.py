@@ -148,7 +148,7 @@ def test_moriio_gen1_registration_dedup_and_read_flow() -> None:
         ((ph, pb),) = p.received
         ((dh, db),) = d.received
         assert pb["max_tokens"] == 1 and pb["max_completion_tokens"] == 1 and pb["stream"] is False
-        assert "stream_options" not in pb and "min_tokens" not in pb
+        assert "stream_options" not in pb and pb["min_tokens"] == 1  # EOS masked for the one token
         tid = pb["kv_transfer_params"]["transfer_id"]
         assert tid.startswith("tx-")
         assert pb["kv_transfer_params"] == {

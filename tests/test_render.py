@@ -15,7 +15,7 @@ from harness.config import load_recipe
 from harness.render import RenderContext, render_job
 
 GOLDEN = Path(__file__).parent / "golden"
-RECIPES = ["local-tiny-1p1d", "dsr1-fp8-1p2d", "dsr1-fp8-1p2d-nixl"]
+RECIPES = ["local-tiny-1p1d", "dsr1-fp8-1p2d", "dsr1-fp8-1p2d-nixl", "dsr1-fp8-1p2d-mooncake"]
 CTX = RenderContext(
     run_dir="/shared/results/RUN", root="/opt/pdbench", python="/opt/pdbench/.venv/bin/python", git_commit="0123abcd"
 )
@@ -56,6 +56,12 @@ VARIANTS = {
         "dsr1-fp8-1p2d-nixl",
         ["topology.prefill.nodes=2", "topology.prefill.tp=16"],
     ),
+    "dsr1-fp8-1p2d--docker-setup-steps": (
+        "dsr1-fp8-1p2d",
+        [
+            'container.setup=[{name: mori, run: "pip install amd-mori"}, {name: check, run: "python3 -c \'import mori\'"}]'
+        ],
+    ),
     **{
         f"dsr1-fp8-1p2d--{rt}": ("dsr1-fp8-1p2d", [f"container.runtime={rt}"])
         for rt in ("podman", "enroot", "apptainer", "none")
@@ -81,6 +87,7 @@ VARIANTS = {
 # The container runtime and Slurm options change only job.slurm (and container.sh, which
 # docker and podman jobs have); their server.sh would be copies of the default's.
 SAME_SERVER_SH = (
+    "docker-setup-steps",
     "podman",
     "enroot",
     "apptainer",
@@ -174,7 +181,8 @@ def test_dsr1_commands(tmp_path: Path) -> None:
     assert '\\"kv_role\\":\\"kv_producer\\"' in server
     assert server.count('\\"kv_role\\":\\"kv_consumer\\"') == 2
     assert '\\"proxy_ip\\":\\"${PDBENCH_NODE_0_ADDR}\\"' in server
-    assert "export VLLM_ALL2ALL_BACKEND=mori" in server
+    # vLLM 0.32 reads the all-to-all backend from its flag only (VLLM_ALL2ALL_BACKEND was removed).
+    assert server.count("--all2all-backend mori_low_latency") == 2 and "VLLM_ALL2ALL_BACKEND" not in server
     job = (tmp_path / "job.slurm").read_text()
     assert "#SBATCH --nodes=3" in job and "#SBATCH --ntasks=3" in job
     assert "--kill-on-bad-exit=1" in job
@@ -190,7 +198,10 @@ def test_nixl_side_channel_ports_are_distinct_per_worker(tmp_path: Path) -> None
     tiny = (_render("local-tiny-1p2d", tmp_path / "tiny", cluster="local") / "server.sh").read_text()
     assert tiny.count('export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"') == 3  # no detection there
     assert '\\"kv_buffer_device\\":\\"cuda\\"' not in server  # plain JSON: no shell expansion needed
-    assert '\'{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_buffer_device":"cuda"}\'' in server
+    assert (
+        '\'{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_buffer_device":"cuda",'
+        '"kv_load_failure_policy":"fail"}\'' in server
+    )
 
 
 def test_lock_plan_and_bench_files(tmp_path: Path) -> None:

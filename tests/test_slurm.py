@@ -274,12 +274,50 @@ def test_image_without_pdbench_dependencies_fails_in_seconds(tmp_path: Path) -> 
     assert rc == 1 and time.monotonic() - t0 < 90, out[-4000:]
     reason = _status(_run_dir(tmp_path, "local-tiny-1p1d"))["reason"]
     assert re.match(
-        rf"node [01]: pdbench cannot run in image {re.escape(broken)} on node\d: .*No module named 'pydantic'", reason
+        rf"node [01]: pdbench or the KV connector's package cannot be imported in image {re.escape(broken)} "
+        r"on node\d: .*No module named 'pydantic'",
+        reason,
     ), reason
     problems = _doctor_problems(tmp_path, "local-tiny-1p1d", *overrides)
     assert len(problems) == 1 and "No module named 'pydantic'" in problems[0]["cause"], problems
     assert problems[0]["where"] in ("node 0", "node 1"), problems
     _assert_clean()
+
+
+def test_setup_steps_run_once_per_image_and_node(tmp_path: Path) -> None:
+    """Set-up steps run on each node's first job and are kept as an image; the next job on
+    the node logs a cache hit and pays nothing; a failing step fails the job naming node and step.
+    (Both jobs are `pdbench doctor` runs: the same container.sh as a benchmark's, no vLLM.)"""
+    token = os.urandom(6).hex()  # a fresh cache key in every test session
+    step = f'container.setup=[{{name: marker, run: "echo {token} > /opt/pdbench-setup-marker"}}]'
+    args = [sys.executable, "-m", "harness", "doctor", "--recipe", "local-tiny-1p2d", "--cluster", "local", "--json"]
+    args += ["--results-dir", str(tmp_path)]
+    for o in [*_in_containers("docker"), step]:
+        args += ["--set", o]
+
+    def run() -> Path:
+        r = subprocess.run(args, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return Path(json.loads(r.stdout)["run_dir"])
+
+    first, second = run(), run()
+    for node in range(3):
+        assert re.search(r"set-up steps ran in \d+ s; kept as localhost/pdbench-setup:", _setup_log(first, node))
+        assert "set-up steps: cache hit, localhost/pdbench-setup:" in _setup_log(second, node)
+        assert "set-up step marker" not in _setup_log(second, node)
+    failing = 'container.setup=[{name: broken-step, run: "echo about to fail; exit 3"}]'
+    problems = _doctor_problems(tmp_path, "local-tiny-1p2d", *_in_containers("docker"), failing)
+    assert len(problems) == 1, problems
+    assert re.match(
+        r"set-up step 'broken-step' failed on node\d \(exit 3\); last lines of logs/setup-node\d\.log:",
+        problems[0]["cause"],
+    ), problems
+    assert "about to fail" in problems[0]["cause"]
+    _assert_clean()
+
+
+def _setup_log(run_dir: Path, node: int) -> str:
+    return (run_dir / "logs" / f"setup-node{node}.log").read_text()
 
 
 def test_doctor_on_the_cluster(tmp_path: Path) -> None:

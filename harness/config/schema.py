@@ -54,6 +54,8 @@ _NO_CONTROL = "control characters cannot be written into a shell script"
 Text = Annotated[str, _checker(_CONTROL.pattern, _NO_CONTROL)]
 # Free text that is rendered as comment lines only: one comment line per line.
 Comment = Annotated[str, _checker(_CONTROL.pattern, _NO_CONTROL, allow="\n\t")]
+# A bash script, rendered as one single-quoted word (so lines and tabs are kept as they are).
+Script = Annotated[str, _checker(_CONTROL.pattern, _NO_CONTROL, allow="\n\t")]
 # An `#SBATCH` value, shell-quoted like submitit's `_as_sbatch_flag`; sbatch reads a
 # backslash as an escape even inside quotes, so no quoting carries one intact.
 SbatchValue = Annotated[str, _checker(r"[\x00-\x1f\x7f\\]", "#SBATCH lines cannot carry control characters or '\\'")]
@@ -184,7 +186,21 @@ class ConnectorSpec(Strict):
     kv_buffer_device: Literal["cpu", "cuda"] | None = Field(
         None, description="kv_transfer_config.kv_buffer_device; cpu for vLLM on CPU; default: vLLM's"
     )
-    side_channel_port: int = Field(5600, ge=1024, le=65535, description="NIXL side-channel base port")
+    side_channel_port: int = Field(
+        5600,
+        ge=1024,
+        le=65535,
+        description=(
+            "base of the per-worker KV port ranges (one port per rank, disjoint across workers): NIXL's side "
+            "channel, MoRI-IO's handshake port, the bundled connector's KV port, Mooncake's bootstrap port"
+        ),
+    )
+    notify_port: int = Field(
+        61005,
+        ge=1024,
+        le=65535,
+        description="MoRI-IO: base of the per-worker notify port ranges (vLLM's default for one worker)",
+    )
     read_mode: bool = Field(False, description="MoRI-IO READ mode (decode pulls KV)")
     proxy_ping_port: int = Field(36367, ge=1024, le=65535, description="MoRI-IO registration port")
     extra_config: dict[str, Any] = Field({}, description="kv_transfer_config.kv_connector_extra_config")
@@ -219,6 +235,14 @@ class ProxySpec(Strict):
     stream_idle_timeout_s: float = Field(300, gt=0, description="seconds a stream may go without a byte")
 
 
+class SetupStep(Strict):
+    name: SafeName = Field(description="names the step in logs and failures")
+    run: Script = Field(
+        description="a bash script (set -euo pipefail), run as root in the image, e.g. pip install mooncake-transfer-engine"
+    )
+    timeout_s: int = Field(1800, gt=0, description="the step fails after this many seconds")
+
+
 class ContainerSpec(Strict):
     runtime: Literal["docker", "podman", "enroot", "apptainer", "none"] = Field(
         "docker", description="one container per node with this runtime; none runs on the host"
@@ -244,11 +268,23 @@ class ContainerSpec(Strict):
     pull_timeout_s: int = Field(
         1800, gt=0, description="docker/podman: a node that lacks the image pulls it within this many seconds"
     )
+    setup: list[SetupStep] = Field(
+        [],
+        description=(
+            "docker/podman: steps that prepare the image (packages, builds), run once per image and node: the "
+            "result is kept as an image keyed by the base image's id and the steps' text, so a later job on "
+            "the node starts from it at no cost"
+        ),
+    )
 
     @model_validator(mode="after")
     def _image(self) -> ContainerSpec:
         if self.runtime != "none" and not self.image:
             raise ValueError(f"container runtime '{self.runtime}' needs an image")
+        if self.setup and self.runtime not in ("docker", "podman"):
+            raise ValueError(f"set-up steps need runtime docker or podman (not '{self.runtime}')")
+        if len({s.name for s in self.setup}) != len(self.setup):
+            raise ValueError("set-up step names must be unique")
         return self
 
 

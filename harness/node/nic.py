@@ -399,6 +399,9 @@ def detect(
         "IBDEVICES": ",".join(names),
         "UCX_NET_DEVICES": ",".join(f"{p.device}:{p.port}" for p in ports),
         "NCCL_IB_HCA": _nccl_hca(names, present),
+        # MoRI (MoRI-IO, MoRI EP) picks its NICs itself otherwise, by a PCIe-topology walk
+        # that the seed's jobs had to patch around: give it the same devices.
+        "MORI_RDMA_DEVICES": ",".join(names),
     }
 
     roce = [p for p in ports if p.is_roce]
@@ -424,14 +427,20 @@ def detect(
     else:
         gid_index = 0
     if gid_index is not None:
-        env["UCX_IB_GID_INDEX"] = env["NCCL_IB_GID_INDEX"] = str(gid_index)
+        env["UCX_IB_GID_INDEX"] = env["NCCL_IB_GID_INDEX"] = env["MORI_IB_GID_INDEX"] = str(gid_index)
 
     qos = read_qos(environ, runner, notices)
+    # MoRI reads its own QoS variables (MORI_IO_* for MoRI-IO's ibverbs path, MORI_RDMA_* for
+    # the ionic/bnxt providers and MoRI EP); without them it runs at SL 0 with no traffic class.
     for key, value in (
         ("UCX_IB_TRAFFIC_CLASS", qos.traffic_class),
         ("UCX_IB_SL", qos.service_level),
         ("NCCL_IB_TC", qos.traffic_class),
         ("NCCL_IB_SL", qos.service_level),
+        ("MORI_IO_TC", qos.traffic_class),
+        ("MORI_RDMA_TC", qos.traffic_class),
+        ("MORI_IO_SL", qos.service_level),
+        ("MORI_RDMA_SL", qos.service_level),
     ):
         if value is not None:
             env[key] = str(value)

@@ -129,6 +129,13 @@ def _prefill_base(body: dict[str, Any]) -> dict[str, Any]:
     out["stream"] = False
     for key in _PREFILL_DROP:  # streaming options and min tokens do not apply to one token
         out.pop(key, None)
+    # Every connector hands the KV over only when prefill stops at its token cap
+    # (FINISHED_LENGTH_CAPPED): a stop string or stop token, or EOS as the one token, would
+    # free the blocks and leave decode to recompute the prompt. As vLLM-Omni's PD flow does:
+    # no stops, and EOS masked for the one token.
+    out.pop("stop", None)
+    out.pop("stop_token_ids", None)
+    out["min_tokens"] = 1
     return out
 
 

@@ -82,6 +82,10 @@ def kv_transfer_config(rr: ResolvedRecipe, worker: Worker) -> dict[str, Any]:
         extra.setdefault("proxy_ip", node_addr(0))
         extra.setdefault("proxy_ping_port", str(c.proxy_ping_port))
         extra.setdefault("http_port", str(worker.port))
+        # vLLM's defaults (6301, 61005) plus dp_rank + tp_rank: two workers on one node
+        # would collide, so each worker gets its own base from the topology's allocator.
+        extra.setdefault("handshake_port", str(worker.side_channel_port))
+        extra.setdefault("notify_port", str(moriio_notify_port(rr, worker)))
         if c.read_mode:
             extra.setdefault("read_mode", True)
     if c.name == "pdbench":
@@ -126,6 +130,11 @@ def storage_mounts(rr: ResolvedRecipe, root: str) -> dict[str, str]:
     return out
 
 
+def moriio_notify_port(rr: ResolvedRecipe, worker: Worker) -> int:
+    c = rr.recipe.connector
+    return c.notify_port + (worker.side_channel_port - c.side_channel_port)
+
+
 def server_env(rr: ResolvedRecipe, worker: Worker) -> dict[str, Word]:
     """Environment of one vLLM server, later keys winning: model, role, recipe, topology."""
     m, role = rr.model, getattr(rr.recipe.topology, worker.role)
@@ -138,8 +147,9 @@ def server_env(rr: ResolvedRecipe, worker: Worker) -> dict[str, Word]:
             # With detection, `pdbench nic` sets it: the RDMA interface's address, else the node's.
             env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = NODE_ADDR
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(worker.side_channel_port)
-    if c.name == "moriio" and c.read_mode:
-        env["VLLM_MORIIO_CONNECTOR_READ_MODE"] = "1"
+    if c.name == "mooncake" and worker.role == "prefill":
+        # The prefill's bootstrap server, which the proxy names to decode (--bootstrap-port).
+        env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] = str(worker.side_channel_port)
     if worker.visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = worker.visible_devices
         env["HIP_VISIBLE_DEVICES"] = worker.visible_devices
@@ -273,10 +283,13 @@ def proxy_argv(rr: ResolvedRecipe, plan: JobPlan) -> list[Word]:
         ]
         return argv
     # NIXL, Mooncake and the bundled connector: static instances, one per worker (its
-    # HTTP leader); the proxy expects all of them. Mooncake prefills run their bootstrap
-    # server on vLLM's default port (8998), the proxy's default too.
+    # HTTP leader); the proxy expects all of them.
     for w in plan.workers:
         argv += [f"--{w.role}", Shell(f"http://{node_addr(w.node).text}:{w.port}")]
+    if c.name == "mooncake":
+        # Each prefill's bootstrap server (VLLM_MOONCAKE_BOOTSTRAP_PORT), in --prefill order.
+        for w in plan.role("prefill"):
+            argv += ["--bootstrap-port", str(w.side_channel_port)]
     return argv
 
 

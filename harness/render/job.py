@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import re
 import shlex
@@ -23,6 +24,9 @@ from harness.render.preflight_spec import preflight_spec
 from harness.topology import JobPlan, PlanFile, plan
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "slurm_templates"
+# What each KV connector needs importable in the image besides vLLM (the bundled one is
+# pdbench's own tree, mounted).
+CONNECTOR_MODULES = {"nixl": ["nixl"], "moriio": ["mori"], "mooncake": ["mooncake.engine"], "pdbench": []}
 
 
 @dataclass(frozen=True)
@@ -260,6 +264,17 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext) -> JobPlan
             privileged=c.privileged,
             pull_timeout_s=c.pull_timeout_s,
             mounts=mounts,
+            setup=c.setup,
+            probe_modules=[
+                "harness.node.runtime",
+                "harness.proxy.server",
+                "harness.bench.client",
+                *CONNECTOR_MODULES[rr.recipe.connector.name],
+            ],
+            # What the set-up steps' cache is keyed by, besides the base image's id.
+            setup_digest=hashlib.sha256(
+                json.dumps([s.model_dump() for s in c.setup], sort_keys=True).encode()
+            ).hexdigest()[:16],
         )
     lock = {
         **rr.locked(),

@@ -27,10 +27,15 @@ def preflight_spec(rr: ResolvedRecipe, p: JobPlan, root: str) -> PreflightSpec:
             mine = ports.setdefault(node, set())
             if rank == 0:
                 mine.add(w.port)
-            if c.name in ("nixl", "pdbench") and getattr(t, w.role).kv_transfer:
-                # One side-channel (KV) port per rank of the worker on this node.
-                per_node = max(1, w.devices // len(w.nodes))
+            per_node = max(1, w.devices // len(w.nodes))
+            if c.name in ("nixl", "pdbench", "moriio") and getattr(t, w.role).kv_transfer:
+                # One side-channel (KV, handshake) port per rank of the worker on this node.
                 mine.update(range(w.side_channel_port, w.side_channel_port + per_node))
+            if c.name == "moriio" and getattr(t, w.role).kv_transfer:
+                notify = cmd.moriio_notify_port(rr, w)
+                mine.update(range(notify, notify + per_node))
+            if c.name == "mooncake" and w.role == "prefill" and rank == 0:
+                mine.add(w.side_channel_port)  # its bootstrap server
             if not t.gpus_per_node:
                 env = cmd.server_env(rr, w)
                 space = env.get("VLLM_CPU_KVCACHE_SPACE")

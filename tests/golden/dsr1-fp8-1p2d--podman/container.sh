@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench container wrapper · recipe dsr1-fp8-1p2d · fingerprint 4adc0f1a69847048
+# pdbench container wrapper · recipe dsr1-fp8-1p2d · fingerprint ba6f22478b2bce60
 # Runs on the host of every node (one Slurm task per node, started by job.slurm): checks
 # this node's podman and image, removes stale pdbench containers, and runs server.sh
 # in one container with the node's network, IPC and devices, the run directory and the
@@ -58,12 +58,13 @@ if ! timeout 60 "$RUNTIME" image inspect "$IMAGE" >/dev/null 2>&1; then
     || fail "image $IMAGE is not on $(hostname) and could not be pulled: $(last_line "$err")"
 fi
 
-# pdbench runs inside the image from the shared tree: its dependencies must import there
-# (a stock vLLM image may lack them). Seconds here instead of a failure after the queue.
+# pdbench runs inside the image from the shared tree: its dependencies, and the KV
+# connector's package, must import there (a stock vLLM image may lack them; set-up steps
+# install them). Seconds here instead of a failure after the queue.
 probe=(timeout 120 "$RUNTIME" run --rm --entrypoint "" --network none -e "PYTHONPATH=$PDBENCH_ROOT"
   -e PYTHONDONTWRITEBYTECODE=1 -v "$PDBENCH_ROOT:$PDBENCH_ROOT:ro" "$IMAGE")
-"${probe[@]}" python3 -c 'import harness.node.runtime, harness.proxy.server, harness.bench.client' >/dev/null 2>"$err" \
-  || fail "pdbench cannot run in image $IMAGE on $(hostname): $(last_line "$err")"
+"${probe[@]}" python3 -c 'import harness.node.runtime, harness.proxy.server, harness.bench.client, mori' >/dev/null 2>"$err" \
+  || fail "pdbench or the KV connector's package cannot be imported in image $IMAGE on $(hostname): $(last_line "$err")"
 
 # ----------------------------------------------------------- stale containers
 # This job's name from an earlier attempt, and any pdbench container whose job has ended
@@ -97,6 +98,9 @@ case $GPUS in
   nvidia) if [ "$RUNTIME" = docker ]; then ARGS+=(--gpus all); else ARGS+=(--device nvidia.com/gpu=all); fi ;;
 esac
 if [ -d /dev/infiniband ]; then ARGS+=(--device /dev/infiniband --ulimit memlock=-1:-1); fi
+# `pdbench nic` reads the RDMA QoS (traffic class, service level) from AMD Pensando's
+# nicctl: the host's, read-only, where it has one.
+if NICCTL=$(command -v nicctl); then ARGS+=(-v "$NICCTL:/usr/sbin/nicctl:ro"); fi
 for v in SLURM_JOB_ID SLURM_JOB_NAME SLURM_NODEID SLURM_PROCID SLURM_LOCALID SLURM_NNODES SLURM_JOB_NUM_NODES \
          SLURM_NTASKS SLURM_JOB_NODELIST SLURMD_NODENAME RUN_DIR PDBENCH_ROOT; do
   if [ -n "${!v+x}" ]; then ARGS+=(-e "$v"); fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-1p2d-nixl · fingerprint e9e94a958f6fe133
+# pdbench node script · recipe dsr1-fp8-1p2d-nixl · fingerprint 4d428c11232f127e
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
@@ -11,6 +11,7 @@ RUN_DIR="${RUN_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}"
 export RUN_DIR
 PDBENCH_PYTHON="${PDBENCH_PYTHON:-python3}"
 export PDBENCH_PYTHON
+export UCX_LOG_LEVEL=warn
 
 # prefill-0: prefill worker 0 on node 0, port 2584, 16 device(s)
 proc_prefill_0() {
@@ -20,10 +21,11 @@ proc_prefill_0() {
   local nic_env
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
-  export VLLM_USE_V1=1
   export VLLM_ROCM_USE_AITER=1
   export VLLM_ROCM_USE_AITER_MOE=1
   export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
+  export VLLM_ENGINE_READY_TIMEOUT_S=3600
+  export UCX_LOG_LEVEL=warn
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
   exec vllm serve deepseek-ai/DeepSeek-R1-0528 \
     --port 2584 \
@@ -41,7 +43,7 @@ proc_prefill_0() {
     --max-num-seqs 64 \
     --kv-cache-dtype fp8 \
     --no-enable-prefix-caching \
-    --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_buffer_device":"cuda"}'
+    --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_buffer_device":"cuda","kv_load_failure_policy":"fail"}'
 }
 
 # prefill-0-f1: headless follower 1 of prefill-0 on node 1 (tensor parallel)
@@ -52,10 +54,11 @@ proc_prefill_0_f1() {
   local nic_env
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
-  export VLLM_USE_V1=1
   export VLLM_ROCM_USE_AITER=1
   export VLLM_ROCM_USE_AITER_MOE=1
   export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
+  export VLLM_ENGINE_READY_TIMEOUT_S=3600
+  export UCX_LOG_LEVEL=warn
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
   exec vllm serve deepseek-ai/DeepSeek-R1-0528 \
     --port 2584 \
@@ -74,7 +77,7 @@ proc_prefill_0_f1() {
     --max-num-seqs 64 \
     --kv-cache-dtype fp8 \
     --no-enable-prefix-caching \
-    --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_buffer_device":"cuda"}'
+    --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_buffer_device":"cuda","kv_load_failure_policy":"fail"}'
 }
 
 # decode-0: decode worker 0 on node 2, port 2584, 8 device(s)
@@ -85,11 +88,11 @@ proc_decode_0() {
   local nic_env
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
-  export VLLM_USE_V1=1
   export VLLM_ROCM_USE_AITER=1
   export VLLM_ROCM_USE_AITER_MOE=1
   export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
-  export VLLM_ALL2ALL_BACKEND=mori
+  export VLLM_ENGINE_READY_TIMEOUT_S=3600
+  export UCX_LOG_LEVEL=warn
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5616
   exec vllm serve deepseek-ai/DeepSeek-R1-0528 \
     --port 2584 \
@@ -104,7 +107,8 @@ proc_decode_0() {
     --kv-cache-dtype fp8 \
     --no-enable-prefix-caching \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
-    --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_buffer_device":"cuda"}'
+    --all2all-backend mori_low_latency \
+    --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_buffer_device":"cuda","kv_load_failure_policy":"fail"}'
 }
 
 # decode-1: decode worker 1 on node 3, port 2584, 8 device(s)
@@ -115,11 +119,11 @@ proc_decode_1() {
   local nic_env
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
-  export VLLM_USE_V1=1
   export VLLM_ROCM_USE_AITER=1
   export VLLM_ROCM_USE_AITER_MOE=1
   export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
-  export VLLM_ALL2ALL_BACKEND=mori
+  export VLLM_ENGINE_READY_TIMEOUT_S=3600
+  export UCX_LOG_LEVEL=warn
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5624
   exec vllm serve deepseek-ai/DeepSeek-R1-0528 \
     --port 2584 \
@@ -134,7 +138,8 @@ proc_decode_1() {
     --kv-cache-dtype fp8 \
     --no-enable-prefix-caching \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
-    --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_buffer_device":"cuda"}'
+    --all2all-backend mori_low_latency \
+    --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_buffer_device":"cuda","kv_load_failure_policy":"fail"}'
 }
 
 # proxy: PD proxy on node 0, port 30000

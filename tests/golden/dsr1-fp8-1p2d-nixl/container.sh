@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench container wrapper · recipe dsr1-fp8-1p2d-nixl · fingerprint c32aec186923336f
+# pdbench container wrapper · recipe dsr1-fp8-1p2d-nixl · fingerprint 3989ca09fc2fe8b1
 # Runs on the host of every node (one Slurm task per node, started by job.slurm): checks
 # this node's docker and image, removes stale pdbench containers, and runs server.sh
 # in one container with the node's network, IPC and devices, the run directory and the
@@ -58,12 +58,50 @@ if ! timeout 60 "$RUNTIME" image inspect "$IMAGE" >/dev/null 2>&1; then
     || fail "image $IMAGE is not on $(hostname) and could not be pulled: $(last_line "$err")"
 fi
 
-# pdbench runs inside the image from the shared tree: its dependencies must import there
-# (a stock vLLM image may lack them). Seconds here instead of a failure after the queue.
+# ----------------------------------------------------------- set-up steps, once per image and node
+# The steps' result is kept on the node as an image keyed by the base image's id and the
+# steps' text: a later job (or the other attempt of this one) starts from it at no cost.
+base_id=$(timeout 60 "$RUNTIME" image inspect --format '{{.Id}}' "$IMAGE" 2>"$err") \
+  || fail "cannot read the id of image $IMAGE on $(hostname): $(last_line "$err")"
+SETUP_IMAGE="localhost/pdbench-setup:$(printf '%s\n%s\n' "$base_id" 117ce5be587af5e5 | sha256sum | cut -c1-16)"
+SETUP_LOG="logs/setup-node$NODE.log"
+if timeout 60 "$RUNTIME" image inspect "$SETUP_IMAGE" >/dev/null 2>&1; then
+  echo "pdbench: node $NODE: set-up steps: cache hit, $SETUP_IMAGE" | tee -a "$RUN_DIR/$SETUP_LOG" >&2
+else
+  started=$SECONDS
+  builder="pdbench_setup_${SLURM_JOB_ID}_${NODE}"
+  timeout 60 "$RUNTIME" rm -f "$builder" >/dev/null 2>&1 || true
+  timeout 120 "$RUNTIME" run -d --name "$builder" --label "pdbench.job=$SLURM_JOB_ID" --entrypoint "" \
+    --network host "$IMAGE" sleep infinity >/dev/null 2>"$err" \
+    || fail "cannot start a container of $IMAGE for the set-up steps on $(hostname): $(last_line "$err")"
+  # shellcheck disable=SC2317  # called from the trap
+  cleanup_builder() { timeout 60 "$RUNTIME" rm -f "$builder" >/dev/null 2>&1 || true; rm -f "$err"; }
+  trap cleanup_builder EXIT
+  echo "pdbench: node $NODE: set-up step nixl-ucx-error-handling-none" >>"$RUN_DIR/$SETUP_LOG"
+  # shellcheck disable=SC2016  # the step's script expands in the container, not here
+  timeout 1800 "$RUNTIME" exec "$builder" bash -euo pipefail -c 'api=$(python3 -c '"'"'import nixl_rocm._api as m; print(m.__file__)'"'"' 2>/dev/null \
+  || python3 -c '"'"'import rixl._api as m; print(m.__file__)'"'"')
+grep -q ucx_error_handling_mode "$api" \
+  || sed -i '"'"'/self\.create_backend(bknd, init)/i\                init["ucx_error_handling_mode"] = "none"'"'"' "$api"
+grep -q ucx_error_handling_mode "$api"
+' >>"$RUN_DIR/$SETUP_LOG" 2>&1 \
+    || fail "set-up step 'nixl-ucx-error-handling-none' failed on $(hostname) (exit $?)" "$SETUP_LOG"
+  timeout 600 "$RUNTIME" commit "$builder" "$SETUP_IMAGE" >/dev/null 2>"$err" \
+    || fail "cannot keep the result of the set-up steps as $SETUP_IMAGE on $(hostname): $(last_line "$err")"
+  cleanup_builder
+  trap 'rm -f "$err"' EXIT
+  echo "pdbench: node $NODE: set-up steps ran in $((SECONDS - started)) s; kept as $SETUP_IMAGE" \
+    | tee -a "$RUN_DIR/$SETUP_LOG" >&2
+fi
+IMAGE=$SETUP_IMAGE
+
+# pdbench runs inside the image from the shared tree: its dependencies, and the KV
+# connector's package, must import there (a stock vLLM image may lack them; set-up steps
+# install them). Seconds here instead of a failure after the queue.
 probe=(timeout 120 "$RUNTIME" run --rm --entrypoint "" --network none -e "PYTHONPATH=$PDBENCH_ROOT"
   -e PYTHONDONTWRITEBYTECODE=1 -v "$PDBENCH_ROOT:$PDBENCH_ROOT:ro" "$IMAGE")
-"${probe[@]}" python3 -c 'import harness.node.runtime, harness.proxy.server, harness.bench.client' >/dev/null 2>"$err" \
-  || fail "pdbench cannot run in image $IMAGE on $(hostname): $(last_line "$err")"
+"${probe[@]}" python3 -c 'import harness.node.runtime, harness.proxy.server, harness.bench.client, nixl' >/dev/null 2>"$err" \
+  || fail "pdbench or the KV connector's package cannot be imported in image $IMAGE on $(hostname): $(last_line "$err")"
 
 # ----------------------------------------------------------- stale containers
 # This job's name from an earlier attempt, and any pdbench container whose job has ended
@@ -97,6 +135,9 @@ case $GPUS in
   nvidia) if [ "$RUNTIME" = docker ]; then ARGS+=(--gpus all); else ARGS+=(--device nvidia.com/gpu=all); fi ;;
 esac
 if [ -d /dev/infiniband ]; then ARGS+=(--device /dev/infiniband --ulimit memlock=-1:-1); fi
+# `pdbench nic` reads the RDMA QoS (traffic class, service level) from AMD Pensando's
+# nicctl: the host's, read-only, where it has one.
+if NICCTL=$(command -v nicctl); then ARGS+=(-v "$NICCTL:/usr/sbin/nicctl:ro"); fi
 for v in SLURM_JOB_ID SLURM_JOB_NAME SLURM_NODEID SLURM_PROCID SLURM_LOCALID SLURM_NNODES SLURM_JOB_NUM_NODES \
          SLURM_NTASKS SLURM_JOB_NODELIST SLURMD_NODENAME RUN_DIR PDBENCH_ROOT; do
   if [ -n "${!v+x}" ]; then ARGS+=(-e "$v"); fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-1p2d-nixl · fingerprint 288cde062db3c46f
+# pdbench node script · recipe dsr1-fp8-1p2d-nixl · fingerprint b00e7a1298d3b13e
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
@@ -13,6 +13,7 @@ PDBENCH_PYTHON="${PDBENCH_PYTHON:-python3}"
 export PDBENCH_PYTHON
 export HF_HUB_CACHE=/lustre/shared/hf-cache
 export HF_HUB_OFFLINE=1
+export UCX_LOG_LEVEL=warn
 export IBDEVICES=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7
 
 # prefill-0: prefill worker 0 on node 0, port 2584, 8 device(s)
@@ -23,10 +24,11 @@ proc_prefill_0() {
   local nic_env
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
-  export VLLM_USE_V1=1
   export VLLM_ROCM_USE_AITER=1
   export VLLM_ROCM_USE_AITER_MOE=1
   export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
+  export VLLM_ENGINE_READY_TIMEOUT_S=3600
+  export UCX_LOG_LEVEL=warn
   export IBDEVICES=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
   exec vllm serve deepseek-ai/DeepSeek-R1-0528 \
@@ -41,7 +43,7 @@ proc_prefill_0() {
     --max-num-seqs 64 \
     --kv-cache-dtype fp8 \
     --no-enable-prefix-caching \
-    --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_buffer_device":"cuda"}'
+    --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_buffer_device":"cuda","kv_load_failure_policy":"fail"}'
 }
 
 # decode-0: decode worker 0 on node 1, port 2584, 8 device(s)
@@ -52,11 +54,11 @@ proc_decode_0() {
   local nic_env
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
-  export VLLM_USE_V1=1
   export VLLM_ROCM_USE_AITER=1
   export VLLM_ROCM_USE_AITER_MOE=1
   export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
-  export VLLM_ALL2ALL_BACKEND=mori
+  export VLLM_ENGINE_READY_TIMEOUT_S=3600
+  export UCX_LOG_LEVEL=warn
   export IBDEVICES=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5608
   exec vllm serve deepseek-ai/DeepSeek-R1-0528 \
@@ -72,7 +74,8 @@ proc_decode_0() {
     --kv-cache-dtype fp8 \
     --no-enable-prefix-caching \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
-    --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_buffer_device":"cuda"}'
+    --all2all-backend mori_low_latency \
+    --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_buffer_device":"cuda","kv_load_failure_policy":"fail"}'
 }
 
 # decode-1: decode worker 1 on node 2, port 2584, 8 device(s)
@@ -83,11 +86,11 @@ proc_decode_1() {
   local nic_env
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
-  export VLLM_USE_V1=1
   export VLLM_ROCM_USE_AITER=1
   export VLLM_ROCM_USE_AITER_MOE=1
   export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
-  export VLLM_ALL2ALL_BACKEND=mori
+  export VLLM_ENGINE_READY_TIMEOUT_S=3600
+  export UCX_LOG_LEVEL=warn
   export IBDEVICES=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5616
   exec vllm serve deepseek-ai/DeepSeek-R1-0528 \
@@ -103,7 +106,8 @@ proc_decode_1() {
     --kv-cache-dtype fp8 \
     --no-enable-prefix-caching \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
-    --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_buffer_device":"cuda"}'
+    --all2all-backend mori_low_latency \
+    --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_buffer_device":"cuda","kv_load_failure_policy":"fail"}'
 }
 
 # proxy: PD proxy on node 0, port 30000

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-1p2d · fingerprint 2b807cb83f373834
+# pdbench node script · recipe dsr1-fp8-1p2d · fingerprint 020618400dc28ce3
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
@@ -11,6 +11,7 @@ RUN_DIR="${RUN_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}"
 export RUN_DIR
 PDBENCH_PYTHON="${PDBENCH_PYTHON:-python3}"
 export PDBENCH_PYTHON
+export UCX_LOG_LEVEL=warn
 
 # prefill-0: prefill worker 0 on node 0, port 2584, 8 device(s)
 proc_prefill_0() {
@@ -20,11 +21,11 @@ proc_prefill_0() {
   local nic_env
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
-  export VLLM_USE_V1=1
   export VLLM_ROCM_USE_AITER=1
   export VLLM_ROCM_USE_AITER_MOE=1
   export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
-  export VLLM_MORIIO_CONNECTOR_READ_MODE=1
+  export VLLM_ENGINE_READY_TIMEOUT_S=3600
+  export UCX_LOG_LEVEL=warn
   exec vllm serve deepseek-ai/DeepSeek-R1-0528 \
     --port 2584 \
     --served-model-name deepseek-r1-0528-fp8 \
@@ -37,7 +38,7 @@ proc_prefill_0() {
     --max-num-seqs 64 \
     --kv-cache-dtype fp8 \
     --no-enable-prefix-caching \
-    --kv-transfer-config "{\"kv_connector\":\"MoRIIOConnector\",\"kv_role\":\"kv_producer\",\"kv_connector_extra_config\":{\"proxy_ip\":\"${PDBENCH_NODE_0_ADDR}\",\"proxy_ping_port\":\"36367\",\"http_port\":\"2584\",\"read_mode\":true}}"
+    --kv-transfer-config "{\"kv_connector\":\"MoRIIOConnector\",\"kv_role\":\"kv_producer\",\"kv_connector_extra_config\":{\"proxy_ip\":\"${PDBENCH_NODE_0_ADDR}\",\"proxy_ping_port\":\"36367\",\"http_port\":\"2584\",\"handshake_port\":\"5600\",\"notify_port\":\"61005\",\"read_mode\":true}}"
 }
 
 # decode-0: decode worker 0 on node 1, port 2584, 8 device(s)
@@ -48,12 +49,11 @@ proc_decode_0() {
   local nic_env
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
-  export VLLM_USE_V1=1
   export VLLM_ROCM_USE_AITER=1
   export VLLM_ROCM_USE_AITER_MOE=1
   export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
-  export VLLM_ALL2ALL_BACKEND=mori
-  export VLLM_MORIIO_CONNECTOR_READ_MODE=1
+  export VLLM_ENGINE_READY_TIMEOUT_S=3600
+  export UCX_LOG_LEVEL=warn
   exec vllm serve deepseek-ai/DeepSeek-R1-0528 \
     --port 2584 \
     --served-model-name deepseek-r1-0528-fp8 \
@@ -67,7 +67,8 @@ proc_decode_0() {
     --kv-cache-dtype fp8 \
     --no-enable-prefix-caching \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
-    --kv-transfer-config "{\"kv_connector\":\"MoRIIOConnector\",\"kv_role\":\"kv_consumer\",\"kv_connector_extra_config\":{\"proxy_ip\":\"${PDBENCH_NODE_0_ADDR}\",\"proxy_ping_port\":\"36367\",\"http_port\":\"2584\",\"read_mode\":true}}"
+    --all2all-backend mori_low_latency \
+    --kv-transfer-config "{\"kv_connector\":\"MoRIIOConnector\",\"kv_role\":\"kv_consumer\",\"kv_connector_extra_config\":{\"proxy_ip\":\"${PDBENCH_NODE_0_ADDR}\",\"proxy_ping_port\":\"36367\",\"http_port\":\"2584\",\"handshake_port\":\"5608\",\"notify_port\":\"61013\",\"read_mode\":true}}"
 }
 
 # decode-1: decode worker 1 on node 2, port 2584, 8 device(s)
@@ -78,12 +79,11 @@ proc_decode_1() {
   local nic_env
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
-  export VLLM_USE_V1=1
   export VLLM_ROCM_USE_AITER=1
   export VLLM_ROCM_USE_AITER_MOE=1
   export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
-  export VLLM_ALL2ALL_BACKEND=mori
-  export VLLM_MORIIO_CONNECTOR_READ_MODE=1
+  export VLLM_ENGINE_READY_TIMEOUT_S=3600
+  export UCX_LOG_LEVEL=warn
   exec vllm serve deepseek-ai/DeepSeek-R1-0528 \
     --port 2584 \
     --served-model-name deepseek-r1-0528-fp8 \
@@ -97,7 +97,8 @@ proc_decode_1() {
     --kv-cache-dtype fp8 \
     --no-enable-prefix-caching \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
-    --kv-transfer-config "{\"kv_connector\":\"MoRIIOConnector\",\"kv_role\":\"kv_consumer\",\"kv_connector_extra_config\":{\"proxy_ip\":\"${PDBENCH_NODE_0_ADDR}\",\"proxy_ping_port\":\"36367\",\"http_port\":\"2584\",\"read_mode\":true}}"
+    --all2all-backend mori_low_latency \
+    --kv-transfer-config "{\"kv_connector\":\"MoRIIOConnector\",\"kv_role\":\"kv_consumer\",\"kv_connector_extra_config\":{\"proxy_ip\":\"${PDBENCH_NODE_0_ADDR}\",\"proxy_ping_port\":\"36367\",\"http_port\":\"2584\",\"handshake_port\":\"5616\",\"notify_port\":\"61021\",\"read_mode\":true}}"
 }
 
 # proxy: PD proxy on node 0, port 30000

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-1p2d · fingerprint 0ad637db00522339
+# pdbench node script · recipe dsr1-fp8-1p2d · fingerprint 309f448ac69712f7
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
@@ -13,6 +13,7 @@ PDBENCH_PYTHON="${PDBENCH_PYTHON:-python3}"
 export PDBENCH_PYTHON
 export HF_HUB_CACHE=/shared/hf-cache
 export HF_HUB_OFFLINE=1
+export UCX_LOG_LEVEL=warn
 export PDBENCH_IB_TRAFFIC_CLASS=104
 export PDBENCH_IB_SL=3
 
@@ -24,13 +25,13 @@ proc_prefill_0() {
   local nic_env
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
-  export VLLM_USE_V1=1
   export VLLM_ROCM_USE_AITER=1
   export VLLM_ROCM_USE_AITER_MOE=1
   export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
+  export VLLM_ENGINE_READY_TIMEOUT_S=3600
+  export UCX_LOG_LEVEL=warn
   export PDBENCH_IB_TRAFFIC_CLASS=104
   export PDBENCH_IB_SL=3
-  export VLLM_MORIIO_CONNECTOR_READ_MODE=1
   exec vllm serve /shared/models/deepseek-ai/DeepSeek-R1-0528 \
     --port 2584 \
     --served-model-name deepseek-r1-0528-fp8 \
@@ -43,7 +44,7 @@ proc_prefill_0() {
     --max-num-seqs 64 \
     --kv-cache-dtype fp8 \
     --no-enable-prefix-caching \
-    --kv-transfer-config "{\"kv_connector\":\"MoRIIOConnector\",\"kv_role\":\"kv_producer\",\"kv_connector_extra_config\":{\"proxy_ip\":\"${PDBENCH_NODE_0_ADDR}\",\"proxy_ping_port\":\"36367\",\"http_port\":\"2584\",\"read_mode\":true}}"
+    --kv-transfer-config "{\"kv_connector\":\"MoRIIOConnector\",\"kv_role\":\"kv_producer\",\"kv_connector_extra_config\":{\"proxy_ip\":\"${PDBENCH_NODE_0_ADDR}\",\"proxy_ping_port\":\"36367\",\"http_port\":\"2584\",\"handshake_port\":\"5600\",\"notify_port\":\"61005\",\"read_mode\":true}}"
 }
 
 # decode-0: decode worker 0 on node 1, port 2584, 8 device(s)
@@ -54,14 +55,13 @@ proc_decode_0() {
   local nic_env
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
-  export VLLM_USE_V1=1
   export VLLM_ROCM_USE_AITER=1
   export VLLM_ROCM_USE_AITER_MOE=1
   export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
-  export VLLM_ALL2ALL_BACKEND=mori
+  export VLLM_ENGINE_READY_TIMEOUT_S=3600
+  export UCX_LOG_LEVEL=warn
   export PDBENCH_IB_TRAFFIC_CLASS=104
   export PDBENCH_IB_SL=3
-  export VLLM_MORIIO_CONNECTOR_READ_MODE=1
   exec vllm serve /shared/models/deepseek-ai/DeepSeek-R1-0528 \
     --port 2584 \
     --served-model-name deepseek-r1-0528-fp8 \
@@ -75,7 +75,8 @@ proc_decode_0() {
     --kv-cache-dtype fp8 \
     --no-enable-prefix-caching \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
-    --kv-transfer-config "{\"kv_connector\":\"MoRIIOConnector\",\"kv_role\":\"kv_consumer\",\"kv_connector_extra_config\":{\"proxy_ip\":\"${PDBENCH_NODE_0_ADDR}\",\"proxy_ping_port\":\"36367\",\"http_port\":\"2584\",\"read_mode\":true}}"
+    --all2all-backend mori_low_latency \
+    --kv-transfer-config "{\"kv_connector\":\"MoRIIOConnector\",\"kv_role\":\"kv_consumer\",\"kv_connector_extra_config\":{\"proxy_ip\":\"${PDBENCH_NODE_0_ADDR}\",\"proxy_ping_port\":\"36367\",\"http_port\":\"2584\",\"handshake_port\":\"5608\",\"notify_port\":\"61013\",\"read_mode\":true}}"
 }
 
 # decode-1: decode worker 1 on node 2, port 2584, 8 device(s)
@@ -86,14 +87,13 @@ proc_decode_1() {
   local nic_env
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
-  export VLLM_USE_V1=1
   export VLLM_ROCM_USE_AITER=1
   export VLLM_ROCM_USE_AITER_MOE=1
   export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
-  export VLLM_ALL2ALL_BACKEND=mori
+  export VLLM_ENGINE_READY_TIMEOUT_S=3600
+  export UCX_LOG_LEVEL=warn
   export PDBENCH_IB_TRAFFIC_CLASS=104
   export PDBENCH_IB_SL=3
-  export VLLM_MORIIO_CONNECTOR_READ_MODE=1
   exec vllm serve /shared/models/deepseek-ai/DeepSeek-R1-0528 \
     --port 2584 \
     --served-model-name deepseek-r1-0528-fp8 \
@@ -107,7 +107,8 @@ proc_decode_1() {
     --kv-cache-dtype fp8 \
     --no-enable-prefix-caching \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
-    --kv-transfer-config "{\"kv_connector\":\"MoRIIOConnector\",\"kv_role\":\"kv_consumer\",\"kv_connector_extra_config\":{\"proxy_ip\":\"${PDBENCH_NODE_0_ADDR}\",\"proxy_ping_port\":\"36367\",\"http_port\":\"2584\",\"read_mode\":true}}"
+    --all2all-backend mori_low_latency \
+    --kv-transfer-config "{\"kv_connector\":\"MoRIIOConnector\",\"kv_role\":\"kv_consumer\",\"kv_connector_extra_config\":{\"proxy_ip\":\"${PDBENCH_NODE_0_ADDR}\",\"proxy_ping_port\":\"36367\",\"http_port\":\"2584\",\"handshake_port\":\"5616\",\"notify_port\":\"61021\",\"read_mode\":true}}"
 }
 
 # proxy: PD proxy on node 0, port 30000
