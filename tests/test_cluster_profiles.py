@@ -203,3 +203,21 @@ def test_submit_refuses_weights_or_install_it_can_see_are_missing(tmp_path: Path
     assert _submit_dry_run(tmp_path, "site.model_root=/not/mounted/here").returncode == 0
     r = _submit_dry_run(tmp_path, f"site.pdbench_root={tmp_path / 'nopdbench'}")
     assert r.returncode == 2 and "site.pdbench_root" in r.stderr and "holds no pdbench checkout" in r.stderr, r.stderr
+
+
+def test_a_node_where_pdbench_cannot_run_records_why(tmp_path: Path) -> None:
+    """A checkout that is not on the nodes' storage: the node says so as the job's cause,
+    instead of a bare 'No such file' in Slurm's output and no status at all."""
+    out = _render(tmp_path / "job", "local-tiny-1p1d", None)
+    env = dict(os.environ, SLURM_NODEID="1", RUN_DIR=str(out), PDBENCH_PYTHON="/not/shared/.venv/bin/python")
+    r = subprocess.run(["bash", str(out / "server.sh")], env=env, timeout=30, capture_output=True, text=True)
+    assert r.returncode == 1
+    from harness.runs import read_status
+
+    status = read_status(out)
+    assert status is not None and status["state"] == "failed"
+    assert (
+        status["reason"].startswith("node 1: pdbench cannot run on ")
+        and "/not/shared/.venv/bin/python" in status["reason"]
+    )
+    assert "site.pdbench_root" in status["reason"]

@@ -91,8 +91,44 @@ proc_bench() {
     --scrape "decode-1=decode@http://${PDBENCH_NODE_2_ADDR}:8200"
 }
 
+# The node's own check that pdbench runs here at all; a failure is recorded as the node's
+# cause, as `pdbench node` would record its own (it cannot when it cannot start).
+check_pdbench() {
+  local out
+  NODE=${SLURM_NODEID:-0}
+  STATE="$RUN_DIR/state"
+  mkdir -p "$STATE"
+  if ! out=$("$PDBENCH_PYTHON" -c 'import harness.node.runtime' 2>&1); then
+    fail "pdbench cannot run on $(hostname) with PDBENCH_PYTHON=$PDBENCH_PYTHON: $(printf '%s\n' "$out" | grep -v '^\s*$' | tail -n 1 | cut -c1-300) (pdbench must be installed at the same path on every node: shared storage, or site.pdbench_root)"
+  fi
+}
+json_str() {
+  local s=$1
+  s=${s//\\/\\\\}; s=${s//\"/\\\"}; s=${s//$'\t'/\\t}; s=${s//$'\r'/}; s=${s//$'\n'/\\n}
+  printf '"%s"' "$s"
+}
+# fail CAUSE [LOG]: state/root_cause and state/abort, each written once (ln does not
+# replace), so the first cause of the job wins; then exit.
+fail() {
+  local cause=$1 log=${2:-} tail="" reason tmp
+  reason="node $NODE: $cause"
+  if [ -n "$log" ]; then
+    tail=$(tail -n 15 "$RUN_DIR/$log" 2>/dev/null | cut -c1-400 || true)
+    reason="$reason; last lines of $log:"$'\n'"${tail:-  (empty)}"
+  fi
+  echo "pdbench: $reason" >&2
+  tmp=$(mktemp "$STATE/.failure-node$NODE.XXXXXX")
+  printf '{"node": %s, "cause": %s, "process": null, "role": null, "log": %s, "log_tail": %s, "primary": true, "time": %s, "reason": %s}\n' \
+    "$NODE" "$(json_str "$cause")" "$( [ -n "$log" ] && json_str "$log" || echo null)" \
+    "$( [ -n "$log" ] && json_str "$tail" || echo null)" "$(date +%s.%N)" "$(json_str "$reason")" >"$tmp"
+  ln "$tmp" "$STATE/root_cause" 2>/dev/null || true
+  ln "$tmp" "$STATE/abort" 2>/dev/null || true
+  rm -f "$tmp"
+  exit 1
+}
+
 case "${1:-node}" in
-  node) exec "$PDBENCH_PYTHON" -m harness node --run-dir "$RUN_DIR" ;;
+  node) check_pdbench; exec "$PDBENCH_PYTHON" -m harness node --run-dir "$RUN_DIR" ;;
   proc)
     case "${2:-}" in
       prefill-0) proc_prefill_0 ;;
