@@ -78,13 +78,17 @@ else
   cleanup_builder() { timeout 60 "$RUNTIME" rm -f "$builder" >/dev/null 2>&1 || true; rm -f "$err"; }
   trap cleanup_builder EXIT
   echo "pdbench: node $NODE: set-up step mori" >>"$RUN_DIR/$SETUP_LOG"
+  rc=0
   # shellcheck disable=SC2016  # the step's script expands in the container, not here
   timeout 1800 "$RUNTIME" exec "$builder" bash -euo pipefail -c 'pip install amd-mori' >>"$RUN_DIR/$SETUP_LOG" 2>&1 \
-    || fail "set-up step 'mori' failed on $(hostname) (exit $?)" "$SETUP_LOG"
+    || rc=$?
+  [ "$rc" = 0 ] || fail "set-up step 'mori' failed on $(hostname) (exit $rc)" "$SETUP_LOG"
   echo "pdbench: node $NODE: set-up step check" >>"$RUN_DIR/$SETUP_LOG"
+  rc=0
   # shellcheck disable=SC2016  # the step's script expands in the container, not here
   timeout 1800 "$RUNTIME" exec "$builder" bash -euo pipefail -c 'python3 -c '"'"'import mori'"'"'' >>"$RUN_DIR/$SETUP_LOG" 2>&1 \
-    || fail "set-up step 'check' failed on $(hostname) (exit $?)" "$SETUP_LOG"
+    || rc=$?
+  [ "$rc" = 0 ] || fail "set-up step 'check' failed on $(hostname) (exit $rc)" "$SETUP_LOG"
   timeout 600 "$RUNTIME" commit "$builder" "$SETUP_IMAGE" >/dev/null 2>"$err" \
     || fail "cannot keep the result of the set-up steps as $SETUP_IMAGE on $(hostname): $(last_line "$err")"
   cleanup_builder

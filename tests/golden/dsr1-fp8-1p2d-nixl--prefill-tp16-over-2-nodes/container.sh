@@ -78,6 +78,7 @@ else
   cleanup_builder() { timeout 60 "$RUNTIME" rm -f "$builder" >/dev/null 2>&1 || true; rm -f "$err"; }
   trap cleanup_builder EXIT
   echo "pdbench: node $NODE: set-up step nixl-ucx-error-handling-none" >>"$RUN_DIR/$SETUP_LOG"
+  rc=0
   # shellcheck disable=SC2016  # the step's script expands in the container, not here
   timeout 1800 "$RUNTIME" exec "$builder" bash -euo pipefail -c 'api=$(python3 -c '"'"'import nixl_rocm._api as m; print(m.__file__)'"'"' 2>/dev/null \
   || python3 -c '"'"'import rixl._api as m; print(m.__file__)'"'"')
@@ -85,7 +86,8 @@ grep -q ucx_error_handling_mode "$api" \
   || sed -i '"'"'/self\.create_backend(bknd, init)/i\                init["ucx_error_handling_mode"] = "none"'"'"' "$api"
 grep -q ucx_error_handling_mode "$api"
 ' >>"$RUN_DIR/$SETUP_LOG" 2>&1 \
-    || fail "set-up step 'nixl-ucx-error-handling-none' failed on $(hostname) (exit $?)" "$SETUP_LOG"
+    || rc=$?
+  [ "$rc" = 0 ] || fail "set-up step 'nixl-ucx-error-handling-none' failed on $(hostname) (exit $rc)" "$SETUP_LOG"
   timeout 600 "$RUNTIME" commit "$builder" "$SETUP_IMAGE" >/dev/null 2>"$err" \
     || fail "cannot keep the result of the set-up steps as $SETUP_IMAGE on $(hostname): $(last_line "$err")"
   cleanup_builder
