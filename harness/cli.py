@@ -278,7 +278,6 @@ def submit(
         if dry_run:
             typer.echo(shlex.join(cmd))
             return
-        _ensure_model(rr)
         try:
             job_id = slurm.submit(run_dir)
         except slurm.SubmitError as e:
@@ -293,7 +292,6 @@ def submit(
         return
     from harness.launch.local import run_local
 
-    _ensure_model(rr)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s pdbench %(levelname)s %(message)s")
     t = rr.recipe.timeouts
     rc = run_local(run_dir, job_plan.num_nodes, t.job_s, t.teardown_s)

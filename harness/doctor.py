@@ -55,27 +55,21 @@ def local_findings(rr: ResolvedRecipe, root: str) -> list[Finding]:
 
 
 def model_presence(rr: ResolvedRecipe, root: str) -> list[str]:
-    """Weights checked from here when their location is visible from here, else left to each node's preflight."""
+    """The nodes' weights check (the same PreflightSpec), run here when the storage is visible
+    from here; otherwise it is left to each node's preflight."""
     from harness.node import preflight as pf
+    from harness.render.preflight_spec import preflight_spec
+    from harness.topology import plan
 
-    site = rr.recipe.site
-    if rr.model.path is not None or site.model_root:
-        path = Path(rr.model_source)
+    spec = preflight_spec(rr, plan(rr), root)
+    model_root = rr.recipe.site.model_root
+    if spec.weights_path:
         # The model root (or the model's parent) visible here means the weights should be too.
-        visible = Path(site.model_root).is_dir() if site.model_root else path.parent.is_dir()
-        if not visible:
+        if not (Path(model_root) if model_root else Path(spec.weights_path).parent).is_dir():
             return []
-        dummy = all(
-            {
-                **(rr.model.prefill_flags if r == "prefill" else rr.model.decode_flags),
-                **getattr(rr.recipe.topology, r).flags,
-            }.get("load-format")
-            == "dummy"
-            for r in ("prefill", "decode")
-        )
-        return pf.check_weights(str(path), need_weights=not dummy)
-    if site.hf_cache and Path(site.hf_cache).is_dir():
-        return pf.check_weights(None, hf_id=rr.model.hf_id, hf_cache=site.hf_cache)
+        return pf.check_weights(spec.weights_path, need_weights=spec.need_weights)
+    if spec.hf_cache and Path(spec.hf_cache).is_dir():
+        return pf.check_weights(None, hf_id=spec.hf_id, hf_cache=spec.hf_cache)
     return []
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -93,14 +94,29 @@ def ensure_containers(timeout: float = 1800) -> str:
     return _image
 
 
+def _listening(sock: Path) -> bool:
+    """Whether a daemon accepts connections on the unix socket SOCK."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        try:
+            s.connect(str(sock))
+        except (ConnectionRefusedError, FileNotFoundError):
+            return False
+    return True
+
+
 def pdbench_containers() -> dict[str, list[str]]:
     """{where: [container, ...]} of every pdbench container (running or not) on each node's
     dockerd and on podman: after a job, all lists must be empty."""
     out: dict[str, list[str]] = {}
     fmt = "{{.Names}} {{.Status}}"
     for sock in sorted(DOCKER_SOCKETS.glob("node*.sock")):
+        if not _listening(sock):
+            continue  # left by a dockerd that was killed, not stopped: no daemon, no containers
         argv = ["docker", "-H", f"unix://{sock}", "ps", "-a", "--filter", "label=pdbench.job", "--format", fmt]
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} exited {r.returncode}: {r.stderr.strip()}")
         out[f"docker@{sock.stem}"] = r.stdout.splitlines()
     if shutil.which("podman"):
         argv = ["podman", "ps", "-a", "--filter", "label=pdbench.job", "--format", fmt]

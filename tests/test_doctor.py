@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from conftest import port_base
+from test_preflight import fake_nvidia_smi
 
 from harness.config.load import PROJECT_ROOT
 
@@ -42,24 +43,12 @@ def _doctor(tmp_path: Path, *sets: str, env: dict | None = None, recipe: str = R
     return r.returncode, json.loads(r.stdout), took
 
 
-def _fake_gpu_tool(bin_dir: Path, busy: bool, count: int = 1) -> dict:
-    """A stub `nvidia-smi` answering the queries of harness/node/preflight.py."""
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    gpus = "\n".join(f"{i}, GPU-{i:04d}, {'71234' if busy and i == 0 else '0'}" for i in range(count))
-    apps = "GPU-0000, 4242, 71234" if busy else ""
-    script = f"""#!/bin/sh
-case "$*" in
-  *query-compute-apps*) printf '%s\\n' "{apps}" | grep . || true ;;
-  *query-gpu=index,uuid,memory.used*) printf '%s\\n' "{gpus}" ;;
-  *query-gpu=index,uuid*) printf '%s\\n' "{gpus}" | cut -d, -f1,2 ;;
-  *query-gpu=index,memory.used*) printf '%s\\n' "{gpus}" | cut -d, -f1,3 ;;
-  *) printf '%s\\n' "{gpus}" ;;
-esac
-"""
-    tool = bin_dir / "nvidia-smi"
-    tool.write_text(script)
-    tool.chmod(0o755)
-    return dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+def _fake_gpu_tool(tmp_path: Path, busy: bool, count: int = 1) -> dict:
+    """The environment with test_preflight's stub `nvidia-smi` first on PATH; busy: pid 4242
+    holds 71234 MiB on GPU 0."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    stub = fake_nvidia_smi(tmp_path, count, apps=[(0, 4242, "71234")] if busy else [])
+    return dict(os.environ, PATH=f"{stub['PATH']}:{os.environ['PATH']}")
 
 
 def test_doctor_passes_on_a_healthy_machine(tmp_path: Path) -> None:
@@ -101,7 +90,7 @@ def test_doctor_names_missing_weights(tmp_path: Path) -> None:
 
 
 def test_doctor_names_a_busy_gpu_and_too_few(tmp_path: Path) -> None:
-    env = _fake_gpu_tool(tmp_path / "bin", busy=True)
+    env = _fake_gpu_tool(tmp_path, busy=True)
     rc, out, _ = _doctor(tmp_path, "topology.gpus_per_node=1", env=env)
     assert rc == 1
     gpu = [p for p in out["problems"] if p["check"] == "gpus"]
@@ -114,7 +103,7 @@ def test_doctor_names_a_busy_gpu_and_too_few(tmp_path: Path) -> None:
 
 
 def test_a_job_with_a_planted_fault_fails_before_any_server_starts(tmp_path: Path) -> None:
-    env = _fake_gpu_tool(tmp_path / "bin", busy=True)
+    env = _fake_gpu_tool(tmp_path, busy=True)
     args = [sys.executable, "-m", "harness", "submit", "--recipe", RECIPE, "--launcher", "local"]
     args += ["--results-dir", str(tmp_path / "results"), "--set", "topology.gpus_per_node=1"]
     for s in _ports():

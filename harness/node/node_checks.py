@@ -7,6 +7,7 @@ doctor` runs a job that does only this. Each node writes state/preflight-node<i>
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -15,6 +16,8 @@ from pathlib import Path
 from harness import atomic
 from harness.node import preflight as pf
 from harness.topology import PlanFile
+
+log = logging.getLogger(__name__)
 
 PREFLIGHT_TIMEOUT_S = 20.0
 DOCTOR_MARKER = "doctor.json"  # in the run directory: the job checks and stops, starting nothing
@@ -50,6 +53,8 @@ def run_preflight(plan: PlanFile, node: int, run_dir: Path) -> list[pf.Problem]:
     start = time.monotonic()
     checks = checks_for(plan, node, run_dir)
     problems = pf.run_checks(node, checks, timeout_s=PREFLIGHT_TIMEOUT_S)
+    if not problems:
+        log.info("preflight passed: %s", ", ".join(checks))
     atomic.write_json(
         record_path(run_dir, node),
         {

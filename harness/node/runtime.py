@@ -31,8 +31,8 @@ from harness.node.coordination import (
 )
 from harness.node.health import is_healthy, smoke_request
 from harness.node.heartbeat import HostHeartbeat
-from harness.node.node_checks import checks_for, is_doctor_run, run_preflight
 from harness.node.node_checks import describe as describe_problems
+from harness.node.node_checks import is_doctor_run, run_preflight
 from harness.node.secrets import ensure_job_secret
 from harness.node.signal_cause import describe_signal
 from harness.node.supervisor import Supervisor
@@ -152,7 +152,6 @@ def _run(ctx: NodeContext, coord: Coordination, sup: Supervisor) -> None:
     problems = run_preflight(ctx.plan, ctx.node_id, ctx.run_dir)
     if problems:
         raise Failed(Failure(ctx.node_id, describe_problems(problems)))
-    log.info("preflight passed: %s", ", ".join(checks_for(ctx.plan, ctx.node_id, ctx.run_dir)))
     interface = ctx.plan.preflight.node_interface
     addr = discover_address(interface)
     if ctx.plan.num_nodes > 1 and ipaddress.ip_address(addr).is_loopback and not os.environ.get("PDBENCH_NODE_ADDR"):

@@ -44,6 +44,7 @@ fail() {
   rm -f "$tmp"
   exit 1
 }
+# last_line FILE: the last non-empty line of FILE, cut for a one-line cause.
 last_line() { grep -v '^\s*$' "$1" 2>/dev/null | tail -n 1 | cut -c1-300; }
 err=$(mktemp)
 trap 'rm -f "$err"' EXIT

@@ -144,8 +144,9 @@ check_pdbench() {
   NODE=${SLURM_NODEID:-0}
   STATE="$RUN_DIR/state"
   mkdir -p "$STATE"
-  if ! out=$("$PDBENCH_PYTHON" -c 'import harness.node.runtime' 2>&1); then
-    fail "pdbench cannot run on $(hostname) with PDBENCH_PYTHON=$PDBENCH_PYTHON: $(printf '%s\n' "$out" | grep -v '^\s*$' | tail -n 1 | cut -c1-300) (pdbench must be installed at the same path on every node: shared storage, or site.pdbench_root)"
+  # Bounded: a checkout on a hung network filesystem must not hang the node.
+  if ! out=$(timeout 120 "$PDBENCH_PYTHON" -c 'import harness.node.runtime' 2>&1); then
+    fail "pdbench cannot run on $(hostname) with PDBENCH_PYTHON=$PDBENCH_PYTHON: $(printf '%s\n' "$out" | last_line /dev/stdin) (pdbench must be installed at the same path on every node: shared storage, or site.pdbench_root)"
   fi
 }
 json_str() {
@@ -172,6 +173,8 @@ fail() {
   rm -f "$tmp"
   exit 1
 }
+# last_line FILE: the last non-empty line of FILE, cut for a one-line cause.
+last_line() { grep -v '^\s*$' "$1" 2>/dev/null | tail -n 1 | cut -c1-300; }
 
 case "${1:-node}" in
   node) check_pdbench; exec "$PDBENCH_PYTHON" -m harness node --run-dir "$RUN_DIR" ;;
