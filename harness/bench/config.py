@@ -57,6 +57,12 @@ class BenchConfig(BenchmarkSettings):
         description="Server process on this machine to watch; the sweep stops at once if one exits.",
         json_schema_extra={"cli_format": "repeat", "cli_flags": ["--server-pid"], "cli_default": "none"},
     )
+    resume: bool = Field(
+        False,
+        description="Keep each point whose result file is already there, complete and valid (same shape, "
+        "concurrency and request count, no failure, not judged invalid) and run only the others; an "
+        "incomplete file is moved to superseded/ first. Without it, any existing file stops the sweep.",
+    )
     progress: Literal["auto", "rich", "plain"] = Field(
         "auto", description="Progress display: auto (a rich bar when stderr is a terminal, else plain lines)."
     )

@@ -36,13 +36,57 @@ def _cli(**kw: Any) -> dict[str, Any]:
     return kw
 
 
+class Shape(BaseModel):
+    """One traffic shape of a sweep: prompt and output lengths (and their spread)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    isl: PositiveInt = Field(description="Input (prompt) length in tokens.")
+    osl: PositiveInt = Field(description="Output length in tokens.")
+    range_ratio: float | None = Field(None, description="Length spread of this shape; default: the sweep's.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, v: Any) -> Any:
+        # The short form of the CLI and of --set: "1024x1024" or "8192x1024x0.8".
+        if not isinstance(v, str):
+            return v
+        parts = [p.strip() for p in v.lower().split("x")]
+        if len(parts) not in (2, 3) or not all(parts):
+            raise ValueError(f"expected ISLxOSL or ISLxOSLxRANGE_RATIO (e.g. 1024x1024), got {v!r}")
+        return dict(zip(("isl", "osl", "range_ratio"), parts, strict=False))
+
+    @property
+    def tag(self) -> str:
+        """What names this shape in result files and directories: isl_<I>_osl_<O>."""
+        return f"isl_{self.isl}_osl_{self.osl}"
+
+
 class BenchmarkSettings(BaseModel):
     # ser_json_inf_nan="strings": an infinite request_rate round-trips through the JSON
     # file a job writes ("Infinity") instead of becoming null.
     model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
 
-    isl: PositiveInt = Field(description="Input (prompt) length in tokens.", examples=[1024])
-    osl: PositiveInt = Field(description="Output length in tokens.", examples=[1024])
+    isl: PositiveInt | None = Field(
+        None,
+        description="Input (prompt) length in tokens (or give shapes).",
+        examples=[1024],
+        json_schema_extra=_cli(cli_default="none; isl and osl, or shapes, are required"),
+    )
+    osl: PositiveInt | None = Field(
+        None,
+        description="Output length in tokens (or give shapes).",
+        examples=[1024],
+        json_schema_extra=_cli(cli_default="none; isl and osl, or shapes, are required"),
+    )
+    shapes: list[Shape] = Field(
+        default_factory=list,
+        description="Several (isl, osl[, range_ratio]) shapes instead of isl/osl, each with its own "
+        "concurrency sweep against the same servers, in this order; result files then carry "
+        "_isl_<I>_osl_<O> in their names. On the command line: ISLxOSL[xRANGE_RATIO], comma-separated.",
+        examples=[[{"isl": 1024, "osl": 1024}, {"isl": 8192, "osl": 1024, "range_ratio": 0.8}]],
+        json_schema_extra=_cli(cli_format="csv", cli_default="none"),
+    )
     range_ratio: float = Field(
         1.0,
         description="Length spread, a fraction: inferencex draws lengths from [r*len, len], "
@@ -159,14 +203,45 @@ class BenchmarkSettings(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _check_range_ratio(self) -> BenchmarkSettings:
-        r = self.range_ratio
-        if self.range_ratio_convention == "inferencex" and not 0.0 <= r <= 1.0:
-            raise ValueError("range_ratio must be in [0, 1] for the inferencex convention")
-        if self.range_ratio_convention == "vllm" and not 0.0 <= r < 1.0:
-            # Same bound as vLLM's RandomDataset.
-            raise ValueError("range_ratio must be in [0, 1) for the vllm convention")
+    def _check_shapes(self) -> BenchmarkSettings:
+        if self.shapes:
+            if self.isl is not None or self.osl is not None:
+                raise ValueError("give isl and osl, or shapes, not both (set isl and osl to null to use shapes)")
+            tags = [s.tag for s in self.shapes]
+            if dup := sorted({t for t in tags if tags.count(t) > 1}):
+                # Each shape names its own result files, so two with one (isl, osl) would collide.
+                raise ValueError(f"shapes: each (isl, osl) may appear once; repeated: {', '.join(dup)}")
+        elif self.isl is None or self.osl is None:
+            raise ValueError("give isl and osl (one shape), or shapes (several)")
         return self
+
+    @model_validator(mode="after")
+    def _check_range_ratio(self) -> BenchmarkSettings:
+        ratios = [("range_ratio", self.range_ratio)] + [
+            (f"shapes.{i}.range_ratio", s.range_ratio) for i, s in enumerate(self.shapes) if s.range_ratio is not None
+        ]
+        for key, r in ratios:
+            if self.range_ratio_convention == "inferencex" and not 0.0 <= r <= 1.0:
+                raise ValueError(f"{key} must be in [0, 1] for the inferencex convention")
+            if self.range_ratio_convention == "vllm" and not 0.0 <= r < 1.0:
+                # Same bound as vLLM's RandomDataset.
+                raise ValueError(f"{key} must be in [0, 1) for the vllm convention")
+        return self
+
+    @property
+    def multi_shape(self) -> bool:
+        """Whether the sweep was given as shapes (result names then carry the shape)."""
+        return bool(self.shapes)
+
+    def shape_list(self) -> list[Shape]:
+        """The sweep's shapes in order, each with its range_ratio filled in."""
+        if not self.shapes:
+            assert self.isl is not None and self.osl is not None  # _check_shapes
+            return [Shape(isl=self.isl, osl=self.osl, range_ratio=self.range_ratio)]
+        return [
+            s if s.range_ratio is not None else s.model_copy(update={"range_ratio": self.range_ratio})
+            for s in self.shapes
+        ]
 
     def num_prompts_for(self, concurrency: int) -> int:
         if self.num_prompts is not None:

@@ -41,6 +41,8 @@ from harness.bench.results import (
     result_filename,
     write_result,
 )
+from harness.bench.resume import set_aside, why_not_kept
+from harness.bench.settings import Shape
 from harness.bench.validity_probe import PointProbe
 from harness.bench.watchdog import TargetDied, Watchdog
 from harness.validity import ClientCounts, unverified
@@ -61,15 +63,27 @@ class PointOutcome:
     completed: int = 0
     failed: int = 0
     error: str | None = None
+    shape: str | None = None  # isl_<I>_osl_<O> in a several-shape sweep
+    kept: bool = False  # resumed: the result of an earlier run, not run again
 
     @property
     def ok(self) -> bool:
         return self.path is not None and self.failed == 0 and self.error is None
 
 
+@dataclass(frozen=True)
+class _Point:
+    shape: Shape
+    concurrency: int
+    path: Path
+    kept: bool = False
+
+
 class _Sweep:
     def __init__(self, cfg: BenchConfig) -> None:
-        self.cfg = cfg
+        self.base = cfg
+        self.cfg = cfg  # the base config with the running shape's isl, osl and range_ratio
+        self.shape_tag: str | None = None  # the running shape's tag in a several-shape sweep
         self.mode = pick_mode(cfg.progress)
         self.dead: str | None = None  # why the target is considered dead
         self.current: LoadRun | None = None
@@ -103,8 +117,8 @@ class _Sweep:
 
     def sample(self, count: int, concurrency: int, stream: int) -> list[SampleRequest]:
         cfg, tok = self.cfg, self.tokenizer
-        assert tok is not None
-        rng = np.random.default_rng([cfg.seed, concurrency, stream])
+        assert tok is not None and cfg.isl is not None and cfg.osl is not None  # set per shape
+        rng = np.random.default_rng(self._seed_key(concurrency, stream))
         if cfg.dataset == "random":
             return sample_requests(
                 tok,
@@ -118,6 +132,19 @@ class _Sweep:
                 prefix_len=cfg.random_prefix_len,
             )
         return sample_file_requests(tok, self.records, count, cfg.osl, rng)
+
+    def _seed_key(self, concurrency: int, stream: int) -> list[int]:
+        # In a several-shape sweep the shape is part of the key: the same concurrency of two
+        # shapes must not share prompt tokens (a shared start would hit the prefix cache).
+        assert self.cfg.isl is not None and self.cfg.osl is not None
+        shape = [self.cfg.isl, self.cfg.osl] if self.shape_tag else []
+        return [self.cfg.seed, *shape, concurrency, stream]
+
+    def _use_shape(self, shape: Shape) -> None:
+        self.cfg = self.base.model_copy(
+            update={"isl": shape.isl, "osl": shape.osl, "range_ratio": shape.range_ratio, "shapes": []}
+        )
+        self.shape_tag = shape.tag if self.base.multi_shape else None
 
     def prepare(self, reqs: list[SampleRequest]) -> tuple[list[bytes], list[RequestOutput]]:
         """Request bytes built before the clock starts, and the outputs to fill."""
@@ -181,37 +208,36 @@ class _Sweep:
         measured = self.sample(n, concurrency, _MAIN)
         rate_text = "inf" if math.isinf(cfg.request_rate) else f"{cfg.request_rate:g}/s"
         if self.mode == "plain":
-            log(f"C={concurrency}: {n_warm} warmups, then {n} requests at rate {rate_text}")
+            log(f"C={concurrency}{self._shape_text()}: {n_warm} warmups, then {n} requests at rate {rate_text}")
         if n_warm:
             # Warmups go out all at once (limited by C) and are left out of the metrics.
             warm, stopped = await self.batch(
-                f"C={concurrency} warmup",
+                f"C={concurrency}{self._shape_text()} warmup",
                 self.sample(n_warm, concurrency, _WARMUP),
                 concurrency,
                 math.inf,
                 cfg.point_timeout_for(n_warm, concurrency),
-                np.random.default_rng([cfg.seed, concurrency, _ARRIVALS]),  # unused at rate inf
+                np.random.default_rng(self._seed_key(concurrency, _ARRIVALS)),  # unused at rate inf
             )
             if stopped is not None and (self.dead is not None or stopped == self._total_reason()):
                 return f"stopped during warmups: {stopped}"
             if bad := [o for o in warm if not o.success]:
-                log(f"C={concurrency}: {len(bad)}/{n_warm} warmup requests failed: {bad[0].error}")
+                log(f"C={concurrency}{self._shape_text()}: {len(bad)}/{n_warm} warmup requests failed: {bad[0].error}")
 
         date = datetime.now().strftime("%Y%m%d-%H%M%S")
         wall_offset = time.time() - time.perf_counter()  # request times are perf_counter
         probe = None
         if cfg.scrape:
-            probe = PointProbe(
-                cfg.scrape, Path(cfg.result_dir) / "metrics" / f"concurrency_{concurrency}", cfg.validity
-            )
+            where = f"concurrency_{concurrency}" + (f"_{self.shape_tag}" if self.shape_tag else "")
+            probe = PointProbe(cfg.scrape, Path(cfg.result_dir) / "metrics" / where, cfg.validity)
             await probe.start()
         outs, stopped = await self.batch(
-            f"C={concurrency}",
+            f"C={concurrency}{self._shape_text()}",
             measured,
             concurrency,
             cfg.request_rate,
             cfg.point_timeout_for(n, concurrency),
-            np.random.default_rng([cfg.seed, concurrency, _ARRIVALS]),
+            np.random.default_rng(self._seed_key(concurrency, _ARRIVALS)),
         )
         backend = "openai-chat" if cfg.endpoint == "chat" else "openai"
         metadata = _metadata(cfg)
@@ -230,7 +256,7 @@ class _Sweep:
         # valid: true / false / null (unverified); the verdict and its evidence under validity.
         metadata.update(valid=verdict.valid, validity=verdict.model_dump(mode="json"))
         if probe is not None and verdict.verdict != "valid":
-            log(f"C={concurrency}: {verdict.verdict.upper()} point: {'; '.join(verdict.reasons)}")
+            log(f"C={concurrency}{self._shape_text()}: {verdict.verdict.upper()} point: {'; '.join(verdict.reasons)}")
         metrics = compute_metrics(outs, cfg.percentiles, {str(k): v for k, v in cfg.goodput.items()})
         sent_at = [o.start_time for o in outs if o.start_time is not None and o.end_time is not None]
         start_unix = min(sent_at) + wall_offset if sent_at else None
@@ -262,36 +288,36 @@ class _Sweep:
     # -- the sweep ----------------------------------------------------------------
 
     async def run(self) -> list[PointOutcome]:
-        cfg = self.cfg
+        base = self.base
         started = time.perf_counter()
-        if cfg.total_timeout_s is not None:
-            self.deadline = started + cfg.total_timeout_s
-        result_dir = Path(cfg.result_dir)
-        paths = {
-            c: result_dir / result_filename(c, cfg.request_rate, cfg.prefill_gpus, cfg.decode_gpus, cfg.gpus)
-            for c in cfg.concurrency
-        }
+        if base.total_timeout_s is not None:
+            self.deadline = started + base.total_timeout_s
         # Fail before sending any load rather than after a long point.
-        if existing := [str(p) for p in paths.values() if p.exists()]:
-            raise ResultExistsError(f"result files already exist, not overwriting: {', '.join(existing)}")
-        if not cfg.scrape:
+        points = self._plan_points()
+        if not base.scrape:
             log("no scrape targets: every point is recorded unverified (metadata.valid null)")
-        if cfg.dataset != "random":
-            self.records = load_records(cfg.dataset_path, cfg.dataset)  # type: ignore[arg-type]
-        self.tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer)
-        if cfg.dataset == "random" and cfg.random_prefix_len:
+        if base.dataset != "random":
+            self.records = load_records(base.dataset_path, base.dataset)  # type: ignore[arg-type]
+        self.tokenizer = AutoTokenizer.from_pretrained(base.tokenizer)
+        if base.dataset == "random" and base.random_prefix_len:
             self.prefix = make_prefix(
-                self.tokenizer, cfg.random_prefix_len, np.random.default_rng([cfg.seed, 0, _PREFIX])
+                self.tokenizer, base.random_prefix_len, np.random.default_rng([base.seed, 0, _PREFIX])
             )
 
         outcomes: list[PointOutcome] = []
-        watchdog = Watchdog(cfg.base_url, cfg.health_check_interval_s, cfg.server_pids, self.on_dead, log)
+        watchdog = Watchdog(base.base_url, base.health_check_interval_s, base.server_pids, self.on_dead, log)
         async with aiohttp.ClientSession() as health_session:
             await watchdog.preflight(health_session)  # raises TargetDied: nothing was sent
             watcher = asyncio.create_task(watchdog.watch(health_session))
             try:
-                for i, c in enumerate(cfg.concurrency):
-                    outcomes.append(await self._one(i, c, paths[c]))
+                ran = 0
+                for pt in points:
+                    self._use_shape(pt.shape)
+                    if pt.kept:
+                        outcomes.append(self._kept(pt))
+                        continue
+                    outcomes.append(await self._one(ran, pt.concurrency, pt.path))
+                    ran += 1
             finally:
                 watcher.cancel()
                 await asyncio.gather(watcher, return_exceptions=True)
@@ -299,27 +325,65 @@ class _Sweep:
                     slot.close()
         return outcomes
 
+    def _plan_points(self) -> list[_Point]:
+        """Every (shape, concurrency) point with its file; with resume, the complete ones are
+        kept and the others' files set aside. Raises ResultExistsError without resume."""
+        base = self.base
+        result_dir = Path(base.result_dir)
+        points = []
+        for shape in base.shape_list():
+            tag = shape.tag if base.multi_shape else None
+            for c in base.concurrency:
+                name = result_filename(c, base.request_rate, base.prefill_gpus, base.decode_gpus, base.gpus, tag)
+                points.append(_Point(shape, c, result_dir / name))
+        existing = [p for p in points if p.path.exists()]
+        if existing and not base.resume:
+            paths = ", ".join(str(p.path) for p in existing)
+            raise ResultExistsError(f"result files already exist, not overwriting: {paths}")
+        kept = set()
+        for p in existing:
+            why = why_not_kept(
+                p.path, p.shape.isl, p.shape.osl, p.concurrency, base.num_prompts_for(p.concurrency), base.model
+            )
+            if why is None:
+                kept.add(p.path)
+                continue
+            moved = set_aside(p.path)
+            log(f"resume: {p.path.name} is run again ({why}); the earlier file is now {moved}")
+        if base.resume:
+            log(f"resume: {len(kept)} of {len(points)} point(s) already done, {len(points) - len(kept)} to run")
+        return [_Point(p.shape, p.concurrency, p.path, p.path in kept) for p in points]
+
+    def _kept(self, pt: _Point) -> PointOutcome:
+        result = BenchResult.model_validate_json(pt.path.read_text())
+        log(f"C={pt.concurrency}{self._shape_text()}: kept from an earlier run -> {pt.path.name}")
+        return PointOutcome(pt.concurrency, pt.path, result.completed, result.failed, None, self.shape_tag, True)
+
+    def _shape_text(self) -> str:
+        return f" {self.cfg.isl}/{self.cfg.osl}" if self.shape_tag else ""
+
     async def _one(self, index: int, c: int, path: Path) -> PointOutcome:
-        cfg = self.cfg
+        cfg, tag = self.cfg, self.shape_tag
         if self.dead is not None:
-            return PointOutcome(c, None, error=f"not run: {self.dead}")
+            return PointOutcome(c, None, error=f"not run: {self.dead}", shape=tag)
         if index and cfg.cooldown_s:
             await asyncio.sleep(max(0.0, min(cfg.cooldown_s, self.deadline - time.perf_counter())))
         if time.perf_counter() >= self.deadline:
-            return PointOutcome(c, None, error=f"not run: {self._total_reason()}")
+            return PointOutcome(c, None, error=f"not run: {self._total_reason()}", shape=tag)
         if self.dead is not None:
-            return PointOutcome(c, None, error=f"not run: {self.dead}")
+            return PointOutcome(c, None, error=f"not run: {self.dead}", shape=tag)
+        label = f"C={c}{self._shape_text()}"
         try:
             result = await self.point(c)
             if isinstance(result, str):
-                log(f"C={c}: no result: {result}")
-                return PointOutcome(c, None, error=result)
+                log(f"{label}: no result: {result}")
+                return PointOutcome(c, None, error=result, shape=tag)
             path = write_result(result, path)
         except Exception as e:
-            log(f"C={c}: point could not be run: {type(e).__name__}: {e}")
-            return PointOutcome(c, None, error=f"{type(e).__name__}: {e}")
+            log(f"{label}: point could not be run: {type(e).__name__}: {e}")
+            return PointOutcome(c, None, error=f"{type(e).__name__}: {e}", shape=tag)
         log(
-            f"C={c}: completed {result.completed}, failed {result.failed}, "
+            f"{label}: completed {result.completed}, failed {result.failed}, "
             f"median TTFT {result.median_ttft_ms:.1f} ms, "
             f"median TPOT {getattr(result, 'median_tpot_ms', 0.0):.2f} ms, "  # absent when 0
             f"output {result.output_throughput:.1f} tok/s, {result.request_throughput:.1f} req/s"
@@ -329,7 +393,7 @@ class _Sweep:
         error = (
             result.stop_reason if result.stop_reason and not result.stop_reason.startswith("point timeout") else None
         )
-        return PointOutcome(c, path, result.completed, result.failed, error)
+        return PointOutcome(c, path, result.completed, result.failed, error, tag)
 
 
 def _metadata(cfg: BenchConfig) -> dict[str, Any]:

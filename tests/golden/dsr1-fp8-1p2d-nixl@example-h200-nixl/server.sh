@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-1p2d-nixl · fingerprint b00e7a1298d3b13e
+# pdbench node script · recipe dsr1-fp8-1p2d-nixl · fingerprint 13c227b204a976c5
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
