@@ -237,8 +237,17 @@ def submit(
         list[str] | None,
         typer.Option(help="Extra #SBATCH line, e.g. --sbatch=--mem=0; repeatable [default: the recipe's]"),
     ] = None,
+    resume: Annotated[
+        str | None,
+        typer.Option(
+            help="A run (directory, or a recipe name for its latest run) of the same recipe: the new run "
+            "keeps its complete, valid points and measures only the others [default: none]"
+        ),
+    ] = None,
 ) -> None:
     """Render a recipe into a new run directory and run it (sbatch, or the local launcher)."""
+    from dataclasses import replace
+
     from harness.launch import slurm
     from harness.render import current_context, render_job
     from harness.rundir import create_run_dir
@@ -266,12 +275,26 @@ def submit(
         _fail(str(e))
     _check_flags(rr, skip_flag_check)
     _check_storage(rr)
+    resumed = _run_dir(resume, results_dir).resolve() if resume else None
+    if resumed is not None:
+        from harness.resume_run import check_same_measurement
+
+        try:
+            check_same_measurement(resumed, rr)
+        except ConfigError as e:
+            _fail(str(e))
     run_dir = create_run_dir(results_dir, rr.name)
     try:
-        render_job(rr, run_dir, current_context(run_dir, PROJECT_ROOT, rr))
+        ctx = current_context(run_dir, PROJECT_ROOT, rr)
+        render_job(rr, run_dir, replace(ctx, resumed_from=str(resumed)) if resumed else ctx)
     except ConfigError as e:  # e.g. a results directory that no #SBATCH line can carry
         _fail(f"{e} (run directory {run_dir} left unrendered)")
     typer.echo(f"run directory: {run_dir}")
+    if resumed is not None:
+        from harness.resume_run import carry_over
+
+        kept = carry_over(resumed, run_dir)
+        typer.echo(f"resuming {resumed}: {len(kept)} finished point(s) kept, the others will be measured")
 
     if launcher is Launcher.slurm:
         cmd = slurm.sbatch_command(run_dir)

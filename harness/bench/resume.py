@@ -30,6 +30,11 @@ def why_not_kept(path: Path, isl: int, osl: int, concurrency: int, num_prompts: 
     }
     if diff := [f"{k} {getattr(result, k)!r} (now {v!r})" for k, v in want.items() if getattr(result, k) != v]:
         return "made with other settings: " + ", ".join(diff)
+    return incomplete(result)
+
+
+def incomplete(result: BenchResult) -> str | None:
+    """Why RESULT is not a finished, valid point; None when it is."""
     if result.stop_reason:
         return f"cut short: {result.stop_reason}"
     if result.failed or result.completed != result.num_prompts:

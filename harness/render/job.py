@@ -37,6 +37,7 @@ class RenderContext:
     root: str
     python: str
     git_commit: str | None
+    resumed_from: str | None = None  # submit --resume: the run whose finished points this one keeps
 
 
 def current_context(run_dir: Path, root: Path, rr: ResolvedRecipe | None = None) -> RenderContext:
@@ -209,6 +210,8 @@ def run_metadata(rr: ResolvedRecipe, p: JobPlan, ctx: RenderContext) -> dict[str
         "num_nodes": p.num_nodes,
         "gpus_per_node": t.gpus_per_node,
     }
+    if ctx.resumed_from:
+        meta["resumed_from"] = ctx.resumed_from
     for role in ("prefill", "decode"):
         r = getattr(t, role)
         meta.update(
@@ -285,13 +288,18 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext) -> JobPlan
         # Where each value came from: the recipe, the cluster profile, a --set, or the default.
         "sources": rr.sources(),
     }
+    if ctx.resumed_from:
+        lock["resumed_from"] = ctx.resumed_from
+    bench = cmd.bench_config(rr, p, run_metadata(rr, p, ctx), ctx.root)
+    if ctx.resumed_from:
+        bench["resume"] = True  # keep the finished points copied from that run
     plan_json = PlanFile.of(rr, p, preflight_spec(rr, p, ctx.root)).to_json()
     files = {
         "server.sh": server,
         "job.slurm": job,
         "recipe.lock.yaml": yaml.safe_dump(lock, sort_keys=False),
         "plan.json": json.dumps(plan_json, indent=2) + "\n",
-        "bench.json": json.dumps(cmd.bench_config(rr, p, run_metadata(rr, p, ctx), ctx.root), indent=2) + "\n",
+        "bench.json": json.dumps(bench, indent=2) + "\n",
     }
     if container is not None:
         files["container.sh"] = container

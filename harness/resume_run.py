@@ -1,0 +1,99 @@
+"""`pdbench submit --resume RUN`: a new run that keeps RUN's finished points.
+
+The new run directory gets copies of RUN's complete, valid result files (and their
+/metrics evidence), and its benchmark client runs with resume on, so only the points
+without such a file are measured. RUN itself is left as it was. The two runs must
+measure the same thing: everything of the resolved recipe except what only bounds or
+schedules the job (Slurm options, timeouts) and the sweep's extent (concurrency, shapes,
+request counts, which the client checks point by point) must be equal.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from harness import atomic
+from harness.bench.results import BenchResult
+from harness.bench.resume import incomplete
+from harness.config.load import ConfigError, ResolvedRecipe
+
+# Keys of the resolved recipe (recipe.lock.yaml) a resumed run may change.
+MAY_DIFFER = (
+    "recipe.slurm",
+    "recipe.timeouts",
+    "recipe.description",
+    "recipe.benchmark.concurrency",
+    "recipe.benchmark.shapes",
+    "recipe.benchmark.isl",
+    "recipe.benchmark.osl",
+    "recipe.benchmark.num_prompts",
+    "recipe.benchmark.prompts_multiplier",
+    "recipe.benchmark.min_prompts",
+    "recipe.benchmark.cooldown_s",
+    "recipe.benchmark.request_timeout_s",
+    "recipe.benchmark.point_timeout_s",
+    "recipe.benchmark.total_timeout_s",
+    "recipe.benchmark.health_check_interval_s",
+)
+_POINT = re.compile(r"concurrency_(\d+)_req_rate_[^_]+(_isl_\d+_osl_\d+)?")
+
+
+def _leaves(obj: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(obj, dict) and obj:
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            out |= _leaves(v, f"{prefix}.{k}" if prefix else str(k))
+        return out
+    return {prefix: obj}
+
+
+def _compared(locked: dict[str, Any]) -> dict[str, Any]:
+    keep = {k: locked[k] for k in ("recipe", "model") if k in locked}
+    return {k: v for k, v in _leaves(keep).items() if not any(k == p or k.startswith(p + ".") for p in MAY_DIFFER)}
+
+
+def check_same_measurement(old_run: Path, rr: ResolvedRecipe) -> None:
+    """Raise ConfigError naming the keys when RUN measured something else than RR would."""
+    lock_file = old_run / "recipe.lock.yaml"
+    try:
+        old = yaml.safe_load(lock_file.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(lock_file, "", f"cannot read the run to resume: {e}") from None
+    if not isinstance(old, dict):
+        raise ConfigError(lock_file, "", "not a recipe lock (a YAML mapping)")
+    before, now = _compared(old), _compared(rr.locked())
+    diff = sorted(k for k in before.keys() | now.keys() if before.get(k, "(unset)") != now.get(k, "(unset)"))
+    if diff:
+        shown = "; ".join(f"{k}: {before.get(k, '(unset)')!r} then, {now.get(k, '(unset)')!r} now" for k in diff[:6])
+        more = f" (and {len(diff) - 6} more)" if len(diff) > 6 else ""
+        raise ConfigError(
+            lock_file,
+            diff[0],
+            f"--resume needs the run to measure what {old_run.name} measured; changed: {shown}{more}",
+        )
+
+
+def carry_over(old_run: Path, new_run: Path) -> list[str]:
+    """Copy OLD_RUN's complete, valid result files (and their metrics/) into NEW_RUN; their names."""
+    kept = []
+    for f in sorted(old_run.glob("concurrency_*.json")):
+        try:
+            result = BenchResult.model_validate(json.loads(f.read_text()))
+        except (OSError, ValueError, ValidationError):
+            continue
+        if incomplete(result) is not None:
+            continue
+        atomic.write_bytes(new_run / f.name, f.read_bytes(), replace=False)
+        if (m := _POINT.match(f.name)) and (
+            evidence := old_run / "metrics" / f"concurrency_{m[1]}{m[2] or ''}"
+        ).is_dir():
+            shutil.copytree(evidence, new_run / "metrics" / evidence.name)
+        kept.append(f.name)
+    return kept
