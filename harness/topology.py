@@ -7,6 +7,7 @@ proxy and the benchmark client), then decode nodes.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -15,8 +16,11 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from harness.config.load import ConfigError, ResolvedRecipe
 from harness.config.schema import RoleSpec, TimeoutSpec
 
-Role = Literal["prefill", "decode"]
+Role = Literal["prefill", "decode", "aggregated"]
 ROLES: tuple[Role, Role] = ("prefill", "decode")
+# The job's phases, in order: the disaggregated sweep, then (topology.aggregated) the
+# aggregated baseline on the same nodes. Each phase has its own servers, proxy and client.
+Phase = Literal["disagg", "aggregated"]
 
 
 @dataclass(frozen=True)
@@ -26,7 +30,7 @@ class Worker:
     nodes: tuple[int, ...]  # the first is the leader (HTTP server); the others run headless
     local_index: int  # among the workers of its role on its leader node
     port: int
-    side_channel_port: int  # NIXL: base of this worker's per-rank ports
+    side_channel_port: int  # NIXL: base of this worker's per-rank ports (0: no KV connector)
     devices: int  # accelerators (or CPU "devices") this worker uses: tp x dp
     visible_devices: str | None  # e.g. "0,1,2,3"; None when the worker owns its nodes
     cpu_bind: str | None
@@ -35,6 +39,10 @@ class Worker:
     @property
     def name(self) -> str:
         return f"{self.role}-{self.index}"
+
+    @property
+    def phase(self) -> Phase:
+        return "aggregated" if self.role == "aggregated" else "disagg"
 
     @property
     def node(self) -> int:
@@ -55,6 +63,7 @@ class Process:
     worker: str | None = None
     port: int | None = None  # HTTP port for health checks (servers and proxy)
     cpu_bind: str | None = None
+    phase: Phase = "disagg"
 
 
 @dataclass(frozen=True)
@@ -70,16 +79,21 @@ class JobPlan:
     def devices(self, role: Role) -> int:
         return sum(w.devices for w in self.role(role))
 
+    @property
+    def phases(self) -> tuple[Phase, ...]:
+        return ("disagg", "aggregated") if self.role("aggregated") else ("disagg",)
+
     def processes(self) -> list[Process]:
         procs = []
-        for w in self.workers:
-            procs.append(Process(w.name, w.node, "server", w.name, w.port, w.cpu_bind))
-            procs += [
-                Process(w.process_name(r), n, "follower", w.name, None, w.cpu_bind)
-                for r, n in enumerate(w.nodes)
-                if r > 0
-            ]
-        procs.append(Process("proxy", self.proxy_node, "proxy", None, self.proxy_port))
+        for phase in self.phases:
+            for w in (w for w in self.workers if w.phase == phase):
+                procs.append(Process(w.name, w.node, "server", w.name, w.port, w.cpu_bind, phase))
+                procs += [
+                    Process(w.process_name(r), n, "follower", w.name, None, w.cpu_bind, phase)
+                    for r, n in enumerate(w.nodes)
+                    if r > 0
+                ]
+            procs.append(Process(proxy_name(phase), self.proxy_node, "proxy", None, self.proxy_port, phase=phase))
         return procs
 
     def to_json(self) -> dict:
@@ -90,6 +104,14 @@ class JobPlan:
             "workers": [dict(asdict(w), name=w.name, node=w.node) for w in self.workers],
             "processes": [asdict(p) for p in self.processes()],
         }
+
+
+def proxy_name(phase: Phase) -> str:
+    return "proxy" if phase == "disagg" else f"proxy-{phase}"
+
+
+def bench_name(phase: Phase) -> str:
+    return "bench" if phase == "disagg" else f"bench-{phase}"
 
 
 class PreflightSpec(BaseModel):
@@ -261,13 +283,40 @@ def plan(rr: ResolvedRecipe) -> JobPlan:
     side = rr.recipe.connector.side_channel_port
     prefill, side = _role_workers(rr, "prefill", topo.prefill, 0, side)
     decode, _ = _role_workers(rr, "decode", topo.decode, topo.prefill.nodes, side)
-    plan_ = JobPlan(
-        num_nodes=topo.prefill.nodes + topo.decode.nodes,
-        workers=tuple(prefill + decode),
-        proxy_port=rr.recipe.proxy.port,
-    )
+    num_nodes = topo.prefill.nodes + topo.decode.nodes
+    aggregated = _aggregated_workers(rr, num_nodes, prefill + decode)
+    plan_ = JobPlan(num_nodes=num_nodes, workers=tuple(prefill + decode + aggregated), proxy_port=rr.recipe.proxy.port)
     _check_ports(rr, plan_, single_host=False)
     return plan_
+
+
+def _aggregated_workers(rr: ResolvedRecipe, num_nodes: int, disagg: list[Worker]) -> list[Worker]:
+    """The baseline's workers on the job's first nodes, with the disaggregated GPU count; a
+    worker without its own cpu_bind takes that of the first disaggregated worker of its node."""
+    disagg_devices = sum(w.devices for w in disagg)
+    spec = rr.recipe.topology.aggregated
+    if spec is None:
+        return []
+    key = "topology.aggregated"
+    if spec.nodes > num_nodes:
+        raise ConfigError(rr.recipe_file, f"{key}.nodes", f"{spec.nodes} nodes, but the job has {num_nodes}")
+    workers, _ = _role_workers(rr, "aggregated", spec, 0, 0)
+    binds = {}
+    for d in disagg:
+        binds.setdefault(d.node, d.cpu_bind)
+    workers = [
+        dataclasses.replace(w, side_channel_port=0, cpu_bind=w.cpu_bind or binds.get(w.node))  # no KV connector
+        for w in workers
+    ]
+    devices = sum(w.devices for w in workers)
+    if devices != disagg_devices:
+        raise ConfigError(
+            rr.recipe_file,
+            key,
+            f"the baseline uses {devices} GPU(s) (workers x tp x dp), the disaggregated servers "
+            f"{disagg_devices}: compare at the same GPU count",
+        )
+    return workers
 
 
 def _check_ports(rr: ResolvedRecipe, plan_: JobPlan, single_host: bool) -> None:
@@ -277,6 +326,7 @@ def _check_ports(rr: ResolvedRecipe, plan_: JobPlan, single_host: bool) -> None:
         for w in plan_.workers
         for n in w.nodes
         for p in (w.port, w.side_channel_port)
+        if p  # an aggregated worker has no KV port
     ]
     claims.append((plan_.proxy_node, rr.recipe.proxy.port, "proxy", "proxy.port"))
     for node, port, owner, key in claims:

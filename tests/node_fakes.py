@@ -38,6 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 RESULT_NAME = "concurrency_1_req_rate_inf_gpus_2_ctx_1_gen_1.json"
+AGGREGATED_RESULT_NAME = "concurrency_1_req_rate_inf_gpus_2.json"  # the baseline's client
 
 
 def pid_dir() -> Path:
@@ -183,7 +184,7 @@ def run_server(args: argparse.Namespace) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> None:
-    record_self("bench")
+    record_self("bench" if args.result_name == RESULT_NAME else "bench-aggregated")
     run_dir = Path(os.environ["RUN_DIR"])
     req = urllib.request.Request(
         f"http://127.0.0.1:{args.proxy_port}/v1/completions",
@@ -200,8 +201,8 @@ def run_bench(args: argparse.Namespace) -> None:
         "text": text,
         "partial": args.exit_code != 0,
     }
-    (run_dir / RESULT_NAME).write_text(json.dumps(result))
-    print(f"bench: wrote {RESULT_NAME}", flush=True)
+    (run_dir / args.result_name).write_text(json.dumps(result))
+    print(f"bench: wrote {args.result_name}", flush=True)
     if args.kill_server:  # the server dies under the client, which fails at once: echo races cause
         for f in pid_dir().glob(f"{args.kill_server}.*.json"):
             os.kill(json.loads(f.read_text())["pid"], signal.SIGKILL)
@@ -215,6 +216,9 @@ def as_fake(kind: str, argv: list[str]) -> list[str]:
     spec = json.loads((Path(os.environ["RUN_DIR"]) / "fakes.json").read_text())
     ports, flags = spec["ports"], spec["flags"]
     if kind == "bench":
+        config = argv[argv.index("--config") + 1]
+        if config.endswith("bench-aggregated.json"):
+            return ["bench", "--proxy-port", str(ports["proxy"]), "--result-name", AGGREGATED_RESULT_NAME]
         return ["bench", "--proxy-port", str(ports["proxy"]), *flags.get("bench", [])]
     port = int(argv[argv.index("--port") + 1])
     name = next(n for n, p in ports.items() if p == port)
@@ -263,6 +267,7 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument("--exit-code", type=int, default=0)
     b.add_argument("--sleep", type=float, default=0.0)
     b.add_argument("--kill-server", help="SIGKILL this fake server, then exit with --exit-code")
+    b.add_argument("--result-name", default=RESULT_NAME)
     args = ap.parse_args(argv)
     (run_server if args.cmd == "server" else run_bench)(args)
 

@@ -55,6 +55,7 @@ RECIPE: dict[str, Any] = {
         "nic_detection": True,
         "prefill": {"port": 8100, "cpu_bind": ["0"], "env": {"R_ENV": "1"}, "flags": {"seed": 1}},
         "decode": {"port": 8200, "cpu_bind": ["1"], "env": {"R_ENV": "1"}, "flags": {"seed": 1}},
+        "aggregated": {"nodes": 2, "workers": 2, "port": 8300, "env": {"R_ENV": "1"}, "flags": {"seed": 1}},
     },
     # MoRI-IO: its kv-transfer-config holds a run-time address, so recipe values in it
     # go through the double-quoted JSON word, the harder case.
@@ -367,8 +368,11 @@ def _check(slot: Slot, value: str, tag: str, runtime: str, procs: bool) -> Check
     if key == "connector.extra_config":
 
         def extra(seen: dict[str, Any]) -> bool:
-            cfgs = [json.loads(_arg_after(a, "--kv-transfer-config") or "{}") for a in vllm(seen)]
-            got = [c["kv_connector_extra_config"] for c in cfgs]
+            # (The aggregated baseline's servers have no KV connector.)
+            lines = [a for a in vllm(seen) if "--kv-transfer-config" in a]
+            got = [
+                json.loads(_arg_after(a, "--kv-transfer-config") or "{}")["kv_connector_extra_config"] for a in lines
+            ]
             return all((value in g) if kind == "key" else g.get(tag) == value for g in got)
 
         return extra
@@ -455,7 +459,8 @@ def _run_sandbox(tmp: Path, runtime: str, payload: str) -> None:
     assert not leaked, f"{payload!r} ran as code from slots {[SLOTS[int(m[1:])] for m in leaked]}"
     seen: dict[str, Any] = {p: _records(log, p) for p in ("srun", "docker", "podman", "apptainer", "vllm")}
     seen["sbatch"] = sbatch_args((out / "job.slurm").read_text())
-    assert len(seen["vllm"]) == (2 if procs else 0) and len(seen["srun"]) == 1
+    # prefill, decode, and the two servers of the aggregated baseline
+    assert len(seen["vllm"]) == (4 if procs else 0) and len(seen["srun"]) == 1
     broken = [(where, value) for where, value, check in checks if not check(seen)]
     assert not broken, f"values that did not reach their command intact: {broken}"
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from node_fakes import RESULT_NAME, write_bin
+from node_fakes import AGGREGATED_RESULT_NAME, RESULT_NAME, write_bin
 
 from benchmarks.common import free_ports
 from harness import tiny_model
@@ -49,11 +49,13 @@ class Job:
         timeouts: dict | None = None,
         flags: dict[str, list[str]] | None = None,
         cpu_bind: str | None = None,
+        aggregated: bool = False,
     ):
         self.run_dir = run_dir
         self.num_nodes = 2
         self.timeouts = dict(FAST, **(timeouts or {}))
-        self.ports = dict(zip(("prefill-0", "decode-0", "proxy", "kv"), free_ports(4), strict=True))
+        names = ("prefill-0", "decode-0", "proxy", "kv", "aggregated-0", "aggregated-1")
+        self.ports = dict(zip(names, free_ports(len(names)), strict=True))
         flags = flags or {}
         run_dir.mkdir(parents=True)
         # The plan is the one the renderer writes for the local 1P1D recipe (prefill-0 and
@@ -68,6 +70,11 @@ class Job:
             "topology.decode.cpu_bind=[]",
             *(f"timeouts.{k}={v}" for k, v in self.timeouts.items()),
         ]
+        if aggregated:
+            # The baseline: two whole instances on node 0 (ports port and port + 1), the same two
+            # devices as prefill and decode; node 1 has none and waits for the job's end.
+            self.ports["aggregated-1"] = self.ports["aggregated-0"] + 1
+            overrides.append(f"topology.aggregated={{nodes: 1, workers: 2, port: {self.ports['aggregated-0']}}}")
         rr = load_recipe("local-tiny-1p1d", overrides)
         # The real renderer writes plan.json and server.sh; the `vllm` and `python -m harness
         # proxy|bench` that server.sh runs are node_fakes' wrappers (see the fakes fixture).
@@ -743,4 +750,35 @@ def test_stale_host_heartbeat_tears_the_node_down(make_job, monkeypatch) -> None
     assert rc == 1 and took < 20, job.logs()
     reason = job.status()["reason"]
     assert re.match(r"node [01]: the container's host-side wrapper stopped beating \d+ s ago", reason), reason
+    job.assert_nothing_left()
+
+
+def test_aggregated_baseline_runs_after_the_disaggregated_sweep(make_job) -> None:
+    job = make_job(aggregated=True)
+    rc, _took = job.run()
+    assert rc == 0, job.logs()
+    assert job.status()["results"] == sorted([AGGREGATED_RESULT_NAME, RESULT_NAME])
+    node0 = job.log("node0")
+    # The disaggregated servers and proxy were stopped before the baseline's started.
+    stopped = node0.index("phase disagg done; stopping its processes")
+    assert stopped < node0.index("started aggregated-0") < node0.index("started bench-aggregated")
+    assert node0.count("smoke request through the proxy answered") == 2
+    assert (job.run_dir / "state" / "done-disagg").is_file() and (job.run_dir / "state" / "done").is_file()
+    # Node 1 has no baseline server: it moved on with node 0 and waited for the job's end.
+    assert "node 1: phase aggregated" in job.log("node1") and "node 1 finished" in job.log("node1")
+    recorded = [e["name"] for e in job.recorded_procs()]
+    assert sorted(recorded) == sorted(
+        [
+            "prefill-0",
+            "proxy",
+            "bench",
+            "aggregated-0",
+            "aggregated-1",
+            "proxy-aggregated",
+            "bench-aggregated",
+            "decode-0",
+        ]
+    )
+    for name in ("aggregated-0", "aggregated-1"):
+        assert (job.run_dir / "metrics" / "aggregated" / f"{name}.after.prom").is_file()
     job.assert_nothing_left()

@@ -42,6 +42,7 @@ VARIANTS = {
     "dsr1-fp8-1p2d@example-mi355x-mori": ("dsr1-fp8-1p2d", [], "example-mi355x-mori"),
     "dsr1-fp8-1p2d-nixl@example-h200-nixl": ("dsr1-fp8-1p2d-nixl", [], "example-h200-nixl"),
     "local-tiny-1p2d@local": ("local-tiny-1p2d", [], "local"),
+    "local-tiny-1p2d-vs-aggregated@local": ("local-tiny-1p2d-vs-aggregated", [], "local"),
     "dsr1-fp8-1p2d--decode-dp16-over-2-nodes": (
         "dsr1-fp8-1p2d",
         [

@@ -46,6 +46,11 @@ class BenchConfig(BenchmarkSettings):
         description="JSON object copied into each result's metadata.",
         json_schema_extra={"cli_format": "json", "cli_default": "{}"},
     )
+    metrics_dir: str = Field(
+        "metrics",
+        description="Where each point's server /metrics evidence goes (metrics_dir/concurrency_<C>/), "
+        "relative to result_dir.",
+    )
     scrape: list[str] = Field(
         default_factory=list,
         description="NAME=ROLE@URL of a server whose /metrics judge each point's validity "

@@ -229,7 +229,7 @@ class _Sweep:
         probe = None
         if cfg.scrape:
             where = f"concurrency_{concurrency}" + (f"_{self.shape_tag}" if self.shape_tag else "")
-            probe = PointProbe(cfg.scrape, Path(cfg.result_dir) / "metrics" / where, cfg.validity)
+            probe = PointProbe(cfg.scrape, Path(cfg.result_dir) / cfg.metrics_dir / where, cfg.validity)
             await probe.start()
         outs, stopped = await self.batch(
             f"C={concurrency}{self._shape_text()}",

@@ -28,7 +28,7 @@ def parse_target(text: str) -> tuple[str, str, str]:
     """'decode-0=decode@http://10.0.0.2:8200' -> (name, role, base URL)."""
     name, sep, rest = text.partition("=")
     role, sep2, url = rest.partition("@")
-    if not (sep and sep2 and name and url) or role not in ("prefill", "decode", "proxy"):
+    if not (sep and sep2 and name and url) or role not in ("prefill", "decode", "aggregated", "proxy"):
         raise ValueError(f"expected NAME=ROLE@URL with ROLE prefill, decode or proxy, got {text!r}")
     return name, role, url.rstrip("/")
 

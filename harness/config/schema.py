@@ -117,9 +117,15 @@ class ModelSpec(Strict):
         examples=[{"enforce-eager": True, "block-size": 64}],
     )
     decode_flags: Flags = Field({}, description="`vllm serve` flags of decode servers, as prefill_flags")
+    aggregated_flags: Flags | None = Field(
+        None, description="`vllm serve` flags of aggregated (baseline) servers; default: decode_flags"
+    )
     env: Env = Field({}, description="environment of every server of this model")
     prefill_env: Env = Field({}, description="environment of prefill servers (wins over env)")
     decode_env: Env = Field({}, description="environment of decode servers (wins over env)")
+    aggregated_env: Env | None = Field(
+        None, description="environment of aggregated (baseline) servers (wins over env); default: decode_env"
+    )
     build: Literal["tiny-llama"] | None = Field(
         None, description="builder that makes `path` offline when it is missing"
     )
@@ -172,6 +178,15 @@ class TopologySpec(Strict):
     nic_detection: bool = Field(True, description="servers source `pdbench nic` (RDMA env) before starting")
     prefill: RoleSpec = Field(description="the prefill servers (xP)")
     decode: RoleSpec = Field(description="the decode servers (yD)")
+    aggregated: RoleSpec | None = Field(
+        None,
+        description=(
+            "the aggregated baseline: identical vLLM servers without a KV connector behind the same proxy, "
+            "on the job's first `nodes` nodes, using as many GPUs as prefill and decode together; the job "
+            "runs its sweep (same prompts) after the disaggregated one, and its results carry disagg false "
+            "(kv_transfer does not apply)"
+        ),
+    )
 
 
 # kv_transfer_config keys a recipe may set itself; pdbench sets kv_connector, kv_role,

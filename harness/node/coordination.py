@@ -147,6 +147,13 @@ class Coordination:
     def is_done(self) -> bool:
         return (self.state_dir / "done").is_file()
 
+    def mark_phase_done(self, phase: str) -> None:
+        """Node 0's client finished a phase that is not the job's last: every node moves on."""
+        self._write_json(self.state_dir / f"done-{phase}", {"node": self.node_id, "time": time.time()})
+
+    def is_phase_done(self, phase: str) -> bool:
+        return (self.state_dir / f"done-{phase}").is_file()
+
     def mark_exited(self, rc: int) -> None:
         """This node's runtime has torn everything down and is about to exit with rc."""
         self._write_json(self.state_dir / f"exit-node{self.node_id}.json", {"node": self.node_id, "rc": rc})

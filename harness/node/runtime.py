@@ -15,6 +15,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -36,7 +37,7 @@ from harness.node.node_checks import is_doctor_run, run_preflight
 from harness.node.secrets import ensure_job_secret
 from harness.node.signal_cause import describe_signal
 from harness.node.supervisor import Supervisor
-from harness.topology import PlanFile, Process
+from harness.topology import Phase, PlanFile, Process, bench_name
 from harness.validity.scrape import scrape_all
 
 log = logging.getLogger(__name__)
@@ -190,11 +191,36 @@ def _run(ctx: NodeContext, coord: Coordination, sup: Supervisor) -> None:
     def start(name: str) -> None:
         sup.start(name, ["bash", server_sh, "proc", name], env, cwd=ctx.run_dir)
 
-    mine = ctx.processes(ctx.node_id)
+    host = HostHeartbeat.from_env()
+    phases = ctx.plan.job_plan().phases
+    for i, phase in enumerate(phases):
+        last = i == len(phases) - 1
+        _run_phase(ctx, coord, sup, phase, last, addrs, start, host)
+        if not last:
+            # Every process of this phase on this node ends (GPU memory, ports) before the
+            # next phase's servers start here.
+            log.info("node %d: phase %s done; stopping its processes", ctx.node_id, phase)
+            sup.stop_all(ctx.timeouts.teardown_s)
+
+
+def _run_phase(
+    ctx: NodeContext,
+    coord: Coordination,
+    sup: Supervisor,
+    phase: Phase,
+    last: bool,
+    addrs: dict[int, str],
+    start: Callable[[str], None],
+    host: HostHeartbeat,
+) -> None:
+    """One phase of the job: its servers and proxy up, health-gated; node 0 runs its client."""
+    t = ctx.timeouts
+    mine = [p for p in ctx.processes(ctx.node_id) if p.phase == phase]
+    if len(ctx.plan.job_plan().phases) > 1:
+        log.info("node %d: phase %s", ctx.node_id, phase)
     for p in mine:
         start(p.name)
-
-    host = HostHeartbeat.from_env()
+    bench = bench_name(phase)
 
     def check(ignore: tuple[str, ...] = ()) -> None:
         dead = [d for d in sup.exited() if d[0] not in ignore]
@@ -213,12 +239,13 @@ def _run(ctx: NodeContext, coord: Coordination, sup: Supervisor) -> None:
         if p.cpu_bind:
             pin_worker_main_threads(sup.procs[p.name].pid, p.cpu_bind)
 
+    done = coord.is_done if last else (lambda: coord.is_phase_done(phase))
     if not ctx.is_head:
         log.info("node %d ready; waiting for the benchmark to finish", ctx.node_id)
-        _wait(ctx, coord.is_done, t.health_s + t.smoke_s + t.bench_s, "the job's end", check)
+        _wait(ctx, done, t.health_s + t.smoke_s + t.bench_s, "the job's end" if last else f"the end of {phase}", check)
         return
 
-    servers = [p for p in ctx.processes() if p.kind == "server"]
+    servers = [p for p in ctx.processes() if p.kind == "server" and p.phase == phase]
     job = {p.name: f"http://{addrs[p.node]}:{p.port}/health" for p in servers if p.name not in own}
     job.update({p.name: f"http://127.0.0.1:{p.port}/health" for p in mine if p.kind == "proxy"})
     # Another node's server is gated by its own node too, which records the cause if it fails;
@@ -235,22 +262,26 @@ def _run(ctx: NodeContext, coord: Coordination, sup: Supervisor) -> None:
     log.info("smoke request through the proxy answered %r", text)
 
     targets = {p.name: f"http://{addrs[p.node]}:{p.port}" for p in servers}
-    scrape_all(targets, ctx.run_dir / "metrics", "before")
-    start("bench")
+    metrics = ctx.run_dir / "metrics" / ("" if phase == "disagg" else phase)
+    scrape_all(targets, metrics, "before")
+    start(bench)
     deadline = time.monotonic() + t.bench_s
-    while (rc := sup.procs["bench"].popen.poll()) is None:
-        check(ignore=("bench",))
+    while (rc := sup.procs[bench].popen.poll()) is None:
+        check(ignore=(bench,))
         if time.monotonic() > deadline:
             raise Failed(
                 Failure(ctx.node_id, f"the benchmark did not finish within {t.bench_s:.0f} s (partial results kept)")
             )
         time.sleep(0.5)
     if rc != 0:
-        check(ignore=("bench",))  # a server or the proxy that died first is the cause
-    scrape_all(targets, ctx.run_dir / "metrics", "after")
-    coord.mark_done()
+        check(ignore=(bench,))  # a server or the proxy that died first is the cause
+    scrape_all(targets, metrics, "after")
+    if last:
+        coord.mark_done()
+    else:
+        coord.mark_phase_done(phase)
     if rc != 0:
-        raise Failed(_exit_failure(ctx, "bench", rc, primary=False))
+        raise Failed(_exit_failure(ctx, bench, rc, primary=False))
     invalid = _invalid_points(ctx.run_dir)
     unverified = _unverified_points(ctx.run_dir)
     if unverified:  # kept, but collect leaves them out unless asked: say so where users look

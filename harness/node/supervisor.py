@@ -111,8 +111,8 @@ class Supervisor:
         """SIGTERM every group, SIGKILL what is left after `grace` seconds, reap everything."""
         procs, self.procs = list(self.procs.values()), {}
         # Stop the load first, then the proxy, then the servers, so nothing logs spurious errors.
-        order = {"bench": 0, "proxy": 1}
-        procs.sort(key=lambda m: order.get(m.name, 2))
+        order = {"bench": 0, "proxy": 1}  # and bench-<phase>, proxy-<phase>
+        procs.sort(key=lambda m: order.get(m.name.split("-")[0], 2))
         self._terminate(procs, grace)
 
     def _terminate(self, procs: list[Managed], grace: float) -> None:

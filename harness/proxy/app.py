@@ -17,6 +17,7 @@ import asyncio
 import gc
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -76,6 +77,8 @@ class Proxy:
                 b.bootstrap_addr = f"http://{host}:{config.bootstrap_port(i)}"
         for url in config.decode:
             self.pool.add(Backend("decode", url, dp_size=config.decode_dp_size))
+        for url in config.aggregated:
+            self.pool.add(Backend("aggregated", url))
         if config.connector == "moriio":
             self.registry = Registry(
                 self.pool,
@@ -167,7 +170,8 @@ class Proxy:
 
     async def handle_models(self, request: web.Request) -> web.Response:
         now = time.monotonic()
-        decodes = self.pool.available("decode", now) or self.pool.backends["decode"]
+        role: Role = "aggregated" if self.cfg.connector == "none" else "decode"
+        decodes = self.pool.available(role, now) or self.pool.backends[role]
         if not decodes:
             return error_response(503, "no decode instance is known yet", "no_backend")
         url = self._url(decodes[0], "/v1/models")
@@ -224,6 +228,8 @@ class Proxy:
 
         key = affinity_key(body, cfg.prefix_chars) if cfg.policy == "prefix_hash" else None
         now = time.monotonic()
+        if cfg.connector == "none":
+            return await self._forward(request, body, key, now)
         picked_p = self.pool.pick("prefill", key, now)
         picked_d = self.pool.pick("decode", key, now) if picked_p else None
         if picked_p is None or picked_d is None:
@@ -271,6 +277,25 @@ class Proxy:
         prefill = self._spawn(self._prefill(p, request.path, p_data, p_headers), "prefill")
         prefill.add_done_callback(lambda t: self._prefill_done(t, rid))
         return await self._decode(request, d, d_body, headers, rid, prefill)
+
+    async def _forward(
+        self, request: web.Request, body: dict[str, Any], key: int | None, now: float
+    ) -> web.StreamResponse:
+        """The aggregated baseline: the whole request to one instance, relayed like a decode leg."""
+        picked = self.pool.pick("aggregated", key, now)
+        if picked is None:
+            known = [b.url for b in self.pool.backends["aggregated"]]
+            return self._reject(
+                503,
+                f"no aggregated instance available (known: {known or 'none'}; see /health)",
+                "no_backend",
+                ",".join(known) or None,
+            )
+        a = picked[0]
+        rid = f"agg-{uuid.uuid4().hex}"
+        headers = {"Content-Type": "application/json", "X-Request-Id": rid, **_auth_headers(request)}
+        a.outstanding += 1
+        return await self._decode(request, a, body, headers, rid, None)
 
     def _prefill_done(self, task: asyncio.Task[Any], rid: str) -> None:
         """A concurrent prefill ended: retrieve (and report) its failure."""

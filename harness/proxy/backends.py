@@ -13,8 +13,8 @@ from harness.proxy.config import ProxyConfig
 
 log = logging.getLogger(__name__)
 
-Role = Literal["prefill", "decode"]
-ROLES: tuple[Role, Role] = ("prefill", "decode")
+Role = Literal["prefill", "decode", "aggregated"]  # aggregated: a whole instance (connector none)
+ROLES: tuple[Role, Role, Role] = ("prefill", "decode", "aggregated")
 Source = Literal["static", "gen1", "gen2"]
 
 _MASK64 = (1 << 64) - 1
@@ -96,11 +96,11 @@ class Pool:
 
     def __init__(self, cfg: ProxyConfig) -> None:
         self.cfg = cfg
-        self.backends: dict[Role, list[Backend]] = {"prefill": [], "decode": []}
-        self._rr = {"prefill": 0, "decode": 0}
+        self.backends: dict[Role, list[Backend]] = {role: [] for role in ROLES}
+        self._rr = dict.fromkeys(ROLES, 0)
 
     def all(self) -> list[Backend]:
-        return [*self.backends["prefill"], *self.backends["decode"]]
+        return [b for role in ROLES for b in self.backends[role]]
 
     def find(self, role: Role, url: str) -> Backend | None:
         for b in self.backends[role]:

@@ -40,8 +40,18 @@ def proxy_command(
             help="Decode server base URL; repeatable (default: none; required unless --connector moriio).",
         ),
     ] = None,
+    aggregated: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--aggregated",
+            metavar="URL",
+            help="With --connector none: a whole (aggregated) instance that serves each request alone, "
+            "for a baseline; repeatable (default: none).",
+        ),
+    ] = None,
     connector: Annotated[
-        str, typer.Option("--connector", help=f"KV connector flow: {', '.join(CONNECTORS)}.")
+        str,
+        typer.Option("--connector", help=f"KV connector flow: {', '.join(CONNECTORS)} (none: --aggregated instances)."),
     ] = "nixl",
     policy: Annotated[str, typer.Option("--policy", help=f"Instance choice: {', '.join(POLICIES)}.")] = "round_robin",
     expected_prefill: Annotated[
@@ -112,7 +122,9 @@ def proxy_command(
         _fail(f"unsupported --policy {policy!r}; supported: {', '.join(POLICIES)}")
     if moriio_mode is not None and moriio_mode not in ("read", "write"):
         _fail(f"--moriio-mode must be read or write, not {moriio_mode!r}")
-    if connector != "moriio" and (not prefill or not decode):
+    if connector == "none" and not aggregated:
+        _fail("--connector none needs at least one --aggregated URL")
+    if connector not in ("moriio", "none") and (not prefill or not decode):
         _fail("at least one --prefill URL and one --decode URL are required")
     try:
         config = ProxyConfig(
@@ -120,6 +132,7 @@ def proxy_command(
             port=port,
             prefill=prefill or [],
             decode=decode or [],
+            aggregated=aggregated or [],
             connector=connector,
             policy=policy,
             expected_prefill=expected_prefill,

@@ -6,10 +6,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-Connector = Literal["nixl", "pdbench", "moriio", "mooncake"]
+# none: no disaggregation; each request goes whole to one --aggregated instance (a baseline).
+Connector = Literal["nixl", "pdbench", "moriio", "mooncake", "none"]
 Policy = Literal["round_robin", "least_outstanding", "prefix_hash"]
 
-CONNECTORS: tuple[str, ...] = ("nixl", "pdbench", "moriio", "mooncake")
+CONNECTORS: tuple[str, ...] = ("nixl", "pdbench", "moriio", "mooncake", "none")
 POLICIES: tuple[str, ...] = ("round_robin", "least_outstanding", "prefix_hash")
 MOONCAKE_DEFAULT_BOOTSTRAP_PORT = 8998  # vLLM's VLLM_MOONCAKE_BOOTSTRAP_PORT default
 
@@ -36,12 +37,14 @@ class ProxyConfig(BaseModel):
     port: int = Field(30000, ge=0, le=65535)
     prefill: list[str] = Field([], description="static prefill base URLs")
     decode: list[str] = Field([], description="static decode base URLs")
+    aggregated: list[str] = Field([], description="connector none: base URLs of whole (aggregated) instances")
     connector: Connector = "nixl"
     policy: Policy = "round_robin"
     # Readiness: /health is 200 only when this many instances of each role are ready.
     # Defaults to the number of static URLs (at least 1).
     expected_prefill: int | None = Field(None, ge=1)
     expected_decode: int | None = Field(None, ge=1)
+    expected_aggregated: int | None = Field(None, ge=1)
     # Data-parallel size of the static instances (registered ones announce theirs).
     prefill_dp_size: int = Field(1, ge=1)
     decode_dp_size: int = Field(1, ge=1)
@@ -68,14 +71,21 @@ class ProxyConfig(BaseModel):
     prefix_chars: int = Field(2048, ge=16, description="prefix_hash: prompt characters that choose the instance")
     workers: int = Field(1, ge=1, le=64, description="server processes sharing the port (SO_REUSEPORT)")
 
-    @field_validator("prefill", "decode")
+    @field_validator("prefill", "decode", "aggregated")
     @classmethod
     def _normalize_urls(cls, urls: list[str]) -> list[str]:
         return [normalize_url(u) for u in urls]
 
     @model_validator(mode="after")
     def _check(self) -> ProxyConfig:
-        if self.connector == "moriio":
+        if (self.connector == "none") != bool(self.aggregated):
+            raise ValueError("--aggregated instances go with --connector none, and connector none needs them")
+        if self.connector == "none":
+            if self.prefill or self.decode:
+                raise ValueError(
+                    "connector none forwards whole requests: give --aggregated URLs, not --prefill/--decode"
+                )
+        elif self.connector == "moriio":
             if self.moriio_port is None:
                 raise ValueError("connector moriio needs a registration port (--moriio-port)")
             if self.prefill or self.decode:
@@ -100,11 +110,19 @@ class ProxyConfig(BaseModel):
 
     @property
     def want_prefill(self) -> int:
+        if self.connector == "none":
+            return 0
         return self.expected_prefill or max(1, len(self.prefill))
 
     @property
     def want_decode(self) -> int:
+        if self.connector == "none":
+            return 0
         return self.expected_decode or max(1, len(self.decode))
+
+    @property
+    def want_aggregated(self) -> int:
+        return self.expected_aggregated or len(self.aggregated)
 
     def bootstrap_port(self, index: int) -> int:
         if not self.bootstrap_ports:

@@ -323,4 +323,6 @@ def make_flow(connector: str, moriio_mode: str | None = None) -> Flow:
         return MoriioFlow(moriio_mode or "write")
     if connector == "mooncake":
         return MooncakeFlow()
+    if connector == "none":
+        return Flow()  # no legs to shape: the proxy forwards whole requests (Proxy._forward)
     raise ValueError(f"unknown connector {connector!r}")

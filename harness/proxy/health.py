@@ -95,14 +95,17 @@ def readiness(cfg: ProxyConfig, pool: Pool, registry: Registry | None) -> tuple[
     now = time.monotonic()
     n_p, n_d = pool.count_available("prefill", now), pool.count_available("decode", now)
     exp_p, exp_d = cfg.want_prefill, cfg.want_decode
-    ok = n_p >= exp_p and n_d >= exp_d
+    n_a, exp_a = pool.count_available("aggregated", now), cfg.want_aggregated
+    ok = n_p >= exp_p and n_d >= exp_d and n_a >= exp_a
     ttl = cfg.registration_ttl_s
+    counts: dict[str, int] = (
+        {"aggregated_instances": n_a, "expected_aggregated": exp_a}
+        if cfg.connector == "none"
+        else {"prefill_instances": n_p, "decode_instances": n_d, "expected_prefill": exp_p, "expected_decode": exp_d}
+    )
     body: dict[str, Any] = {
         "status": "ok" if ok else "not_ready",
-        "prefill_instances": n_p,
-        "decode_instances": n_d,
-        "expected_prefill": exp_p,
-        "expected_decode": exp_d,
+        **counts,
         "connector": cfg.connector,
         "backends": [b.describe(now, ttl, b.out_since is None and pool.ready(b, now)) for b in pool.all()],
     }

@@ -16,7 +16,7 @@ from typing import Any
 from harness.config.load import ResolvedRecipe
 from harness.config.schema import Flags
 from harness.node.secrets import SECRET_FILE
-from harness.topology import JobPlan, Worker
+from harness.topology import JobPlan, Phase, Worker
 
 
 @dataclass(frozen=True)
@@ -138,11 +138,13 @@ def moriio_notify_port(rr: ResolvedRecipe, worker: Worker) -> int:
 def server_env(rr: ResolvedRecipe, worker: Worker) -> dict[str, Word]:
     """Environment of one vLLM server, later keys winning: model, role, recipe, topology."""
     m, role = rr.model, getattr(rr.recipe.topology, worker.role)
-    env: dict[str, Word] = {**m.env, **(m.prefill_env if worker.role == "prefill" else m.decode_env)}
+    env: dict[str, Word] = {**m.env, **model_role_env(rr, worker.role)}
     env.update(rr.recipe.env)
     env.update(role.env)
     c = rr.recipe.connector
-    if c.name == "nixl":
+    if worker.role == "aggregated":
+        pass  # no KV connector
+    elif c.name == "nixl":
         if not rr.recipe.topology.nic_detection:
             # With detection, `pdbench nic` sets it: the RDMA interface's address, else the node's.
             env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = NODE_ADDR
@@ -158,10 +160,26 @@ def server_env(rr: ResolvedRecipe, worker: Worker) -> dict[str, Word]:
     return env
 
 
+def model_role_env(rr: ResolvedRecipe, role: str) -> dict[str, str]:
+    """The model's environment for one role (aggregated servers default to decode's)."""
+    m = rr.model
+    if role == "prefill":
+        return m.prefill_env
+    return m.aggregated_env if role == "aggregated" and m.aggregated_env is not None else m.decode_env
+
+
+def model_role_flags(rr: ResolvedRecipe, role: str) -> dict[str, Any]:
+    """The model's `vllm serve` flags for one role (aggregated servers default to decode's)."""
+    m = rr.model
+    if role == "prefill":
+        return m.prefill_flags
+    return m.aggregated_flags if role == "aggregated" and m.aggregated_flags is not None else m.decode_flags
+
+
 def server_argv(rr: ResolvedRecipe, worker: Worker, root: str | None = None, rank: int = 0) -> list[Word]:
     """The `vllm serve` line of a worker's process on its rank-th node (0: the HTTP leader)."""
     role = getattr(rr.recipe.topology, worker.role)
-    model_flags = rr.model.prefill_flags if worker.role == "prefill" else rr.model.decode_flags
+    model_flags = model_role_flags(rr, worker.role)
     argv: list[Word] = [
         "vllm",
         "serve",
@@ -181,7 +199,7 @@ def server_argv(rr: ResolvedRecipe, worker: Worker, root: str | None = None, ran
     if role.ep > 1:
         argv += ["--enable-expert-parallel"]
     argv += flag_words({**model_flags, **role.flags})
-    if role.kv_transfer:
+    if role.kv_transfer and worker.role != "aggregated":
         argv += ["--kv-transfer-config", json_word(kv_transfer_config(rr, worker))]
     return argv
 
@@ -192,7 +210,7 @@ def _span_flags(rr: ResolvedRecipe, worker: Worker, rank: int) -> list[Word]:
         return []
     leader = node_addr(worker.node)
     # Distinct per worker, so two leaders never collide even when they share a host.
-    port = 13345 + worker.index + (0 if worker.role == "prefill" else 100)
+    port = 13345 + worker.index + {"prefill": 0, "decode": 100, "aggregated": 200}[worker.role]
     if worker.span == "data_parallel":
         role = getattr(rr.recipe.topology, worker.role)
         local = rr.recipe.topology.gpus_per_node // role.tp
@@ -241,8 +259,17 @@ def json_word(obj: Any) -> Word:
     return Shell(text)
 
 
-def proxy_argv(rr: ResolvedRecipe, plan: JobPlan) -> list[Word]:
+def proxy_argv(rr: ResolvedRecipe, plan: JobPlan, phase: Phase = "disagg") -> list[Word]:
     p, c = rr.recipe.proxy, rr.recipe.connector
+    if phase == "aggregated":
+        # The baseline: the same proxy, forwarding each request whole to one instance.
+        words: list[Word] = [PYTHON, "-m", "harness", "proxy", "--host", "127.0.0.1", "--port", str(p.port)]
+        words += ["--connector", "none", "--policy", p.policy]
+        words += ["--request-timeout-s", f"{p.request_timeout_s:g}"]
+        words += ["--stream-idle-timeout-s", f"{p.stream_idle_timeout_s:g}"]
+        for w in plan.role("aggregated"):
+            words += ["--aggregated", Shell(f"http://{node_addr(w.node).text}:{w.port}")]
+        return words
     # Only the benchmark client and node 0's health gate, both on the proxy's node, use
     # its HTTP port: loopback, not every interface.
     argv: list[Word] = [
@@ -284,7 +311,7 @@ def proxy_argv(rr: ResolvedRecipe, plan: JobPlan) -> list[Word]:
         return argv
     # NIXL, Mooncake and the bundled connector: static instances, one per worker (its
     # HTTP leader); the proxy expects all of them.
-    for w in plan.workers:
+    for w in plan.role("prefill") + plan.role("decode"):
         argv += [f"--{w.role}", Shell(f"http://{node_addr(w.node).text}:{w.port}")]
     if c.name == "mooncake":
         # Each prefill's bootstrap server (VLLM_MOONCAKE_BOOTSTRAP_PORT), in --prefill order.
@@ -293,19 +320,24 @@ def proxy_argv(rr: ResolvedRecipe, plan: JobPlan) -> list[Word]:
     return argv
 
 
-def bench_argv(plan: JobPlan) -> list[Word]:
+def bench_file(phase: Phase) -> str:
+    """The client's config of a phase, in the run directory."""
+    return "bench.json" if phase == "disagg" else f"bench-{phase}.json"
+
+
+def bench_argv(plan: JobPlan, phase: Phase = "disagg") -> list[Word]:
     argv: list[Word] = [
         PYTHON,
         "-m",
         "harness",
         "bench",
         "--config",
-        Shell("${RUN_DIR}/bench.json"),
+        Shell(f"${{RUN_DIR}}/{bench_file(phase)}"),
         "--result-dir",
         RUN_DIR,
     ]
     # Every HTTP server's /metrics around each point: the evidence for the point's validity.
-    for w in plan.workers:
+    for w in (w for w in plan.workers if w.phase == phase):
         argv += ["--scrape", Shell(f"{w.name}={w.role}@http://{node_addr(w.node).text}:{w.port}")]
     return argv
 
@@ -326,6 +358,16 @@ def bench_config(
         "decode_gpus": plan.devices("decode"),
         "metadata": run_meta,
     }
+
+
+def aggregated_bench_config(
+    rr: ResolvedRecipe, plan: JobPlan, run_meta: dict[str, Any], root: str | None = None
+) -> dict[str, Any]:
+    """The baseline's client config: the same settings and seed (so the same prompts), the
+    GPU count of one aggregated deployment, and its own /metrics directory."""
+    cfg = bench_config(rr, plan, run_meta, root)
+    del cfg["prefill_gpus"], cfg["decode_gpus"]
+    return cfg | {"gpus": plan.devices("aggregated"), "metrics_dir": "metrics/aggregated"}
 
 
 # Stand-ins for what only the job knows, so that a rendered line can be parsed ahead of time.
@@ -371,8 +413,9 @@ def serve_lines(rr: ResolvedRecipe, plan: JobPlan) -> list[tuple[str, list[str],
             "--port": f"topology.{role}.port",
             "--kv-transfer-config": "connector",
         }
-        for key in rr.model.prefill_flags if role == "prefill" else rr.model.decode_flags:
-            origins[f"--{key}"] = f"{models}: models.{rr.recipe.model}.{role}_flags.{key}"
+        flags_key = role if role != "aggregated" or rr.model.aggregated_flags is not None else "decode"
+        for key in model_role_flags(rr, role):
+            origins[f"--{key}"] = f"{models}: models.{rr.recipe.model}.{flags_key}_flags.{key}"
         for key in getattr(rr.recipe.topology, role).flags:
             origins[f"--{key}"] = f"topology.{role}.flags.{key}"
         for flag, key in origins.items():

@@ -21,7 +21,7 @@ from harness.config.load import ConfigError, ResolvedRecipe
 from harness.render import commands as cmd
 from harness.render.commands import Word, quote
 from harness.render.preflight_spec import preflight_spec
-from harness.topology import JobPlan, PlanFile, plan
+from harness.topology import JobPlan, PlanFile, bench_name, plan
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "slurm_templates"
 # What each KV connector needs importable in the image besides vLLM (the bundled one is
@@ -113,13 +113,14 @@ def _procs(rr: ResolvedRecipe, p: JobPlan, root: str) -> list[dict[str, Any]]:
     procs = []
     for proc in p.processes():
         if proc.kind == "proxy":
+            what = "PD proxy" if proc.phase == "disagg" else "proxy of the aggregated baseline"
             procs.append(
                 {
-                    "name": "proxy",
-                    "func": "proxy",
-                    "summary": f"PD proxy on node {p.proxy_node}, port {proc.port}",
+                    "name": proc.name,
+                    "func": proc.name.replace("-", "_"),
+                    "summary": f"{what} on node {p.proxy_node}, port {proc.port}",
                     "env": [],
-                    "argv": cmd.proxy_argv(rr, p),
+                    "argv": cmd.proxy_argv(rr, p, proc.phase),
                     "nic": False,
                 }
             )
@@ -142,16 +143,19 @@ def _procs(rr: ResolvedRecipe, p: JobPlan, root: str) -> list[dict[str, Any]]:
                 "argv": cmd.server_argv(rr, w, root, rank),
             }
         )
-    procs.append(
-        {
-            "name": "bench",
-            "func": "bench",
-            "summary": f"benchmark client on node {p.proxy_node}, through the proxy",
-            "env": [],
-            "argv": cmd.bench_argv(p),
-            "nic": False,
-        }
-    )
+    for phase in p.phases:
+        name = bench_name(phase)
+        target = "the proxy" if phase == "disagg" else "the aggregated baseline's proxy"
+        procs.append(
+            {
+                "name": name,
+                "func": name.replace("-", "_"),
+                "summary": f"benchmark client on node {p.proxy_node}, through {target}",
+                "env": [],
+                "argv": cmd.bench_argv(p, phase),
+                "nic": False,
+            }
+        )
     return procs
 
 
@@ -228,6 +232,27 @@ def run_metadata(rr: ResolvedRecipe, p: JobPlan, ctx: RenderContext) -> dict[str
     return meta
 
 
+def aggregated_run_metadata(rr: ResolvedRecipe, p: JobPlan, ctx: RenderContext) -> dict[str, Any]:
+    """The metadata of the baseline's results: the job's, as one aggregated deployment (the
+    fields InferenceX's single-node results carry: tp, ep, dp_attention, GPUs)."""
+    a = rr.recipe.topology.aggregated
+    assert a is not None
+    meta = {k: v for k, v in run_metadata(rr, p, ctx).items() if not k.startswith(("prefill_", "decode_"))}
+    return meta | {
+        "disagg": False,
+        "baseline_of": "disagg",
+        "connector": None,
+        "kv_buffer_device": None,
+        "num_workers": a.workers,
+        "nodes": a.nodes,
+        "tp": a.tp,
+        "dp": a.dp,
+        "ep": a.ep,
+        "dp_attention": a.dp_attention,
+        "gpus": p.devices("aggregated"),
+    }
+
+
 def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext) -> JobPlan:
     """Write every file of the job into out_dir (which must exist)."""
     p = plan(rr)
@@ -301,6 +326,11 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext) -> JobPlan
         "plan.json": json.dumps(plan_json, indent=2) + "\n",
         "bench.json": json.dumps(bench, indent=2) + "\n",
     }
+    if "aggregated" in p.phases:
+        agg = cmd.aggregated_bench_config(rr, p, aggregated_run_metadata(rr, p, ctx), ctx.root)
+        if ctx.resumed_from:
+            agg["resume"] = True
+        files[cmd.bench_file("aggregated")] = json.dumps(agg, indent=2) + "\n"
     if container is not None:
         files["container.sh"] = container
     for fname, text in files.items():

@@ -88,7 +88,7 @@ class ServerScrapes(BaseModel):
     `peaks` (folded as each sample arrives, so a long point keeps no texts) and/or raw `during` texts."""
 
     model_config = {"arbitrary_types_allowed": True}
-    role: Literal["prefill", "decode", "proxy"]
+    role: Literal["prefill", "decode", "aggregated", "proxy"]
     before: str
     after: str
     during: list[str] = []
@@ -153,14 +153,19 @@ def evaluate(
 ) -> PointValidity:
     found: dict[str, set[str]] = {}
     roles: dict[str, RoleStats] = {}
-    for role in ("prefill", "decode", "proxy"):
+    for role in ("prefill", "decode", "aggregated", "proxy"):
         group = [s for s in servers.values() if s.role == role]
         if group:
             found[role] = set()
             roles[role] = _role_stats(group, found[role])
-    decode = roles.get("decode", RoleStats())
+    # An aggregated baseline's servers see every token, as decode does in a PD deployment;
+    # there is no KV transfer to check.
+    aggregated = "aggregated" in roles and "decode" not in roles
+    decode = roles.get("aggregated" if aggregated else "decode", RoleStats())
     rules = [
-        _rule_kv_transferred(decode, client, thresholds),
+        _not_applicable("kv_transferred", "aggregated serving: no KV is transferred")
+        if aggregated
+        else _rule_kv_transferred(decode, client, thresholds),
         _rule_transfers_clean(roles),
         _rule_failed_share(client, thresholds),
         _rule_token_counts(decode, client, thresholds),
@@ -178,6 +183,10 @@ def evaluate(
         roles=roles,
         metrics_found={k: sorted(v) for k, v in found.items()},
     )
+
+
+def _not_applicable(name: str, why: str) -> RuleResult:
+    return RuleResult(name=name, status="not_checked", threshold=0, detail=why)
 
 
 def _rule_kv_transferred(decode: RoleStats, client: ClientCounts, t: ValidityThresholds) -> RuleResult:

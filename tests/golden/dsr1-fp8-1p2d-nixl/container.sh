@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench container wrapper · recipe dsr1-fp8-1p2d-nixl · fingerprint 6c258a5ea7996064
+# pdbench container wrapper · recipe dsr1-fp8-1p2d-nixl · fingerprint d62fcf20258daef8
 # Runs on the host of every node (one Slurm task per node, started by job.slurm): checks
 # this node's docker and image, removes stale pdbench containers, and runs server.sh
 # in one container with the node's network, IPC and devices, the run directory and the
