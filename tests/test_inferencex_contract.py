@@ -362,6 +362,15 @@ def inferencex_env(path: Path, hw: str, multinode: bool = True) -> dict[str, str
     split = workflow_split(path.name)
     assert split is not None, f"{path.name}: no _gpus_ in the name; InferenceX's multinode workflow skips it"
     env |= {"IS_MULTINODE": "true", "PREFILL_GPUS": str(split[0]), "DECODE_GPUS": str(split[1])}
+    if md.get("disagg") is False and md.get("tp") is not None:
+        # A pdbench aggregated baseline: its CI config describes its workers as prefill-only ones.
+        md = md | {
+            "prefill_num_workers": md.get("num_workers", 1),
+            "prefill_tp": md["tp"],
+            "prefill_ep": md.get("ep", 1),
+            "prefill_dp_attention": md.get("dp_attention"),
+            "decode_num_workers": 0,
+        }
     for role, gpus in (("prefill", split[0]), ("decode", split[1])):
         up = role.upper()
         env |= {
@@ -632,3 +641,40 @@ def test_collect_holds_what_inferencex_computes() -> None:
             env = inferencex_env(path, "test-hw")
             assert entries[data["max_concurrency"]] == ingest(data, env)
             assert entries[data["max_concurrency"]]["tput_per_gpu"] == data["total_token_throughput"] / 48
+
+
+def test_aggregated_baseline_points_pass_and_are_collected(model_dir: str, tmp_path: Path) -> None:
+    """The baseline of local-tiny-1p2d-vs-aggregated (3 instances of TP 1) as its job writes it:
+    InferenceX's multinode workflow reads `_gpus_3` as 3 prefill-only GPUs, its single-node branch
+    gets the same per-GPU figures from TP = 3; collect writes the same entry, disagg false."""
+    from bench_fake_server import FakeServer
+
+    from harness.config import load_recipe
+    from harness.render import RenderContext, render_job
+
+    out = tmp_path / "render"
+    out.mkdir()
+    ctx = RenderContext(run_dir=str(out), root="/opt/pdbench", python="python", git_commit="0" * 40)
+    render_job(load_recipe("local-tiny-1p2d-vs-aggregated"), out, ctx)
+    bench = json.loads((out / "bench-aggregated.json").read_text())
+    assert bench["gpus"] == 3 and "prefill_gpus" not in bench
+    with FakeServer() as srv:
+        (path,) = _sweep(model_dir, tmp_path / "a", srv.base_url, gpus=3, metadata=bench["metadata"])
+    assert path.name == "concurrency_2_req_rate_inf_gpus_3.json"
+    (multi,) = assert_inferencex_contract(tmp_path / "a")
+    data = json.loads(path.read_text())
+    single = ingest(data, inferencex_env(path, "x", multinode=False))
+    assert multi["disagg"] is False and single["tp"] == 3
+    assert (
+        multi["tput_per_gpu"]
+        == pytest.approx(single["tput_per_gpu"])
+        == pytest.approx(data["total_token_throughput"] / 3)
+    )
+    (entry,) = collect([tmp_path / "a"], hw="x", include_unverified=True).entries
+    assert (entry["disagg"], entry["framework"], entry["num_prefill_gpu"], entry["num_decode_gpu"]) == (
+        False,
+        "vllm",
+        3,
+        0,
+    )
+    assert (entry["prefill_tp"], entry["prefill_num_workers"], "kv_p2p_transfer" in entry) == (1, 3, False)

@@ -240,6 +240,7 @@ def aggregated_run_metadata(rr: ResolvedRecipe, p: JobPlan, ctx: RenderContext) 
     meta = {k: v for k, v in run_metadata(rr, p, ctx).items() if not k.startswith(("prefill_", "decode_"))}
     return meta | {
         "disagg": False,
+        "framework": "vllm",  # InferenceX's name for aggregated vLLM (vllm-disagg is the default)
         "baseline_of": "disagg",
         "connector": None,
         "kv_buffer_device": None,

@@ -133,11 +133,12 @@ def entry(p: Point, hw: str | None, notes: list[str]) -> CollectEntry:
     md = p.metadata
     if not md:
         raise _Skip("no pdbench metadata block (collect needs the point's topology, precision and model)")
-    if md.get("disagg") is False:
+    baseline = md.get("disagg") is False
+    if baseline and (md.get("gpus") is None or md.get("tp") is None):
         raise _Skip(
-            "not a disaggregated point (metadata.disagg is false); collect writes the multinode "
-            "disaggregated schema only (InferenceX's process_result.py takes the file itself: "
-            "single-node branch, or multinode with the `_gpus_N` of its name counted as prefill)"
+            "not a disaggregated point (metadata.disagg is false) and not a pdbench aggregated baseline "
+            "(no metadata gpus/tp); InferenceX's process_result.py takes the file itself: single-node "
+            "branch, or multinode with the `_gpus_N` of its name counted as prefill"
         )
     hw = hw or md.get("hw") or md.get("runner_type")
     if not hw:
@@ -145,6 +146,18 @@ def entry(p: Point, hw: str | None, notes: list[str]) -> CollectEntry:
     if p.isl is None or p.osl is None:
         raise _Skip("ISL/OSL unknown")
     prefill, decode = p.prefill_gpus, p.decode_gpus
+    if baseline:
+        # An aggregated baseline as InferenceX's multinode workflow reads its `_gpus_N` file:
+        # N GPUs of prefill-only workers, none of decode (the same per-GPU figures as its
+        # single-node branch with TP = N).
+        prefill, decode = int(md["gpus"]), 0
+        md = md | {
+            "prefill_tp": md["tp"],
+            "prefill_ep": md.get("ep") or 1,
+            "prefill_dp_attention": md.get("dp_attention"),
+            "prefill_num_workers": md.get("num_workers") or 1,
+            "decode_num_workers": 0,
+        }
     if prefill is None or decode is None:
         raise _Skip("GPU split unknown (no metadata prefill_gpus/decode_gpus, no _gpus_ in the file name)")
     if prefill <= 0:
@@ -165,12 +178,12 @@ def entry(p: Point, hw: str | None, notes: list[str]) -> CollectEntry:
         "framework": md.get("framework") or "vllm-disagg",
         "precision": _meta(md, "precision"),
         "spec_decoding": md.get("spec_decoding") or "none",
-        "disagg": True,
+        "disagg": not baseline,
         "recipe_fingerprint": p.fingerprint or "",
         "isl": p.isl,
         "osl": p.osl,
         "router": router,
-        "kv_p2p_transfer": md.get("connector") or None,
+        "kv_p2p_transfer": None if baseline else md.get("connector") or None,
         "is_multinode": True,
         "prefill_tp": _meta(md, "prefill_tp"),
         "prefill_pp": md.get("prefill_pp") or 1,
