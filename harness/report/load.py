@@ -456,9 +456,15 @@ def load_runs(run_paths: list[Path]) -> Loaded:
     return Loaded(runs=runs, skipped=skipped, notes=notes)
 
 
+def serving(p: Point) -> str:
+    """ "agg" for an aggregated point (metadata.disagg false: a baseline), else "disagg"."""
+    return "agg" if p.metadata.get("disagg") is False else "disagg"
+
+
 def dedupe_key(run: Run, p: Point) -> tuple[Any, ...]:
-    """The point identity of `collect` and of a report row: run, recipe fingerprint, ISL, OSL, conc."""
-    return (str(run.path.resolve()), p.fingerprint, p.isl, p.osl, p.concurrency)
+    """The point identity of `collect` and of a report row: run, recipe fingerprint, serving kind
+    (a run holds a disaggregated sweep and its aggregated baseline), ISL, OSL, conc."""
+    return (str(run.path.resolve()), p.fingerprint, serving(p), p.isl, p.osl, p.concurrency)
 
 
 def dedupe(loaded: Loaded) -> None:
@@ -472,7 +478,7 @@ def dedupe(loaded: Loaded) -> None:
                 loaded.skipped.append(
                     Skipped(
                         p.path,
-                        f"duplicate of {kept[k].path.name} (same run, recipe fingerprint, ISL, OSL and concurrency)",
+                        f"duplicate of {kept[k].path.name} (same run, recipe fingerprint, serving, ISL, OSL and concurrency)",
                     )
                 )
             else:

@@ -23,6 +23,7 @@ tr.invalid td { background: #ffebe9; }
 .better { color: #1a7f37; }
 .worse { color: #cf222e; }
 code { background: #f6f8fa; padding: 0 3px; }
+img.pareto { max-width: 100%; }
 """.strip()
 
 
@@ -33,6 +34,35 @@ def _text(s: Any) -> str:
 
 def _cell(text: str, num: bool = False) -> str:
     return f'<td class="num">{text}</td>' if num else f"<td>{text}</td>"
+
+
+def _decision(report: Report) -> list[str]:
+    """The disagg/agg answer: findings, then per shape both Pareto plots (inline PNG) and the ratios."""
+    import base64
+
+    from harness.report.decide import RATIO_HEADERS, png, ratio_rows, summary_lines
+
+    if not report.decisions:
+        return []
+    out = ['<h2 id="decision">Disaggregated vs aggregated</h2>', "<ul>"]
+    out += [f"<li>{_text(line)}</li>" for line in summary_lines(report.decisions, report.slo)]
+    out.append("</ul>")
+    for dec in report.decisions:
+        data = base64.b64encode(png(dec)).decode()
+        title = f"ISL {dec.isl} / OSL {dec.osl}"
+        out += [
+            f'<h3 id="{dec.tag}">{title}</h3>',
+            f'<img class="pareto" alt="Pareto fronts, {title}" src="data:image/png;base64,{data}">',
+            "<table>",
+            "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in RATIO_HEADERS) + "</tr></thead>",
+            "<tbody>",
+        ]
+        for row in ratio_rows(dec):
+            out.append(
+                "<tr>" + _cell(html.escape(row[0])) + "".join(_cell(html.escape(v), True) for v in row[1:]) + "</tr>"
+            )
+        out += ["</tbody>", "</table>"]
+    return out
 
 
 def render(report: Report) -> str:
@@ -99,7 +129,9 @@ def render(report: Report) -> str:
         for _, r in df.iterrows():
             invalid = not cells.missing(r["valid"]) and not r["valid"]
             cls = " ".join(c for c, on in (("baseline", r["baseline"]), ("invalid", invalid)) if on)
-            label = f"<code>{html.escape(r['run'])}</code>" + (" (baseline)" if r["baseline"] else "")
+            label = (
+                f"<code>{html.escape(r['run'])}</code>" + (" (baseline)" if r["baseline"] else "") + cells.serving(r)
+            )
             valid = {
                 "valid": "yes",
                 "invalid": '<span class="invalid-flag">INVALID</span>',
@@ -128,6 +160,7 @@ def render(report: Report) -> str:
             "<p>Per-GPU throughput: total over prefill+decode GPUs, output over decode GPUs, input over "
             "prefill GPUs. Interactivity = 1000 / median TPOT (ms).</p>",
         ]
+    out += _decision(report)
     if report.skipped:
         out += [f"<h2>Skipped files ({len(report.skipped)})</h2>", "<ul>"]
         out += [f"<li><code>{html.escape(report.rel(s.path))}</code>: {_text(s.reason)}</li>" for s in report.skipped]

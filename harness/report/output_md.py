@@ -24,6 +24,19 @@ def _valid(row: Any) -> str:
     return {"valid": "yes", "invalid": "⚠️ **INVALID**", "unverified": "unverified"}.get(row["verdict"], "–")
 
 
+def _decision(report: Report) -> list[str]:
+    from harness.report.decide import RATIO_HEADERS, ratio_rows, summary_lines
+
+    if not report.decisions:
+        return []
+    out = ["## Disaggregated vs aggregated", ""]
+    out += [f"- {_esc(line)}" for line in summary_lines(report.decisions, report.slo)] + [""]
+    for dec in report.decisions:
+        out += [f"### ISL {dec.isl} / OSL {dec.osl}", ""]
+        out += [*_table(RATIO_HEADERS, ["---", RIGHT, RIGHT, RIGHT], ratio_rows(dec)), ""]
+    return out
+
+
 def render(report: Report) -> str:
     out = ["# pdbench report", ""]
     if report.baseline:
@@ -59,7 +72,7 @@ def render(report: Report) -> str:
         align = ["---", RIGHT, RIGHT, RIGHT, RIGHT, "---"] + [RIGHT] * len(report.metrics)
         body = []
         for _, r in df.iterrows():
-            label = f"`{_esc(r['run'])}`" + (" (baseline)" if r["baseline"] else "")
+            label = f"`{_esc(r['run'])}`" + (" (baseline)" if r["baseline"] else "") + cells.serving(r)
             line = [label, cells.integer(r["isl"]), cells.integer(r["osl"]), str(r["conc"]), cells.gpus(r), _valid(r)]
             for m in report.metrics:
                 text = cells.value(m, r[m.column])
@@ -76,6 +89,7 @@ def render(report: Report) -> str:
             "prefill GPUs. Interactivity = 1000 / median TPOT (ms).",
             "",
         ]
+    out += _decision(report)
     if report.skipped:
         out += [f"## Skipped files ({len(report.skipped)})", ""]
         out += [f"- `{_esc(report.rel(s.path))}`: {_esc(s.reason)}" for s in report.skipped]

@@ -41,11 +41,11 @@ def figure(report: Report) -> Figure:
     pairs = df[["isl", "osl"]].drop_duplicates().shape[0] if not df.empty else 0
     colours = [c["color"] for c in _cycle()]
     any_invalid = False
-    groups = df.groupby(["run", "isl", "osl"], sort=False, dropna=False) if not df.empty else []
+    groups = df.groupby(["run", "serving", "isl", "osl"], sort=False, dropna=False) if not df.empty else []
     order = {run.label: i for i, run in enumerate(report.runs)}
-    for i, ((run, isl, osl), g) in enumerate(sorted(groups, key=lambda kv: order.get(kv[0][0], 0))):
+    for i, ((run, kind, isl, osl), g) in enumerate(sorted(groups, key=lambda kv: order.get(kv[0][0], 0))):
         colour = colours[i % len(colours)]
-        label = run + (" (baseline)" if run == report.baseline else "")
+        label = run + (" (baseline)" if run == report.baseline else "") + (" aggregated" if kind == "agg" else "")
         if pairs > 1:
             label += f" [ISL {cells.integer(isl)} / OSL {cells.integer(osl)}]"
         ok = g[[not (not cells.missing(v) and not v) for v in g["valid"]]]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.report.load import Loaded, Point, Run, Skipped, dedupe, load_runs
+from harness.report.load import Loaded, Point, Run, Skipped, dedupe, load_runs, serving
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ METRICS: tuple[Metric, ...] = (
 
 ID_COLUMNS = (
     "run",
+    "serving",  # disagg, or agg (an aggregated baseline's point)
     "baseline",
     "isl",
     "osl",
@@ -77,6 +78,9 @@ class Report:
     skipped: list[Skipped]
     notes: list[str] = field(default_factory=list)
     root: Path = field(default_factory=Path.cwd)
+    # Disaggregated vs aggregated, per shape that has both (harness.report.decide).
+    decisions: list[Any] = field(default_factory=list)
+    slo: dict[str, float] | None = None
 
     def rel(self, path: Path) -> str:
         """A path as shown in outputs: relative to `root` (stable across machines)."""
@@ -95,6 +99,7 @@ def _row(run: Run, p: Point, is_baseline: bool, rel: Any) -> dict[str, Any]:
     ms = p.ms
     return {
         "run": run.label,
+        "serving": serving(p),
         "baseline": is_baseline,
         "isl": p.isl,
         "osl": p.osl,
@@ -130,10 +135,12 @@ def export_frame(report: Report, decimals: int) -> pd.DataFrame:
 
 
 def _key(row: pd.Series) -> str:
-    return f"{row['isl']}/{row['osl']}/{row['conc']}"
+    return f"{row['serving']}/{row['isl']}/{row['osl']}/{row['conc']}"
 
 
-def build_report(run_paths: list[Path], baseline: Path | None = None, root: Path | None = None) -> Report:
+def build_report(
+    run_paths: list[Path], baseline: Path | None = None, root: Path | None = None, slo: dict[str, float] | None = None
+) -> Report:
     """Load the runs (the baseline first when given), build the table and the deltas."""
     paths = ([baseline] if baseline is not None else []) + [p for p in run_paths]
     loaded: Loaded = load_runs(paths)
@@ -154,7 +161,11 @@ def build_report(run_paths: list[Path], baseline: Path | None = None, root: Path
         df["_isl"] = df["isl"].fillna(-1)
         df["_osl"] = df["osl"].fillna(-1)
         df = (
-            df.sort_values(["_isl", "_osl", "conc", "_order"], kind="stable")
+            df.sort_values(
+                ["_isl", "_osl", "conc", "_order", "serving"],
+                ascending=[True, True, True, True, False],  # disagg, then its baseline
+                kind="stable",
+            )
             .drop(columns=["_order", "_isl", "_osl"])
             .reset_index(drop=True)
         )
@@ -165,6 +176,10 @@ def build_report(run_paths: list[Path], baseline: Path | None = None, root: Path
         df = _with_deltas(df, report)
     _explain(report, loaded, df)
     report.table = df
+    from harness.report.decide import decide
+
+    report.slo = slo
+    report.decisions = decide(df, slo)
     return report
 
 
