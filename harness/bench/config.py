@@ -46,6 +46,12 @@ class BenchConfig(BenchmarkSettings):
         description="JSON object copied into each result's metadata.",
         json_schema_extra={"cli_format": "json", "cli_default": "{}"},
     )
+    proxy_timings_dir: str | None = Field(
+        None,
+        description="The proxy's per-request timings (`pdbench proxy --timings-dir`), relative to result_dir: "
+        "each request is tagged (X-Pdbench-Id) and each point gets its TTFT breakdown (ttft_breakdown).",
+        json_schema_extra={"cli_default": "none, no breakdown"},
+    )
     metrics_dir: str = Field(
         "metrics",
         description="Where each point's server /metrics evidence goes (metrics_dir/concurrency_<C>/), "

@@ -12,6 +12,7 @@ import asyncio
 import gc
 import math
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -43,8 +44,11 @@ from harness.bench.results import (
 )
 from harness.bench.resume import set_aside, why_not_kept
 from harness.bench.settings import Shape
+from harness.bench.ttft_breakdown import kv_transfer_ms, ttft_breakdown
 from harness.bench.validity_probe import PointProbe
 from harness.bench.watchdog import TargetDied, Watchdog
+from harness.proxy.timings import HEADER as TIMING_HEADER
+from harness.proxy.timings import read_all as read_timings
 from harness.validity import ClientCounts, unverified
 
 # Sub-streams of the seed per point, so a point's prompts do not depend on which
@@ -94,6 +98,7 @@ class _Sweep:
         # Connections live for the whole sweep: the measured requests reuse the ones
         # the warmups opened, as vLLM's client reuses its session's pool.
         self.slots: list[Slot] = []
+        self.request_ids: list[str] = []  # the last prepared batch's X-Pdbench-Id values
 
     # -- stops ----------------------------------------------------------------
 
@@ -147,12 +152,18 @@ class _Sweep:
         self.shape_tag = shape.tag if self.base.multi_shape else None
 
     def prepare(self, reqs: list[SampleRequest]) -> tuple[list[bytes], list[RequestOutput]]:
-        """Request bytes built before the clock starts, and the outputs to fill."""
+        """Request bytes built before the clock starts, and the outputs to fill. With the proxy's
+        timings, each request carries its id (self.request_ids) for the TTFT breakdown."""
         cfg = self.cfg
         target = Target.from_url(cfg.url)
+        batch = uuid.uuid4().hex[:12]
+        self.request_ids = [f"{batch}-{i}" for i in range(len(reqs))] if cfg.proxy_timings_dir else []
         wire = [
-            target.request_bytes(build_payload(cfg.endpoint, cfg.model, r.prompt, r.output_len, cfg.ignore_eos))
-            for r in reqs
+            target.request_bytes(
+                build_payload(cfg.endpoint, cfg.model, r.prompt, r.output_len, cfg.ignore_eos),
+                {TIMING_HEADER: self.request_ids[i]} if self.request_ids else None,
+            )
+            for i, r in enumerate(reqs)
         ]
         return wire, [RequestOutput(r.prompt_len, r.output_len) for r in reqs]
 
@@ -258,6 +269,11 @@ class _Sweep:
         if probe is not None and verdict.verdict != "valid":
             log(f"C={concurrency}{self._shape_text()}: {verdict.verdict.upper()} point: {'; '.join(verdict.reasons)}")
         metrics = compute_metrics(outs, cfg.percentiles, {str(k): v for k, v in cfg.goodput.items()})
+        extra: dict[str, Any] = {}
+        if cfg.proxy_timings_dir:
+            records = read_timings(Path(cfg.result_dir) / cfg.proxy_timings_dir, set(self.request_ids))
+            kv = kv_transfer_ms(verdict if probe is not None else None)
+            extra["ttft_breakdown"] = ttft_breakdown(outs, self.request_ids, records, kv)
         sent_at = [o.start_time for o in outs if o.start_time is not None and o.end_time is not None]
         start_unix = min(sent_at) + wall_offset if sent_at else None
         return BenchResult(
@@ -283,6 +299,7 @@ class _Sweep:
             benchmark_end_time_unix=None if start_unix is None else start_unix + metrics["duration"],
             metadata=metadata,
             **metrics,
+            **extra,
         )
 
     # -- the sweep ----------------------------------------------------------------

@@ -40,6 +40,8 @@ from harness.proxy.flows import (
 from harness.proxy.health import HealthPoller, read_capped, readiness
 from harness.proxy.metrics import ProxyMetrics
 from harness.proxy.registry import Registry
+from harness.proxy.timings import HEADER as TIMING_HEADER
+from harness.proxy.timings import Stamps, TimingLog
 from harness.proxy.upstream import Response, UpstreamClient, UpstreamFailure
 
 log = logging.getLogger(__name__)
@@ -91,6 +93,7 @@ class Proxy:
         self.health = HealthPoller(config, self.pool, self.registry, lambda: self.http)
         self.upstream = UpstreamClient(connect)
         self._urls: dict[tuple[str, str], URL] = {}
+        self.timings = TimingLog(config.timings_dir) if config.timings_dir else None
 
     def _set_mode(self, mode: str) -> None:
         self.flow = make_flow("moriio", mode)
@@ -154,6 +157,8 @@ class Proxy:
             self.upstream.close()
             await self.session.close()
             self.session = None
+            if self.timings is not None:
+                self.timings.close()
 
     # -- handlers ----------------------------------------------------------
 
@@ -189,8 +194,10 @@ class Proxy:
         m = self.metrics
         m.in_flight.inc()
         status = 500
+        tag = request.headers.get(TIMING_HEADER) if self.timings is not None else None
+        stamps = Stamps(tag) if tag else None
         try:
-            resp = await self._generate(request)
+            resp = await self._generate(request, stamps)
             status = resp.status
             return resp
         except asyncio.CancelledError:
@@ -204,6 +211,8 @@ class Proxy:
         finally:
             m.in_flight.dec()
             m.request_done(request.path, status)
+            if stamps is not None and self.timings is not None:
+                self.timings.write(stamps)
 
     def _reject(
         self, status: int, message: str, kind: str, backend: str | None = None, rid: str | None = None
@@ -211,7 +220,7 @@ class Proxy:
         self.metrics.errors.labels(kind).inc()
         return error_response(status, message, kind, backend, rid)
 
-    async def _generate(self, request: web.Request) -> web.StreamResponse:
+    async def _generate(self, request: web.Request, stamps: Stamps | None = None) -> web.StreamResponse:
         cfg = self.cfg
         if request.content_length is not None and request.content_length > cfg.max_body_bytes:
             return self._reject(
@@ -229,7 +238,7 @@ class Proxy:
         key = affinity_key(body, cfg.prefix_chars) if cfg.policy == "prefix_hash" else None
         now = time.monotonic()
         if cfg.connector == "none":
-            return await self._forward(request, body, key, now)
+            return await self._forward(request, body, key, now, stamps)
         picked_p = self.pool.pick("prefill", key, now)
         picked_d = self.pool.pick("decode", key, now) if picked_p else None
         if picked_p is None or picked_d is None:
@@ -252,9 +261,13 @@ class Proxy:
         p.outstanding += 1
         d.outstanding += 1
 
+        if stamps is not None:
+            stamps.prefill_sent = time.perf_counter()
         if not flow.concurrent:
             try:
                 kv = await self._prefill(p, request.path, p_data, p_headers)
+                if stamps is not None:
+                    stamps.prefill_done = time.perf_counter()
             except UpstreamError as err:
                 d.outstanding -= 1
                 log.warning("prefill %s failed (request %s): %s", err.backend, rid, err.message)
@@ -271,15 +284,15 @@ class Proxy:
                     rid,
                 )
             d_body = flow.decode(body, p, rank, d, tid, kv)
-            return await self._decode(request, d, d_body, headers, rid, None)
+            return await self._decode(request, d, d_body, headers, rid, None, stamps)
 
         d_body = flow.decode(body, p, rank, d, tid, None)
         prefill = self._spawn(self._prefill(p, request.path, p_data, p_headers), "prefill")
-        prefill.add_done_callback(lambda t: self._prefill_done(t, rid))
-        return await self._decode(request, d, d_body, headers, rid, prefill)
+        prefill.add_done_callback(lambda t: self._prefill_done(t, rid, stamps))
+        return await self._decode(request, d, d_body, headers, rid, prefill, stamps)
 
     async def _forward(
-        self, request: web.Request, body: dict[str, Any], key: int | None, now: float
+        self, request: web.Request, body: dict[str, Any], key: int | None, now: float, stamps: Stamps | None
     ) -> web.StreamResponse:
         """The aggregated baseline: the whole request to one instance, relayed like a decode leg."""
         picked = self.pool.pick("aggregated", key, now)
@@ -295,10 +308,12 @@ class Proxy:
         rid = f"agg-{uuid.uuid4().hex}"
         headers = {"Content-Type": "application/json", "X-Request-Id": rid, **_auth_headers(request)}
         a.outstanding += 1
-        return await self._decode(request, a, body, headers, rid, None)
+        return await self._decode(request, a, body, headers, rid, None, stamps)
 
-    def _prefill_done(self, task: asyncio.Task[Any], rid: str) -> None:
+    def _prefill_done(self, task: asyncio.Task[Any], rid: str, stamps: Stamps | None = None) -> None:
         """A concurrent prefill ended: retrieve (and report) its failure."""
+        if stamps is not None:
+            stamps.prefill_done = time.perf_counter()
         if task.cancelled():
             return
         err = task.exception()
@@ -381,10 +396,13 @@ class Proxy:
         headers: dict[str, str],
         rid: str,
         prefill: asyncio.Task[Any] | None,
+        stamps: Stamps | None = None,
     ) -> web.StreamResponse:
         """Run the decode leg, relaying its bytes to the client as they arrive."""
         seconds, failures = self.metrics.attach(d)
         start = time.perf_counter()
+        if stamps is not None:
+            stamps.decode_sent = start
         stream = bool(body.get("stream"))
         up: Response | None = None
         try:
@@ -418,6 +436,8 @@ class Proxy:
             out_headers = {"Content-Type": up.content_type, "X-Request-Id": rid}
             try:
                 first = await (up.read(MAX_PREFILL_RESPONSE) if not stream else up.read_chunk())
+                if stamps is not None:
+                    stamps.decode_first = time.perf_counter()
             except UpstreamFailure as exc:
                 kind, msg, url = self._stream_failure(exc, prefill, d)
                 if url != d.url:

@@ -114,6 +114,14 @@ def proxy_command(
         float, typer.Option("--max-body-mb", help="Largest accepted request body (MiB); larger ones get 413.")
     ] = 256.0,
     workers: Annotated[int, typer.Option("--workers", help="Server processes sharing the port (SO_REUSEPORT).")] = 1,
+    timings_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--timings-dir",
+            help="Write each request's timings (those with an X-Pdbench-Id header, which `pdbench bench` "
+            "sends) to DIR/proxy-timings-<pid>.jsonl, for the TTFT breakdown (default: none).",
+        ),
+    ] = None,
 ) -> None:
     """Run the prefill/decode proxy (NIXL, pdbench, MoRI-IO and Mooncake flows)."""
     if connector not in CONNECTORS:
@@ -149,6 +157,7 @@ def proxy_command(
             breaker_failures=breaker_failures,
             max_body_bytes=int(max_body_mb * 1024 * 1024),
             workers=workers,
+            timings_dir=timings_dir,
         )
     except ValidationError as exc:
         _fail("; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in exc.errors()))

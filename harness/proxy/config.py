@@ -70,6 +70,9 @@ class ProxyConfig(BaseModel):
     max_body_bytes: int = Field(256 * 1024 * 1024, ge=1024)
     prefix_chars: int = Field(2048, ge=16, description="prefix_hash: prompt characters that choose the instance")
     workers: int = Field(1, ge=1, le=64, description="server processes sharing the port (SO_REUSEPORT)")
+    timings_dir: str | None = Field(
+        None, description="per-request timings of requests with X-Pdbench-Id, for the TTFT breakdown"
+    )
 
     @field_validator("prefill", "decode", "aggregated")
     @classmethod

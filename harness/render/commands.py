@@ -267,6 +267,7 @@ def proxy_argv(rr: ResolvedRecipe, plan: JobPlan, phase: Phase = "disagg") -> li
         words += ["--connector", "none", "--policy", p.policy]
         words += ["--request-timeout-s", f"{p.request_timeout_s:g}"]
         words += ["--stream-idle-timeout-s", f"{p.stream_idle_timeout_s:g}"]
+        words += ["--timings-dir", Shell(f"${{RUN_DIR}}/{PROXY_TIMINGS}")]
         for w in plan.role("aggregated"):
             words += ["--aggregated", Shell(f"http://{node_addr(w.node).text}:{w.port}")]
         return words
@@ -289,6 +290,9 @@ def proxy_argv(rr: ResolvedRecipe, plan: JobPlan, phase: Phase = "disagg") -> li
         f"{p.request_timeout_s:g}",
         "--stream-idle-timeout-s",
         f"{p.stream_idle_timeout_s:g}",
+        # Each request's timings, which the benchmark client turns into the TTFT breakdown.
+        "--timings-dir",
+        Shell(f"${{RUN_DIR}}/{PROXY_TIMINGS}"),
     ]
     if c.name == "moriio":
         # MoRI-IO servers register themselves on the proxy's ZMQ port (proxy_ping_port in
@@ -318,6 +322,9 @@ def proxy_argv(rr: ResolvedRecipe, plan: JobPlan, phase: Phase = "disagg") -> li
         for w in plan.role("prefill"):
             argv += ["--bootstrap-port", str(w.side_channel_port)]
     return argv
+
+
+PROXY_TIMINGS = "proxy-timings"  # in the run directory
 
 
 def bench_file(phase: Phase) -> str:
@@ -356,6 +363,7 @@ def bench_config(
         "result_dir": ".",
         "prefill_gpus": plan.devices("prefill"),
         "decode_gpus": plan.devices("decode"),
+        "proxy_timings_dir": PROXY_TIMINGS,
         "metadata": run_meta,
     }
 

@@ -29,9 +29,13 @@ TRANSFER_FAILURES = (
 )
 EXPIRED_LEASES = r"(vllm:)?\w*(nixl|moriio|mooncake|pdbench|kv)\w*(expired|after_expiry)\w*_total"
 TRANSFER_BYTES = r"(vllm:)?\w*(nixl|moriio|mooncake|pdbench|kv)\w*bytes_transferred(_total|_sum)?"
-TRANSFER_TIME = (
-    r"(vllm:)?\w*(nixl|moriio|mooncake|pdbench|kv)\w*xfer_time_seconds_sum|(vllm:)?pdbench\w*transfer_seconds_sum"
+# Decode-side transfer durations (NIXL's reads, the bundled connector's pulls): sum and count.
+_TRANSFER_HIST = (
+    r"(vllm:)?\w*(nixl|moriio|mooncake|pdbench|kv)\w*xfer_time_seconds|(vllm:)?pdbench\w*transfer_seconds"
+    r"|vllm:pdbench_kv_recv_seconds"
 )
+TRANSFER_TIME = "|".join(f"(?:{p})_sum" for p in _TRANSFER_HIST.split("|"))
+TRANSFER_COUNT = "|".join(f"(?:{p})_count" for p in _TRANSFER_HIST.split("|"))
 PREEMPTIONS = r"vllm:num_preemptions(_total)?"
 GAUGES = {
     "running": r"vllm:num_requests_running",
@@ -61,6 +65,7 @@ class RoleStats(BaseModel):
     recomputed_tokens: float | None = None
     transfer_bytes: float | None = None
     transfer_seconds: float | None = None
+    transfer_count: float | None = None
     transfer_failures: float | None = None
     expired_leases: float | None = None
     preemptions: float | None = None
@@ -131,6 +136,7 @@ def _role_stats(servers: list[ServerScrapes], found: set[str]) -> RoleStats:
         st.recomputed_tokens = _add(st.recomputed_tokens, delta(b, a, RECOMPUTED[0], **RECOMPUTED[1]), found)
         st.transfer_bytes = _add(st.transfer_bytes, delta(b, a, TRANSFER_BYTES), found)
         st.transfer_seconds = _add(st.transfer_seconds, delta(b, a, TRANSFER_TIME), found)
+        st.transfer_count = _add(st.transfer_count, delta(b, a, TRANSFER_COUNT), found)
         st.transfer_failures = _add(st.transfer_failures, delta(b, a, TRANSFER_FAILURES), found)
         st.expired_leases = _add(st.expired_leases, delta(b, a, EXPIRED_LEASES), found)
         st.preemptions = _add(st.preemptions, delta(b, a, PREEMPTIONS), found)

@@ -113,6 +113,7 @@ proc_proxy() {
     --policy round_robin \
     --request-timeout-s 600 \
     --stream-idle-timeout-s 300 \
+    --timings-dir "${RUN_DIR}/proxy-timings" \
     --prefill "http://${PDBENCH_NODE_0_ADDR}:2584" \
     --decode "http://${PDBENCH_NODE_1_ADDR}:2584" \
     --decode "http://${PDBENCH_NODE_2_ADDR}:2584"

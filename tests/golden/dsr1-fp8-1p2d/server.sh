@@ -110,6 +110,7 @@ proc_proxy() {
     --policy round_robin \
     --request-timeout-s 600 \
     --stream-idle-timeout-s 300 \
+    --timings-dir "${RUN_DIR}/proxy-timings" \
     --moriio-host "${PDBENCH_NODE_ADDR}" \
     --moriio-port 36367 \
     --moriio-mode read \

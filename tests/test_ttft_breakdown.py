@@ -1,0 +1,130 @@
+"""The TTFT breakdown end to end with real processes: mock engines with known latencies behind
+`pdbench proxy --timings-dir`, measured by `pdbench bench`: each part lands where the injected
+latency is, and the parts add up to the client's TTFT."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from benchmarks.common import free_ports
+from harness import tiny_model
+from harness.bench import BenchConfig, run_sweep_detailed
+from harness.bench.client import RequestOutput
+from harness.bench.ttft_breakdown import ttft_breakdown
+
+pytestmark = pytest.mark.timeout(180)
+# The mock decode answers a request whose KV came from prefill after one inter-token gap.
+PREFILL_MS, DECODE_MS = 60.0, 25.0
+
+
+def _start(args: list[str], log: Path) -> subprocess.Popen:
+    with open(log, "wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "harness", *args], stdout=out, stderr=subprocess.STDOUT)
+
+
+def _wait_ok(url: str, procs: list[subprocess.Popen], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert all(p.poll() is None for p in procs), "a process of the stack exited"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"{url} never answered 200")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> str:
+    return str(tiny_model.build(tmp_path_factory.mktemp("tok") / "m"))
+
+
+@pytest.mark.parametrize("aggregated", [False, True], ids=["disagg", "aggregated"])
+def test_parts_sit_where_the_latency_is_and_add_up(aggregated: bool, model_dir: str, tmp_path: Path) -> None:
+    p_port, d_port, proxy_port = free_ports(3)
+    timings = tmp_path / "proxy-timings"
+    if aggregated:
+        engines = [["--port", str(d_port), "--role", "both", "--ttft-ms", str(PREFILL_MS + DECODE_MS)]]
+        upstream = ["--connector", "none", "--aggregated", f"http://127.0.0.1:{d_port}"]
+    else:
+        engines = [
+            ["--port", str(p_port), "--role", "prefill", "--ttft-ms", str(PREFILL_MS)],
+            ["--port", str(d_port), "--role", "decode"],
+        ]
+        upstream = ["--prefill", f"http://127.0.0.1:{p_port}", "--decode", f"http://127.0.0.1:{d_port}"]
+    procs = [
+        _start(["mock-engine", "--model", "tiny", "--itl-ms", str(DECODE_MS), *e], tmp_path / f"engine{i}.log")
+        for i, e in enumerate(engines)
+    ]
+    try:
+        procs.append(
+            _start(
+                ["proxy", "--port", str(proxy_port), *upstream, "--timings-dir", str(timings)], tmp_path / "proxy.log"
+            )
+        )
+        _wait_ok(f"http://127.0.0.1:{proxy_port}/health", procs)
+        cfg = BenchConfig(
+            base_url=f"http://127.0.0.1:{proxy_port}",
+            model="tiny",
+            tokenizer=model_dir,
+            isl=64,
+            osl=3,
+            concurrency=[1, 4],
+            num_prompts=12,
+            num_warmups=2,
+            result_dir=str(tmp_path),
+            proxy_timings_dir="proxy-timings",
+            **({"gpus": 1} if aggregated else {"prefill_gpus": 1, "decode_gpus": 1}),
+        )
+        outcomes = run_sweep_detailed(cfg)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+    assert all(o.ok for o in outcomes), [o.error for o in outcomes]
+    for o in outcomes:
+        r = json.loads(o.path.read_text())
+        b = r["ttft_breakdown"]
+        assert b["requests"] == b["of"] == r["completed"] == 12, b
+        # The proxy's record and the client's TTFT are the same requests: medians agree.
+        assert b["ttft_ms"]["median"] == pytest.approx(r["median_ttft_ms"], rel=1e-6)
+        parts = ["router_ms", "decode_ms", "client_ms"] + ([] if aggregated else ["prefill_ms"])
+        total = sum(b[p]["mean"] for p in parts)
+        assert total == pytest.approx(b["ttft_ms"]["mean"], rel=0.001), b  # per request they add up exactly
+        if aggregated:
+            assert "prefill_ms" not in b
+            assert PREFILL_MS + DECODE_MS <= b["decode_ms"]["median"] < PREFILL_MS + DECODE_MS + 40
+        else:
+            assert PREFILL_MS <= b["prefill_ms"]["median"] < PREFILL_MS + 40, b
+            assert DECODE_MS <= b["decode_ms"]["median"] < DECODE_MS + 40, b
+        # What the proxy itself adds, and what lies outside it, are small next to the engines' time.
+        assert b["router_ms"]["median"] < 10 and 0 <= b["client_ms"]["median"] < 15, b
+        assert "kv_transfer_ms" not in b  # nothing scraped: no transfer histogram to read
+    assert len(list(timings.glob("proxy-timings-*.jsonl"))) == 1
+
+
+def test_requests_the_proxy_did_not_record_are_counted_out() -> None:
+    ok = RequestOutput(10, 4)
+    ok.success, ok.ttft = True, 0.1
+    failed = RequestOutput(10, 4)
+    rec = {"router_ms": 1.0, "prefill_ms": 50.0, "decode_ms": 40.0, "first_byte_ms": 91.0}
+    b = ttft_breakdown([ok, ok, failed], ["a", "b", "c"], {"a": rec | {"id": "a"}, "c": rec}, (12.0, 3))
+    assert (b["requests"], b["of"]) == (1, 2)
+    assert b["client_ms"]["median"] == pytest.approx(9.0)
+    assert b["kv_transfer_ms"]["mean"] == 12.0 and b["decode_first_token_ms"]["median"] == 28.0
+    none = ttft_breakdown([ok], ["x"], {}, None)
+    assert none["requests"] == 0 and "recorded none" in none["note"]
