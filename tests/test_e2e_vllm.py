@@ -141,6 +141,21 @@ def _delta(run_dir: Path, server: str, pattern: str, **labels: str) -> float:
     return found[0]
 
 
+def _assert_ttft_breakdown(r: dict) -> None:
+    """Every request's TTFT split on the proxy's clock: the parts add up to the client's TTFT,
+    prefill and the decode leg hold nearly all of it, and the decode servers' histograms give
+    the KV transfer, which lies inside the decode leg."""
+    b = r["ttft_breakdown"]
+    assert b["requests"] == b["of"] == r["completed"], b
+    parts = sum(b[p]["mean"] for p in ("router_ms", "prefill_ms", "decode_ms", "client_ms"))
+    assert parts == pytest.approx(b["ttft_ms"]["mean"], rel=0.01), b
+    assert b["ttft_ms"]["median"] == pytest.approx(r["median_ttft_ms"], rel=1e-6)
+    engines = b["prefill_ms"]["mean"] + b["decode_ms"]["mean"]
+    assert engines >= 0.9 * b["ttft_ms"]["mean"], b  # the proxy and the client add little
+    kv = b["kv_transfer_ms"]
+    assert kv["transfers"] >= 1 and 0 < kv["mean"] < b["decode_ms"]["mean"], b
+
+
 def test_local_1p1d_real_vllm(tmp_path: Path) -> None:
     require_vllm()
     proc, watcher = _launch(tmp_path)
@@ -168,6 +183,7 @@ def test_local_1p1d_real_vllm(tmp_path: Path) -> None:
         rules = {x["name"]: x for x in r["metadata"]["validity"]["rules"]}
         assert rules["kv_transferred"]["status"] == "passed" and rules["kv_transferred"]["measured"] >= 0.98
         assert (run_dir / "metrics" / f"concurrency_{r['max_concurrency']}" / "decode-0.after.prom").is_file()
+        _assert_ttft_breakdown(r)
         sent_prompt_tokens += r["total_input_tokens"]
     # InferenceX's ingestion reads these very files unchanged, and collect agrees with it.
     assert len(assert_inferencex_contract(run_dir)) == 2
@@ -241,24 +257,41 @@ def test_failed_server_tears_everything_down(tmp_path: Path) -> None:
     _assert_nothing_left(watcher)
 
 
-def test_ctrl_c_tears_everything_down(tmp_path: Path) -> None:
+def test_ctrl_c_tears_everything_down_and_resume_measures_only_the_rest(tmp_path: Path) -> None:
     require_vllm()
     proc, watcher = _launch(tmp_path)
-    deadline = time.monotonic() + 300
-    node0 = None
+    deadline = time.monotonic() + 400
+    first = None
     while time.monotonic() < deadline and proc.poll() is None:
-        runs = list((tmp_path / RECIPE).glob("*/logs/node0.log"))
-        node0 = runs[0] if runs else None
-        if node0 and "prefill-0 is healthy" in node0.read_text():
+        done = list((tmp_path / RECIPE).glob("*/concurrency_1_*.json"))
+        first = done[0] if done else None
+        if first is not None:
             break
-        time.sleep(1)
-    assert node0 is not None and proc.poll() is None, "the job did not reach a healthy prefill"
+        time.sleep(0.5)
+    assert first is not None and proc.poll() is None, "the job did not finish its first point"
     os.kill(proc.pid, signal.SIGINT)  # what Ctrl-C sends to the foreground process
     rc, out = _finish(proc, watcher, timeout=120)
     assert rc == 130, out[-4000:]
-    status = json.loads((_run_dir(tmp_path) / "status.json").read_text())
+    interrupted = _run_dir(tmp_path)
+    status = json.loads((interrupted / "status.json").read_text())
     assert status["state"] == "failed"
     assert status["reason"] == "the local launcher: interrupted by the user (Ctrl-C)"
+    _assert_nothing_left(watcher)
+    kept = first.read_bytes()
+
+    # A new run keeps the finished point and measures only the one the interruption cut.
+    proc, watcher = _launch(tmp_path, extra=("--resume", str(interrupted)))
+    rc, out = _finish(proc, watcher, timeout=900)
+    assert rc == 0, out[-4000:]
+    assert "1 finished point(s) kept" in out
+    (resumed,) = (d for d in (tmp_path / RECIPE).iterdir() if d != interrupted)
+    assert (resumed / first.name).read_bytes() == kept
+    assert "resume: 1 of 2 point(s) already done, 1 to run" in (resumed / "logs" / "bench.log").read_text()
+    (second,) = resumed.glob("concurrency_4_*.json")
+    r = json.loads(second.read_text())
+    assert r["completed"] == r["num_prompts"] and r["failed"] == 0 and r["metadata"]["resumed_from"] == str(interrupted)
+    assert json.loads((resumed / "status.json").read_text())["state"] == "succeeded"
+    assert interrupted.joinpath(first.name).read_bytes() == kept  # the interrupted run is left as it was
     _assert_nothing_left(watcher)
 
 
@@ -271,7 +304,9 @@ def test_bundled_connector_job(tmp_path: Path) -> None:
     assert rc == 0, out[-4000:]
     (run_dir,) = (tmp_path / "local-tiny-1p1d-pdbench").iterdir()
     (f,) = run_dir.glob("concurrency_2_*.json")
-    meta = json.loads(f.read_text())["metadata"]
+    result = json.loads(f.read_text())
+    _assert_ttft_breakdown(result)
+    meta = result["metadata"]
     assert meta["valid"] is True, meta["validity"]
     assert {r["name"]: r["status"] for r in meta["validity"]["rules"]}["kv_transferred"] == "passed"
     log = (run_dir / "logs" / "prefill-0.log").read_text()

@@ -45,6 +45,13 @@ def _write_run(run: Path) -> None:
             md = {"disagg": False, "gpus": 3, "tp": 1, "recipe": "r", "valid": True}
             name = result_filename(conc, math.inf, gpus=3, shape=f"isl_{isl}_osl_{OSL}")
         md["validity"] = {"verdict": "valid", "valid": True, "reasons": []}
+        part = lambda ms: {"mean": ms, "median": ms, "p99": ms}  # noqa: E731
+        breakdown = {"requests": 1, "of": 1, "ttft_ms": part(ttft / 2), "router_ms": part(1.0)}
+        if kind == "disagg":
+            breakdown |= {"prefill_ms": part(ttft / 4), "kv_transfer_ms": {"mean": 5.0, "transfers": 1}}
+            breakdown |= {"decode_ms": part(ttft / 4 - 2.0), "client_ms": part(1.0)}
+        else:
+            breakdown |= {"decode_ms": part(ttft / 2 - 2.0), "client_ms": part(1.0)}
         r = _result(
             max_concurrency=conc,
             random_input_len=isl,
@@ -55,6 +62,7 @@ def _write_run(run: Path) -> None:
             p99_ttft_ms=ttft,
             median_ttft_ms=ttft / 2,
             metadata=md,
+            ttft_breakdown=breakdown,
         )
         (run / name).write_text(r.model_dump_json())
 
@@ -118,7 +126,11 @@ def test_cli_prints_ratios_writes_plots_and_refuses_a_bad_slo(tmp_path: Path) ->
     assert "## Disaggregated vs aggregated" in r.stdout
     assert "ISL 1024 / OSL 100: at equal concurrency, disagg/agg throughput per GPU: c1 1.25x, c4 1.50x" in r.stdout
     assert "best under ttft_p99 <= 350 ms: disagg" in r.stdout
-    for name in ("p.png", "p-isl_1024_osl_100.png", "p-isl_4096_osl_100.png"):
+    # Where TTFT went, per point: disagg 1024/100 c4 has TTFT p50 150 = 1 + 75 + 5 + 68 + 1.
+    assert "## Where TTFT goes (medians, ms)" in r.stdout
+    assert "| run | disagg | 1024 | 100 | 4 | 150.0 | 1.0 | 75.0 | 5.0 | 68.0 | 1.0 |" in r.stdout
+    assert "| run | agg | 1024 | 100 | 4 | 250.0 | 1.0 | – | – | 248.0 | 1.0 |" in r.stdout
+    for name in ("p.png", "p-ttft.png", "p-isl_1024_osl_100.png", "p-isl_4096_osl_100.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     bad = subprocess.run([*cmd, "--slo", "latency=3"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--slo: 'latency=3': expected KEY=MS" in bad.stderr
@@ -207,7 +219,9 @@ def test_html_report_renders_in_a_headless_browser(tmp_path: Path) -> None:
             browser.wait(5)
     assert "Disaggregated vs aggregated" in seen["h2"]
     assert seen["h3"] == ["ISL 1024 / OSL 100", "ISL 4096 / OSL 100"]
-    # Both plots decoded to real images (1200 x 500 px figures).
-    assert [img[1:] for img in seen["images"]] == [[1200, 500], [1200, 500]]
+    # Both Pareto plots decoded to real images (1200 x 500 px figures), and the TTFT bars.
+    assert [img[1:] for img in seen["images"]][:2] == [[1200, 500], [1200, 500]]
+    assert len(seen["images"]) == 3 and seen["images"][2][1] == 1000
+    assert "Where TTFT goes" in seen["h2"]
     assert any("at equal concurrency" in f and "c4 1.50x" in f for f in seen["findings"])
     assert seen["cells"] > 6 * 10

@@ -167,24 +167,52 @@ def _kill_in_container(run_dir: Path, name: str) -> None:
     assert r.returncode == 0, r.stderr
 
 
-def test_1p2d_on_three_nodes(tmp_path: Path) -> None:
-    proc = _submit(tmp_path, "local-tiny-1p2d")
-    rc, out = _finish(proc, timeout=900)
-    run_dir = _run_dir(tmp_path, "local-tiny-1p2d")
+def test_1p2d_against_its_aggregated_baseline_on_three_nodes(tmp_path: Path) -> None:
+    # One job: the 1P2D sweep at two ISL/OSL shapes, then three aggregated instances on the same
+    # three nodes with the same prompts; then the report that answers whether 1P2D pays.
+    recipe = "local-tiny-1p2d-vs-aggregated"
+    proc = _submit(tmp_path, recipe)
+    rc, out = _finish(proc, timeout=1500)
+    run_dir = _run_dir(tmp_path, recipe)
     assert rc == 0, out[-4000:]
     assert "job" in out and "COMPLETED" in out
     job_id = (run_dir / "slurm_job_id").read_text().strip()
     assert wait_job(job_id, 30) == "COMPLETED"
-    files = sorted(run_dir.glob("concurrency_*_gpus_3_ctx_1_gen_2.json"))
-    assert len(files) == 2
-    for f in files:
-        r = json.loads(f.read_text())
-        assert r["failed"] == 0 and r["completed"] == r["num_prompts"]
-    assert len(assert_inferencex_contract(run_dir)) == 2
+    shapes = ("isl_256_osl_32", "isl_1024_osl_16")
+    names = sorted(f.name for f in run_dir.glob("concurrency_*.json"))
+    assert names == sorted(
+        f"concurrency_{c}_req_rate_inf_{shape}_{split}.json"
+        for c in (1, 4)
+        for shape in shapes
+        for split in ("gpus_3_ctx_1_gen_2", "gpus_3")
+    )
+    for name in names:
+        r = json.loads((run_dir / name).read_text())
+        assert r["failed"] == 0 and r["completed"] == r["num_prompts"], name
+        md = r["metadata"]
+        assert md["valid"] is True, (name, md["validity"]["reasons"])
+        assert md["disagg"] is ("ctx" in name) and f"isl_{r['random_input_len']}_" in name
+        b = r["ttft_breakdown"]
+        assert b["requests"] == r["completed"] and ("prefill_ms" in b) is md["disagg"], name
+        if md["disagg"]:
+            assert b["kv_transfer_ms"]["mean"] > 0, name
+    assert (run_dir / "metrics" / "aggregated" / "concurrency_4_isl_1024_osl_16" / "aggregated-2.after.prom").is_file()
+    assert len(assert_inferencex_contract(run_dir)) == 8
     nodes = {json.loads((run_dir / "nodes" / f"{i}.json").read_text())["host"] for i in range(3)}
     assert len(nodes) == 3  # three distinct Slurm nodes
     assert list(run_dir.glob("slurm-*.out"))
     _assert_clean()
+
+    # The report states the answer per shape, with both fronts in its HTML.
+    html = tmp_path / "report.html"
+    report = [sys.executable, "-m", "harness", "report", str(run_dir), "--slo", "ttft_p99=60000"]
+    r = subprocess.run(report, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    for isl, osl in ((256, 32), (1024, 16)):
+        assert f"ISL {isl} / OSL {osl}: at equal concurrency, disagg/agg throughput per GPU: c1 " in r.stdout
+        assert f"ISL {isl} / OSL {osl}: best under ttft_p99 <= 60000 ms: " in r.stdout
+    r = subprocess.run([*report, "-f", "html", "--out", str(html)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and html.read_text().count('<img class="pareto"') == 2, r.stderr
 
 
 @pytest.mark.parametrize("runtime", ["docker", "podman"])

@@ -104,7 +104,14 @@ def report_command(
         from harness.report.plot import save
 
         save(report, plot)
-        # And, per shape with both kinds, the disaggregated and aggregated fronts beside it.
+        # And, per shape with both kinds, the disaggregated and aggregated fronts beside it,
+        # and where the points' TTFT went.
+        if report.breakdowns:
+            from harness.report import breakdown
+
+            extra = plot.with_name(f"{plot.stem}-ttft{plot.suffix}")
+            atomic.write_bytes(extra, breakdown.png(report))
+            typer.echo(f"plot: {extra}", err=True)
         for dec in report.decisions:
             extra = plot.with_name(f"{plot.stem}-{dec.tag}{plot.suffix}")
             atomic.write_bytes(extra, png(dec))

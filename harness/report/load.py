@@ -90,6 +90,7 @@ class Point:
     # "valid" | "invalid" | "unverified" (a pdbench point without evidence); None: another
     # tool's file, which has no notion of validity.
     verdict: str | None = None
+    ttft_breakdown: dict[str, Any] | None = None  # pdbench: where the point's TTFT went
 
 
 @dataclass
@@ -341,6 +342,7 @@ def read_point(path: Path, run_root: Path, notes: list[Note]) -> Point:
         fingerprint=str(fp) if fp else None,
         stop_reason=str(data["stop_reason"]) if data.get("stop_reason") else None,
         verdict=verdict,
+        ttft_breakdown=data["ttft_breakdown"] if isinstance(data.get("ttft_breakdown"), dict) else None,
     )
 
 

@@ -65,6 +65,34 @@ def _decision(report: Report) -> list[str]:
     return out
 
 
+def _breakdown(report: Report) -> list[str]:
+    import base64
+
+    from harness.report import breakdown
+
+    if not report.breakdowns:
+        return []
+    data = base64.b64encode(breakdown.png(report)).decode()
+    out = [
+        '<h2 id="ttft-breakdown">Where TTFT goes</h2>',
+        f'<img class="pareto" alt="TTFT breakdown per point" src="data:image/png;base64,{data}">',
+        "<table>",
+        "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in breakdown.HEADERS) + "</tr></thead>",
+        "<tbody>",
+    ]
+    for row in breakdown.rows(report):
+        cells_ = [_cell(f"<code>{html.escape(row[0])}</code>"), _cell(html.escape(row[1]))]
+        out.append("<tr>" + "".join(cells_ + [_cell(html.escape(v), True) for v in row[2:]]) + "</tr>")
+    out += [
+        "</tbody>",
+        "</table>",
+        "<p>Medians in ms. Proxy: arrival to first leg sent; Prefill: its queue and compute; KV transfer: "
+        "the decode servers' mean over the point; Decode: the rest of the decode leg to its first byte; "
+        "Client: the client's TTFT less the proxy's arrival-to-first-byte.</p>",
+    ]
+    return out
+
+
 def render(report: Report) -> str:
     out = [
         "<!DOCTYPE html>",
@@ -161,6 +189,7 @@ def render(report: Report) -> str:
             "prefill GPUs. Interactivity = 1000 / median TPOT (ms).</p>",
         ]
     out += _decision(report)
+    out += _breakdown(report)
     if report.skipped:
         out += [f"<h2>Skipped files ({len(report.skipped)})</h2>", "<ul>"]
         out += [f"<li><code>{html.escape(report.rel(s.path))}</code>: {_text(s.reason)}</li>" for s in report.skipped]

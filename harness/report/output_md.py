@@ -37,6 +37,23 @@ def _decision(report: Report) -> list[str]:
     return out
 
 
+def _breakdown(report: Report) -> list[str]:
+    from harness.report.breakdown import HEADERS, rows
+
+    if not report.breakdowns:
+        return []
+    out = ["## Where TTFT goes (medians, ms)", ""]
+    out += _table(HEADERS, ["---", "---"] + [RIGHT] * (len(HEADERS) - 2), [[_esc(c) for c in r] for r in rows(report)])
+    out += [
+        "",
+        "Proxy: arrival to first leg sent; Prefill: its queue and compute; KV transfer: the decode "
+        "servers' mean over the point; Decode: the rest of the decode leg to its first byte; Client: "
+        "the client's TTFT less the proxy's arrival-to-first-byte.",
+        "",
+    ]
+    return out
+
+
 def render(report: Report) -> str:
     out = ["# pdbench report", ""]
     if report.baseline:
@@ -90,6 +107,7 @@ def render(report: Report) -> str:
             "",
         ]
     out += _decision(report)
+    out += _breakdown(report)
     if report.skipped:
         out += [f"## Skipped files ({len(report.skipped)})", ""]
         out += [f"- `{_esc(report.rel(s.path))}`: {_esc(s.reason)}" for s in report.skipped]

@@ -81,6 +81,8 @@ class Report:
     # Disaggregated vs aggregated, per shape that has both (harness.report.decide).
     decisions: list[Any] = field(default_factory=list)
     slo: dict[str, float] | None = None
+    # Points with a TTFT breakdown: (run, serving, isl, osl, conc, its ttft_breakdown), table order.
+    breakdowns: list[tuple[str, str, Any, Any, int, dict[str, Any]]] = field(default_factory=list)
 
     def rel(self, path: Path) -> str:
         """A path as shown in outputs: relative to `root` (stable across machines)."""
@@ -180,6 +182,15 @@ def build_report(
 
     report.slo = slo
     report.decisions = decide(df, slo)
+    report.breakdowns = sorted(
+        (
+            (run.label, serving(p), p.isl, p.osl, p.concurrency, p.ttft_breakdown)
+            for run in loaded.runs
+            for p in run.points
+            if p.ttft_breakdown and p.ttft_breakdown.get("requests")
+        ),
+        key=lambda b: (b[2] or 0, b[3] or 0, b[0], b[1] != "disagg", b[4]),
+    )
     return report
 
 
