@@ -72,6 +72,7 @@ class JobPlan:
     workers: tuple[Worker, ...]
     proxy_port: int
     proxy_node: int = 0
+    aggregated_only: bool = False  # topology.aggregated_only: no disaggregated phase
 
     def role(self, role: Role) -> list[Worker]:
         return [w for w in self.workers if w.role == role]
@@ -81,6 +82,8 @@ class JobPlan:
 
     @property
     def phases(self) -> tuple[Phase, ...]:
+        if self.aggregated_only:
+            return ("aggregated",)
         return ("disagg", "aggregated") if self.role("aggregated") else ("disagg",)
 
     def processes(self) -> list[Process]:
@@ -101,6 +104,7 @@ class JobPlan:
             "num_nodes": self.num_nodes,
             "proxy_node": self.proxy_node,
             "proxy_port": self.proxy_port,
+            **({"aggregated_only": True} if self.aggregated_only else {}),
             "workers": [dict(asdict(w), name=w.name, node=w.node) for w in self.workers],
             "processes": [asdict(p) for p in self.processes()],
         }
@@ -142,6 +146,7 @@ class PlanFile(BaseModel):
     num_nodes: int
     proxy_node: int
     proxy_port: int
+    aggregated_only: bool = False
     workers: tuple[Worker, ...]
     processes: tuple[Process, ...]
     recipe: str
@@ -163,6 +168,7 @@ class PlanFile(BaseModel):
             num_nodes=p.num_nodes,
             proxy_node=p.proxy_node,
             proxy_port=p.proxy_port,
+            aggregated_only=p.aggregated_only,
             workers=p.workers,
             processes=tuple(p.processes()),
             recipe=rr.name,
@@ -178,7 +184,7 @@ class PlanFile(BaseModel):
         )
 
     def job_plan(self) -> JobPlan:
-        return JobPlan(self.num_nodes, self.workers, self.proxy_port, self.proxy_node)
+        return JobPlan(self.num_nodes, self.workers, self.proxy_port, self.proxy_node, self.aggregated_only)
 
     def processes_on(self, node: int | None = None) -> list[Process]:
         return [p for p in self.processes if node is None or p.node == node]
@@ -285,7 +291,12 @@ def plan(rr: ResolvedRecipe) -> JobPlan:
     decode, _ = _role_workers(rr, "decode", topo.decode, topo.prefill.nodes, side)
     num_nodes = topo.prefill.nodes + topo.decode.nodes
     aggregated = _aggregated_workers(rr, num_nodes, prefill + decode)
-    plan_ = JobPlan(num_nodes=num_nodes, workers=tuple(prefill + decode + aggregated), proxy_port=rr.recipe.proxy.port)
+    plan_ = JobPlan(
+        num_nodes=num_nodes,
+        workers=tuple(prefill + decode + aggregated),
+        proxy_port=rr.recipe.proxy.port,
+        aggregated_only=topo.aggregated_only,
+    )
     _check_ports(rr, plan_, single_host=False)
     return plan_
 

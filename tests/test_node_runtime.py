@@ -50,6 +50,7 @@ class Job:
         flags: dict[str, list[str]] | None = None,
         cpu_bind: str | None = None,
         aggregated: bool = False,
+        aggregated_only: bool = False,
     ):
         self.run_dir = run_dir
         self.num_nodes = 2
@@ -75,6 +76,7 @@ class Job:
             # devices as prefill and decode; node 1 has none and waits for the job's end.
             self.ports["aggregated-1"] = self.ports["aggregated-0"] + 1
             overrides.append(f"topology.aggregated={{nodes: 1, workers: 2, port: {self.ports['aggregated-0']}}}")
+            overrides.append(f"topology.aggregated_only={str(aggregated_only).lower()}")
         rr = load_recipe("local-tiny-1p1d", overrides)
         # The real renderer writes plan.json and server.sh; the `vllm` and `python -m harness
         # proxy|bench` that server.sh runs are node_fakes' wrappers (see the fakes fixture).
@@ -781,4 +783,19 @@ def test_aggregated_baseline_runs_after_the_disaggregated_sweep(make_job) -> Non
     )
     for name in ("aggregated-0", "aggregated-1"):
         assert (job.run_dir / "metrics" / "aggregated" / f"{name}.after.prom").is_file()
+    job.assert_nothing_left()
+
+
+def test_aggregated_only_job_runs_just_the_aggregated_servers(make_job) -> None:
+    job = make_job(aggregated=True, aggregated_only=True)
+    rc, _took = job.run()
+    assert rc == 0, job.logs()
+    assert job.status()["results"] == [AGGREGATED_RESULT_NAME]
+    assert sorted(e["name"] for e in job.recorded_procs()) == [
+        "aggregated-0",
+        "aggregated-1",
+        "bench-aggregated",
+        "proxy-aggregated",
+    ]
+    assert not (job.run_dir / "bench.json").exists() and (job.run_dir / "bench-aggregated.json").is_file()
     job.assert_nothing_left()

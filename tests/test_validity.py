@@ -36,6 +36,23 @@ def test_recorded_nixl_run_is_valid() -> None:
     assert v.roles["decode"].external_hits == 7168 and v.roles["decode"].recomputed_tokens == 0
     assert v.roles["decode"].transfer_bytes == pytest.approx(29360128)
     assert "vllm:nixl_num_kv_expired_reqs_total" in v.metrics_found["prefill"]
+    # The decode side's transfer histogram: what the TTFT breakdown's KV transfer mean is made of.
+    d = v.roles["decode"]
+    assert d.transfer_count is not None and d.transfer_count >= 28 and d.transfer_seconds > 0
+    assert "vllm:nixl_xfer_time_seconds_sum" in v.metrics_found["decode"]
+
+
+def test_bundled_connector_transfer_histogram_is_read() -> None:
+    def scrape(n: int, secs: float) -> str:
+        return (
+            f'vllm:pdbench_kv_recv_seconds_sum{{engine="0"}} {secs}\n'
+            f'vllm:pdbench_kv_recv_seconds_count{{engine="0"}} {n}\n'
+            f'vllm:pdbench_kv_recv_wait_seconds_sum{{engine="0"}} 99\n'
+        )
+
+    servers = {"decode-0": ServerScrapes(role="decode", before=scrape(2, 0.5), after=scrape(30, 1.9))}
+    d = evaluate(servers, CLIENT).roles["decode"]
+    assert (d.transfer_count, d.transfer_seconds) == (28, pytest.approx(1.4))
 
 
 def test_other_version_names_p2p_source_only() -> None:

@@ -178,6 +178,13 @@ class TopologySpec(Strict):
     nic_detection: bool = Field(True, description="servers source `pdbench nic` (RDMA env) before starting")
     prefill: RoleSpec = Field(description="the prefill servers (xP)")
     decode: RoleSpec = Field(description="the decode servers (yD)")
+    aggregated_only: bool = Field(
+        False,
+        description=(
+            "run only the aggregated servers of topology.aggregated (aggregated serving; prefill and decode then "
+            "only state the GPU count it stands for)"
+        ),
+    )
     aggregated: RoleSpec | None = Field(
         None,
         description=(
@@ -187,6 +194,12 @@ class TopologySpec(Strict):
             "(kv_transfer does not apply)"
         ),
     )
+
+    @model_validator(mode="after")
+    def _aggregated_only(self) -> TopologySpec:
+        if self.aggregated_only and self.aggregated is None:
+            raise ValueError("aggregated_only needs topology.aggregated (the servers to run)")
+        return self
 
 
 # kv_transfer_config keys a recipe may set itself; pdbench sets kv_connector, kv_role,

@@ -325,8 +325,9 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext) -> JobPlan
         "job.slurm": job,
         "recipe.lock.yaml": yaml.safe_dump(lock, sort_keys=False),
         "plan.json": json.dumps(plan_json, indent=2) + "\n",
-        "bench.json": json.dumps(bench, indent=2) + "\n",
     }
+    if "disagg" in p.phases:
+        files["bench.json"] = json.dumps(bench, indent=2) + "\n"
     if "aggregated" in p.phases:
         agg = cmd.aggregated_bench_config(rr, p, aggregated_run_metadata(rr, p, ctx), ctx.root)
         if ctx.resumed_from:

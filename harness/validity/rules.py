@@ -34,8 +34,8 @@ _TRANSFER_HIST = (
     r"(vllm:)?\w*(nixl|moriio|mooncake|pdbench|kv)\w*xfer_time_seconds|(vllm:)?pdbench\w*transfer_seconds"
     r"|vllm:pdbench_kv_recv_seconds"
 )
-TRANSFER_TIME = "|".join(f"(?:{p})_sum" for p in _TRANSFER_HIST.split("|"))
-TRANSFER_COUNT = "|".join(f"(?:{p})_count" for p in _TRANSFER_HIST.split("|"))
+TRANSFER_TIME = f"(?:{_TRANSFER_HIST})_sum"
+TRANSFER_COUNT = f"(?:{_TRANSFER_HIST})_count"
 PREEMPTIONS = r"vllm:num_preemptions(_total)?"
 GAUGES = {
     "running": r"vllm:num_requests_running",
