@@ -91,9 +91,10 @@ def carry_over(old_run: Path, new_run: Path) -> list[str]:
         if incomplete(result) is not None:
             continue
         atomic.write_bytes(new_run / f.name, f.read_bytes(), replace=False)
-        if (m := _POINT.match(f.name)) and (
-            evidence := old_run / "metrics" / f"concurrency_{m[1]}{m[2] or ''}"
-        ).is_dir():
-            shutil.copytree(evidence, new_run / "metrics" / evidence.name)
+        # The point's /metrics evidence (an aggregated baseline's is under metrics/aggregated/).
+        where = Path("metrics") / ("aggregated" if result.metadata.get("disagg") is False else "")
+        m = _POINT.match(f.name)
+        if m and (evidence := old_run / where / f"concurrency_{m[1]}{m[2] or ''}").is_dir():
+            shutil.copytree(evidence, new_run / where / evidence.name)
         kept.append(f.name)
     return kept

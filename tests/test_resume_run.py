@@ -51,6 +51,20 @@ def test_resume_copies_finished_points_and_turns_resume_on(tmp_path: Path) -> No
     bench = json.loads((new / "bench.json").read_text())
     assert bench["resume"] is True and bench["metadata"]["resumed_from"] == str(old)
     assert "resumed_from" in (new / "recipe.lock.yaml").read_text()
+    # An aggregated baseline's point keeps its evidence from metrics/aggregated/ too.
+    agg = old / NAME(8, float("inf"), gpus=24)
+    agg.write_text(
+        _result(max_concurrency=8, num_prompts=80, completed=80, random_input_len=1024, random_output_len=1024)
+        .model_copy(update={"metadata": {"disagg": False}})
+        .model_dump_json()
+    )
+    (old / "metrics" / "aggregated" / "concurrency_8").mkdir(parents=True)
+    (old / "metrics" / "aggregated" / "concurrency_8" / "aggregated-0.after.prom").write_text("x 1\n")
+    r = _submit(tmp_path, *sets, "--resume", str(old))
+    assert r.returncode == 0 and "2 finished point(s) kept" in r.stdout, r.stderr
+    (third,) = (p for p in (tmp_path / RECIPE).iterdir() if p not in (old, new))
+    assert (third / "metrics" / "aggregated" / "concurrency_8" / "aggregated-0.after.prom").is_file()
+    agg.unlink()
     # The old run is left as it was.
     assert len(list(old.glob("concurrency_*.json"))) == 3
 
