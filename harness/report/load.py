@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 # pdbench's own run files: part of every run directory, never results.
-CONTROL_FILES = frozenset({"plan.json", "bench.json", "status.json"})
+CONTROL_FILES = frozenset({"plan.json", "bench.json", "bench-aggregated.json", "status.json"})
 
 # Names that carry a sweep point (used to find results in nested folders, e.g. srt-slurm's
 # logs/sa-bench_isl_<I>_osl_<O>/), and the parts of a name that carry the GPU split.
@@ -296,6 +296,9 @@ def read_point(path: Path, run_root: Path, notes: list[Note]) -> Point:
                     f"the metadata's (prefill {pg}, decode {dg}); using the metadata",
                 )
             )
+    elif md.get("disagg") is False and _int(md.get("gpus")) is not None:
+        # An aggregated deployment (a pdbench baseline): its GPUs, as InferenceX counts them.
+        pg, dg, gpus_from = _int(md.get("gpus")), 0, "metadata (aggregated)"
     elif g is not None and c is not None and d is not None:
         pg, dg, gpus_from = c, d, "file name"
     elif g is not None:
