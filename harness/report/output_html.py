@@ -23,7 +23,7 @@ tr.invalid td { background: #ffebe9; }
 .better { color: #1a7f37; }
 .worse { color: #cf222e; }
 code { background: #f6f8fa; padding: 0 3px; }
-img.pareto { max-width: 100%; }
+img.plot { max-width: 100%; }
 """.strip()
 
 
@@ -52,7 +52,7 @@ def _decision(report: Report) -> list[str]:
         title = f"ISL {dec.isl} / OSL {dec.osl}"
         out += [
             f'<h3 id="{dec.tag}">{title}</h3>',
-            f'<img class="pareto" alt="Pareto fronts, {title}" src="data:image/png;base64,{data}">',
+            f'<img class="plot" alt="Pareto fronts, {title}" src="data:image/png;base64,{data}">',
             "<table>",
             "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in RATIO_HEADERS) + "</tr></thead>",
             "<tbody>",
@@ -75,7 +75,7 @@ def _breakdown(report: Report) -> list[str]:
     data = base64.b64encode(breakdown.png(report)).decode()
     out = [
         '<h2 id="ttft-breakdown">Where TTFT goes</h2>',
-        f'<img class="pareto" alt="TTFT breakdown per point" src="data:image/png;base64,{data}">',
+        f'<img class="plot" alt="TTFT breakdown per point" src="data:image/png;base64,{data}">',
         "<table>",
         "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in breakdown.HEADERS) + "</tr></thead>",
         "<tbody>",
