@@ -133,10 +133,10 @@ def test_site_storage_renders_read_only_mounts_and_offline_mode(tmp_path: Path) 
     assert "export HF_HUB_OFFLINE=1\n" in server and "export HF_HUB_CACHE=/shared/hf-cache\n" in server
     assert "-v /shared/models:/shared/models:ro" in wrapper and "-v /shared/hf-cache:/shared/hf-cache:ro" in wrapper
     assert "#SBATCH --gres=gpu:8\n" in job and "--gpus-per-node" not in job
-    out = _render(tmp_path / "nv", "dsr1-fp8-1p2d-nixl", "example-h200-nixl")
+    out = _render(tmp_path / "nv", "dsr1-fp8-h200-nixl-1p2d", "example-h200-nixl")
     server, wrapper, job = ((out / f).read_text() for f in ("server.sh", "container.sh", "job.slurm"))
-    # An HF id served from the shared cache, offline.
-    assert server.count("exec vllm serve deepseek-ai/DeepSeek-R1-0528") == 3
+    # An HF id served from the shared cache, offline (1P2D, then its 3 aggregated servers).
+    assert server.count("exec vllm serve deepseek-ai/DeepSeek-R1-0528") == 6
     assert "export HF_HUB_OFFLINE=1\n" in server and "export HF_HUB_CACHE=/lustre/shared/hf-cache\n" in server
     assert "-v /lustre/shared/hf-cache:/lustre/shared/hf-cache:ro" in wrapper and "#SBATCH --gpus-per-node=8" in job
     # No site storage: the hub (nothing claims to be offline).

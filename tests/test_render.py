@@ -40,7 +40,7 @@ VARIANTS = {
     # Recipes on the example GPU sites' cluster profiles (weights and HF cache mounted
     # read-only, offline, GPU request style, node interface) and on the local cluster's.
     "dsr1-fp8-1p2d@example-mi355x-mori": ("dsr1-fp8-1p2d", [], "example-mi355x-mori"),
-    "dsr1-fp8-1p2d-nixl@example-h200-nixl": ("dsr1-fp8-1p2d-nixl", [], "example-h200-nixl"),
+    "dsr1-fp8-h200-nixl-1p2d@example-h200-nixl": ("dsr1-fp8-h200-nixl-1p2d", [], "example-h200-nixl"),
     "local-tiny-1p2d@local": ("local-tiny-1p2d", [], "local"),
     "local-tiny-1p2d-vs-aggregated@local": ("local-tiny-1p2d-vs-aggregated", [], "local"),
     "dsr1-fp8-1p2d--decode-dp16-over-2-nodes": (
@@ -294,3 +294,22 @@ def test_top_level_kv_transfer_config_keys_from_the_recipe(tmp_path: Path) -> No
 
     with pytest.raises(ConfigError, match=r"connector\.transfer_config\.engine_id"):
         load_recipe("dsr1-fp8-1p2d", ['connector.transfer_config={"engine_id": "x"}'])
+
+
+SHIPPED = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("recipe", SHIPPED)
+def test_every_shipped_recipe_renders_clean_shell(recipe: str, tmp_path: Path) -> None:
+    # The catalogue beyond the golden cases: each renders, and its scripts pass bash -n and
+    # shellcheck (tests/test_vllm_flags.py runs their serve lines through vLLM's parser).
+    out = _render(recipe, tmp_path)
+    scripts = [p for p in (out / n for n in ("job.slurm", "server.sh", "container.sh")) if p.exists()]
+    for path in scripts:
+        r = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+    r = subprocess.run([_shellcheck(), "-x", *map(str, scripts)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout
+    plan = json.loads((out / "plan.json").read_text())
+    if load_recipe(recipe).recipe.topology.aggregated is not None:
+        assert {p["phase"] for p in plan["processes"]} == {"disagg", "aggregated"}

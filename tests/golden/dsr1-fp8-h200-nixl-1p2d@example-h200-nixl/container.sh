@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench container wrapper · recipe dsr1-fp8-1p2d-nixl · fingerprint debe503147c9237f
+# pdbench container wrapper · recipe dsr1-fp8-h200-nixl-1p2d · fingerprint b470a54980a70dd3
 # Runs on the host of every node (one Slurm task per node, started by job.slurm): checks
 # this node's docker and image, removes stale pdbench containers, and runs server.sh
 # in one container with the node's network, IPC and devices, the run directory and the
@@ -58,45 +58,6 @@ if ! timeout 60 "$RUNTIME" image inspect "$IMAGE" >/dev/null 2>&1; then
   timeout 1800 "$RUNTIME" pull "$IMAGE" >/dev/null 2>"$err" \
     || fail "image $IMAGE is not on $(hostname) and could not be pulled: $(last_line "$err")"
 fi
-
-# ----------------------------------------------------------- set-up steps, once per image and node
-# The steps' result is kept on the node as an image keyed by the base image's id and the
-# steps' text: a later job (or the other attempt of this one) starts from it at no cost.
-base_id=$(timeout 60 "$RUNTIME" image inspect --format '{{.Id}}' "$IMAGE" 2>"$err") \
-  || fail "cannot read the id of image $IMAGE on $(hostname): $(last_line "$err")"
-SETUP_IMAGE="localhost/pdbench-setup:$(printf '%s\n%s\n' "$base_id" 117ce5be587af5e5 | sha256sum | cut -c1-16)"
-SETUP_LOG="logs/setup-node$NODE.log"
-if timeout 60 "$RUNTIME" image inspect "$SETUP_IMAGE" >/dev/null 2>&1; then
-  echo "pdbench: node $NODE: set-up steps: cache hit, $SETUP_IMAGE" | tee -a "$RUN_DIR/$SETUP_LOG" >&2
-else
-  started=$SECONDS
-  builder="pdbench_setup_${SLURM_JOB_ID}_${NODE}"
-  timeout 60 "$RUNTIME" rm -f "$builder" >/dev/null 2>&1 || true
-  timeout 120 "$RUNTIME" run -d --name "$builder" --label "pdbench.job=$SLURM_JOB_ID" --entrypoint "" \
-    --network host "$IMAGE" sleep infinity >/dev/null 2>"$err" \
-    || fail "cannot start a container of $IMAGE for the set-up steps on $(hostname): $(last_line "$err")"
-  # shellcheck disable=SC2317  # called from the trap
-  cleanup_builder() { timeout 60 "$RUNTIME" rm -f "$builder" >/dev/null 2>&1 || true; rm -f "$err"; }
-  trap cleanup_builder EXIT
-  echo "pdbench: node $NODE: set-up step nixl-ucx-error-handling-none" >>"$RUN_DIR/$SETUP_LOG"
-  rc=0
-  # shellcheck disable=SC2016  # the step's script expands in the container, not here
-  timeout 1800 "$RUNTIME" exec "$builder" bash -euo pipefail -c 'api=$(python3 -c '"'"'import nixl_rocm._api as m; print(m.__file__)'"'"' 2>/dev/null \
-  || python3 -c '"'"'import rixl._api as m; print(m.__file__)'"'"')
-grep -q ucx_error_handling_mode "$api" \
-  || sed -i '"'"'/self\.create_backend(bknd, init)/i\                init["ucx_error_handling_mode"] = "none"'"'"' "$api"
-grep -q ucx_error_handling_mode "$api"
-' >>"$RUN_DIR/$SETUP_LOG" 2>&1 \
-    || rc=$?
-  [ "$rc" = 0 ] || fail "set-up step 'nixl-ucx-error-handling-none' failed on $(hostname) (exit $rc)" "$SETUP_LOG"
-  timeout 600 "$RUNTIME" commit "$builder" "$SETUP_IMAGE" >/dev/null 2>"$err" \
-    || fail "cannot keep the result of the set-up steps as $SETUP_IMAGE on $(hostname): $(last_line "$err")"
-  cleanup_builder
-  trap 'rm -f "$err"' EXIT
-  echo "pdbench: node $NODE: set-up steps ran in $((SECONDS - started)) s; kept as $SETUP_IMAGE" \
-    | tee -a "$RUN_DIR/$SETUP_LOG" >&2
-fi
-IMAGE=$SETUP_IMAGE
 
 # pdbench runs inside the image from the shared tree: its dependencies, and the KV
 # connector's package, must import there (a stock vLLM image may lack them; set-up steps

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-1p2d-nixl · fingerprint debe503147c9237f
+# pdbench node script · recipe dsr1-fp8-h200-nixl-1p2d · fingerprint b470a54980a70dd3
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
@@ -13,10 +13,9 @@ PDBENCH_PYTHON="${PDBENCH_PYTHON:-python3}"
 export PDBENCH_PYTHON
 export HF_HUB_CACHE=/lustre/shared/hf-cache
 export HF_HUB_OFFLINE=1
-export UCX_LOG_LEVEL=warn
 export IBDEVICES=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7
 
-# prefill-0: prefill worker 0 on node 0, port 2584, 8 device(s)
+# prefill-0: prefill worker 0 on node 0, port 8100, 8 device(s)
 proc_prefill_0() {
   # RDMA devices, GID index and QoS of this node (TCP settings when there is no RDMA).
   # Assigned first, so that a failing detection fails the node (set -e) instead of
@@ -24,29 +23,26 @@ proc_prefill_0() {
   local nic_env
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
-  export VLLM_ROCM_USE_AITER=1
-  export VLLM_ROCM_USE_AITER_MOE=1
-  export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
   export VLLM_ENGINE_READY_TIMEOUT_S=3600
-  export UCX_LOG_LEVEL=warn
   export IBDEVICES=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
   exec vllm serve deepseek-ai/DeepSeek-R1-0528 \
-    --port 2584 \
-    --served-model-name deepseek-r1-0528-fp8 \
-    --max-model-len 16384 \
+    --port 8100 \
+    --served-model-name deepseek-r1-0528-fp8-nvidia \
+    --max-model-len 10240 \
     --tensor-parallel-size 8 \
+    --enable-expert-parallel \
     --trust-remote-code \
-    --block-size 1 \
     --gpu-memory-utilization 0.85 \
-    --max-num-batched-tokens 32768 \
-    --max-num-seqs 64 \
     --kv-cache-dtype fp8 \
+    --max-num-batched-tokens 32768 \
+    --max-num-seqs 16 \
+    --block-size 256 \
     --no-enable-prefix-caching \
     --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_buffer_device":"cuda","kv_load_failure_policy":"fail"}'
 }
 
-# decode-0: decode worker 0 on node 1, port 2584, 8 device(s)
+# decode-0: decode worker 0 on node 1, port 8200, 8 device(s)
 proc_decode_0() {
   # RDMA devices, GID index and QoS of this node (TCP settings when there is no RDMA).
   # Assigned first, so that a failing detection fails the node (set -e) instead of
@@ -54,31 +50,27 @@ proc_decode_0() {
   local nic_env
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
-  export VLLM_ROCM_USE_AITER=1
-  export VLLM_ROCM_USE_AITER_MOE=1
-  export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
   export VLLM_ENGINE_READY_TIMEOUT_S=3600
-  export UCX_LOG_LEVEL=warn
   export IBDEVICES=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5608
   exec vllm serve deepseek-ai/DeepSeek-R1-0528 \
-    --port 2584 \
-    --served-model-name deepseek-r1-0528-fp8 \
-    --max-model-len 16384 \
+    --port 8200 \
+    --served-model-name deepseek-r1-0528-fp8-nvidia \
+    --max-model-len 10240 \
     --tensor-parallel-size 8 \
     --enable-expert-parallel \
     --trust-remote-code \
-    --block-size 1 \
-    --gpu-memory-utilization 0.85 \
-    --max-num-seqs 256 \
+    --gpu-memory-utilization 0.9 \
     --kv-cache-dtype fp8 \
+    --max-num-batched-tokens 256 \
+    --max-num-seqs 256 \
+    --block-size 256 \
     --no-enable-prefix-caching \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
-    --all2all-backend mori_low_latency \
     --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_buffer_device":"cuda","kv_load_failure_policy":"fail"}'
 }
 
-# decode-1: decode worker 1 on node 2, port 2584, 8 device(s)
+# decode-1: decode worker 1 on node 2, port 8200, 8 device(s)
 proc_decode_1() {
   # RDMA devices, GID index and QoS of this node (TCP settings when there is no RDMA).
   # Assigned first, so that a failing detection fails the node (set -e) instead of
@@ -86,27 +78,23 @@ proc_decode_1() {
   local nic_env
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
-  export VLLM_ROCM_USE_AITER=1
-  export VLLM_ROCM_USE_AITER_MOE=1
-  export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
   export VLLM_ENGINE_READY_TIMEOUT_S=3600
-  export UCX_LOG_LEVEL=warn
   export IBDEVICES=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5616
   exec vllm serve deepseek-ai/DeepSeek-R1-0528 \
-    --port 2584 \
-    --served-model-name deepseek-r1-0528-fp8 \
-    --max-model-len 16384 \
+    --port 8200 \
+    --served-model-name deepseek-r1-0528-fp8-nvidia \
+    --max-model-len 10240 \
     --tensor-parallel-size 8 \
     --enable-expert-parallel \
     --trust-remote-code \
-    --block-size 1 \
-    --gpu-memory-utilization 0.85 \
-    --max-num-seqs 256 \
+    --gpu-memory-utilization 0.9 \
     --kv-cache-dtype fp8 \
+    --max-num-batched-tokens 256 \
+    --max-num-seqs 256 \
+    --block-size 256 \
     --no-enable-prefix-caching \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
-    --all2all-backend mori_low_latency \
     --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_buffer_device":"cuda","kv_load_failure_policy":"fail"}'
 }
 
@@ -120,9 +108,102 @@ proc_proxy() {
     --request-timeout-s 600 \
     --stream-idle-timeout-s 300 \
     --timings-dir "${RUN_DIR}/proxy-timings" \
-    --prefill "http://${PDBENCH_NODE_0_ADDR}:2584" \
-    --decode "http://${PDBENCH_NODE_1_ADDR}:2584" \
-    --decode "http://${PDBENCH_NODE_2_ADDR}:2584"
+    --prefill "http://${PDBENCH_NODE_0_ADDR}:8100" \
+    --decode "http://${PDBENCH_NODE_1_ADDR}:8200" \
+    --decode "http://${PDBENCH_NODE_2_ADDR}:8200"
+}
+
+# aggregated-0: aggregated worker 0 on node 0, port 8300, 8 device(s)
+proc_aggregated_0() {
+  # RDMA devices, GID index and QoS of this node (TCP settings when there is no RDMA).
+  # Assigned first, so that a failing detection fails the node (set -e) instead of
+  # leaving UCX/NCCL on their defaults.
+  local nic_env
+  nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
+  eval "$nic_env"
+  export VLLM_ENGINE_READY_TIMEOUT_S=3600
+  export IBDEVICES=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7
+  exec vllm serve deepseek-ai/DeepSeek-R1-0528 \
+    --port 8300 \
+    --served-model-name deepseek-r1-0528-fp8-nvidia \
+    --max-model-len 10240 \
+    --tensor-parallel-size 8 \
+    --enable-expert-parallel \
+    --trust-remote-code \
+    --kv-cache-dtype fp8 \
+    --compilation-config '{"pass_config":{"fuse_allreduce_rms":true,"eliminate_noops":true}}' \
+    --no-enable-prefix-caching \
+    --max-cudagraph-capture-size 2048 \
+    --max-num-batched-tokens 8192 \
+    --gpu-memory-utilization 0.9 \
+    --max-num-seqs 256
+}
+
+# aggregated-1: aggregated worker 1 on node 1, port 8300, 8 device(s)
+proc_aggregated_1() {
+  # RDMA devices, GID index and QoS of this node (TCP settings when there is no RDMA).
+  # Assigned first, so that a failing detection fails the node (set -e) instead of
+  # leaving UCX/NCCL on their defaults.
+  local nic_env
+  nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
+  eval "$nic_env"
+  export VLLM_ENGINE_READY_TIMEOUT_S=3600
+  export IBDEVICES=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7
+  exec vllm serve deepseek-ai/DeepSeek-R1-0528 \
+    --port 8300 \
+    --served-model-name deepseek-r1-0528-fp8-nvidia \
+    --max-model-len 10240 \
+    --tensor-parallel-size 8 \
+    --enable-expert-parallel \
+    --trust-remote-code \
+    --kv-cache-dtype fp8 \
+    --compilation-config '{"pass_config":{"fuse_allreduce_rms":true,"eliminate_noops":true}}' \
+    --no-enable-prefix-caching \
+    --max-cudagraph-capture-size 2048 \
+    --max-num-batched-tokens 8192 \
+    --gpu-memory-utilization 0.9 \
+    --max-num-seqs 256
+}
+
+# aggregated-2: aggregated worker 2 on node 2, port 8300, 8 device(s)
+proc_aggregated_2() {
+  # RDMA devices, GID index and QoS of this node (TCP settings when there is no RDMA).
+  # Assigned first, so that a failing detection fails the node (set -e) instead of
+  # leaving UCX/NCCL on their defaults.
+  local nic_env
+  nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
+  eval "$nic_env"
+  export VLLM_ENGINE_READY_TIMEOUT_S=3600
+  export IBDEVICES=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7
+  exec vllm serve deepseek-ai/DeepSeek-R1-0528 \
+    --port 8300 \
+    --served-model-name deepseek-r1-0528-fp8-nvidia \
+    --max-model-len 10240 \
+    --tensor-parallel-size 8 \
+    --enable-expert-parallel \
+    --trust-remote-code \
+    --kv-cache-dtype fp8 \
+    --compilation-config '{"pass_config":{"fuse_allreduce_rms":true,"eliminate_noops":true}}' \
+    --no-enable-prefix-caching \
+    --max-cudagraph-capture-size 2048 \
+    --max-num-batched-tokens 8192 \
+    --gpu-memory-utilization 0.9 \
+    --max-num-seqs 256
+}
+
+# proxy-aggregated: proxy of the aggregated baseline on node 0, port 30000
+proc_proxy_aggregated() {
+  exec "${PDBENCH_PYTHON}" -m harness proxy \
+    --host 127.0.0.1 \
+    --port 30000 \
+    --connector none \
+    --policy round_robin \
+    --request-timeout-s 600 \
+    --stream-idle-timeout-s 300 \
+    --timings-dir "${RUN_DIR}/proxy-timings" \
+    --aggregated "http://${PDBENCH_NODE_0_ADDR}:8300" \
+    --aggregated "http://${PDBENCH_NODE_1_ADDR}:8300" \
+    --aggregated "http://${PDBENCH_NODE_2_ADDR}:8300"
 }
 
 # bench: benchmark client on node 0, through the proxy
@@ -130,9 +211,19 @@ proc_bench() {
   exec "${PDBENCH_PYTHON}" -m harness bench \
     --config "${RUN_DIR}/bench.json" \
     --result-dir "${RUN_DIR}" \
-    --scrape "prefill-0=prefill@http://${PDBENCH_NODE_0_ADDR}:2584" \
-    --scrape "decode-0=decode@http://${PDBENCH_NODE_1_ADDR}:2584" \
-    --scrape "decode-1=decode@http://${PDBENCH_NODE_2_ADDR}:2584"
+    --scrape "prefill-0=prefill@http://${PDBENCH_NODE_0_ADDR}:8100" \
+    --scrape "decode-0=decode@http://${PDBENCH_NODE_1_ADDR}:8200" \
+    --scrape "decode-1=decode@http://${PDBENCH_NODE_2_ADDR}:8200"
+}
+
+# bench-aggregated: benchmark client on node 0, through the aggregated baseline's proxy
+proc_bench_aggregated() {
+  exec "${PDBENCH_PYTHON}" -m harness bench \
+    --config "${RUN_DIR}/bench-aggregated.json" \
+    --result-dir "${RUN_DIR}" \
+    --scrape "aggregated-0=aggregated@http://${PDBENCH_NODE_0_ADDR}:8300" \
+    --scrape "aggregated-1=aggregated@http://${PDBENCH_NODE_1_ADDR}:8300" \
+    --scrape "aggregated-2=aggregated@http://${PDBENCH_NODE_2_ADDR}:8300"
 }
 
 # The node's own check that pdbench runs here at all; a failure is recorded as the node's
@@ -182,7 +273,12 @@ case "${1:-node}" in
       decode-0) proc_decode_0 ;;
       decode-1) proc_decode_1 ;;
       proxy) proc_proxy ;;
+      aggregated-0) proc_aggregated_0 ;;
+      aggregated-1) proc_aggregated_1 ;;
+      aggregated-2) proc_aggregated_2 ;;
+      proxy-aggregated) proc_proxy_aggregated ;;
       bench) proc_bench ;;
+      bench-aggregated) proc_bench_aggregated ;;
       *) echo "server.sh: unknown process '${2:-}'" >&2; exit 2 ;;
     esac
     ;;
