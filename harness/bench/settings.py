@@ -83,7 +83,7 @@ class BenchmarkSettings(BaseModel):
         default_factory=list,
         description="Several (isl, osl[, range_ratio]) shapes instead of isl/osl, each with its own "
         "concurrency sweep against the same servers, in this order; result files then carry "
-        "_isl_<I>_osl_<O> in their names. On the command line: ISLxOSL[xRANGE_RATIO], comma-separated.",
+        "_isl_<I>_osl_<O> in their names. On the command line: ISLxOSL[xRANGE_RATIO].",
         examples=[[{"isl": 1024, "osl": 1024}, {"isl": 8192, "osl": 1024, "range_ratio": 0.8}]],
         json_schema_extra=_cli(cli_format="csv", cli_default="none"),
     )
