@@ -185,3 +185,65 @@ def test_target_and_request_bytes():
     assert (s.port, s.host_header) == (443, "example.com") and s.ssl is not None
     with pytest.raises(ValueError):
         Target.from_url("ftp://x/")
+
+
+def _per_chunk(raw: bytes, t0: float = 10.0, step: float = 0.01) -> list[tuple[bytes, float]]:
+    """The response as a streamed decode delivers it: the head, then one chunk per read."""
+    head_end = raw.index(b"\r\n\r\n") + 4
+    feeds, pos, t = [(raw[:head_end], t0)], head_end, t0
+    while pos < len(raw):
+        eol = raw.index(b"\r\n", pos)
+        size = int(raw[pos:eol].split(b";")[0], 16)
+        end = eol + 2 + size + 2 if size else len(raw)
+        t += step
+        feeds.append((raw[pos:end], t))
+        pos = end
+    return feeds
+
+
+CHAT_ROLE = _event({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant"}}]})
+CHAT_TOK = _event({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": " x"}}]})
+
+
+@pytest.mark.parametrize(
+    ("events", "chat"),
+    [
+        ((_tok(), _tok(), _tok(), USAGE, DONE), False),
+        ((_tok(), _event({"error": {"message": "KV transfer failed"}}), _tok(), DONE), False),
+        ((_tok(), b"data: {oops\n\n", DONE), False),
+        ((_tok(), b"data: 42\n\n", DONE), False),
+        ((_tok(" error"), _tok(" usage"), DONE), False),
+        ((_tok(), _tok() + _tok(), b": comment\n" + _tok(), _tok().replace(b"\n", b"\r\n"), DONE), False),
+        ((CHAT_ROLE, CHAT_TOK, CHAT_TOK, DONE), True),
+        ((_tok(),), False),
+    ],
+)
+def test_one_event_per_read_parses_as_the_general_path(events, chat):
+    """A decode streams one event per read, which takes the parser's fast path; whatever the
+    events hold, the outcome is the general path's (fed event by event through it)."""
+    raw = _response(_chunked(*events))
+    fast, fex, fdone = _run(_per_chunk(raw), chat=chat)
+    # The same reads with a chunk extension never take the fast path.
+    slow_raw = raw.replace(b"\r\n" + b"data", b";x=1\r\n" + b"data")
+    slow, sex, sdone = _run(_per_chunk(slow_raw), chat=chat)
+    assert (fdone, fex.failure, fast.success, fast.error) == (sdone, sex.failure, slow.success, slow.error)
+    assert (fast.output_tokens, fast.ttft, fast.itl, fex.chunks) == (
+        slow.output_tokens,
+        slow.ttft,
+        slow.itl,
+        sex.chunks,
+    )
+
+
+def test_one_event_per_read_takes_the_fast_path(monkeypatch):
+    taken = []
+    real = _Exchange._one_chunk
+
+    def spy(self, data, now):
+        taken.append(real(self, data, now))
+        return taken[-1]
+
+    monkeypatch.setattr(_Exchange, "_one_chunk", spy)
+    out, _, done = _run(_per_chunk(_response(_chunked(_tok(), _tok(), _tok(), USAGE, DONE))))
+    assert done and out.success and out.itl == pytest.approx([0.01, 0.01])
+    assert taken[:3] == [True, True, True] and not any(taken[3:])  # usage and [DONE]: general path

@@ -12,13 +12,30 @@ from transformers import AutoTokenizer
 from harness import tiny_model
 from harness.bench.config import BenchConfig
 from harness.bench.dataset import length_bounds, sample_requests
+from harness.bench.tokenizer import load_tokenizer
 
 pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture(scope="module")
-def tok(tmp_path_factory):
-    return AutoTokenizer.from_pretrained(str(tiny_model.build(tmp_path_factory.mktemp("tok") / "m")))
+def model_dir(tmp_path_factory):
+    return str(tiny_model.build(tmp_path_factory.mktemp("tok") / "m"))
+
+
+@pytest.fixture(scope="module")
+def tok(model_dir):
+    """The server's view of the prompts (transformers), which the tests check against."""
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
+@pytest.fixture(scope="module")
+def ptok(model_dir, tmp_path_factory):
+    """The sampler's tokenizer, as a run reads it: from the cache (the tokenizers library)."""
+    cache = tmp_path_factory.mktemp("cache")
+    load_tokenizer(model_dir, cache)
+    t = load_tokenizer(model_dir, cache)
+    assert t.source == "cache"
+    return t
 
 
 def test_length_bounds():
@@ -38,8 +55,8 @@ def test_length_bounds():
         ("inferencex", 1.0, (96, 96), (16, 16)),
     ],
 )
-def test_exact_prompt_lengths(tok, convention, ratio, in_bounds, out_bounds):
-    reqs = sample_requests(tok, 60, 96, 16, ratio, convention, np.random.default_rng(1))
+def test_exact_prompt_lengths(tok, ptok, convention, ratio, in_bounds, out_bounds):
+    reqs = sample_requests(ptok, 60, 96, 16, ratio, convention, np.random.default_rng(1))
     special = set(tok.all_special_ids) | set(tok.get_added_vocab().values())
     for r in reqs:
         ids = tok(r.prompt).input_ids
@@ -51,9 +68,9 @@ def test_exact_prompt_lengths(tok, convention, ratio, in_bounds, out_bounds):
         assert len({r.prompt_len for r in reqs}) > 5
 
 
-def test_reproducible_with_seed(tok):
+def test_reproducible_with_seed(ptok):
     def sample(seed):
-        return sample_requests(tok, 8, 64, 8, 0.5, "inferencex", np.random.default_rng(seed))
+        return sample_requests(ptok, 8, 64, 8, 0.5, "inferencex", np.random.default_rng(seed))
 
     assert sample(7) == sample(7)
     assert [r.prompt for r in sample(7)] != [r.prompt for r in sample(8)]
@@ -93,13 +110,13 @@ def test_config_defaults_and_validation():
             _cfg(**bad)
 
 
-def test_shared_prefix_is_exact_and_shared(tok):
+def test_shared_prefix_is_exact_and_shared(tok, ptok):
     from harness.bench.dataset import make_prefix
 
-    prefix = make_prefix(tok, 40, np.random.default_rng(3))
+    prefix = make_prefix(ptok, 40, np.random.default_rng(3))
     pids = tok.encode(prefix, add_special_tokens=False)
-    assert len(pids) == 40 and make_prefix(tok, 0, np.random.default_rng(3)) == ""
-    reqs = sample_requests(tok, 30, 64, 8, 0.5, "inferencex", np.random.default_rng(4), prefix=prefix, prefix_len=40)
+    assert len(pids) == 40 and make_prefix(ptok, 0, np.random.default_rng(3)) == ""
+    reqs = sample_requests(ptok, 30, 64, 8, 0.5, "inferencex", np.random.default_rng(4), prefix=prefix, prefix_len=40)
     n_special = tok.num_special_tokens_to_add()
     for r in reqs:
         ids = tok(r.prompt).input_ids
@@ -107,16 +124,16 @@ def test_shared_prefix_is_exact_and_shared(tok):
         assert ids[n_special : n_special + 40] == pids and r.prompt.startswith(prefix)
 
 
-def test_prompt_files(tok, tmp_path):
+def test_prompt_files(tok, ptok, tmp_path):
     from harness.bench.dataset import DatasetError, load_records, sample_file_requests
 
     f = tmp_path / "p.jsonl"
     f.write_text('{"prompt": "one two", "output_len": 5}\n{"prompt": "three"}\n')
     recs = load_records(f, "jsonl")
-    reqs = sample_file_requests(tok, recs, 5, 9, np.random.default_rng(0))  # cycles through the 2 records
+    reqs = sample_file_requests(ptok, recs, 5, 9, np.random.default_rng(0))  # cycles through the 2 records
     assert sorted((r.prompt, r.output_len) for r in reqs[:2]) == [("one two", 5), ("three", 9)]
     assert len(reqs) == 5 and all(r.prompt_len == len(tok(r.prompt).input_ids) for r in reqs)
-    assert reqs == sample_file_requests(tok, recs, 5, 9, np.random.default_rng(0))  # seeded
+    assert reqs == sample_file_requests(ptok, recs, 5, 9, np.random.default_rng(0))  # seeded
 
     for text, msg in [
         ('{"prompt": 3}', ":1: needs a non-empty string 'prompt'"),
@@ -146,12 +163,12 @@ def test_prompt_files(tok, tmp_path):
     )
     recs = load_records(g, "sharegpt")
     assert len(recs) == 2
-    reqs = sample_file_requests(tok, recs, 3, 9, np.random.default_rng(1))
+    reqs = sample_file_requests(ptok, recs, 3, 9, np.random.default_rng(1))
     assert {r.prompt for r in reqs} == {"what is a fox"}
     assert all(r.output_len == len(tok("a small wild dog").input_ids) for r in reqs)
     g.write_text(json.dumps([{"conversations": [{"from": "human", "value": "x"}, {"from": "gpt", "value": "y"}]}]))
     with pytest.raises(DatasetError, match="length filter"):
-        sample_file_requests(tok, load_records(g, "sharegpt"), 1, 9, np.random.default_rng(1))
+        sample_file_requests(ptok, load_records(g, "sharegpt"), 1, 9, np.random.default_rng(1))
 
 
 def test_config_dataset_and_new_fields():
@@ -170,3 +187,43 @@ def test_config_dataset_and_new_fields():
     ):
         with pytest.raises(ValidationError):
             _cfg(**bad)
+
+
+@pytest.mark.parametrize("add_bos", [None, True, False])
+def test_prompt_tokenizer_counts_as_the_server_does(tmp_path, add_bos):
+    """Encode, the count with special tokens, the special-token count and the ids a prompt may
+    use are transformers' (what vLLM's server counts), built through transformers the first
+    time and read from the cache (tokenizers alone) the next; a change to the tokenizer's
+    files is a new cache entry, a damaged entry is rebuilt."""
+    model = tiny_model.build(tmp_path / "m")
+    cfg_file = model / "tokenizer_config.json"
+    cfg = json.loads(cfg_file.read_text())
+    cfg.pop("add_bos_token", None)
+    if add_bos is not None:
+        cfg["add_bos_token"] = add_bos
+    cfg_file.write_text(json.dumps(cfg))
+    hf = AutoTokenizer.from_pretrained(str(model))
+    cache = tmp_path / "cache"
+    built = load_tokenizer(str(model), cache)
+    read = load_tokenizer(str(model), cache)
+    assert (built.source, read.source) == ("transformers", "cache")
+    texts = ["hello world", "the quick brown fox jumps over the lazy dog " * 5, "<|pad|> a b"]
+    banned = set(hf.all_special_ids) | set(hf.get_added_vocab().values())
+    want = [i for i in range(hf.vocab_size) if i not in banned]
+    for ours in (built, read):
+        for text in texts:
+            assert ours.encode(text) == hf.encode(text, add_special_tokens=False)
+            assert ours.count(text) == len(hf(text).input_ids)
+            assert ours.decode(ours.encode(text)) == hf.decode(hf.encode(text, add_special_tokens=False))
+        assert ours.num_special == hf.num_special_tokens_to_add()
+        assert ours.allowed_ids().tolist() == want
+    (entry,) = (cache / "tokenizers").iterdir()
+    cfg["model_max_length"] = 2048
+    cfg_file.write_text(json.dumps(cfg))
+    assert load_tokenizer(str(model), cache).source == "transformers"  # new files, new entry
+    assert len(list((cache / "tokenizers").iterdir())) == 2
+    entry.write_text("{not json")
+    cfg["model_max_length"] = 4096
+    cfg_file.write_text(json.dumps(cfg))
+    assert load_tokenizer(str(model), cache).source == "transformers"  # rebuilt
+    assert load_tokenizer(str(model), cache).source == "cache"

@@ -52,11 +52,12 @@ def _app():
     return app
 
 
-def test_sweep_counts_failures_and_writes_named_files(model_dir, tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sweep_counts_failures_and_writes_named_files(model_dir, tmp_path, workers):
     # Arrival numbers: C=1 warmups 0-1, measured 2-5; C=2 warmups 6-9, measured 10-13.
     failures = {3: "500", 12: "midstream", 0: "500"}  # 0 is a warmup: not counted
     with FakeServer(policy=lambda n, body: failures.get(n)) as srv:
-        cfg = _cfg(model_dir, tmp_path, srv.base_url)
+        cfg = _cfg(model_dir, tmp_path, srv.base_url, workers=workers)
         paths = run_sweep(cfg)
         bodies = list(srv.bodies)
 
@@ -118,9 +119,12 @@ def test_existing_result_is_not_overwritten(model_dir, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [existing.name]
 
 
-def test_request_timeout_fails_instead_of_hanging(model_dir, tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_request_timeout_fails_instead_of_hanging(model_dir, tmp_path, workers):
     with FakeServer(policy=lambda n, b: "hang" if n % 2 else None) as srv:
-        cfg = _cfg(model_dir, tmp_path, srv.base_url, concurrency=[2], num_warmups=0, request_timeout_s=0.5)
+        cfg = _cfg(
+            model_dir, tmp_path, srv.base_url, workers=workers, concurrency=[2], num_warmups=0, request_timeout_s=0.5
+        )
         t0 = time.monotonic()
         (out,) = run_sweep_detailed(cfg)
         assert time.monotonic() - t0 < 10
@@ -129,10 +133,18 @@ def test_request_timeout_fails_instead_of_hanging(model_dir, tmp_path):
     assert all("request_timeout_s=0.5" in e for e in result["errors"])
 
 
-def test_point_timeout_keeps_finished_requests(model_dir, tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_point_timeout_keeps_finished_requests(model_dir, tmp_path, workers):
     with FakeServer(policy=lambda n, b: "hang" if n == 1 else None) as srv:
         cfg = _cfg(
-            model_dir, tmp_path, srv.base_url, concurrency=[1], num_prompts=3, num_warmups=0, point_timeout_s=1.0
+            model_dir,
+            tmp_path,
+            srv.base_url,
+            workers=workers,
+            concurrency=[1],
+            num_prompts=3,
+            num_warmups=0,
+            point_timeout_s=1.0,
         )
         t0 = time.monotonic()
         (out,) = run_sweep_detailed(cfg)
@@ -160,11 +172,14 @@ def test_truncated_stream_and_connection_refused_fail(model_dir, tmp_path):
     assert out.failed == 4 and "Connect" in json.loads(out.path.read_text())["errors"][0]
 
 
-def test_error_mid_stream_fails_the_request_at_once(model_dir, tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_error_mid_stream_fails_the_request_at_once(model_dir, tmp_path, workers):
     with FakeServer(policy=lambda n, b: "error_then_more") as srv:
         t0 = time.monotonic()
         (out,) = run_sweep_detailed(
-            _cfg(model_dir, tmp_path, srv.base_url, concurrency=[2], num_warmups=0, request_timeout_s=30)
+            _cfg(
+                model_dir, tmp_path, srv.base_url, workers=workers, concurrency=[2], num_warmups=0, request_timeout_s=30
+            )
         )
         assert time.monotonic() - t0 < 10  # not the request timeout
     result = json.loads(out.path.read_text())
@@ -172,13 +187,15 @@ def test_error_mid_stream_fails_the_request_at_once(model_dir, tmp_path):
     assert all("error in stream:" in e and "injected error, stream goes on" in e for e in result["errors"])
 
 
-def test_target_death_by_health_check_stops_at_once(model_dir, tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_target_death_by_health_check_stops_at_once(model_dir, tmp_path, workers):
     # Requests 0 and 1 finish; the rest hang until the target is declared dead.
     with FakeServer(policy=lambda n, b: "hang" if n >= 2 else None) as srv:
         cfg = _cfg(
             model_dir,
             tmp_path,
             srv.base_url,
+            workers=workers,
             concurrency=[2, 4],
             num_prompts=6,
             num_warmups=0,
@@ -198,7 +215,8 @@ def test_target_death_by_health_check_stops_at_once(model_dir, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == [first.path.name]
 
 
-def test_target_death_by_server_pid_stops_at_once(model_dir, tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_target_death_by_server_pid_stops_at_once(model_dir, tmp_path, workers):
     server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         with FakeServer(policy=lambda n, b: "hang") as srv:
@@ -206,6 +224,7 @@ def test_target_death_by_server_pid_stops_at_once(model_dir, tmp_path):
                 model_dir,
                 tmp_path,
                 srv.base_url,
+                workers=workers,
                 concurrency=[2],
                 num_warmups=0,
                 server_pids=[server.pid],
@@ -240,10 +259,18 @@ def test_health_route_absent_means_no_checks(model_dir, tmp_path, capsys):
     assert "no health checks against this target" in capsys.readouterr().err
 
 
-def test_total_timeout_keeps_partial_results(model_dir, tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_total_timeout_keeps_partial_results(model_dir, tmp_path, workers):
     with FakeServer(policy=lambda n, b: "hang" if n == 1 else None) as srv:
         cfg = _cfg(
-            model_dir, tmp_path, srv.base_url, concurrency=[1, 2], num_prompts=3, num_warmups=0, total_timeout_s=1.0
+            model_dir,
+            tmp_path,
+            srv.base_url,
+            workers=workers,
+            concurrency=[1, 2],
+            num_prompts=3,
+            num_warmups=0,
+            total_timeout_s=1.0,
         )
         t0 = time.monotonic()
         first, second = run_sweep_detailed(cfg)
@@ -256,9 +283,12 @@ def test_total_timeout_keeps_partial_results(model_dir, tmp_path):
     assert second.path is None and second.error == f"not run: {reason}"
 
 
-def test_chat_endpoint_and_poisson_rate(model_dir, tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_chat_endpoint_and_poisson_rate(model_dir, tmp_path, workers):
     with FakeServer() as srv:
-        cfg = _cfg(model_dir, tmp_path, srv.base_url, endpoint="chat", concurrency=[2], request_rate=200)
+        cfg = _cfg(
+            model_dir, tmp_path, srv.base_url, workers=workers, endpoint="chat", concurrency=[2], request_rate=200
+        )
         (out,) = run_sweep_detailed(cfg)
         assert all("messages" in b and "prompt" not in b for b in srv.bodies)
     assert out.ok and out.path.name == "concurrency_2_req_rate_200_gpus_3_ctx_1_gen_2.json"
@@ -534,3 +564,66 @@ def test_one_openai_server_without_a_gpu_split(model_dir, tmp_path):
     ma, mb = (json.loads(p.read_text())["metadata"] for p in (a, b))
     assert (ma["disagg"], ma["gpu_split"], ma["pdbench_version"]) == (False, "unknown", __version__)
     assert (mb["disagg"], mb["gpus"]) == (False, 8) and "prefill_gpus" not in mb
+
+
+def _load_workers() -> list:
+    import psutil
+
+    return [p for p in psutil.Process().children() if "spawn_main" in " ".join(p.cmdline())]
+
+
+def test_load_worker_death_keeps_the_others_results_and_stops(model_dir, tmp_path):
+    """One of two load processes is killed mid-point: the other's finished requests are
+    kept, every other request fails naming the dead worker (its own finished ones died with
+    it), the points left are not run, nothing waits for a timeout and no load process
+    outlives the sweep."""
+    with FakeServer(policy=lambda n, b: "hang" if n >= 4 else None) as srv:
+        cfg = _cfg(
+            model_dir,
+            tmp_path,
+            srv.base_url,
+            workers=2,
+            concurrency=[2, 4],
+            num_prompts=8,
+            num_warmups=0,
+            request_timeout_s=60,
+        )
+
+        def kill_one() -> None:
+            deadline = time.monotonic() + 20
+            while len(srv.bodies) < 5 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            _load_workers()[0].kill()
+
+        threading.Thread(target=kill_one, daemon=True).start()
+        t0 = time.monotonic()
+        first, second = run_sweep_detailed(cfg)
+        assert time.monotonic() - t0 < 15
+    assert "load worker" in first.error and "exited with -9" in first.error, first.error
+    result = json.loads(first.path.read_text())
+    assert result["stop_reason"] == first.error
+    assert result["completed"] >= 1 and result["completed"] + result["failed"] == 8
+    assert all(e == first.error for e in result["errors"])
+    assert len(result["ttfts"]) == len(result["input_lens"]) == 8 and result["input_lens"] == [32] * 8
+    assert second.path is None and second.error == f"not run: {first.error}"
+    assert _load_workers() == []
+
+
+def test_several_load_processes_merge_raw_samples(model_dir, tmp_path):
+    """Two load processes: one result with every request's own samples (so percentiles are
+    exact), never more than the concurrency in flight across both, and the client's report."""
+    with FakeServer() as srv:
+        cfg = _cfg(model_dir, tmp_path, srv.base_url, workers=2, concurrency=[3], num_prompts=12, num_warmups=2)
+        (out,) = run_sweep_detailed(cfg)
+        assert len(srv.bodies) == 14
+    r = json.loads(out.path.read_text())
+    assert out.ok and (r["completed"], r["failed"]) == (12, 0)
+    assert r["max_concurrent_requests"] <= 3 and r["output_lens"] == [6] * 12
+    assert all(len(itl) == 5 for itl in r["itls"]) and len(r["ttfts"]) == 12
+    import numpy as np
+
+    assert r["p99_ttft_ms"] == pytest.approx(float(np.percentile(r["ttfts"], 99)) * 1000, rel=1e-6)
+    client = r["client"]
+    assert client["workers"] == 2 and len(client["cpu_busy"]) == 2 and client["startup_cpu_s"] > 0
+    assert set(client["loop_lag_ms"]) == {"median", "p99", "max"} and isinstance(client["warnings"], list)
+    assert _load_workers() == []

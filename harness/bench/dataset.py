@@ -3,8 +3,11 @@
 Follows vLLM's `benchmarks/datasets/random.py`: sample token ids, decode to
 text, re-encode and trim/extend until the re-encoded length is the target (see
 `gen_prompt_decode_to_target_len`). Differences from vLLM, on purpose:
-- ids are sampled uniformly from the non-special vocabulary (vLLM uses a
-  consecutive run of ids), and padding ids are never special tokens;
+- ids are sampled uniformly from the vocabulary's whole-word tokens (a space and
+  letters, encoding back to themselves) when it has at least MIN_WORD_IDS of them,
+  so one decode and one encode usually give the exact length; otherwise, or when
+  that encode differs, uniformly from the non-special vocabulary (vLLM uses a
+  consecutive run of ids); padding ids are never special tokens;
 - the fix-up loop keeps going (and restarts with fresh ids) until the length is
   exact, where vLLM gives up after 10 tries and logs a mismatch;
 - `prompt_len` counts the special tokens the tokenizer adds (e.g. BOS), i.e. the
@@ -17,12 +20,17 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, cast
+from typing import Literal
 
 import numpy as np
-from transformers import PreTrainedTokenizerBase
+
+from harness.bench.tokenizer import PromptTokenizer
 
 Convention = Literal["inferencex", "vllm"]
+
+
+# Fewer word tokens than this would make prompts too alike: the general loop is used then.
+MIN_WORD_IDS = 256
 
 
 @dataclass(frozen=True)
@@ -41,14 +49,8 @@ def length_bounds(length: int, ratio: float, convention: Convention) -> tuple[in
     return max(1, low), max(1, high)
 
 
-def allowed_token_ids(tokenizer: PreTrainedTokenizerBase) -> np.ndarray:
-    """Vocabulary ids minus special and added tokens (which decode to control text)."""
-    banned = set(tokenizer.all_special_ids) | set(tokenizer.get_added_vocab().values())
-    return np.array([i for i in range(tokenizer.vocab_size) if i not in banned], dtype=np.int64)
-
-
 def exact_length_prompt(
-    tokenizer: PreTrainedTokenizerBase,
+    tokenizer: PromptTokenizer,
     target: int,
     allowed: np.ndarray,
     rng: np.random.Generator,
@@ -61,18 +63,21 @@ def exact_length_prompt(
     With `prefix`, the text goes after it: `prefix + text` encodes to the prefix's own
     ids followed by exactly `target` more, so every prompt shares the prefix's tokens.
     """
-    prefix_ids = tokenizer.encode(prefix, add_special_tokens=False) if prefix else []
+    prefix_ids = tokenizer.encode(prefix) if prefix else []
     p = len(prefix_ids)
+    words = tokenizer.word_ids()
+    if len(words) >= MIN_WORD_IDS:
+        # Whole words: decoding and re-encoding nearly always gives the same ids back.
+        ids = words[rng.integers(0, len(words), size=target)].tolist()
+        text = tokenizer.decode(ids)
+        if tokenizer.encode(prefix + text) == prefix_ids + ids:
+            return text
     for _ in range(max_restarts):
         ids = allowed[rng.integers(0, len(allowed), size=target)].tolist()
         for _ in range(max_tries):
             # Decode/re-encode may merge or split tokens; trim or pad and retry.
-            text = cast(str, tokenizer.decode(ids))
-            full = (
-                tokenizer.encode(prefix + text, add_special_tokens=False)
-                if p
-                else (tokenizer.encode(text, add_special_tokens=False))
-            )
+            text = tokenizer.decode(ids)
+            full = tokenizer.encode(prefix + text) if p else tokenizer.encode(text)
             if full[:p] != prefix_ids:
                 break  # the text merged into the prefix's last token: fresh ids
             ids = full[p:]
@@ -85,15 +90,15 @@ def exact_length_prompt(
     raise RuntimeError(f"could not build a prompt of exactly {target} tokens")
 
 
-def make_prefix(tokenizer: PreTrainedTokenizerBase, length: int, rng: np.random.Generator) -> str:
+def make_prefix(tokenizer: PromptTokenizer, length: int, rng: np.random.Generator) -> str:
     """The shared random prefix: `length` tokens of text ("" for 0)."""
     if length == 0:
         return ""
-    return exact_length_prompt(tokenizer, length, allowed_token_ids(tokenizer), rng)
+    return exact_length_prompt(tokenizer, length, tokenizer.allowed_ids(), rng)
 
 
 def sample_requests(
-    tokenizer: PreTrainedTokenizerBase,
+    tokenizer: PromptTokenizer,
     num_requests: int,
     isl: int,
     osl: int,
@@ -108,7 +113,7 @@ def sample_requests(
     prompt_len = prefix_len + the sampled input length (which counts the special tokens
     the tokenizer adds), as vLLM's --random-prefix-len adds the prefix to the input length.
     """
-    num_special = tokenizer.num_special_tokens_to_add()
+    num_special = tokenizer.num_special
     in_lo, in_hi = length_bounds(isl, range_ratio, convention)
     out_lo, out_hi = length_bounds(osl, range_ratio, convention)
     if in_lo <= num_special:
@@ -116,7 +121,7 @@ def sample_requests(
     # Lengths first, then prompts, as vLLM does: lengths do not depend on the tokenizer.
     input_lens = rng.integers(in_lo, in_hi + 1, size=num_requests)
     output_lens = rng.integers(out_lo, out_hi + 1, size=num_requests)
-    allowed = allowed_token_ids(tokenizer)
+    allowed = tokenizer.allowed_ids()
     return [
         SampleRequest(
             prompt=prefix + exact_length_prompt(tokenizer, int(n_in) - num_special, allowed, rng, prefix=prefix),
@@ -186,7 +191,7 @@ def load_records(path: str | Path, kind: Literal["jsonl", "sharegpt"]) -> list[F
 
 
 def sample_file_requests(
-    tokenizer: PreTrainedTokenizerBase,
+    tokenizer: PromptTokenizer,
     records: list[FileRecord],
     num_requests: int,
     osl: int,
@@ -203,9 +208,9 @@ def sample_file_requests(
         took = False
         for idx in rng.permutation(len(records)).tolist():
             rec = records[idx]
-            prompt_len = len(tokenizer(rec.prompt).input_ids)
+            prompt_len = tokenizer.count(rec.prompt)
             if rec.reference is not None:
-                output_len = len(tokenizer(rec.reference).input_ids)
+                output_len = tokenizer.count(rec.reference)
                 if (
                     prompt_len < SHAREGPT_MIN_LEN
                     or output_len < SHAREGPT_MIN_LEN

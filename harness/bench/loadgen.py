@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +52,7 @@ class Progress:
 class LoadRun:
     def __init__(
         self,
-        url: str,
+        url: str | Target,
         chat: bool,
         requests: Sequence[bytes],
         outs: Sequence[RequestOutput],
@@ -64,7 +64,7 @@ class LoadRun:
     ) -> None:
         """`slots`: connections to reuse (e.g. warm from the warmups), at least `concurrency`
         of them; the caller then closes them. Without, the batch opens and closes its own."""
-        self.target = Target.from_url(url)
+        self.target = url if isinstance(url, Target) else Target.from_url(url)
         self.chat = chat
         self.requests = requests
         self.outs = outs
@@ -79,15 +79,24 @@ class LoadRun:
         self._slots: list[Slot] = list(slots[: self.concurrency]) if slots is not None else []
         self._stopped: asyncio.Event | None = None
         self.t0 = 0.0
+        # Several load processes share one request counter (harness.bench.workers): `take`
+        # then hands out the next index, `on_done` sees each finished request.
+        self.take: Callable[[], int] | None = None
+        self.on_done: Callable[[RequestOutput], None] | None = None
+
+    def _take(self) -> int:
+        i = self._next
+        self._next = i + 1
+        return i
 
     async def _worker(self, slot: Slot) -> None:
         n, outs, reqs, offsets, progress = len(self.requests), self.outs, self.requests, self.offsets, self.progress
         timeout, t0 = self.request_timeout_s, self.t0
+        take, on_done = self.take or self._take, self.on_done
         while self.stop_reason is None:
-            i = self._next
+            i = take()
             if i >= n:
                 return
-            self._next = i + 1
             delay = t0 + offsets[i] - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -99,6 +108,8 @@ class LoadRun:
             progress.done += 1
             if not out.success:
                 progress.failed += 1
+            if on_done is not None:
+                on_done(out)
 
     async def run(
         self, limit_s: float | None = None, t0: float | None = None, limit_reason: str | None = None

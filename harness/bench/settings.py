@@ -141,6 +141,13 @@ class BenchmarkSettings(BaseModel):
         "(written, with stop_reason) and the points left are not run.",
         json_schema_extra=_cli(cli_default="no bound"),
     )
+    workers: PositiveInt | None = Field(
+        None,
+        description="Load-generator processes (each streams its share of the concurrency; one merged "
+        "result per point with exact percentiles). One process streams some tens of thousands of "
+        "tokens per second; see each result's client section for whether it was the limit.",
+        json_schema_extra=_cli(cli_default="one per 8 cores available, 1 to 16"),
+    )
     seed: NonNegativeInt = Field(0, description="Random seed of the prompts and the arrival gaps.")
     ignore_eos: bool = Field(True, description="Ask for exactly osl tokens, past end-of-sequence.")
     percentiles: list[float] = Field(

@@ -20,7 +20,6 @@ from typing import Any
 
 import aiohttp
 import numpy as np
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from harness import __version__, aio
 from harness.bench.client import RequestOutput, Slot, Target, build_payload
@@ -44,9 +43,11 @@ from harness.bench.results import (
 )
 from harness.bench.resume import set_aside, why_not_kept
 from harness.bench.settings import Shape
+from harness.bench.tokenizer import PromptTokenizer, load_tokenizer
 from harness.bench.ttft_breakdown import kv_transfer_ms, ttft_breakdown
 from harness.bench.validity_probe import PointProbe
 from harness.bench.watchdog import TargetDied, Watchdog
+from harness.bench.workers import LagMonitor, LoadReport, WorkerPool, default_workers
 from harness.proxy.timings import HEADER as TIMING_HEADER
 from harness.proxy.timings import read_all as read_timings
 from harness.validity import ClientCounts, unverified
@@ -56,6 +57,11 @@ from harness.validity import ClientCounts, unverified
 # (a repeat would hit the server's prefix cache and flatter TTFT). The shared
 # prefix uses concurrency 0, which no point has.
 _MAIN, _WARMUP, _ARRIVALS, _PREFIX = 0, 1, 2, 3
+
+# The client warns that it may have been the limit when its event loop's timer fired this
+# late at the 99th percentile, or a load process used this share of one core.
+LAG_WARN_P99_MS = 5.0
+BUSY_WARN = 0.9
 
 __all__ = ["PointOutcome", "TargetDied", "arrival_offsets", "run_sweep", "run_sweep_detailed"]
 
@@ -90,15 +96,19 @@ class _Sweep:
         self.shape_tag: str | None = None  # the running shape's tag in a several-shape sweep
         self.mode = pick_mode(cfg.progress)
         self.dead: str | None = None  # why the target is considered dead
-        self.current: LoadRun | None = None
+        self.current: LoadRun | WorkerPool | None = None
         self.deadline = math.inf  # perf_counter bound of the whole sweep
-        self.tokenizer: PreTrainedTokenizerBase | None = None
+        self.tokenizer: PromptTokenizer | None = None
         self.prefix = ""
         self.records: list[FileRecord] = []
         # Connections live for the whole sweep: the measured requests reuse the ones
         # the warmups opened, as vLLM's client reuses its session's pool.
         self.slots: list[Slot] = []
         self.request_ids: list[str] = []  # the last prepared batch's X-Pdbench-Id values
+        self.pool: WorkerPool | None = None  # load processes, with more than one worker
+        self.workers = 1
+        self.reports: list[LoadReport] = []  # the last batch's load processes' reports
+        self.startup_cpu_s: float | None = None  # this process's CPU time at the first batch
 
     # -- stops ----------------------------------------------------------------
 
@@ -184,6 +194,10 @@ class _Sweep:
             return outs, self.dead
         limit, reason = self._limit(point_limit)
         progress = Progress()
+        if self.startup_cpu_s is None:
+            self.startup_cpu_s = time.process_time()
+        if self.pool is not None:
+            return outs, await self._pool_batch(label, wire, outs, offsets, concurrency, progress, limit, reason)
         chat = self.cfg.endpoint == "chat"
         while len(self.slots) < concurrency:
             self.slots.append(Slot(Target.from_url(self.cfg.url), chat))
@@ -199,16 +213,50 @@ class _Sweep:
             slots=self.slots,
         )
         self.current = run
+        monitor = LagMonitor()
+        cpu0, wall0 = time.process_time(), time.perf_counter()
         # Everything allocated so far (tokenizer, prompts) is long-lived: keep the cyclic
         # GC from walking it in the middle of the batch, where a pause would be timed.
         gc.collect()
         gc.freeze()
+        # The batch makes a dict per streamed event, which would run a young-generation
+        # collection every few hundred events; nothing in it makes cycles, so the cyclic GC
+        # waits until the batch is over.
+        gc.disable()
+        monitor.start()
         try:
             async with Display(label, progress, self.mode):
                 stopped = await run.run(limit, limit_reason=reason)
         finally:
+            gc.enable()
             self.current = None
+        lags = await monitor.stop()
+        self.reports = [LoadReport(time.process_time() - cpu0, time.perf_counter() - wall0, lags)]
         return outs, stopped
+
+    async def _pool_batch(
+        self,
+        label: str,
+        wire: list[bytes],
+        outs: list[RequestOutput],
+        offsets: np.ndarray,
+        concurrency: int,
+        progress: Progress,
+        limit: float,
+        reason: str | None,
+    ) -> str | None:
+        assert self.pool is not None
+        self.current = self.pool
+        try:
+            async with Display(label, progress, self.mode):
+                stopped, self.reports = await self.pool.run_batch(
+                    wire, outs, offsets.tolist(), concurrency, self.cfg.request_timeout_s, progress, limit, reason
+                )
+        finally:
+            self.current = None
+        if self.pool.broken is not None and self.dead is None:
+            self.on_dead(self.pool.broken)  # the points left cannot run
+        return stopped
 
     # -- one point --------------------------------------------------------------
 
@@ -270,6 +318,7 @@ class _Sweep:
             log(f"C={concurrency}{self._shape_text()}: {verdict.verdict.upper()} point: {'; '.join(verdict.reasons)}")
         metrics = compute_metrics(outs, cfg.percentiles, {str(k): v for k, v in cfg.goodput.items()})
         extra: dict[str, Any] = {}
+        extra["client"] = self._client_section(concurrency)
         if cfg.proxy_timings_dir:
             records = read_timings(Path(cfg.result_dir) / cfg.proxy_timings_dir, set(self.request_ids))
             kv = kv_transfer_ms(verdict if probe is not None else None)
@@ -306,16 +355,13 @@ class _Sweep:
 
     async def run(self) -> list[PointOutcome]:
         base = self.base
-        started = time.perf_counter()
-        if base.total_timeout_s is not None:
-            self.deadline = started + base.total_timeout_s
         # Fail before sending any load rather than after a long point.
         points = self._plan_points()
         if not base.scrape:
             log("no scrape targets: every point is recorded unverified (metadata.valid null)")
         if base.dataset != "random":
             self.records = load_records(base.dataset_path, base.dataset)  # type: ignore[arg-type]
-        self.tokenizer = AutoTokenizer.from_pretrained(base.tokenizer)
+        self.tokenizer = load_tokenizer(base.tokenizer)
         if base.dataset == "random" and base.random_prefix_len:
             self.prefix = make_prefix(
                 self.tokenizer, base.random_prefix_len, np.random.default_rng([base.seed, 0, _PREFIX])
@@ -325,6 +371,15 @@ class _Sweep:
         watchdog = Watchdog(base.base_url, base.health_check_interval_s, base.server_pids, self.on_dead, log)
         async with aiohttp.ClientSession() as health_session:
             await watchdog.preflight(health_session)  # raises TargetDied: nothing was sent
+            self.workers = base.workers or default_workers(max(base.concurrency))
+            if self.workers > 1:
+                self.pool = WorkerPool(self.workers, base.url, base.endpoint == "chat")
+                await self.pool.start()
+                log(f"load generation: {self.workers} worker processes (pids {', '.join(map(str, self.pool.pids))})")
+            # The sweep's bound counts from here: loading the tokenizer and starting the load
+            # processes are bounded on their own.
+            if base.total_timeout_s is not None:
+                self.deadline = time.perf_counter() + base.total_timeout_s
             watcher = asyncio.create_task(watchdog.watch(health_session))
             try:
                 ran = 0
@@ -340,6 +395,8 @@ class _Sweep:
                 await asyncio.gather(watcher, return_exceptions=True)
                 for slot in self.slots:
                     slot.close()
+                if self.pool is not None:
+                    await self.pool.close()
         return outcomes
 
     def _plan_points(self) -> list[_Point]:
@@ -375,6 +432,40 @@ class _Sweep:
         result = BenchResult.model_validate_json(pt.path.read_text())
         log(f"C={pt.concurrency}{self._shape_text()}: kept from an earlier run -> {pt.path.name}")
         return PointOutcome(pt.concurrency, pt.path, result.completed, result.failed, None, self.shape_tag, True)
+
+    def _client_section(self, concurrency: int) -> dict[str, Any]:
+        """The client's own load over the measured batch, and warnings where it may have been
+        the limit (then the point's latencies include the client's delays)."""
+        reports = self.reports
+        lags = np.asarray([x for r in reports for x in r.lags_ms] or [0.0])
+        busy = [round(r.busy, 3) for r in reports]
+        warnings = []
+        p99, worst = float(np.percentile(lags, 99)), float(lags.max())
+        if p99 > LAG_WARN_P99_MS:
+            warnings.append(
+                f"event-loop lag p99 {p99:.1f} ms (max {worst:.1f} ms) > {LAG_WARN_P99_MS:g} ms: "
+                "the client was late reading responses; TTFT and ITL include its delay"
+            )
+        for k, b in enumerate(busy):
+            if b > BUSY_WARN:
+                warnings.append(
+                    f"load process {k} at {b:.0%} CPU: the client may have been the bottleneck "
+                    f"(more --workers, or fewer requests in flight per worker)"
+                )
+        if warnings:
+            for w in warnings:
+                log(f"C={concurrency}{self._shape_text()}: WARNING: {w}")
+        return {
+            "workers": self.workers,
+            "startup_cpu_s": round(self.startup_cpu_s or 0.0, 3),
+            "cpu_busy": busy,
+            "loop_lag_ms": {
+                "median": round(float(np.median(lags)), 3),
+                "p99": round(p99, 3),
+                "max": round(worst, 3),
+            },
+            "warnings": warnings,
+        }
 
     def _shape_text(self) -> str:
         return f" {self.cfg.isl}/{self.cfg.osl}" if self.shape_tag else ""

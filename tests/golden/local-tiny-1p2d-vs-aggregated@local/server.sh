@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe local-tiny-1p2d-vs-aggregated · fingerprint d1cd4829c2f7e76b
+# pdbench node script · recipe local-tiny-1p2d-vs-aggregated · fingerprint dbec05a7dd7e894a
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
