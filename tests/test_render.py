@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from harness.config import load_recipe
+from harness.config.load import ConfigError
 from harness.render import RenderContext, render_job
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -313,3 +314,18 @@ def test_every_shipped_recipe_renders_clean_shell(recipe: str, tmp_path: Path) -
     plan = json.loads((out / "plan.json").read_text())
     if load_recipe(recipe).recipe.topology.aggregated is not None:
         assert {p["phase"] for p in plan["processes"]} == {"disagg", "aggregated"}
+
+
+def test_proxy_and_client_processes_from_the_recipe(tmp_path: Path) -> None:
+    """proxy.workers reaches the proxy's command line (both phases), benchmark.workers the
+    client's config; MoRI-IO, whose registrations live in one proxy process, refuses more."""
+    out = _render(
+        "local-tiny-1p2d-vs-aggregated", tmp_path, ["proxy.workers=2", "benchmark.workers=3"], cluster="local"
+    )
+    server = (out / "server.sh").read_text()
+    assert server.count("--workers 2") == 2, server
+    assert json.loads((out / "bench.json").read_text())["workers"] == 3
+    plain = (_render("local-tiny-1p1d", tmp_path / "plain") / "server.sh").read_text()
+    assert "--workers" not in plain
+    with pytest.raises(ConfigError, match=r"proxy\.workers: MoRI-IO"):
+        load_recipe("dsr1-fp8-1p2d", ["proxy.workers=2"])

@@ -261,6 +261,15 @@ class ProxySpec(Strict):
     )
     request_timeout_s: float = Field(600, gt=0, description="seconds allowed for one upstream request")
     stream_idle_timeout_s: float = Field(300, gt=0, description="seconds a stream may go without a byte")
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description=(
+            "proxy processes sharing its port (SO_REUSEPORT; each keeps its own policy state and health "
+            "view); MoRI-IO keeps its registrations in one process and needs 1"
+        ),
+    )
 
 
 class SetupStep(Strict):
@@ -407,3 +416,9 @@ class Recipe(Strict):
     site: SiteSpec = Field(SiteSpec(), description="the cluster's storage, install location and network")
     timeouts: TimeoutSpec = Field(TimeoutSpec(), description="bounds on every stage of the job")
     env: Env = Field({}, description="environment for every process of the job")
+
+    @model_validator(mode="after")
+    def _proxy_workers(self) -> Recipe:
+        if self.proxy.workers > 1 and self.connector.name == "moriio":
+            raise ValueError("proxy.workers: MoRI-IO keeps its registrations in one proxy process; it must be 1")
+        return self

@@ -265,6 +265,8 @@ def proxy_argv(rr: ResolvedRecipe, plan: JobPlan, phase: Phase = "disagg") -> li
         # The baseline: the same proxy, forwarding each request whole to one instance.
         words: list[Word] = [PYTHON, "-m", "harness", "proxy", "--host", "127.0.0.1", "--port", str(p.port)]
         words += ["--connector", "none", "--policy", p.policy]
+        if p.workers > 1:
+            words += ["--workers", str(p.workers)]
         words += ["--request-timeout-s", f"{p.request_timeout_s:g}"]
         words += ["--stream-idle-timeout-s", f"{p.stream_idle_timeout_s:g}"]
         words += ["--timings-dir", Shell(f"${{RUN_DIR}}/{PROXY_TIMINGS}")]
@@ -294,6 +296,8 @@ def proxy_argv(rr: ResolvedRecipe, plan: JobPlan, phase: Phase = "disagg") -> li
         "--timings-dir",
         Shell(f"${{RUN_DIR}}/{PROXY_TIMINGS}"),
     ]
+    if p.workers > 1:
+        argv += ["--workers", str(p.workers)]
     if c.name == "moriio":
         # MoRI-IO servers register themselves on the proxy's ZMQ port (proxy_ping_port in
         # their kv-transfer-config) with the handshake/notify ports and DP/TP sizes the

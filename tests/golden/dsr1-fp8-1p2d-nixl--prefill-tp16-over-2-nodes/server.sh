@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-1p2d-nixl · fingerprint 04f4457f8c3f3f3c
+# pdbench node script · recipe dsr1-fp8-1p2d-nixl · fingerprint ec9555a7f1a066ca
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
