@@ -2,17 +2,25 @@
 
 Zero-delay mock prefill and decode engines (`pdbench mock-engine`), one client process,
 streamed completions of 64 tokens, concurrency 1, 16 and 64. For every target the
-client measures end-to-end latency and requests per second; "added" latency is a
-proxy's median (p99) minus the median (p99) of sending the same requests straight to
-the decode engine. All targets run in the same invocation, interleaved over rounds so
-that machine drift hits them alike. Each target's own CPU time per request (its process
-tree, from /proc) is printed too: unlike latency, it hardly moves with other load.
+client measures end-to-end latency and requests per second. Two targets without a proxy
+bound what a proxy can do: "direct" (one hop, straight to the decode engine) and
+"two-phase direct" (the client itself sends the one-token prefill, then the decode
+request with the prefill's kv_transfer_params: the two hops of any PD proxy, with no
+proxy between). "Added" latency is a proxy's median minus two-phase direct's (and, for
+reference, minus one hop's). All targets run in the same invocation, interleaved over
+rounds so that machine drift hits them alike. Each proxy's own CPU time per request (its
+process tree, from /proc) is printed too: unlike latency, it hardly moves with other load.
+
+Goals (exit 0 only when all are met): CPU per request at the highest concurrency at most
+a third of vllm-router's; added median latency at the lowest concurrency at most +1 ms
+over two-phase direct; max req/s at least 0.8 of two-phase direct's.
 
     .venv/bin/python benchmarks/bench_proxy.py [--seconds 2] [--rounds 5] \\
         [--toy-proxy /tmp/peers/toy_proxy_server.py] [--json out.json]
 
 Peers:
-- vllm-router: the `vllm-router` executable (PyPI `vllm-router`, Rust), run with
+- vllm-router: the `vllm-router` executable (PyPI `vllm-router`, Rust; the `bench` extra
+  installs it, and the script fails without it), run with
   `--vllm-pd-disaggregation --prefill URL --decode URL --policy round_robin`.
 - vLLM's toy proxy (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py): give
   a copy with --toy-proxy (kept outside this repository). Without one, the script
@@ -42,6 +50,8 @@ sys.path.insert(0, str(REPO))
 from benchmarks.common import free_port  # noqa: E402
 
 PROMPT = " ".join(["benchmark"] * 128)
+TWO_PHASE = "two-phase direct"
+DIRECT = ("direct", TWO_PHASE)  # the client's own hops: no proxy, no CPU of theirs to count
 BODY = {"model": "mock", "prompt": PROMPT, "max_tokens": 64, "stream": True, "ignore_eos": True}
 
 
@@ -122,12 +132,37 @@ class Result:
         return xs[min(len(xs) - 1, round(q / 100 * (len(xs) - 1)))]
 
 
-async def run_load(url: str, concurrency: int, seconds: float, warmup_s: float) -> tuple[list[float], float, int, int]:
-    """One client: `concurrency` loops sending streamed completions; latencies after warm-up."""
+PREFILL_BODY = {
+    **BODY,
+    "stream": False,
+    "max_tokens": 1,
+    "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False},
+}
+
+
+async def run_load(
+    url: str, concurrency: int, seconds: float, warmup_s: float, prefill_url: str | None = None
+) -> tuple[list[float], float, int, int]:
+    """One client: `concurrency` loops sending streamed completions; latencies after warm-up.
+
+    With `prefill_url` the client is its own proxy ("two-phase direct"): each request is a
+    non-streamed one-token prefill there, then the streamed request with the prefill's
+    kv_transfer_params to `url`, the two hops any PD proxy makes, with no proxy between."""
     import aiohttp
 
     body = json.dumps(BODY).encode()
+    prefill_body = json.dumps(PREFILL_BODY).encode()
     headers = {"Content-Type": "application/json"}
+
+    async def two_phase(s: aiohttp.ClientSession) -> bytes:
+        async with s.post(prefill_url, data=prefill_body, headers=headers) as r:
+            pre = await r.json(content_type=None)
+            if r.status != 200:
+                return b""
+        data = dict(BODY, kv_transfer_params=pre.get("kv_transfer_params") or {})
+        async with s.post(url, data=json.dumps(data).encode(), headers=headers) as r:
+            return await r.read() if r.status == 200 else b""
+
     lat: list[float] = []
     errors = 0
     sent = 0
@@ -144,9 +179,12 @@ async def run_load(url: str, concurrency: int, seconds: float, warmup_s: float) 
                 if t0 >= t_end:
                     return
                 try:
-                    async with s.post(url, data=body, headers=headers) as r:
-                        data = await r.read()
-                        ok = r.status == 200 and data.endswith(b"data: [DONE]\n\n")
+                    if prefill_url is not None:
+                        ok = (await two_phase(s)).endswith(b"data: [DONE]\n\n")
+                    else:
+                        async with s.post(url, data=body, headers=headers) as r:
+                            data = await r.read()
+                            ok = r.status == 200 and data.endswith(b"data: [DONE]\n\n")
                 except (aiohttp.ClientError, asyncio.TimeoutError):
                     ok = False
                 t1 = time.perf_counter()
@@ -252,7 +290,8 @@ def toy_equivalent(port: int, prefill: str, decode: str) -> None:
 
 def targets(args: argparse.Namespace, tmp: Path, p_url: str, d_url: str) -> dict[str, Proc | None]:
     py = sys.executable
-    out: dict[str, Proc | None] = {"direct": None}
+    # "direct": one hop to the decode engine; "two-phase direct": the client makes both hops.
+    out: dict[str, Proc | None] = {"direct": None, TWO_PHASE: None}
     port = free_port()
     argv = [
         py,
@@ -296,7 +335,9 @@ def targets(args: argparse.Namespace, tmp: Path, p_url: str, d_url: str) -> dict
             tmp / "router.log",
         )
     else:
-        print("vllm-router not installed (pip install vllm-router): skipped", file=sys.stderr)
+        raise SystemExit(
+            f"the peer is missing: {router} (install the bench extra: .venv/bin/pip install -e '.[bench]')"
+        )
     port = free_port()
     if args.toy_proxy:
         out["toy-proxy"] = Proc(
@@ -398,9 +439,10 @@ def main() -> int:
                 for name in order:
                     proc = procs[name]
                     port = proc.port if proc is not None else engines[1].port
+                    pre = f"http://127.0.0.1:{engines[0].port}/v1/completions" if name == TWO_PHASE else None
                     cpu0 = cpu_seconds(proc)
                     lat, secs, errs, sent = asyncio.run(
-                        run_load(f"http://127.0.0.1:{port}/v1/completions", c, args.seconds, args.warmup)
+                        run_load(f"http://127.0.0.1:{port}/v1/completions", c, args.seconds, args.warmup, pre)
                     )
                     r = results.setdefault((name, c), Result(name, c))
                     r.cpu_s += cpu_seconds(proc) - cpu0
@@ -415,33 +457,36 @@ def main() -> int:
                 proc.stop()
         for e in engines:
             e.stop()
-    report(results, concurrencies, list(procs), args)
-    return 0
+    return 0 if report(results, concurrencies, list(procs), args) else 1
 
 
 def report(
     results: dict[tuple[str, int], Result], concurrencies: list[int], names: list[str], args: argparse.Namespace
-) -> None:
+) -> bool:
+    """Print the table and the goals; True when every goal is met."""
     ms = 1000.0
     print(
-        f"\nPD proxy overhead: zero-delay mock engines, {BODY['max_tokens']}-token streams, "
-        f"{args.rounds} x {args.seconds:g} s per point, one client, {os.cpu_count()} CPUs"
+        f"\nPD proxy overhead. Conditions: zero-delay mock prefill and decode engines (each its own process; "
+        f"the decode's {BODY['max_tokens']} tokens come in one write, ITL 0), one aiohttp client process, "
+        f"concurrency {','.join(map(str, concurrencies))}, {args.rounds} rounds x {args.seconds:g} s per target "
+        f"and concurrency, interleaved; latency percentiles over all rounds' requests; CPU = the target's "
+        f"process tree (user+system) over its rounds; pdbench proxy --workers {args.workers}; {os.cpu_count()} CPUs"
     )
     print(
-        f"{'conc':>4}  {'target':<15} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} {'+p99 ms':>8} "
+        f"{'conc':>4}  {'target':<17} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'+p50 2ph':>8} {'+p50 1hop':>9} "
         f"{'cpu us/req':>10} {'errors':>6}"
     )
     table: list[dict[str, Any]] = []
     for c in concurrencies:
-        base = results[("direct", c)]
+        one, two = results[("direct", c)], results[(TWO_PHASE, c)]
         for name in names:
             r = results[(name, c)]
-            add50 = (r.pct(50) - base.pct(50)) * ms
-            add99 = (r.pct(99) - base.pct(99)) * ms
-            cpu = f"{r.cpu_us_per_request:10.0f}" if name != "direct" else f"{'-':>10}"
+            add2 = (r.pct(50) - two.pct(50)) * ms
+            add1 = (r.pct(50) - one.pct(50)) * ms
+            cpu = f"{r.cpu_us_per_request:10.0f}" if name not in DIRECT else f"{'-':>10}"
             print(
-                f"{c:>4}  {name:<15} {r.rps:8.1f} {r.pct(50) * ms:8.2f} {r.pct(99) * ms:8.2f} "
-                f"{add50 if name != 'direct' else 0:8.2f} {add99 if name != 'direct' else 0:8.2f} {cpu} {r.errors:>6}"
+                f"{c:>4}  {name:<17} {r.rps:8.1f} {r.pct(50) * ms:8.2f} {r.pct(99) * ms:8.2f} "
+                f"{add2:8.2f} {add1:9.2f} {cpu} {r.errors:>6}"
             )
             table.append(
                 {
@@ -449,40 +494,51 @@ def report(
                     "concurrency": c,
                     "rps": r.rps,
                     "p50_ms": r.pct(50) * ms,
-                    "cpu_us_per_request": r.cpu_us_per_request if name != "direct" else None,
                     "p99_ms": r.pct(99) * ms,
-                    "added_p50_ms": add50,
-                    "added_p99_ms": add99,
+                    "added_p50_ms_vs_two_phase_direct": add2,
+                    "added_p50_ms_vs_one_hop": add1,
+                    "added_p99_ms_vs_two_phase_direct": (r.pct(99) - two.pct(99)) * ms,
+                    "cpu_us_per_request": r.cpu_us_per_request if name not in DIRECT else None,
                     "requests": len(r.latencies),
                     "errors": r.errors,
                     "mean_ms": statistics.fmean(r.latencies) * ms if r.latencies else None,
                 }
             )
-    print(f"\n{'target':<15} {'max req/s':>10}")
     maxes = {n: max(results[(n, c)].rps for c in concurrencies) for n in names}
+    print(f"\n{'target':<17} {'max req/s':>10}")
     for n in names:
-        print(f"{n:<15} {maxes[n]:10.1f}")
-    verdict: dict[str, Any] = {}
-    if "vllm-router" in names:
-        worse = []
-        for c in concurrencies:
-            ours, peer, base = results[("pdbench", c)], results[("vllm-router", c)], results[("direct", c)]
-            for q in (50, 99):
-                if ours.pct(q) - base.pct(q) > peer.pct(q) - base.pct(q):
-                    worse.append(f"p{q} overhead at c={c}")
-        if maxes["pdbench"] < maxes["vllm-router"]:
-            worse.append("max req/s")
-        verdict = {
-            "goal_met": not worse,
-            "worse_than_vllm_router": worse,
-            "throughput_ratio": maxes["pdbench"] / maxes["vllm-router"],
-        }
-        print(
-            f"\npdbench vs vllm-router: max req/s ratio {verdict['throughput_ratio']:.2f}; goal "
-            f"(overhead no higher, throughput no lower) {'MET' if not worse else 'NOT met: ' + ', '.join(worse)}"
-        )
+        print(f"{n:<17} {maxes[n]:10.1f}")
+    c_hi, c_lo = max(concurrencies), min(concurrencies)
+    ours, peer = results[("pdbench", c_hi)], results[("vllm-router", c_hi)]
+    cpu_ratio = peer.cpu_us_per_request / ours.cpu_us_per_request
+    added = (results[("pdbench", c_lo)].pct(50) - results[(TWO_PHASE, c_lo)].pct(50)) * ms
+    ceiling = maxes["pdbench"] / maxes[TWO_PHASE]
+    goals = [
+        (
+            f"CPU per request at c={c_hi}: vllm-router {peer.cpu_us_per_request:.0f} us / pdbench "
+            f"{ours.cpu_us_per_request:.0f} us = {cpu_ratio:.2f}",
+            ">= 3",
+            cpu_ratio >= 3,
+        ),
+        (f"added median latency at c={c_lo} over two-phase direct: {added:+.2f} ms", "<= +1 ms", added <= 1.0),
+        (
+            f"max req/s pdbench {maxes['pdbench']:.0f} / two-phase direct {maxes[TWO_PHASE]:.0f} = {ceiling:.2f}",
+            ">= 0.8",
+            ceiling >= 0.8,
+        ),
+    ]
+    print()
+    for text, goal, ok in goals:
+        print(f"{text}; goal {goal}: {'PASS' if ok else 'FAIL'}")
+    met = all(ok for _, _, ok in goals)
     if args.json:
-        Path(args.json).write_text(json.dumps({"points": table, "max_rps": maxes, **verdict}, indent=2))
+        Path(args.json).write_text(
+            json.dumps(
+                {"points": table, "max_rps": maxes, "goals": [{"what": t, "goal": g, "met": ok} for t, g, ok in goals]},
+                indent=2,
+            )
+        )
+    return met
 
 
 if __name__ == "__main__":

@@ -353,3 +353,17 @@ def test_cli_rejects_bad_options():
     ]:
         res = runner.invoke(app, args)
         assert res.exit_code == 2 and needle in res.output, res.output
+
+
+def test_emission_lateness_is_recorded_and_reset():
+    """The engine's own error (how late each write left against its due time), so a client
+    benchmark can separate it from the client's: counted per first token and later token."""
+    with Engine(ttft_ms=20, itl_ms=5) as eng:
+        for _ in range(3):
+            _stream_times(eng.url, {"prompt": "x", "max_tokens": 4, "stream": True})
+        stats = json.loads(eng.get("/mock/emissions?reset=1")[1])
+        # (tokens already due when a write leaves go in that write: at most 3 later writes each)
+        assert stats["first_token_late_ms"]["count"] == 3 and 1 <= stats["later_tokens_late_ms"]["count"] <= 9
+        for part in stats.values():
+            assert -5 < part["median"] <= part["p99"] <= part["max"] < 200
+        assert json.loads(eng.get("/mock/emissions")[1])["first_token_late_ms"] == {"count": 0}

@@ -74,6 +74,10 @@ class Engine:
                 ]
         # Timer lateness of this event loop, learnt online (see _sleep_until).
         self.bias = 0.0
+        # How late each write left, against its due time (s): the engine's own error, so a
+        # benchmark of a client can take it out (GET /mock/emissions). Bounded memory.
+        self.late_first: list[float] = []
+        self.late_rest: list[float] = []
         self.tokenizer: Any = None
         if cfg.tokenizer:
             from transformers import AutoTokenizer
@@ -389,11 +393,30 @@ class Engine:
         }
         return web.json_response({"object": "list", "data": [card]})
 
+    async def handle_emissions(self, request: web.Request) -> web.Response:
+        """Lateness of the writes since the last reset (ms): of each stream's first token (its
+        TTFT's error at the server) and of the later ones; ?reset=1 starts a new count."""
+
+        def stats(xs: list[float]) -> dict[str, float | int]:
+            if not xs:
+                return {"count": 0}
+            ys = sorted(xs)
+            pick = lambda q: ys[min(len(ys) - 1, int(q / 100 * len(ys)))] * 1000.0  # noqa: E731
+            return {"count": len(ys), "median": pick(50), "p99": pick(99), "max": ys[-1] * 1000.0}
+
+        body = {"first_token_late_ms": stats(self.late_first), "later_tokens_late_ms": stats(self.late_rest)}
+        if request.query.get("reset"):
+            self.late_first, self.late_rest = [], []
+        return web.json_response(body)
+
     async def handle_health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
 
     async def handle_metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), headers={"Content-Type": self.metrics.content_type})
+
+
+MAX_EMISSIONS = 2_000_000  # lateness samples kept between resets (16 MB)
 
 
 class _Stream:
@@ -443,6 +466,9 @@ class _Stream:
         i, n, deadlines, engine = self.i, self.n, self.deadlines, self.engine
         now = time.perf_counter()
         engine.learn(now - deadlines[i])
+        record = engine.late_first if i == 0 else engine.late_rest
+        if len(record) < MAX_EMISSIONS:
+            record.append(now - deadlines[i])
         j = i + 1
         while j < n and deadlines[j] <= now:  # every token already due goes in this write
             j += 1

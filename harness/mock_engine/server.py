@@ -29,6 +29,7 @@ def build_app(config: MockEngineConfig) -> web.Application:
     app.router.add_post("/v1/chat/completions", engine.handle_generate)
     app.router.add_get("/v1/models", engine.handle_models)
     app.router.add_get("/health", engine.handle_health)
+    app.router.add_get("/mock/emissions", engine.handle_emissions)
     app.router.add_get("/metrics", engine.handle_metrics)
     return app
 
