@@ -151,9 +151,10 @@ def _procs(rr: ResolvedRecipe, p: JobPlan, root: str) -> list[dict[str, Any]]:
                 "name": name,
                 "func": name.replace("-", "_"),
                 "summary": f"benchmark client on node {p.proxy_node}, through {target}",
-                # The tokenizer cache beside the recipe's runs, on the results' storage: a
-                # later job of any node skips building it (harness.bench.tokenizer).
-                "env": _env({"PDBENCH_CACHE_DIR": Shell("${RUN_DIR}/../.cache")}),
+                # The tokenizer cache in the results root (RUN_DIR is <root>/<recipe>/<run>), on
+                # the results' storage: a later job on any node skips building it
+                # (harness.bench.tokenizer); a hidden directory, so no tool takes it for a run.
+                "env": _env({"PDBENCH_CACHE_DIR": Shell("${RUN_DIR}/../../.cache")}),
                 "argv": cmd.bench_argv(p, phase),
                 "nic": False,
             }

@@ -208,7 +208,7 @@ proc_proxy_aggregated() {
 
 # bench: benchmark client on node 0, through the proxy
 proc_bench() {
-  export PDBENCH_CACHE_DIR="${RUN_DIR}/../.cache"
+  export PDBENCH_CACHE_DIR="${RUN_DIR}/../../.cache"
   exec "${PDBENCH_PYTHON}" -m harness bench \
     --config "${RUN_DIR}/bench.json" \
     --result-dir "${RUN_DIR}" \
@@ -219,7 +219,7 @@ proc_bench() {
 
 # bench-aggregated: benchmark client on node 0, through the aggregated baseline's proxy
 proc_bench_aggregated() {
-  export PDBENCH_CACHE_DIR="${RUN_DIR}/../.cache"
+  export PDBENCH_CACHE_DIR="${RUN_DIR}/../../.cache"
   exec "${PDBENCH_PYTHON}" -m harness bench \
     --config "${RUN_DIR}/bench-aggregated.json" \
     --result-dir "${RUN_DIR}" \

@@ -65,7 +65,7 @@ proc_proxy() {
 
 # bench: benchmark client on node 0, through the proxy
 proc_bench() {
-  export PDBENCH_CACHE_DIR="${RUN_DIR}/../.cache"
+  export PDBENCH_CACHE_DIR="${RUN_DIR}/../../.cache"
   exec "${PDBENCH_PYTHON}" -m harness bench \
     --config "${RUN_DIR}/bench.json" \
     --result-dir "${RUN_DIR}" \
