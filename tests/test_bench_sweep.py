@@ -627,3 +627,44 @@ def test_several_load_processes_merge_raw_samples(model_dir, tmp_path):
     assert client["workers"] == 2 and len(client["cpu_busy"]) == 2 and client["startup_cpu_s"] > 0
     assert set(client["loop_lag_ms"]) == {"median", "p99", "max"} and isinstance(client["warnings"], list)
     assert _load_workers() == []
+
+
+def test_a_stop_sent_as_a_batch_starts_stops_it_in_every_load_process():
+    """The watchdog may stop a batch before the load processes have started it: the stop
+    names its batch and is applied as the batch starts, so nothing runs to the point limit."""
+    import asyncio
+
+    from harness import aio
+    from harness.bench.client import RequestOutput, Target
+    from harness.bench.loadgen import Progress
+    from harness.bench.workers import WorkerPool
+
+    with FakeServer(policy=lambda n, b: "hang") as srv:
+        url = srv.base_url + "/v1/completions"
+
+        async def go():
+            pool = WorkerPool(2, url, False)
+            await pool.start()
+            try:
+                body = {"model": "tiny", "prompt": "x", "max_tokens": 2, "stream": True}
+                reqs = [Target.from_url(url).request_bytes(body) for _ in range(4)]
+                outs = [RequestOutput(1, 2) for _ in reqs]
+                batch = asyncio.create_task(pool.run_batch(reqs, outs, [0.0] * 4, 2, 60, Progress(), 60, None))
+                await asyncio.sleep(0)  # the batch is sent, not yet started
+                pool.stop("stopped early")
+                reason, _ = await asyncio.wait_for(batch, 20)
+                assert pool.broken is None
+                # The next batch runs: the stop was for the one before.
+                srv.policy = lambda n, b: None
+                outs2 = [RequestOutput(1, 2) for _ in reqs]
+                again, _ = await asyncio.wait_for(
+                    pool.run_batch(reqs, outs2, [0.0] * 4, 2, 60, Progress(), 60, None), 20
+                )
+            finally:
+                await pool.close()
+            return reason, outs, again, outs2
+
+        reason, outs, again, outs2 = aio.run(go())
+    assert reason == "stopped early" and all(o.error == "stopped early" for o in outs)
+    assert again is None and all(o.success for o in outs2)
+    assert _load_workers() == []

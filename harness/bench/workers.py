@@ -108,17 +108,24 @@ class _Worker:
         self.chat = chat
         self.slots: list[Slot] = []
         self.run: LoadRun | None = None
+        self.batch_id = -1  # the batch being run (or last run)
+        self.stops: dict[int, str] = {}  # stops for batches not started yet, by batch id
         self.inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
 
     def _readable(self) -> None:
         try:
-            os.set_blocking(self.conn.fileno(), True)  # see _blocking
+            os.set_blocking(self.conn.fileno(), True)  # see _send
             msg = self.conn.recv()
         except (EOFError, OSError):
             msg = ("exit",)
         if msg[0] == "stop":
-            if self.run is not None:
-                self.run.stop(msg[1])
+            # A stop names its batch: one that comes before the batch has started stops it as
+            # it starts; one for a batch already answered is dropped.
+            _, batch_id, reason = msg
+            if batch_id == self.batch_id and self.run is not None:
+                self.run.stop(reason)
+            elif batch_id > self.batch_id:
+                self.stops[batch_id] = reason
         else:
             self.inbox.put_nowait(msg)
 
@@ -131,7 +138,7 @@ class _Worker:
                 msg = await self.inbox.get()
                 if msg[0] == "exit":
                     return
-                _, path, bounds, offsets, slots, timeout_s, t0, limit_s, limit_reason = msg
+                _, self.batch_id, path, bounds, offsets, slots, timeout_s, t0, limit_s, limit_reason = msg
                 answer = await self._batch(path, bounds, offsets, slots, timeout_s, t0, limit_s, limit_reason)
                 _send(self.conn, answer)
         finally:
@@ -175,6 +182,8 @@ class _Worker:
             run = LoadRun(self.target, self.chat, requests, outs, offsets, slots, timeout_s, slots=self.slots)
             run.take, run.on_done = take, finished
             self.run = run
+            if (early := self.stops.pop(self.batch_id, None)) is not None:
+                run.stop(early)
             monitor = LagMonitor()
             cpu0, wall0 = time.process_time(), time.perf_counter()
             monitor.start()
@@ -231,6 +240,7 @@ class WorkerPool:
         self._counts = self._ctx.Array("q", 2 * workers, lock=False)  # done, failed per worker
         self._procs: list[_Proc] = []
         self._stop_reason: str | None = None
+        self._batch_id = 0
         self.broken: str | None = None  # why a worker is gone: no further batch can run
 
     @property
@@ -304,6 +314,7 @@ class WorkerPool:
                 o.error = self.broken
             return self.broken, []
         self._stop_reason = None
+        self._batch_id += 1
         self._counter.value = 0
         for i in range(len(self._counts)):
             self._counts[i] = 0
@@ -318,7 +329,7 @@ class WorkerPool:
             t0 = time.perf_counter() + 0.05  # every worker has the batch before offset 0
             offs = [float(x) for x in offsets]
             for p, s in zip(self._procs, slots, strict=True):
-                _send(p.conn, ("batch", path, bounds, offs, s, timeout_s, t0, limit_s, limit_reason))
+                _send(p.conn, ("batch", self._batch_id, path, bounds, offs, s, timeout_s, t0, limit_s, limit_reason))
             answer_s = (limit_s if limit_s is not None else 1e9) + ANSWER_GRACE_S
             poller = asyncio.get_running_loop().create_task(self._poll(progress))
             try:
@@ -371,7 +382,7 @@ class WorkerPool:
             self._stop_reason = reason
         for p in self._procs:
             try:
-                _send(p.conn, ("stop", reason))
+                _send(p.conn, ("stop", self._batch_id, reason))
             except OSError:
                 pass
 
