@@ -22,12 +22,12 @@ import aiohttp
 import pytest
 import typer
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestServer
 from multidict import CIMultiDict
 from typer.testing import CliRunner
 
 from benchmarks.common import free_port
-from harness.proxy import ProxyConfig, build_app
+from harness.proxy import ProxyConfig, serving
 from harness.proxy import cli as proxy_cli
 
 DEADLINE_S = 20.0
@@ -126,13 +126,11 @@ async def start_fake(fake: Fake) -> TestServer:
 
 
 @asynccontextmanager
-async def proxy_client(config: ProxyConfig) -> AsyncIterator[TestClient]:
-    client = TestClient(TestServer(build_app(config), host="127.0.0.1", handler_cancellation=True))
-    await client.start_server()
-    try:
+async def proxy_client(config: ProxyConfig) -> AsyncIterator[aiohttp.ClientSession]:
+    """The proxy as `pdbench proxy` runs it (its own HTTP server) on a free port, and a client of it."""
+    config = config.model_copy(update={"host": "127.0.0.1", "port": 0})
+    async with serving(config) as proxy, aiohttp.ClientSession(base_url=f"http://127.0.0.1:{proxy.port}") as client:
         yield client
-    finally:
-        await client.close()
 
 
 @asynccontextmanager
@@ -142,7 +140,7 @@ async def stack(
     extra_prefill_urls: tuple[str, ...] = (),
     wait_ready: bool = True,
     **cfg: Any,
-) -> AsyncIterator[TestClient]:
+) -> AsyncIterator[aiohttp.ClientSession]:
     """Start the fakes and a proxy in front of them; yield a client of the proxy."""
     servers = []
     try:
@@ -167,7 +165,9 @@ def dead_url() -> str:
     return f"http://127.0.0.1:{free_port()}"
 
 
-async def wait_health(client: TestClient, status: int, pred: Callable[[dict], bool] = lambda b: True) -> dict:
+async def wait_health(
+    client: aiohttp.ClientSession, status: int, pred: Callable[[dict], bool] = lambda b: True
+) -> dict:
     body: dict[str, Any] = {}
     for _ in range(250):  # bounded: 250 x 20 ms
         resp = await client.get("/health")
@@ -183,7 +183,7 @@ def counts(body: dict[str, Any]) -> dict[str, Any]:
     return {k: body[k] for k in keys}
 
 
-async def metrics_text(client: TestClient) -> str:
+async def metrics_text(client: aiohttp.ClientSession) -> str:
     resp = await client.get("/metrics")
     assert resp.status == 200
     assert resp.headers["Content-Type"].startswith("text/plain")

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import aiohttp
 import msgpack
 import pytest
 import zmq
@@ -93,7 +94,9 @@ class Dealer:
 
 
 @asynccontextmanager
-async def moriio_stack(fakes: list[Fake], **cfg: Any) -> AsyncIterator[tuple[TestClient, zmq.asyncio.Context, str]]:
+async def moriio_stack(
+    fakes: list[Fake], **cfg: Any
+) -> AsyncIterator[tuple[aiohttp.ClientSession, zmq.asyncio.Context, str]]:
     servers = [await start_fake(f) for f in fakes]
     port = free_port()
     config = ProxyConfig(

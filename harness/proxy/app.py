@@ -1,6 +1,7 @@
 """The prefill/decode (PD) proxy's request handling: upstream legs and metrics.
 
-The process around it (application, loop, workers) is `server`; error answers `errors`.
+The process around it (routes, loop, workers) is `server`; the HTTP/1.1 server it
+runs on is `http`; error answers `errors`.
 
 Per request: validate the body, pick a prefill and a decode instance (policy, DP rank),
 shape both legs for the connector (`flows`), run them (one after the other, or at
@@ -19,10 +20,10 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 from yarl import URL
 
 from harness.proxy.backends import Backend, Pool, Role
@@ -38,6 +39,7 @@ from harness.proxy.flows import (
     parse_request,
 )
 from harness.proxy.health import HealthPoller, read_capped, readiness
+from harness.proxy.http import HttpConnection, Reply, Request, Stream
 from harness.proxy.metrics import ProxyMetrics
 from harness.proxy.registry import Registry
 from harness.proxy.timings import HEADER as TIMING_HEADER
@@ -53,10 +55,12 @@ MAX_MODELS_S = 30.0
 # A prefill answer is one token (plus logprobs at most); a decode error body is short.
 MAX_PREFILL_RESPONSE = 64 * 1024 * 1024
 MAX_ERROR_BODY = 64 * 1024
+# Request headers are keyed by lower-case name (harness.proxy.http).
+TIMING_KEY = TIMING_HEADER.lower()
 
 
-def _auth_headers(request: web.Request) -> dict[str, str]:
-    auth = request.headers.get("Authorization")
+def _auth_headers(request: Request) -> dict[str, str]:
+    auth = request.headers.get("authorization")
     return {"Authorization": auth} if auth else {}
 
 
@@ -121,7 +125,8 @@ class Proxy:
 
     # -- lifecycle ---------------------------------------------------------
 
-    async def lifespan(self, app: web.Application) -> AsyncIterator[None]:
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
         # Health checks, bootstrap queries and /v1/models (the legs use self.upstream).
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=60)
         self.session = aiohttp.ClientSession(
@@ -165,15 +170,14 @@ class Proxy:
     def health_state(self) -> tuple[bool, dict[str, Any]]:
         return readiness(self.cfg, self.pool, self.registry)
 
-    async def handle_health(self, request: web.Request) -> web.Response:
+    async def handle_health(self, request: Request, conn: HttpConnection) -> Reply:
         ok, body = self.health_state()
-        return web.Response(body=dumps(body), status=200 if ok else 503, content_type="application/json")
+        return Reply(dumps(body), 200 if ok else 503)
 
-    async def handle_metrics(self, request: web.Request) -> web.Response:
-        data = self.metrics.render(time.monotonic())
-        return web.Response(body=data, headers={"Content-Type": self.metrics.content_type})
+    async def handle_metrics(self, request: Request, conn: HttpConnection) -> Reply:
+        return Reply(self.metrics.render(time.monotonic()), content_type=self.metrics.content_type)
 
-    async def handle_models(self, request: web.Request) -> web.Response:
+    async def handle_models(self, request: Request, conn: HttpConnection) -> Reply:
         now = time.monotonic()
         role: Role = "aggregated" if self.cfg.connector == "none" else "decode"
         decodes = self.pool.available(role, now) or self.pool.backends[role]
@@ -185,19 +189,19 @@ class Proxy:
             async with self.http.get(url, headers=_auth_headers(request), timeout=timeout) as resp:
                 raw = await read_capped(resp, MAX_PREFILL_RESPONSE)
                 ctype = resp.headers.get("Content-Type", "application/json")
-                return web.Response(body=raw, status=resp.status, headers={"Content-Type": ctype})
+                return Reply(raw, resp.status, ctype)
         except (asyncio.TimeoutError, aiohttp.ClientError, ValueError) as exc:
             log.warning("decode %s /v1/models failed: %s", decodes[0].url, describe(exc))
             return error_response(502, f"decode /v1/models failed: {describe(exc)}", "connection_error", decodes[0].url)
 
-    async def handle_generate(self, request: web.Request) -> web.StreamResponse:
+    async def handle_generate(self, request: Request, conn: HttpConnection) -> Reply | Stream:
         m = self.metrics
         m.in_flight.inc()
         status = 500
-        tag = request.headers.get(TIMING_HEADER) if self.timings is not None else None
+        tag = request.headers.get(TIMING_KEY) if self.timings is not None else None
         stamps = Stamps(tag) if tag else None
         try:
-            resp = await self._generate(request, stamps)
+            resp = await self._generate(request, conn, stamps)
             status = resp.status
             return resp
         except asyncio.CancelledError:
@@ -216,29 +220,25 @@ class Proxy:
 
     def _reject(
         self, status: int, message: str, kind: str, backend: str | None = None, rid: str | None = None
-    ) -> web.Response:
+    ) -> Reply:
         self.metrics.errors.labels(kind).inc()
         return error_response(status, message, kind, backend, rid)
 
-    async def _generate(self, request: web.Request, stamps: Stamps | None = None) -> web.StreamResponse:
+    async def _generate(self, request: Request, conn: HttpConnection, stamps: Stamps | None = None) -> Reply | Stream:
         cfg = self.cfg
-        if request.content_length is not None and request.content_length > cfg.max_body_bytes:
-            return self._reject(
-                413, f"request body of {request.content_length} bytes exceeds {cfg.max_body_bytes}", "request_too_large"
-            )
+        if request.too_large:  # read and dropped by the server; the connection closes after this answer
+            length = request.content_length
+            size = f"of {length} bytes " if length is not None else ""
+            return self._reject(413, f"request body {size}exceeds {cfg.max_body_bytes} bytes", "request_too_large")
         try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return self._reject(413, f"request body exceeds {cfg.max_body_bytes} bytes", "request_too_large")
-        try:
-            body = parse_request(raw, request.path.endswith("/chat/completions"))
+            body = parse_request(request.body, request.path.endswith("/chat/completions"))
         except BadRequest as exc:
             return self._reject(400, str(exc), "invalid_request_error")
 
         key = affinity_key(body, cfg.prefix_chars) if cfg.policy == "prefix_hash" else None
         now = time.monotonic()
         if cfg.connector == "none":
-            return await self._forward(request, body, key, now, stamps)
+            return await self._forward(request, conn, body, key, now, stamps)
         picked_p = self.pool.pick("prefill", key, now)
         picked_d = self.pool.pick("decode", key, now) if picked_p else None
         if picked_p is None or picked_d is None:
@@ -284,16 +284,22 @@ class Proxy:
                     rid,
                 )
             d_body = flow.decode(body, p, rank, d, tid, kv)
-            return await self._decode(request, d, d_body, headers, rid, None, stamps)
+            return await self._decode(request, conn, d, d_body, headers, rid, None, stamps)
 
         d_body = flow.decode(body, p, rank, d, tid, None)
         prefill = self._spawn(self._prefill(p, request.path, p_data, p_headers), "prefill")
         prefill.add_done_callback(lambda t: self._prefill_done(t, rid, stamps))
-        return await self._decode(request, d, d_body, headers, rid, prefill, stamps)
+        return await self._decode(request, conn, d, d_body, headers, rid, prefill, stamps)
 
     async def _forward(
-        self, request: web.Request, body: dict[str, Any], key: int | None, now: float, stamps: Stamps | None
-    ) -> web.StreamResponse:
+        self,
+        request: Request,
+        conn: HttpConnection,
+        body: dict[str, Any],
+        key: int | None,
+        now: float,
+        stamps: Stamps | None,
+    ) -> Reply | Stream:
         """The aggregated baseline: the whole request to one instance, relayed like a decode leg."""
         picked = self.pool.pick("aggregated", key, now)
         if picked is None:
@@ -308,7 +314,7 @@ class Proxy:
         rid = f"agg-{uuid.uuid4().hex}"
         headers = {"Content-Type": "application/json", "X-Request-Id": rid, **_auth_headers(request)}
         a.outstanding += 1
-        return await self._decode(request, a, body, headers, rid, None, stamps)
+        return await self._decode(request, conn, a, body, headers, rid, None, stamps)
 
     def _prefill_done(self, task: asyncio.Task[Any], rid: str, stamps: Stamps | None = None) -> None:
         """A concurrent prefill ended: retrieve (and report) its failure."""
@@ -390,14 +396,15 @@ class Proxy:
 
     async def _decode(
         self,
-        request: web.Request,
+        request: Request,
+        conn: HttpConnection,
         d: Backend,
         body: dict[str, Any],
         headers: dict[str, str],
         rid: str,
         prefill: asyncio.Task[Any] | None,
         stamps: Stamps | None = None,
-    ) -> web.StreamResponse:
+    ) -> Reply | Stream:
         """Run the decode leg, relaying its bytes to the client as they arrive."""
         seconds, failures = self.metrics.attach(d)
         start = time.perf_counter()
@@ -446,11 +453,10 @@ class Proxy:
             if up.at_eof and self._prefill_error(prefill) is None:
                 # The whole answer is here (a non-streamed or short response): one write.
                 self._leg_ok(d, seconds, start)
-                return web.Response(body=first, status=up.status, headers=out_headers)
+                return Reply(first, up.status, up.content_type, out_headers)
 
-            resp = web.StreamResponse(status=up.status, headers=out_headers)
-            if up.content_length is not None:
-                resp.content_length = up.content_length  # no chunked framing to add
+            # With a known length, no chunked framing to add.
+            resp = conn.stream(request, up.status, up.content_type, out_headers, up.content_length)
             if prefill is not None and not prefill.done():
                 # WRITE-style flows: decode waits for KV that a failed prefill never sends.
                 # Stop relaying at once instead of waiting for the idle timeout.
@@ -459,19 +465,21 @@ class Proxy:
                     lambda t: upstream.close() if not t.cancelled() and t.exception() is not None else None
                 )
             try:
-                await resp.prepare(request)
                 chunk = first
                 while True:
-                    if chunk:
-                        await resp.write(chunk)
-                    elif up.at_eof:
+                    if up.at_eof:  # the last piece: it leaves with the end of the body
                         failed = self._prefill_error(prefill)
                         if failed is not None:
+                            if chunk:
+                                await resp.write(chunk)
                             return await self._abort(
-                                request, resp, failed.backend, rid, "prefill_" + failed.category, failed.message
+                                resp, failed.backend, rid, "prefill_" + failed.category, failed.message
                             )
+                        resp.end(chunk)
                         self._leg_ok(d, seconds, start)
                         return resp
+                    if chunk:
+                        await resp.write(chunk)
                     try:
                         chunk = await up.read_chunk()
                     except UpstreamFailure as exc:
@@ -479,7 +487,7 @@ class Proxy:
                         if url == d.url:
                             failures.inc()
                             self.pool.record_failure(d, msg)
-                        return await self._abort(request, resp, url, rid, kind, msg)
+                        return await self._abort(resp, url, rid, kind, msg)
             except ConnectionError:
                 # Client went away mid-response (without handler cancellation).
                 self.metrics.errors.labels("client_disconnect").inc()
@@ -499,7 +507,7 @@ class Proxy:
         seconds.observe(time.perf_counter() - start)
         self.pool.record_success(d)
 
-    def _decode_failed(self, d: Backend, failures: Any, rid: str, kind: str, msg: str) -> web.Response:
+    def _decode_failed(self, d: Backend, failures: Any, rid: str, kind: str, msg: str) -> Reply:
         failures.inc()
         self.pool.record_failure(d, msg)
         log.warning("decode %s failed (request %s): %s", d.url, rid, msg)
@@ -525,9 +533,7 @@ class Proxy:
             return exc.kind, f"decode exceeded {self.cfg.request_timeout_s:g}s", d.url
         return exc.kind, describe(exc), d.url
 
-    async def _abort(
-        self, request: web.Request, resp: web.StreamResponse, url: str, rid: str, kind: str, msg: str
-    ) -> web.StreamResponse:
+    async def _abort(self, resp: Stream, url: str, rid: str, kind: str, msg: str) -> Stream:
         """End a response already under way: headers are sent, so no error status is possible."""
         log.warning("response from %s aborted (request %s): %s", url, rid, msg)
         if not kind.startswith("prefill_"):  # prefill failures are counted by _prefill_done
@@ -540,6 +546,5 @@ class Proxy:
                 pass
         # Closing the socket without the final chunk makes the client see a
         # truncated (failed) response rather than a clean end.
-        if request.transport is not None:
-            request.transport.close()
+        resp.abort()
         return resp

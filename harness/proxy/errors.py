@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from aiohttp import web
-
-from harness.proxy.flows import dumps, loads
+from harness.proxy.flows import loads
+from harness.proxy.http import Reply, json_reply
 
 # Backend messages quoted in errors and logs are cut to this.
 MAX_QUOTE = 500
@@ -34,16 +33,17 @@ class UpstreamError(Exception):
     def backend_fault(self) -> bool:
         return self.status >= 500
 
-    def response(self, request_id: str | None = None) -> web.Response:
+    def response(self, request_id: str | None = None) -> Reply:
         return error_response(self.status, self.message, self.kind, self.backend, request_id)
 
 
 def error_response(
     status: int, message: str, kind: str, backend: str | None = None, request_id: str | None = None
-) -> web.Response:
+) -> Reply:
     headers = {"X-Request-Id": request_id} if request_id else None
-    body = {"error": {"message": message, "type": kind, "backend": backend, "code": status}}
-    return web.Response(body=dumps(body), status=status, headers=headers, content_type="application/json")
+    return json_reply(
+        {"error": {"message": message, "type": kind, "backend": backend, "code": status}}, status, headers
+    )
 
 
 def _backend_message(raw: bytes) -> tuple[str, str | None]:

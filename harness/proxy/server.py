@@ -1,51 +1,83 @@
-"""The proxy's process: the aiohttp application, its event loop, and N worker processes."""
+"""The proxy's process: its HTTP server and routes, its event loop, and N worker processes."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
 import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
-
-from aiohttp import web
 
 from harness import aio
 from harness.proxy.app import Proxy
 from harness.proxy.config import ProxyConfig
+from harness.proxy.http import KEEPALIVE_S, Handler, HttpServer
 
 log = logging.getLogger(__name__)
 
+# In-flight requests get this long to end after a stop signal before they are cut.
+SHUTDOWN_GRACE_S = 5.0
+BACKLOG = 4096  # bursts of thousands of connections at high concurrency
 
-PROXY_KEY = web.AppKey("pdbench_proxy", Proxy)
+
+def routes(proxy: Proxy) -> dict[tuple[str, str], Handler]:
+    return {
+        ("POST", "/v1/completions"): proxy.handle_generate,
+        ("POST", "/v1/chat/completions"): proxy.handle_generate,
+        ("GET", "/health"): proxy.handle_health,
+        ("GET", "/metrics"): proxy.handle_metrics,
+        ("GET", "/v1/models"): proxy.handle_models,
+    }
 
 
-def build_app(config: ProxyConfig) -> web.Application:
-    """The proxy's aiohttp application (session, poller and registration live with it)."""
+@dataclass
+class Serving:
+    """A proxy accepting connections (its state and the port it listens on)."""
+
+    proxy: Proxy
+    port: int
+
+
+@asynccontextmanager
+async def serving(
+    config: ProxyConfig, sock: socket.socket | None = None, keepalive_s: float = KEEPALIVE_S
+) -> AsyncIterator[Serving]:
+    """Run the proxy on `sock`, else on config.host:config.port (port 0: any free port)."""
     proxy = Proxy(config)
-    # The body limit is checked in the handler (JSON 413); aiohttp's own is a backstop.
-    app = web.Application(client_max_size=config.max_body_bytes)
-    app[PROXY_KEY] = proxy
-    app.cleanup_ctx.append(proxy.lifespan)
-    app.router.add_post("/v1/completions", proxy.handle_generate)
-    app.router.add_post("/v1/chat/completions", proxy.handle_generate)
-    app.router.add_get("/health", proxy.handle_health)
-    app.router.add_get("/metrics", proxy.handle_metrics)
-    app.router.add_get("/v1/models", proxy.handle_models)
-    return app
+    http = HttpServer(routes(proxy), config.max_body_bytes, keepalive_s)
+    loop = asyncio.get_running_loop()
+    async with proxy.running():
+        if sock is not None:
+            server = await loop.create_server(http.protocol, sock=sock, backlog=BACKLOG)
+        else:
+            server = await loop.create_server(http.protocol, config.host, config.port, backlog=BACKLOG)
+        sweeper = asyncio.ensure_future(http.sweep())
+        try:
+            yield Serving(proxy, server.sockets[0].getsockname()[1])
+        finally:
+            sweeper.cancel()
+            server.close()
+            tasks = [c.task for c in http.connections if c.task is not None]
+            if tasks:
+                await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_S)
+            http.close_all()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _run(config: ProxyConfig, sock: socket.socket | None) -> None:
-    kwargs: dict[str, Any] = {"sock": sock} if sock is not None else {"host": config.host, "port": config.port}
-    web.run_app(
-        build_app(config),
-        loop=aio.new_event_loop(),
-        # Cancel the handler (and so the upstream legs) when the client disconnects.
-        handler_cancellation=True,
-        access_log=None,  # one line per request would cost more than the proxying
-        print=None,
-        **kwargs,
-    )
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        async with serving(config, sock):
+            await stop.wait()
+
+    aio.run(main())
 
 
 def serve(config: ProxyConfig) -> None:
