@@ -6,6 +6,8 @@ pytest has the root on its path (pyproject's `pythonpath`).
 
 from __future__ import annotations
 
+import os
+import random
 import socket
 import subprocess
 import sys
@@ -17,8 +19,67 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# Ports handed out lie below the kernel's ephemeral range, so no port the kernel picks (a bind to
+# port 0 or the local end of an outgoing connection, which every test and vLLM make plenty of)
+# can take one between being handed out and being bound. Each pytest-xdist worker draws from its
+# own slice, walking it from a random start, so parallel tests never get the same port either.
+# The slices lie above the tests' fixed ports (conftest.port_base: 15640-21400) and below the
+# recipes' proxy port (30000).
+_PORTS_FLOOR = 22000
+_PORTS_CEILING = 30000
+_next_port: int | None = None
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _port_slice() -> tuple[int, int]:
+    top = min(_ephemeral_low(), _PORTS_CEILING)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    width = (top - _PORTS_FLOOR) // max(count, 1)
+    lo = _PORTS_FLOOR + index * width
+    return lo, lo + width
+
+
+def _bindable(port: int) -> bool:
+    """Free the way a server binds it (SO_REUSEADDR, every address), and on loopback alone."""
+    for host in ("0.0.0.0", "127.0.0.1"):
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+            except OSError:
+                return False
+    return True
+
+
 def free_ports(n: int) -> list[int]:
-    """n distinct ports nothing listens on now (all bound at once, so never the same twice)."""
+    """n distinct ports nothing uses now, none of which the kernel will hand to anything else."""
+    global _next_port
+    lo, hi = _port_slice()
+    if hi - lo < 4 * n:  # an unusual ephemeral range leaves no room below it: let the kernel pick
+        return _kernel_ports(n)
+    if _next_port is None or not lo <= _next_port < hi:
+        _next_port = random.randrange(lo, hi)
+    out: list[int] = []
+    for _ in range(hi - lo):
+        port = _next_port
+        _next_port = lo + (_next_port + 1 - lo) % (hi - lo)
+        if _bindable(port):
+            out.append(port)
+            if len(out) == n:
+                return out
+    raise RuntimeError(f"no {n} free ports in {lo}-{hi - 1}")
+
+
+def _kernel_ports(n: int) -> list[int]:
+    """n distinct ports the kernel picks (all bound at once, so never the same twice)."""
     socks: list[socket.socket] = []
     try:
         for _ in range(n):
