@@ -5,8 +5,8 @@ timer wait in the kernel, so nothing polls. The model thread only enqueues work
 (`IOLoop.call`/`submit`) and drains finished ids from `Completions`.
 
 Prefill keeps a request's blocks until decode acks its pull, releases it, or the
-lease expires; expiry never happens during a pull, and a pull after expiry is
-refused instead of reading reused blocks. Every wait on a peer is bounded
+lease expires; expiry never happens during a pull, a failed pull starts a new
+lease, and a pull after expiry is refused instead of reading reused blocks. Every wait on a peer is bounded
 (connect, first response, per-chunk progress, ack), so a dead peer costs at most
 `io_timeout_s` (sooner when the kernel reports the reset).
 """
@@ -377,8 +377,10 @@ class KVServer:
                 self._finish(req_id, "acked")
                 self.done.record(lambda s: (s.send_bytes.append(sent), s.send_s.append(dt)))
             else:
-                # Keep the blocks until the lease ends: the decoder may be slow, not dead.
-                log.warning("pdbench: pull of %s failed after %d bytes; blocks kept until the lease ends", req_id, sent)
+                # Keep the blocks for a whole lease from now: the decoder may be slow, not dead,
+                # and may pull again; a pull late in the lease must not leave it no time to.
+                entry.deadline = max(entry.deadline, asyncio.get_running_loop().time() + self.cfg.lease_s)
+                log.warning("pdbench: pull of %s failed after %d bytes; blocks kept for another lease", req_id, sent)
                 self.done.record(lambda s: setattr(s, "failed_send", s.failed_send + 1))
 
 
