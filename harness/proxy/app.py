@@ -42,6 +42,7 @@ from harness.proxy.health import HealthPoller, read_capped, readiness
 from harness.proxy.http import HttpConnection, Reply, Request, Stream
 from harness.proxy.metrics import ProxyMetrics
 from harness.proxy.registry import Registry
+from harness.proxy.shared import SharedState
 from harness.proxy.timings import HEADER as TIMING_HEADER
 from harness.proxy.timings import Stamps, TimingLog
 from harness.proxy.upstream import Response, UpstreamClient, UpstreamFailure
@@ -67,7 +68,7 @@ def _auth_headers(request: Request) -> dict[str, str]:
 class Proxy:
     """State shared by the handlers of one app: session, pool, flow, metrics."""
 
-    def __init__(self, config: ProxyConfig) -> None:
+    def __init__(self, config: ProxyConfig, shared: SharedState | None = None) -> None:
         self.cfg = config
         self.pool = Pool(config)
         self.metrics = ProxyMetrics(self.pool)
@@ -85,6 +86,8 @@ class Proxy:
             self.pool.add(Backend("decode", url, dp_size=config.decode_dp_size))
         for url in config.aggregated:
             self.pool.add(Backend("aggregated", url))
+        if shared is not None:  # --workers: one view of legs in flight and circuits
+            self.pool.share(shared)
         if config.connector == "moriio":
             self.registry = Registry(
                 self.pool,

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from harness.proxy.config import ProxyConfig
+from harness.proxy.shared import SharedState
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +50,11 @@ class Backend:
     # Mooncake: the prefill's bootstrap server and the engine id of each DP rank.
     bootstrap_addr: str | None = None
     engine_ids: dict[int, str] = field(default_factory=dict)
-    # Health (polled) and circuit breaker (request outcomes).
+    # Health (polled) and circuit breaker (request outcomes; the circuit's state and the
+    # legs in flight are properties: with --workers they live in the shared mapping).
     healthy: bool = False
     health_misses: int = 0
     fails: int = 0
-    out_since: float | None = None
-    outstanding: int = 0
     picks: int = 0
     metrics: Any = None  # per-backend metric children, set by ProxyMetrics
 
@@ -64,6 +64,43 @@ class Backend:
         self.ssl = parts.scheme == "https"
         self.port = parts.port or (443 if self.ssl else 80)
         self.key = _mix64(hash64(self.url.encode()))
+        # This process's own storage until share() moves it into the workers' mapping.
+        self._counts: Any = [0]
+        self._mine = 0
+        self._cells: tuple[int, ...] = (0,)
+        self._circuit: Any = [0.0]
+        self._slot = 0
+
+    def share(self, state: SharedState, slot: int) -> None:
+        """Keep legs in flight and circuit state in `state`'s column `slot`."""
+        mine, cells = state.columns(slot)
+        state.counts[mine] = self.outstanding
+        state.circuit[slot] = self._circuit[self._slot]
+        self._counts, self._mine, self._cells = state.counts, mine, cells
+        self._circuit, self._slot = state.circuit, slot
+
+    @property
+    def outstanding(self) -> int:
+        """This process's legs in flight to this instance."""
+        return int(self._counts[self._mine])
+
+    @outstanding.setter
+    def outstanding(self, n: int) -> None:
+        self._counts[self._mine] = n
+
+    def load(self) -> int:
+        """Legs in flight to this instance from every proxy process."""
+        c = self._counts
+        return sum([c[i] for i in self._cells]) if len(self._cells) > 1 else int(c[self._mine])
+
+    @property
+    def out_since(self) -> float | None:
+        """When the circuit breaker took this instance out (monotonic clock); None: in."""
+        return float(self._circuit[self._slot]) or None
+
+    @out_since.setter
+    def out_since(self, when: float | None) -> None:
+        self._circuit[self._slot] = when or 0.0
 
     @property
     def label(self) -> str:
@@ -81,7 +118,7 @@ class Backend:
             "ready": ready,
             "healthy": self.healthy,
             "circuit_open": self.out_since is not None,
-            "outstanding": self.outstanding,
+            "outstanding": self.load(),
             "dp_size": self.dp_size,
         }
         if self.source == "gen2":
@@ -98,6 +135,11 @@ class Pool:
         self.cfg = cfg
         self.backends: dict[Role, list[Backend]] = {role: [] for role in ROLES}
         self._rr = dict.fromkeys(ROLES, 0)
+
+    def share(self, state: SharedState) -> None:
+        """Share the instances known now (the static ones, in order) with the other workers."""
+        for slot, b in enumerate(self.all()):
+            b.share(state, slot)
 
     def all(self) -> list[Backend]:
         return [b for role in ROLES for b in self.backends[role]]
@@ -143,7 +185,7 @@ class Pool:
             n = self._rr[role]
             self._rr[role] = n + 1
             k = len(cands)
-            b = min((cands[(n + i) % k] for i in range(k)), key=lambda c: c.outstanding)
+            b = min((cands[(n + i) % k] for i in range(k)), key=lambda c: c.load())
             rank = b.picks % b.dp_size
         else:
             # Round-robin over flat (instance, DP rank) slots, so every rank gets its turn.

@@ -131,7 +131,9 @@ class ProxyMetrics:
             "pdbench_proxy_backend_up", "1 if the instance is ready and not taken out", labels=["role", "backend"]
         )
         outstanding = GaugeMetricFamily(
-            "pdbench_proxy_backend_outstanding", "Legs in flight per instance", labels=["role", "backend"]
+            "pdbench_proxy_backend_outstanding",
+            "Legs in flight per instance (from every proxy process)",
+            labels=["role", "backend"],
         )
         for b in pool.all():
             labels = [b.role, b.url]
@@ -143,7 +145,7 @@ class ProxyMetrics:
             hist.add_metric(labels, buckets, h.sum)
             fails.add_metric(labels, f.value)
             up.add_metric(labels, 1 if b.out_since is None and pool.ready(b, now) else 0)
-            outstanding.add_metric(labels, b.outstanding)
+            outstanding.add_metric(labels, b.load())
         yield from (hist, fails, up, outstanding)
 
         ready = GaugeMetricFamily("pdbench_proxy_ready_instances", "Ready instances per role", labels=["role"])

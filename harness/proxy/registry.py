@@ -210,7 +210,7 @@ class Registry:
     def expire(self, now: float, ttl: float) -> None:
         """Forget Gen-2 instances whose heartbeat stopped long ago (bounded memory)."""
         for b in list(self.pool.all()):
-            if b.source == "gen2" and now - b.last_seen > max(10 * ttl, 300.0) and b.outstanding == 0:
+            if b.source == "gen2" and now - b.last_seen > max(10 * ttl, 300.0) and b.load() == 0:
                 log.warning("forgetting %s: no heartbeat for %.0fs", b.label, now - b.last_seen)
                 self.pool.remove(b)
 

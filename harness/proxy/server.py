@@ -16,6 +16,7 @@ from harness import aio
 from harness.proxy.app import Proxy
 from harness.proxy.config import ProxyConfig
 from harness.proxy.http import KEEPALIVE_S, Handler, HttpServer
+from harness.proxy.shared import SharedState
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +45,14 @@ class Serving:
 
 @asynccontextmanager
 async def serving(
-    config: ProxyConfig, sock: socket.socket | None = None, keepalive_s: float = KEEPALIVE_S
+    config: ProxyConfig,
+    sock: socket.socket | None = None,
+    keepalive_s: float = KEEPALIVE_S,
+    shared: SharedState | None = None,
 ) -> AsyncIterator[Serving]:
-    """Run the proxy on `sock`, else on config.host:config.port (port 0: any free port)."""
-    proxy = Proxy(config)
+    """Run the proxy on `sock`, else on config.host:config.port (port 0: any free port);
+    `shared`: the state of all worker processes, this one's row selected."""
+    proxy = Proxy(config, shared)
     http = HttpServer(routes(proxy), config.max_body_bytes, keepalive_s)
     loop = asyncio.get_running_loop()
     async with proxy.running():
@@ -68,13 +73,13 @@ async def serving(
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _run(config: ProxyConfig, sock: socket.socket | None) -> None:
+def _run(config: ProxyConfig, sock: socket.socket | None, shared: SharedState | None = None) -> None:
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
-        async with serving(config, sock):
+        async with serving(config, sock, shared=shared):
             await stop.wait()
 
     aio.run(main())
@@ -99,10 +104,12 @@ def serve(config: ProxyConfig) -> None:
     if config.workers == 1:
         _run(config, None)
         return
-    # SO_REUSEPORT: the kernel spreads connections over the processes; each has its
-    # own session, poller and metrics (so /metrics shows one worker's share).
+    # SO_REUSEPORT: the kernel spreads connections over the processes. Legs in flight
+    # and open circuits are shared (harness.proxy.shared); each has its own session,
+    # poller and request metrics (so /metrics counts one worker's requests).
+    shared = SharedState(config.workers, len(config.prefill) + len(config.decode) + len(config.aggregated))
     children = []
-    for _ in range(config.workers):
+    for worker in range(config.workers):
         pid = os.fork()
         if pid == 0:
             sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET, socket.SOCK_STREAM)
@@ -110,7 +117,7 @@ def serve(config: ProxyConfig) -> None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind((config.host, config.port))
             try:
-                _run(config, sock)
+                _run(config, sock, shared.as_worker(worker))
             finally:
                 os._exit(0)
         children.append(pid)
