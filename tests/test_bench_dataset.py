@@ -227,3 +227,33 @@ def test_prompt_tokenizer_counts_as_the_server_does(tmp_path, add_bos):
     cfg_file.write_text(json.dumps(cfg))
     assert load_tokenizer(str(model), cache).source == "transformers"  # rebuilt
     assert load_tokenizer(str(model), cache).source == "cache"
+
+
+def test_joined_words_are_the_checked_prompts(ptok):
+    """The join of whole-word texts (no encode) gives the very prompts decode + encode gives."""
+    assert ptok.word_texts() is not None  # the tiny model's byte-level BPE is proven joinable
+    fast = sample_requests(ptok, 20, 200, 8, 1.0, "inferencex", np.random.default_rng(3))
+    ptok._word_texts = None  # as for a tokenizer that failed the proof: the checked path
+    ptok._joinable = False
+    try:
+        checked = sample_requests(ptok, 20, 200, 8, 1.0, "inferencex", np.random.default_rng(3))
+    finally:
+        ptok._joinable = None
+    assert fast == checked
+
+
+def test_a_tokenizer_that_merges_across_words_is_not_joined():
+    """BPE without a pre-tokenizer learns merges across spaces (" cd ef" one token): the
+    words alone round-trip, a run of them does not, so prompts take the checked path."""
+    from tokenizers import Tokenizer, decoders, models, trainers
+
+    from harness.bench.tokenizer import PromptTokenizer
+
+    backend = Tokenizer(models.BPE(unk_token=None))
+    backend.decoder = decoders.Fuse()
+    corpus = [" ab cd ef gh" * 200, " ab ef cd gh" * 3, *(f" {w}" * 3 for w in ("ab", "cd", "ef", "gh"))]
+    backend.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=60, show_progress=False))
+    tok = PromptTokenizer(backend, set(), backend.get_vocab_size(), "test")
+    assert " cd ef" in backend.get_vocab()  # merged across the space
+    assert {" ab", " cd", " ef", " gh"} <= {backend.id_to_token(int(i)) for i in tok.word_ids()}
+    assert tok.word_texts() is None

@@ -269,15 +269,15 @@ class _Exchange:
             or not data.startswith(b"data: {", eol + 2)
             or b"\n" in payload
             or b"\r" in payload
-            or b"error" in payload
-            or b'"usage"' in payload
         ):
             return False
         try:
             msg = _loads(payload)
         except ValueError:
             return False  # the general path records the failure
-        if not isinstance(msg, dict):
+        # Error and usage events take the general path; checked on the parsed object, as
+        # two dict lookups cost less than two more scans of the bytes.
+        if type(msg) is not dict or "error" in msg or msg.get("usage") or msg.get("object") == "error":
             return False
         if _is_content_chunk(msg) if self.chat else msg.get("choices"):
             out = self.out

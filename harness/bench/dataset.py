@@ -5,7 +5,8 @@ text, re-encode and trim/extend until the re-encoded length is the target (see
 `gen_prompt_decode_to_target_len`). Differences from vLLM, on purpose:
 - ids are sampled uniformly from the vocabulary's whole-word tokens (a space and
   letters, encoding back to themselves) when it has at least MIN_WORD_IDS of them,
-  so one decode and one encode usually give the exact length; otherwise, or when
+  so one decode and one encode usually give the exact length (with a tokenizer proven
+  to round-trip any run of them, a join of their texts and no encode); otherwise, or when
   that encode differs, uniformly from the non-special vocabulary (vLLM uses a
   consecutive run of ids); padding ids are never special tokens;
 - the fix-up loop keeps going (and restarts with fresh ids) until the length is
@@ -68,7 +69,11 @@ def exact_length_prompt(
     words = tokenizer.word_ids()
     if len(words) >= MIN_WORD_IDS:
         # Whole words: decoding and re-encoding nearly always gives the same ids back.
-        ids = words[rng.integers(0, len(words), size=target)].tolist()
+        picks = rng.integers(0, len(words), size=target)
+        texts = tokenizer.word_texts()
+        if texts is not None and not prefix:
+            return "".join(texts[picks].tolist())  # proven to round-trip: no encode needed
+        ids = words[picks].tolist()
         text = tokenizer.decode(ids)
         if tokenizer.encode(prefix + text) == prefix_ids + ids:
             return text

@@ -38,6 +38,8 @@ class PromptTokenizer:
         self._vocab_size = vocab_size
         self._allowed: np.ndarray | None = None
         self._words: np.ndarray | None = None if word_ids is None else np.asarray(word_ids, dtype=np.int64)
+        self._word_texts: np.ndarray | None = None  # the text of each of _words, once proven joinable
+        self._joinable: bool | None = None
         self.source = source  # "tokenizers" or "transformers", for the log
         self.num_special = backend.num_special_tokens_to_add(False)
 
@@ -62,6 +64,31 @@ class PromptTokenizer:
             encoded = self._tok.encode_batch([t for _, t in cand], add_special_tokens=False)
             self._words = np.array([i for (i, _), e in zip(cand, encoded, strict=True) if e.ids == [i]], np.int64)
         return self._words
+
+    def word_texts(self) -> np.ndarray | None:
+        """The text of each whole-word id (indexed like word_ids()), when joining the texts of
+        any run of them is exactly decoding it and encodes back to exactly those ids; else None.
+
+        Then a prompt of N word ids is the join of N strings, with no encode to check it:
+        ~1 µs per token less CPU (an 8k-token prompt took ~13 ms to encode). Proven once per
+        process on a long run that holds every word: a pre-tokenizer that splits before each
+        space (GPT-2/Llama-3 byte-level regexes) keeps " word" pieces apart, so a run that
+        round-trips shows the tokenizer does not merge across them; one that does not (e.g.
+        a tokenizer whose decoder strips the first space) takes the checked path."""
+        if self._joinable is None:
+            words = self.word_ids()
+            self._joinable = False
+            if len(words):
+                texts = np.array(
+                    self._tok.decode_batch([[int(i)] for i in words], skip_special_tokens=False), dtype=object
+                )
+                rng = np.random.default_rng(0)
+                run = np.concatenate([rng.permutation(len(words)) for _ in range(max(1, 4096 // len(words)))])
+                ids = words[run].tolist()
+                text = "".join(texts[run].tolist())
+                self._joinable = self.decode(ids) == text and self.encode(text) == ids
+                self._word_texts = texts if self._joinable else None
+        return self._word_texts
 
     def cache_entry(self) -> dict[str, Any]:
         return {
