@@ -18,7 +18,6 @@ import asyncio
 import gc
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -37,6 +36,7 @@ from harness.proxy.flows import (
     loads,
     make_flow,
     parse_request,
+    random_id,
 )
 from harness.proxy.health import HealthPoller, read_capped, readiness
 from harness.proxy.http import HttpConnection, Reply, Request, Stream
@@ -314,7 +314,7 @@ class Proxy:
                 ",".join(known) or None,
             )
         a = picked[0]
-        rid = f"agg-{uuid.uuid4().hex}"
+        rid = f"agg-{random_id()}"
         headers = {"Content-Type": "application/json", "X-Request-Id": rid, **_auth_headers(request)}
         a.outstanding += 1
         return await self._decode(request, conn, a, body, headers, rid, None, stamps)

@@ -16,8 +16,7 @@ shared/design/research/prior-systems.md §3):
 from __future__ import annotations
 
 import json
-import os
-import uuid
+import random
 from typing import Any, ClassVar
 
 from harness.proxy.backends import Backend, hash64
@@ -139,6 +138,14 @@ def _prefill_base(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def random_id() -> str:
+    """128 random bits in hex, unique per request like a UUID4. From the random module's
+    generator, not os.urandom: a getrandom syscall per request is measurable CPU at load,
+    and the ids need to be unique, not secret (CPython reseeds the generator in a forked
+    child, so `--workers` processes never share a sequence)."""
+    return f"{random.getrandbits(128):032x}"
+
+
 class Flow:
     """How one connector splits a request into a prefill and a decode leg."""
 
@@ -146,7 +153,7 @@ class Flow:
     concurrent = False  # run both legs at once (prefill's response is not needed by decode)
 
     def request_id(self, p: Backend, d: Backend) -> str:
-        return os.urandom(16).hex()  # as unique as a UUID4, cheaper to make
+        return random_id()
 
     def transfer_id(self, rid: str) -> str | None:
         return None
@@ -218,10 +225,10 @@ class MoriioFlow(Flow):
 
     def request_id(self, p: Backend, d: Backend) -> str:
         # Current vLLM parses the peers' ZMQ addresses out of the request id.
-        return f"___prefill_addr_{p.zmq_address}___decode_addr_{d.zmq_address}_{os.urandom(16).hex()}"
+        return f"___prefill_addr_{p.zmq_address}___decode_addr_{d.zmq_address}_{random_id()}"
 
     def transfer_id(self, rid: str) -> str:
-        return f"tx-{uuid.uuid4()}"
+        return f"tx-{random_id()}"
 
     @staticmethod
     def _gen1(p: Backend, d: Backend) -> bool:

@@ -308,6 +308,11 @@ class UpstreamClient:
         self.connect_timeout = connect_timeout
         self.max_idle = max_idle
         self.pools: dict[tuple[str, int, bool], _HostPool] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _bind_loop(self) -> asyncio.AbstractEventLoop:
+        self._loop = asyncio.get_running_loop()
+        return self._loop
 
     def _pool(self, host: str, port: int, use_ssl: bool) -> _HostPool:
         key = (host, port, use_ssl)
@@ -334,7 +339,9 @@ class UpstreamClient:
         head.extend(f"{k}: {v}\r\n" for k, v in headers.items())
         head.append("\r\n")
         data = "".join(head).encode("latin-1") + body
-        loop = asyncio.get_running_loop()
+        # The loop is looked up once: CPython 3.11's get_running_loop() makes a getpid
+        # syscall on every call (its fork check), two per proxied request here.
+        loop = self._loop or self._bind_loop()
         deadline = loop.time() + timeout
         for attempt in (0, 1):
             conn = await pool.acquire(min(self.connect_timeout, timeout))
