@@ -330,6 +330,10 @@ def targets(args: argparse.Namespace, tmp: Path, p_url: str, d_url: str) -> dict
                 "round_robin",
                 "--log-level",
                 "warning",
+                # Its metrics exporter binds 29000 by default: a free port, so that a router
+                # left over elsewhere cannot make this one panic at start.
+                "--prometheus-port",
+                str(free_port()),
             ],
             port,
             tmp / "router.log",
