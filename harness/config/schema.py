@@ -266,8 +266,10 @@ class ProxySpec(Strict):
         ge=1,
         le=64,
         description=(
-            "proxy processes sharing its port (SO_REUSEPORT; each keeps its own policy state and health "
-            "view); MoRI-IO keeps its registrations in one process and needs 1"
+            "proxy processes sharing its port (SO_REUSEPORT); legs in flight per instance and open "
+            "circuits are shared across them, so least-outstanding and the circuit breaker see every "
+            "process's load; each polls health itself; MoRI-IO keeps its registrations in one process "
+            "and needs 1"
         ),
     )
 
