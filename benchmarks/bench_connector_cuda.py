@@ -1,4 +1,6 @@
-"""The connector's CUDA path: GPU -> pinned host -> TCP -> pinned host -> GPU, against its limits.
+"""The connector's CUDA paths against their limits: GPU -> pinned host -> TCP -> pinned host ->
+GPU (target `tcp`), and same-host CUDA IPC, GPU to GPU with TCP carrying only pull/ok/ack
+(target `ipc`; `ipc-peer`, prefill on GPU 1 and decode on GPU 0, where 2 GPUs exist).
 
 Needs torch with CUDA, not vLLM. Two processes share the GPU: a KVServer holding a
 paged KV cache on the GPU and a KVClient pulling requests into its own GPU cache,
@@ -7,9 +9,11 @@ D2H overlapped with sending; receive into pinned slots, H2D + scatter overlapped
 receiving). Layout: 28 layers, 16-token blocks, bf16, 4 KV heads x 128 dims, K and V
 in separate halves of each layer (blocks are strided, as in vLLM's flash-attention
 cache). The same run measures the limits: pinned D2H and H2D copy bandwidth and raw
-loopback TCP between two processes. Received blocks are checked bit for bit.
+loopback TCP between two processes for `tcp`; for `ipc`, one torch copy of the same bytes
+on one GPU (and GPU 1 -> GPU 0 peer copy where 2 GPUs exist), and the same gather/scatter
+of blocks done within one process. Received blocks are checked bit for bit.
 
-    python3 benchmarks/bench_connector_cuda.py [--tokens 1024,4096,16384] [--reps 8] [--json out.json]
+    python3 benchmarks/bench_connector_cuda.py [--tokens 1024,4096,16384] [--reps 8] [--targets tcp,ipc] [--json out.json]
 """
 
 from __future__ import annotations
@@ -29,13 +33,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 LAYERS, BS, HEADS, DIM = 28, 16, 4, 128
 
 
-def gpu_caches(n_blocks: int, seed: int | None) -> dict[str, Any]:
+def gpu_caches(n_blocks: int, seed: int | None, device: str = "cuda") -> dict[str, Any]:
     import torch
 
-    g = torch.Generator(device="cuda")
+    g = torch.Generator(device=device)
     out = {}
     for i in range(LAYERS):
-        raw = torch.empty(2, n_blocks, BS, HEADS, DIM, dtype=torch.bfloat16, device="cuda")
+        raw = torch.empty(2, n_blocks, BS, HEADS, DIM, dtype=torch.bfloat16, device=device)
         if seed is not None:
             g.manual_seed(seed + i)
             raw.normal_(generator=g)
@@ -69,6 +73,60 @@ def copy_limits(nbytes: int = 1 << 28) -> dict[str, float]:
     return out
 
 
+def _time_gpu(fn: Any, reps: int = 8, inner: int = 5) -> float:
+    """Median seconds of one `fn` on the current stream, `inner` back to back per timing so
+    that the GPU, not the host's launch, sets the pace (first timing is a warm-up)."""
+    import torch
+
+    times = []
+    for i in range(reps + 1):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(inner):
+            fn()
+        e.record()
+        e.synchronize()
+        if i:
+            times.append(s.elapsed_time(e) / 1e3 / inner)
+    return statistics.median(times)
+
+
+def d2d_limits(sizes: list[int], tokens: list[int]) -> dict[str, dict[int, float]]:
+    """GB/s of one torch copy of each size on GPU 0, GPU 1 -> 0 (2 GPUs), and of the
+    connector's gather/scatter of the same blocks (reversed destinations) in one process."""
+    import torch
+
+    peer = torch.cuda.device_count() > 1 and torch.cuda.can_device_access_peer(0, 1)
+    out: dict[str, dict[int, float]] = {"d2d": {}, "peer": {}, "gather": {}}
+    for size, t in zip(sizes, tokens, strict=True):
+        out["d2d"][t] = size / _copy_s(size, "cuda:0") / 1e9
+        if peer:
+            out["peer"][t] = size / _copy_s(size, "cuda:1") / 1e9
+        out["gather"][t] = size / _gather_s(-(-t // BS)) / 1e9
+    return out
+
+
+def _copy_s(size: int, src_device: str) -> float:
+    import torch
+
+    src = torch.empty(size, dtype=torch.uint8, device=src_device)
+    dst = torch.empty(size, dtype=torch.uint8, device="cuda:0")
+    return _time_gpu(lambda: dst.copy_(src, non_blocking=True))
+
+
+def _gather_s(n: int) -> float:
+    import torch
+
+    from connector import gather
+    from connector.staging import _wide_pair
+
+    src, dst = gpu_caches(n, seed=1), gpu_caches(2 * n, seed=None)
+    sidx = torch.arange(n, device="cuda")
+    didx = torch.arange(2 * n - 1, n - 1, -1, device="cuda")
+    plan = gather.make_plan([_wide_pair(src[name], dst[name]) for name in src])  # as the connector does
+    return _time_gpu(lambda: gather.launch(plan, 0, LAYERS, sidx, didx, 16 << 20))
+
+
 def _pin(cores: set[int]) -> None:
     import os
 
@@ -76,7 +134,14 @@ def _pin(cores: set[int]) -> None:
 
 
 def _server(
-    port: int, n_blocks: int, reqs: list[tuple[str, list[int]]], chunk: int, depth: int, ready: Any, stop: Any
+    port: int,
+    n_blocks: int,
+    reqs: list[tuple[str, list[int]]],
+    chunk: int,
+    depth: int,
+    device: str,
+    ready: Any,
+    stop: Any,
 ) -> None:
     _pin({2, 3})  # like a prefill worker: its own cores for model thread, IO and event waits
     from connector.config import PdbenchConfig
@@ -84,7 +149,7 @@ def _server(
     from connector.staging import Stager
     from connector.transport import Completions, IOLoop, KVServer
 
-    kv = PagedKV(gpu_caches(n_blocks, seed=1), n_blocks, BS)
+    kv = PagedKV(gpu_caches(n_blocks, seed=1, device=device), n_blocks, BS)
     cfg = PdbenchConfig(port=port, lease_s=3600, chunk_bytes=chunk, pipeline_depth=depth)
     io = IOLoop("bench-server")
     srv = KVServer(kv, Stager(kv, chunk, depth), cfg, "P", port, Completions())
@@ -96,7 +161,9 @@ def _server(
     io.stop()
 
 
-def pipeline(port: int, tokens: list[int], reps: int, chunk: int, depth: int) -> dict[int, dict[str, float]]:
+def pipeline(
+    port: int, tokens: list[int], reps: int, chunk: int, depth: int, ipc: bool = False, prefill_device: str = "cuda:0"
+) -> dict[int, dict[str, float]]:
     import torch
 
     from connector.config import PdbenchConfig
@@ -109,17 +176,21 @@ def pipeline(port: int, tokens: list[int], reps: int, chunk: int, depth: int) ->
     reqs = [(f"r{t}-{i}", list(range(need[t]))) for t in tokens for i in range(reps + 1)]
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Event(), ctx.Event()
-    srv = ctx.Process(target=_server, args=(port, n_blocks, reqs, chunk, depth, ready, stop), daemon=True)
+    srv = ctx.Process(
+        target=_server, args=(port, n_blocks, reqs, chunk, depth, prefill_device, ready, stop), daemon=True
+    )
     srv.start()
     assert ready.wait(120), "server did not start"
     _pin({4, 5})
     caches = gpu_caches(n_blocks, seed=None)
     kv = PagedKV(caches, n_blocks, BS)
-    cfg = PdbenchConfig(chunk_bytes=chunk, pipeline_depth=depth)
+    cfg = PdbenchConfig(chunk_bytes=chunk, pipeline_depth=depth, ipc=ipc)
     done = Completions()
     io = IOLoop("bench-client")
     client = KVClient(kv, Stager(kv, chunk, depth), cfg, done)
-    expected = gpu_caches(n_blocks, seed=1)  # what the server holds
+    expected = {  # what the server holds, made on its GPU
+        k: v.to("cuda") for k, v in gpu_caches(n_blocks, seed=1, device=prefill_device).items()
+    }
     out: dict[int, dict[str, float]] = {}
     try:
         for t in tokens:
@@ -130,7 +201,9 @@ def pipeline(port: int, tokens: list[int], reps: int, chunk: int, depth: int) ->
                 t0 = time.perf_counter()
                 ok = io.submit(client.pull(job)).result(300)
                 wall = time.perf_counter() - t0
-                assert ok and done.drain_stats() is not None, "pull failed"
+                st = done.drain_stats()
+                assert ok and st is not None, "pull failed"
+                assert (st.recv_ipc, st.recv_tcp) == ((1, 0) if ipc else (0, 1)), "pull took the other path"
                 if i:
                     walls.append(wall)
             src_idx = torch.arange(need[t], device="cuda")
@@ -149,25 +222,41 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", default="1024,4096,16384")
     ap.add_argument("--reps", type=int, default=8)
-    ap.add_argument("--chunk-mib", default="8")
+    ap.add_argument("--chunk-mib", default="8", help="TCP staging chunks (a list: one run each); IPC uses the first")
     ap.add_argument("--depth", type=int, default=3)
+    ap.add_argument("--targets", default="tcp,ipc")
     ap.add_argument("--port", type=int, default=15690)
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     import torch
-    from bench_connector_transfer import raw_tcp
 
     tokens = [int(x) for x in a.tokens.split(",")]
     sizes = [-(-t // BS) * BS * token_bytes() for t in tokens]
+    chunks = [float(x) for x in a.chunk_mib.split(",")]
+    targets = a.targets.split(",")
+    print(
+        f"GPU: {torch.cuda.get_device_name()} x{torch.cuda.device_count()}; layout {LAYERS} layers x {BS}-token "
+        f"blocks, bf16, {HEADS} KV heads x {DIM}, K/V halves outside the block dim (strided blocks)"
+    )
+    tcp_rows = run_tcp(a, tokens, sizes, chunks) if "tcp" in targets else []
+    ipc_rows = run_ipc(a, tokens, sizes, chunks[0], tcp_rows) if "ipc" in targets else []
+    if a.json:
+        a.json.write_text(json.dumps(tcp_rows + ipc_rows, indent=2))
+
+
+def run_tcp(a: Any, tokens: list[int], sizes: list[int], chunks: list[float]) -> list[dict[str, Any]]:
+    from bench_connector_transfer import raw_tcp
+
     limits = copy_limits()
     raw = raw_tcp(a.port, sizes, max(3, a.reps // 2))
     rows = []
-    for k, chunk_mib in enumerate(float(x) for x in a.chunk_mib.split(",")):
+    for k, chunk_mib in enumerate(chunks):
         res = pipeline(a.port + 1 + k, tokens, a.reps, int(chunk_mib * 2**20), a.depth)
         for t, size in zip(tokens, sizes, strict=False):
             tcp = size / raw[size] / 1e9
             bound = min(limits["d2h"], limits["h2d"], tcp)
             r = {
+                "target": "tcp",
                 "tokens": t,
                 "bytes": size,
                 "chunk_mib": chunk_mib,
@@ -178,19 +267,70 @@ def main() -> None:
             }
             r["pull_vs_bound"] = r["pull_gbps"] / bound
             rows.append(r)
-    print(
-        f"GPU: {torch.cuda.get_device_name()}; layout {LAYERS} layers x {BS}-token blocks, bf16, "
-        f"{HEADS} KV heads x {DIM}; pinned D2H {limits['d2h']:.1f} GB/s, H2D {limits['h2d']:.1f} GB/s"
-    )
-    print(f"{'tokens':>6} {'MB':>8} {'chunk':>6} {'raw TCP':>9} {'pull':>9} {'pull/min(limits)':>17}")
+    print(f"\ntcp: pinned D2H {limits['d2h']:.1f} GB/s, H2D {limits['h2d']:.1f} GB/s")
+    print(f"{'tokens':>6} {'MB':>8} {'chunk':>6} {'raw TCP':>9} {'pull':>9} {'pull/min(limits)':>17}  conditions")
     for r in rows:
         print(
             f"{r['tokens']:>6} {r['bytes'] / 1e6:>8.1f} {r['chunk_mib']:>5g}M {r['tcp_gbps']:>8.2f}G "
-            f"{r['pull_gbps']:>8.2f}G {r['pull_vs_bound']:>17.2f}"
+            f"{r['pull_gbps']:>8.2f}G {r['pull_vs_bound']:>17.2f}  same GPU, 2 processes, loopback TCP, "
+            f"depth {a.depth}, {a.reps} reps (median)"
         )
     print("pull = request .. ack, GPU to GPU; limits: pinned copies and raw loopback TCP, same run; GB/s = 1e9 B/s")
-    if a.json:
-        a.json.write_text(json.dumps(rows, indent=2))
+    return rows
+
+
+def copy_path(short: bool = False) -> str:
+    from connector import gather
+
+    if gather.triton is not None:
+        return "Triton" if short else "one Triton launch for all layers"
+    return "torch" if short else "torch index_select/index_copy_ per layer"
+
+
+def run_ipc(
+    a: Any, tokens: list[int], sizes: list[int], chunk_mib: float, tcp_rows: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    import torch
+
+    lim = d2d_limits(sizes, tokens)
+    chunk = int(chunk_mib * 2**20)
+    runs = {"ipc": pipeline(a.port + 50, tokens, a.reps, chunk, a.depth, ipc=True)}
+    if lim["peer"]:
+        runs["ipc-peer"] = pipeline(a.port + 51, tokens, a.reps, chunk, a.depth, ipc=True, prefill_device="cuda:1")
+    where = {"ipc": "same GPU", "ipc-peer": "GPU 1 -> GPU 0"}
+    tcp = {r["tokens"]: r["pull_gbps"] for r in tcp_rows if r["chunk_mib"] == tcp_rows[0]["chunk_mib"]}
+    rows = []
+    for target, res in runs.items():
+        for t, size in zip(tokens, sizes, strict=True):
+            gbps = size / res[t]["pull_s"] / 1e9
+            copy = lim["peer"][t] if target == "ipc-peer" else lim["d2d"][t]
+            r = {"target": target, "tokens": t, "bytes": size, "chunk_mib": chunk_mib, "pull_gbps": gbps}
+            r["conditions"] = f"{where[target]}, 2 processes, {a.reps} reps (median), {copy_path(short=True)}"
+            r.update(copy_gbps=copy, gather_gbps=lim["gather"][t], pull_vs_copy=gbps / copy)
+            r.update(pull_vs_gather=gbps / lim["gather"][t], pull_vs_tcp=gbps / tcp[t] if t in tcp else None)
+            rows.append(r)
+    print(
+        f"\nipc: 2 processes; decode gathers prefill's {BS}-token blocks (opened via CUDA IPC) into reversed, "
+        f"non-adjacent blocks of its own with {copy_path()}; {torch.cuda.get_device_name()}"
+    )
+    print(
+        f"{'target':>8} {'tokens':>6} {'MB':>8} {'pull':>9} {'copy':>9} {'pull/copy':>10} "
+        f"{'gather':>9} {'pull/gather':>12} {'pull/tcp':>9}  conditions"
+    )
+    for r in rows:
+        vs_tcp = f"{r['pull_vs_tcp']:>9.1f}" if r["pull_vs_tcp"] else f"{'-':>9}"
+        print(
+            f"{r['target']:>8} {r['tokens']:>6} {r['bytes'] / 1e6:>8.1f} {r['pull_gbps']:>8.1f}G "
+            f"{r['copy_gbps']:>8.1f}G {r['pull_vs_copy']:>10.2f} {r['gather_gbps']:>8.1f}G "
+            f"{r['pull_vs_gather']:>12.2f} {vs_tcp}  {r['conditions']}"
+        )
+    print(
+        "pull = request .. ack (TCP round trip, copies, blocking-sync wait, ack); copy = one torch copy_ of the "
+        "same bytes, same GPU (ipc) or GPU 1 -> 0 (ipc-peer); gather = the connector's block copy alone, in one "
+        "process, same GPU (no IPC, TCP or sync); pull/tcp: against the tcp target's pull (first chunk size), "
+        "same run; GB/s = 1e9 B/s"
+    )
+    return rows
 
 
 if __name__ == "__main__":

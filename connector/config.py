@@ -49,6 +49,9 @@ class PdbenchConfig:
     # Device staging (CUDA): pinned chunk size and pipeline depth.
     chunk_bytes: int = 16 << 20
     pipeline_depth: int = 3
+    # Same host, CUDA caches on both sides: pull GPU to GPU through CUDA IPC (TCP only
+    # carries pull/ok/ack). Either side can turn it off; a mismatch falls back to TCP.
+    ipc: bool = True
     # Test only: zero the last received block of every layer (the most recent
     # tokens), to prove the correctness test sees corrupted KV; and slow each
     # received chunk down, to kill a peer in the middle of a transfer.

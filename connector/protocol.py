@@ -9,6 +9,13 @@ starts with the job-secret handshake of connector/auth.py; then a pull is:
     decode -> prefill  {"op": "ack", "req"}     (decode is done with prefill's blocks)
 
 and `{"op": "release", "req", "engine"}` frees a request decode will never pull.
+
+Same host, CUDA caches (connector/ipc.py): once per connection decode sends
+`{"op": "ipc_hello", "boot_id"}`; prefill answers `{"ok": false, "error"}` or
+`{"ok": true, "boot_id", "token", "uuid", "dtype", "storages", "layers"}` (CUDA IPC
+handle fields as hex). A pull then adds `"path": "ipc", "token"`; prefill's ok carries
+`"blocks"` (its kernel block ids) and no payload follows: decode copies GPU to GPU,
+then acks as above.
 Block indices ("first", "count") are in kernel blocks of the request's own block
 list, so the two sides' block ids and block counts are independent.
 """

@@ -1,7 +1,8 @@
 """Transfer observability: vLLM connector stats (log line) and Prometheus metrics.
 
 Per transfer: bytes, seconds and throughput, separately for pulls (decode) and
-sends (prefill); counters for failures, lease expiries and early releases.
+sends (prefill); counters for failures, lease expiries and early releases, and of
+the path (CUDA IPC or TCP) each completed transfer took.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
 from vllm.v1.metrics.utils import create_metric_per_engine
 
 _LISTS = ("recv_bytes", "recv_s", "recv_wait_s", "send_bytes", "send_s")
-_COUNTS = ("failed_recv", "failed_send", "expired", "released")
+_COUNTS = ("failed_recv", "failed_send", "expired", "released", "recv_ipc", "recv_tcp", "send_ipc", "send_tcp")
 
 
 @dataclass
@@ -101,6 +102,10 @@ class PdbenchPromMetrics(KVConnectorPromMetrics):
             ("failed_send", "KV sends that failed (blocks kept until the lease ends)."),
             ("expired", "Requests whose KV lease expired before decode pulled it."),
             ("released", "Requests released by decode without a pull (cached there)."),
+            ("recv_ipc", "KV pulls done GPU to GPU through CUDA IPC (same host)."),
+            ("recv_tcp", "KV pulls whose bytes crossed TCP."),
+            ("send_ipc", "KV sends read by decode through CUDA IPC (same host)."),
+            ("send_tcp", "KV sends whose bytes crossed TCP."),
         ):
             self.c[k] = counter(f"vllm:pdbench_kv_{k}", doc)
 

@@ -9,6 +9,10 @@ lease expires; expiry never happens during a pull, a failed pull starts a new
 lease, and a pull after expiry is refused instead of reading reused blocks. Every wait on a peer is bounded
 (connect, first response, per-chunk progress, ack), so a dead peer costs at most
 `io_timeout_s` (sooner when the kernel reports the reset).
+
+On one host with CUDA caches on both sides, the bytes move GPU to GPU through CUDA
+IPC (connector/ipc.py) instead: the same pull/ok/ack, leases and failure handling,
+with prefill's `ok` carrying its block ids and decode copying before it acks.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from connector import ipc
 from connector.auth import AuthError, client_handshake, server_handshake
 from connector.config import PdbenchConfig
 from connector.layout import PagedKV, signature_mismatch
@@ -54,14 +59,21 @@ class TransferStats:
     failed_send: int = 0
     expired: int = 0
     released: int = 0
+    # Which path each completed transfer took.
+    recv_ipc: int = 0
+    recv_tcp: int = 0
+    send_ipc: int = 0
+    send_tcp: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
     def empty(self) -> bool:
-        return not (
-            self.recv_bytes or self.send_bytes or self.failed_recv or self.failed_send or self.expired or self.released
-        )
+        return not any(self.__dict__.values())
+
+    def count_path(self, side: str, via_ipc: bool) -> None:
+        name = f"{side}_{'ipc' if via_ipc else 'tcp'}"
+        setattr(self, name, getattr(self, name) + 1)
 
 
 class Completions:
@@ -177,6 +189,8 @@ class KVServer:
         self._sig = kv.signature()
         self._lsock: socket.socket | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Exported here, on the model thread (see connector/ipc.py); None: TCP only.
+        self.ipc = ipc.Export.build(kv) if cfg.ipc and stager is not None else None
 
     async def start(self) -> None:
         """Listen on the one address the job chose (cfg.listen_host(): the node's address)."""
@@ -300,6 +314,8 @@ class KVServer:
                     await self._pull(sock, msg)
                 elif op == "release":
                     self._release(str(msg.get("req")), msg.get("engine"))
+                elif op == "ipc_hello":
+                    await send_frame(sock, self._ipc_hello(msg), self.cfg.io_timeout_s)
                 else:
                     raise PeerError(f"unknown op {op!r}")
         except (PeerError, OSError, TimeoutError, ValueError) as exc:
@@ -308,6 +324,11 @@ class KVServer:
             log.exception("pdbench: KV server connection failed")
         finally:
             sock.close()
+
+    def _ipc_hello(self, msg: dict[str, Any]) -> dict[str, Any]:
+        if self.ipc is None:
+            return {"ok": False, "error": "CUDA IPC is off or unavailable on this prefill"}
+        return self.ipc.hello(msg.get("boot_id"))
 
     def _release(self, req_id: str, engine: Any) -> None:
         if engine != self.engine_id:
@@ -338,50 +359,77 @@ class KVServer:
         e = self._entries.get(req_id)
         return e if e is not None else f"request {req_id} is no longer held"
 
+    async def _find(self, msg: dict[str, Any], req_id: str, first: int, count: int) -> _Entry | str:
+        """The entry a pull may read, or why not."""
+        if msg.get("engine") != self.engine_id:
+            return f"engine id {msg.get('engine')} is not this prefill ({self.engine_id})"
+        found = await self._lookup(req_id)
+        if isinstance(found, str):
+            return found
+        err = signature_mismatch(self._sig, msg.get("layout") or {})
+        if err is None and (first < 0 or count < 0 or first + count > len(found.kblocks)):
+            err = f"blocks [{first}, {first + count}) outside the {len(found.kblocks)} held"
+        if err is None and found.sending:
+            err = "request is already being pulled"
+        if err is None and msg.get("path") == "ipc" and (self.ipc is None or msg.get("token") != self.ipc.token):
+            err = "CUDA IPC is not offered by this prefill"
+        return err if err is not None else found
+
+    async def _offer_ipc(self, sock: socket.socket, ready: Any, kblocks: list[int]) -> None:
+        """Decode reads the blocks as soon as it hears ok: the KV must be written by then."""
+        assert self.stager is not None
+        await self.stager.wait_ready(ready)
+        await send_frame(sock, {"ok": True, "blocks": kblocks}, self.cfg.io_timeout_s)
+
     async def _pull(self, sock: socket.socket, msg: dict[str, Any]) -> None:
         req_id = str(msg.get("req"))
         first, count = int(msg.get("first", 0)), int(msg.get("count", 0))
-        if msg.get("engine") != self.engine_id:
-            found: _Entry | str = f"engine id {msg.get('engine')} is not this prefill ({self.engine_id})"
-        else:
-            found = await self._lookup(req_id)
-        err = found if isinstance(found, str) else None
-        if err is None:
-            assert isinstance(found, _Entry)
-            err = signature_mismatch(self._sig, msg.get("layout") or {})
-            if err is None and (first < 0 or count < 0 or first + count > len(found.kblocks)):
-                err = f"blocks [{first}, {first + count}) outside the {len(found.kblocks)} held"
-            if err is None and found.sending:
-                err = "request is already being pulled"
-        if err is not None:
-            await send_frame(sock, {"ok": False, "error": err}, self.cfg.io_timeout_s)
+        via_ipc = msg.get("path") == "ipc"
+        found = await self._find(msg, req_id, first, count)
+        if isinstance(found, str):
+            await send_frame(sock, {"ok": False, "error": found}, self.cfg.io_timeout_s)
             return
-        assert isinstance(found, _Entry)
         entry = found
         entry.sending = True
+        kblocks = entry.kblocks[first : first + count]
         t0, sent, ok = time.perf_counter(), 0, False
         try:
-            await send_frame(sock, {"ok": True}, self.cfg.io_timeout_s)
-            kblocks = entry.kblocks[first : first + count]
-            async with contextlib.aclosing(_source(self.kv, self.stager, kblocks, self.cfg, entry.ready)) as chunks:  # type: ignore[type-var]  # an async generator
-                async for batch in chunks:
-                    sent += await send_views(sock, batch, self.cfg.io_timeout_s)
+            if via_ipc:
+                await self._offer_ipc(sock, entry.ready, kblocks)
+            else:
+                await send_frame(sock, {"ok": True}, self.cfg.io_timeout_s)
+                async with contextlib.aclosing(_source(self.kv, self.stager, kblocks, self.cfg, entry.ready)) as chunks:  # type: ignore[type-var]  # an async generator
+                    async for batch in chunks:
+                        sent += await send_views(sock, batch, self.cfg.io_timeout_s)
             dt = time.perf_counter() - t0
             ack = await recv_frame(sock, self.cfg.io_timeout_s)
             if ack.get("op") != "ack" or ack.get("req") != req_id:
                 raise PeerError(f"expected ack for {req_id}, got {ack}")
+            if via_ipc:  # decode copied every block before it acked
+                sent, dt = len(kblocks) * sum(self.kv.block_bytes), time.perf_counter() - t0
             ok = True
         finally:
             entry.sending = False
             if ok:
                 self._finish(req_id, "acked")
-                self.done.record(lambda s: (s.send_bytes.append(sent), s.send_s.append(dt)))
+                self.done.record(
+                    lambda s: (s.send_bytes.append(sent), s.send_s.append(dt), s.count_path("send", via_ipc))
+                )
             else:
                 # Keep the blocks for a whole lease from now: the decoder may be slow, not dead,
                 # and may pull again; a pull late in the lease must not leave it no time to.
                 entry.deadline = max(entry.deadline, asyncio.get_running_loop().time() + self.cfg.lease_s)
-                log.warning("pdbench: pull of %s failed after %d bytes; blocks kept for another lease", req_id, sent)
+                log.warning(
+                    "pdbench: pull of %s failed after %s; blocks kept for another lease",
+                    req_id,
+                    "the CUDA IPC offer" if via_ipc else f"{sent} bytes",
+                )
                 self.done.record(lambda s: setattr(s, "failed_send", s.failed_send + 1))
+
+
+def _within(ids: list[Any], rows: int) -> bool:
+    """Every id an int in [0, rows)."""
+    return all(type(b) is int for b in ids) and (not ids or (min(ids) >= 0 and max(ids) < rows))
 
 
 def _is_loopback(addr: str) -> bool:
@@ -403,15 +451,25 @@ class PullJob:
     block_ids: list[int]  # scheduler blocks to report on failure
 
 
+@dataclass
+class _Conn:
+    sock: socket.socket
+    remote: ipc.Remote | None = None  # prefill's KV opened through CUDA IPC; None: bytes over TCP
+
+
 class KVClient:
     """Decode side: pulls requests' KV into local blocks; pools idle connections per peer."""
 
     def __init__(self, kv: PagedKV, stager: Stager | None, cfg: PdbenchConfig, done: Completions) -> None:
         self.kv, self.stager, self.cfg, self.done = kv, stager, cfg, done
-        self._idle: dict[tuple[str, int], list[socket.socket]] = {}
+        self._idle: dict[tuple[str, int], list[_Conn]] = {}
         self._sig = kv.signature()
+        self._ipc = cfg.ipc and stager is not None and stager.cuda
+        self._remotes: dict[str, ipc.Remote | None] = {}  # by prefill token; None: failed to open
+        self._tokens: dict[tuple[str, int], str] = {}  # the latest token of each peer
+        self._told: set[tuple[str, int]] = set()  # peers whose TCP fallback was logged
 
-    async def _connect(self, host: str, port: int) -> socket.socket:
+    async def _connect(self, host: str, port: int) -> _Conn:
         loop = asyncio.get_running_loop()
         infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         family, _, _, _, addr = infos[0]
@@ -426,23 +484,53 @@ class KVClient:
             )
             await asyncio.wait_for(loop.sock_connect(sock, addr), self.cfg.connect_timeout_s)
             await client_handshake(sock, self.cfg.secret or b"", self.cfg.io_timeout_s)
+            remote = await self._hello(sock, (host, port)) if self._ipc and ipc.boot_id() else None
         except BaseException:
             sock.close()
             raise
-        return sock
+        return _Conn(sock, remote)
 
-    async def _get(self, host: str, port: int) -> tuple[socket.socket, bool]:
+    async def _hello(self, sock: socket.socket, peer: tuple[str, int]) -> ipc.Remote | None:
+        """Once per connection: prefill's CUDA IPC handles, opened here, if it is on this host."""
+        await send_frame(sock, {"op": "ipc_hello", "boot_id": ipc.boot_id()}, self.cfg.io_timeout_s)
+        info = await recv_frame(sock, self.cfg.io_timeout_s)
+        if not info.get("ok"):
+            self._tell(peer, str(info.get("error")))
+            return None
+        token = str(info.get("token"))
+        if token not in self._remotes:
+            old = self._tokens.get(peer)
+            if old is not None and old != token:
+                self._remotes.pop(old, None)  # that prefill restarted: close its handles
+            self._tokens[peer] = token
+            try:
+                remote = ipc.open_remote(info, self.kv)
+                assert self.stager is not None
+                remote.plan = self.stager.plan(remote.layers)
+                self._remotes[token] = remote
+                log.info("pdbench: pulls from %s:%d go GPU to GPU (CUDA IPC)", *peer)
+            except ipc.IpcError as exc:
+                self._remotes[token] = None
+                self._tell(peer, str(exc))
+        return self._remotes[token]
+
+    def _tell(self, peer: tuple[str, int], why: str) -> None:
+        if peer not in self._told:
+            self._told.add(peer)
+            log.info("pdbench: pulls from %s:%d use TCP: %s", *peer, why)
+
+    async def _get(self, host: str, port: int) -> tuple[_Conn, bool]:
         idle = self._idle.get((host, port))
         if idle:
             return idle.pop(), True
         return await self._connect(host, port), False
 
-    def _put(self, host: str, port: int, sock: socket.socket) -> None:
+    def _put(self, host: str, port: int, conn: _Conn) -> None:
         idle = self._idle.setdefault((host, port), [])
         if len(idle) < 8:
-            idle.append(sock)
+            idle.append(conn)
         else:
-            sock.close()
+            conn.sock.close()
 
     async def pull(self, job: PullJob) -> bool:
         """Never raises: the outcome goes to `Completions` (failures with their blocks)."""
@@ -465,8 +553,7 @@ class KVClient:
             self.done.received(job.req_id, ok, job.block_ids)
         return ok
 
-    async def _pull(self, job: PullJob) -> None:
-        cfg = self.cfg
+    def _pull_msg(self, job: PullJob, remote: ipc.Remote | None) -> dict[str, Any]:
         msg = {
             "op": "pull",
             "req": job.remote_req_id,
@@ -475,52 +562,85 @@ class KVClient:
             "count": len(job.kblocks),
             "layout": self._sig,
         }
-        t0 = time.perf_counter()
+        if remote is not None:
+            msg.update(path="ipc", token=remote.token)
+        return msg
+
+    async def _request(self, job: PullJob) -> tuple[_Conn, dict[str, Any]]:
+        cfg = self.cfg
         for attempt in range(2):
-            sock, reused = await self._get(job.host, job.port)
+            conn, reused = await self._get(job.host, job.port)
             try:
-                await send_frame(sock, msg, cfg.io_timeout_s)
-                resp = await recv_frame(sock, cfg.register_timeout_s + cfg.io_timeout_s)
-                break
+                await send_frame(conn.sock, self._pull_msg(job, conn.remote), cfg.io_timeout_s)
+                return conn, await recv_frame(conn.sock, cfg.register_timeout_s + cfg.io_timeout_s)
             except (PeerError, OSError) as exc:
-                sock.close()
+                conn.sock.close()
                 if reused and attempt == 0:
                     continue  # a pooled connection went stale (prefill restarted): redial once
                 raise TransferError(f"no response: {exc}") from exc
             except BaseException:
-                sock.close()
+                conn.sock.close()
                 raise
+        raise AssertionError("unreachable")
+
+    async def _pull(self, job: PullJob) -> None:
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        conn, resp = await self._request(job)
         if not resp.get("ok"):
-            self._put(job.host, job.port, sock)
+            self._put(job.host, job.port, conn)
             raise TransferError(str(resp.get("error")))
         t1 = time.perf_counter()
         got = 0
         try:
-            async with contextlib.aclosing(_sink(self.kv, self.stager, job.kblocks, cfg)) as views:  # type: ignore[type-var]  # an async generator
-                async for batch in views:
-                    got += await recv_views(sock, batch, cfg.io_timeout_s)
-                    if cfg.debug_chunk_delay_s:
-                        await asyncio.sleep(cfg.debug_chunk_delay_s)
-            await send_frame(sock, {"op": "ack", "req": job.remote_req_id}, cfg.io_timeout_s)
+            if conn.remote is not None:
+                got = await self._copy_ipc(conn.remote, resp.get("blocks"), job)
+            else:
+                async with contextlib.aclosing(_sink(self.kv, self.stager, job.kblocks, cfg)) as views:  # type: ignore[type-var]  # an async generator
+                    async for batch in views:
+                        got += await recv_views(conn.sock, batch, cfg.io_timeout_s)
+                        if cfg.debug_chunk_delay_s:
+                            await asyncio.sleep(cfg.debug_chunk_delay_s)
+            await send_frame(conn.sock, {"op": "ack", "req": job.remote_req_id}, cfg.io_timeout_s)
             t2 = time.perf_counter()
         except BaseException:
-            sock.close()
+            conn.sock.close()
             raise
-        self._put(job.host, job.port, sock)
+        self._put(job.host, job.port, conn)
+        via_ipc = conn.remote is not None
         # Transfer time is the whole pull (request .. ack), the wait its share up to prefill's answer.
-        self.done.record(lambda s: (s.recv_bytes.append(got), s.recv_s.append(t2 - t0), s.recv_wait_s.append(t1 - t0)))
+        self.done.record(
+            lambda s: (
+                s.recv_bytes.append(got),
+                s.recv_s.append(t2 - t0),
+                s.recv_wait_s.append(t1 - t0),
+                s.count_path("recv", via_ipc),
+            )
+        )
+
+    async def _copy_ipc(self, remote: ipc.Remote, blocks: Any, job: PullJob) -> int:
+        """Prefill's blocks straight into ours; returns once they landed (then we may ack)."""
+        assert self.stager is not None
+        rows = remote.layers[0].shape[0]
+        # Bounds only: the kernel reads wherever the ids point, so none may leave prefill's cache.
+        if not (isinstance(blocks, list) and len(blocks) == len(job.kblocks)) or not _within(blocks, rows):
+            raise TransferError("prefill's block list does not match the pull")
+        cfg = self.cfg
+        return await self.stager.copy_from(remote.plan, blocks, job.kblocks, cfg.debug_corrupt, cfg.debug_chunk_delay_s)
 
     async def release(self, host: str, port: int, engine_id: str, remote_req_id: str) -> None:
         """Best effort: tell prefill to free a request we will not pull (its lease is the backstop)."""
         try:
-            sock, _ = await self._get(host, port)
-            await send_frame(sock, {"op": "release", "req": remote_req_id, "engine": engine_id}, self.cfg.io_timeout_s)
-            self._put(host, port, sock)
+            conn, _ = await self._get(host, port)
+            msg = {"op": "release", "req": remote_req_id, "engine": engine_id}
+            await send_frame(conn.sock, msg, self.cfg.io_timeout_s)
+            self._put(host, port, conn)
         except Exception as exc:
             log.warning("pdbench: release of %s at %s:%d failed: %s", remote_req_id, host, port, exc)
 
     def close(self) -> None:
-        for socks in self._idle.values():
-            for s in socks:
-                s.close()
+        for conns in self._idle.values():
+            for c in conns:
+                c.sock.close()
         self._idle.clear()
+        self._remotes.clear()

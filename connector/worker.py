@@ -69,6 +69,8 @@ class PdbenchWorker:
             "zero-copy" if kv.host_direct else f"staged ({kv.device.type})",
             f"serving on {self.cfg.listen_host()}:{self.port}" if self.producer else "pulling",
         )
+        if self.server is not None:
+            log.info("pdbench connector rank %d: CUDA IPC %s", self.tp_rank, "offered" if self.server.ipc else "off")
 
     def start(self, meta: PdbenchMetadata) -> None:
         """Hand this step's sends, pulls and releases to the IO thread (non-blocking)."""

@@ -1,4 +1,5 @@
-"""CUDA staging path of the transfer (pinned ring, copy streams); skipped without a GPU.
+"""CUDA paths of the transfer, skipped without a GPU: the staged TCP path (pinned ring,
+copy streams) and the same-host CUDA IPC path (two processes, GPU to GPU).
 
 Runs on the device machine: `python3 tests/test_connector_cuda.py` (no pytest needed)
 or under pytest.
@@ -6,8 +7,14 @@ or under pytest.
 
 from __future__ import annotations
 
+import importlib.util
+import multiprocessing as mp
 import sys
 import time
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +22,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from connector import gather, ipc
 from connector.config import PdbenchConfig
 from connector.layout import PagedKV
 from connector.staging import Stager
-from connector.transport import Completions, IOLoop, KVClient, KVServer, PullJob
+from connector.transport import Completions, IOLoop, KVClient, KVServer, PullJob, TransferStats
 
 try:
     import pytest
@@ -92,12 +100,212 @@ def test_cpu_prefill_to_gpu_decode_and_corruption() -> None:
         assert not dst[n][9].any()  # the last block was zeroed on purpose
 
 
+# -- CUDA IPC: prefill and decode in two processes on one GPU ------------------------------
+
+N_SRC, N_DST, SEED = 64, 80, 11
+SRC_BLOCKS = list(range(5, 55))  # the request's blocks at prefill
+
+
+def _prefill_main(port: int, cfg: dict[str, Any], reqs: list[str], strided: bool, up: Any, stop: Any, out: Any) -> None:
+    """Child process: a prefill worker holding `reqs` (all on SRC_BLOCKS) until `stop`."""
+    kv = PagedKV(_caches("cuda", N_SRC, SEED, strided), N_SRC, 16)
+    c = PdbenchConfig(port=port, chunk_bytes=1 << 14, **cfg)
+    done = Completions()
+    io = IOLoop("p")
+    srv = KVServer(kv, Stager(kv, c.chunk_bytes, 3), c, "P", port, done)
+    io.submit(srv.start()).result(10)
+    ready = torch.cuda.Event()
+    ready.record()  # after the caches were written, as the worker does
+    for r in reqs:
+        io.call(srv.register, r, SRC_BLOCKS, ready)
+    up.set()
+    stop.wait(120)
+    time.sleep(0.2)  # the last ack lands
+    out.put((srv.ipc is not None, sorted(done.drain()[0]), (done.drain_stats() or TransferStats()).as_dict()))
+    io.stop()
+
+
+@contextmanager
+def _prefill(port: int, reqs: list[str], strided: bool = True, **cfg: Any) -> Iterator[dict[str, Any]]:
+    """A prefill child; yields a dict that holds its (offered IPC, sent ids, stats) on exit."""
+    ctx = mp.get_context("spawn")
+    up, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
+    proc = ctx.Process(target=_prefill_main, args=(port, cfg, reqs, strided, up, stop, out), daemon=True)
+    proc.start()
+    result: dict[str, Any] = {}
+    try:
+        assert up.wait(120), "prefill child did not start"
+        yield result
+        stop.set()
+        result["offered"], result["sent"], result["stats"] = out.get(timeout=60)
+    finally:
+        stop.set()
+        proc.join(30)
+        if proc.is_alive():
+            proc.kill()
+
+
+@dataclass
+class _Pulled:
+    ok: bool
+    stats: Any
+    dst: dict[str, torch.Tensor]
+    kernel: bool  # the copy took connector/gather.py's Triton kernel
+
+
+def _decode_pull(
+    port: int, req: str, first: int, dst_blocks: list[int], up: Any = None, strided: bool = True, **cfg: Any
+) -> _Pulled:
+    """Pull `req` into a fresh decode cache in this process; `up` is set just before the pull."""
+    dst = _caches("cuda", N_DST, None, strided)
+    kd = PagedKV(dst, N_DST, 16)
+    c = PdbenchConfig(chunk_bytes=1 << 14, **cfg)
+    done, io = Completions(), IOLoop("d")
+    cli = KVClient(kd, Stager(kd, c.chunk_bytes, 3), c, done)
+    try:
+        if up is not None:
+            up.set()
+        ok = io.submit(cli.pull(PullJob("d", req, "P", "127.0.0.1", port, first, dst_blocks, dst_blocks))).result(60)
+        kernel = any(r is not None and r.plan.kernel is not None for r in cli._remotes.values())
+    finally:
+        io.stop()
+        cli.close()
+    torch.cuda.synchronize()
+    return _Pulled(bool(ok), done.drain_stats(), dst, kernel)
+
+
+def _assert_bit_exact(
+    dst: dict[str, torch.Tensor], src_blocks: list[int], dst_blocks: list[int], strided: bool = True
+) -> None:
+    expected = _caches("cuda", N_SRC, SEED, strided)  # what the child holds (same seed, same GPU)
+    untouched = sorted(set(range(N_DST)) - set(dst_blocks))
+    for n in expected:
+        assert torch.equal(dst[n][dst_blocks].view(torch.int16), expected[n][src_blocks].view(torch.int16)), n
+        assert not dst[n][untouched].any()
+
+
+def _has_triton() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def test_ipc_pull_two_processes_bit_exact() -> None:
+    port = 15737
+    d_blocks = list(range(N_DST - 1, N_DST - 46, -1))  # 45 blocks, reversed: no two adjacent runs
+    with _prefill(port, ["r", "torch-path"]) as res:
+        p = _decode_pull(port, "r", 5, d_blocks)
+        gather.USE_TRITON = False  # the same pull through torch's index_select/index_copy_
+        try:
+            q = _decode_pull(port, "torch-path", 5, d_blocks)
+        finally:
+            gather.USE_TRITON = True
+    for pulled in (p, q):
+        assert pulled.ok and pulled.stats is not None
+        assert (pulled.stats.recv_ipc, pulled.stats.recv_tcp) == (1, 0)
+        assert pulled.stats.recv_bytes == [45 * sum(PagedKV(pulled.dst, N_DST, 16).block_bytes)]
+        _assert_bit_exact(pulled.dst, SRC_BLOCKS[5:], d_blocks)
+    assert p.kernel == _has_triton() and not q.kernel
+    assert res["offered"] and res["sent"] == ["r", "torch-path"]
+    assert (res["stats"]["send_ipc"], res["stats"]["send_tcp"]) == (2, 0)
+
+
+def test_ipc_off_or_another_host_falls_back_to_tcp_bit_exact() -> None:
+    port = 15738
+    d_blocks = list(range(10, 60))
+    real = ipc.boot_id
+    # Dense blocks this time: the copy kernel moves each block as one run.
+    with _prefill(port, ["off", "other-host", "corrupt"], strided=False) as res:
+        p = _decode_pull(port, "off", 0, d_blocks, strided=False, ipc=False)
+        assert p.ok and p.stats is not None and (p.stats.recv_ipc, p.stats.recv_tcp) == (0, 1)
+        _assert_bit_exact(p.dst, SRC_BLOCKS, d_blocks, strided=False)
+        ipc.boot_id = lambda: "0" * 36  # type: ignore[assignment]  # decode claims another host
+        try:
+            p = _decode_pull(port, "other-host", 0, d_blocks, strided=False)
+        finally:
+            ipc.boot_id = real  # type: ignore[assignment]
+        assert p.ok and p.stats is not None and (p.stats.recv_ipc, p.stats.recv_tcp) == (0, 1)
+        _assert_bit_exact(p.dst, SRC_BLOCKS, d_blocks, strided=False)
+        # The IPC path's own corruption hook proves the comparison above can fail.
+        p = _decode_pull(port, "corrupt", 0, d_blocks, strided=False, debug_corrupt=True)
+        assert p.ok and p.stats is not None and p.stats.recv_ipc == 1 and p.kernel == _has_triton()
+        _assert_bit_exact(p.dst, SRC_BLOCKS[:-1], d_blocks[:-1], strided=False)
+        assert all(not t[d_blocks[-1]].any() for t in p.dst.values())
+    assert res["stats"]["send_tcp"] == 2 and res["stats"]["send_ipc"] == 1
+
+
+def _decode_main(port: int, up: Any) -> None:
+    """Child process: an IPC pull slowed to ~1 s per layer, killed by the test meanwhile."""
+    _decode_pull(port, "r", 0, list(range(10, 60)), up, debug_chunk_delay_s=1.0)
+
+
+def test_decode_dying_mid_ipc_pull_keeps_blocks_until_the_lease() -> None:
+    port = 15739
+    src = _caches("cuda", N_SRC, SEED)
+    before = {n: t.clone() for n, t in src.items()}
+    kp = PagedKV(src, N_SRC, 16)
+    # io_timeout_s well above the time to notice the death: the failure must come from the kill.
+    c = PdbenchConfig(port=port, lease_s=1.5, io_timeout_s=10.0, chunk_bytes=1 << 14)
+    done, io = Completions(), IOLoop("p")
+    srv = KVServer(kp, Stager(kp, c.chunk_bytes, 3), c, "P", port, done)
+    ctx = mp.get_context("spawn")
+    up = ctx.Event()
+    proc = ctx.Process(target=_decode_main, args=(port, up), daemon=True)
+    try:
+        io.submit(srv.start()).result(10)
+        assert srv.ipc is not None
+        proc.start()
+        assert up.wait(60), "decode child did not start"
+        # Registered now, so the short lease starts when decode pulls (a pull waits for it).
+        io.call(srv.register, "r", SRC_BLOCKS, None)
+        assert _wait_for(lambda: _sending(io, srv, "r"), 60), "decode never started pulling"
+        time.sleep(1.5)  # mid copy: 4 layers at 1 s each (after compiling the copy kernel)
+        proc.kill()  # the decode worker dies mid pull (SIGKILL: no ack, no close frame)
+        t0 = time.monotonic()
+        proc.join(10)
+        assert _wait_for(lambda: bool(done.stats.failed_send), 2)  # the reset, not a timeout
+        assert not done.drain()[0]  # not freed on the failure...
+        assert _wait_for(lambda: "r" in done.drain()[0], 6)  # ...but at the lease
+        assert 0.5 < time.monotonic() - t0 < 6.0
+        st = done.drain_stats()
+        assert st is not None and st.failed_send == 1 and st.expired == 1 and st.send_ipc == 0
+        for n in src:  # prefill's KV was only ever read
+            assert torch.equal(src[n], before[n])
+    finally:
+        io.stop()
+        if proc.is_alive():
+            proc.kill()
+
+
+def _sending(io: IOLoop, srv: KVServer, req: str) -> bool:
+    async def probe() -> bool:
+        e = srv._entries.get(req)
+        return e is not None and e.sending
+
+    return bool(io.submit(probe()).result(5))
+
+
+def _wait_for(cond: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return False
+
+
 if __name__ == "__main__":
     if not torch.cuda.is_available():
         print("no CUDA: skipped")
         sys.exit(0)
+    failed = 0
     for name, fn in list(globals().items()):
         if name.startswith("test_") and callable(fn):
             t0 = time.perf_counter()
-            fn()
-            print(f"PASS {name} ({time.perf_counter() - t0:.2f}s)")
+            try:
+                fn()
+            except Exception:
+                failed += 1
+                traceback.print_exc()
+                print(f"FAIL {name} ({time.perf_counter() - t0:.2f}s)")
+            else:
+                print(f"PASS {name} ({time.perf_counter() - t0:.2f}s)")
+    sys.exit(1 if failed else 0)
