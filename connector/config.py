@@ -49,6 +49,10 @@ class PdbenchConfig:
     # Device staging (CUDA): pinned chunk size and pipeline depth.
     chunk_bytes: int = 16 << 20
     pipeline_depth: int = 3
+    # Decode, in an engine step with nothing to compute: wait up to this long for an in-flight
+    # pull to finish (0: never), so the request is scheduled a step sooner and the IO thread
+    # has its core to itself instead of sharing it with vLLM's spinning model thread.
+    idle_wait_s: float = 0.02
     # Same host, CUDA caches on both sides: pull GPU to GPU through CUDA IPC (TCP only
     # carries pull/ok/ack). Either side can turn it off; a mismatch falls back to TCP.
     ipc: bool = True

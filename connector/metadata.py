@@ -45,3 +45,4 @@ class PdbenchMetadata(KVConnectorMetadata):
     sends: list[SendSpec] = field(default_factory=list)
     recvs: list[RecvSpec] = field(default_factory=list)
     releases: list[ReleaseSpec] = field(default_factory=list)
+    idle: bool = False  # the step runs no forward pass: the worker may wait for its pulls

@@ -142,4 +142,5 @@ class PdbenchScheduler:
 
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> PdbenchMetadata:
         meta, self._meta = self._meta, PdbenchMetadata()
+        meta.idle = scheduler_output.total_num_scheduled_tokens == 0
         return meta

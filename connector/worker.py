@@ -8,6 +8,7 @@ step's metadata is bound, before the forward pass, so transfers overlap compute.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 from typing import TYPE_CHECKING
 
@@ -48,6 +49,8 @@ class PdbenchWorker:
         self.server: KVServer | None = None
         self.client: KVClient | None = None
         self.stager: Stager | None = None
+        self._pulls: set[concurrent.futures.Future[bool]] = set()
+        self._idle = False
 
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
         kv = PagedKV(kv_caches, self.num_blocks, self.block_size)
@@ -74,6 +77,7 @@ class PdbenchWorker:
 
     def start(self, meta: PdbenchMetadata) -> None:
         """Hand this step's sends, pulls and releases to the IO thread (non-blocking)."""
+        self._idle = meta.idle
         if self.io is None or self.kv is None:
             return
         if meta.sends:
@@ -120,9 +124,15 @@ class PdbenchWorker:
             kblocks=self.kv.kblocks(r.block_ids)[:count],
             block_ids=r.block_ids,
         )
-        self.io.submit(self.client.pull(job))
+        self._pulls.add(self.io.submit(self.client.pull(job)))
 
     def results(self) -> tuple[set[str], set[str], set[str], set[int]]:
+        if self._idle and self._pulls and self.cfg.idle_wait_s > 0:
+            # Nothing else to do this step: block (GIL released) until a pull ends, so it is
+            # reported now rather than a step later, and vLLM's model thread, which otherwise
+            # spins between steps, leaves the core to the IO thread doing the pull.
+            concurrent.futures.wait(self._pulls, self.cfg.idle_wait_s, concurrent.futures.FIRST_COMPLETED)
+        self._pulls = {f for f in self._pulls if not f.done()}
         sent, recvd, failed, bad = self.done.drain()
         # Block ids only identify a block within one KV cache group; with several,
         # the per-request `failed` set alone carries the failure.

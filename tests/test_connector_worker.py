@@ -252,3 +252,33 @@ def test_job_secret_from_extra_config_gates_the_pull(engines: Any, tmp_path: Any
     bad.s.add_request(breq)
     bad.run_until(lambda f: breq.is_finished(), timeout=10)
     assert breq.status == RequestStatus.FINISHED_ERROR
+
+
+@pytest.mark.parametrize("idle_wait_s", [5.0, 0.0])
+def test_an_idle_step_waits_for_its_pull_and_reports_it(engines: Any, idle_wait_s: float) -> None:
+    """A decode step with nothing to compute but a pull in flight waits for the pull (up to
+    idle_wait_s) and reports it in that step; with 0 it returns at once and a later step does."""
+    p = engines("kv_producer")
+    # 64 tokens of KV are 8 KiB here: 8 chunks of 1 KiB, 0.1 s apart, so the pull takes ~0.8 s.
+    d = engines("kv_consumer", idle_wait_s=idle_wait_s, chunk_bytes=1024, debug_chunk_delay_s=0.1)
+    _preq, params = prefill_and_params(p, 64)
+    dreq = make_request(64, params=params, max_tokens=1)
+    d.s.add_request(dreq)
+    reported: list[set[str]] = []
+    orig = d.workers[0].get_transfer_results
+
+    def spy(finished: set[str]) -> Any:
+        res = orig(finished)
+        reported.append(set(res.finished_recving or ()))
+        return res
+
+    d.workers[0].get_transfer_results = spy  # type: ignore[method-assign]
+    t0 = time.monotonic()
+    d.step()  # schedules the load: no tokens to compute, one pull in flight
+    took = time.monotonic() - t0
+    if idle_wait_s:
+        assert reported == [{dreq.request_id}] and took >= 0.1, (reported, took)
+    else:
+        assert reported == [set()], reported  # the pull (8 chunks, 0.1 s each) is still going
+        d.run_until(lambda f: any(dreq.request_id in r for r in reported), timeout=10)
+    d.run_until(lambda f: dreq.is_finished(), timeout=10)
