@@ -72,12 +72,22 @@ else
   started=$SECONDS
   builder="pdbench_setup_${SLURM_JOB_ID}_${NODE}"
   timeout 60 "$RUNTIME" rm -f "$builder" >/dev/null 2>&1 || true
-  timeout 120 "$RUNTIME" run -d --name "$builder" --label "pdbench.job=$SLURM_JOB_ID" --entrypoint "" \
-    --network host "$IMAGE" sleep infinity >/dev/null 2>"$err" \
-    || fail "cannot start a container of $IMAGE for the set-up steps on $(hostname): $(last_line "$err")"
+  # The builder lives while this task beats SETUP_BEAT: when Slurm kills the task (another
+  # node failed first) before its trap removes the builder, the builder sees the beat stop
+  # changing for 20 s and exits, and --rm removes it. (Changes, not age: no clock is compared.)
+  SETUP_BEAT="$STATE/setup-beat-node$NODE"
+  touch "$SETUP_BEAT"
+  (while touch "$SETUP_BEAT"; do sleep 2; done) &
+  beat=$!
   # shellcheck disable=SC2317  # called from the trap
-  cleanup_builder() { timeout 60 "$RUNTIME" rm -f "$builder" >/dev/null 2>&1 || true; rm -f "$err"; }
+  cleanup_builder() { kill "$beat" 2>/dev/null || true; timeout 60 "$RUNTIME" rm -f "$builder" >/dev/null 2>&1 || true; rm -f "$err"; }
   trap cleanup_builder EXIT
+  # shellcheck disable=SC2016  # expands in the container
+  timeout 120 "$RUNTIME" run -d --rm --name "$builder" --label "pdbench.job=$SLURM_JOB_ID" --entrypoint "" \
+    --network host -v "$STATE:$STATE:ro" "$IMAGE" bash -c \
+    'last=""; same=0; while [ "$same" -lt 10 ]; do now=$(stat -c %Y "$1" 2>/dev/null || echo gone); if [ "$now" = "$last" ]; then same=$((same + 1)); else same=0; last=$now; fi; sleep 2; done' \
+    beat "$SETUP_BEAT" >/dev/null 2>"$err" \
+    || fail "cannot start a container of $IMAGE for the set-up steps on $(hostname): $(last_line "$err")"
   echo "pdbench: node $NODE: set-up step nixl-ucx-error-handling-none" >>"$RUN_DIR/$SETUP_LOG"
   rc=0
   # shellcheck disable=SC2016  # the step's script expands in the container, not here
