@@ -52,7 +52,8 @@ async def _main(args: argparse.Namespace) -> None:
         while left > 0:
             left -= 1
             done: asyncio.Future[None] = loop.create_future()
-            await loop.create_connection(lambda done=done: _Reader(request, done), target.host, target.port)
+            connect = loop.create_connection(lambda done=done: _Reader(request, done), target.host, target.port)
+            await asyncio.wait_for(connect, 60)
             await asyncio.wait_for(done, 600)
 
     await asyncio.gather(*(slot() for _ in range(args.concurrency)))
