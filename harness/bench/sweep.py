@@ -62,6 +62,8 @@ _MAIN, _WARMUP, _ARRIVALS, _PREFIX = 0, 1, 2, 3
 # late at the 99th percentile, or a load process used this share of one core.
 LAG_WARN_P99_MS = 5.0
 BUSY_WARN = 0.9
+# How long a point waits for the proxy's timing records of its completed requests.
+PROXY_RECORDS_WAIT_S = 2.0
 
 __all__ = ["PointOutcome", "TargetDied", "arrival_offsets", "run_sweep", "run_sweep_detailed"]
 
@@ -260,6 +262,19 @@ class _Sweep:
 
     # -- one point --------------------------------------------------------------
 
+    async def _proxy_records(self, directory: Path, outs: list[RequestOutput]) -> dict[str, dict[str, Any]]:
+        """The proxy's timing records of this batch. The proxy writes a request's record just after
+        the response's last byte, which the client may have read first: wait (bounded) for the
+        records of the completed requests."""
+        ids = set(self.request_ids)
+        done = {rid for rid, o in zip(self.request_ids, outs, strict=False) if o.success}
+        deadline = time.monotonic() + PROXY_RECORDS_WAIT_S
+        records = read_timings(directory, ids)
+        while not done <= records.keys() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            records = read_timings(directory, ids)
+        return records
+
     async def point(self, concurrency: int) -> BenchResult | str:
         """The point's result, or why it has none (stopped during its warmups)."""
         cfg = self.cfg
@@ -320,7 +335,7 @@ class _Sweep:
         extra: dict[str, Any] = {}
         extra["client"] = self._client_section(concurrency)
         if cfg.proxy_timings_dir:
-            records = read_timings(Path(cfg.result_dir) / cfg.proxy_timings_dir, set(self.request_ids))
+            records = await self._proxy_records(Path(cfg.result_dir) / cfg.proxy_timings_dir, outs)
             kv = kv_transfer_ms(verdict if probe is not None else None)
             extra["ttft_breakdown"] = ttft_breakdown(outs, self.request_ids, records, kv)
         sent_at = [o.start_time for o in outs if o.start_time is not None and o.end_time is not None]
