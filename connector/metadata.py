@@ -38,6 +38,7 @@ class ReleaseSpec:
     remote_engine_id: str
     remote_host: str
     remote_port: int
+    remote_tp_size: int = 1
 
 
 @dataclass

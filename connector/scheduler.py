@@ -98,7 +98,11 @@ class PdbenchScheduler:
     @staticmethod
     def _release_spec(p: dict[str, Any]) -> ReleaseSpec:
         return ReleaseSpec(
-            str(p["remote_request_id"]), str(p["remote_engine_id"]), str(p["remote_host"]), int(p["remote_port"])
+            str(p["remote_request_id"]),
+            str(p["remote_engine_id"]),
+            str(p["remote_host"]),
+            int(p["remote_port"]),
+            int(p.get("tp_size") or 1),
         )
 
     # -- prefill: sends -------------------------------------------------------------

@@ -24,16 +24,16 @@ from typing import Any
 
 import torch
 
-from connector.layout import PagedKV
+from connector.layout import Heads, PagedKV
 
 
-def _batches(kv: PagedKV, kblocks: Sequence[int], max_bytes: int) -> list[list[memoryview]]:
+def _batches(kv: PagedKV, kblocks: Sequence[int], max_bytes: int, heads: Heads | None) -> list[list[memoryview]]:
     """Views of each layer, grouped into batches of about max_bytes (one vectored call each)."""
     out: list[list[memoryview]] = []
     for layer in range(kv.num_layers):
         batch: list[memoryview] = []
         size = 0
-        for view in kv.host_runs(layer, kblocks, max_bytes):
+        for view in kv.host_runs(layer, kblocks, max_bytes, heads):
             if batch and size + len(view) > max_bytes:
                 out.append(batch)
                 batch, size = [], 0
@@ -44,21 +44,25 @@ def _batches(kv: PagedKV, kblocks: Sequence[int], max_bytes: int) -> list[list[m
     return out
 
 
-def direct_source(kv: PagedKV, kblocks: Sequence[int], max_bytes: int) -> AsyncIterator[list[memoryview]]:
+def direct_source(
+    kv: PagedKV, kblocks: Sequence[int], max_bytes: int, heads: Heads | None = None
+) -> AsyncIterator[list[memoryview]]:
     async def gen() -> AsyncIterator[list[memoryview]]:
-        for batch in _batches(kv, kblocks, max_bytes):
+        for batch in _batches(kv, kblocks, max_bytes, heads):
             yield batch
 
     return gen()
 
 
-def direct_sink(kv: PagedKV, kblocks: Sequence[int], max_bytes: int, corrupt: bool) -> AsyncIterator[list[memoryview]]:
+def direct_sink(
+    kv: PagedKV, kblocks: Sequence[int], max_bytes: int, corrupt: bool, heads: Heads | None = None
+) -> AsyncIterator[list[memoryview]]:
     async def gen() -> AsyncIterator[list[memoryview]]:
-        for batch in _batches(kv, kblocks, max_bytes):
+        for batch in _batches(kv, kblocks, max_bytes, heads):
             yield batch
         if corrupt and kblocks:
             for layer in range(kv.num_layers):
-                last = kv.host_runs(layer, kblocks[-1:], max_bytes)[0]
+                last = kv.host_runs(layer, kblocks[-1:], max_bytes, heads)[0]
                 last[:] = bytes(len(last))
 
     return gen()
@@ -137,11 +141,11 @@ class Stager:
         self._ready_stream.wait_event(ready)
         await self._wait(self._event(self._ready_stream))
 
-    def _plan(self, kblocks: Sequence[int]) -> list[tuple[int, int, int]]:
+    def _plan(self, kblocks: Sequence[int], heads: Heads | None) -> list[tuple[int, int, int]]:
         """(layer, start, stop) over kblocks, each chunk at most chunk_bytes."""
         plan = []
-        for layer, bb in enumerate(self.kv.block_bytes):
-            per = max(1, self.chunk_bytes // bb)
+        for layer in range(self.kv.num_layers):
+            per = max(1, self.chunk_bytes // self.kv.unit_bytes(layer, heads))
             plan += [(layer, a, min(a + per, len(kblocks))) for a in range(0, len(kblocks), per)]
         return plan
 
@@ -160,9 +164,15 @@ class Stager:
         ev.record(stream)
         return ev
 
-    async def source(self, kblocks: Sequence[int], ready: Any = None) -> AsyncIterator[list[memoryview]]:
+    def _layer(self, layer: int, heads: Heads | None) -> torch.Tensor:
+        t = self.kv.layers[layer]
+        return t if self.kv.is_whole(heads) else t[:, heads[0] : heads[1]]  # type: ignore[index]  # not whole: a range
+
+    async def source(
+        self, kblocks: Sequence[int], ready: Any = None, heads: Heads | None = None
+    ) -> AsyncIterator[list[memoryview]]:
         """Gather chunks device -> pinned, `depth` copies ahead of the socket."""
-        kv, plan = self.kv, self._plan(kblocks)
+        kv, plan = self.kv, self._plan(kblocks, heads)
         ring = await self._ring()
         try:
             stream = self.d2h if self.cuda else None
@@ -173,8 +183,8 @@ class Stager:
 
             def launch(k: int) -> None:
                 layer, a, b = plan[k]
-                t = kv.layers[layer]
-                slot = ring[k % self.depth][: (b - a) * kv.block_bytes[layer]]
+                t = self._layer(layer, heads)
+                slot = ring[k % self.depth][: (b - a) * kv.unit_bytes(layer, heads)]
                 dst = slot.view(t.dtype).view(b - a, *t.shape[1:])
                 if self.cuda:
                     with torch.cuda.stream(stream):
@@ -187,7 +197,7 @@ class Stager:
                 launch(k)
             for k, (layer, a, b) in enumerate(plan):
                 await self._wait(events[k])
-                yield [memoryview(ring[k % self.depth][: (b - a) * kv.block_bytes[layer]].numpy())]  # type: ignore[arg-type]
+                yield [memoryview(ring[k % self.depth][: (b - a) * kv.unit_bytes(layer, heads)].numpy())]  # type: ignore[arg-type]
                 # The consumer has sent slot k: refill it with chunk k + depth.
                 if k + self.depth < len(plan):
                     launch(k + self.depth)
@@ -196,9 +206,11 @@ class Stager:
                 await self._wait(self._event(self.d2h))  # no copy may still target the ring
             self._give_back(ring)
 
-    async def sink(self, kblocks: Sequence[int], corrupt: bool = False) -> AsyncIterator[list[memoryview]]:
+    async def sink(
+        self, kblocks: Sequence[int], corrupt: bool = False, heads: Heads | None = None
+    ) -> AsyncIterator[list[memoryview]]:
         """Receive chunks into pinned slots; scatter each to the device while the next arrives."""
-        kv, plan = self.kv, self._plan(kblocks)
+        kv, plan = self.kv, self._plan(kblocks, heads)
         ring = await self._ring()
         try:
             stream = self.h2d if self.cuda else None
@@ -207,9 +219,9 @@ class Stager:
             for k, (layer, a, b) in enumerate(plan):
                 s = k % self.depth
                 await self._wait(slot_busy[s])
-                slot = ring[s][: (b - a) * kv.block_bytes[layer]]
+                slot = ring[s][: (b - a) * kv.unit_bytes(layer, heads)]
                 yield [memoryview(slot.numpy())]  # type: ignore[arg-type]  # an ndarray is a buffer
-                t = kv.layers[layer]
+                t = self._layer(layer, heads)
                 src = slot.view(t.dtype).view(b - a, *t.shape[1:])
                 if self.cuda:
                     with torch.cuda.stream(stream):
@@ -219,8 +231,8 @@ class Stager:
                     t.index_copy_(0, idx[a:b], src)
             if corrupt and len(kblocks):
                 with torch.cuda.stream(stream) if self.cuda else contextlib.nullcontext():
-                    for t in kv.layers:
-                        t.index_fill_(0, idx[-1:], 0)
+                    for layer in range(kv.num_layers):
+                        self._layer(layer, heads).index_fill_(0, idx[-1:], 0)
         finally:
             if self.cuda:
                 # Everything landed (or, on failure, stopped touching the ring) first.

@@ -33,7 +33,7 @@ from typing import Any
 from connector import ipc
 from connector.auth import AuthError, client_handshake, server_handshake
 from connector.config import PdbenchConfig
-from connector.layout import PagedKV, signature_mismatch
+from connector.layout import Heads, PagedKV, signature_mismatch
 from connector.protocol import PeerError, recv_frame, recv_views, send_frame, send_views, tune
 from connector.staging import Stager, direct_sink, direct_source
 
@@ -151,19 +151,23 @@ class IOLoop:
 
 
 def _source(
-    kv: PagedKV, stager: Stager | None, kblocks: list[int], cfg: PdbenchConfig, ready: Any
+    kv: PagedKV, stager: Stager | None, kblocks: list[int], cfg: PdbenchConfig, ready: Any, heads: Heads | None
 ) -> AsyncIterator[list[memoryview]]:
     if stager is None:
-        return direct_source(kv, kblocks, cfg.chunk_bytes)
-    return stager.source(kblocks, ready)
+        return direct_source(kv, kblocks, cfg.chunk_bytes, heads)
+    return stager.source(kblocks, ready, heads)
 
 
 def _sink(
-    kv: PagedKV, stager: Stager | None, kblocks: list[int], cfg: PdbenchConfig
+    kv: PagedKV, stager: Stager | None, kblocks: list[int], cfg: PdbenchConfig, heads: Heads | None
 ) -> AsyncIterator[list[memoryview]]:
     if stager is None:
-        return direct_sink(kv, kblocks, cfg.chunk_bytes, cfg.debug_corrupt)
-    return stager.sink(kblocks, cfg.debug_corrupt)
+        return direct_sink(kv, kblocks, cfg.chunk_bytes, cfg.debug_corrupt, heads)
+    return stager.sink(kblocks, cfg.debug_corrupt, heads)
+
+
+# Decode ranks that may read one prefill rank's request (decode TP / prefill TP, bounded).
+_MAX_READERS = 64
 
 
 @dataclass
@@ -171,7 +175,13 @@ class _Entry:
     kblocks: list[int]
     deadline: float
     ready: Any = None
-    sending: bool = False
+    readers: int = 0  # decode ranks that will pull (from the first pull; 0: none yet)
+    active: set[int] = field(default_factory=set)  # readers pulling now
+    acked: set[int] = field(default_factory=set)  # readers done; all of them: blocks freed
+
+    @property
+    def sending(self) -> bool:
+        return bool(self.active)
 
 
 class KVServer:
@@ -366,13 +376,22 @@ class KVServer:
         found = await self._lookup(req_id)
         if isinstance(found, str):
             return found
-        err = signature_mismatch(self._sig, msg.get("layout") or {})
+        heads, reader, readers = msg.get("heads"), msg.get("reader", 0), msg.get("readers", 1)
+        err = signature_mismatch(self._sig, msg.get("layout") or {}, heads is not None) or self.kv.heads_error(heads)
         if err is None and (first < 0 or count < 0 or first + count > len(found.kblocks)):
             err = f"blocks [{first}, {first + count}) outside the {len(found.kblocks)} held"
-        if err is None and found.sending:
+        if err is None and not (type(reader) is int and type(readers) is int and 0 <= reader < readers <= _MAX_READERS):
+            err = f"reader {reader!r} of {readers!r} is not an index below a count of at most {_MAX_READERS}"
+        if err is None and found.readers and readers != found.readers:
+            err = f"{readers} readers announced, an earlier pull said {found.readers}"
+        if err is None and reader in found.active:
             err = "request is already being pulled"
+        if err is None and reader in found.acked:
+            err = f"reader {reader} already pulled this request"
         if err is None and msg.get("path") == "ipc" and (self.ipc is None or msg.get("token") != self.ipc.token):
             err = "CUDA IPC is not offered by this prefill"
+        if err is None and msg.get("path") == "ipc" and heads is not None:
+            err = "CUDA IPC moves whole blocks only"
         return err if err is not None else found
 
     async def _offer_ipc(self, sock: socket.socket, ready: Any, kblocks: list[int]) -> None:
@@ -390,7 +409,9 @@ class KVServer:
             await send_frame(sock, {"ok": False, "error": found}, self.cfg.io_timeout_s)
             return
         entry = found
-        entry.sending = True
+        reader, heads = msg.get("reader", 0), msg.get("heads")
+        entry.readers = msg.get("readers", 1)
+        entry.active.add(reader)
         kblocks = entry.kblocks[first : first + count]
         t0, sent, ok = time.perf_counter(), 0, False
         try:
@@ -398,7 +419,8 @@ class KVServer:
                 await self._offer_ipc(sock, entry.ready, kblocks)
             else:
                 await send_frame(sock, {"ok": True}, self.cfg.io_timeout_s)
-                async with contextlib.aclosing(_source(self.kv, self.stager, kblocks, self.cfg, entry.ready)) as chunks:  # type: ignore[type-var]  # an async generator
+                src = _source(self.kv, self.stager, kblocks, self.cfg, entry.ready, heads)
+                async with contextlib.aclosing(src) as chunks:  # type: ignore[type-var]  # an async generator
                     async for batch in chunks:
                         sent += await send_views(sock, batch, self.cfg.io_timeout_s)
             dt = time.perf_counter() - t0
@@ -409,9 +431,11 @@ class KVServer:
                 sent, dt = len(kblocks) * sum(self.kv.block_bytes), time.perf_counter() - t0
             ok = True
         finally:
-            entry.sending = False
+            entry.active.discard(reader)
             if ok:
-                self._finish(req_id, "acked")
+                entry.acked.add(reader)
+                if len(entry.acked) >= entry.readers:
+                    self._finish(req_id, "acked")
                 self.done.record(
                     lambda s: (s.send_bytes.append(sent), s.send_s.append(dt), s.count_path("send", via_ipc))
                 )
@@ -449,6 +473,20 @@ class PullJob:
     first: int  # first kernel block of the request to fetch
     kblocks: list[int]  # where they go here, in order
     block_ids: list[int]  # scheduler blocks to report on failure
+    # Differing TP (connector/heads.py): prefill's heads [a, b) into ours; None: whole blocks.
+    heads: Heads | None = None
+    local_heads: Heads | None = None
+    reader: int = 0  # our index among the decode ranks pulling from this prefill rank
+    readers: int = 1
+
+    def __post_init__(self) -> None:
+        h, lh = self.heads, self.local_heads
+        if (h is None) != (lh is None) or (h and lh and h[1] - h[0] != lh[1] - lh[0]):
+            raise ValueError(f"pull of {self.req_id}: prefill heads {h} do not match ours {lh}")
+
+    @property
+    def whole(self) -> bool:
+        return self.heads is None
 
 
 @dataclass
@@ -534,10 +572,22 @@ class KVClient:
 
     async def pull(self, job: PullJob) -> bool:
         """Never raises: the outcome goes to `Completions` (failures with their blocks)."""
+        return await self.pull_all([job])
+
+    async def pull_all(self, jobs: list[PullJob]) -> bool:
+        """The pulls of one request from several prefill ranks (differing TP), side by side;
+        reported once, received only if every one succeeded."""
         ok = False
         try:
+            ok = all(await asyncio.gather(*(self._attempt(j) for j in jobs)))
+        finally:
+            self.done.received(jobs[0].req_id, ok, jobs[0].block_ids)
+        return ok
+
+    async def _attempt(self, job: PullJob) -> bool:
+        try:
             await self._pull(job)
-            ok = True
+            return True
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -549,9 +599,7 @@ class KVClient:
                 f"{type(exc).__name__}: {exc}",
             )
             self.done.record(lambda s: setattr(s, "failed_recv", s.failed_recv + 1))
-        finally:
-            self.done.received(job.req_id, ok, job.block_ids)
-        return ok
+            return False
 
     def _pull_msg(self, job: PullJob, remote: ipc.Remote | None) -> dict[str, Any]:
         msg = {
@@ -562,6 +610,10 @@ class KVClient:
             "count": len(job.kblocks),
             "layout": self._sig,
         }
+        if job.heads is not None:
+            msg["heads"] = list(job.heads)
+        if job.readers != 1:
+            msg.update(reader=job.reader, readers=job.readers)
         if remote is not None:
             msg.update(path="ipc", token=remote.token)
         return msg
@@ -571,7 +623,8 @@ class KVClient:
         for attempt in range(2):
             conn, reused = await self._get(job.host, job.port)
             try:
-                await send_frame(conn.sock, self._pull_msg(job, conn.remote), cfg.io_timeout_s)
+                remote = conn.remote if job.whole else None  # CUDA IPC moves whole blocks
+                await send_frame(conn.sock, self._pull_msg(job, remote), cfg.io_timeout_s)
                 return conn, await recv_frame(conn.sock, cfg.register_timeout_s + cfg.io_timeout_s)
             except (PeerError, OSError) as exc:
                 conn.sock.close()
@@ -592,11 +645,14 @@ class KVClient:
             raise TransferError(str(resp.get("error")))
         t1 = time.perf_counter()
         got = 0
+        via_ipc = conn.remote is not None and job.whole
         try:
-            if conn.remote is not None:
+            if via_ipc:
+                assert conn.remote is not None
                 got = await self._copy_ipc(conn.remote, resp.get("blocks"), job)
             else:
-                async with contextlib.aclosing(_sink(self.kv, self.stager, job.kblocks, cfg)) as views:  # type: ignore[type-var]  # an async generator
+                sink = _sink(self.kv, self.stager, job.kblocks, cfg, job.local_heads)
+                async with contextlib.aclosing(sink) as views:  # type: ignore[type-var]  # an async generator
                     async for batch in views:
                         got += await recv_views(conn.sock, batch, cfg.io_timeout_s)
                         if cfg.debug_chunk_delay_s:
@@ -607,7 +663,6 @@ class KVClient:
             conn.sock.close()
             raise
         self._put(job.host, job.port, conn)
-        via_ipc = conn.remote is not None
         # Transfer time is the whole pull (request .. ack), the wait its share up to prefill's answer.
         self.done.record(
             lambda s: (

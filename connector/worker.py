@@ -1,8 +1,9 @@
 """Worker side (one per TP rank): runs the transfers of this rank's KV shard.
 
-Prefill ranks serve their own shard on `port + rank`; decode rank r pulls from
-prefill rank r, so every rank moves only its shard and reports its own
-completions (vLLM's aggregator waits for all ranks). Work starts as soon as the
+Prefill ranks serve their own shard on `port + rank`. With equal TP sizes decode
+rank r pulls whole blocks from prefill rank r; otherwise each decode rank pulls the
+KV heads it holds from the prefill ranks that hold them (connector/heads.py). Every
+rank reports its own completions (vLLM's aggregator waits for all ranks). Work starts as soon as the
 step's metadata is bound, before the forward pass, so transfers overlap compute.
 """
 
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from connector import heads
 from connector.config import PdbenchConfig
 from connector.layout import PagedKV
 from connector.metadata import PdbenchMetadata, RecvSpec
@@ -41,6 +43,9 @@ class PdbenchWorker:
         self.tp_size: int = par.tensor_parallel_size
         self.port = cfg.listen_port(par.data_parallel_index, self.tp_size, self.tp_rank)
         self.block_size: int = vllm_config.cache_config.block_size
+        model = vllm_config.model_config
+        # An MLA cache holds one latent "head", the same on every rank.
+        self.total_heads: int = 1 if model.use_mla else model.get_total_num_kv_heads()
         self.num_blocks: int = kv_cache_config.num_blocks
         self.single_group = len(kv_cache_config.kv_cache_groups) == 1
         self.done = Completions()
@@ -53,7 +58,7 @@ class PdbenchWorker:
         self._idle = False
 
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
-        kv = PagedKV(kv_caches, self.num_blocks, self.block_size)
+        kv = PagedKV(kv_caches, self.num_blocks, self.block_size, self.total_heads)
         self.kv = kv
         self.stager = None if kv.host_direct else Stager(kv, self.cfg.chunk_bytes, self.cfg.pipeline_depth)
         # Created here, on the model thread after vLLM pinned it, so the IO thread
@@ -93,38 +98,77 @@ class PdbenchWorker:
             self._pull(r)
         for rel in meta.releases:
             if self.client is not None:
-                self.io.submit(
-                    self.client.release(
-                        rel.remote_host, rel.remote_port + self.tp_rank, rel.remote_engine_id, rel.remote_req_id
+                for rank in self._ranks_of(rel.remote_tp_size):
+                    self.io.submit(
+                        self.client.release(
+                            rel.remote_host, rel.remote_port + rank, rel.remote_engine_id, rel.remote_req_id
+                        )
                     )
-                )
+
+    def _plan(self, remote_tp: int) -> tuple[list[heads.Source], list[int]]:
+        """This rank's pulls from a prefill of TP `remote_tp`, and the prefill ranks it releases."""
+        if remote_tp == self.tp_size:
+            return [heads.Source(self.tp_rank, (0, 0), (0, 0), 1, 0, True)], []
+        assert self.kv is not None
+        if self.kv.heads is None:
+            raise ValueError("this KV cache has no head dimension to split between TP sizes")
+        pulls, idle = heads.plan(self.tp_rank, self.tp_size, remote_tp, self.total_heads)
+        mine = heads.head_span(self.tp_rank, self.tp_size, self.total_heads)
+        if mine[1] - mine[0] != self.kv.heads:
+            raise ValueError(f"this rank holds {self.kv.heads} KV heads, not the {mine[1] - mine[0]} expected")
+        return pulls, idle
+
+    def _ranks_of(self, remote_tp: int) -> list[int]:
+        """The prefill ranks this rank tells about a request: those it pulls from or releases."""
+        try:
+            pulls, idle = self._plan(remote_tp)
+        except ValueError:
+            return [self.tp_rank % remote_tp]
+        return sorted({s.rank for s in pulls} | set(idle))
 
     def _pull(self, r: RecvSpec) -> None:
         assert self.io is not None and self.kv is not None
-        if self.client is None or r.remote_tp_size != self.tp_size:
+        try:
+            if self.client is None:
+                raise ValueError("this instance is not a KV consumer")
+            pulls, idle = self._plan(r.remote_tp_size)
+        except ValueError as exc:
             log.error(
-                "pdbench: cannot load %s: %s",
+                "pdbench: cannot load %s (prefill TP %d, decode TP %d): %s",
                 r.req_id,
-                "this instance is not a KV consumer"
-                if self.client is None
-                else f"prefill TP {r.remote_tp_size} != decode TP {self.tp_size}",
+                r.remote_tp_size,
+                self.tp_size,
+                exc,
             )
             self.done.received(r.req_id, False, r.block_ids)
             return
+        assert self.client is not None
         kbs = self.kv.kernel_block_size
         first = r.first_token // kbs
         count = -(-r.num_tokens // kbs) - first
-        job = PullJob(
-            req_id=r.req_id,
-            remote_req_id=r.remote_req_id,
-            remote_engine_id=r.remote_engine_id,
-            host=r.remote_host,
-            port=r.remote_port + self.tp_rank,
-            first=first,
-            kblocks=self.kv.kblocks(r.block_ids)[:count],
-            block_ids=r.block_ids,
-        )
-        self._pulls.add(self.io.submit(self.client.pull(job)))
+        kblocks = self.kv.kblocks(r.block_ids)[:count]
+        jobs = [
+            PullJob(
+                req_id=r.req_id,
+                remote_req_id=r.remote_req_id,
+                remote_engine_id=r.remote_engine_id,
+                host=r.remote_host,
+                port=r.remote_port + s.rank,
+                first=first,
+                kblocks=kblocks,
+                block_ids=r.block_ids,
+                heads=None if s.whole else s.remote,
+                local_heads=None if s.whole else s.local,
+                reader=s.reader,
+                readers=s.readers,
+            )
+            for s in pulls
+        ]
+        for rank in idle:  # holds heads no decode rank reads: free them now
+            self.io.submit(
+                self.client.release(r.remote_host, r.remote_port + rank, r.remote_engine_id, r.remote_req_id)
+            )
+        self._pulls.add(self.io.submit(self.client.pull_all(jobs)))
 
     def results(self) -> tuple[set[str], set[str], set[str], set[int]]:
         if self._idle and self._pulls and self.cfg.idle_wait_s > 0:

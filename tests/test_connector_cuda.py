@@ -58,10 +58,13 @@ def _transfer(
     chunk: int,
     src_blocks: list[int],
     dst_blocks: list[int],
+    heads: tuple[tuple[int, int], tuple[int, int]] | None = None,
     **cfg: Any,
 ) -> bool:
+    """One pull from `src` to `dst`; `heads`: (prefill's, ours) head ranges (differing TP)."""
     n_src, n_dst = next(iter(src.values())).shape[0], next(iter(dst.values())).shape[0]
-    kp, kd = PagedKV(src, n_src, 16), PagedKV(dst, n_dst, 16)
+    total = next(iter(src.values())).shape[1]
+    kp, kd = PagedKV(src, n_src, 16, total), PagedKV(dst, n_dst, 16, total)
     c = PdbenchConfig(port=port, chunk_bytes=chunk, **cfg)
     sp = None if kp.host_direct else Stager(kp, chunk, 3)
     sd = None if kd.host_direct else Stager(kd, chunk, 3)
@@ -73,7 +76,8 @@ def _transfer(
         ready.record()
         iop.call(srv.register, "r", src_blocks, ready)
         cli = KVClient(kd, sd, c, Completions())
-        job = PullJob("d", "r", "P", "127.0.0.1", port, 0, dst_blocks, dst_blocks)
+        rh, lh = heads or (None, None)
+        job = PullJob("d", "r", "P", "127.0.0.1", port, 0, dst_blocks, dst_blocks, rh, lh)
         return bool(iod.submit(cli.pull(job)).result(60))
     finally:
         iop.stop()
@@ -98,6 +102,19 @@ def test_cpu_prefill_to_gpu_decode_and_corruption() -> None:
     for n in src:
         assert torch.equal(dst[n][[7, 8]].cpu(), src[n][[1, 2]])
         assert not dst[n][9].any()  # the last block was zeroed on purpose
+
+
+def test_gpu_head_range_into_a_smaller_tp_rank_bit_exact() -> None:
+    """Prefill TP 1 (2 heads) to a decode rank of TP 2 (1 head): the staging ring carries
+    head 1 of every block, in many chunks, into decode's only head."""
+    src = _caches("cuda", 40, seed=7, strided=False)
+    dst = {k: torch.zeros(48, 1, *v.shape[2:], dtype=v.dtype, device="cuda") for k, v in src.items()}
+    s_blocks, d_blocks = list(range(2, 34)), list(range(47, 15, -1))
+    assert _transfer(src, dst, 15739, 1 << 13, s_blocks, d_blocks, heads=((1, 2), (0, 1)))
+    torch.cuda.synchronize()
+    for n in src:
+        assert torch.equal(dst[n][d_blocks].view(torch.int16), src[n][s_blocks, 1:2].view(torch.int16))
+        assert not dst[n][list(range(0, 16))].any()
 
 
 # -- CUDA IPC: prefill and decode in two processes on one GPU ------------------------------
@@ -154,18 +171,30 @@ class _Pulled:
 
 
 def _decode_pull(
-    port: int, req: str, first: int, dst_blocks: list[int], up: Any = None, strided: bool = True, **cfg: Any
+    port: int,
+    req: str,
+    first: int,
+    dst_blocks: list[int],
+    up: Any = None,
+    strided: bool = True,
+    heads: tuple[int, int] | None = None,
+    **cfg: Any,
 ) -> _Pulled:
-    """Pull `req` into a fresh decode cache in this process; `up` is set just before the pull."""
+    """Pull `req` into a fresh decode cache in this process; `up` is set just before the pull.
+    `heads`: only those of prefill's heads, into a one-head cache (a rank of a larger TP)."""
     dst = _caches("cuda", N_DST, None, strided)
-    kd = PagedKV(dst, N_DST, 16)
+    if heads is not None:
+        dst = {k: v[:, heads[0] : heads[1]].contiguous() for k, v in dst.items()}
+    kd = PagedKV(dst, N_DST, 16, 2)
     c = PdbenchConfig(chunk_bytes=1 << 14, **cfg)
     done, io = Completions(), IOLoop("d")
     cli = KVClient(kd, Stager(kd, c.chunk_bytes, 3), c, done)
     try:
         if up is not None:
             up.set()
-        ok = io.submit(cli.pull(PullJob("d", req, "P", "127.0.0.1", port, first, dst_blocks, dst_blocks))).result(60)
+        lh = None if heads is None else (0, heads[1] - heads[0])
+        job = PullJob("d", req, "P", "127.0.0.1", port, first, dst_blocks, dst_blocks, heads, lh)
+        ok = io.submit(cli.pull(job)).result(60)
         kernel = any(r is not None and r.plan.kernel is not None for r in cli._remotes.values())
     finally:
         io.stop()
@@ -213,7 +242,7 @@ def test_ipc_off_or_another_host_falls_back_to_tcp_bit_exact() -> None:
     d_blocks = list(range(10, 60))
     real = ipc.boot_id
     # Dense blocks this time: the copy kernel moves each block as one run.
-    with _prefill(port, ["off", "other-host", "corrupt"], strided=False) as res:
+    with _prefill(port, ["off", "other-host", "corrupt", "heads"], strided=False) as res:
         p = _decode_pull(port, "off", 0, d_blocks, strided=False, ipc=False)
         assert p.ok and p.stats is not None and (p.stats.recv_ipc, p.stats.recv_tcp) == (0, 1)
         _assert_bit_exact(p.dst, SRC_BLOCKS, d_blocks, strided=False)
@@ -229,7 +258,13 @@ def test_ipc_off_or_another_host_falls_back_to_tcp_bit_exact() -> None:
         assert p.ok and p.stats is not None and p.stats.recv_ipc == 1 and p.kernel == _has_triton()
         _assert_bit_exact(p.dst, SRC_BLOCKS[:-1], d_blocks[:-1], strided=False)
         assert all(not t[d_blocks[-1]].any() for t in p.dst.values())
-    assert res["stats"]["send_tcp"] == 2 and res["stats"]["send_ipc"] == 1
+        # A head range (differing TP) is not what IPC moves: the same host pulls it over TCP.
+        p = _decode_pull(port, "heads", 0, d_blocks, strided=False, heads=(1, 2))
+        assert p.ok and p.stats is not None and (p.stats.recv_ipc, p.stats.recv_tcp) == (0, 1)
+        expected = _caches("cuda", N_SRC, SEED, strided=False)
+        for n in expected:
+            assert torch.equal(p.dst[n][d_blocks].view(torch.int16), expected[n][SRC_BLOCKS, 1:2].view(torch.int16))
+    assert res["stats"]["send_tcp"] == 3 and res["stats"]["send_ipc"] == 1
 
 
 def _decode_main(port: int, up: Any) -> None:

@@ -63,13 +63,14 @@ class Pair:
         dst: dict[str, torch.Tensor],
         staged: bool = False,
         client_secret: bytes | str | None = "same",
+        total_heads: int | None = None,
         **cfg: Any,
     ) -> None:
         self.port = next(PORTS)
         self.cfg = PdbenchConfig(port=self.port, **cfg)
         ccfg = self.cfg if client_secret == "same" else dataclasses.replace(self.cfg, secret=client_secret)
-        self.kp = PagedKV(src, next(iter(src.values())).shape[0], 16)
-        self.kd = PagedKV(dst, next(iter(dst.values())).shape[0], 16)
+        self.kp = PagedKV(src, next(iter(src.values())).shape[0], 16, total_heads)
+        self.kd = PagedKV(dst, next(iter(dst.values())).shape[0], 16, total_heads)
         sp = Stager(self.kp, 1 << 16, 3) if staged or not self.kp.host_direct else None
         sd = Stager(self.kd, 1 << 16, 3) if staged or not self.kd.host_direct else None
         self.done_p, self.done_d = Completions(), Completions()
@@ -526,3 +527,83 @@ def test_connector_imports_nothing_of_harness() -> None:
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# -- differing TP: head ranges -----------------------------------------------------------
+
+
+def test_head_ranges_of_a_dense_block_are_zero_copy_views() -> None:
+    c = caches(6, True, heads=4)
+    kv = PagedKV(c, 6, 16)
+    views = kv.host_runs(1, [2, 5], 1 << 30, heads=(1, 3))
+    assert [len(v) for v in views] == [kv.block_bytes[1] // 2] * 2 == [kv.unit_bytes(1, (1, 3))] * 2
+    t = c["model.layers.1.self_attn.attn"]
+    assert bytes(views[1]) == t[5, 1:3].contiguous().numpy().tobytes()
+    assert kv.heads_error([0, 4]) is None
+    assert kv.heads_error([3, 3]) and kv.heads_error([0, 5]) and kv.heads_error("0:2")
+
+
+@pytest.mark.parametrize("kind", ["direct", "strided", "staged"])
+def test_a_head_range_lands_in_the_decoders_own_heads(make_pair: Any, kind: str) -> None:
+    """Prefill TP 1 (4 heads) into a decode rank of TP 2 (2 heads): its heads 2..3 only."""
+    src, dst = caches(12, True, heads=4), caches(10, False, heads=2)
+    if kind == "strided":
+        src, dst = strided(src), strided(dst)
+    p = make_pair(src, dst, staged=kind == "staged", total_heads=4)
+    p.register("r", [3, 4, 9])
+    job = PullJob("d-r", "r", "P", "127.0.0.1", p.port, 0, [7, 1, 2], [7, 1, 2], heads=(2, 4), local_heads=(0, 2))
+    assert p.iod.submit(p.client.pull(job)).result(30)
+    for name in src:
+        assert torch.equal(dst[name][[7, 1, 2]], src[name][[3, 4, 9], 2:4])
+        assert not dst[name][[0, 3, 4, 5, 6, 8, 9]].any()
+    p.wait_sent("r")  # one reader announced: freed on its ack
+    st = p.done_d.drain_stats()
+    assert st is not None and st.recv_bytes == [3 * 3 * p.kd.block_bytes[0]]
+
+
+def test_prefill_frees_only_after_every_reader_acked(make_pair: Any) -> None:
+    src, dst = caches(8, True, heads=4), caches(8, False, heads=2)
+    p = make_pair(src, dst, total_heads=4)
+    p.register("r", [1, 2])
+
+    def pull(reader: int) -> bool:
+        a = 2 * reader
+        job = PullJob("d", "r", "P", "127.0.0.1", p.port, 0, [5, 6], [5, 6], (a, a + 2), (0, 2), reader, 2)
+        return bool(p.iod.submit(p.client.pull(job)).result(30))
+
+    assert pull(0)
+    time.sleep(0.2)
+    assert "r" not in p.done_p.drain()[0]  # reader 1 has not pulled yet
+    for name in src:
+        assert torch.equal(dst[name][[5, 6]], src[name][[1, 2], 0:2])
+    assert not pull(0)  # a reader pulls once
+    assert pull(1)
+    for name in src:
+        assert torch.equal(dst[name][[5, 6]], src[name][[1, 2], 2:4])
+    p.wait_sent("r")
+
+
+@pytest.mark.parametrize("case", ["outside", "model", "shape", "readers"])
+def test_bad_head_pulls_are_refused(make_pair: Any, case: str) -> None:
+    src = caches(8, True, heads=4)
+    dst = caches(8, False, heads=2, c=32 if case == "shape" else 64)
+    p = make_pair(src, dst, total_heads=4, register_timeout_s=0.3)
+    if case == "model":  # the two sides disagree on the model's head count
+        p.client._sig = {**p.client._sig, "total_heads": 8}
+    p.register("r", [1])
+    heads, readers = ((3, 5), 1) if case == "outside" else ((0, 2), 1)
+    if case == "readers":
+        first = PullJob("d", "r", "P", "127.0.0.1", p.port, 0, [2], [2], (0, 2), (0, 2), 0, 2)
+        assert p.iod.submit(p.client.pull(first)).result(30)
+        heads, readers = (2, 4), 3  # a second reader that counts differently
+    lh = (0, heads[1] - heads[0])
+    job = PullJob("d", "r", "P", "127.0.0.1", p.port, 0, [3], [3], heads, lh, 1 if readers > 1 else 0, readers)
+    assert not p.iod.submit(p.client.pull(job)).result(30)
+    assert not dst["model.layers.0.self_attn.attn"][3].any()
+
+
+def test_a_pull_job_with_unequal_head_ranges_is_refused() -> None:
+    with pytest.raises(ValueError, match="do not match"):
+        PullJob("d", "r", "P", "h", 1, 0, [1], [1], heads=(0, 2), local_heads=(0, 1))
+    with pytest.raises(ValueError, match="do not match"):
+        PullJob("d", "r", "P", "h", 1, 0, [1], [1], heads=(0, 2))

@@ -33,8 +33,10 @@ from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import RequestStatus  # noqa: E402
 
 from connector.connector import PdbenchConnector  # noqa: E402
+from connector.heads import head_span  # noqa: E402
 
-HEADS, C, LAYERS = 2, 8, 2
+C, LAYERS = 8, 2
+TOTAL_HEADS = 4  # the tiny model's KV heads; each rank holds its TP share (heads.head_span)
 
 
 class Engine:
@@ -53,6 +55,7 @@ class Engine:
         self.s.vllm_config.parallel_config.tensor_parallel_size = tp
         self.s.connector._sched.tp_size = tp  # type: ignore[union-attr]
         self.kv: list[dict[str, torch.Tensor]] = []
+        self.spans = [head_span(r, tp, TOTAL_HEADS) for r in range(tp)]
         self.workers: list[PdbenchConnector] = []
         import vllm.distributed.parallel_state as ps
 
@@ -60,14 +63,17 @@ class Engine:
         for rank in range(tp):
             monkeypatch.setattr(ps, "get_tensor_model_parallel_rank", lambda r=rank: r)
             w = PdbenchConnector(self.s.vllm_config, KVConnectorRole.WORKER, self.s.kv_cache_config)
-            caches = {f"layers.{i}.attn": torch.zeros(NUM_BLOCKS, HEADS, BS, C) for i in range(LAYERS)}
+            heads = self.spans[rank][1] - self.spans[rank][0]
+            caches = {f"layers.{i}.attn": torch.zeros(NUM_BLOCKS, heads, BS, C) for i in range(LAYERS)}
             w.register_kv_caches(caches)
             self.kv.append(caches)
             self.workers.append(w)
         self.agg = KVOutputAggregator(tp)
 
-    def value(self, token: int, pos: int, layer: int, rank: int) -> float:
-        return float((token % 997) * 16384 + pos * 4 + layer * 2 + rank)  # exact in float32
+    @staticmethod
+    def value(token: int, pos: int, layer: int, head: int) -> float:
+        """What the fake forward writes for the model's KV head `head` (exact in float32)."""
+        return float((token % 997) * 16384 + pos * 8 + layer * 4 + head)
 
     def step(self) -> dict[int, Any]:
         so = self.s.schedule()
@@ -81,7 +87,8 @@ class Engine:
                 for pos in range(start, start + n):
                     tok = req.all_token_ids[pos]
                     for li, t in enumerate(self.kv[rank].values()):
-                        t[blocks[pos // BS], :, pos % BS, :] = self.value(tok, pos, li, rank)
+                        for h in range(t.shape[1]):
+                            t[blocks[pos // BS], h, pos % BS, :] = self.value(tok, pos, li, self.spans[rank][0] + h)
             res = w.get_transfer_results(so.finished_req_ids)
             from vllm.v1.outputs import KVConnectorOutput
 
@@ -119,10 +126,11 @@ class Engine:
             time.sleep(0.005)
         raise AssertionError("condition not reached")
 
-    def slot(self, rank: int, layer: int, req_id: str, pos: int) -> float:
+    def slot(self, rank: int, layer: int, req_id: str, pos: int, head: int = 0) -> float:
+        """Rank `rank`'s value of the model's KV head `head` (it must hold it)."""
         blocks = self.s.kv_cache_manager.get_block_ids(req_id)[0]
         t = list(self.kv[rank].values())[layer]
-        return float(t[blocks[pos // BS], 0, pos % BS, 0])
+        return float(t[blocks[pos // BS], head - self.spans[rank][0], pos % BS, 0])
 
     def close(self) -> None:
         for w in self.workers:
@@ -132,10 +140,14 @@ class Engine:
 @pytest.fixture
 def engines(model_dir: str, monkeypatch: pytest.MonkeyPatch) -> Any:  # noqa: F811
     made: list[Engine] = []
-    ports = iter(range(port_base(15640), port_base(15660), 4))
+    free, limit = port_base(15640), port_base(15660)
 
     def make(role: str, port: int | None = None, **k: Any) -> Engine:
-        e = Engine(model_dir, role, next(ports) if port is None else port, monkeypatch=monkeypatch, **k)
+        nonlocal free
+        if port is None:  # a producer's rank r listens on port + r
+            port, free = free, free + k.get("tp", 1)
+            assert free <= limit, "out of test KV ports"
+        e = Engine(model_dir, role, port, monkeypatch=monkeypatch, **k)
         made.append(e)
         return e
 
@@ -152,10 +164,21 @@ def prefill_and_params(p: Engine, n_tokens: int, prefix: list[int] | None = None
     return req, fin.kv_transfer_params
 
 
-@pytest.mark.parametrize("tp", [1, 2])
-def test_decode_slots_hold_prefill_kv_and_both_sides_end_empty(engines: Any, tp: int) -> None:
-    p = engines("kv_producer", tp=tp)
-    d = engines("kv_consumer", tp=tp)
+@pytest.mark.parametrize(
+    "p_tp,d_tp",
+    [
+        (1, 1),
+        (2, 2),
+        (2, 1),  # decode's rank pulls half its heads from each prefill rank
+        (1, 2),  # both decode ranks read prefill's one rank: it frees after both acked
+        (4, 2),
+        (1, 4),
+        (8, 2),  # 4 heads on 8 prefill ranks: replicated; the ranks no one reads are released
+    ],
+)
+def test_decode_slots_hold_prefill_kv_and_both_sides_end_empty(engines: Any, p_tp: int, d_tp: int) -> None:
+    p = engines("kv_producer", tp=p_tp)
+    d = engines("kv_consumer", tp=d_tp)
     # Decode's block ids differ from prefill's: it has other requests' blocks first.
     filler = make_request(70, max_tokens=30)
     d.s.add_request(filler)
@@ -164,11 +187,12 @@ def test_decode_slots_hold_prefill_kv_and_both_sides_end_empty(engines: Any, tp:
     dreq = make_request(150, params=params, max_tokens=3, prefix=list(preq.prompt_token_ids or []))
     d.s.add_request(dreq)
     d.run_until(lambda f: dreq.status == RequestStatus.RUNNING or dreq.is_finished(), timeout=10)
-    for rank in range(tp):
+    for rank in range(d_tp):
         for layer in range(LAYERS):
             for pos in (0, 15, 16, 100, 148):
-                want = p.value(preq.prompt_token_ids[pos], pos, layer, rank)
-                assert d.slot(rank, layer, dreq.request_id, pos) == want, (rank, layer, pos)
+                for head in range(*d.spans[rank]):
+                    want = p.value(preq.prompt_token_ids[pos], pos, layer, head)
+                    assert d.slot(rank, layer, dreq.request_id, pos, head) == want, (rank, layer, pos, head)
     assert d.s.kv_cache_manager.get_block_ids(dreq.request_id)[0] != params["remote_block_ids"]
     d.run_until(lambda f: dreq.is_finished() and filler.is_finished(), timeout=10)
     p.run_until(lambda f: not p.s.requests, timeout=10)  # acked: prefill frees its blocks
@@ -225,7 +249,7 @@ def test_transfer_stats_reach_the_scheduler(engines: Any) -> None:
     d.workers[0].get_kv_connector_stats = spy  # type: ignore[method-assign]
     d.run_until(lambda f: dreq.is_finished(), timeout=10)
     data = stats[0].data
-    assert data["recv_bytes"] == [3 * LAYERS * HEADS * BS * C * 4]  # 3 blocks x layers
+    assert data["recv_bytes"] == [3 * LAYERS * TOTAL_HEADS * BS * C * 4]  # 3 blocks x layers
     red = stats[0].reduce()
     assert red["Num recv"] == 1 and red["Recv throughput (MB/s)"] > 0
 
@@ -242,7 +266,7 @@ def test_job_secret_from_extra_config_gates_the_pull(engines: Any, tmp_path: Any
     dreq = make_request(40, params=params, max_tokens=3, prefix=list(preq.prompt_token_ids or []))
     good.s.add_request(dreq)
     good.run_until(lambda f: dreq.status == RequestStatus.RUNNING or dreq.is_finished(), timeout=10)
-    assert good.slot(0, 0, dreq.request_id, 5) == p.value(preq.prompt_token_ids[5], 5, 0, 0)
+    assert good.slot(0, 0, dreq.request_id, 5, 3) == p.value(preq.prompt_token_ids[5], 5, 0, 3)
     good.run_until(lambda f: dreq.is_finished(), timeout=10)
     assert dreq.status == RequestStatus.FINISHED_LENGTH_CAPPED
     # Another job's decode (another secret) is refused; the load fails instead of reading.
