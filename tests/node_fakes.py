@@ -32,6 +32,7 @@ import os
 import shlex
 import signal
 import sys
+import threading
 import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -177,8 +178,20 @@ def run_server(args: argparse.Namespace) -> None:
     state = {"ready_at": time.monotonic() + args.health_delay, "completions": 0}
     server = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(args, state))
     server.daemon_threads = True
+    # A thread started before the node pins the server, like vLLM's API-server threads.
+    helper = threading.Thread(target=lambda: threading.Event().wait(), name="helper", daemon=True)
+    helper.start()
+
+    def on_term(_signum: int, _frame: object) -> None:
+        # The CPU affinity of the server's main thread and helper thread then (the node
+        # runtime keeps a cpu_bind server's whole process tree on its cores).
+        tids = {"main": threading.get_native_id(), "helper": helper.native_id}
+        mine = {k: sorted(os.sched_getaffinity(t)) for k, t in tids.items()}
+        (pid_dir() / f"{args.name}.affinity").write_text(json.dumps(mine))
+        sys.exit(0)
+
     if not args.ignore_term:
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        signal.signal(signal.SIGTERM, on_term)
     print(f"{args.name}: listening on 127.0.0.1:{args.port}", flush=True)
     server.serve_forever(poll_interval=0.1)
 

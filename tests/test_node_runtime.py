@@ -246,10 +246,14 @@ def test_happy_path(make_job) -> None:
         assert fakes[name]["sid"] == fakes[name]["pid"] == fakes[f"{name}-worker"]["pgid"]
     assert (job.run_dir / "state" / "done").is_file()
     assert not (job.run_dir / "state" / "abort").exists()
-    if len(cpus) > 1:  # prefill's "VLLM::Worker" was pinned to the recipe's cpu_bind
+    if len(cpus) > 1:  # prefill's whole process tree was kept on the recipe's cpu_bind
         pinned = json.loads((job.run_dir / "fakepids" / "prefill-0-worker.affinity").read_text())
         assert pinned == [cpus[-1]], job.log("node0")
+        server = json.loads((job.run_dir / "fakepids" / "prefill-0.affinity").read_text())
+        assert server == {"main": [cpus[-1]], "helper": [cpus[-1]]}, job.log("node0")
         assert json.loads((job.run_dir / "fakepids" / "decode-0-worker.affinity").read_text()) == cpus
+        server = json.loads((job.run_dir / "fakepids" / "decode-0.affinity").read_text())
+        assert server == {"main": cpus, "helper": cpus}  # no cpu_bind: untouched
     job.assert_nothing_left()
 
 

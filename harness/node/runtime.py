@@ -21,7 +21,7 @@ from pathlib import Path
 from types import FrameType
 
 from harness.config.schema import TimeoutSpec
-from harness.node.affinity import pin_worker_main_threads
+from harness.node.affinity import pin_instance
 from harness.node.coordination import (
     TIME_LIMIT_WARNING,
     Aborted,
@@ -230,14 +230,14 @@ def _run_phase(
         if (lost := host.lost()) is not None:
             raise Failed(Failure(ctx.node_id, lost))
 
-    # Health gate: this node's servers first (and pin CPU-only workers), then node 0
+    # Health gate: this node's servers first (and keep CPU-only ones on their cores), then node 0
     # waits for every server of the job and for the proxy's count-aware /health.
     # The proxy is gated with the job below: its /health waits for every remote server.
     own = {p.name: f"http://127.0.0.1:{p.port}/health" for p in mine if p.port and p.kind != "proxy"}
     _wait_healthy(ctx, own, t.health_s, check, primary=True)
     for p in mine:
         if p.cpu_bind:
-            pin_worker_main_threads(sup.procs[p.name].pid, p.cpu_bind)
+            pin_instance(sup.procs[p.name].pid, p.cpu_bind)
 
     done = coord.is_done if last else (lambda: coord.is_phase_done(phase))
     if not ctx.is_head:
