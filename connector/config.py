@@ -53,6 +53,14 @@ class PdbenchConfig:
     # pull to finish (0: never), so the request is scheduled a step sooner and the IO thread
     # has its core to itself instead of sharing it with vLLM's spinning model thread.
     idle_wait_s: float = 0.02
+    # Nice value of the transfer thread (-20..19). Below 0 it preempts vLLM's model thread,
+    # which busy-polls the same core after each step (just when prefill's KV is pulled);
+    # needs CAP_SYS_NICE (root, or a container given it), else the thread stays at 0.
+    io_nice: int = -10
+    # Decode started before prefill finished (kv_transfer_params `pull_key`: the proxy's
+    # overlapped flow): its pull waits up to this long (capped by prefill's lease_s) for
+    # prefill to finish the request.
+    early_wait_s: float = 60.0
     # Same host, CUDA caches on both sides: pull GPU to GPU through CUDA IPC (TCP only
     # carries pull/ok/ack). Either side can turn it off; a mismatch falls back to TCP.
     ipc: bool = True

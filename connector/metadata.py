@@ -13,6 +13,7 @@ class SendSpec:
 
     req_id: str
     block_ids: list[int]
+    key: str | None = None  # the proxy's pull key: decode asks for the blocks by it
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class RecvSpec:
     first_token: int  # tokens already cached locally (whole blocks)
     num_tokens: int
     block_ids: list[int]  # local blocks for tokens first_token.. (unhashed, owned)
+    early: bool = False  # sent before prefill finished (pull_key): the pull may wait for it
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,7 @@ class PdbenchScheduler:
                 first_token=first_token,
                 num_tokens=num_tokens,
                 block_ids=new_ids[:need],
+                early=bool(p.get("pull_key")),
             )
         )
 
@@ -125,12 +126,14 @@ class PdbenchScheduler:
             return False, None  # aborted prefill: nothing will be pulled
         if not block_ids:
             return False, None
-        self._meta.sends.append(SendSpec(request.request_id, list(block_ids)))
+        # The proxy's overlapped flow names the blocks with a key it gave decode too.
+        key = p.get("pull_key") if isinstance(p.get("pull_key"), str) and p.get("pull_key") else None
+        self._meta.sends.append(SendSpec(request.request_id, list(block_ids), key))
         return True, {
             "do_remote_prefill": True,
             "do_remote_decode": False,
             "remote_engine_id": self.engine_id,
-            "remote_request_id": request.request_id,
+            "remote_request_id": key or request.request_id,
             "remote_host": self.host,
             "remote_port": self.port,
             "remote_block_ids": list(block_ids),

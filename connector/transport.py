@@ -22,6 +22,7 @@ import concurrent.futures
 import contextlib
 import ipaddress
 import logging
+import os
 import socket
 import threading
 import time
@@ -117,14 +118,26 @@ class Completions:
 
 
 class IOLoop:
-    """An event loop on a daemon thread (it inherits the creating thread's CPU affinity)."""
+    """An event loop on a daemon thread (it inherits the creating thread's CPU affinity).
 
-    def __init__(self, name: str) -> None:
+    `nice` < 0 raises the thread's CPU weight over its neighbours (CAP_SYS_NICE needed; without
+    it the thread keeps the process's nice value): vLLM's model thread busy-polls its queue for
+    a while after every step, on the same core, exactly when a finished prefill is pulled."""
+
+    def __init__(self, name: str, nice: int = 0) -> None:
         self.loop = asyncio.new_event_loop()
+        self.nice: int | None = None  # the thread's nice value once set; None: not changed
+        self._want_nice = nice
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
+        if self._want_nice:
+            try:  # Linux: a thread id is a PRIO_PROCESS target of its own
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self._want_nice)
+                self.nice = self._want_nice
+            except OSError as exc:
+                log.info("pdbench: transfer thread keeps its priority (nice %d refused: %s)", self._want_nice, exc)
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
@@ -172,6 +185,7 @@ _MAX_READERS = 64
 
 @dataclass
 class _Entry:
+    req_id: str  # vLLM's id, reported as sent; the entry itself is found by its name
     kblocks: list[int]
     deadline: float
     ready: Any = None
@@ -247,23 +261,27 @@ class KVServer:
 
     # -- called on the loop thread (via IOLoop.call) ----------------------------
 
-    def register(self, req_id: str, kblocks: list[int], ready: Any = None) -> None:
+    def register(self, req_id: str, kblocks: list[int], ready: Any = None, key: str | None = None) -> None:
+        """Hold `req_id`'s blocks for decode, which asks for them by `key` (the proxy's pull
+        key) or, without one, by `req_id`."""
         now = asyncio.get_running_loop().time()
-        if req_id in self._early_release:
-            del self._early_release[req_id]
-            self._finish(req_id, "released")
+        name = key or req_id
+        self._entries[name] = _Entry(req_id, kblocks, now + self.cfg.lease_s, ready)
+        if name in self._early_release:
+            del self._early_release[name]
+            self._finish(name, "released")
             return
-        self._entries[req_id] = _Entry(kblocks, now + self.cfg.lease_s, ready)
-        waiter = self._waiters.pop(req_id, None)
+        waiter = self._waiters.pop(name, None)
         if waiter is not None:
             waiter.set()
 
-    def _finish(self, req_id: str, why: str) -> None:
-        self._entries.pop(req_id, None)
-        self._gone[req_id] = why
+    def _finish(self, name: str, why: str) -> None:
+        e = self._entries.pop(name, None)
+        self._gone[name] = why
         while len(self._gone) > _GONE_MAX:
             self._gone.popitem(last=False)
-        self.done.sent(req_id)
+        if e is not None:
+            self.done.sent(e.req_id)
 
     # -- loop tasks ---------------------------------------------------------------
 
@@ -353,16 +371,17 @@ class KVServer:
             while len(self._early_release) > _GONE_MAX:
                 self._early_release.popitem(last=False)
 
-    async def _lookup(self, req_id: str) -> _Entry | str:
+    async def _lookup(self, req_id: str, wait_s: float) -> _Entry | str:
         e = self._entries.get(req_id)
         if e is not None:
             return e
         if req_id in self._gone:
             return f"request {req_id} is no longer held ({self._gone[req_id]})"
-        # The pull raced the engine step that tells this worker about the request.
+        # The pull raced the engine step that tells this worker about the request, or
+        # (overlapped flow) prefill has not finished it yet.
         waiter = self._waiters.setdefault(req_id, asyncio.Event())
         try:
-            await asyncio.wait_for(waiter.wait(), self.cfg.register_timeout_s)
+            await asyncio.wait_for(waiter.wait(), wait_s)
         except TimeoutError:
             self._waiters.pop(req_id, None)
             return f"request {req_id} unknown to this prefill worker"
@@ -373,7 +392,11 @@ class KVServer:
         """The entry a pull may read, or why not."""
         if msg.get("engine") != self.engine_id:
             return f"engine id {msg.get('engine')} is not this prefill ({self.engine_id})"
-        found = await self._lookup(req_id)
+        wait_s = self.cfg.register_timeout_s
+        asked = msg.get("wait_s")
+        if isinstance(asked, int | float) and not isinstance(asked, bool) and asked > 0:
+            wait_s = max(wait_s, min(float(asked), self.cfg.lease_s))  # never beyond a lease
+        found = await self._lookup(req_id, wait_s)
         if isinstance(found, str):
             return found
         heads, reader, readers = msg.get("heads"), msg.get("reader", 0), msg.get("readers", 1)
@@ -478,6 +501,7 @@ class PullJob:
     local_heads: Heads | None = None
     reader: int = 0  # our index among the decode ranks pulling from this prefill rank
     readers: int = 1
+    wait_s: float | None = None  # sent before prefill finished: prefill may take this long
 
     def __post_init__(self) -> None:
         h, lh = self.heads, self.local_heads
@@ -614,6 +638,8 @@ class KVClient:
             msg["heads"] = list(job.heads)
         if job.readers != 1:
             msg.update(reader=job.reader, readers=job.readers)
+        if job.wait_s is not None:
+            msg["wait_s"] = job.wait_s
         if remote is not None:
             msg.update(path="ipc", token=remote.token)
         return msg
@@ -625,7 +651,8 @@ class KVClient:
             try:
                 remote = conn.remote if job.whole else None  # CUDA IPC moves whole blocks
                 await send_frame(conn.sock, self._pull_msg(job, remote), cfg.io_timeout_s)
-                return conn, await recv_frame(conn.sock, cfg.register_timeout_s + cfg.io_timeout_s)
+                first_answer = (job.wait_s or cfg.register_timeout_s) + cfg.io_timeout_s
+                return conn, await recv_frame(conn.sock, first_answer)
             except (PeerError, OSError) as exc:
                 conn.sock.close()
                 if reused and attempt == 0:

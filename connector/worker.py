@@ -63,7 +63,7 @@ class PdbenchWorker:
         self.stager = None if kv.host_direct else Stager(kv, self.cfg.chunk_bytes, self.cfg.pipeline_depth)
         # Created here, on the model thread after vLLM pinned it, so the IO thread
         # shares its cores instead of competing with a neighbouring instance.
-        self.io = IOLoop(f"pdbench-kv-{self.tp_rank}")
+        self.io = IOLoop(f"pdbench-kv-{self.tp_rank}", self.cfg.io_nice)
         if self.producer:
             self.server = KVServer(kv, self.stager, self.cfg, self.engine_id, self.port, self.done)
             self.io.submit(self.server.start()).result(30)
@@ -93,7 +93,7 @@ class PdbenchWorker:
                 ready = torch.cuda.Event()
                 ready.record(torch.cuda.current_stream(self.kv.device))
             for s in meta.sends:
-                self.io.call(self.server.register, s.req_id, self.kv.kblocks(s.block_ids), ready)
+                self.io.call(self.server.register, s.req_id, self.kv.kblocks(s.block_ids), ready, s.key)
         for r in meta.recvs:
             self._pull(r)
         for rel in meta.releases:
@@ -161,6 +161,7 @@ class PdbenchWorker:
                 local_heads=None if s.whole else s.local,
                 reader=s.reader,
                 readers=s.readers,
+                wait_s=self.cfg.early_wait_s if r.early else None,
             )
             for s in pulls
         ]

@@ -30,6 +30,7 @@ OUT_TOKENS = 24
 HITS = "vllm:external_prefix_cache_hits_total"
 QUERIES = "vllm:external_prefix_cache_queries_total"
 USAGE = "vllm:kv_cache_usage_perc"
+LOCAL_HITS = "vllm:prefix_cache_hits_total"
 
 
 def copy_tasks(n: int, seed: int = 0) -> list[tuple[str, str]]:
@@ -136,6 +137,22 @@ class TestSharedPair:
         n_recv = m1["vllm:pdbench_kv_recv_seconds_count"] - m0.get("vllm:pdbench_kv_recv_seconds_count", 0)
         assert n_recv == len(PROMPTS)
         assert m1["vllm:pdbench_kv_recv_transferred_bytes_total"] > 0
+
+    def test_overlapped_flow_equals_single_instance(self, pair: dp.Pair, baseline: list[str]) -> None:
+        """The proxy's overlapped flow: decode gets each request with prefill, before prefill has
+        the KV; its pull waits at prefill under the proxy's key and loads every prompt token."""
+        # Prefill's answer to another prompt tells where its KV server is.
+        assert dp.pd_complete(pair, body(copy_prompts(1, seed=99)[0]))[0] == 200
+        assert pair.endpoint is not None
+        m0 = dp.scrape(pair.decode.url)
+        outs = [dp.pd_stream(pair, pair.decode.url, body(p), overlap=True).text for p in PROMPTS]
+        m1 = dp.scrape(pair.decode.url)
+        assert outs == baseline
+        # Every prompt token came from prefill, or from decode's own prefix cache (the class's
+        # earlier tests sent these prompts too).
+        external, local = (m1[k] - m0.get(k, 0) for k in (HITS, LOCAL_HITS))
+        assert external > 0 and external + local == sum(len(p) for p in PROMPTS), (external, local)
+        assert wait_usage_zero(pair.prefill.url) == 0  # and prefill freed every request (the first too)
 
     def test_streamed_decode_equals_single_instance(self, pair: dp.Pair, baseline: list[str]) -> None:
         r = dp.pd_stream(pair, pair.decode.url, body(PROMPTS[1]))

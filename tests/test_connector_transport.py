@@ -607,3 +607,47 @@ def test_a_pull_job_with_unequal_head_ranges_is_refused() -> None:
         PullJob("d", "r", "P", "h", 1, 0, [1], [1], heads=(0, 2), local_heads=(0, 1))
     with pytest.raises(ValueError, match="do not match"):
         PullJob("d", "r", "P", "h", 1, 0, [1], [1], heads=(0, 2))
+
+
+# -- the overlapped flow: decode asks before prefill finished, by the proxy's key ------------
+
+
+def test_an_early_pull_waits_for_prefill_and_finds_the_blocks_by_the_proxys_key(make_pair: Any) -> None:
+    src, dst = caches(8, True), caches(8, False)
+    p = make_pair(src, dst, register_timeout_s=0.2)  # an early pull waits longer: its own wait_s
+    threading.Timer(1.0, p.iop.call, (p.server.register, "vllm-id-1", [2, 3], None, "pd-key")).start()
+    job = PullJob("d", "pd-key", "P", "127.0.0.1", p.port, 0, [5, 6], [5, 6], wait_s=10.0)
+    t0 = time.monotonic()
+    assert p.iod.submit(p.client.pull(job)).result(30)
+    assert 0.9 < time.monotonic() - t0 < 5
+    for name in src:
+        assert torch.equal(dst[name][[5, 6]], src[name][[2, 3]])
+    p.wait_sent("vllm-id-1")  # reported to vLLM under its own id
+    late = PullJob("d", "pd-none", "P", "127.0.0.1", p.port, 0, [5], [5], wait_s=0.5)
+    t0 = time.monotonic()
+    assert not p.iod.submit(p.client.pull(late)).result(30)  # never registered: bounded wait
+    assert time.monotonic() - t0 < 3
+
+
+def test_a_release_by_key_frees_the_request_under_vllms_id(make_pair: Any) -> None:
+    p = make_pair(caches(8, True), caches(8, False), lease_s=60)
+    p.iod.submit(p.client.release("127.0.0.1", p.port, "P", "pd-k")).result(5)
+    time.sleep(0.2)
+    p.iop.call(p.server.register, "vllm-id-2", [1], None, "pd-k")
+    assert p.wait_sent("vllm-id-2", timeout=3) < 3
+
+
+def test_the_transfer_thread_gets_the_configured_cpu_weight() -> None:
+    io = IOLoop("test-nice", -5)
+    try:
+        time.sleep(0.1)
+        tid = io._thread.native_id
+        assert tid is not None
+        if io.nice is None:  # no CAP_SYS_NICE here: the thread keeps the process's value
+            assert os.getpriority(os.PRIO_PROCESS, tid) == os.getpriority(os.PRIO_PROCESS, 0)
+        else:
+            assert io.nice == os.getpriority(os.PRIO_PROCESS, tid) == -5
+            assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) != -5  # only that thread
+    finally:
+        io.stop()
+    assert PdbenchConfig().io_nice == -10

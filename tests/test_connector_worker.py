@@ -51,6 +51,7 @@ class Engine:
         **extra: Any,
     ) -> None:
         extra = {"host": "127.0.0.1", "port": port, "io_timeout_s": 2.0, "register_timeout_s": 2.0, **extra}
+        self.port = port
         self.s = make_scheduler(model_dir, role, policy, **extra)
         self.s.vllm_config.parallel_config.tensor_parallel_size = tp
         self.s.connector._sched.tp_size = tp  # type: ignore[union-attr]
@@ -306,3 +307,45 @@ def test_an_idle_step_waits_for_its_pull_and_reports_it(engines: Any, idle_wait_
         assert reported == [set()], reported  # the pull (8 chunks, 0.1 s each) is still going
         d.run_until(lambda f: any(dreq.request_id in r for r in reported), timeout=10)
     d.run_until(lambda f: dreq.is_finished(), timeout=10)
+
+
+def test_decode_sent_before_prefill_finished_pulls_by_the_proxys_key(engines: Any) -> None:
+    """The proxy's overlapped flow: decode gets the request (and allocates, and pulls) while
+    prefill has not even scheduled it; its pull waits at prefill for the key's blocks."""
+    p = engines("kv_producer")
+    d = engines("kv_consumer")
+    # What the proxy learned from an earlier answer of this prefill.
+    kvt = p.s.vllm_config.kv_transfer_config
+    assert kvt is not None
+    endpoint = {"remote_engine_id": kvt.engine_id, "remote_host": "127.0.0.1", "remote_port": p.port, "tp_size": 1}
+    key = "pd-overlapped-1"
+    preq = make_request(150, params={"do_remote_decode": True, "pull_key": key}, max_tokens=1)
+    dreq = make_request(
+        150,
+        params={
+            "do_remote_prefill": True,
+            "do_remote_decode": False,
+            **endpoint,
+            "remote_request_id": key,
+            "pull_key": key,
+        },
+        max_tokens=3,
+        prefix=list(preq.prompt_token_ids or []),
+    )
+    d.s.add_request(dreq)
+    for _ in range(5):  # decode schedules the load and its pull goes out; prefill has nothing yet
+        d.step()
+    assert dreq.status == RequestStatus.WAITING_FOR_REMOTE_KVS
+    p.s.add_request(preq)
+    (fin,) = p.run_until(lambda f: any(o.request_id == preq.request_id for o in f))
+    assert fin.kv_transfer_params["remote_request_id"] == key
+    p.step()  # the worker learns of the finished request: the waiting pull is served
+    d.run_until(lambda f: dreq.status == RequestStatus.RUNNING or dreq.is_finished(), timeout=10)
+    for layer in range(LAYERS):
+        for pos in (0, 100, 149):
+            for head in range(TOTAL_HEADS):
+                want = p.value(preq.prompt_token_ids[pos], pos, layer, head)
+                assert d.slot(0, layer, dreq.request_id, pos, head) == want, (layer, pos, head)
+    d.run_until(lambda f: dreq.is_finished(), timeout=10)
+    p.run_until(lambda f: not p.s.requests, timeout=10)  # acked under vLLM's id: freed
+    assert_empty(p.s)

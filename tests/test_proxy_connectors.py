@@ -487,13 +487,70 @@ def test_pdbench_connector_uses_two_phase_flow() -> None:
     async def body() -> None:
         p, d = Fake("prefill"), Fake("decode")
         async with stack([p], [d], connector="pdbench") as client:
-            resp = await client.post("/v1/completions", json=COMPLETION)
-            assert resp.status == 200
-            await read_all(resp)
-        assert p.received[0][1]["kv_transfer_params"] == NIXL_PREFILL_KV
-        assert d.received[0][1] == {**COMPLETION, "kv_transfer_params": KV}
+            for _ in range(2):  # without overlap, every request is two-phase
+                resp = await client.post("/v1/completions", json=COMPLETION)
+                assert resp.status == 200
+                await read_all(resp)
+        for (ph, pb), (_, db) in zip(p.received, d.received, strict=True):
+            # Prefill holds the blocks under the proxy's key; its answer names it (here: KV).
+            assert pb["kv_transfer_params"] == {**NIXL_PREFILL_KV, "pull_key": f"pd-{ph['X-Request-Id']}"}
+            assert db == {**COMPLETION, "kv_transfer_params": KV}
 
     run(body)
+
+
+def test_pdbench_overlap_sends_decode_with_prefill_once_the_endpoint_is_known() -> None:
+    async def body() -> None:
+        d = Fake("decode")
+        # Answers only once decode has its request: the legs must be in flight together.
+        p = Fake("prefill", kv={**KV, "tp_size": 2})
+        async with stack([p], [d], connector="pdbench", overlap=True) as client:
+            resp = await client.post("/v1/completions", json=COMPLETION)  # learns the endpoint
+            assert resp.status == 200 and await read_all(resp) == b"".join(CHUNKS) + DONE
+            p.wait_for = d
+            for _ in range(2):
+                d.started.clear()
+                resp = await client.post("/v1/completions", json=COMPLETION)
+                assert resp.status == 200 and await read_all(resp) == b"".join(CHUNKS) + DONE
+                await asyncio.sleep(0.05)  # the prefill leg ends in the background
+        assert d.received[0][1] == {**COMPLETION, "kv_transfer_params": {**KV, "tp_size": 2}}
+        for (ph, pb), (dh, db) in zip(p.received[1:], d.received[1:], strict=True):
+            key = f"pd-{ph['X-Request-Id']}"
+            assert dh["X-Request-Id"] == ph["X-Request-Id"]
+            assert pb["kv_transfer_params"]["pull_key"] == key and pb["max_tokens"] == 1
+            assert db == {
+                **COMPLETION,
+                "kv_transfer_params": {
+                    "do_remote_prefill": True,
+                    "do_remote_decode": False,
+                    "remote_engine_id": KV["remote_engine_id"],
+                    "remote_host": KV["remote_host"],
+                    "remote_port": KV["remote_port"],
+                    "tp_size": 2,
+                    "remote_request_id": key,
+                    "pull_key": key,
+                },
+            }
+
+    run(body)
+
+
+def test_pdbench_overlap_prefill_failure_fails_the_request() -> None:
+    async def body() -> None:
+        p, d = Fake("prefill"), Fake("decode")
+        async with stack([p], [d], connector="pdbench", overlap=True) as client:
+            assert (await client.post("/v1/completions", json=COMPLETION)).status == 200
+            p.status, d.stall_before_headers = 500, True  # decode waits for KV that never comes
+            resp = await client.post("/v1/completions", json=COMPLETION)
+            assert resp.status >= 500
+            assert "prefill" in (await resp.text())
+
+    run(body)
+
+
+def test_overlap_is_only_for_the_pdbench_connector() -> None:
+    with pytest.raises(ValueError, match="overlap only applies to connector pdbench"):
+        ProxyConfig(connector="nixl", prefill=["http://a:1"], decode=["http://b:1"], overlap=True)
 
 
 # -- routing policies ---------------------------------------------------------------------

@@ -272,6 +272,14 @@ class ProxySpec(Strict):
             "and needs 1"
         ),
     )
+    overlap: bool = Field(
+        False,
+        description=(
+            "connector pdbench: send each request's decode leg together with its prefill leg, so decode's "
+            "front end runs while prefill computes and its pull waits at prefill for the KV (the connector's "
+            "early_wait_s); the first request per prefill instance, and prefill with DP > 1, stay two-phase"
+        ),
+    )
 
 
 class SetupStep(Strict):
@@ -423,4 +431,6 @@ class Recipe(Strict):
     def _proxy_workers(self) -> Recipe:
         if self.proxy.workers > 1 and self.connector.name == "moriio":
             raise ValueError("proxy.workers: MoRI-IO keeps its registrations in one proxy process; it must be 1")
+        if self.proxy.overlap and self.connector.name != "pdbench":
+            raise ValueError(f"proxy.overlap: only the pdbench connector can pull early, not {self.connector.name}")
         return self

@@ -72,7 +72,7 @@ class Proxy:
         self.cfg = config
         self.pool = Pool(config)
         self.metrics = ProxyMetrics(self.pool)
-        self.flow: Flow = make_flow(config.connector, config.moriio_mode)
+        self.flow: Flow = make_flow(config.connector, config.moriio_mode, config.overlap)
         self.session: aiohttp.ClientSession | None = None
         self.background: set[asyncio.Task[Any]] = set()
         self.registry: Registry | None = None
@@ -266,7 +266,7 @@ class Proxy:
 
         if stamps is not None:
             stamps.prefill_sent = time.perf_counter()
-        if not flow.concurrent:
+        if not flow.concurrent_with(p):
             try:
                 kv = await self._prefill(p, request.path, p_data, p_headers)
                 if stamps is not None:
@@ -367,7 +367,9 @@ class Proxy:
             p.outstanding -= 1
         seconds.observe(time.perf_counter() - start)
         self.pool.record_success(p)
-        return data_out.get("kv_transfer_params") if isinstance(data_out, dict) else None
+        kv = data_out.get("kv_transfer_params") if isinstance(data_out, dict) else None
+        self.flow.prefill_answered(p, kv)
+        return kv
 
     async def _start_decode(
         self,

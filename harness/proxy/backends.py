@@ -50,6 +50,9 @@ class Backend:
     # Mooncake: the prefill's bootstrap server and the engine id of each DP rank.
     bootstrap_addr: str | None = None
     engine_ids: dict[int, str] = field(default_factory=dict)
+    # pdbench connector: the prefill's KV endpoint (engine id, host, port, TP size), learned
+    # from its first kv_transfer_params; the overlapped flow needs it before prefill answers.
+    kv_endpoint: dict[str, Any] | None = None
     # Health (polled) and circuit breaker (request outcomes; the circuit's state and the
     # legs in flight are properties: with --workers they live in the shared mapping).
     healthy: bool = False

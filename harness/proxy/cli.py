@@ -114,6 +114,15 @@ def proxy_command(
         float, typer.Option("--max-body-mb", help="Largest accepted request body (MiB); larger ones get 413.")
     ] = 256.0,
     workers: Annotated[int, typer.Option("--workers", help="Server processes sharing the port (SO_REUSEPORT).")] = 1,
+    overlap: Annotated[
+        bool,
+        typer.Option(
+            "--overlap",
+            help="pdbench connector: send each request's decode leg together with its prefill leg "
+            "(once the prefill instance's KV endpoint is known from its first answer); decode's pull "
+            "waits at prefill until the KV is there (default: off, two-phase).",
+        ),
+    ] = False,
     timings_dir: Annotated[
         str | None,
         typer.Option(
@@ -157,6 +166,7 @@ def proxy_command(
             breaker_failures=breaker_failures,
             max_body_bytes=int(max_body_mb * 1024 * 1024),
             workers=workers,
+            overlap=overlap,
             timings_dir=timings_dir,
         )
     except ValidationError as exc:

@@ -70,6 +70,7 @@ class ProxyConfig(BaseModel):
     max_body_bytes: int = Field(256 * 1024 * 1024, ge=1024)
     prefix_chars: int = Field(2048, ge=16, description="prefix_hash: prompt characters that choose the instance")
     workers: int = Field(1, ge=1, le=64, description="server processes sharing the port (SO_REUSEPORT)")
+    overlap: bool = False  # pdbench connector: decode leg sent with the prefill leg (PdbenchFlow)
     timings_dir: str | None = Field(
         None, description="per-request timings of requests with X-Pdbench-Id, for the TTFT breakdown"
     )
@@ -107,6 +108,8 @@ class ProxyConfig(BaseModel):
                 raise ValueError("bootstrap ports only apply to connector mooncake")
             if len(self.bootstrap_ports) not in (1, len(self.prefill)):
                 raise ValueError("give one bootstrap port, or one per prefill URL")
+        if self.overlap and self.connector != "pdbench":
+            raise ValueError("overlap only applies to connector pdbench")
         if self.workers > 1 and self.connector == "moriio":
             raise ValueError("connector moriio keeps its registrations in one process: workers must be 1")
         return self

@@ -152,6 +152,13 @@ class Flow:
     name = "base"
     concurrent = False  # run both legs at once (prefill's response is not needed by decode)
 
+    def concurrent_with(self, p: Backend) -> bool:
+        """Whether this request's two legs to prefill `p` go out at once."""
+        return self.concurrent
+
+    def prefill_answered(self, p: Backend, kv: Any) -> None:
+        """Prefill `p` answered a leg with these kv_transfer_params (what a flow may learn)."""
+
     def request_id(self, p: Backend, d: Backend) -> str:
         return random_id()
 
@@ -209,6 +216,57 @@ class TwoPhaseFlow(Flow):
 
     def missing_kv(self, kv: dict | None) -> bool:
         return not kv
+
+
+class PdbenchFlow(TwoPhaseFlow):
+    """The bundled connector. Prefill holds the blocks under the proxy's pull key (the
+    transfer id), so with `overlap` decode need not wait for prefill's answer: once a
+    prefill instance's KV endpoint is known (from its first answer), both legs go out at
+    once and decode's pull waits at prefill (connector `early_wait_s`) until the KV is
+    there. Decode's front end (HTTP, tokenising, scheduling, block allocation) then runs
+    while prefill computes instead of after it. Prefill DP > 1 stays two-phase: which DP
+    rank (and KV port) takes a request is only known from its answer."""
+
+    name = "pdbench"
+
+    def __init__(self, overlap: bool = False) -> None:
+        self.overlap = overlap
+
+    def concurrent_with(self, p: Backend) -> bool:
+        return self.overlap and p.kv_endpoint is not None and p.dp_size == 1
+
+    def transfer_id(self, rid: str) -> str:
+        return f"pd-{rid}"
+
+    def prefill(self, body, p, rank, d, tid):
+        out = super().prefill(body, p, rank, d, tid)
+        out["kv_transfer_params"]["pull_key"] = tid
+        return out
+
+    def decode(self, body, p, rank, d, tid, kv):
+        if kv is None and self.concurrent_with(p):
+            assert p.kv_endpoint is not None
+            out = dict(body)
+            out["kv_transfer_params"] = {
+                "do_remote_prefill": True,
+                "do_remote_decode": False,
+                **p.kv_endpoint,
+                "remote_request_id": tid,
+                "pull_key": tid,  # tells decode's connector the pull may wait for prefill
+            }
+            return out
+        return super().decode(body, p, rank, d, tid, kv)
+
+    def prefill_answered(self, p: Backend, kv: Any) -> None:
+        # Every answer, so a restarted prefill (a new engine id) is followed.
+        if isinstance(kv, dict) and all(kv.get(k) for k in ("remote_engine_id", "remote_host", "remote_port")):
+            tp = kv.get("tp_size")
+            p.kv_endpoint = {
+                "remote_engine_id": str(kv["remote_engine_id"]),
+                "remote_host": str(kv["remote_host"]),
+                "remote_port": kv["remote_port"],
+                "tp_size": tp if isinstance(tp, int) and tp > 0 else 1,
+            }
 
 
 class MoriioFlow(Flow):
@@ -321,11 +379,11 @@ class MooncakeFlow(Flow):
         return out
 
 
-def make_flow(connector: str, moriio_mode: str | None = None) -> Flow:
-    if connector in ("nixl", "pdbench"):
-        flow = TwoPhaseFlow()
-        flow.name = connector
-        return flow
+def make_flow(connector: str, moriio_mode: str | None = None, overlap: bool = False) -> Flow:
+    if connector == "nixl":
+        return TwoPhaseFlow()
+    if connector == "pdbench":
+        return PdbenchFlow(overlap)
     if connector == "moriio":
         return MoriioFlow(moriio_mode or "write")
     if connector == "mooncake":

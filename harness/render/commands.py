@@ -298,6 +298,8 @@ def proxy_argv(rr: ResolvedRecipe, plan: JobPlan, phase: Phase = "disagg") -> li
     ]
     if p.workers > 1:
         argv += ["--workers", str(p.workers)]
+    if p.overlap:
+        argv += ["--overlap"]
     if c.name == "moriio":
         # MoRI-IO servers register themselves on the proxy's ZMQ port (proxy_ping_port in
         # their kv-transfer-config) with the handshake/notify ports and DP/TP sizes the
