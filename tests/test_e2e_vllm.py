@@ -149,7 +149,7 @@ def _assert_ttft_breakdown(r: dict) -> None:
     assert b["requests"] == b["of"] == r["completed"], b
     parts = sum(b[p]["mean"] for p in ("router_ms", "prefill_ms", "decode_ms", "client_ms"))
     assert parts == pytest.approx(b["ttft_ms"]["mean"], rel=0.01), b
-    assert b["ttft_ms"]["median"] == pytest.approx(r["median_ttft_ms"], rel=1e-6)
+    assert b["ttft_ms"]["median"] == pytest.approx(r["median_ttft_ms"], abs=1e-4)  # the breakdown rounds to 0.1 us
     engines = b["prefill_ms"]["mean"] + b["decode_ms"]["mean"]
     assert engines >= 0.9 * b["ttft_ms"]["mean"], b  # the proxy and the client add little
     kv = b["kv_transfer_ms"]
