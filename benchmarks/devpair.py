@@ -25,12 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from harness.node.supervisor import Managed, Supervisor, signal_group
-from harness.proxy.flows import TwoPhaseFlow
+from harness.proxy.backends import Backend
+from harness.proxy.flows import PdbenchFlow, TwoPhaseFlow
 
 REPO = Path(__file__).resolve().parent.parent
 _LEGS = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="prefill-leg")  # overlapped prefill legs
 # What the proxy sends prefill for NIXL and the bundled connector (one definition).
 PREFILL_PARAMS = TwoPhaseFlow.PREFILL_KV
+# The proxy's own overlapped flow shapes the legs of pd_stream(overlap=True).
+OVERLAP_FLOW = PdbenchFlow(overlap=True)
 
 
 def vllm_bin() -> str:
@@ -179,9 +182,13 @@ class Pair:
     prefill: Server
     decode: Server
     extra: dict[str, Any] = field(default_factory=dict)
-    # Prefill's KV endpoint (engine id, host, port, TP size), from its last answer: what the
-    # proxy's overlapped flow (proxy.overlap) sends decode before prefill answers.
-    endpoint: dict[str, Any] | None = None
+    # The prefill as the proxy sees it: its KV endpoint, learned from its answers, is what the
+    # overlapped flow (proxy.overlap) sends decode before prefill answers.
+    backend: Backend = field(default_factory=lambda: Backend("prefill", "http://127.0.0.1"))
+
+    @property
+    def endpoint(self) -> dict[str, Any] | None:
+        return self.backend.kv_endpoint
 
     def stop(self) -> None:
         for s in (self.decode, self.prefill):
@@ -340,9 +347,8 @@ def prefill(
     params = out.get("kv_transfer_params")
     if not params:
         raise RuntimeError(f"prefill returned no kv_transfer_params: {out}")
-    if isinstance(pair_or_url, Pair) and params.get("remote_engine_id"):
-        keys = ("remote_engine_id", "remote_host", "remote_port", "tp_size")
-        pair_or_url.endpoint = {k: params[k] for k in keys if k in params}
+    if isinstance(pair_or_url, Pair):
+        OVERLAP_FLOW.prefill_answered(pair_or_url.backend, params)
     return params
 
 
@@ -375,16 +381,12 @@ def pd_stream(
     t0 = time.perf_counter()
     b = dict(body, stream=True, stream_options={"include_usage": True})
     leg: concurrent.futures.Future[dict[str, Any]] | None = None
-    if pair is not None and overlap and pair.endpoint is not None:
-        key = f"pd-{os.urandom(16).hex()}"
+    if pair is not None and overlap and OVERLAP_FLOW.concurrent_with(pair.backend):
+        key = OVERLAP_FLOW.transfer_id(os.urandom(16).hex())
         leg = _LEGS.submit(prefill, pair, body, timeout, key)
-        b["kv_transfer_params"] = {
-            "do_remote_prefill": True,
-            "do_remote_decode": False,
-            **pair.endpoint,
-            "remote_request_id": key,
-            "pull_key": key,
-        }
+        b["kv_transfer_params"] = OVERLAP_FLOW.decode(body, pair.backend, 0, pair.backend, key, None)[
+            "kv_transfer_params"
+        ]
     elif pair is not None:
         b["kv_transfer_params"] = prefill(pair, body, timeout)
     host, port = url.removeprefix("http://").split(":")
