@@ -8,7 +8,9 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -347,11 +349,50 @@ def test_dangling_symlinks_are_unreadable(tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file")
+# The check, in a child that runs unprivileged: a child of root drops to `nobody` once its
+# imports are done (the interpreter may live under /root, which nobody may not enter). It
+# reports whether it can read the files, so the test proves its precondition.
+_CHECK_UNPRIVILEGED = """
+import json, os, pwd, sys
+from harness.node import preflight as pf
+if os.geteuid() == 0:
+    nobody = pwd.getpwnam("nobody")
+    os.setgroups([])
+    os.setgid(nobody.pw_gid)
+    os.setuid(nobody.pw_uid)
+d = sys.argv[1]
+try:
+    open(os.path.join(d, "model.safetensors"), "rb").close()
+    weights_readable = True
+except PermissionError:
+    weights_readable = False
+print(json.dumps({"uid": os.getuid(), "euid": os.geteuid(), "weights_readable": weights_readable,
+                  "config_readable": os.access(os.path.join(d, "config.json"), os.R_OK),
+                  "problems": pf.check_weights(d)}))
+"""
+
+
 def test_unreadable_weight_file(tmp_path: Path) -> None:
-    d = _model(tmp_path / "m")
-    (d / "model.safetensors").chmod(0)
-    assert "model.safetensors (not readable by uid" in pf.check_weights(str(d))[0]
+    # As root (CI) the model lives in a directory of its own that `nobody` may enter: pytest's
+    # tmp_path is under root's mode-0700 base.
+    as_root = os.geteuid() == 0
+    base = Path(tempfile.mkdtemp(prefix="pdbench-unreadable-")) if as_root else tmp_path
+    try:
+        base.chmod(0o755)
+        d = _model(base / "m")
+        (d / "model.safetensors").chmod(0)
+        argv = [sys.executable, "-c", _CHECK_UNPRIVILEGED, str(d)]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd="/")
+    finally:
+        if as_root:
+            shutil.rmtree(base)
+    assert r.returncode == 0, r.stderr
+    seen = json.loads(r.stdout)
+    uid = seen["uid"]
+    assert uid != 0 and seen["euid"] == uid, seen
+    assert seen["config_readable"] and not seen["weights_readable"], seen  # the precondition
+    (problem,) = seen["problems"]
+    assert problem == f"{d}: 1 weight file(s) cannot be read: model.safetensors (not readable by uid {uid})"
 
 
 def test_missing_shards_and_lfs_pointers(tmp_path: Path) -> None:
