@@ -1,4 +1,5 @@
-"""Helpers shared by the benchmarks and the tests: free ports, a mock engine to measure against.
+"""Helpers shared by the benchmarks and the tests: free ports, a mock engine to measure against,
+and what every benchmark prints beside its figures (load, the peers' order per round, spread).
 
 Scripts in benchmarks/ put the project root on sys.path and import `benchmarks.common`;
 pytest has the root on its path (pyproject's `pythonpath`).
@@ -9,14 +10,17 @@ from __future__ import annotations
 import os
 import random
 import socket
+import statistics
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
 
 
 # Ports handed out lie below the kernel's ephemeral range, so no port the kernel picks (a bind to
@@ -115,3 +119,34 @@ def start_mock_engine(
     proc.kill()
     proc.wait(10)
     raise SystemExit(f"mock engine did not become healthy in {timeout_s:.0f} s")
+
+
+# -- what every benchmark prints beside its figures -------------------------------------------
+
+
+def load_text() -> str:
+    """The machine's load now (1/5/15-minute load average) and its CPUs, to print beside a figure."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} / {five:.2f} / {fifteen:.2f} (1/5/15 min) on {os.cpu_count()} CPUs"
+
+
+def conditions_text() -> str:
+    """When (UTC) and under what load a figure was measured."""
+    return f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {load_text()}"
+
+
+def rotated(items: Sequence[T], round_index: int) -> list[T]:
+    """The peers' order in round `round_index`: rotated by one each round, so each goes first in
+    turn (two peers alternate) and none always runs on a machine the other just warmed or loaded."""
+    if not items:
+        return []
+    k = round_index % len(items)
+    return [*items[k:], *items[:k]]
+
+
+def spread(xs: Sequence[float], fmt: str = ".2f", unit: str = "") -> str:
+    """`median (min .. max, n N)` of per-round (or per-request) values, for printing."""
+    if not xs:
+        raise ValueError("spread of no values")
+    med, lo, hi = statistics.median(xs), min(xs), max(xs)
+    return f"{med:{fmt}}{unit} (min {lo:{fmt}} .. max {hi:{fmt}}, n {len(xs)})"

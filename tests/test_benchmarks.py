@@ -1,0 +1,43 @@
+"""The benchmarks' own logic: the peers' order per round, the spread they print, the raw-TCP
+ceiling that bounds the connector, and the verdicts their exit codes follow."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import bench_connector_transfer as transfer
+from benchmarks.common import free_port, rotated, spread
+from connector.config import PdbenchConfig
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_rotated_puts_each_peer_first_in_turn() -> None:
+    peers = ["vllm", "pdbench", "floor"]
+    firsts = [rotated(peers, r)[0] for r in range(3)]
+    assert sorted(firsts) == sorted(peers)
+    assert all(sorted(rotated(peers, r)) == sorted(peers) for r in range(5))
+    assert [rotated(["a", "b"], r) for r in range(2)] == [["a", "b"], ["b", "a"]]
+    assert rotated([], 3) == []
+
+
+def test_spread_names_median_min_max_and_count() -> None:
+    assert spread([3.0, 1.0, 2.0, 10.0]) == "2.50 (min 1.00 .. max 10.00, n 4)"
+    assert spread([0.5], ".1f", " ms") == "0.5 ms (min 0.5 .. max 0.5, n 1)"
+    with pytest.raises(ValueError):
+        spread([])
+
+
+def test_raw_tcp_ceiling_tries_the_connectors_own_buffers_and_autotuning() -> None:
+    """A ceiling must be configured at least as well as what it bounds: the connector's
+    sock_buf_bytes and the kernel's autotuning are both among the settings it runs."""
+    assert 0 in transfer.RAW_BUFS and PdbenchConfig().sock_buf_bytes in transfer.RAW_BUFS
+    size = 1 << 20
+    ceiling = transfer.raw_tcp_ceiling(free_port(), [size], reps=3)[size]
+    labels = list(ceiling.by_setting)
+    assert "autotuning" in labels
+    mib = f"{PdbenchConfig().sock_buf_bytes / 2**20:g}"
+    assert any(mib in label.split(" MiB")[0].split(" = ") for label in labels), labels
+    # The ceiling is the best setting's median, never a worse one.
+    assert ceiling.setting in labels and ceiling.seconds == min(ceiling.by_setting.values())
+    assert ceiling.q1 <= ceiling.seconds <= ceiling.q3
