@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import logging
 import os
 import socket
@@ -11,8 +12,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, TypeVar
 
 import pytest
 import torch
@@ -26,6 +28,24 @@ from connector.staging import Stager
 from connector.transport import Completions, IOLoop, KVClient, KVServer, PullJob
 
 PORTS = iter(range(port_base(15660), port_base(15700)))
+T = TypeVar("T")
+
+
+def wait_until(pred: Callable[[], object], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.01)
+
+
+def on_loop(io: IOLoop, fn: Callable[[], T]) -> T:
+    """fn() run on the IO thread, where the server's state lives and changes."""
+
+    async def call() -> T:
+        return fn()
+
+    return io.submit(call()).result(5)
 
 
 def caches(
@@ -79,8 +99,13 @@ class Pair:
         self.iop.submit(self.server.start()).result(5)
         self.client = KVClient(self.kd, sd, ccfg, self.done_d)
 
-    def register(self, req: str, kblocks: list[int]) -> None:
-        self.iop.call(self.server.register, req, kblocks)
+    def register(self, req: str, kblocks: list[int], key: str | None = None) -> None:
+        """Returns once the server holds the blocks."""
+        on_loop(self.iop, lambda: self.server.register(req, kblocks, None, key))
+
+    def wait_server(self, pred: Callable[[KVServer], object], what: str, timeout: float = 10.0) -> None:
+        """Until pred(server), read on the server's IO thread, holds."""
+        wait_until(lambda: on_loop(self.iop, lambda: pred(self.server)), what, timeout)
 
     def pull(self, req: str, first: int, kblocks: list[int], engine: str = "P", timeout: float = 30) -> bool:
         job = PullJob(f"d-{req}", req, engine, "127.0.0.1", self.port, first, kblocks, kblocks)
@@ -172,8 +197,10 @@ def test_corruption_flag_changes_the_bytes(make_pair: Any) -> None:
 
 def test_pull_waits_for_a_late_registration(make_pair: Any) -> None:
     p = make_pair(caches(8, True), caches(8, False))
-    threading.Timer(0.3, p.register, ("late", [1])).start()
-    assert p.pull("late", 0, [2])
+    pulled = p.iod.submit(p.client.pull(PullJob("d-late", "late", "P", "127.0.0.1", p.port, 0, [2], [2])))
+    p.wait_server(lambda s: "late" in s._waiters, "the pull to wait at prefill")  # it came first
+    p.register("late", [1])
+    assert pulled.result(30)
 
 
 @pytest.mark.parametrize("case", ["unknown", "engine", "range", "layout"])
@@ -207,11 +234,11 @@ def test_release_frees_now_even_before_registration(make_pair: Any) -> None:
     p = make_pair(caches(8, True), caches(8, False), lease_s=60)
     p.register("a", [1])
     p.iod.submit(p.client.release("127.0.0.1", p.port, "P", "a")).result(5)
-    assert p.wait_sent("a", timeout=3) < 3
+    p.wait_sent("a")  # far inside the 60 s lease: freed by the release
     p.iod.submit(p.client.release("127.0.0.1", p.port, "P", "b")).result(5)
-    time.sleep(0.2)
-    p.register("b", [2])
-    assert p.wait_sent("b", timeout=3) < 3
+    p.wait_server(lambda s: "b" in s._early_release, "prefill to hear the release of b")
+    p.register("b", [2])  # only after the release: prefill had never heard of b
+    p.wait_sent("b")
 
 
 def test_stale_pooled_connection_is_redialed(make_pair: Any) -> None:
@@ -227,51 +254,60 @@ def test_stale_pooled_connection_is_redialed(make_pair: Any) -> None:
     assert p.pull("b", 0, [4])
 
 
-def _fake_server(port: int, behaviour: str) -> threading.Thread:
-    """A prefill that accepts a pull and then misbehaves."""
+class FakePrefill:
+    """A prefill that accepts one pull and then misbehaves; it listens before __init__ returns,
+    and `got_pull` tells that the client's pull reached it (so its failure is the misbehaviour's)."""
 
-    async def serve() -> None:
-        ls = socket.socket()
-        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        ls.bind(("127.0.0.1", port))
-        ls.listen()
-        ls.setblocking(False)
+    def __init__(self, port: int, behaviour: str) -> None:
+        self.behaviour = behaviour
+        self.got_pull = threading.Event()
+        self.ls = socket.socket()
+        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.ls.bind(("127.0.0.1", port))
+        self.ls.listen()
+        self.ls.setblocking(False)
+        threading.Thread(target=lambda: asyncio.run(self._serve()), daemon=True).start()
+
+    async def _serve(self) -> None:
         loop = asyncio.get_running_loop()
-        sock, _ = await loop.sock_accept(ls)
-        sock.setblocking(False)
-        await server_handshake(sock, b"", 5)
-        await recv_frame(sock, 5)
-        if behaviour == "silent":
-            await asyncio.sleep(30)
-        elif behaviour == "die_mid_stream":
-            await send_frame(sock, {"ok": True}, 5)
-            await loop.sock_sendall(sock, b"x" * 1000)
-            sock.close()
-        elif behaviour == "stall_mid_stream":
-            await send_frame(sock, {"ok": True}, 5)
-            await loop.sock_sendall(sock, b"x" * 1000)
-            await asyncio.sleep(30)
-        ls.close()
-
-    t = threading.Thread(target=lambda: asyncio.run(serve()), daemon=True)
-    t.start()
-    time.sleep(0.2)
-    return t
+        try:
+            sock, _ = await asyncio.wait_for(loop.sock_accept(self.ls), 30)
+            sock.setblocking(False)
+            await server_handshake(sock, b"", 5)
+            await recv_frame(sock, 5)
+            self.got_pull.set()
+            if self.behaviour != "silent":
+                await send_frame(sock, {"ok": True}, 5)
+                await loop.sock_sendall(sock, b"x" * 1000)
+            if self.behaviour == "die_mid_stream":
+                sock.close()
+            else:
+                await asyncio.sleep(30)
+        finally:
+            self.ls.close()
 
 
-@pytest.mark.parametrize("behaviour,bound", [("silent", 3.0), ("die_mid_stream", 1.0), ("stall_mid_stream", 3.0)])
-def test_dead_prefill_is_detected_in_bounded_time(behaviour: str, bound: float) -> None:
+# (behaviour, io_timeout_s, the failure's lower and upper bound in s). A silent prefill costs
+# register_timeout_s + io_timeout_s (1.5 s), one stalled mid-stream io_timeout_s; one that dies
+# is seen at once, far sooner than its 10 s io_timeout_s.
+@pytest.mark.parametrize(
+    "behaviour,io_timeout,low,high",
+    [("silent", 1.0, 1.4, 5.0), ("die_mid_stream", 10.0, 0.0, 5.0), ("stall_mid_stream", 1.0, 0.9, 5.0)],
+)
+def test_dead_prefill_is_detected_in_bounded_time(behaviour: str, io_timeout: float, low: float, high: float) -> None:
     port = next(PORTS)
-    _fake_server(port, behaviour)
-    cfg = PdbenchConfig(io_timeout_s=1.0, register_timeout_s=0.5, connect_timeout_s=1.0)
+    srv = FakePrefill(port, behaviour)
+    cfg = PdbenchConfig(io_timeout_s=io_timeout, register_timeout_s=0.5, connect_timeout_s=1.0)
     kv = PagedKV(caches(8, False), 8, 16)
     done = Completions()
     io = IOLoop("test-d")
     try:
         client = KVClient(kv, None, cfg, done)
         t0 = time.monotonic()
-        ok = io.submit(client.pull(PullJob("d", "r", "P", "127.0.0.1", port, 0, [1, 2], [1, 2]))).result(10)
-        assert not ok and time.monotonic() - t0 < bound
+        ok = io.submit(client.pull(PullJob("d", "r", "P", "127.0.0.1", port, 0, [1, 2], [1, 2]))).result(30)
+        took = time.monotonic() - t0
+        assert srv.got_pull.is_set()  # it failed on the misbehaviour, not on the way there
+        assert not ok and low <= took < high, took
         _, recvd, failed, bad = done.drain()
         assert recvd == failed == {"d"} and bad == {1, 2}
     finally:
@@ -280,14 +316,16 @@ def test_dead_prefill_is_detected_in_bounded_time(behaviour: str, bound: float) 
 
 def test_refused_connection_fails_fast() -> None:
     port = next(PORTS)
+    with socket.socket() as probe:  # nothing listens there
+        assert probe.connect_ex(("127.0.0.1", port)) == errno.ECONNREFUSED
     kv = PagedKV(caches(8, False), 8, 16)
     done = Completions()
     io = IOLoop("test-d")
     try:
         client = KVClient(kv, None, PdbenchConfig(), done)
         t0 = time.monotonic()
-        assert not io.submit(client.pull(PullJob("d", "r", "P", "127.0.0.1", port, 0, [1], [1]))).result(10)
-        assert time.monotonic() - t0 < 1.0
+        assert not io.submit(client.pull(PullJob("d", "r", "P", "127.0.0.1", port, 0, [1], [1]))).result(30)
+        assert time.monotonic() - t0 < 3.0  # not the 5 s connect_timeout_s
     finally:
         io.stop()
 
@@ -317,13 +355,30 @@ def test_decode_dying_mid_pull_keeps_blocks_until_the_lease(make_pair: Any) -> N
     assert st is not None and st.failed_send == 1 and st.expired == 1
 
 
+def thread_cpu(io: IOLoop) -> float:
+    """CPU seconds the IO thread has used (its own clock: other threads and processes do not count)."""
+    assert io._thread.ident is not None
+    return time.clock_gettime(time.pthread_getcpuclockid(io._thread.ident))
+
+
 def test_idle_transport_uses_no_cpu(make_pair: Any) -> None:
     p = make_pair(caches(8, True), caches(8, False), lease_s=30)
     p.register("r", [1])
     assert p.pull("r", 0, [2])
-    t0 = time.process_time()
-    time.sleep(1.0)
-    assert time.process_time() - t0 < 0.05  # no thread spins while idle
+    # The clock counts the IO thread's work: 0.1 s of CPU spent on it shows.
+    before = thread_cpu(p.iop)
+
+    def spin() -> None:
+        t = time.thread_time()
+        while time.thread_time() - t < 0.1:
+            pass
+
+    on_loop(p.iop, spin)
+    assert thread_cpu(p.iop) - before >= 0.1
+    t0 = {io: thread_cpu(io) for io in (p.iop, p.iod)}
+    time.sleep(1.0)  # the idle period measured
+    used = {io._thread.name: thread_cpu(io) - t0[io] for io in (p.iop, p.iod)}
+    assert all(s < 0.05 for s in used.values()), used  # neither IO thread spins while idle
 
 
 # -- network exposure: the address the job chose, and the job secret ---------------------------
@@ -572,7 +627,8 @@ def test_prefill_frees_only_after_every_reader_acked(make_pair: Any) -> None:
         return bool(p.iod.submit(p.client.pull(job)).result(30))
 
     assert pull(0)
-    time.sleep(0.2)
+    # Prefill took reader 0's ack (or, wrongly, freed the request on it).
+    p.wait_server(lambda s: "r" not in s._entries or s._entries["r"].acked == {0}, "reader 0's ack")
     assert "r" not in p.done_p.drain()[0]  # reader 1 has not pulled yet
     for name in src:
         assert torch.equal(dst[name][[5, 6]], src[name][[1, 2], 0:2])
@@ -615,32 +671,34 @@ def test_a_pull_job_with_unequal_head_ranges_is_refused() -> None:
 def test_an_early_pull_waits_for_prefill_and_finds_the_blocks_by_the_proxys_key(make_pair: Any) -> None:
     src, dst = caches(8, True), caches(8, False)
     p = make_pair(src, dst, register_timeout_s=0.2)  # an early pull waits longer: its own wait_s
-    threading.Timer(1.0, p.iop.call, (p.server.register, "vllm-id-1", [2, 3], None, "pd-key")).start()
     job = PullJob("d", "pd-key", "P", "127.0.0.1", p.port, 0, [5, 6], [5, 6], wait_s=10.0)
-    t0 = time.monotonic()
-    assert p.iod.submit(p.client.pull(job)).result(30)
-    assert 0.9 < time.monotonic() - t0 < 5
+    pulled = p.iod.submit(p.client.pull(job))
+    p.wait_server(lambda s: "pd-key" in s._waiters, "the early pull to wait at prefill")
+    with pytest.raises(FutureTimeout):
+        pulled.result(1.0)  # still waiting at five times register_timeout_s
+    p.register("vllm-id-1", [2, 3], key="pd-key")
+    assert pulled.result(30)
     for name in src:
         assert torch.equal(dst[name][[5, 6]], src[name][[2, 3]])
     p.wait_sent("vllm-id-1")  # reported to vLLM under its own id
     late = PullJob("d", "pd-none", "P", "127.0.0.1", p.port, 0, [5], [5], wait_s=0.5)
     t0 = time.monotonic()
     assert not p.iod.submit(p.client.pull(late)).result(30)  # never registered: bounded wait
-    assert time.monotonic() - t0 < 3
+    assert 0.5 <= time.monotonic() - t0 < 5  # its wait_s, not register_timeout_s, nor unbounded
 
 
 def test_a_release_by_key_frees_the_request_under_vllms_id(make_pair: Any) -> None:
     p = make_pair(caches(8, True), caches(8, False), lease_s=60)
     p.iod.submit(p.client.release("127.0.0.1", p.port, "P", "pd-k")).result(5)
-    time.sleep(0.2)
-    p.iop.call(p.server.register, "vllm-id-2", [1], None, "pd-k")
-    assert p.wait_sent("vllm-id-2", timeout=3) < 3
+    p.wait_server(lambda s: "pd-k" in s._early_release, "prefill to hear the release")
+    p.register("vllm-id-2", [1], key="pd-k")
+    p.wait_sent("vllm-id-2")  # far inside the 60 s lease: freed by the release
 
 
 def test_the_transfer_thread_gets_the_configured_cpu_weight() -> None:
     io = IOLoop("test-nice", -5)
     try:
-        time.sleep(0.1)
+        on_loop(io, lambda: None)  # the loop runs: the thread has set its priority, or failed to
         tid = io._thread.native_id
         assert tid is not None
         if io.nice is None:  # no CAP_SYS_NICE here: the thread keeps the process's value
