@@ -1,12 +1,13 @@
 """Helpers for tests that run against the real local Slurm cluster of scripts/slurm/up.sh.
 
-    from slurm_cluster import require_cluster, sbatch, wait_job, processes_in_node_namespaces
+    from slurm_cluster import require_cluster, sbatch, wait_job, processes_in_node_namespaces, daemon_problems
 
     def test_three_nodes(tmp_path):
         require_cluster(3)                       # skip (or fail with PDBENCH_REQUIRE_SLURM=1)
         job = sbatch("-N3", "--wrap", "srun -N3 -n3 hostname", cwd=tmp_path)
         assert wait_job(job, 60) == "COMPLETED"
         assert not any(processes_in_node_namespaces().values())
+        assert daemon_problems() == []
 
 Accounting is disabled on that cluster, so job states come from `scontrol show job`; a
 finished job stays visible there for MinJobAge (300 s).
@@ -17,11 +18,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from node_daemons import answers, check_daemons, expected_daemons, leftovers
 
 from harness.launch.slurm import TERMINAL
 
@@ -31,8 +33,8 @@ DOWN = ROOT / "scripts" / "slurm" / "down.sh"
 CONTAINERS_UP = ROOT / "scripts" / "slurm" / "containers-up.sh"
 IMAGE_BUILD = ROOT / "scripts" / "image" / "build.sh"
 DOCKER_SOCKETS = Path("/run/pdbench-docker")
-#: What runs on every node besides a job: Slurm's daemon and the node's container runtime.
-NODE_DAEMONS = frozenset({"slurmd", "dockerd", "containerd"})
+#: up.sh's state directory: its run/ holds each node's slurmd pid file.
+SLURM_DIR = Path(os.environ.get("PDBENCH_SLURM_DIR", "/tmp/pdbench-slurm"))
 
 #: Why the last ensure_cluster() returned False ("" after a success).
 last_reason = ""
@@ -94,34 +96,28 @@ def ensure_containers(timeout: float = 1800) -> str:
     return _image
 
 
-def _listening(sock: Path) -> bool:
-    """Whether a daemon accepts connections on the unix socket SOCK."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(5)
-        try:
-            s.connect(str(sock))
-        except (ConnectionRefusedError, FileNotFoundError):
-            return False
-    return True
-
-
 def pdbench_containers() -> dict[str, list[str]]:
     """{where: [container, ...]} of every pdbench container (running or not) on each node's
-    dockerd and on podman: after a job, all lists must be empty."""
+    dockerd and on podman: after a job, all lists must be empty. A node's dockerd that does
+    not answer, or podman missing once the container suite ran, is an error: then nobody can
+    say what is left."""
     out: dict[str, list[str]] = {}
     fmt = "{{.Names}} {{.Status}}"
     for sock in sorted(DOCKER_SOCKETS.glob("node*.sock")):
-        if not _listening(sock):
-            continue  # left by a dockerd that was killed, not stopped: no daemon, no containers
+        if not answers(sock):
+            raise RuntimeError(f"the dockerd of {sock.stem} does not answer on {sock}: it died or hangs")
         argv = ["docker", "-H", f"unix://{sock}", "ps", "-a", "--filter", "label=pdbench.job", "--format", fmt]
         r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
         if r.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)} exited {r.returncode}: {r.stderr.strip()}")
         out[f"docker@{sock.stem}"] = r.stdout.splitlines()
-    if shutil.which("podman"):
-        argv = ["podman", "ps", "-a", "--filter", "label=pdbench.job", "--format", fmt]
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
-        out["podman"] = r.stdout.splitlines()
+    if shutil.which("podman") is None:
+        if _image is not None:
+            raise RuntimeError("podman is not installed, yet the container suite ran (containers-up.sh installs it)")
+        return out
+    argv = ["podman", "ps", "-a", "--filter", "label=pdbench.job", "--format", fmt]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
+    out["podman"] = r.stdout.splitlines()
     return out
 
 
@@ -172,36 +168,34 @@ def _ns_pids(ns: str) -> list[int]:
     return sorted(int(p) for p in r.stdout.split() if p.isdigit())
 
 
-def _comm_and_state(pid: int) -> tuple[str, str]:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return "", "X"  # gone
-    comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-    return comm, stat[stat.rindex(")") + 2 :].split()[0]
-
-
-def processes_in_node_namespaces(include_daemons: bool = False) -> dict[str, list[int]]:
-    """{namespace: [pid, ...]} for every slurm-node* network namespace: what runs on each
-    node. The node's own daemons (NODE_DAEMONS, always there) and exited processes not yet
-    reaped are left out unless include_daemons, so after a job `not any(result.values())`
-    means the nodes are clean."""
+def _node_namespaces() -> dict[str, list[int]]:
+    """{slurm-nodeI: [pid, ...]}: every node's network namespace and what runs in it."""
     r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30)
-    out: dict[str, list[int]] = {}
-    for line in r.stdout.splitlines():
-        ns = line.split()[0] if line.split() else ""
-        if not ns.startswith("slurm-node"):
-            continue
-        pids = []
-        for pid in _ns_pids(ns):
-            comm, state = _comm_and_state(pid)
-            if state in ("Z", "X"):
-                continue
-            if comm in NODE_DAEMONS and not include_daemons:
-                continue
-            pids.append(pid)
-        out[ns] = pids
-    return out
+    names = [line.split()[0] for line in r.stdout.splitlines() if line.split()]
+    return {ns: _ns_pids(ns) for ns in sorted(names) if ns.startswith("slurm-node")}
+
+
+def _check_node_daemons() -> tuple[list[str], dict[str, list[int]]]:
+    ns_pids = _node_namespaces()
+    nodes = [ns.removeprefix("slurm-") for ns in ns_pids]
+    daemons = expected_daemons(nodes, SLURM_DIR, DOCKER_SOCKETS, containers=_image is not None)
+    problems, ours = check_daemons(daemons, ns_pids)
+    return problems, leftovers(ns_pids, ours)
+
+
+def daemon_problems() -> list[str]:
+    """What is wrong with the nodes' own daemons (node_daemons.check_daemons): each node's
+    slurmd, and once the container suite ran its dockerd and containerd, must be the one the
+    cluster started, alive, and (dockerd) answering. [] when all is well."""
+    return _check_node_daemons()[0]
+
+
+def processes_in_node_namespaces() -> dict[str, list[int]]:
+    """{namespace: [pid, ...]} for every slurm-node* network namespace: what runs on each
+    node besides the daemons the cluster started (their pids, from their pid files) and
+    exited processes not yet reaped, so after a job `not any(result.values())` means the
+    nodes are clean. A second slurmd, dockerd or containerd is listed like any process."""
+    return _check_node_daemons()[1]
 
 
 def describe(pids: list[int]) -> str:

@@ -20,6 +20,7 @@ import pytest
 from conftest import require_vllm
 from slurm_cluster import (
     DOCKER_SOCKETS,
+    daemon_problems,
     describe,
     ensure_containers,
     job_state,
@@ -55,6 +56,7 @@ def cluster() -> None:
     require_vllm()
     require_cluster(3)
     assert _leftovers() == {}, f"processes left by an earlier job: {_leftovers()}"
+    assert daemon_problems() == [], "the nodes' daemons were broken before this test"
 
 
 def _leftovers(grace: float = 0) -> dict[str, list[int]]:
@@ -154,6 +156,8 @@ def _assert_clean() -> None:
     assert containers == {}, f"containers left: {containers}"
     left = _leftovers(grace=15)
     assert left == {}, "\n".join(f"{ns}:\n{describe(p)}" for ns, p in left.items())
+    # A job may not take a node's own daemons down with it: each is the one the cluster started.
+    assert daemon_problems() == []
 
 
 def _kill_in_container(run_dir: Path, name: str) -> None:

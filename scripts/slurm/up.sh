@@ -126,8 +126,11 @@ WANT=$(want_conf)
 node_states() { timeout 10 sinfo -h -N -o '%N %t' 2>/dev/null || true; }
 count_ok() { node_states | grep -cE ' (idle|mix|mixed|alloc|allocated|comp|completing)$' || true; }
 running() {  # running PIDFILE COMM: the pid file names a live process of that program
-  local p; p=$(tr -dc 0-9 2>/dev/null <"$1") || return 1
-  [ -n "$p" ] && [ "$(cat "/proc/$p/comm" 2>/dev/null)" = "$2" ]
+  local p st; p=$(tr -dc 0-9 2>/dev/null <"$1") || return 1
+  [ -n "$p" ] && [ "$(cat "/proc/$p/comm" 2>/dev/null)" = "$2" ] || return 1
+  # a daemon killed a moment ago is a zombie until PID 1 reaps it: dead, though /proc still names it
+  st=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | cut -c1) || return 1
+  [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
 }
 healthy() {
   [ -f "$BASE/up.ok" ] && [ -f "$CONF" ] && [ "$(cat "$CONF")" = "$WANT" ] || return 1
