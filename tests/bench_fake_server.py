@@ -7,7 +7,9 @@ streams `max_tokens` one-token chunks, a usage chunk and `data: [DONE]`, unless
 1 token until the server stops), "no_done" (stream ends without [DONE]),
 "error_then_more" (an error event after 1 token, then tokens go on without [DONE]
 until the server stops). GET /health answers `health` (an HTTP status, settable at
-any time; None: no such route, 404).
+any time; None: no such route, 404). `arrived[n]` and `ended[n]` are when request n's body
+was read and when its handler finished (time.perf_counter, the load generator's clock), for
+tests of when the load arrived.
 
 Why not the mock engine (harness.mock_engine, the one stand-in for vLLM elsewhere): these
 tests need a failure chosen per request by a Python callable, in the test's own process
@@ -22,6 +24,7 @@ import asyncio
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +38,8 @@ class FakeServer:
         self.policy = policy
         self.token_delay = token_delay
         self.bodies: list[dict[str, Any]] = []
+        self.arrived: list[float] = []
+        self.ended: dict[int, float] = {}
         self.health: int | None = 200
         self.health_checks = 0
         self._loop = asyncio.new_event_loop()
@@ -75,6 +80,13 @@ class FakeServer:
         body = await request.json()
         n = len(self.bodies)
         self.bodies.append(body)
+        self.arrived.append(time.perf_counter())
+        try:
+            return await self._answer(request, n, body)
+        finally:
+            self.ended[n] = time.perf_counter()
+
+    async def _answer(self, request: web.Request, n: int, body: dict[str, Any]) -> web.StreamResponse:
         mode = self.policy(n, body) if self.policy else None
         if mode == "500":
             return web.json_response({"error": {"message": "injected failure"}}, status=500)

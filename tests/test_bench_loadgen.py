@@ -36,7 +36,7 @@ def _batch(url: str, n: int, max_tokens: int = 3) -> tuple[list[bytes], list[Req
     return wire, [RequestOutput(1, max_tokens) for _ in range(n)]
 
 
-def test_concurrency_cap_and_rate():
+def test_concurrency_cap():
     with FakeServer(token_delay=0.01) as srv:
         wire, outs = _batch(srv.base_url, 12)
         progress = Progress()
@@ -48,28 +48,45 @@ def test_concurrency_cap_and_rate():
     assert peak == 3  # never more than C in flight
     assert sum(o.queue_time > 0.02 for o in outs) >= 8  # most waited for a slot
 
+
+def test_requests_arrive_on_their_schedule():
+    # Offsets 0.5 s apart, each request checked where it arrived: at the server. A request may be
+    # late by the machine's load (1 s of margin), never early; sending all at once, at the end, or
+    # at the offsets' running sum each break one of the bounds.
+    offsets = [0.0, 0.5, 1.0, 1.5, 2.0, 2.5]
     with FakeServer(token_delay=0.0) as srv:
-        wire, outs = _batch(srv.base_url, 6)
-        offsets = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
-        run = LoadRun(srv.base_url + "/v1/completions", False, wire, outs, offsets, 6, 10)
+        wire, outs = _batch(srv.base_url, len(offsets))
+        run = LoadRun(srv.base_url + "/v1/completions", False, wire, outs, offsets, len(offsets), 10)
         t0 = time.perf_counter()
         assert asyncio.run(run.run(30, t0=t0)) is None
-    starts = [o.start_time - t0 for o in outs]
-    assert all(s >= off for s, off in zip(starts, offsets, strict=False)) and starts[-1] < 0.5 + 0.3  # sent on schedule
+        arrived = {b["prompt"]: t - t0 for b, t in zip(srv.bodies, srv.arrived, strict=True)}
+    assert all(o.success for o in outs)
+    late = [arrived[f"p{i}"] - off for i, off in enumerate(offsets)]
+    assert all(0 <= x < 1.0 for x in late), late
 
 
 def test_stop_fails_in_flight_and_unsent_with_the_reason():
-    with FakeServer(policy=lambda n, b: "hang" if n >= 1 else None) as srv:
+    with FakeServer(policy=lambda n, b: "hang" if b["prompt"] != "p0" else None) as srv:
         wire, outs = _batch(srv.base_url, 5)
         run = LoadRun(srv.base_url + "/v1/completions", False, wire, outs, [0.0] * 5, 2, 60)
 
         async def main() -> str | None:
-            asyncio.get_running_loop().call_later(0.5, run.stop, "target died: test")
-            return await run.run(60)
+            async def stop_once_two_hang() -> None:
+                # Request 0 answered, 1 and 2 hang at the server, 3 and 4 wait for a slot.
+                deadline = time.monotonic() + 10
+                while len(srv.bodies) < 3:
+                    assert time.monotonic() < deadline, "requests 1 and 2 never reached the server"
+                    await asyncio.sleep(0.01)
+                run.stop("target died: test")
+
+            stopper = asyncio.create_task(stop_once_two_hang())
+            reason = await run.run(60)
+            await stopper
+            return reason
 
         t0 = time.monotonic()
         assert asyncio.run(main()) == "target died: test"
         assert time.monotonic() - t0 < 5
     assert outs[0].success
     assert [o.error for o in outs[1:]] == ["target died: test"] * 4
-    assert outs[1].start_time is not None and outs[4].start_time is None  # in flight vs never sent
+    assert [o.start_time is not None for o in outs] == [True, True, True, False, False]  # in flight vs never sent
