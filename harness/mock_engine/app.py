@@ -78,6 +78,10 @@ class Engine:
         # benchmark of a client can take it out (GET /mock/emissions). Bounded memory.
         self.late_first: list[float] = []
         self.late_rest: list[float] = []
+        # Each finished stream that carried a request id (ID_HEADERS): (id, arrival, first write,
+        # last write, tokens), perf_counter seconds; a client benchmark matches them to its own
+        # per-request times. Bounded memory.
+        self.streams: list[tuple[str, float, float, float, int]] = []
         self.tokenizer: Any = None
         if cfg.tokenizer:
             from transformers import AutoTokenizer
@@ -352,6 +356,8 @@ class Engine:
         if self.instant:
             # Every token is due at once: one write, no chunked framing.
             return web.Response(body=role + self._events(tokens, last, n, 0, n) + tail, headers=SSE_HEADERS)
+        headers = request.headers
+        stream_id = next((v for h in ID_HEADERS if (v := headers.get(h))), None)
         deadlines = self.deadlines(t0, n, p["remote_prefill"])
         resp = web.StreamResponse(headers=SSE_HEADERS)
         resp.enable_chunked_encoding()
@@ -362,6 +368,7 @@ class Engine:
         # (the first too) goes through the same timer path, so one bias fits them all.
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         stream = _Stream(self, request.transport, deadlines, tokens, last, n, 0, tail, done, role)  # type: ignore[arg-type]
+        stream.record_id, stream.arrival = stream_id, t0
         stream.schedule()
         try:
             await done
@@ -395,7 +402,10 @@ class Engine:
 
     async def handle_emissions(self, request: web.Request) -> web.Response:
         """Lateness of the writes since the last reset (ms): of each stream's first token (its
-        TTFT's error at the server) and of the later ones; ?reset=1 starts a new count."""
+        TTFT's error at the server) and of the later ones; ?reset=1 starts a new count.
+        ?requests=1 adds each finished stream that carried a request id (X-Request-Id, else
+        X-Pdbench-Id): {id, arrival_s (this process's perf_counter), first_ms and last_ms (its
+        first and last token's write, from the arrival), tokens}."""
 
         def stats(xs: list[float]) -> dict[str, float | int]:
             if not xs:
@@ -404,9 +414,23 @@ class Engine:
             pick = lambda q: ys[min(len(ys) - 1, int(q / 100 * len(ys)))] * 1000.0  # noqa: E731
             return {"count": len(ys), "median": pick(50), "p99": pick(99), "max": ys[-1] * 1000.0}
 
-        body = {"first_token_late_ms": stats(self.late_first), "later_tokens_late_ms": stats(self.late_rest)}
+        body: dict[str, Any] = {
+            "first_token_late_ms": stats(self.late_first),
+            "later_tokens_late_ms": stats(self.late_rest),
+        }
+        if request.query.get("requests"):
+            body["requests"] = [
+                {
+                    "id": rid,
+                    "arrival_s": t0,
+                    "first_ms": (first - t0) * 1000.0,
+                    "last_ms": (last - t0) * 1000.0,
+                    "tokens": n,
+                }
+                for rid, t0, first, last, n in self.streams
+            ]
         if request.query.get("reset"):
-            self.late_first, self.late_rest = [], []
+            self.late_first, self.late_rest, self.streams = [], [], []
         return web.json_response(body)
 
     async def handle_health(self, request: web.Request) -> web.Response:
@@ -417,21 +441,28 @@ class Engine:
 
 
 MAX_EMISSIONS = 2_000_000  # lateness samples kept between resets (16 MB)
+MAX_STREAMS = 1_000_000  # per-request records kept between resets
+# A stream's id for its record (GET /mock/emissions?requests=1): vLLM's `vllm bench serve` sends
+# X-Request-Id, `pdbench bench` X-Pdbench-Id (with its proxy timings on).
+ID_HEADERS = ("X-Request-Id", "X-Pdbench-Id")
 
 
 class _Stream:
     """The tokens of one stream after the first write, sent from loop timer callbacks."""
 
     __slots__ = (
+        "arrival",
         "deadlines",
         "done",
         "engine",
+        "first_write",
         "handle",
         "head",
         "i",
         "last",
         "loop",
         "n",
+        "record_id",
         "tail",
         "tokens",
         "transport",
@@ -454,6 +485,9 @@ class _Stream:
         self.tokens, self.last, self.n, self.i, self.tail, self.done = tokens, last, n, i, tail, done
         self.head = head  # sent before the first token (chat's role chunk)
         self.handle: asyncio.Handle | None = None
+        # A stream with a request id is recorded when it ends (Engine.streams).
+        self.record_id: str | None = None
+        self.arrival = self.first_write = 0.0
 
     def schedule(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -486,6 +520,10 @@ class _Stream:
             self.done.set_exception(ConnectionResetError("client went away"))
             return
         transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        if i == 0:
+            self.first_write = now
+        if j == n and self.record_id is not None and len(engine.streams) < MAX_STREAMS:
+            engine.streams.append((self.record_id, self.arrival, self.first_write, now, n))
         if j == n:
             self.done.set_result(None)  # the handler ends the body
             return
