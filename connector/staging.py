@@ -10,13 +10,17 @@
   GPU, are gathered straight into ours on the inbound stream; no host memory.
 
 Waits on CUDA events use blocking-sync events in a helper thread, so no thread
-spins and the event loop never blocks.
+spins and the event loop never blocks. Every wait is bounded: a chunk's copy, a free
+ring and prefill's `ready` by `wait_s` (the connector's io_timeout_s), a whole-transfer
+device copy by `wait_s` plus its size at a floor rate, so a stuck GPU or a starved ring
+fails the transfer with StagingTimeout instead of holding it forever.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from array import array
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +29,16 @@ from typing import Any
 import torch
 
 from connector.layout import Heads, PagedKV
+
+log = logging.getLogger(__name__)
+
+# The slowest device copy counted as progress (pageable host memory still copies well
+# above this): a copy of N bytes may take wait_s + N / this before it counts as stuck.
+SLOWEST_COPY_BPS = 1e9
+
+
+class StagingTimeout(TimeoutError):
+    """A device copy, prefill's KV or a staging ring was not ready within its bound."""
 
 
 def _batches(kv: PagedKV, kblocks: Sequence[int], max_bytes: int, heads: Heads | None) -> list[list[memoryview]]:
@@ -94,8 +108,9 @@ def _wide_pair(src: torch.Tensor, dst: torch.Tensor) -> tuple[torch.Tensor, torc
 class Stager:
     """Pinned rings, copy streams and an event-wait thread for one worker's device."""
 
-    def __init__(self, kv: PagedKV, chunk_bytes: int, depth: int, max_rings: int = 4) -> None:
+    def __init__(self, kv: PagedKV, chunk_bytes: int, depth: int, max_rings: int = 4, wait_s: float = 20.0) -> None:
         self.kv = kv
+        self.wait_s = wait_s
         self.cuda = kv.device.type == "cuda"
         # A chunk always holds at least one block.
         self.chunk_bytes = max(chunk_bytes, max(kv.block_bytes))
@@ -121,15 +136,39 @@ class Stager:
             pin = self.cuda
             # Pinned allocation is slow: rings are made once and reused.
             return [torch.empty(self.chunk_bytes, dtype=torch.uint8, pin_memory=pin) for _ in range(self.depth)]
-        return await self._free.get()
+        try:
+            # Every ring is held by a transfer whose own waits are bounded; a peer gives up
+            # after io_timeout_s without progress anyway.
+            return await asyncio.wait_for(self._free.get(), self.wait_s)
+        except TimeoutError:
+            raise StagingTimeout(
+                f"no staging ring free within {self.wait_s:g} s ({self._max_rings} transfers staging)"
+            ) from None
 
-    def _give_back(self, ring: list[torch.Tensor]) -> None:
+    async def _give_back(self, ring: list[torch.Tensor], stream: Any, what: str) -> None:
+        """Return `ring` once no copy on `stream` can still touch it; a ring whose copies
+        stalled is dropped (a new one may be made), never handed to another transfer."""
+        if self.cuda:
+            try:
+                await self._wait(self._event(stream), f"{what} copies leaving the ring")
+            except StagingTimeout:
+                self._made -= 1
+                log.error("pdbench: staging ring dropped: its %s copies did not finish", what)
+                raise
         assert self._free is not None
         self._free.put_nowait(ring)
 
-    async def _wait(self, ev: Any) -> None:
-        if ev is not None:
-            await asyncio.get_running_loop().run_in_executor(self._waiter, ev.synchronize)
+    async def _wait(self, ev: Any, what: str, nbytes: int = 0) -> None:
+        """Until `ev` completed, at most wait_s plus nbytes at the slowest copy rate."""
+        if ev is None:
+            return
+        limit = self.wait_s + nbytes / SLOWEST_COPY_BPS
+        done = asyncio.get_running_loop().run_in_executor(self._waiter, ev.synchronize)
+        try:
+            await asyncio.wait_for(done, limit)
+        except TimeoutError:
+            # The waiting thread stays blocked in synchronize; the transfer fails now.
+            raise StagingTimeout(f"{what} did not complete within {limit:.1f} s (GPU stuck?)") from None
 
     async def wait_ready(self, ready: Any) -> None:
         """Returns once `ready` (recorded after the kernels that wrote the KV) completed."""
@@ -139,7 +178,7 @@ class Stager:
             self._ready_stream = torch.cuda.Stream(device=self.kv.device)
         # `ready` may spin when synchronized; a blocking event behind it sleeps instead.
         self._ready_stream.wait_event(ready)
-        await self._wait(self._event(self._ready_stream))
+        await self._wait(self._event(self._ready_stream), "prefill's KV (its ready event)")
 
     def _plan(self, kblocks: Sequence[int], heads: Heads | None) -> list[tuple[int, int, int]]:
         """(layer, start, stop) over kblocks, each chunk at most chunk_bytes."""
@@ -196,15 +235,13 @@ class Stager:
             for k in range(min(self.depth, len(plan))):
                 launch(k)
             for k, (layer, a, b) in enumerate(plan):
-                await self._wait(events[k])
+                await self._wait(events[k], f"D2H copy of chunk {k + 1} of {len(plan)}", self.chunk_bytes)
                 yield [memoryview(ring[k % self.depth][: (b - a) * kv.unit_bytes(layer, heads)].numpy())]  # type: ignore[arg-type]
                 # The consumer has sent slot k: refill it with chunk k + depth.
                 if k + self.depth < len(plan):
                     launch(k + self.depth)
         finally:
-            if self.cuda:
-                await self._wait(self._event(self.d2h))  # no copy may still target the ring
-            self._give_back(ring)
+            await self._give_back(ring, self.d2h if self.cuda else None, "D2H")  # no copy may still target it
 
     async def sink(
         self, kblocks: Sequence[int], corrupt: bool = False, heads: Heads | None = None
@@ -218,7 +255,7 @@ class Stager:
             slot_busy: list[Any] = [None] * self.depth
             for k, (layer, a, b) in enumerate(plan):
                 s = k % self.depth
-                await self._wait(slot_busy[s])
+                await self._wait(slot_busy[s], f"H2D copy out of ring slot {s}", self.chunk_bytes)
                 slot = ring[s][: (b - a) * kv.unit_bytes(layer, heads)]
                 yield [memoryview(slot.numpy())]  # type: ignore[arg-type]  # an ndarray is a buffer
                 t = self._layer(layer, heads)
@@ -234,10 +271,8 @@ class Stager:
                     for layer in range(kv.num_layers):
                         self._layer(layer, heads).index_fill_(0, idx[-1:], 0)
         finally:
-            if self.cuda:
-                # Everything landed (or, on failure, stopped touching the ring) first.
-                await self._wait(self._event(self.h2d))
-            self._give_back(ring)
+            # Everything landed (or, on failure, stopped touching the ring) first.
+            await self._give_back(ring, self.h2d if self.cuda else None, "H2D")
 
     def plan(self, layers: Sequence[torch.Tensor]) -> Any:
         """How copy_from moves blocks of `layers` (a source on this device) into ours; made once."""
@@ -276,5 +311,5 @@ class Stager:
                         t.index_fill_(0, didx[-1:], 0)
         finally:
             # Landed (or, on failure, stopped reading the source) before the ack or the error.
-            await self._wait(self._event(stream))
+            await self._wait(self._event(stream), f"device copy of {n} blocks", n * sum(self.kv.block_bytes))
         return n * sum(self.kv.block_bytes)

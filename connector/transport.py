@@ -8,7 +8,8 @@ Prefill keeps a request's blocks until decode acks its pull, releases it, or the
 lease expires; expiry never happens during a pull, a failed pull starts a new
 lease, and a pull after expiry is refused instead of reading reused blocks. Every wait on a peer is bounded
 (connect, first response, per-chunk progress, ack), so a dead peer costs at most
-`io_timeout_s` (sooner when the kernel reports the reset).
+`io_timeout_s` (sooner when the kernel reports the reset); so is every wait on a
+device copy or a staging ring (connector/staging.py), whatever the transfer's size.
 
 On one host with CUDA caches on both sides, the bytes move GPU to GPU through CUDA
 IPC (connector/ipc.py) instead: the same pull/ok/ack, leases and failure handling,
@@ -436,7 +437,7 @@ class KVServer:
         entry.readers = msg.get("readers", 1)
         entry.active.add(reader)
         kblocks = entry.kblocks[first : first + count]
-        t0, sent, ok = time.perf_counter(), 0, False
+        t0, sent, ok, why = time.perf_counter(), 0, False, "cancelled"
         try:
             if via_ipc:
                 await self._offer_ipc(sock, entry.ready, kblocks)
@@ -453,6 +454,9 @@ class KVServer:
             if via_ipc:  # decode copied every block before it acked
                 sent, dt = len(kblocks) * sum(self.kv.block_bytes), time.perf_counter() - t0
             ok = True
+        except Exception as exc:
+            why = f"{type(exc).__name__}: {exc}"
+            raise
         finally:
             entry.active.discard(reader)
             if ok:
@@ -467,9 +471,10 @@ class KVServer:
                 # and may pull again; a pull late in the lease must not leave it no time to.
                 entry.deadline = max(entry.deadline, asyncio.get_running_loop().time() + self.cfg.lease_s)
                 log.warning(
-                    "pdbench: pull of %s failed after %s; blocks kept for another lease",
+                    "pdbench: pull of %s failed after %s (%s); blocks kept for another lease",
                     req_id,
                     "the CUDA IPC offer" if via_ipc else f"{sent} bytes",
+                    why,
                 )
                 self.done.record(lambda s: setattr(s, "failed_send", s.failed_send + 1))
 

@@ -60,7 +60,10 @@ class PdbenchWorker:
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
         kv = PagedKV(kv_caches, self.num_blocks, self.block_size, self.total_heads)
         self.kv = kv
-        self.stager = None if kv.host_direct else Stager(kv, self.cfg.chunk_bytes, self.cfg.pipeline_depth)
+        cfg = self.cfg
+        self.stager = (
+            None if kv.host_direct else Stager(kv, cfg.chunk_bytes, cfg.pipeline_depth, wait_s=cfg.io_timeout_s)
+        )
         # Created here, on the model thread after vLLM pinned it, so the IO thread
         # shares its cores instead of competing with a neighbouring instance.
         self.io = IOLoop(f"pdbench-kv-{self.tp_rank}", self.cfg.io_nice)
