@@ -41,3 +41,32 @@ def test_raw_tcp_ceiling_tries_the_connectors_own_buffers_and_autotuning() -> No
     # The ceiling is the best setting's median, never a worse one.
     assert ceiling.setting in labels and ceiling.seconds == min(ceiling.by_setting.values())
     assert ceiling.q1 <= ceiling.seconds <= ceiling.q3
+
+
+def test_each_pdbench_flow_is_judged_on_its_own() -> None:
+    """The overlapped flow meeting the goal does not pass the two-phase flow, which carries it."""
+    from benchmarks.bench_connector_vllm import GOAL, GOAL_FLOW, OVERLAP, verdicts
+
+    over, under = GOAL + 0.1, GOAL - 0.1
+    flows = verdicts({GOAL_FLOW: {"1024": [over] * 3}, OVERLAP: {"1024": [under] * 3}})
+    assert flows == {GOAL_FLOW: False, OVERLAP: True}
+    # Every ISL must meet it: one ISL over fails the flow.
+    assert not verdicts({GOAL_FLOW: {"1024": [under] * 3, "2048": [over] * 3}})[GOAL_FLOW]
+    # The median of the rounds decides: one round over of three passes, two fail.
+    assert verdicts({GOAL_FLOW: {"1024": [under, over, under]}})[GOAL_FLOW]
+    assert not verdicts({GOAL_FLOW: {"1024": [over, under, over]}})[GOAL_FLOW]
+
+
+def test_rounds_combine_into_pooled_medians_and_means() -> None:
+    from benchmarks.bench_connector_vllm import combine
+
+    r1 = {"ttfts_ms": [10.0, 11.0, 12.0], "ttft_ms_median": 11.0, "ttft_ms_mean": 11.0, "tokens": 192}
+    r2 = {"ttfts_ms": [20.0, 21.0, 40.0], "ttft_ms_median": 21.0, "ttft_ms_mean": 27.0, "tokens": 192}
+    r1["spans_ms"] = {"main": {"queue": 1.0}}
+    r2["spans_ms"] = {"main": {"queue": 3.0}}
+    v = combine([r1, r2])
+    assert v["ttfts_ms"] == [10.0, 11.0, 12.0, 20.0, 21.0, 40.0]
+    assert v["ttft_ms_median"] == 16.0 and v["ttft_ms_round_medians"] == [11.0, 21.0]
+    assert v["ttft_ms_mean"] == 19.0 and v["spans_ms"]["main"]["queue"] == 2.0
+    assert v["tokens"] == 384  # counts add up over rounds
+
