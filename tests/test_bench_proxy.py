@@ -1,0 +1,134 @@
+"""bench_proxy's floor target (benchmarks/relay_floor.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from benchmarks import bench_proxy
+from benchmarks.common import ROOT, free_port, start_mock_engine
+
+pytestmark = pytest.mark.timeout(120)
+MOCK_HEADERS = "--model", "mock"
+
+
+def _request(body: dict) -> bytes:
+    data = json.dumps(body).encode()
+    head = f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(data)}"
+    return head.encode() + b"\r\n\r\n" + data
+
+
+def _exchange(sock: socket.socket, request: bytes) -> bytes:
+    """Send one request on a kept-alive connection; the raw response bytes, framing included."""
+    sock.sendall(request)
+    buf = b""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        buf += sock.recv(1 << 16)
+        head_end = buf.find(b"\r\n\r\n")
+        if head_end < 0:
+            continue
+        head = buf[:head_end].lower()
+        if b"transfer-encoding: chunked" in head:
+            if buf.endswith(b"0\r\n\r\n"):
+                return buf
+        else:
+            length = int(head.split(b"content-length:")[1].split(b"\r\n")[0])
+            if len(buf) >= head_end + 4 + length:
+                return buf
+    raise AssertionError(f"no whole response in 10 s: {buf[-200:]!r}")
+
+
+def _prefill_requests(port: int) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    found = re.search(r'vllm:request_success_total\{[^}]*finished_reason="length"[^}]*\} ([0-9.]+)', text)
+    assert found, text[:500]
+    return float(found.group(1))
+
+
+def _wait_listening(port: int, proc: subprocess.Popen, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "relay_floor exited"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"relay_floor not listening on {port} after {timeout_s:g} s")
+
+
+STREAMED_ANSWER = [
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
+    b"8\r\ndata: 1\n\r\n",
+    b"8\r\ndata: 2\n\r\n5\r\ndata:\r\n",  # pieces need not end where events or chunks do
+    b"3\r\n 3\n\r\n",
+    b"0\r\n\r\n",
+]
+WHOLE_ANSWER = [b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 9\r\n\r\n{", b'"a": 1}\n']
+
+
+def _fake_decode(server: socket.socket, seen: list[bytes]) -> None:
+    """One connection: answers each request with the next canned answer, piece by piece."""
+    conn, _ = server.accept()
+    with conn:
+        conn.settimeout(10)
+        for answer in (STREAMED_ANSWER, WHOLE_ANSWER):
+            buf = b""
+            while b"\r\n\r\n" not in buf or len(buf) < buf.index(b"\r\n\r\n") + 4 + int(
+                buf.lower().split(b"content-length:")[1].split(b"\r\n")[0]
+            ):
+                piece = conn.recv(1 << 16)
+                if not piece:
+                    return
+                buf += piece
+            seen.append(buf)
+            for piece in answer:
+                conn.sendall(piece)
+                time.sleep(0.01)  # separate reads on the relay's side
+
+
+def test_relay_floor_relays_bytes_unchanged_after_one_prefill_each(tmp_path: Path) -> None:
+    p_port, r_port = free_port(), free_port()
+    prefill = start_mock_engine(p_port, tmp_path / "p.log", *MOCK_HEADERS, "--role", "prefill")
+    server = socket.create_server(("127.0.0.1", 0))
+    seen: list[bytes] = []
+    decode = threading.Thread(target=_fake_decode, args=(server, seen), daemon=True)
+    decode.start()
+    relay = subprocess.Popen(
+        [
+            sys.executable, str(ROOT / "benchmarks" / "relay_floor.py"), "--port", str(r_port),
+            "--prefill", f"http://127.0.0.1:{p_port}", "--decode", f"http://127.0.0.1:{server.getsockname()[1]}",
+            "--prefill-body", json.dumps(bench_proxy.PREFILL_BODY),
+        ],
+        stdout=(tmp_path / "relay.log").open("wb"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    requests = [
+        _request({"model": "mock", "prompt": "a b c", "max_tokens": 3, "stream": True}),
+        _request({"model": "mock", "prompt": "a b c", "max_tokens": 3}),
+    ]
+    try:
+        _wait_listening(r_port, relay)
+        assert _prefill_requests(p_port) == 0
+        with socket.create_connection(("127.0.0.1", r_port), timeout=10) as s:  # both on one connection
+            relayed = [_exchange(s, r) for r in requests]
+        decode.join(10)
+        prefills = _prefill_requests(p_port)
+    finally:
+        server.close()
+        for proc in (relay, prefill):
+            proc.terminate()
+            proc.wait(timeout=30)
+    assert seen == requests  # decode got the client's requests as sent
+    assert relayed == [b"".join(STREAMED_ANSWER), b"".join(WHOLE_ANSWER)]  # and the client decode's answers
+    assert prefills == 2  # one prefill leg per relayed request
