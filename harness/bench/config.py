@@ -13,6 +13,7 @@ from pydantic import (
 )
 
 from harness.bench.settings import ENDPOINT_PATHS, BenchmarkSettings
+from harness.validity.connectors import evidence_for
 
 __all__ = ["ENDPOINT_PATHS", "BenchConfig", "BenchmarkSettings"]
 
@@ -57,6 +58,13 @@ class BenchConfig(BenchmarkSettings):
         description="Where each point's server /metrics evidence goes (metrics_dir/concurrency_<C>/), "
         "relative to result_dir.",
     )
+    kv_connector: str | None = Field(
+        None,
+        description="The disaggregated deployment's KV connector: which of its counters prove a KV transfer "
+        "(harness.validity.connectors). Without it only vLLM's scheduler counters and any connector-looking "
+        "failure counters are read.",
+        json_schema_extra={"cli_default": "none"},
+    )
     scrape: list[str] = Field(
         default_factory=list,
         description="NAME=ROLE@URL of a server whose /metrics judge each point's validity "
@@ -77,6 +85,12 @@ class BenchConfig(BenchmarkSettings):
     progress: Literal["auto", "rich", "plain"] = Field(
         "auto", description="Progress display: auto (a rich bar when stderr is a terminal, else plain lines)."
     )
+
+    @field_validator("kv_connector")
+    @classmethod
+    def _check_connector(cls, v: str | None) -> str | None:
+        evidence_for(v)  # the validity rules' table of connectors is the one list of names
+        return v
 
     @field_validator("base_url")
     @classmethod

@@ -111,12 +111,22 @@ class _Sweep:
         self.workers = 1
         self.reports: list[LoadReport] = []  # the last batch's load processes' reports
         self.startup_cpu_s: float | None = None  # this process's CPU time at the first batch
+        self.progress = Progress()  # the running batch's counters
 
     # -- stops ----------------------------------------------------------------
 
     def on_dead(self, reason: str) -> None:
         self.dead = reason
         log(f"stopping now: {reason}")
+        if self.current is not None:
+            self.current.stop(reason)
+
+    def _stop_invalid(self, concurrency: int, why: str) -> None:
+        """A point whose evidence is already bad stops now (validity.early_check_s)."""
+        reason = f"invalid point: {why}"
+        log(f"C={concurrency}{self._shape_text()}: stopping the point: {why}")
+        if self.cfg.validity.on_early_invalid == "stop_sweep":
+            self.dead = f"validity.on_early_invalid=stop_sweep after C={concurrency}: {why}"
         if self.current is not None:
             self.current.stop(reason)
 
@@ -195,7 +205,7 @@ class _Sweep:
                 o.error = self.dead
             return outs, self.dead
         limit, reason = self._limit(point_limit)
-        progress = Progress()
+        progress = self.progress = Progress()
         if self.startup_cpu_s is None:
             self.startup_cpu_s = time.process_time()
         if self.pool is not None:
@@ -303,7 +313,14 @@ class _Sweep:
         probe = None
         if cfg.scrape:
             where = f"concurrency_{concurrency}" + (f"_{self.shape_tag}" if self.shape_tag else "")
-            probe = PointProbe(cfg.scrape, Path(cfg.result_dir) / cfg.metrics_dir / where, cfg.validity)
+            probe = PointProbe(
+                cfg.scrape,
+                Path(cfg.result_dir) / cfg.metrics_dir / where,
+                cfg.validity,
+                cfg.kv_connector,
+                completed=lambda: self.progress.done - self.progress.failed,
+                on_invalid=lambda why: self._stop_invalid(concurrency, why),
+            )
             await probe.start()
         outs, stopped = await self.batch(
             f"C={concurrency}{self._shape_text()}",

@@ -9,6 +9,8 @@ stays bounded however long the point runs. The verdict goes into the result's me
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.validity import (
@@ -16,9 +18,11 @@ from harness.validity import (
     PointValidity,
     ServerScrapes,
     ValidityThresholds,
+    early_reason,
     evaluate,
     gauge_peaks,
     scrape,
+    stopped_early,
 )
 
 SAMPLE_INTERVAL_S = 2.0
@@ -43,11 +47,26 @@ def _get(url: str, timeout: float) -> str:
 
 
 class PointProbe:
-    def __init__(self, targets: list[str], out_dir: Path, thresholds: ValidityThresholds):
+    """`completed()` counts the point's requests that succeeded so far; `on_invalid(reason)` is
+    called once, from thresholds.early_check_s into the point on, when a sample already shows
+    the point invalid (harness.validity.early_reason): the caller stops the point."""
+
+    def __init__(
+        self,
+        targets: list[str],
+        out_dir: Path,
+        thresholds: ValidityThresholds,
+        connector: str | None = None,
+        completed: Callable[[], int] = lambda: 0,
+        on_invalid: Callable[[str], None] = lambda reason: None,
+    ):
         self.targets = [parse_target(t) for t in targets]
-        self.out_dir, self.thresholds = out_dir, thresholds
+        self.out_dir, self.thresholds, self.connector = out_dir, thresholds, connector
+        self.completed, self.on_invalid = completed, on_invalid
         self.before: dict[str, str] = {}
         self.peaks: dict[str, dict[str, float]] = {name: {} for name, _, _ in self.targets}
+        self.early: tuple[str, float] | None = None  # (reason, seconds into the point) once stopped
+        self._started = 0.0
         self._sampler: asyncio.Task | None = None
 
     async def _scrape_all(self) -> dict[str, str]:
@@ -56,14 +75,32 @@ class PointProbe:
 
     async def start(self) -> None:
         self.before = await self._scrape_all()
+        self._started = time.monotonic()
         self._sampler = asyncio.create_task(self._sample())
 
     async def _sample(self) -> None:
         while True:
             await asyncio.sleep(SAMPLE_INTERVAL_S)
-            for name, text in (await self._scrape_all()).items():
+            now = await self._scrape_all()
+            for name, text in now.items():
                 if text:
                     self.peaks[name] = gauge_peaks(text, self.peaks[name])
+            self._check_early(now)
+
+    def _check_early(self, now: dict[str, str]) -> None:
+        after_s = time.monotonic() - self._started
+        t = self.thresholds.early_check_s
+        if self.early is not None or not t or after_s < t:
+            return
+        servers = {
+            name: ServerScrapes(role=role, before=self.before.get(name, ""), after=now[name])
+            for name, role, _ in self.targets
+            if now.get(name) and role in ("prefill", "decode")
+        }
+        reason = early_reason(servers, self.completed(), self.thresholds, self.connector)
+        if reason is not None:
+            self.early = (reason, after_s)
+            self.on_invalid(reason)
 
     async def finish(self, client: ClientCounts) -> PointValidity:
         if self._sampler:
@@ -81,4 +118,5 @@ class PointProbe:
             )
             for name, role, _ in self.targets
         }
-        return evaluate(servers, client, self.thresholds)
+        verdict = evaluate(servers, client, self.thresholds, self.connector)
+        return verdict if self.early is None else stopped_early(verdict, *self.early)

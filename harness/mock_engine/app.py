@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from harness.mock_engine.config import MockEngineConfig
-from harness.mock_engine.metrics import COUNTER_NAMES, FINISH_REASONS, EngineMetrics
+from harness.mock_engine.metrics import COUNTER_NAMES, FINISH_REASONS, PROMPT_SOURCES, EngineMetrics
 
 try:  # optional: faster request parsing
     from orjson import loads as _loads
@@ -54,6 +54,8 @@ class Engine:
         self.ttft, self.itl = cfg.ttft, cfg.itl
         self.instant = self.ttft.is_zero and self.itl.is_zero
         self.counters = dict.fromkeys(COUNTER_NAMES, 0)
+        # vllm:prompt_tokens_by_source: what decode computed itself against what it loaded.
+        self.prompt_by_source = dict.fromkeys(PROMPT_SOURCES, 0)
         self.success = dict.fromkeys(FINISH_REASONS, 0)
         self.running = 0
         self.metrics = EngineMetrics(self)
@@ -245,6 +247,8 @@ class Engine:
         c["vllm:prefix_cache_queries_total"] += pt
         c["vllm:external_prefix_cache_queries_total"] += pt
         c["vllm:external_prefix_cache_hits_total"] += p["external_hits"]
+        self.prompt_by_source["external_kv_transfer"] += p["external_hits"]
+        self.prompt_by_source["local_compute"] += pt - p["external_hits"]
 
     async def handle_generate(self, request: web.Request) -> web.StreamResponse:
         # Latencies count from the request's arrival (noted by serve()'s protocol), else from now.

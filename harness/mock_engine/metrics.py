@@ -33,6 +33,7 @@ COUNTERS = (
     ),
 )
 COUNTER_NAMES = tuple(f"{name}_total" for name, _ in COUNTERS)
+PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
 FINISH_REASONS = ("length", "stop", "abort")
 
 
@@ -56,6 +57,12 @@ class EngineMetrics:
             c = CounterMetricFamily(name, help_text, labels=names)
             c.add_metric(values, float(e.counters[f"{name}_total"]))
             yield c
+        by_source = CounterMetricFamily(
+            "vllm:prompt_tokens_by_source", "Number of prompt tokens by source.", labels=[*names, "source"]
+        )
+        for source in PROMPT_SOURCES:
+            by_source.add_metric([*values, source], float(e.prompt_by_source[source]))
+        yield by_source
         success = CounterMetricFamily(
             "vllm:request_success", "Count of successfully processed requests.", labels=[*names, "finished_reason"]
         )

@@ -370,6 +370,7 @@ def bench_config(
         "prefill_gpus": plan.devices("prefill"),
         "decode_gpus": plan.devices("decode"),
         "proxy_timings_dir": PROXY_TIMINGS,
+        "kv_connector": rr.recipe.connector.name,
         "metadata": run_meta,
     }
 
@@ -380,7 +381,7 @@ def aggregated_bench_config(
     """The baseline's client config: the same settings and seed (so the same prompts), the
     GPU count of one aggregated deployment, and its own /metrics directory."""
     cfg = bench_config(rr, plan, run_meta, root)
-    del cfg["prefill_gpus"], cfg["decode_gpus"]
+    del cfg["prefill_gpus"], cfg["decode_gpus"], cfg["kv_connector"]
     return cfg | {"gpus": plan.devices("aggregated"), "metrics_dir": "metrics/aggregated"}
 
 

@@ -3,7 +3,9 @@ from harness.validity.rules import (  # noqa: F401
     PointValidity,
     ServerScrapes,
     ValidityThresholds,
+    early_reason,
     evaluate,
     gauge_peaks,
+    stopped_early,
     unverified,
 )

@@ -2,10 +2,12 @@
 
 Each rule reports its measured value and threshold; a rule whose metrics the servers do
 not export is "not_checked", never "passed". The verdict: "invalid" when a rule failed;
-"unverified" when no server-side rule could be checked (no /metrics reachable, or none of
-the families exported): a point with no evidence is not valid; else "valid".
-`valid` mirrors it as true / false / null (null: unverified, so a caller that rejects only
-`valid is False` keeps unverified points and one that wants evidence can ask for `true`).
+"unverified" when the evidence that matters could not be had: for a disaggregated point the KV
+rule (`kv_transferred`, the one that proves decode loaded the prompt's KV rather than computing
+it), for an aggregated one every server-side rule; else "valid". `valid` mirrors it as
+true / false / null (null: unverified, so a caller that rejects only `valid is False` keeps
+unverified points and one that wants evidence can ask for `true`). Which counters prove a
+transfer depends on the connector: harness.validity.connectors.
 """
 
 from __future__ import annotations
@@ -14,20 +16,11 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from harness.validity.connectors import EXTERNAL_HITS, LOCAL_COMPUTE, KvEvidence, evidence_for
 from harness.validity.metrics import Scrape, delta
 
-# Family-name patterns (full match). Alternatives cover vLLM versions and connectors.
-EXTERNAL_HITS = [
-    (r"vllm:external_prefix_cache_hits(_total)?", {}),
-    (r"vllm:prompt_tokens_cached_by_source(_total)?", {"source": "p2p"}),
-]
 PROMPT_TOKENS = r"vllm:prompt_tokens(_total)?"
 GENERATION_TOKENS = r"vllm:generation_tokens(_total)?"
-RECOMPUTED = (r"vllm:prompt_tokens_by_source(_total)?", {"source": "local_compute"})
-TRANSFER_FAILURES = (
-    r"(vllm:)?\w*(nixl|moriio|mooncake|pdbench|kv_transfer|kv_connector)\w*(failed|failure|error)\w*_total"
-)
-EXPIRED_LEASES = r"(vllm:)?\w*(nixl|moriio|mooncake|pdbench|kv)\w*(expired|after_expiry)\w*_total"
 TRANSFER_BYTES = r"(vllm:)?\w*(nixl|moriio|mooncake|pdbench|kv)\w*bytes_transferred(_total|_sum)?"
 # Decode-side transfer durations (NIXL's reads, the bundled connector's pulls): sum and count.
 _TRANSFER_HIST = (
@@ -48,6 +41,18 @@ class ValidityThresholds(BaseModel):
     hit_tolerance: float = Field(0.02, ge=0, le=1, description="share of sent prompt tokens that may miss")
     max_failed_share: float = Field(0.05, ge=0, le=1, description="InferenceX CI's 5 %")
     token_tolerance: float = Field(0.02, ge=0, le=1, description="client vs server token counts")
+    early_check_s: float = Field(
+        10.0,
+        ge=0,
+        description="From this many seconds into a point, its evidence is checked at every /metrics sample; "
+        "a point already shown invalid (no generated tokens, decode computing the prompt, failed or expired "
+        "KV transfers) stops there, its reason recorded. 0: never stop early.",
+    )
+    on_early_invalid: Literal["next_point", "stop_sweep"] = Field(
+        "next_point",
+        description="After a point stopped early: go on with the next point (the job still fails at the end, "
+        "as for any invalid point), or run no more points (stop_sweep).",
+    )
 
 
 class RuleResult(BaseModel):
@@ -63,6 +68,7 @@ class RoleStats(BaseModel):
     generation_tokens: float | None = None
     external_hits: float | None = None
     recomputed_tokens: float | None = None
+    kv_received: float | None = None  # completed KV receives (the connector's own counter)
     transfer_bytes: float | None = None
     transfer_seconds: float | None = None
     transfer_count: float | None = None
@@ -76,7 +82,7 @@ class RoleStats(BaseModel):
 
 Verdict = Literal["valid", "invalid", "unverified"]
 # Rules judged from the client's own counts; they are no evidence about the servers.
-CLIENT_RULES = frozenset({"failed_requests"})
+CLIENT_RULES = frozenset({"failed_requests", "output_generated"})
 
 
 class PointValidity(BaseModel):
@@ -125,7 +131,7 @@ def _add(acc: float | None, value: tuple[float, list[str]] | None, found: set[st
     return (acc or 0.0) + value[0]
 
 
-def _role_stats(servers: list[ServerScrapes], found: set[str]) -> RoleStats:
+def _role_stats(servers: list[ServerScrapes], found: set[str], ev: KvEvidence) -> RoleStats:
     st = RoleStats()
     for s in servers:
         b, a = Scrape.parse(s.before), Scrape.parse(s.after)
@@ -133,12 +139,16 @@ def _role_stats(servers: list[ServerScrapes], found: set[str]) -> RoleStats:
         st.external_hits = _add(st.external_hits, hits, found)
         st.prompt_tokens = _add(st.prompt_tokens, delta(b, a, PROMPT_TOKENS), found)
         st.generation_tokens = _add(st.generation_tokens, delta(b, a, GENERATION_TOKENS), found)
-        st.recomputed_tokens = _add(st.recomputed_tokens, delta(b, a, RECOMPUTED[0], **RECOMPUTED[1]), found)
+        st.recomputed_tokens = _add(st.recomputed_tokens, delta(b, a, LOCAL_COMPUTE[0], **LOCAL_COMPUTE[1]), found)
+        if ev.received:
+            st.kv_received = _add(st.kv_received, delta(b, a, ev.received), found)
         st.transfer_bytes = _add(st.transfer_bytes, delta(b, a, TRANSFER_BYTES), found)
         st.transfer_seconds = _add(st.transfer_seconds, delta(b, a, TRANSFER_TIME), found)
         st.transfer_count = _add(st.transfer_count, delta(b, a, TRANSFER_COUNT), found)
-        st.transfer_failures = _add(st.transfer_failures, delta(b, a, TRANSFER_FAILURES), found)
-        st.expired_leases = _add(st.expired_leases, delta(b, a, EXPIRED_LEASES), found)
+        if ev.failures:
+            st.transfer_failures = _add(st.transfer_failures, delta(b, a, ev.failures), found)
+        if ev.expired:
+            st.expired_leases = _add(st.expired_leases, delta(b, a, ev.expired), found)
         st.preemptions = _add(st.preemptions, delta(b, a, PREEMPTIONS), found)
         peaks = s.peaks
         for text in [s.before, *s.during, s.after]:
@@ -155,15 +165,20 @@ def unverified(reason: str) -> PointValidity:
 
 
 def evaluate(
-    servers: dict[str, ServerScrapes], client: ClientCounts, thresholds: ValidityThresholds = ValidityThresholds()
+    servers: dict[str, ServerScrapes],
+    client: ClientCounts,
+    thresholds: ValidityThresholds = ValidityThresholds(),
+    connector: str | None = None,
 ) -> PointValidity:
+    """`connector`: the deployment's KV connector (harness.validity.connectors), None when unknown."""
+    ev = evidence_for(connector)
     found: dict[str, set[str]] = {}
     roles: dict[str, RoleStats] = {}
     for role in ("prefill", "decode", "aggregated", "proxy"):
         group = [s for s in servers.values() if s.role == role]
         if group:
             found[role] = set()
-            roles[role] = _role_stats(group, found[role])
+            roles[role] = _role_stats(group, found[role], ev)
     # An aggregated baseline's servers see every token, as decode does in a PD deployment;
     # there is no KV transfer to check.
     aggregated = "aggregated" in roles and "decode" not in roles
@@ -171,16 +186,27 @@ def evaluate(
     rules = [
         _not_applicable("kv_transferred", "aggregated serving: no KV is transferred")
         if aggregated
-        else _rule_kv_transferred(decode, client, thresholds),
-        _rule_transfers_clean(roles),
+        else _rule_kv_transferred(decode, client, thresholds, ev),
+        _not_applicable("decode_prompt_compute", "aggregated serving computes every prompt")
+        if aggregated
+        else _rule_decode_prompt_compute(decode, client, thresholds),
+        _rule_transfers_clean(roles, ev),
         _rule_failed_share(client, thresholds),
+        _rule_output_generated(client),
         _rule_token_counts(decode, client, thresholds),
     ]
     reasons = [f"{r.name}: {r.detail}" for r in rules if r.status == "failed"]
     verdict: Verdict = "invalid" if reasons else "valid"
-    if not reasons and all(r.status == "not_checked" for r in rules if r.name not in CLIENT_RULES):
-        verdict = "unverified"
-        reasons = [f"{r.name}: not checked: {r.detail}" for r in rules if r.name not in CLIENT_RULES]
+    server_rules = [r for r in rules if r.name not in CLIENT_RULES]
+    if not reasons:
+        if not aggregated and _rule(rules, "kv_transferred").status == "not_checked":
+            # Without the KV rule nothing shows that decode loaded the prompts rather than
+            # computing them: token counts agree just as well for a decode that re-prefilled.
+            verdict = "unverified"
+            reasons = [f"{r.name}: not checked: {r.detail}" for r in server_rules if r.status == "not_checked"]
+        elif all(r.status == "not_checked" for r in server_rules):
+            verdict = "unverified"
+            reasons = [f"{r.name}: not checked: {r.detail}" for r in server_rules]
     return PointValidity(
         verdict=verdict,
         valid={"valid": True, "invalid": False}.get(verdict),
@@ -191,11 +217,17 @@ def evaluate(
     )
 
 
+def _rule(rules: list[RuleResult], name: str) -> RuleResult:
+    return next(r for r in rules if r.name == name)
+
+
 def _not_applicable(name: str, why: str) -> RuleResult:
     return RuleResult(name=name, status="not_checked", threshold=0, detail=why)
 
 
-def _rule_kv_transferred(decode: RoleStats, client: ClientCounts, t: ValidityThresholds) -> RuleResult:
+def _rule_kv_transferred(decode: RoleStats, client: ClientCounts, t: ValidityThresholds, ev: KvEvidence) -> RuleResult:
+    """Decode loaded the prompts from remote KV: vLLM's scheduler counted them as external hits
+    and, where the connector exports it, its own counter saw a completed receive per request."""
     name, need = "kv_transferred", 1 - t.hit_tolerance
     if decode.external_hits is None:
         return RuleResult(
@@ -204,28 +236,88 @@ def _rule_kv_transferred(decode: RoleStats, client: ClientCounts, t: ValidityThr
     if client.prompt_tokens <= 0:
         return RuleResult(name=name, status="not_checked", threshold=need, detail="no prompt tokens were sent")
     share = decode.external_hits / client.prompt_tokens
-    ok = share >= need
+    loaded = (
+        f"decode loaded {decode.external_hits:.0f} of {client.prompt_tokens} prompt tokens "
+        f"from remote KV ({share:.1%}; need >= {need:.0%})"
+    )
+    if share < need:
+        return RuleResult(
+            name=name,
+            status="failed",
+            measured=share,
+            threshold=need,
+            detail=f"{loaded}; {decode.recomputed_tokens or 0:.0f} recomputed on decode",
+        )
+    if ev.received is None:
+        return RuleResult(
+            name=name,
+            status="passed",
+            measured=share,
+            threshold=need,
+            detail=f"{loaded}, as counted by vLLM's scheduler at admission; {ev.missing}, so a completed load "
+            "is not shown (a failed one fails its request under vLLM's default kv_load_failure_policy)",
+        )
+    if decode.kv_received is None:
+        return RuleResult(
+            name=name,
+            status="not_checked",
+            measured=share,
+            threshold=need,
+            detail=f"{loaded}, but decode exports no completed-receive counter ({ev.received}), "
+            f"which vLLM's {ev.connector} connector exports",
+        )
+    if decode.kv_received < client.completed:
+        return RuleResult(
+            name=name,
+            status="failed",
+            measured=share,
+            threshold=need,
+            detail=f"{loaded}, but decode completed {decode.kv_received:.0f} KV receive(s) "
+            f"for {client.completed} completed request(s)",
+        )
     return RuleResult(
         name=name,
-        status="passed" if ok else "failed",
+        status="passed",
         measured=share,
         threshold=need,
-        detail=f"decode loaded {decode.external_hits:.0f} of {client.prompt_tokens} prompt tokens "
-        f"from remote KV ({share:.1%}; need >= {need:.0%})"
-        + ("" if ok else f"; {decode.recomputed_tokens or 0:.0f} recomputed on decode"),
+        detail=f"{loaded}; {decode.kv_received:.0f} completed KV receive(s) for {client.completed} request(s)",
     )
 
 
-def _rule_transfers_clean(roles: dict[str, RoleStats]) -> RuleResult:
+def _rule_decode_prompt_compute(decode: RoleStats, client: ClientCounts, t: ValidityThresholds) -> RuleResult:
+    """Decode's own prompt compute (vLLM's local_compute source) against the prompt tokens sent."""
+    name = "decode_prompt_compute"
+    if decode.recomputed_tokens is None:
+        return RuleResult(
+            name=name,
+            status="not_checked",
+            threshold=t.hit_tolerance,
+            detail="decode exports no prompt_tokens_by_source{source=local_compute}",
+        )
+    if client.prompt_tokens <= 0:
+        return RuleResult(name=name, status="not_checked", threshold=t.hit_tolerance, detail="no prompt tokens sent")
+    share = decode.recomputed_tokens / client.prompt_tokens
+    return RuleResult(
+        name=name,
+        status="passed" if share <= t.hit_tolerance else "failed",
+        measured=share,
+        threshold=t.hit_tolerance,
+        detail=f"decode computed {decode.recomputed_tokens:.0f} of {client.prompt_tokens} prompt tokens itself "
+        f"({share:.1%}; at most {t.hit_tolerance:.0%})",
+    )
+
+
+def _rule_transfers_clean(roles: dict[str, RoleStats], ev: KvEvidence) -> RuleResult:
     name = "no_failed_or_expired_transfers"
     failures = [r.transfer_failures for r in roles.values() if r.transfer_failures is not None]
     expired = [r.expired_leases for r in roles.values() if r.expired_leases is not None]
     if not failures and not expired:
+        why = ev.missing if ev.failures is None and ev.expired is None else "no server exports them"
         return RuleResult(
             name=name,
             status="not_checked",
             threshold=0,
-            detail="no server exports KV transfer failure or lease-expiry metrics",
+            detail=f"KV transfer failure or lease-expiry metrics: {why}",
         )
     bad = sum(failures) + sum(expired)
     return RuleResult(
@@ -234,6 +326,18 @@ def _rule_transfers_clean(roles: dict[str, RoleStats]) -> RuleResult:
         measured=bad,
         threshold=0,
         detail=f"{sum(failures):.0f} failed transfer(s), {sum(expired):.0f} expired KV lease(s)",
+    )
+
+
+def _rule_output_generated(client: ClientCounts) -> RuleResult:
+    """ "Succeeded with nothing": requests that completed without a single output token."""
+    ok = client.completed == 0 or client.output_tokens > 0
+    return RuleResult(
+        name="output_generated",
+        status="passed" if ok else "failed",
+        measured=client.output_tokens,
+        threshold=1,
+        detail=f"{client.output_tokens} output tokens over {client.completed} completed request(s)",
     )
 
 
@@ -272,4 +376,54 @@ def _rule_token_counts(decode: RoleStats, client: ClientCounts, t: ValidityThres
         measured=worst[0],
         threshold=t.token_tolerance,
         detail="; ".join(f"{w} tokens: client {m}, decode {s:.0f}" for _, w, s, m in errs),
+    )
+
+
+def early_reason(
+    servers: dict[str, ServerScrapes], completed: int, thresholds: ValidityThresholds, connector: str | None = None
+) -> str | None:
+    """Why a running point is already invalid, from each server's scrape at its start (`before`) and
+    now (`after`); None when nothing is shown yet. Server counts are their own denominators, so
+    nothing about requests still in flight is assumed. `completed`: requests that succeeded so far."""
+    ev = evidence_for(connector)
+    found: set[str] = set()
+    roles = {
+        role: _role_stats(group, found, ev)
+        for role in ("prefill", "decode")
+        if (group := [s for s in servers.values() if s.role == role])
+    }
+    bad = sum((r.transfer_failures or 0) + (r.expired_leases or 0) for r in roles.values())
+    if bad:
+        return f"{bad:.0f} failed or expired KV transfer(s)"
+    decode = roles.get("decode")
+    if decode is None:
+        return None
+    if decode.recomputed_tokens is not None and decode.prompt_tokens:
+        share = decode.recomputed_tokens / decode.prompt_tokens
+        if share > thresholds.hit_tolerance:
+            return (
+                f"decode computed {decode.recomputed_tokens:.0f} of its {decode.prompt_tokens:.0f} prompt tokens "
+                f"itself ({share:.0%}): the KV was not transferred"
+            )
+    if completed > 0 and decode.generation_tokens == 0:
+        return f"{completed} request(s) completed and decode generated no token"
+    return None
+
+
+def stopped_early(v: PointValidity, reason: str, after_s: float) -> PointValidity:
+    """The verdict of a point stopped at `after_s` because early_reason gave `reason`: invalid,
+    with that reason first, whatever the (partial) point's own rules found."""
+    rule = RuleResult(
+        name="early_evidence",
+        status="failed",
+        measured=after_s,
+        detail=f"point stopped after {after_s:.0f} s: {reason}",
+    )
+    return v.model_copy(
+        update={
+            "verdict": "invalid",
+            "valid": False,
+            "reasons": [f"{rule.name}: {rule.detail}"] + [r for r in v.reasons if v.verdict == "invalid"],
+            "rules": [rule, *v.rules],
+        }
     )
