@@ -70,3 +70,31 @@ def test_rounds_combine_into_pooled_medians_and_means() -> None:
     assert v["ttft_ms_mean"] == 19.0 and v["spans_ms"]["main"]["queue"] == 2.0
     assert v["tokens"] == 384  # counts add up over rounds
 
+
+def test_fidelity_matches_each_request_with_the_engines_record_of_it() -> None:
+    """The client's own error is taken request by request: its times against the engine's
+    record of the same request, found by index in the id (pdbench: the last batch to arrive)."""
+    from benchmarks.bench_client_fidelity import by_index, error_stats, request_errors
+
+    def rec(rid: str, arrival: float, first_ms: float, last_ms: float, tokens: int = 3) -> dict:
+        return {"id": rid, "arrival_s": arrival, "first_ms": first_ms, "last_ms": last_ms, "tokens": tokens}
+
+    warm = [rec("w-0", 1.0, 50, 90), rec("w-1", 1.0, 50, 90)]  # pdbench's warm-ups: an earlier batch
+    main = [rec("m-1", 2.1, 70, 110), rec("m-0", 2.0, 50, 90)]  # engine order is not the client's
+    engine = by_index(warm + main + [rec("other", 0.5, 1, 2)], None)
+    assert {i: r["id"] for i, r in engine.items()} == {0: "m-0", 1: "m-1"}
+    assert by_index([rec("fid0-7", 1.0, 1, 2), rec("fid1-7", 1.0, 1, 2)], "fid1-")[7]["id"] == "fid1-7"
+
+    # Request 1 waited 20 ms longer in the engine: not the client's error. The client saw
+    # request 0's first token 1 ms after it left and its last 3 ms after (1 ms per gap).
+    client = {"ttfts": [0.051, 0.0705], "latencies": [0.093, 0.110], "output_lens": [3, 3]}
+    errs = request_errors(client, engine)
+    assert errs["ttft"] == pytest.approx([1.0, 0.5]) and errs["tpot"] == pytest.approx([1.0, -0.25])
+    # Percentiles of a distribution of percentiles' differences would have mixed the requests.
+    assert error_stats(errs["ttft"])["median"] == pytest.approx(0.75)
+    with pytest.raises(SystemExit, match="recorded 1 of the 2"):
+        request_errors(client, {0: engine[0]})
+    with pytest.raises(SystemExit, match="other tokens"):
+        request_errors({**client, "output_lens": [3, 4]}, engine)
+    # A failed request (no tokens) has no times to compare.
+    assert len(request_errors({**client, "output_lens": [3, 0]}, engine)["ttft"]) == 1
