@@ -1,7 +1,8 @@
-"""bench_proxy's floor target (benchmarks/relay_floor.py)."""
+"""bench_proxy's floor target (benchmarks/relay_floor.py), its streamed client and its verdict."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import socket
@@ -132,3 +133,31 @@ def test_relay_floor_relays_bytes_unchanged_after_one_prefill_each(tmp_path: Pat
     assert seen == requests  # decode got the client's requests as sent
     assert relayed == [b"".join(STREAMED_ANSWER), b"".join(WHOLE_ANSWER)]  # and the client decode's answers
     assert prefills == 2  # one prefill leg per relayed request
+
+
+def test_streamed_client_counts_each_token_and_fails_what_did_not_come(tmp_path: Path) -> None:
+    port = free_port()
+    engine = start_mock_engine(port, tmp_path / "d.log", *MOCK_HEADERS, "--itl-ms", "1")
+    try:
+        ok = bench_proxy.Run("direct", 2, 1, 0.0)
+        asyncio.run(bench_proxy.run_streams(f"http://127.0.0.1:{port}/v1/completions", 2, 4, ok))
+    finally:
+        engine.terminate()
+        engine.wait(timeout=30)
+    assert ok.errors == 0 and ok.sent == 4 and len(ok.latencies) == len(ok.ttfts) == 4
+    assert ok.tokens == 4 * bench_proxy.STREAM_OSL
+    assert 4 <= ok.reads <= ok.tokens + 4  # at most a read per token (and the head's), at least one a request
+    failed = bench_proxy.Run("direct", 2, 1, 0.0)  # the engine is gone: every request fails, none is lost
+    asyncio.run(bench_proxy.run_streams(f"http://127.0.0.1:{port}/v1/completions", 2, 4, failed))
+    assert failed.errors == 4 and failed.sent == failed.tokens == 0
+
+
+def test_streamed_verdict_needs_cheaper_tokens_no_failures_and_no_more_batching() -> None:
+    verdict = bench_proxy.streamed_verdict
+    assert verdict(10.0, 11.0, 0, 1.0, 1.0)
+    assert verdict(11.0, 11.0, 0, 1.0, 1.0)  # equal passes: the goal is "at most the peer's"
+    assert not verdict(11.5, 11.0, 0, 1.0, 1.0)
+    assert not verdict(10.0, 11.0, 1, 1.0, 1.0)  # one failed request anywhere fails the point
+    # Cheaper only because pdbench got its tokens more batched than the peer did: not a pass.
+    assert not verdict(6.0, 11.0, 0, 2.0, 1.0)
+    assert verdict(10.0, 11.0, 0, 1.1, 1.0) and not verdict(10.0, 11.0, 0, 1.11, 1.0)
