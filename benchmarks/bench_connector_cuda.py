@@ -13,10 +13,9 @@ loopback TCP between two processes for `tcp`; for `ipc`, one torch copy of the s
 on one GPU (and GPU 1 -> GPU 0 peer copy where 2 GPUs exist), and the same gather/scatter
 of blocks done within one process. Received blocks are checked bit for bit.
 
-The raw-TCP ceiling is the best median over several socket-buffer settings (kernel
-autotuning, 4, 8 and 16 MiB; the connector's own is 8 MiB), each on its own connection,
-streamed from and into a 64 MiB window so any size runs, with the processes on the
-pipeline's cores.
+The raw-TCP ceiling is bench_connector_transfer.raw_tcp_ceiling, as that benchmark's: the
+best median over socket-buffer settings (kernel autotuning, 1, 4, 8 (the connector's own)
+and 32 MiB), each on its own connection, with buffers sized to the largest request.
 
 Goals (PASS/FAIL per row, exit 0 only if every row passes; a target that fails to run is
 a FAIL):
@@ -26,8 +25,8 @@ a FAIL):
 * ipc: pull - block copy <= 2 ms at every size: what a pull adds to moving the bytes (round
   trip, launch, blocking wait, ack) stays a small share of a GPU prefill's TTFT.
 
-Nothing waits unbounded: a raw transfer or pull with no byte for 20 s fails, and every pull
-has a deadline that grows with its size.
+Nothing waits unbounded: a pull with no progress for 20 s (a raw transfer: 60 s) fails, and
+every pull has a deadline that grows with its size.
 
     python3 benchmarks/bench_connector_cuda.py [--tokens 1024,4096,16384] [--reps 8] [--targets tcp,ipc] [--json out.json]
 """
@@ -35,14 +34,11 @@ has a deadline that grows with its size.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import multiprocessing as mp
 import os
-import socket
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -52,11 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 LAYERS, BS, HEADS, DIM = 28, 16, 4, 128
 TCP_GOAL = 0.70  # tcp pull / min(pinned D2H, pinned H2D, raw-TCP ceiling)
 IPC_OVERHEAD_GOAL_MS = 2.0  # ipc pull time - the block copy's own time
-# Raw-TCP ceiling: socket buffer settings tried (0: kernel autotuning; the connector uses
-# 8 MiB) and the window the bytes stream from and into (any size, bounded memory).
-CEILING_BUFS = (0, 4 << 20, 8 << 20, 16 << 20)
-WINDOW = 64 << 20
-STALL_S = 20.0  # no byte for this long fails a raw transfer (and, as io_timeout_s, a pull)
+STALL_S = 20.0  # the connector's io_timeout_s here: a pull with no progress for this long fails
 
 
 def pull_bound_s(nbytes: int) -> float:
@@ -161,127 +153,6 @@ def _gather_s(n: int) -> float:
 
 def _pin(cores: set[int]) -> None:
     os.sched_setaffinity(0, cores & os.sched_getaffinity(0) or os.sched_getaffinity(0))
-
-
-# -- the raw-TCP ceiling ---------------------------------------------------------------------
-# Prefill's cores send, decode's receive, as in the pipeline. Each connection starts with its
-# buffer setting; then every 8-byte size is answered with that many bytes, streamed from a
-# window. (A single buffer of the largest size would need two 3.8 GB buffers at 65,536 tokens.)
-
-
-def _set_bufs(sock: socket.socket, buf: int) -> None:
-    if buf:  # fixed buffers, as connector.protocol.tune sets them
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buf)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buf)
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    data = sock.recv(n, socket.MSG_WAITALL)
-    if len(data) < n:
-        raise EOFError("raw TCP peer closed")
-    return data
-
-
-def _raw_conn(conn: socket.socket, window: memoryview, stall_s: float) -> None:
-    with conn, contextlib.suppress(OSError, EOFError):
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        _set_bufs(conn, int.from_bytes(_recv_exact(conn, 8), "big"))
-        while True:
-            conn.settimeout(None)  # idle while the receiver measures other settings
-            left = int.from_bytes(_recv_exact(conn, 8), "big")
-            conn.settimeout(stall_s)  # bounds each sendall of at most one window
-            while left:
-                k = min(left, len(window))
-                conn.sendall(window[:k])
-                left -= k
-
-
-def _raw_sender(port: int, window: int, stall_s: float, ready: Any, stop: Any) -> None:
-    _pin({2, 3})
-    data = memoryview(os.urandom(window))
-    ls = socket.create_server(("127.0.0.1", port))
-
-    def accept() -> None:
-        while True:
-            conn, _ = ls.accept()
-            threading.Thread(target=_raw_conn, args=(conn, data, stall_s), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    ready.set()
-    stop.wait(3600)
-
-
-def recv_stream(sock: socket.socket, size: int, into: memoryview, stall_s: float) -> None:
-    """Receive `size` bytes, filling `into` over and over; fails after stall_s without a byte."""
-    sock.settimeout(stall_s)
-    got, n = 0, len(into)
-    while got < size:
-        off = got % n
-        try:
-            k = sock.recv_into(into[off : min(n, off + size - got)])
-        except TimeoutError:
-            raise RuntimeError(f"raw TCP: no byte for {stall_s:g} s after {got} of {size} bytes") from None
-        if not k:
-            raise RuntimeError(f"raw TCP: sender closed after {got} of {size} bytes")
-        got += k
-
-
-def tcp_ceiling(
-    port: int,
-    sizes: list[int],
-    reps: int,
-    bufs: tuple[int, ...] = CEILING_BUFS,
-    window: int = WINDOW,
-    stall_s: float = STALL_S,
-) -> dict[int, tuple[float, int]]:
-    """Per size: the best median seconds over the buffer settings `bufs`, and that setting.
-    Each repetition runs every setting (order rotated); the first is a warm-up."""
-    ctx = mp.get_context("spawn")
-    ready, stop = ctx.Event(), ctx.Event()
-    proc = ctx.Process(target=_raw_sender, args=(port, window, stall_s, ready, stop), daemon=True)
-    proc.start()
-    saved = os.sched_getaffinity(0)
-    conns: dict[int, socket.socket] = {}
-    try:
-        if not ready.wait(120):
-            raise RuntimeError("raw TCP sender did not start in 120 s")
-        _pin({4, 5})
-        into = memoryview(bytearray(window))
-        for buf in bufs:
-            sock = socket.socket()
-            _set_bufs(sock, buf)  # before connecting: the window scale is fixed then
-            sock.settimeout(stall_s)
-            sock.connect(("127.0.0.1", port))
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.sendall(buf.to_bytes(8, "big"))
-            conns[buf] = sock
-        out = {}
-        for size in sizes:
-            times: dict[int, list[float]] = {buf: [] for buf in bufs}
-            for i in range(reps + 1):
-                k = i % len(bufs)
-                for buf in (*bufs[k:], *bufs[:k]):
-                    t0 = time.perf_counter()
-                    conns[buf].sendall(size.to_bytes(8, "big"))
-                    recv_stream(conns[buf], size, into, stall_s)
-                    if i:
-                        times[buf].append(time.perf_counter() - t0)
-            med = {buf: statistics.median(ts) for buf, ts in times.items()}
-            best = min(med, key=lambda b: med[b])
-            out[size] = (med[best], best)
-        return out
-    finally:
-        for sock in conns.values():
-            sock.close()
-        stop.set()
-        proc.join(10)
-        if proc.is_alive():
-            proc.kill()
-        os.sched_setaffinity(0, saved)
-
-
-def buf_label(buf: int) -> str:
-    return "auto" if not buf else f"{buf >> 20}M"
 
 
 # -- the connector's pulls -------------------------------------------------------------------
@@ -463,9 +334,11 @@ def load() -> str:
 
 
 def run_tcp(a: Any, tokens: list[int], sizes: list[int], chunks: list[float]) -> list[dict[str, Any]]:
+    from benchmarks.bench_connector_transfer import RAW_BUFS, raw_tcp_ceiling
+
     t0 = time.perf_counter()
     limits = copy_limits()
-    raw = tcp_ceiling(a.port, sizes, max(3, a.reps // 2))
+    raw = raw_tcp_ceiling(a.port, sizes, max(3, a.reps // 2))
     progress("tcp: copy limits and raw-TCP ceiling measured", t0)
     rows = []
     for k, chunk_mib in enumerate(chunks):
@@ -473,7 +346,7 @@ def run_tcp(a: Any, tokens: list[int], sizes: list[int], chunks: list[float]) ->
         res = pipeline(a.port + 1 + k, tokens, a.reps, int(chunk_mib * 2**20), a.depth)
         progress(f"tcp: pulls with {chunk_mib:g} MiB chunks done", t0)
         for t, size in zip(tokens, sizes, strict=True):
-            tcp = size / raw[size][0] / 1e9
+            tcp = raw[size].gbps(size)
             bound = min(limits["d2h"], limits["h2d"], tcp)
             r = {
                 "target": "tcp",
@@ -483,7 +356,7 @@ def run_tcp(a: Any, tokens: list[int], sizes: list[int], chunks: list[float]) ->
                 "d2h_gbps": limits["d2h"],
                 "h2d_gbps": limits["h2d"],
                 "tcp_gbps": tcp,
-                "tcp_buf": buf_label(raw[size][1]),
+                "tcp_setting": raw[size].setting,
                 "pull_gbps": size / res[t]["pull_s"] / 1e9,
             }
             r["pull_vs_bound"] = r["pull_gbps"] / bound
@@ -492,18 +365,20 @@ def run_tcp(a: Any, tokens: list[int], sizes: list[int], chunks: list[float]) ->
             rows.append(r)
     print(f"\ntcp: pinned D2H {limits['d2h']:.1f} GB/s, H2D {limits['h2d']:.1f} GB/s; load {load()}")
     print(
-        f"{'tokens':>6} {'MB':>8} {'chunk':>6} {'raw TCP':>9} {'(buf)':>6} {'pull':>9} {'pull/min(limits)':>17}  "
-        "conditions"
+        f"{'tokens':>6} {'MB':>8} {'chunk':>6} {'raw TCP':>9} {'(buffers)':>12} {'pull':>9} "
+        f"{'pull/min(limits)':>17}  conditions"
     )
     for r in rows:
         print(
             f"{r['tokens']:>6} {r['bytes'] / 1e6:>8.1f} {r['chunk_mib']:>5g}M {r['tcp_gbps']:>8.2f}G "
-            f"{r['tcp_buf']:>6} {r['pull_gbps']:>8.2f}G {r['pull_vs_bound']:>17.2f}  same GPU, 2 processes, "
+            f"{r['tcp_setting'].split(' (')[0]:>12} {r['pull_gbps']:>8.2f}G {r['pull_vs_bound']:>17.2f}  same GPU, 2 processes, "
             f"loopback TCP, depth {a.depth}, {a.reps} reps (median)"
         )
     print(
         "pull = request .. ack, GPU to GPU; limits: pinned copies and the raw loopback TCP ceiling (best of "
-        f"socket buffers {', '.join(buf_label(b) for b in CEILING_BUFS)}; connector: 8M), same run; GB/s = 1e9 B/s"
+        f"socket buffers {', '.join(f'{b >> 20} MiB' if b else 'autotuning' for b in RAW_BUFS)}; connector: "
+        "8 MiB; sender on core 0, receiver on core 1), same run; pulls: prefill on cores 2-3, decode on 4-5; "
+        "GB/s = 1e9 B/s"
     )
     return rows
 
