@@ -1,14 +1,17 @@
-"""CUDA paths of the transfer, skipped without a GPU: the staged TCP path (pinned ring,
-copy streams) and the same-host CUDA IPC path (two processes, GPU to GPU).
+"""CUDA paths of the transfer: the staged TCP path (pinned ring, copy streams), up to the
+KV of a 65,536-token prompt, and the same-host CUDA IPC path (two processes, GPU to GPU).
 
-Runs on the device machine: `python3 tests/test_connector_cuda.py` (no pytest needed)
-or under pytest.
+Runs on the device machine: `PDBENCH_REQUIRE_CUDA=1 python3 tests/test_connector_cuda.py`
+(no pytest needed; exit 0 only if every test passed) or under pytest. Without CUDA the
+tests are skipped, unless PDBENCH_REQUIRE_CUDA is set (not "" or "0"): then the script
+exits 1 and every test fails, so a machine that should have a GPU cannot pass by skipping.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import multiprocessing as mp
+import os
 import sys
 import time
 import traceback
@@ -28,10 +31,25 @@ from connector.layout import PagedKV
 from connector.staging import Stager
 from connector.transport import Completions, IOLoop, KVClient, KVServer, PullJob, TransferStats
 
+REQUIRE_CUDA = os.environ.get("PDBENCH_REQUIRE_CUDA", "") not in ("", "0")
+HAVE_CUDA = torch.cuda.is_available()
+NO_CUDA = (
+    f"PDBENCH_REQUIRE_CUDA is set but torch {torch.__version__} sees no CUDA device "
+    f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')!r})"
+)
+
 try:
     import pytest
 
-    pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+    pytestmark = pytest.mark.skipif(
+        not HAVE_CUDA and not REQUIRE_CUDA, reason="needs CUDA (PDBENCH_REQUIRE_CUDA=1 makes that a failure)"
+    )
+
+    @pytest.fixture(autouse=True)
+    def _cuda_required() -> None:
+        if not HAVE_CUDA:  # only reached when required: fail with the reason, not a CUDA error
+            pytest.fail(NO_CUDA, pytrace=False)
+
 except ImportError:  # the device image may lack pytest
     pytest = None  # type: ignore[assignment]
 
@@ -60,8 +78,9 @@ def _transfer(
     dst_blocks: list[int],
     heads: tuple[tuple[int, int], tuple[int, int]] | None = None,
     **cfg: Any,
-) -> bool:
-    """One pull from `src` to `dst`; `heads`: (prefill's, ours) head ranges (differing TP)."""
+) -> tuple[bool, TransferStats | None]:
+    """One pull from `src` to `dst` (the decode side's success and stats); `heads`: (prefill's,
+    ours) head ranges (differing TP)."""
     n_src, n_dst = next(iter(src.values())).shape[0], next(iter(dst.values())).shape[0]
     total = next(iter(src.values())).shape[1]
     kp, kd = PagedKV(src, n_src, 16, total), PagedKV(dst, n_dst, 16, total)
@@ -75,10 +94,13 @@ def _transfer(
         ready = torch.cuda.Event()
         ready.record()
         iop.call(srv.register, "r", src_blocks, ready)
-        cli = KVClient(kd, sd, c, Completions())
+        done = Completions()
+        cli = KVClient(kd, sd, c, done)
         rh, lh = heads or (None, None)
         job = PullJob("d", "r", "P", "127.0.0.1", port, 0, dst_blocks, dst_blocks, rh, lh)
-        return bool(iod.submit(cli.pull(job)).result(60))
+        # Bounded by its size (the transport's own waits fail a stall within io_timeout_s).
+        ok = iod.submit(cli.pull(job)).result(60 + len(dst_blocks) * sum(kd.block_bytes) / 50e6)
+        return bool(ok), done.drain_stats()
     finally:
         iop.stop()
         iod.stop()
@@ -87,7 +109,7 @@ def _transfer(
 def test_gpu_to_gpu_many_chunks_bit_exact() -> None:
     src, dst = _caches("cuda", 64, seed=3), _caches("cuda", 80, seed=None)
     s_blocks, d_blocks = list(range(3, 53)), list(range(79, 29, -1))
-    assert _transfer(src, dst, 15735, 1 << 14, s_blocks, d_blocks)  # 16 KiB chunks: ~100 chunks, ring of 3
+    assert _transfer(src, dst, 15735, 1 << 14, s_blocks, d_blocks)[0]  # 16 KiB chunks: ~100 chunks, ring of 3
     torch.cuda.synchronize()
     for n in src:
         assert torch.equal(dst[n][d_blocks], src[n][s_blocks])
@@ -97,7 +119,7 @@ def test_gpu_to_gpu_many_chunks_bit_exact() -> None:
 def test_cpu_prefill_to_gpu_decode_and_corruption() -> None:
     src = {k: v.cpu() for k, v in _caches("cuda", 16, seed=5, strided=False).items()}
     dst = _caches("cuda", 16, seed=None, strided=False)
-    assert _transfer(src, dst, 15736, 1 << 20, [1, 2, 3], [7, 8, 9], debug_corrupt=True)
+    assert _transfer(src, dst, 15736, 1 << 20, [1, 2, 3], [7, 8, 9], debug_corrupt=True)[0]
     torch.cuda.synchronize()
     for n in src:
         assert torch.equal(dst[n][[7, 8]].cpu(), src[n][[1, 2]])
@@ -110,11 +132,46 @@ def test_gpu_head_range_into_a_smaller_tp_rank_bit_exact() -> None:
     src = _caches("cuda", 40, seed=7, strided=False)
     dst = {k: torch.zeros(48, 1, *v.shape[2:], dtype=v.dtype, device="cuda") for k, v in src.items()}
     s_blocks, d_blocks = list(range(2, 34)), list(range(47, 15, -1))
-    assert _transfer(src, dst, 15739, 1 << 13, s_blocks, d_blocks, heads=((1, 2), (0, 1)))
+    assert _transfer(src, dst, 15739, 1 << 13, s_blocks, d_blocks, heads=((1, 2), (0, 1)))[0]
     torch.cuda.synchronize()
     for n in src:
         assert torch.equal(dst[n][d_blocks].view(torch.int16), src[n][s_blocks, 1:2].view(torch.int16))
         assert not dst[n][list(range(0, 16))].any()
+
+
+LONG_TOKENS = 65536  # one long-context prompt
+
+
+def _long_caches(n_blocks: int, seed: int | None) -> dict[str, torch.Tensor]:
+    """benchmarks/bench_connector_cuda.py's layout: 28 layers, 16-token blocks, 4 KV heads x 128,
+    bf16, K and V halves outside the block dim (57,344 bytes a token)."""
+    out = {}
+    for i in range(28):
+        raw = torch.zeros(2, n_blocks, 16, 4, 128, dtype=torch.bfloat16, device="cuda")
+        if seed is not None:
+            raw.normal_(generator=torch.Generator(device="cuda").manual_seed(seed + i))
+        out[f"layers.{i}"] = raw.transpose(0, 1)
+    return out
+
+
+def test_long_prompt_over_tcp_staging_bit_exact() -> None:
+    """The KV of a 65,536-token prompt (3.76 GB) over TCP through the pinned ring: 16 MiB
+    chunks, 224 of them through 3 slots, both sides on this GPU. It must finish within its
+    size's bound, by the TCP path, every byte counted and landed bit for bit."""
+    n = LONG_TOKENS // 16
+    src, dst = _long_caches(n, seed=21), _long_caches(n + 8, seed=None)
+    s_blocks, d_blocks = list(range(n)), list(range(n + 7, 7, -1))  # reversed: no merged runs
+    t0 = time.perf_counter()
+    ok, stats = _transfer(src, dst, 15740, 16 << 20, s_blocks, d_blocks, ipc=False)
+    took = time.perf_counter() - t0
+    assert ok and stats is not None, "the pull failed"
+    assert (stats.recv_tcp, stats.recv_ipc) == (1, 0)
+    assert stats.recv_bytes == [LONG_TOKENS * 28 * 2 * 4 * 128 * 2] == [3_758_096_384]
+    torch.cuda.synchronize()
+    for name in src:
+        assert torch.equal(dst[name][d_blocks].view(torch.int16), src[name][s_blocks].view(torch.int16)), name
+        assert not dst[name][:8].any()
+    print(f"  {LONG_TOKENS} tokens, {stats.recv_bytes[0] / 1e9:.2f} GB in {took:.1f} s (one process, both sides)")
 
 
 # -- CUDA IPC: prefill and decode in two processes on one GPU ------------------------------
@@ -327,20 +384,31 @@ def _wait_for(cond: Any, timeout: float) -> bool:
     return False
 
 
-if __name__ == "__main__":
-    if not torch.cuda.is_available():
-        print("no CUDA: skipped")
-        sys.exit(0)
-    failed = 0
+def main() -> int:
+    """Every test in this file, without pytest; 0 only if each passed (or, with no CUDA and
+    none required, all were skipped)."""
+    if not HAVE_CUDA:
+        if REQUIRE_CUDA:
+            print(f"FAIL: {NO_CUDA}")
+            return 1
+        print("no CUDA: skipped (PDBENCH_REQUIRE_CUDA=1 makes that a failure)")
+        return 0
+    failed = ran = 0
     for name, fn in list(globals().items()):
         if name.startswith("test_") and callable(fn):
+            ran += 1
             t0 = time.perf_counter()
             try:
                 fn()
             except Exception:
                 failed += 1
                 traceback.print_exc()
-                print(f"FAIL {name} ({time.perf_counter() - t0:.2f}s)")
+                print(f"FAIL {name} ({time.perf_counter() - t0:.2f}s)", flush=True)
             else:
-                print(f"PASS {name} ({time.perf_counter() - t0:.2f}s)")
-    sys.exit(1 if failed else 0)
+                print(f"PASS {name} ({time.perf_counter() - t0:.2f}s)", flush=True)
+    print(f"{ran - failed} of {ran} passed on {torch.cuda.get_device_name()}")
+    return 1 if failed or not ran else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
