@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 import typer
 from bench_fake_server import FakeServer
@@ -284,7 +285,7 @@ def test_total_timeout_keeps_partial_results(model_dir, tmp_path, workers):
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_chat_endpoint_and_poisson_rate(model_dir, tmp_path, workers):
+def test_chat_endpoint_at_a_request_rate(model_dir, tmp_path, workers):
     with FakeServer() as srv:
         cfg = _cfg(
             model_dir, tmp_path, srv.base_url, workers=workers, endpoint="chat", concurrency=[2], request_rate=200
@@ -295,6 +296,56 @@ def test_chat_endpoint_and_poisson_rate(model_dir, tmp_path, workers):
     result = json.loads(out.path.read_text())
     assert result["request_rate"] == 200.0 and result["output_lens"] == [6] * 4
     assert all(len(itl) == 5 for itl in result["itls"])  # role chunk is not a token
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_request_rate_and_burstiness_shape_the_arrivals(model_dir, tmp_path, workers):
+    """The gaps between arrivals at the server: their mean is 1/rate, their dispersion that of
+    Gamma(burstiness), with one load process or two sharing the schedule.
+
+    Send times are rescaled to end at n/rate, so the rate is exact but for the first gap: over
+    2e5 simulated seeds, n=400 arrivals give 0.997-1.09 of it. Gamma(0.25) gaps have a
+    coefficient of variation of 2; over 2e5 seeds the sample's stayed within 1.47-3.2, Poisson
+    gaps' (burstiness ignored) within 0.81-1.29, Gamma(4)'s (shape inverted) within 0.42-0.61.
+    Late sends only merge gaps, which raises it. (Seed 0 here: 99.8 req/s, CV 1.79.)"""
+    n, rate, burstiness = 400, 100.0, 0.25
+    with FakeServer() as srv:
+        cfg = _cfg(
+            model_dir,
+            tmp_path,
+            srv.base_url,
+            workers=workers,
+            concurrency=[64],  # above any burst: no request waits for a slot
+            num_prompts=n,
+            num_warmups=0,
+            request_rate=rate,
+            burstiness=burstiness,
+        )
+        (out,) = run_sweep_detailed(cfg)
+    arrived = np.asarray(srv.arrived)
+    assert out.ok and len(arrived) == n
+    gaps = np.diff(np.sort(arrived))
+    achieved = (n - 1) / (arrived.max() - arrived.min())
+    assert 0.9 * rate < achieved < 1.2 * rate, achieved
+    cv = gaps.std() / gaps.mean()
+    assert 1.4 < cv < 5.0, cv
+
+
+def test_cooldown_quiets_the_target_between_points(model_dir, tmp_path):
+    """Nothing reaches the server for cooldown_s after a point's last answer; within a point
+    (warmups, then the measured requests) the load never pauses that long."""
+    cooldown = 2.0
+    with FakeServer() as srv:
+        cfg = _cfg(model_dir, tmp_path, srv.base_url, concurrency=[1, 2], cooldown_s=cooldown)
+        first, second = run_sweep_detailed(cfg)
+    arrived, ended = srv.arrived, [srv.ended[i] for i in range(len(srv.arrived))]  # every handler is done
+    assert first.ok and second.ok
+    n_first = cfg.num_warmups_for(1) + cfg.num_prompts_for(1)  # arrival numbers of point C=1
+    assert len(arrived) == n_first + cfg.num_warmups_for(2) + cfg.num_prompts_for(2)
+    quiet = arrived[n_first] - max(ended[:n_first])
+    assert cooldown <= quiet < 2 * cooldown, quiet
+    pauses = [arrived[i] - max(ended[:i]) for i in range(1, len(arrived)) if i != n_first]
+    assert max(pauses) < cooldown / 2, pauses
 
 
 def test_cli_exit_codes(model_dir, tmp_path):
@@ -620,8 +671,6 @@ def test_several_load_processes_merge_raw_samples(model_dir, tmp_path):
     assert out.ok and (r["completed"], r["failed"]) == (12, 0)
     assert r["max_concurrent_requests"] <= 3 and r["output_lens"] == [6] * 12
     assert all(len(itl) == 5 for itl in r["itls"]) and len(r["ttfts"]) == 12
-    import numpy as np
-
     assert r["p99_ttft_ms"] == pytest.approx(float(np.percentile(r["ttfts"], 99)) * 1000, rel=1e-6)
     client = r["client"]
     assert client["workers"] == 2 and len(client["cpu_busy"]) == 2 and client["startup_cpu_s"] > 0
