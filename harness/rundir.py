@@ -20,3 +20,21 @@ def create_run_dir(results_root: Path, recipe_name: str) -> Path:
         (path / "logs").mkdir()
         return path
     raise RuntimeError(f"could not create a new run directory under {parent}")
+
+
+# What each server and node of a job ran, recorded under STATE_DIR for every result's metadata
+# (harness.node.versions and the rendered job scripts write them; harness.bench.runtime_info
+# reads them). One file per writer, so no two writers share a file.
+STATE_DIR = "state"
+IMAGE_RECORD_GLOB = "image-*.json"
+IMAGE_RECORD_JOB = "image-job.json"  # one image file for the whole job (enroot, apptainer)
+
+
+def server_record_name(server: str) -> str:
+    """A server's interpreter and package versions, written by its node."""
+    return f"runtime-{server}.json"
+
+
+def image_record_name(node: int | str) -> str:
+    """The image one node ran (docker, podman); `node` may be a shell word such as "$NODE"."""
+    return f"image-node{node}.json"

@@ -4,6 +4,8 @@ after success, after a failed run and after Ctrl-C."""
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import json
 import os
 import signal
@@ -18,6 +20,8 @@ import pytest
 from conftest import require_vllm
 from test_inferencex_contract import assert_inferencex_contract
 
+import harness
+from harness.render.vllm_flags import vllm_version
 from harness.validity.metrics import Scrape, delta
 
 pytestmark = pytest.mark.vllm
@@ -156,6 +160,31 @@ def _assert_ttft_breakdown(r: dict) -> None:
     assert kv["transfers"] >= 1 and 0 < kv["mean"] < b["decode_ms"]["mean"], b
 
 
+@functools.cache
+def _installed_vllm_reports() -> str:
+    """vllm.__version__ of the installed vLLM (what its server's /version serves)."""
+    r = subprocess.run(
+        [sys.executable, "-c", "import vllm; print(vllm.__version__)"], capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout.strip().splitlines()[-1]
+
+
+def _assert_runtime_recorded(meta: dict) -> None:
+    """What ran is recorded, not what was asked for: each server's own vLLM version (its GET
+    /version) and its interpreter's packages, as installed here; no container, said so."""
+    assert set(meta["runtime_versions"]) == {"prefill-0", "decode-0"}
+    for name, server in meta["runtime_versions"].items():
+        assert server["vllm"] == _installed_vllm_reports(), (name, server)
+        assert server["vllm_package"] == vllm_version() is not None, (name, server)
+        assert server["torch"] == importlib.metadata.version("torch"), (name, server)
+        assert server["nixl"] == importlib.metadata.version("nixl"), (name, server)
+        assert server["pdbench"] == harness.__version__ and server["python"] == os.path.normpath(sys.executable)
+        assert "vllm" not in server["reasons"] and "torch" not in server["reasons"]
+    image = meta["image_digest"]
+    assert image["digest"] is None and "container.runtime is none" in image["reason"], image
+
+
 def test_local_1p1d_real_vllm(tmp_path: Path) -> None:
     require_vllm()
     proc, watcher = _launch(tmp_path)
@@ -184,6 +213,7 @@ def test_local_1p1d_real_vllm(tmp_path: Path) -> None:
         assert rules["kv_transferred"]["status"] == "passed" and rules["kv_transferred"]["measured"] >= 0.98
         assert (run_dir / "metrics" / f"concurrency_{r['max_concurrency']}" / "decode-0.after.prom").is_file()
         _assert_ttft_breakdown(r)
+        _assert_runtime_recorded(r["metadata"])
         sent_prompt_tokens += r["total_input_tokens"]
     # InferenceX's ingestion reads these very files unchanged, and collect agrees with it.
     assert len(assert_inferencex_contract(run_dir)) == 2

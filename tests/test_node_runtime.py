@@ -8,6 +8,7 @@ $RUN_DIR/fakepids/, so every test can check that nothing outlived the job.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -31,6 +32,7 @@ from harness.launch.local import _sweep_leftovers, node_env, run_local
 from harness.node.coordination import Aborted, Coordination, Failure
 from harness.node.supervisor import Supervisor
 from harness.render import RenderContext, render_job
+from harness.rundir import server_record_name
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKES = Path(__file__).with_name("node_fakes.py")
@@ -238,6 +240,11 @@ def test_happy_path(make_job) -> None:
 
     recorded = {e["name"] for e in job.recorded_procs()}
     assert recorded == {"prefill-0", "decode-0", "proxy", "bench"}
+    # Each node recorded what its servers run on, in the server's own interpreter (for the results).
+    for name, node in (("prefill-0", 0), ("decode-0", 1)):
+        rec = json.loads((job.run_dir / "state" / server_record_name(name)).read_text())
+        assert (rec["server"], rec["node"], rec["python"]) == (name, node, os.path.normpath(sys.executable))
+        assert rec["versions"]["torch"] == importlib.metadata.version("torch"), rec
     nodes = json.loads((job.run_dir / "state" / "procs-node1.json").read_text())
     assert [e["name"] for e in nodes] == ["decode-0"]
     # every server ran in its own session, and its forked worker in the server's group

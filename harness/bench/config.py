@@ -53,6 +53,13 @@ class BenchConfig(BenchmarkSettings):
         "each request is tagged (X-Pdbench-Id) and each point gets its TTFT breakdown (ttft_breakdown).",
         json_schema_extra={"cli_default": "none, no breakdown"},
     )
+    runtime_records_dir: str | None = Field(
+        None,
+        description="Where the job's nodes record what each server runs on (interpreter, torch and connector "
+        "library versions) and the image each node ran, relative to result_dir; every result's metadata "
+        "carries them (runtime_versions, image_digest).",
+        json_schema_extra={"cli_default": "none, not recorded"},
+    )
     metrics_dir: str = Field(
         "metrics",
         description="Where each point's server /metrics evidence goes (metrics_dir/concurrency_<C>/), "

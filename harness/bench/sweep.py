@@ -42,6 +42,7 @@ from harness.bench.results import (
     write_result,
 )
 from harness.bench.resume import set_aside, why_not_kept
+from harness.bench.runtime_info import runtime_metadata
 from harness.bench.settings import Shape
 from harness.bench.tokenizer import PromptTokenizer, load_tokenizer
 from harness.bench.ttft_breakdown import kv_transfer_ms, ttft_breakdown
@@ -111,6 +112,7 @@ class _Sweep:
         self.workers = 1
         self.reports: list[LoadReport] = []  # the last batch's load processes' reports
         self.startup_cpu_s: float | None = None  # this process's CPU time at the first batch
+        self.runtime: dict[str, Any] = {}  # what the servers ran (runtime_info), in every result
         self.progress = Progress()  # the running batch's counters
 
     # -- stops ----------------------------------------------------------------
@@ -331,7 +333,7 @@ class _Sweep:
             np.random.default_rng(self._seed_key(concurrency, _ARRIVALS)),
         )
         backend = "openai-chat" if cfg.endpoint == "chat" else "openai"
-        metadata = _metadata(cfg)
+        metadata = _metadata(cfg) | self.runtime
         if probe is not None:
             sent = [o for o in outs if o.start_time is not None]
             verdict = await probe.finish(
@@ -403,6 +405,7 @@ class _Sweep:
         watchdog = Watchdog(base.base_url, base.health_check_interval_s, base.server_pids, self.on_dead, log)
         async with aiohttp.ClientSession() as health_session:
             await watchdog.preflight(health_session)  # raises TargetDied: nothing was sent
+            self.runtime = await runtime_metadata(base, log)
             self.workers = base.workers or default_workers(max(base.concurrency))
             if self.workers > 1:
                 self.pool = WorkerPool(self.workers, base.url, base.endpoint == "chat")

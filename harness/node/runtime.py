@@ -37,6 +37,7 @@ from harness.node.node_checks import is_doctor_run, run_preflight
 from harness.node.secrets import ensure_job_secret
 from harness.node.signal_cause import describe_signal
 from harness.node.supervisor import Supervisor
+from harness.node.versions import record_servers
 from harness.topology import Phase, PlanFile, Process, bench_name
 from harness.validity.scrape import scrape_all
 
@@ -238,6 +239,8 @@ def _run_phase(
     for p in mine:
         if p.cpu_bind:
             pin_instance(sup.procs[p.name].pid, p.cpu_bind)
+    # What each server runs on, for every result's metadata (the client reads it).
+    record_servers(ctx.run_dir, ctx.node_id, {p.name: sup.procs[p.name].pid for p in mine if p.kind == "server"})
 
     done = coord.is_done if last else (lambda: coord.is_phase_done(phase))
     if not ctx.is_head:

@@ -16,6 +16,7 @@ from typing import Any
 from harness.config.load import ResolvedRecipe
 from harness.config.schema import Flags
 from harness.node.secrets import SECRET_FILE
+from harness.rundir import STATE_DIR
 from harness.topology import JobPlan, Phase, Worker
 
 
@@ -370,6 +371,7 @@ def bench_config(
         "prefill_gpus": plan.devices("prefill"),
         "decode_gpus": plan.devices("decode"),
         "proxy_timings_dir": PROXY_TIMINGS,
+        "runtime_records_dir": STATE_DIR,
         "kv_connector": rr.recipe.connector.name,
         "metadata": run_meta,
     }

@@ -1,0 +1,141 @@
+"""What each of this node's servers runs on: its interpreter and that interpreter's package
+versions (torch, the connector libraries, pdbench), one record per server in the run
+directory's state/ (harness.rundir.server_record_name), read by the bench client into every
+result's metadata (harness.bench.runtime_info). vLLM serves its own version (GET /version),
+which the client asks each server for.
+
+The interpreter is the server process's own argv[0] (a `vllm` script's shebang line puts the
+interpreter there; a bare name is looked up on the process's own PATH), run with the process's
+own environment from /proc, so it sees the packages the server imported, in the same container.
+What cannot be had is null, with the reason; recording never fails the job.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import atomic
+from harness.node import package_probe
+from harness.rundir import STATE_DIR, server_record_name
+
+log = logging.getLogger(__name__)
+
+PROBE_TIMEOUT_S = 20.0
+PACKAGE_KEYS = tuple(key for key, _, _ in package_probe.PACKAGES)
+# The environment variables that decide an interpreter's sys.path: servers that share the
+# interpreter and these share one probe.
+_PATH_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONNOUSERSITE", "PYTHONSAFEPATH")
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    python: str
+    env: dict[str, str]
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return (self.python, *(self.env.get(k, "") for k in _PATH_ENV))
+
+
+def server_interpreter(pid: int) -> Interpreter | str:
+    """The interpreter process `pid` runs in, with the process's environment; or why it cannot
+    be told."""
+    proc = Path("/proc") / str(pid)
+    try:
+        argv = (proc / "cmdline").read_bytes().split(b"\0")
+        raw_env = (proc / "environ").read_bytes().decode(errors="replace")
+        cwd = os.readlink(proc / "cwd")
+    except OSError as e:
+        return f"cannot read process {pid} in /proc: {e}"
+    env = dict(item.split("=", 1) for item in raw_env.split("\0") if "=" in item)
+    first = argv[0].decode(errors="replace") if argv else ""
+    if not Path(first).name.startswith("python"):
+        # vLLM renames some of its processes (setproctitle); a server's own is left as it started.
+        return f"process {pid}'s argv[0] {first[:200]!r} does not name a python interpreter"
+    if os.sep in first:
+        python: str | None = os.path.join(cwd, first)  # an absolute first stays as it is
+    else:
+        python = shutil.which(first, path=env.get("PATH", ""))
+    if python is None or not os.access(python, os.X_OK):
+        return f"process {pid}'s interpreter {first!r} is not an executable on its PATH"
+    return Interpreter(os.path.normpath(python), env)
+
+
+def probe(interp: Interpreter, timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
+    """package_probe's JSON from `interp`; raises RuntimeError saying why there is none."""
+    source = Path(package_probe.__file__).read_text()
+    try:
+        r = subprocess.run(
+            [interp.python, "-c", source],
+            env=interp.env,
+            cwd="/",  # nothing of the run directory on sys.path
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{interp.python} did not report its packages within {timeout:g} s") from None
+    except OSError as e:
+        raise RuntimeError(f"cannot run {interp.python}: {e}") from None
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["(no output)"])[-1][:300]
+        raise RuntimeError(f"{interp.python} exited with {r.returncode} reporting its packages: {last}")
+    try:
+        out = json.loads(r.stdout)
+    except ValueError:
+        raise RuntimeError(f"{interp.python} printed no JSON: {r.stdout[:200]!r}") from None
+    if not (isinstance(out, dict) and isinstance(out.get("versions"), dict) and isinstance(out.get("reasons"), dict)):
+        raise RuntimeError(f"{interp.python} printed an unexpected report: {r.stdout[:200]!r}")
+    return out
+
+
+def _unknown(reason: str) -> dict[str, Any]:
+    return {
+        "python": None,
+        "python_version": None,
+        "versions": dict.fromkeys(PACKAGE_KEYS),
+        "reasons": dict.fromkeys(PACKAGE_KEYS, reason),
+    }
+
+
+def server_records(node: int, servers: Mapping[str, int]) -> dict[str, dict[str, Any]]:
+    """name -> record for each server (name -> pid); one probe per distinct interpreter."""
+    probes: dict[tuple[str, ...], dict[str, Any]] = {}
+    records = {}
+    for name, pid in servers.items():
+        interp = server_interpreter(pid)
+        if isinstance(interp, str):
+            found = _unknown(interp)
+        elif interp.key in probes:
+            found = probes[interp.key]
+        else:
+            t0 = time.monotonic()
+            try:
+                found = probe(interp)
+            except RuntimeError as e:
+                found = _unknown(str(e)) | {"python": interp.python}
+            log.info("%s: packages of %s read in %.2f s", name, interp.python, time.monotonic() - t0)
+            probes[interp.key] = found
+        records[name] = {"server": name, "node": node, "pid": pid} | found
+    return records
+
+
+def record_servers(run_dir: Path, node: int, servers: Mapping[str, int]) -> None:
+    """Write each server's record into the run directory's state/; log what was found."""
+    for name, rec in server_records(node, servers).items():
+        found = ", ".join(f"{k} {v}" for k, v in rec["versions"].items() if v is not None) or "no package versions"
+        log.info("%s runs %s: %s", name, rec["python"] or "an unknown interpreter", found)
+        try:
+            atomic.write_json(run_dir / STATE_DIR / server_record_name(name), rec, indent=2)
+        except OSError as e:
+            log.warning("cannot record the versions %s runs: %s", name, e)
