@@ -21,9 +21,13 @@ from harness.config.load import ConfigError, ResolvedRecipe
 from harness.render import commands as cmd
 from harness.render.commands import Shell, Word, quote
 from harness.render.preflight_spec import preflight_spec
+from harness.rundir import IMAGE_RECORD_JOB, image_record_name
 from harness.topology import JobPlan, PlanFile, bench_name, plan
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "slurm_templates"
+# The job script reads the image file once for its sha256 (enroot, apptainer), before any
+# server starts; a 30 GB image at 100 MB/s fits.
+IMAGE_HASH_TIMEOUT_S = 600
 # What each KV connector needs importable in the image besides vLLM (the bundled one is
 # pdbench's own tree, mounted).
 CONNECTOR_MODULES = {"nixl": ["nixl"], "moriio": ["mori"], "mooncake": ["mooncake.engine"], "pdbench": []}
@@ -284,6 +288,8 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext) -> JobPlan
         image=rr.recipe.container.image or "",
         mounts=mounts,
         mount_list="".join(f",{src}:{dst}" for src, dst in mounts),
+        image_record=IMAGE_RECORD_JOB,
+        image_hash_timeout_s=IMAGE_HASH_TIMEOUT_S,
     )
     container = None
     if rr.recipe.container.runtime in ("docker", "podman"):
@@ -297,6 +303,7 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext) -> JobPlan
             pull_timeout_s=c.pull_timeout_s,
             mounts=mounts,
             setup=c.setup,
+            image_record=image_record_name("$NODE"),
             probe_modules=[
                 "harness.node.runtime",
                 "harness.proxy.server",

@@ -46,6 +46,32 @@ fail() {
 }
 # last_line FILE: the last non-empty line of FILE, cut for a one-line cause.
 last_line() { grep -v '^\s*$' "$1" 2>/dev/null | tail -n 1 | cut -c1-300; }
+# write_record FILE JSON: FILE appears whole or not at all.
+write_record() {
+  local tmp
+  tmp=$(mktemp "$1.XXXXXX") && printf '%s\n' "$2" >"$tmp" && mv -f "$tmp" "$1"
+}
+# image_id RUNTIME IMAGE: the image's id as sha256:<hex> (podman prints it without the
+# algorithm); fails, printing what the runtime said, when there is none.
+image_id() {
+  local out
+  out=$(timeout 60 "$1" image inspect --format '{{.Id}}' "$2" 2>&1) || { printf '%s' "$out" | last_line /dev/stdin; return 1; }
+  case $out in sha256:*) ;; *) out="sha256:$out" ;; esac
+  if [[ $out =~ ^sha256:[0-9a-f]{64}$ ]]; then printf '%s' "$out"; else printf 'no image id in %s' "${out:0:200}"; return 1; fi
+}
+# image_id_record FILE NODE RUNTIME IMAGE RAN: the id of RAN, the image the servers run (the
+# set-up steps' image when there are any; then IMAGE's id too, as base_digest), and the
+# registry digests the runtime knows for it (none for an image loaded from a file).
+image_id_record() {
+  local file=$1 node=$2 runtime=$3 image=$4 ran=$5 out digest=null reason=null digests base=null
+  if out=$(image_id "$runtime" "$ran"); then digest=$(json_str "$out")
+  else reason=$(json_str "$runtime image inspect $ran: $out"); fi
+  digests=$(timeout 60 "$runtime" image inspect --format '{{json .RepoDigests}}' "$ran" 2>/dev/null) || digests=null
+  [[ $digests =~ ^\[.*\]$ ]] || digests=null
+  if [ "$ran" != "$image" ] && out=$(image_id "$runtime" "$image"); then base=$(json_str "$out"); fi
+  write_record "$file" "$(printf '{"node": %s, "runtime": %s, "image": %s, "ran": %s, "kind": "image id", "digest": %s, "repo_digests": %s, "base_digest": %s, "reason": %s}' \
+    "$node" "$(json_str "$runtime")" "$(json_str "$image")" "$(json_str "$ran")" "$digest" "$digests" "$base" "$reason")"
+}
 err=$(mktemp)
 trap 'rm -f "$err"' EXIT
 
@@ -58,6 +84,10 @@ if ! timeout 60 "$RUNTIME" image inspect "$IMAGE" >/dev/null 2>&1; then
   timeout 1800 "$RUNTIME" pull "$IMAGE" >/dev/null 2>"$err" \
     || fail "image $IMAGE is not on $(hostname) and could not be pulled: $(last_line "$err")"
 fi
+
+# ----------------------------------------------------------- what runs: the image's id, for the results
+image_id_record "$STATE/image-node$NODE.json" "$NODE" "$RUNTIME" vllm/vllm-openai-rocm:v0.32.0 "$IMAGE" \
+  || echo "pdbench: node $NODE: could not record the id of image $IMAGE" >&2
 
 # pdbench runs inside the image from the shared tree: its dependencies, and the KV
 # connector's package, must import there (a stock vLLM image may lack them; set-up steps
