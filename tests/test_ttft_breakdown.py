@@ -21,7 +21,11 @@ from harness.bench.ttft_breakdown import ttft_breakdown
 
 pytestmark = pytest.mark.timeout(180)
 # The mock decode answers a request whose KV came from prefill after one inter-token gap.
-PREFILL_MS, DECODE_MS = 60.0, 25.0
+PREFILL_MS, DECODE_MS = 200.0, 100.0
+# What a loaded machine may add to a part's median (about 1 ms at a load average of 4 on the
+# shared 2-core machine): less than the smallest injected latency, so a part that holds
+# another part's latency, or the proxy's or client's share holding an engine's, still fails.
+SLACK_MS = 75.0
 
 
 def _start(args: list[str], log: Path) -> subprocess.Popen:
@@ -107,12 +111,12 @@ def test_parts_sit_where_the_latency_is_and_add_up(aggregated: bool, model_dir: 
         assert total == pytest.approx(b["ttft_ms"]["mean"], rel=0.001), b  # per request they add up exactly
         if aggregated:
             assert "prefill_ms" not in b
-            assert PREFILL_MS + DECODE_MS <= b["decode_ms"]["median"] < PREFILL_MS + DECODE_MS + 40
+            assert PREFILL_MS + DECODE_MS <= b["decode_ms"]["median"] < PREFILL_MS + DECODE_MS + SLACK_MS, b
         else:
-            assert PREFILL_MS <= b["prefill_ms"]["median"] < PREFILL_MS + 40, b
-            assert DECODE_MS <= b["decode_ms"]["median"] < DECODE_MS + 40, b
+            assert PREFILL_MS <= b["prefill_ms"]["median"] < PREFILL_MS + SLACK_MS, b
+            assert DECODE_MS <= b["decode_ms"]["median"] < DECODE_MS + SLACK_MS, b
         # What the proxy itself adds, and what lies outside it, are small next to the engines' time.
-        assert b["router_ms"]["median"] < 10 and 0 <= b["client_ms"]["median"] < 15, b
+        assert b["router_ms"]["median"] < SLACK_MS and 0 <= b["client_ms"]["median"] < SLACK_MS, b
         assert "kv_transfer_ms" not in b  # nothing scraped: no transfer histogram to read
     assert len(list(timings.glob("proxy-timings-*.jsonl"))) == 1
 
