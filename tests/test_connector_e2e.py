@@ -181,21 +181,15 @@ class TestSharedPair:
             assert m["vllm:num_requests_running"] == 0
 
 
-def pulling(server: dp.Server, kv_port: int, timeout: float) -> bool:
-    """True once a process of `server` holds a TCP connection to the prefill's KV port."""
-    import psutil
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        root = psutil.Process(server.proc.pid)
-        for proc in [root, *root.children(recursive=True)]:
-            try:
-                if any(c.raddr and c.raddr.port == kv_port for c in proc.net_connections(kind="tcp")):
-                    return True
-            except psutil.Error:
-                pass
-        time.sleep(0.05)
-    return False
+def kv_bytes_unread(kv_port: int) -> int:
+    """Bytes the kernel holds, sent by prefill's KV server on `kv_port` and not yet read by a
+    decode worker: the rx_queue of every IPv4 connection to that port (/proc/net/tcp, hex)."""
+    total = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if int(fields[2].split(":")[1], 16) == kv_port:
+            total += int(fields[4].split(":")[1], 16)
+    return total
 
 
 def test_corrupted_kv_is_caught(baseline: list[str], tmp_path: Path) -> None:
@@ -244,17 +238,21 @@ def test_differing_tp_outputs_equal_single_instance(
 
 def test_decode_killed_mid_transfer_prefill_frees_after_lease(tmp_path: Path) -> None:
     require_vllm()
-    lease = 8.0
-    # Small chunks and a delay per chunk stretch a pull to seconds so decode dies inside it.
+    lease, kv_port = 8.0, 15650
+    # Small chunks and a delay per chunk stretch the pull past half the lease (about 10 s for its
+    # 1.9 MB of KV): decode dies inside it, late in the first lease. Prefill's io_timeout_s is long,
+    # so it fails the pull on decode's death (the kernel's reset), not by waiting for the ack.
     p = dp.start_pair(
         MODEL,
         tmp_path,
-        extra={"lease_s": lease, "io_timeout_s": 3.0},
-        decode_extra={"chunk_bytes": 16384, "debug_chunk_delay_s": 0.05},
+        kv_port=kv_port,
+        extra={"lease_s": lease, "io_timeout_s": 30.0},
+        decode_extra={"chunk_bytes": 16384, "debug_chunk_delay_s": 0.25},
     )
     try:
         prompt = copy_prompts(1, seed=3)[0] * 4
         params = dp.prefill(p, body(prompt))
+        registered = time.monotonic()  # (at the latest) prefill's first lease started
         assert dp.scrape(p.prefill.url)[USAGE] > 0  # held for decode
 
         def decode_leg() -> None:
@@ -264,20 +262,25 @@ def test_decode_killed_mid_transfer_prefill_frees_after_lease(tmp_path: Path) ->
                 pass  # decode is killed under this request
 
         threading.Thread(target=decode_leg, daemon=True).start()
-        assert pulling(p.decode, 15650, timeout=30), "decode never started its pull"
-        time.sleep(0.3)
-        p.decode.kill()
-        t_kill = time.monotonic()
-        # Prefill sees the pull fail (the kernel resets the connection), and from then on
-        # holds the blocks for a whole lease: however late in the first lease the pull came.
-        deadline = t_kill + 10
+        # KV bytes wait in decode's socket: the pull is under way. It must still be at half the
+        # lease, so that a lease counted from registration (not from the failure) ends early.
+        deadline = time.monotonic() + 30
+        while kv_bytes_unread(kv_port) < 64 << 10:
+            assert time.monotonic() < deadline, "decode never started its pull"
+            time.sleep(0.02)
+        while time.monotonic() < registered + lease / 2:
+            assert kv_bytes_unread(kv_port) > 0, "the pull ended before half the lease: slow it down"
+            time.sleep(0.02)
+        killed = time.monotonic()  # before: kill() returns only once the processes are reaped
+        p.decode.kill()  # prefill's pull fails on the reset, after `killed`
+        deadline = killed + 10
         while dp.scrape(p.prefill.url)["vllm:pdbench_kv_failed_send_total"] < 1:
             assert time.monotonic() < deadline, "prefill never saw the pull fail"
             time.sleep(0.1)
-        t_failed = time.monotonic()
         assert dp.scrape(p.prefill.url)[USAGE] > 0, "freed at the failure: decode might have been slow, not dead"
+        # Held for a whole lease from the failure: freed no sooner than `lease` after the kill.
         assert wait_usage_zero(p.prefill.url, timeout=lease + 10) == 0
-        assert lease - 1.5 < time.monotonic() - t_failed < lease + 10
+        assert lease <= time.monotonic() - killed < lease + 10
         assert dp.scrape(p.prefill.url)["vllm:pdbench_kv_failed_send_total"] == 1
         assert dp.scrape(p.prefill.url)["vllm:pdbench_kv_expired_total"] == 1
     finally:
