@@ -330,13 +330,19 @@ def test_refused_connection_fails_fast() -> None:
         io.stop()
 
 
-def test_decode_dying_mid_pull_keeps_blocks_until_the_lease(make_pair: Any) -> None:
-    p = make_pair(caches(64, True, layers=4, c=128), caches(8, False), lease_s=1.5, io_timeout_s=0.5)
+def test_decode_dying_mid_pull_keeps_blocks_a_lease_from_the_failure(make_pair: Any) -> None:
+    lease = 3.0  # io_timeout_s 5: the pull fails on decode's close, not on a wait for its ack
+    p = make_pair(caches(64, True, layers=4, c=128), caches(8, False), lease_s=lease, io_timeout_s=5.0)
     p.register("r", list(range(64)))
+    registered = time.monotonic()
+    # The pull fails late in the first lease, where a lease still counted from the registration
+    # would end half a lease after the failure.
+    while time.monotonic() < registered + lease / 2:
+        time.sleep(0.01)
     sock = socket.create_connection(("127.0.0.1", p.port))
     sock.setblocking(False)
 
-    async def half_pull() -> None:
+    async def half_pull() -> float:
         await client_handshake(sock, b"", 5)
         await send_frame(
             sock, {"op": "pull", "req": "r", "engine": "P", "first": 0, "count": 64, "layout": p.kp.signature()}, 5
@@ -344,13 +350,15 @@ def test_decode_dying_mid_pull_keeps_blocks_until_the_lease(make_pair: Any) -> N
         resp = await recv_frame(sock, 5)
         assert resp["ok"]
         await asyncio.get_running_loop().sock_recv(sock, 4096)
+        closed = time.monotonic()
         sock.close()  # the decode worker is killed mid-transfer
+        return closed
 
-    t0 = time.monotonic()
-    asyncio.run(half_pull())
+    closed = asyncio.run(half_pull())
+    wait_until(lambda: p.done_p.stats.failed_send == 1, "prefill to see the pull fail")
     assert not p.done_p.drain()[0]  # not freed on the failure...
-    waited = p.wait_sent("r", timeout=6)  # ...but at the lease
-    assert 0.5 < time.monotonic() - t0 < 4.0, waited
+    p.wait_sent("r", timeout=lease + 5)  # ...but a whole lease after it
+    assert lease <= time.monotonic() - closed < lease + 3
     st = p.done_p.drain_stats()
     assert st is not None and st.failed_send == 1 and st.expired == 1
 
