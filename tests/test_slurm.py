@@ -31,6 +31,7 @@ from slurm_cluster import (
 )
 from test_inferencex_contract import assert_inferencex_contract
 
+import harness
 from harness.runs import read_status
 
 pytestmark = pytest.mark.vllm
@@ -220,6 +221,24 @@ def test_1p2d_against_its_aggregated_baseline_on_three_nodes(tmp_path: Path) -> 
     assert page.count('alt="Pareto fronts, ISL') == 2 and 'alt="TTFT breakdown per point"' in page, r.stderr
 
 
+def _assert_ran_in_the_image(md: dict, runtime: str) -> None:
+    """The result names the image every node ran, by the id its runtime reports, and what each
+    server ran inside it (pdbench from the mounted tree: no distribution, its own version)."""
+    image = md["image_digest"]
+    assert image["digest"] is not None and image["digest"].startswith("sha256:"), image
+    assert sorted(image["records"]) == ["node0", "node1", "node2"], image
+    assert all(rec["runtime"] == runtime and rec["digest"] == image["digest"] for rec in image["records"].values())
+    # ... as the runtime itself says (podman prints the id without "sha256:").
+    host = [f"unix://{next(DOCKER_SOCKETS.glob('node*.sock'))}"] if runtime == "docker" else []
+    argv = [runtime, *(["-H", *host] if host else []), "image", "inspect", "--format", "{{.Id}}"]
+    r = subprocess.run([*argv, image["records"]["node0"]["ran"]], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and image["digest"].removeprefix("sha256:") in r.stdout, (r.stdout, r.stderr)
+    assert sorted(md["runtime_versions"]) == ["decode-0", "decode-1", "prefill-0"]
+    for server in md["runtime_versions"].values():
+        assert server["vllm"] and server["torch"] and server["nixl"], server
+        assert server["pdbench"] == harness.__version__, server
+
+
 @pytest.mark.parametrize("runtime", ["docker", "podman"])
 def test_1p2d_in_containers(runtime: str, tmp_path: Path) -> None:
     # Every server, the proxy, the client and the bundled connector run inside containers.
@@ -234,6 +253,7 @@ def test_1p2d_in_containers(runtime: str, tmp_path: Path) -> None:
         assert r["failed"] == 0 and r["completed"] == r["num_prompts"]
         # valid: the decodes loaded the prompts' KV from the prefill (remote KV counted)
         assert r["metadata"]["validity"]["verdict"] == "valid", r["metadata"]["validity"]
+        _assert_ran_in_the_image(r["metadata"], runtime)
     assert len(assert_inferencex_contract(run_dir)) == 2
     for name in ("prefill-0", "decode-0", "decode-1"):
         assert "PdbenchConnector" in (run_dir / "logs" / f"{name}.log").read_text()

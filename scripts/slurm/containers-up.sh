@@ -82,15 +82,29 @@ for n in "${NODES[@]}"; do
   for _ in $(seq 120); do answers "$n" && break; sleep 0.5; done
   answers "$n" || { tail -20 "$RUN/$n.log" >&2; die "dockerd of $n does not answer on $RUN/$n.sock"; }
 done
+# One image, one id on every node, as a registry pull gives: imported once (an import is a new
+# image each time: its creation time is part of its id), then copied to the other nodes.
+image_id() { timeout 60 docker -H "unix://$RUN/$1.sock" image inspect --format '{{.Id}}' "$TAG" 2>/dev/null; }
+first=${NODES[0]}
+if ! image_id "$first" >/dev/null; then
+  log "docker on $first: importing $TAG"
+  timeout 1800 docker -H "unix://$RUN/$first.sock" import "${CHANGES[@]}" "$TARBALL" "$TAG" >/dev/null \
+    || die "docker import on $first failed"
+fi
+ref=$(image_id "$first") || die "docker on $first has no $TAG after importing it"
 pids=()
-for n in "${NODES[@]}"; do
-  if ! timeout 60 docker -H "unix://$RUN/$n.sock" image inspect "$TAG" >/dev/null 2>&1; then
-    log "docker on $n: importing $TAG"
-    timeout 1800 docker -H "unix://$RUN/$n.sock" import "${CHANGES[@]}" "$TARBALL" "$TAG" >/dev/null &
-    pids+=($!)
-  fi
+for n in "${NODES[@]:1}"; do
+  [ "$(image_id "$n" || true)" = "$ref" ] && continue
+  log "docker on $n: loading $TAG from $first"
+  timeout 300 docker -H "unix://$RUN/$n.sock" rmi -f "$TAG" >/dev/null 2>&1 || true
+  { timeout 1800 docker -H "unix://$RUN/$first.sock" save "$TAG" \
+      | timeout 1800 docker -H "unix://$RUN/$n.sock" load >/dev/null; } &
+  pids+=($!)
 done
-for p in "${pids[@]}"; do wait "$p" || die "docker import failed"; done
+for p in "${pids[@]}"; do wait "$p" || die "copying $TAG to a node's dockerd failed"; done
+for n in "${NODES[@]}"; do
+  [ "$(image_id "$n" || true)" = "$ref" ] || die "docker on $n does not have $TAG as $ref"
+done
 # Earlier builds of the CI image are superseded: keep the nodes' disks bounded.
 # shellcheck disable=SC2016  # Go templates, not shell
 fmt='{{.Repository}}:{{.Tag}}'
