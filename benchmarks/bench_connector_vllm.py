@@ -5,6 +5,8 @@ The local recipe's setup: tiny Llama (random weights, fp32), VLLM_CPU_KVCACHE_SP
 invocation:
 
 * single: one plain instance (no KV connector) on core 0, pinned as prefill is;
+  every server gets free ports (benchmarks.common.free_ports), never devpair's fixed
+  defaults, which a test running beside this could hold;
 * pdbench, nixl: prefill on core 0, decode on core 1, each server's whole process tree kept
   on its core after start, as `pdbench node` does (`--pin model`: only the workers' model
   threads, as it did before; NIXL uses `kv_buffer_device: cpu`), two-phase:
@@ -58,12 +60,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchmarks import devpair as dp
-from benchmarks.common import conditions_text, free_port, rotated, spread
+from benchmarks.common import conditions_text, free_port, free_ports, rotated, spread
 
 GOAL = 1.2  # TTFT(1P1D pdbench) / TTFT(single instance), at every prompt length
 GOAL_FLOW = "pdbench"  # the default, two-phase flow carries the goal
 SINGLE = "single"
 RAW_REPS = 10  # raw-TCP repetitions per buffer setting and size, each round
+SETTLE_S = 10.0  # longest wait for decode's metrics to count every transfer before a scrape
 # The proxy's overlapped flow (proxy.overlap: decode sent with prefill, pulling by a key).
 OVERLAP = "pdbench-overlap"
 CONNECTOR = {OVERLAP: "pdbench"}
@@ -94,6 +97,15 @@ SPANS = {
 }
 
 
+def kv_port_pair() -> int:
+    """A free port whose next one is free too (NIXL's decode side channel uses port + 1)."""
+    for _ in range(100):
+        port = free_port()
+        if dp.port_free(port + 1):
+            return port
+    raise RuntimeError("no two adjacent free ports for the KV side")
+
+
 def tiny_model() -> str:
     from harness.tiny_model import build
 
@@ -115,18 +127,26 @@ def _median_ms(xs: list[float]) -> float:
 
 
 def measure(
-    send: Callable[[dict[str, Any]], dp.StreamResult], urls: dict[str, str], isls: list[int], osl: int, n: int
+    send: Callable[[dict[str, Any]], dp.StreamResult],
+    urls: dict[str, str],
+    isls: list[int],
+    osl: int,
+    n: int,
+    settle: Callable[[], None] = lambda: None,
 ) -> dict[str, Any]:
-    """Per prompt length: client TTFT/legs/rates and the engine spans of every server in `urls`."""
+    """Per prompt length: client TTFT/legs/rates and the engine spans of every server in `urls`.
+    `settle` runs before each scrape: it waits until the servers' metrics hold every request sent."""
     out: dict[str, Any] = {}
     for isl in isls:
         send({"model": "m", "prompt": prompts(isl, 1, seed=isl + 7)[0], "max_tokens": 8, "ignore_eos": True})
+        settle()
         m0 = {k: dp.scrape(u) for k, u in urls.items()}
         rs = []
         for p in prompts(isl, n, seed=isl):
             r = send({"model": "m", "prompt": p, "max_tokens": osl, "ignore_eos": True, "temperature": 0})
             assert r.tokens == osl, r
             rs.append(r)
+        settle()
         m1 = {k: dp.scrape(u) for k, u in urls.items()}
         itl_s, itl_n = (
             m1["main"][k] - m0["main"][k]
@@ -157,7 +177,7 @@ def measure(
 
 
 def run_single(model: str, isls: list[int], osl: int, n: int, warmup: int, log_dir: Path, **kw: Any) -> dict[str, Any]:
-    s = dp.start_single(model, log_dir / SINGLE, dummy=True, **kw)
+    s = dp.start_single(model, log_dir / SINGLE, port=free_port(), dummy=True, **kw)
     try:
         for w in prompts(512, warmup, seed=99):
             dp.pd_stream(None, s.url, {"model": "m", "prompt": w, "max_tokens": 8, "ignore_eos": True})
@@ -173,20 +193,33 @@ def run_connector(
     name: str, model: str, isls: list[int], osl: int, n: int, warmup: int, log_dir: Path, **kw: Any
 ) -> dict[str, Any]:
     overlap = name == OVERLAP
-    pair = dp.start_pair(model, log_dir / name, connector=CONNECTOR.get(name, name), dummy=True, **kw)
+    kb, ks, kc, _ = XFER[CONNECTOR.get(name, name)]
+    ports = dict(zip(("prefill_port", "decode_port"), free_ports(2), strict=True), kv_port=kv_port_pair())
+    pair = dp.start_pair(model, log_dir / name, connector=CONNECTOR.get(name, name), dummy=True, **ports, **kw)
+    sent = 0  # 1P1D requests so far: one transfer each
+
+    def send(body: dict[str, Any], overlap: bool = overlap) -> dp.StreamResult:
+        nonlocal sent
+        r = dp.pd_stream(pair, pair.decode.url, body, overlap=overlap)
+        sent += 1
+        return r
+
+    def settle() -> None:
+        # Decode records a transfer's stats with a later engine step: a window scraped too soon
+        # would count the request before it and miss its own last one.
+        deadline = time.monotonic() + SETTLE_S
+        while dp.scrape(pair.decode.url).get(kc, 0.0) < sent:
+            if time.monotonic() > deadline:
+                print(f"note: {name}: decode's {kc} still below the {sent} requests sent after {SETTLE_S:g} s")
+                return
+            time.sleep(0.05)
+
     try:
         for w in prompts(512, warmup, seed=99):  # two-phase: also how the overlapped flow learns the endpoint
-            dp.pd_stream(pair, pair.decode.url, {"model": "m", "prompt": w, "max_tokens": 8, "ignore_eos": True})
-        out = measure(
-            lambda b: dp.pd_stream(pair, pair.decode.url, b, overlap=overlap),
-            {"main": pair.decode.url, "prefill": pair.prefill.url},
-            isls,
-            osl,
-            n,
-        )
+            send({"model": "m", "prompt": w, "max_tokens": 8, "ignore_eos": True}, overlap=False)
+        out = measure(send, {"main": pair.decode.url, "prefill": pair.prefill.url}, isls, osl, n, settle)
     finally:
         pair.stop()
-    kb, ks, kc, _ = XFER[CONNECTOR.get(name, name)]
     for isl, v in out.items():
         m0, m1 = v.pop("_m")
         d0, d1 = m0["main"], m1["main"]
@@ -385,13 +418,14 @@ def main() -> int:
     )
     for name in names:
         for isl, v in res[name].items():
-            size = int(v["bytes_per_transfer"])
-            per_round = [
-                rd[name][isl]["own_xfer_gbps"] / c[size].gbps(size)
-                for rd, c in zip(rounds, ceilings, strict=True)
-                if size in c and rd[name][isl]["own_xfer_gbps"]
-            ]
-            raw = [c[size].gbps(size) for c in ceilings if size in c]
+            raw, per_round = [], []
+            for rd, c in zip(rounds, ceilings, strict=True):
+                w = rd[name][isl]
+                size = int(w["bytes_per_transfer"])
+                if size in c:
+                    raw.append(c[size].gbps(size))
+                    if name == GOAL_FLOW and w["own_xfer_gbps"]:
+                        per_round.append(w["own_xfer_gbps"] / raw[-1])
             v["raw_tcp_gbps_rounds"] = raw
             v["own_vs_raw_rounds"] = per_round
             print(
@@ -406,7 +440,8 @@ def main() -> int:
     print(
         "  raw TCP: median over rounds of the ceiling measured after each round's servers stopped (best of "
         f"the socket-buffer settings, {RAW_REPS} repetitions each; see bench_connector_transfer.py); own / raw is "
-        "each round's own GB/s over that round's ceiling (the own histogram of NIXL times a different span)."
+        f"each round's own GB/s over that round's ceiling, for {GOAL_FLOW} only: NIXL's own histogram times a "
+        f"different span and {OVERLAP}'s pull waits for prefill to finish."
     )
     for name in names:
         print(f"  own ({name}): {XFER[CONNECTOR.get(name, name)][3]}")
