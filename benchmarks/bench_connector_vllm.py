@@ -439,7 +439,7 @@ def main() -> int:
     )
     print(
         "  raw TCP: median over rounds of the ceiling measured after each round's servers stopped (best of "
-        f"the socket-buffer settings, {RAW_REPS} repetitions each; see bench_connector_transfer.py); own / raw is "
+        f"the socket-buffer settings and I/O styles, {RAW_REPS} repetitions each; see bench_connector_transfer.py); own / raw is "
         f"each round's own GB/s over that round's ceiling, for {GOAL_FLOW} only: NIXL's own histogram times a "
         f"different span and {OVERLAP}'s pull waits for prefill to finish."
     )
