@@ -17,7 +17,10 @@ GET /v1/models, /health (200) and /metrics (Prometheus text with vLLM's names:
 vllm:prompt_tokens_total, vllm:generation_tokens_total, vllm:prefix_cache_queries_total,
 vllm:prefix_cache_hits_total, vllm:external_prefix_cache_queries_total,
 vllm:external_prefix_cache_hits_total, vllm:request_success_total{finished_reason},
-vllm:num_requests_running, vllm:num_requests_waiting; labels engine="0",model_name).
+vllm:num_requests_running, vllm:num_requests_waiting; labels engine="0",model_name), and
+GET /mock/emissions for client benchmarks: how late the engine's own writes left (first
+tokens, later tokens) and, with ?requests=1, each finished stream that carried X-Request-Id
+or X-Pdbench-Id (arrival, first and last token write, tokens); ?reset=1 starts anew.
 
 Behaviour:
 - Latency: the first token is sent `ttft_ms` after the request arrives, then one token
