@@ -330,3 +330,42 @@ def test_succeeded_with_nothing_is_invalid() -> None:
 def test_unknown_connector_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="unknown KV connector 'lmcache'; known: mooncake, moriio, nixl, pdbench"):
         evaluate(_decode(_SCHEDULER), CLIENT, connector="lmcache")
+
+
+def test_probe_waits_for_decode_to_count_its_last_receives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Transfer stats reach /metrics with a later engine step: the first scrape after the point
+    # lacks the last receive, the next has it. The probe waits for it; it never waits unbounded.
+    import asyncio
+
+    from harness.bench import validity_probe
+
+    def probe_with(counts_after: list[int], settle_s: float) -> tuple[object, list[int]]:
+        scrapes = [0, *counts_after]
+        served: list[int] = []
+
+        def fake_get(url: str, timeout: float) -> str:
+            n = scrapes.pop(0) if scrapes else counts_after[-1]
+            served.append(n)
+            per_request = _SCHEDULER | {"vllm:pdbench_kv_recv_seconds_count": 1}
+            full = _decode(per_request)["decode-0"].after if n else _decode(per_request)["decode-0"].before
+            return re.sub(r"(pdbench_kv_recv_seconds_count\{[^}]*\}) \S+", rf"\g<1> {n}", full)
+
+        monkeypatch.setattr(validity_probe, "_get", fake_get)
+        monkeypatch.setattr(validity_probe, "RECEIVES_SETTLE_S", settle_s)
+
+        async def run():
+            probe = validity_probe.PointProbe(["decode-0=decode@http://x"], tmp_path, ValidityThresholds(), "pdbench")
+            await probe.start()
+            return await probe.finish(CLIENT)
+
+        return asyncio.run(run()), served
+
+    v, served = probe_with([27, 27, 28], settle_s=5.0)
+    assert served == [0, 27, 27, 28]  # scraped again until the count caught up, then stopped
+    assert (v.verdict, v.valid) == ("valid", True), v.reasons
+    assert "pdbench_kv_recv_seconds_count" in (tmp_path / "decode-0.after.prom").read_text()
+    assert re.search(r"pdbench_kv_recv_seconds_count\{[^}]*\} 28", (tmp_path / "decode-0.after.prom").read_text())
+    # A count that never catches up: invalid once the bound is spent.
+    v, served = probe_with([27], settle_s=0.6)
+    assert 2 <= len(served) <= 5 and v.verdict == "invalid"
+    assert "decode completed 27 KV receive(s) for 28 completed request(s)" in v.reasons[0]

@@ -21,11 +21,13 @@ from harness.validity import (
     early_reason,
     evaluate,
     gauge_peaks,
+    receives_behind,
     scrape,
     stopped_early,
 )
 
 SAMPLE_INTERVAL_S = 2.0
+RECEIVES_SETTLE_S = 5.0  # the most a point's end waits for decode's last KV receives to be counted
 
 
 def parse_target(text: str) -> tuple[str, str, str]:
@@ -107,16 +109,26 @@ class PointProbe:
             self._sampler.cancel()
             await asyncio.gather(self._sampler, return_exceptions=True)
         after = await self._scrape_all()
+        verdict = self._evaluate(after, client)
+        # A connector's transfer stats reach /metrics with a later engine step, so a scrape right
+        # after the last response can miss the last receives: wait (bounded) for them to land.
+        deadline = time.monotonic() + RECEIVES_SETTLE_S
+        while receives_behind(verdict, client) and time.monotonic() < deadline:
+            await asyncio.sleep(0.25)
+            after = await self._scrape_all()
+            verdict = self._evaluate(after, client)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         for name, phase, text in [(n, "before", t) for n, t in self.before.items()] + [
             (n, "after", t) for n, t in after.items()
         ]:
             scrape.save(self.out_dir, name, phase, text)
+        return verdict if self.early is None else stopped_early(verdict, *self.early)
+
+    def _evaluate(self, after: dict[str, str], client: ClientCounts) -> PointValidity:
         servers = {
             name: ServerScrapes(
                 role=role, before=self.before.get(name, ""), after=after.get(name, ""), peaks=self.peaks[name]
             )
             for name, role, _ in self.targets
         }
-        verdict = evaluate(servers, client, self.thresholds, self.connector)
-        return verdict if self.early is None else stopped_early(verdict, *self.early)
+        return evaluate(servers, client, self.thresholds, self.connector)

@@ -6,6 +6,7 @@ from harness.validity.rules import (  # noqa: F401
     early_reason,
     evaluate,
     gauge_peaks,
+    receives_behind,
     stopped_early,
     unverified,
 )

@@ -410,6 +410,12 @@ def early_reason(
     return None
 
 
+def receives_behind(v: PointValidity, client: ClientCounts) -> bool:
+    """Decode has counted fewer completed KV receives than requests completed (so far)."""
+    decode = v.roles.get("decode")
+    return decode is not None and decode.kv_received is not None and decode.kv_received < client.completed
+
+
 def stopped_early(v: PointValidity, reason: str, after_s: float) -> PointValidity:
     """The verdict of a point stopped at `after_s` because early_reason gave `reason`: invalid,
     with that reason first, whatever the (partial) point's own rules found."""
