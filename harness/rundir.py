@@ -38,3 +38,11 @@ def server_record_name(server: str) -> str:
 def image_record_name(node: int | str) -> str:
     """The image one node ran (docker, podman); `node` may be a shell word such as "$NODE"."""
     return f"image-node{node}.json"
+
+
+# The cause a node records when Slurm's warning before the time limit (sbatch --signal=USR2)
+# stops the job: `pdbench node` and container.sh write it, status readers call such a job "timeout".
+TIME_LIMIT_WARNING = (
+    "Slurm warned that the job's time limit is near (sbatch --signal=USR2): the sweep was stopped "
+    "before it; the points finished so far are kept"
+)

@@ -32,12 +32,14 @@ def read_status(run_dir: Path) -> dict | None:
     if p.is_file():
         return json.loads(p.read_text())
     from harness.node.coordination import Coordination
+    from harness.rundir import TIME_LIMIT_WARNING
 
     failure = Coordination(run_dir, "reader", 0).first_failure() if (run_dir / "state").is_dir() else None
     if failure is None:
         return None
     return {
-        "state": "failed",
+        # As write_status says it: stopped by the warning before the time limit is "timeout".
+        "state": "timeout" if failure.cause == TIME_LIMIT_WARNING else "failed",
         "exit_code": None,
         "reason": failure.reason,
         "failure": failure.to_json(),

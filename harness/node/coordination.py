@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from harness import atomic
+from harness.rundir import TIME_LIMIT_WARNING
 
 
 class Aborted(Exception):
@@ -174,12 +175,6 @@ class Coordination:
             if time.monotonic() > deadline:
                 return
             time.sleep(poll)
-
-
-TIME_LIMIT_WARNING = (
-    "Slurm warned that the job's time limit is near (sbatch --signal=USR2): the sweep was stopped "
-    "before it; the points finished so far are kept"
-)
 
 
 def write_status(run_dir: Path, rc: int, failure: Failure | None) -> None:

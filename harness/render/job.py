@@ -21,7 +21,7 @@ from harness.config.load import ConfigError, ResolvedRecipe
 from harness.render import commands as cmd
 from harness.render.commands import Shell, Word, quote
 from harness.render.preflight_spec import preflight_spec
-from harness.rundir import IMAGE_RECORD_JOB, image_record_name
+from harness.rundir import IMAGE_RECORD_JOB, TIME_LIMIT_WARNING, image_record_name
 from harness.topology import JobPlan, PlanFile, bench_name, plan
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "slurm_templates"
@@ -304,6 +304,7 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext) -> JobPlan
             mounts=mounts,
             setup=c.setup,
             image_record=image_record_name("$NODE"),
+            time_limit_warning=TIME_LIMIT_WARNING,
             probe_modules=[
                 "harness.node.runtime",
                 "harness.proxy.server",

@@ -72,6 +72,19 @@ image_id_record() {
   write_record "$file" "$(printf '{"node": %s, "runtime": %s, "image": %s, "ran": %s, "kind": "image id", "digest": %s, "repo_digests": %s, "base_digest": %s, "reason": %s}' \
     "$node" "$(json_str "$runtime")" "$(json_str "$image")" "$(json_str "$ran")" "$digest" "$digests" "$base" "$reason")"
 }
+# A signal before the container runs (Slurm's time-limit warning can come this early, up to a
+# minute before its time): record Slurm's view of the job as on_signal does below, then stop
+# as this node's failure; the warning's cause is the one `pdbench node` records for it.
+# shellcheck disable=SC2317  # called from the traps below
+setup_signal() {
+  timeout 3 scontrol -o show job "$SLURM_JOB_ID" >"$JOB_RECORD.tmp" 2>/dev/null && mv "$JOB_RECORD.tmp" "$JOB_RECORD"
+  if [ "$1" = USR2 ]; then fail 'Slurm warned that the job'"'"'s time limit is near (sbatch --signal=USR2): the sweep was stopped before it; the points finished so far are kept'; fi
+  fail "received SIG$1 while setting up the container, before pdbench's node runtime ran"
+}
+trap 'setup_signal TERM' TERM
+trap 'setup_signal INT' INT
+trap 'setup_signal HUP' HUP
+trap 'setup_signal USR2' USR2
 err=$(mktemp)
 trap 'rm -f "$err"' EXIT
 

@@ -1,0 +1,92 @@
+"""A signal that reaches a node's container.sh before its container runs (Slurm's time-limit
+warning can come up to a minute early) is recorded as that node's cause, with Slurm's view of
+the job, and the run reads as "timeout" for the warning, never as a run with no record."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from test_render import render_case
+
+from harness.rundir import TIME_LIMIT_WARNING
+from harness.runs import read_status
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _fake(bin_dir: Path, name: str, body: str) -> None:
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / name).write_text("#!/bin/bash\n" + body)
+    (bin_dir / name).chmod(0o755)
+
+
+def _start_in_setup(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+    """container.sh of a docker recipe, held in its first step: `docker version` that waits."""
+    script = render_case("dsr1-fp8-1p2d--podman", tmp_path / "render") / "container.sh"
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    bin_dir = tmp_path / "bin"
+    started = tmp_path / "started"
+    _fake(bin_dir, "podman", f"touch {started}\nexec sleep 30\n")
+    _fake(bin_dir, "scontrol", 'echo "JobId=7 JobState=RUNNING Reason=None TimeLimit=00:01:00"\n')
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "RUN_DIR": str(run_dir),
+        "PDBENCH_ROOT": str(tmp_path),
+        "SLURM_JOB_ID": "7",
+        "SLURM_NODEID": "1",
+    }
+    # Its own session: Slurm signals every process of the task, as _signal_task does here.
+    proc = subprocess.Popen(
+        ["bash", str(script)], env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 20
+    while not started.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    return proc, run_dir
+
+
+def _signal_task(sid: int, sig: signal.Signals) -> None:
+    """Every process of the session (the task), whatever its process group: `timeout` puts
+    its command in a group of its own, and Slurm's signal reaches it all the same."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # the session id, after state, ppid and pgrp
+            try:
+                os.kill(int(stat.parent.name), sig)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.mark.parametrize(
+    ("sig", "cause"),
+    [
+        (signal.SIGUSR2, TIME_LIMIT_WARNING),
+        (signal.SIGTERM, "received SIGTERM while setting up the container, before pdbench's node runtime ran"),
+    ],
+)
+def test_signal_during_setup_is_recorded(tmp_path: Path, sig: signal.Signals, cause: str) -> None:
+    proc, run_dir = _start_in_setup(tmp_path)
+    # Precondition: the script is still setting up; nothing is recorded yet.
+    assert proc.poll() is None and read_status(run_dir) is None
+    _signal_task(proc.pid, sig)
+    t0 = time.monotonic()
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - t0 < 10, "the script waited out its set-up step instead of stopping"
+    assert proc.returncode == 1, err
+    failure = json.loads((run_dir / "state" / "root_cause").read_text())
+    assert failure["cause"] == cause and failure["node"] == 1
+    assert (run_dir / "state" / "slurm-job-node1").read_text().startswith("JobId=7 JobState=RUNNING")
+    status = read_status(run_dir)
+    assert status is not None and status["reason"] == f"node 1: {cause}"
+    assert status["state"] == ("timeout" if sig == signal.SIGUSR2 else "failed")
