@@ -240,48 +240,30 @@ def _rule_kv_transferred(decode: RoleStats, client: ClientCounts, t: ValidityThr
         f"decode loaded {decode.external_hits:.0f} of {client.prompt_tokens} prompt tokens "
         f"from remote KV ({share:.1%}; need >= {need:.0%})"
     )
+
+    def result(status: Literal["passed", "failed", "not_checked"], detail: str) -> RuleResult:
+        return RuleResult(name=name, status=status, measured=share, threshold=need, detail=f"{loaded}{detail}")
+
     if share < need:
-        return RuleResult(
-            name=name,
-            status="failed",
-            measured=share,
-            threshold=need,
-            detail=f"{loaded}; {decode.recomputed_tokens or 0:.0f} recomputed on decode",
-        )
+        return result("failed", f"; {decode.recomputed_tokens or 0:.0f} recomputed on decode")
     if ev.received is None:
-        return RuleResult(
-            name=name,
-            status="passed",
-            measured=share,
-            threshold=need,
-            detail=f"{loaded}, as counted by vLLM's scheduler at admission; {ev.missing}, so a completed load "
-            "is not shown (a failed one fails its request under vLLM's default kv_load_failure_policy)",
+        return result(
+            "passed",
+            f", as counted by vLLM's scheduler at admission; {ev.missing}, so a completed load is not shown "
+            "(a failed one fails its request under vLLM's default kv_load_failure_policy)",
         )
     if decode.kv_received is None:
-        return RuleResult(
-            name=name,
-            status="not_checked",
-            measured=share,
-            threshold=need,
-            detail=f"{loaded}, but decode exports no completed-receive counter ({ev.received}), "
+        return result(
+            "not_checked",
+            f", but decode exports no completed-receive counter ({ev.received}), "
             f"which vLLM's {ev.connector} connector exports",
         )
     if decode.kv_received < client.completed:
-        return RuleResult(
-            name=name,
-            status="failed",
-            measured=share,
-            threshold=need,
-            detail=f"{loaded}, but decode completed {decode.kv_received:.0f} KV receive(s) "
-            f"for {client.completed} completed request(s)",
+        return result(
+            "failed",
+            f", but decode completed {decode.kv_received:.0f} KV receive(s) for {client.completed} completed request(s)",
         )
-    return RuleResult(
-        name=name,
-        status="passed",
-        measured=share,
-        threshold=need,
-        detail=f"{loaded}; {decode.kv_received:.0f} completed KV receive(s) for {client.completed} request(s)",
-    )
+    return result("passed", f"; {decode.kv_received:.0f} completed KV receive(s) for {client.completed} request(s)")
 
 
 def _rule_decode_prompt_compute(decode: RoleStats, client: ClientCounts, t: ValidityThresholds) -> RuleResult:
@@ -429,7 +411,8 @@ def stopped_early(v: PointValidity, reason: str, after_s: float) -> PointValidit
         update={
             "verdict": "invalid",
             "valid": False,
-            "reasons": [f"{rule.name}: {rule.detail}"] + [r for r in v.reasons if v.verdict == "invalid"],
+            # An unverified point's reasons say what was not checked: no failure to keep beside this one.
+            "reasons": [f"{rule.name}: {rule.detail}", *(v.reasons if v.verdict == "invalid" else [])],
             "rules": [rule, *v.rules],
         }
     )
