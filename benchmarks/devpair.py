@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.node.supervisor import Managed, Supervisor, signal_group
 from harness.proxy.backends import Backend
 from harness.proxy.flows import PdbenchFlow, TwoPhaseFlow
+from harness.supervisor import Managed, Supervisor, signal_group
 
 REPO = Path(__file__).resolve().parent.parent
 _LEGS = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="prefill-leg")  # overlapped prefill legs

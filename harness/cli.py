@@ -250,7 +250,7 @@ def submit(
 
     from harness.launch import slurm
     from harness.render import current_context, render_job
-    from harness.rundir import create_run_dir
+    from harness.rundir import RunDir
     from harness.topology import check_single_host, plan
 
     overrides = list(set_ or []) + _slurm_overrides(
@@ -283,7 +283,7 @@ def submit(
             check_same_measurement(resumed, rr)
         except ConfigError as e:
             _fail(str(e))
-    run_dir = create_run_dir(results_dir, rr.name)
+    run_dir = RunDir.create(results_dir, rr.name).path
     try:
         ctx = current_context(run_dir, PROJECT_ROOT, rr)
         render_job(rr, run_dir, replace(ctx, resumed_from=str(resumed)) if resumed else ctx)
@@ -311,7 +311,9 @@ def submit(
         return
 
     if dry_run:
-        typer.echo(f"local launcher: would run {job_plan.num_nodes} node process(es) of {run_dir / 'server.sh'}")
+        typer.echo(
+            f"local launcher: would run {job_plan.num_nodes} node process(es) of {RunDir(run_dir).server_script}"
+        )
         return
     from harness.launch.local import run_local
 
@@ -353,7 +355,7 @@ def doctor(
     from harness import doctor as dr
     from harness.launch import slurm
     from harness.render import current_context, render_job
-    from harness.rundir import create_run_dir
+    from harness.rundir import RunDir
     from harness.topology import check_single_host, plan
 
     rr = _load(recipe, set_, cluster)
@@ -367,7 +369,7 @@ def doctor(
     findings = [dr.Finding(dr.SUBMIT_HOST, "vllm-flags", p) for p in _flag_problems(rr)]
     findings += dr.local_findings(rr, str(rr.root))
     # The check job's run directory is kept apart from the benchmark runs (results/.doctor/).
-    run_dir = create_run_dir(results_dir / ".doctor", rr.name)
+    run_dir = RunDir.create(results_dir / ".doctor", rr.name).path
     try:
         render_job(rr, run_dir, current_context(run_dir, PROJECT_ROOT, rr))
     except ConfigError as e:
@@ -414,13 +416,13 @@ def doctor(
 
 
 def _summary(run_dir: Path, rc: int) -> None:
-    from harness.runs import read_status
+    from harness.rundir import RunDir, read_status
 
-    results = sorted(run_dir.glob("concurrency_*.json"))
+    results = RunDir(run_dir).results()
     typer.echo(f"\n{'succeeded' if rc == 0 else f'FAILED (exit {rc})'}: {len(results)} result file(s) in {run_dir}")
     for r in results:
         typer.echo(f"  {r.name}")
-    status = read_status(run_dir)
+    status = read_status(RunDir(run_dir))
     if rc != 0 and status and status.get("reason"):
         typer.echo(f"reason: {status['reason']}")
 
@@ -429,8 +431,9 @@ def _follow(run_dir: Path, job_id: str, timeout_s: float) -> int:
     """Show state changes and the benchmark's progress until the job ends; Ctrl-C cancels it."""
     from harness.launch import slurm
     from harness.launch.local import LogTail
+    from harness.rundir import RunDir
 
-    tail = LogTail([run_dir / "logs" / "node0.log", run_dir / "logs" / "bench.log"], sys.stdout)
+    tail = LogTail([RunDir(run_dir).log("node0"), RunDir(run_dir).log("bench")], sys.stdout)
     last: list[str] = []
 
     def on_poll(info: slurm.JobInfo) -> None:
@@ -451,13 +454,13 @@ def _follow(run_dir: Path, job_id: str, timeout_s: float) -> int:
         return 1
     # The job's status.json is the authority on success; Slurm's state covers what it cannot see.
     # On NFS another host's new file can take a few seconds (attribute caching) to appear here.
-    from harness.runs import read_status
+    from harness.rundir import RunDir, read_status
 
-    status = read_status(run_dir)
+    status = read_status(RunDir(run_dir))
     settle = time.monotonic() + 10
     while (status is None or status.get("finished_at") is None) and time.monotonic() < settle:
         time.sleep(1)
-        status = read_status(run_dir)
+        status = read_status(RunDir(run_dir))
     tail.pump()
     ok = info.state == "COMPLETED" and status is not None and status["state"] == "succeeded"
     if info.state == "UNKNOWN" and status is not None:
@@ -469,10 +472,10 @@ def _follow(run_dir: Path, job_id: str, timeout_s: float) -> int:
 
 
 def _run_dir(run: str, results_dir: Path) -> Path:
-    from harness.runs import RunNotFound, resolve_run
+    from harness.rundir import RunDir, RunNotFound
 
     try:
-        return resolve_run(run, results_dir)
+        return RunDir.resolve(run, results_dir).path
     except RunNotFound as e:
         _fail(str(e))
         raise
@@ -486,7 +489,7 @@ ResultsOpt = Annotated[Path, typer.Option(help="Root directory of run directorie
 def status(run: RunArg, results_dir: ResultsOpt = PROJECT_ROOT / "results") -> None:
     """Show a run's Slurm state, its outcome and its result files."""
     from harness.launch import slurm
-    from harness.runs import read_status
+    from harness.rundir import RunDir, read_status
 
     run_dir = _run_dir(run, results_dir)
     typer.echo(f"run: {run_dir}")
@@ -499,11 +502,11 @@ def status(run: RunArg, results_dir: ResultsOpt = PROJECT_ROOT / "results") -> N
             )
         except slurm.SubmitError as e:
             typer.echo(f"slurm job {job_id}: state unavailable ({e})")
-    st = read_status(run_dir)
+    st = read_status(RunDir(run_dir))
     typer.echo(f"outcome: {st['state'] if st else 'not finished (no status.json yet)'}")
     if st and st.get("reason"):
         typer.echo(f"reason: {st['reason']}")
-    for r in sorted(run_dir.glob("concurrency_*.json")):
+    for r in RunDir(run_dir).results():
         typer.echo(f"  {r.name}")
 
 
@@ -524,10 +527,10 @@ def logs(
     results_dir: ResultsOpt = PROJECT_ROOT / "results",
 ) -> None:
     """Print the logs of a run, by node and role."""
-    from harness.runs import log_files
+    from harness.rundir import RunDir
 
     run_dir = _run_dir(run, results_dir)
-    files = log_files(run_dir, node, role.value if role else None)
+    files = RunDir(run_dir).log_files(node, role.value if role else None)
     if not files:
         _fail(f"{run_dir}: no logs for node={node} role={role.value if role else None}", code=1)
     for f in files:

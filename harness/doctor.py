@@ -18,7 +18,7 @@ from pathlib import Path
 from harness import atomic
 from harness.config.load import ResolvedRecipe
 from harness.node.node_checks import DOCTOR_MARKER, record_path
-from harness.runs import read_status
+from harness.rundir import RunDir, read_status
 
 SUBMIT_HOST = "submit host"
 
@@ -95,7 +95,7 @@ def job_findings(run_dir: Path, num_nodes: int) -> list[Finding]:
     """Every node's problems; a failure recorded before a node could check (its image, its
     container, Slurm) when no node listed a problem."""
     found, silent = node_findings(run_dir, num_nodes)
-    status = read_status(run_dir)
+    status = read_status(RunDir(run_dir))
     if status is not None and status["state"] != "succeeded" and not found:
         failure = status.get("failure") or {}
         where = f"node {failure['node']}" if isinstance(failure.get("node"), int) else "job"

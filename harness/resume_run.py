@@ -11,7 +11,6 @@ request counts, which the client checks point by point) must be equal.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from harness import atomic
 from harness.bench.results import BenchResult
 from harness.bench.resume import incomplete
 from harness.config.load import ConfigError, ResolvedRecipe
+from harness.rundir import ResultName, RunDir
 
 # Keys of the resolved recipe (recipe.lock.yaml) a resumed run may change.
 MAY_DIFFER = (
@@ -42,7 +42,6 @@ MAY_DIFFER = (
     "recipe.benchmark.total_timeout_s",
     "recipe.benchmark.health_check_interval_s",
 )
-_POINT = re.compile(r"concurrency_(\d+)_req_rate_[^_]+(_isl_\d+_osl_\d+)?")
 
 
 def _leaves(obj: Any, prefix: str = "") -> dict[str, Any]:
@@ -61,7 +60,7 @@ def _compared(locked: dict[str, Any]) -> dict[str, Any]:
 
 def check_same_measurement(old_run: Path, rr: ResolvedRecipe) -> None:
     """Raise ConfigError naming the keys when RUN measured something else than RR would."""
-    lock_file = old_run / "recipe.lock.yaml"
+    lock_file = RunDir(old_run).lock
     try:
         old = yaml.safe_load(lock_file.read_text())
     except (OSError, yaml.YAMLError) as e:
@@ -83,7 +82,8 @@ def check_same_measurement(old_run: Path, rr: ResolvedRecipe) -> None:
 def carry_over(old_run: Path, new_run: Path) -> list[str]:
     """Copy OLD_RUN's complete, valid result files (and their metrics/) into NEW_RUN; their names."""
     kept = []
-    for f in sorted(old_run.glob("concurrency_*.json")):
+    old, new = RunDir(old_run), RunDir(new_run)
+    for f in old.results():
         try:
             result = BenchResult.model_validate(json.loads(f.read_text()))
         except (OSError, ValueError, ValidationError):
@@ -92,9 +92,9 @@ def carry_over(old_run: Path, new_run: Path) -> list[str]:
             continue
         atomic.write_bytes(new_run / f.name, f.read_bytes(), replace=False)
         # The point's /metrics evidence (an aggregated baseline's is under metrics/aggregated/).
-        where = Path("metrics") / ("aggregated" if result.metadata.get("disagg") is False else "")
-        m = _POINT.match(f.name)
-        if m and (evidence := old_run / where / f"concurrency_{m[1]}{m[2] or ''}").is_dir():
-            shutil.copytree(evidence, new_run / where / evidence.name)
+        phase = "aggregated" if result.metadata.get("disagg") is False else "disagg"
+        name = ResultName.parse(f.name)
+        if name and (evidence := old.metrics(phase) / name.point_tag).is_dir():
+            shutil.copytree(evidence, new.metrics(phase) / evidence.name)
         kept.append(f.name)
     return kept

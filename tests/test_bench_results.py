@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from harness.bench.results import BenchResult, ResultExistsError, result_filename, write_result
+from harness.bench.results import BenchResult, ResultExistsError, write_result
+from harness.rundir import ResultName
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -44,16 +45,8 @@ def _result(**kw):
     return BenchResult(**(fields | kw))
 
 
-def test_result_filename():
-    assert result_filename(4, math.inf, 1, 2) == "concurrency_4_req_rate_inf_gpus_3_ctx_1_gen_2.json"
-    assert result_filename(4, math.inf, gpus=8) == "concurrency_4_req_rate_inf_gpus_8.json"  # one server
-    assert result_filename(4, math.inf) == "concurrency_4_req_rate_inf.json"  # split unknown
-    assert result_filename(8, 2.5, 2, 2) == "concurrency_8_req_rate_2.5_gpus_4_ctx_2_gen_2.json"
-    assert result_filename(8, 4.0, 0, 1) == "concurrency_8_req_rate_4_gpus_1_ctx_0_gen_1.json"
-
-
 def test_write_never_overwrites(tmp_path):
-    path = tmp_path / "sub" / result_filename(1, math.inf, 1, 1)
+    path = tmp_path / "sub" / ResultName(1, math.inf, prefill_gpus=1, decode_gpus=1).filename
     write_result(_result(**{"p99.9_ttft_ms": 2.0}, metadata={"run": "a"}), path)
     data = json.loads(path.read_text())
     assert data["p99.9_ttft_ms"] == 2.0 and data["metadata"] == {"run": "a"}
@@ -170,7 +163,7 @@ def test_keys_inferencex_would_choke_on_are_refused(key, value, needle):
 def test_concurrent_writers_one_wins(tmp_path):
     import threading
 
-    path = tmp_path / result_filename(2, math.inf, 1, 1)
+    path = tmp_path / ResultName(2, math.inf, prefill_gpus=1, decode_gpus=1).filename
     wins, losses = [], []
 
     def write(i):

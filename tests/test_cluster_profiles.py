@@ -212,9 +212,9 @@ def test_a_node_where_pdbench_cannot_run_records_why(tmp_path: Path) -> None:
     env = dict(os.environ, SLURM_NODEID="1", RUN_DIR=str(out), PDBENCH_PYTHON="/not/shared/.venv/bin/python")
     r = subprocess.run(["bash", str(out / "server.sh")], env=env, timeout=30, capture_output=True, text=True)
     assert r.returncode == 1
-    from harness.runs import read_status
+    from harness.rundir import RunDir, read_status
 
-    status = read_status(out)
+    status = read_status(RunDir(out))
     assert status is not None and status["state"] == "failed"
     assert (
         status["reason"].startswith("node 1: pdbench cannot run on ")

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 from test_render import render_case
 
-from harness.rundir import TIME_LIMIT_WARNING
-from harness.runs import read_status
+from harness.rundir import TIME_LIMIT_WARNING, RunDir, read_status
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -78,7 +77,7 @@ def _signal_task(sid: int, sig: signal.Signals) -> None:
 def test_signal_during_setup_is_recorded(tmp_path: Path, sig: signal.Signals, cause: str) -> None:
     proc, run_dir = _start_in_setup(tmp_path)
     # Precondition: the script is still setting up; nothing is recorded yet.
-    assert proc.poll() is None and read_status(run_dir) is None
+    assert proc.poll() is None and read_status(RunDir(run_dir)) is None
     _signal_task(proc.pid, sig)
     t0 = time.monotonic()
     _, err = proc.communicate(timeout=30)
@@ -87,6 +86,6 @@ def test_signal_during_setup_is_recorded(tmp_path: Path, sig: signal.Signals, ca
     failure = json.loads((run_dir / "state" / "root_cause").read_text())
     assert failure["cause"] == cause and failure["node"] == 1
     assert (run_dir / "state" / "slurm-job-node1").read_text().startswith("JobId=7 JobState=RUNNING")
-    status = read_status(run_dir)
+    status = read_status(RunDir(run_dir))
     assert status is not None and status["reason"] == f"node 1: {cause}"
     assert status["state"] == ("timeout" if sig == signal.SIGUSR2 else "failed")

@@ -29,10 +29,11 @@ from benchmarks.common import free_ports
 from harness import tiny_model
 from harness.config import load_recipe
 from harness.launch.local import _sweep_leftovers, node_env, run_local
-from harness.node.coordination import Aborted, Coordination, Failure
-from harness.node.supervisor import Supervisor
+from harness.node.coordination import Aborted, Coordination
 from harness.render import RenderContext, render_job
-from harness.rundir import server_record_name
+from harness.rundir import Failure
+from harness.rundir.paths import server_record_name
+from harness.supervisor import Supervisor
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKES = Path(__file__).with_name("node_fakes.py")

@@ -17,9 +17,9 @@ import aiohttp
 import pytest
 from test_bench_results import _result
 
-from harness.bench.results import result_filename
 from harness.report.decide import SLOError, decide, parse_slo
 from harness.report.table import build_report
+from harness.rundir import ResultName
 
 pytestmark = pytest.mark.timeout(120)
 OSL = 100
@@ -40,10 +40,10 @@ def _write_run(run: Path) -> None:
     for (kind, isl, conc), (tput, tpot, ttft) in POINTS.items():
         if kind == "disagg":
             md = {"disagg": True, "prefill_gpus": 1, "decode_gpus": 2, "recipe": "r", "valid": True}
-            name = result_filename(conc, math.inf, 1, 2, shape=f"isl_{isl}_osl_{OSL}")
+            name = ResultName(conc, math.inf, f"isl_{isl}_osl_{OSL}", prefill_gpus=1, decode_gpus=2).filename
         else:
             md = {"disagg": False, "gpus": 3, "tp": 1, "recipe": "r", "valid": True}
-            name = result_filename(conc, math.inf, gpus=3, shape=f"isl_{isl}_osl_{OSL}")
+            name = ResultName(conc, math.inf, f"isl_{isl}_osl_{OSL}", gpus=3).filename
         md["validity"] = {"verdict": "valid", "valid": True, "reasons": []}
         part = lambda ms: {"mean": ms, "median": ms, "p99": ms}  # noqa: E731
         breakdown = {"requests": 1, "of": 1, "ttft_ms": part(ttft / 2), "router_ms": part(1.0)}

@@ -10,11 +10,10 @@ from pathlib import Path
 import pytest
 from test_bench_results import _result
 
-from harness.bench.results import result_filename
+from harness.rundir import ResultName
 
 pytestmark = pytest.mark.timeout(180)
 RECIPE = "dsr1-fp8-1p2d"  # renders without a model or vLLM here (--skip-flag-check)
-NAME = result_filename  # (concurrency, rate, prefill, decode) -> file name
 
 
 def _submit(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
@@ -25,7 +24,7 @@ def _submit(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 def _write(run: Path, concurrency: int, **kw) -> Path:
     n = 10 * concurrency  # the recipe's prompts_multiplier default
     r = _result(**({"max_concurrency": concurrency, "num_prompts": n, "completed": n, "random_input_len": 1024} | kw))
-    path = run / NAME(concurrency, float("inf"), 8, 16)
+    path = run / ResultName(concurrency, float("inf"), prefill_gpus=8, decode_gpus=16).filename
     path.write_text(r.model_dump_json())
     return path
 
@@ -52,7 +51,7 @@ def test_resume_copies_finished_points_and_turns_resume_on(tmp_path: Path) -> No
     assert bench["resume"] is True and bench["metadata"]["resumed_from"] == str(old)
     assert "resumed_from" in (new / "recipe.lock.yaml").read_text()
     # An aggregated baseline's point keeps its evidence from metrics/aggregated/ too.
-    agg = old / NAME(8, float("inf"), gpus=24)
+    agg = old / ResultName(8, float("inf"), gpus=24).filename
     agg.write_text(
         _result(max_concurrency=8, num_prompts=80, completed=80, random_input_len=1024, random_output_len=1024)
         .model_copy(update={"metadata": {"disagg": False}})

@@ -30,7 +30,7 @@ from harness.bench.runtime_info import (
 from harness.node import package_probe
 from harness.node.versions import Interpreter, probe, record_servers, server_interpreter, server_records
 from harness.render.vllm_flags import vllm_version
-from harness.rundir import server_record_name
+from harness.rundir.paths import server_record_name
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -32,7 +32,7 @@ from slurm_cluster import (
 from test_inferencex_contract import assert_inferencex_contract
 
 import harness
-from harness.runs import read_status
+from harness.rundir import RunDir, read_status
 
 pytestmark = pytest.mark.vllm
 
@@ -137,7 +137,7 @@ def _healthy(run_dir: Path, name: str) -> bool:
 
 def _status(run_dir: Path) -> dict:
     # status.json, or what the nodes recorded when Slurm's SIGKILL came before it was written
-    status = read_status(run_dir)
+    status = read_status(RunDir(run_dir))
     assert status is not None, f"no status.json and no recorded failure in {run_dir}"
     return status
 

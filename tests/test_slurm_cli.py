@@ -14,7 +14,7 @@ import pytest
 from harness import topology
 from harness.config import load_recipe
 from harness.launch import slurm
-from harness.runs import log_files, resolve_run
+from harness.rundir import RunDir
 from harness.topology import PlanFile
 
 
@@ -113,11 +113,11 @@ def _run_dir(tmp_path: Path) -> Path:
 
 def test_log_selection_by_node_and_role(tmp_path: Path) -> None:
     run = _run_dir(tmp_path)
-    names = lambda **kw: [p.name for p in log_files(run, **kw)]  # noqa: E731
+    names = lambda **kw: [p.name for p in RunDir(run).log_files(**kw)]  # noqa: E731
     assert names(role="decode") == ["decode-0.log"]
     assert names(node=0) == ["prefill-0.log", "proxy.log", "bench.log", "node0.log"]
     assert names(node=1, role="node") == ["node1.log"]
-    assert resolve_run("r1", tmp_path / "results") == run.resolve()
+    assert RunDir.resolve("r1", tmp_path / "results").path == run.resolve()
 
 
 def test_logs_status_cancel_commands(tmp_path: Path, fake_bin: Path) -> None:

@@ -119,35 +119,6 @@ class BenchResult(BaseModel):
         return self
 
 
-def rate_label(request_rate: float) -> str:
-    if math.isinf(request_rate):
-        return "inf"
-    return str(int(request_rate)) if request_rate.is_integer() else str(request_rate)
-
-
-def result_filename(
-    concurrency: int,
-    request_rate: float,
-    prefill_gpus: int | None = None,
-    decode_gpus: int | None = None,
-    gpus: int | None = None,
-    shape: str | None = None,
-) -> str:
-    """`concurrency_C_req_rate_R` + the shape of a several-shape sweep (`_isl_<I>_osl_<O>`) + the
-    GPU split as InferenceX's workflow parses it from the name: `_gpus_<P+D>_ctx_<P>_gen_<D>`
-    (disaggregated), `_gpus_<N>` (one aggregated server: it counts all N as the one worker's),
-    or nothing when the split is unknown (its workflow then skips the file rather than invent
-    per-GPU figures)."""
-    name = f"concurrency_{concurrency}_req_rate_{rate_label(request_rate)}"
-    if shape is not None:
-        name += f"_{shape}"
-    if prefill_gpus is not None and decode_gpus is not None:
-        name += f"_gpus_{prefill_gpus + decode_gpus}_ctx_{prefill_gpus}_gen_{decode_gpus}"
-    elif gpus is not None:
-        name += f"_gpus_{gpus}"
-    return name + ".json"
-
-
 def write_result(result: BenchResult, path: Path) -> Path:
     """Create `path` with the result, atomically and only if it does not exist."""
     path = Path(path)

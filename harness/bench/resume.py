@@ -13,6 +13,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from harness.bench.results import BenchResult
+from harness.rundir.paths import SUPERSEDED
 
 
 def why_not_kept(path: Path, isl: int, osl: int, concurrency: int, num_prompts: int, model: str) -> str | None:
@@ -46,7 +47,7 @@ def incomplete(result: BenchResult) -> str | None:
 
 def set_aside(path: Path) -> Path:
     """Move PATH into superseded/ beside it without replacing anything there; returns the new path."""
-    dest_dir = path.parent / "superseded"
+    dest_dir = path.parent / SUPERSEDED
     dest_dir.mkdir(exist_ok=True)
     for n in range(1000):
         dest = dest_dir / (path.name if n == 0 else f"{path.stem}.{n}{path.suffix}")

@@ -24,7 +24,7 @@ from harness.bench.config import BenchConfig
 from harness.bench.validity_probe import parse_target
 from harness.node.package_probe import PACKAGES
 from harness.node.versions import PROBE_TIMEOUT_S
-from harness.rundir import IMAGE_RECORD_GLOB, server_record_name
+from harness.rundir.paths import IMAGE_RECORD_GLOB, server_record_name
 
 VERSION_TIMEOUT_S = 5.0
 # A node records its servers once they are healthy, which may be just after node 0 saw them

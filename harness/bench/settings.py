@@ -27,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from harness.rundir.result_name import shape_tag
 from harness.validity import ValidityThresholds
 
 ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -59,7 +60,7 @@ class Shape(BaseModel):
     @property
     def tag(self) -> str:
         """What names this shape in result files and directories: isl_<I>_osl_<O>."""
-        return f"isl_{self.isl}_osl_{self.osl}"
+        return shape_tag(self.isl, self.osl)
 
 
 class BenchmarkSettings(BaseModel):

@@ -38,7 +38,6 @@ from harness.bench.progress import Display, log, pick_mode
 from harness.bench.results import (
     BenchResult,
     ResultExistsError,
-    result_filename,
     write_result,
 )
 from harness.bench.resume import set_aside, why_not_kept
@@ -49,8 +48,10 @@ from harness.bench.ttft_breakdown import kv_transfer_ms, ttft_breakdown
 from harness.bench.validity_probe import PointProbe
 from harness.bench.watchdog import TargetDied, Watchdog
 from harness.bench.workers import LagMonitor, LoadReport, WorkerPool, default_workers
-from harness.proxy.timings import HEADER as TIMING_HEADER
-from harness.proxy.timings import read_all as read_timings
+from harness.rundir import ResultName
+from harness.rundir.proxy_timings import HEADER as TIMING_HEADER
+from harness.rundir.proxy_timings import read_all as read_timings
+from harness.rundir.result_name import point_tag
 from harness.validity import ClientCounts, unverified
 
 # Sub-streams of the seed per point, so a point's prompts do not depend on which
@@ -314,7 +315,7 @@ class _Sweep:
         wall_offset = time.time() - time.perf_counter()  # request times are perf_counter
         probe = None
         if cfg.scrape:
-            where = f"concurrency_{concurrency}" + (f"_{self.shape_tag}" if self.shape_tag else "")
+            where = point_tag(concurrency, self.shape_tag)
             probe = PointProbe(
                 cfg.scrape,
                 Path(cfg.result_dir) / cfg.metrics_dir / where,
@@ -443,7 +444,7 @@ class _Sweep:
         for shape in base.shape_list():
             tag = shape.tag if base.multi_shape else None
             for c in base.concurrency:
-                name = result_filename(c, base.request_rate, base.prefill_gpus, base.decode_gpus, base.gpus, tag)
+                name = ResultName(c, base.request_rate, tag, base.prefill_gpus, base.decode_gpus, base.gpus).filename
                 points.append(_Point(shape, c, result_dir / name))
         existing = [p for p in points if p.path.exists()]
         if existing and not base.resume:

@@ -2,7 +2,7 @@
 clock, into the proxy's own time, the prefill leg, the decode leg up to its first byte and the
 rest (the client's send and the proxy's relay back).
 
-Per request (the proxy's record of it, matched by X-Pdbench-Id; see harness.proxy.timings):
+Per request (the proxy's record of it, matched by X-Pdbench-Id; see harness.rundir.proxy_timings):
     router_ms   arrival at the proxy -> first leg sent, plus any gap between the legs
     prefill_ms  prefill queue and compute (absent for an aggregated instance)
     decode_ms   decode leg -> first byte: KV transfer, decode scheduling, first token

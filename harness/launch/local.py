@@ -21,8 +21,8 @@ from typing import TextIO
 
 import psutil
 
-from harness.node.coordination import Coordination, Failure, write_status
-from harness.node.supervisor import stop_groups
+from harness.rundir import Failure, FailureRecords, RunDir, write_status
+from harness.supervisor import stop_groups
 
 log = logging.getLogger(__name__)
 
@@ -79,24 +79,24 @@ class LogTail:
 def run_local(run_dir: Path, num_nodes: int, timeout_s: float, grace_s: float, echo: TextIO | None = sys.stdout) -> int:
     """Run every node of the job; returns the job's exit status (0 when every node succeeded)."""
     job_id = f"local-{run_dir.name}"
-    logs = run_dir / "logs"
-    logs.mkdir(exist_ok=True)
+    run = RunDir(run_dir)
+    run.logs.mkdir(exist_ok=True)
     nodes: list[subprocess.Popen] = []
-    tail = LogTail([logs / "node0.log", logs / "bench.log"], echo) if echo else None
+    tail = LogTail([run.log("node0"), run.log("bench")], echo) if echo else None
     rc = 0
     # The launcher records why it stops the job before it signals any node, so no node can
     # mistake the launcher's SIGTERM for the cause.
-    coord = Coordination(run_dir, "launcher", num_nodes)
+    failures = FailureRecords(run)
     # Signal handlers can only be set from the main thread (tests run the launcher in others).
     in_main = threading.current_thread() is threading.main_thread()
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)} if in_main else {}
     try:
         for i in range(num_nodes):
             # The node runtime logs to logs/node<i>.log itself; this keeps anything else it prints.
-            with open(logs / f"node{i}.out", "ab") as out:
+            with open(run.logs / f"node{i}.out", "ab") as out:
                 nodes.append(
                     subprocess.Popen(
-                        ["bash", str(run_dir / "server.sh")],
+                        ["bash", str(run.server_script)],
                         stdin=subprocess.DEVNULL,
                         stdout=out,
                         stderr=subprocess.STDOUT,
@@ -117,7 +117,7 @@ def run_local(run_dir: Path, num_nodes: int, timeout_s: float, grace_s: float, e
             if first_failure_at is not None and time.monotonic() - first_failure_at > grace_s + 30:
                 log.error("a node failed; stopping the others")
                 failed = next(i for i, c in enumerate(codes) if c not in (None, 0))
-                coord.record_failure(
+                failures.record(
                     Failure(
                         "launcher",
                         f"node {failed} exited with code {codes[failed]} "
@@ -127,17 +127,17 @@ def run_local(run_dir: Path, num_nodes: int, timeout_s: float, grace_s: float, e
                 break
             if time.monotonic() > deadline:
                 log.error("the job exceeded its time limit of %.0f s; stopping it", timeout_s)
-                coord.record_failure(Failure("launcher", f"the job reached its time limit of {timeout_s:.0f} s"))
+                failures.record(Failure("launcher", f"the job reached its time limit of {timeout_s:.0f} s"))
                 rc = 124
                 break
             time.sleep(0.5)
     except KeyboardInterrupt:
         log.error("interrupted; stopping every node")
-        coord.record_failure(Failure("launcher", "interrupted by the user (Ctrl-C)"))
+        failures.record(Failure("launcher", "interrupted by the user (Ctrl-C)"))
         rc = 130
     except _Terminated as e:
         log.error("received %s; stopping every node", signal.Signals(e.signum).name)
-        coord.record_failure(Failure("launcher", f"received {signal.Signals(e.signum).name}"))
+        failures.record(Failure("launcher", f"received {signal.Signals(e.signum).name}"))
         rc = 128 + e.signum
     finally:
         for sig in previous:
@@ -150,14 +150,14 @@ def run_local(run_dir: Path, num_nodes: int, timeout_s: float, grace_s: float, e
             signal.signal(sig, handler)
     if rc == 0:
         rc = next((c for c in (p.returncode for p in nodes) if c), 0)
-    if not (run_dir / "status.json").is_file():
+    if not run.status.is_file():
         # The head node was killed before it could write the job's status.
-        failure = coord.first_failure()
+        failure = failures.first()
         if rc and failure is None:
             failure = Failure(
                 "launcher", f"node processes exited with codes {[p.returncode for p in nodes]} and recorded no reason"
             )
-        write_status(run_dir, rc, failure if rc else None)
+        write_status(run, rc, failure if rc else None)
     return rc
 
 
@@ -174,7 +174,7 @@ def _interrupt(signum: int, _frame: object) -> None:
 def _sweep_leftovers(run_dir: Path) -> None:
     """Kill what a node runtime recorded but could not reap (it was SIGKILLed, say): the
     recorded process and every member of its process group, even when the leader is gone."""
-    for record in (run_dir / "state").glob("procs-node*.json"):
+    for record in RunDir(run_dir).proc_records():
         try:
             procs = json.loads(record.read_text())
         except (OSError, ValueError):

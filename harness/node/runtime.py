@@ -22,22 +22,16 @@ from types import FrameType
 
 from harness.config.schema import TimeoutSpec
 from harness.node.affinity import pin_instance
-from harness.node.coordination import (
-    TIME_LIMIT_WARNING,
-    Aborted,
-    Coordination,
-    Failure,
-    discover_address,
-    write_status,
-)
+from harness.node.coordination import Aborted, Coordination, discover_address
 from harness.node.health import is_healthy, smoke_request
 from harness.node.heartbeat import HostHeartbeat
 from harness.node.node_checks import describe as describe_problems
 from harness.node.node_checks import is_doctor_run, run_preflight
 from harness.node.secrets import ensure_job_secret
 from harness.node.signal_cause import describe_signal
-from harness.node.supervisor import Supervisor
 from harness.node.versions import record_servers
+from harness.rundir import TIME_LIMIT_WARNING, Failure, RunDir, write_status
+from harness.supervisor import Supervisor
 from harness.topology import Phase, PlanFile, Process, bench_name
 from harness.validity.scrape import scrape_all
 
@@ -68,6 +62,10 @@ class NodeContext:
     plan: PlanFile
 
     @property
+    def run(self) -> RunDir:
+        return RunDir(self.run_dir)
+
+    @property
     def timeouts(self) -> TimeoutSpec:
         return self.plan.timeouts
 
@@ -88,19 +86,20 @@ def _raise_interrupted(signum: int, _frame: FrameType | None) -> None:
 
 def run_node(run_dir: Path, node_id: int | None = None) -> int:
     run_dir = run_dir.resolve()
-    plan = PlanFile.model_validate_json((run_dir / "plan.json").read_text())
+    run = RunDir(run_dir)
+    plan = PlanFile.model_validate_json(run.plan.read_text())
     if node_id is None:
         node_id = int(os.environ.get("SLURM_NODEID", os.environ.get("SLURM_PROCID", "0")))
     if not 0 <= node_id < plan.num_nodes:
         log.error("node id %d is outside this job's %d nodes", node_id, plan.num_nodes)
         return EXIT_FAILED
     ctx = NodeContext(run_dir, node_id, plan)
-    (run_dir / "logs").mkdir(exist_ok=True)
-    handler = logging.FileHandler(run_dir / "logs" / f"node{node_id}.log")
+    run.logs.mkdir(exist_ok=True)
+    handler = logging.FileHandler(run.log(f"node{node_id}"))
     handler.setFormatter(logging.Formatter(f"%(asctime)s node{node_id} %(levelname)s %(message)s"))
     logging.getLogger("harness").addHandler(handler)  # every harness module logging on this node
     coord = Coordination(run_dir, node_id, plan.num_nodes)
-    sup = Supervisor(run_dir / "logs", record=run_dir / "state" / f"procs-node{node_id}.json", adopt_orphans=True)
+    sup = Supervisor(run.logs, record=run.proc_record(node_id), adopt_orphans=True)
     # SIGUSR2: Slurm's warning before the time limit (#SBATCH --signal=USR2@<s>): stop while
     # there is time to tear down and record, instead of depending on KillWait after SIGTERM.
     for sig in (*STOP_SIGNALS, signal.SIGUSR2):
@@ -143,7 +142,7 @@ def run_node(run_dir: Path, node_id: int | None = None) -> int:
             # Only a consequence was seen here; the node with the cause records it before it
             # exits. Bounded well inside Slurm's KillWait.
             coord.settle(ctx.timeouts.settle_s)
-        write_status(run_dir, rc, coord.first_failure() if rc != EXIT_OK else None)
+        write_status(run, rc, coord.first_failure() if rc != EXIT_OK else None)
     coord.mark_exited(rc)
     return rc
 
@@ -187,7 +186,7 @@ def _run(ctx: NodeContext, coord: Coordination, sup: Supervisor) -> None:
     # The bundled connector's KV server serves only peers that prove this job's secret
     # (its secret_file, ${RUN_DIR}/state/kv_secret in the rendered kv-transfer-config).
     ensure_job_secret(ctx.run_dir)
-    server_sh = str(ctx.run_dir / "server.sh")
+    server_sh = str(ctx.run.server_script)
 
     def start(name: str) -> None:
         sup.start(name, ["bash", server_sh, "proc", name], env, cwd=ctx.run_dir)
@@ -265,7 +264,7 @@ def _run_phase(
     log.info("smoke request through the proxy answered %r", text)
 
     targets = {p.name: f"http://{addrs[p.node]}:{p.port}" for p in servers}
-    metrics = ctx.run_dir / "metrics" / ("" if phase == "disagg" else phase)
+    metrics = ctx.run.metrics(phase)
     scrape_all(targets, metrics, "before")
     start(bench)
     deadline = time.monotonic() + t.bench_s
@@ -296,7 +295,7 @@ def _run_phase(
 def _invalid_points(run_dir: Path) -> list[str]:
     """Points whose result says they did not measure disaggregated serving (metadata.valid)."""
     out = []
-    for f in sorted(run_dir.glob("concurrency_*.json")):
+    for f in RunDir(run_dir).results():
         try:
             meta = json.loads(f.read_text()).get("metadata") or {}
         except (OSError, ValueError):
@@ -311,7 +310,7 @@ def _invalid_points(run_dir: Path) -> list[str]:
 def _unverified_points(run_dir: Path) -> list[str]:
     """Points whose validity rules had no server metrics to judge (metadata.valid is null)."""
     out = []
-    for f in sorted(run_dir.glob("concurrency_*.json")):
+    for f in RunDir(run_dir).results():
         try:
             meta = json.loads(f.read_text()).get("metadata") or {}
         except (OSError, ValueError):
@@ -331,8 +330,8 @@ def _exit_failure(ctx: NodeContext, name: str, code: int, primary: bool = True) 
         how,
         process=name,
         role=role,
-        log=f"logs/{name}.log",
-        log_tail=_log_tail(ctx.run_dir / "logs" / f"{name}.log"),
+        log=ctx.run.relative(ctx.run.log(name)),
+        log_tail=_log_tail(ctx.run.log(name)),
         primary=primary,
     )
 
@@ -370,8 +369,8 @@ def _wait_healthy(ctx: NodeContext, urls: dict[str, str], timeout: float, check,
                         f"was not healthy within {timeout:.0f} s",
                         process=name,
                         role=role,
-                        log=f"logs/{name}.log",
-                        log_tail=_log_tail(ctx.run_dir / "logs" / f"{name}.log"),
+                        log=ctx.run.relative(ctx.run.log(name)),
+                        log_tail=_log_tail(ctx.run.log(name)),
                         primary=primary,
                     )
                 )

@@ -13,7 +13,8 @@ import secrets
 import time
 from pathlib import Path
 
-SECRET_FILE = Path("state") / "kv_secret"
+from harness.rundir import RunDir
+
 _MIN_CHARS = 32
 _WAIT_S = 10.0  # a loser of the race on a filesystem without link() waits this long for the bytes
 
@@ -26,7 +27,7 @@ def ensure_job_secret(run_dir: Path | str) -> Path:
     node published first; then that node's file is used. Raises OSError (a bad or
     unreadable secret file included), so a node fails before it starts any server.
     """
-    path = Path(run_dir) / SECRET_FILE
+    path = RunDir(Path(run_dir)).secret
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists():
         _publish(path, secrets.token_hex(32) + "\n")

@@ -1,6 +1,6 @@
 """What each of this node's servers runs on: its interpreter and that interpreter's package
 versions (torch, the connector libraries, pdbench), one record per server in the run
-directory's state/ (harness.rundir.server_record_name), read by the bench client into every
+directory's state/ (RunDir.server_record), read by the bench client into every
 result's metadata (harness.bench.runtime_info). vLLM serves its own version (GET /version),
 which the client asks each server for.
 
@@ -25,7 +25,7 @@ from typing import Any
 
 from harness import atomic
 from harness.node import package_probe
-from harness.rundir import STATE_DIR, server_record_name
+from harness.rundir import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +136,6 @@ def record_servers(run_dir: Path, node: int, servers: Mapping[str, int]) -> None
         found = ", ".join(f"{k} {v}" for k, v in rec["versions"].items() if v is not None) or "no package versions"
         log.info("%s runs %s: %s", name, rec["python"] or "an unknown interpreter", found)
         try:
-            atomic.write_json(run_dir / STATE_DIR / server_record_name(name), rec, indent=2)
+            atomic.write_json(RunDir(run_dir).server_record(name), rec, indent=2)
         except OSError as e:
             log.warning("cannot record the versions %s runs: %s", name, e)

@@ -43,8 +43,8 @@ from harness.proxy.http import HttpConnection, Reply, Request, Stream
 from harness.proxy.metrics import ProxyMetrics
 from harness.proxy.registry import Registry
 from harness.proxy.shared import SharedState
-from harness.proxy.timings import HEADER as TIMING_HEADER
-from harness.proxy.timings import Stamps, TimingLog
+from harness.rundir.proxy_timings import HEADER as TIMING_HEADER
+from harness.rundir.proxy_timings import Stamps, TimingLog
 from harness.proxy.upstream import Response, UpstreamClient, UpstreamFailure
 
 log = logging.getLogger(__name__)

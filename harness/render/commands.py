@@ -15,8 +15,7 @@ from typing import Any
 
 from harness.config.load import ResolvedRecipe
 from harness.config.schema import Flags
-from harness.node.secrets import SECRET_FILE
-from harness.rundir import STATE_DIR
+from harness.rundir.paths import SECRET, STATE
 from harness.topology import JobPlan, Phase, Worker
 
 
@@ -96,7 +95,7 @@ def kv_transfer_config(rr: ResolvedRecipe, worker: Worker) -> dict[str, Any]:
         # worker, like NIXL's side-channel ports), and pulls prove the job's secret.
         extra.setdefault("host", NODE_ADDR)
         extra.setdefault("port", worker.side_channel_port)
-        extra.setdefault("secret_file", Shell(f"${{RUN_DIR}}/{SECRET_FILE}"))
+        extra.setdefault("secret_file", Shell(f"${{RUN_DIR}}/{SECRET}"))
     if extra:
         cfg["kv_connector_extra_config"] = extra
     return cfg
@@ -371,7 +370,7 @@ def bench_config(
         "prefill_gpus": plan.devices("prefill"),
         "decode_gpus": plan.devices("decode"),
         "proxy_timings_dir": PROXY_TIMINGS,
-        "runtime_records_dir": STATE_DIR,
+        "runtime_records_dir": STATE,
         "kv_connector": rr.recipe.connector.name,
         "metadata": run_meta,
     }

@@ -21,7 +21,8 @@ from harness.config.load import ConfigError, ResolvedRecipe
 from harness.render import commands as cmd
 from harness.render.commands import Shell, Word, quote
 from harness.render.preflight_spec import preflight_spec
-from harness.rundir import IMAGE_RECORD_JOB, TIME_LIMIT_WARNING, image_record_name
+from harness.rundir import TIME_LIMIT_WARNING
+from harness.rundir.paths import IMAGE_RECORD_JOB, image_record_name
 from harness.topology import JobPlan, PlanFile, bench_name, plan
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "slurm_templates"

@@ -33,10 +33,10 @@ def _resolve(ref: str, results_dir: Path) -> Path:
     p = Path(ref)
     if p.exists():
         return p
-    from harness.runs import RunNotFound, resolve_run
+    from harness.rundir import RunDir, RunNotFound
 
     try:
-        return resolve_run(ref, results_dir)
+        return RunDir.resolve(ref, results_dir).path
     except RunNotFound as e:
         typer.echo(f"error: {ref}: no such run directory or result file ({e})", err=True)
         raise typer.Exit(EXIT_USAGE) from None

@@ -1,0 +1,252 @@
+"""Every path of a run directory, in one place (after submitit's JobPaths).
+
+A run directory (results/<recipe>/<UTC timestamp>-<short id>/) is the contract between the
+stages and machines of a job: render writes the scripts and the plan, the launcher records how
+it ran the job, the nodes write logs, state/ records and the status, the benchmark client writes
+one result per point with its /metrics evidence, and report/collect read it all back. Which stage
+writes and which reads each file is listed in docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.rundir.result_name import ResultName
+
+
+class RunNotFound(Exception):
+    pass
+
+
+# Names relative to the run directory. Rendered scripts and the bench client get them from here.
+PLAN = "plan.json"
+LOCK = "recipe.lock.yaml"
+JOB_SCRIPT = "job.slurm"
+SERVER_SCRIPT = "server.sh"
+CONTAINER_SCRIPT = "container.sh"
+STATUS = "status.json"
+LAUNCH = "launch.json"
+DOCTOR_MARKER = "doctor.json"  # the job checks and stops, starting nothing
+LOGS = "logs"
+STATE = "state"
+NODES = "nodes"
+METRICS = "metrics"
+SUPERSEDED = "superseded"
+PROXY_TIMINGS = "proxy-timings"
+SECRET = f"{STATE}/kv_secret"
+IMAGE_RECORD_GLOB = "image-*.json"
+IMAGE_RECORD_JOB = "image-job.json"  # one image file for the whole job (enroot, apptainer)
+PROC_RECORD_GLOB = "procs-node*.json"
+
+
+def bench_config_name(phase: str) -> str:
+    """The client's settings of one phase: bench.json (disaggregated), bench-<phase>.json."""
+    return "bench.json" if phase == "disagg" else f"bench-{phase}.json"
+
+
+def server_record_name(server: str) -> str:
+    """A server's interpreter and package versions, written by its node into state/."""
+    return f"runtime-{server}.json"
+
+
+def image_record_name(node: int | str) -> str:
+    """The image one node ran (docker, podman); `node` may be a shell word such as "$NODE"."""
+    return f"image-node{node}.json"
+
+
+def metrics_subdir(phase: str) -> str:
+    """Where a phase's /metrics scrapes go, relative to the run directory."""
+    return METRICS if phase == "disagg" else f"{METRICS}/{phase}"
+
+
+# Top-level JSON files of a run directory that are not results.
+CONTROL_FILES = frozenset(
+    {PLAN, STATUS, LAUNCH, DOCTOR_MARKER, bench_config_name("disagg"), bench_config_name("aggregated")}
+)
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    # --- finding and creating ---
+
+    @classmethod
+    def create(cls, results_root: Path, recipe_name: str) -> RunDir:
+        """A new, empty run directory under results_root/recipe_name; never an existing one."""
+        parent = results_root / recipe_name
+        parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(100):
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            path = parent / f"{stamp}-{secrets.token_hex(3)}"
+            try:
+                path.mkdir()  # exist_ok=False: a run directory is never reused
+            except FileExistsError:
+                continue
+            (path / LOGS).mkdir()
+            return cls(path)
+        raise RuntimeError(f"could not create a new run directory under {parent}")
+
+    @staticmethod
+    def is_run_dir(path: Path) -> bool:
+        return (Path(path) / PLAN).is_file()
+
+    @classmethod
+    def resolve(cls, ref: str, results_root: Path) -> RunDir:
+        """A run directory path, or a recipe name (its latest run), or '<recipe>/<run id>'."""
+        p = Path(ref)
+        if cls.is_run_dir(p):
+            return cls(p.resolve())
+        cand = results_root / ref
+        if cls.is_run_dir(cand):
+            return cls(cand.resolve())
+        if cand.is_dir():
+            runs = sorted(d for d in cand.iterdir() if cls.is_run_dir(d))
+            if runs:
+                return cls(runs[-1].resolve())
+        raise RunNotFound(f"{ref}: no run directory (a path, a recipe name under {results_root}, or recipe/run-id)")
+
+    # --- what render writes ---
+
+    @property
+    def plan(self) -> Path:
+        return self.path / PLAN
+
+    @property
+    def lock(self) -> Path:
+        return self.path / LOCK
+
+    @property
+    def job_script(self) -> Path:
+        return self.path / JOB_SCRIPT
+
+    @property
+    def server_script(self) -> Path:
+        return self.path / SERVER_SCRIPT
+
+    @property
+    def container_script(self) -> Path:
+        return self.path / CONTAINER_SCRIPT
+
+    def bench_config(self, phase: str = "disagg") -> Path:
+        return self.path / bench_config_name(phase)
+
+    @property
+    def doctor_marker(self) -> Path:
+        return self.path / DOCTOR_MARKER
+
+    def relative(self, path: Path) -> str:
+        """PATH as the run directory's records name it (relative, so the directory can move)."""
+        return str(path.relative_to(self.path))
+
+    def read_plan(self) -> dict:
+        return json.loads(self.plan.read_text())
+
+    # --- what the launcher and the nodes write ---
+
+    @property
+    def launch_record(self) -> Path:
+        return self.path / LAUNCH
+
+    @property
+    def status(self) -> Path:
+        return self.path / STATUS
+
+    @property
+    def logs(self) -> Path:
+        return self.path / LOGS
+
+    def log(self, name: str) -> Path:
+        """A process's, node's (node<N>) or the client's (bench) log."""
+        return self.logs / f"{name}.log"
+
+    @property
+    def state(self) -> Path:
+        return self.path / STATE
+
+    @property
+    def nodes(self) -> Path:
+        return self.path / NODES
+
+    def node_address(self, node: int | str) -> Path:
+        return self.nodes / f"{node}.json"
+
+    def proc_record(self, node: int) -> Path:
+        return self.state / f"procs-node{node}.json"
+
+    def proc_records(self) -> list[Path]:
+        return sorted(self.state.glob(PROC_RECORD_GLOB))
+
+    def preflight_record(self, node: int) -> Path:
+        return self.state / f"preflight-node{node}.json"
+
+    def server_record(self, server: str) -> Path:
+        return self.state / server_record_name(server)
+
+    def image_records(self) -> list[Path]:
+        return sorted(self.state.glob(IMAGE_RECORD_GLOB))
+
+    @property
+    def secret(self) -> Path:
+        return self.path / SECRET
+
+    # Cross-node coordination records (harness.node.coordination, harness.rundir.failures).
+    @property
+    def root_cause(self) -> Path:
+        return self.state / "root_cause"
+
+    @property
+    def abort(self) -> Path:
+        return self.state / "abort"
+
+    @property
+    def done(self) -> Path:
+        return self.state / "done"
+
+    def phase_done(self, phase: str) -> Path:
+        return self.state / f"done-{phase}"
+
+    def exit_record(self, node: int | str) -> Path:
+        return self.state / f"exit-node{node}.json"
+
+    # --- what the benchmark client writes ---
+
+    @property
+    def proxy_timings(self) -> Path:
+        return self.path / PROXY_TIMINGS
+
+    def metrics(self, phase: str = "disagg") -> Path:
+        return self.path / metrics_subdir(phase)
+
+    def results(self) -> list[Path]:
+        """The result files of the run (one per point), sorted by name."""
+        return sorted(self.path.glob(ResultName.GLOB))
+
+    def result_names(self) -> list[str]:
+        return [p.name for p in self.results()]
+
+    @property
+    def superseded(self) -> Path:
+        return self.path / SUPERSEDED
+
+    # --- reading logs back ---
+
+    def log_files(self, node: int | None = None, role: str | None = None) -> list[Path]:
+        """Logs of the run, optionally of one node and/or one role (prefill, decode, proxy, bench, node)."""
+        plan = self.read_plan()
+        names: list[str] = []
+        for proc in plan["processes"]:
+            if node is not None and proc["node"] != node:
+                continue
+            proc_role = "proxy" if proc["kind"] == "proxy" else proc["name"].split("-")[0]
+            if role is None or role == proc_role:
+                names.append(proc["name"])
+        if role in (None, "bench") and node in (None, plan["proxy_node"]):
+            names.append("bench")
+        if role in (None, "node"):
+            names += [f"node{i}" for i in range(plan["num_nodes"]) if node is None or node == i]
+        return [self.log(n) for n in names if self.log(n).is_file()]
