@@ -19,6 +19,8 @@ import pytest
 from test_nic import add_device, roce_port
 
 from harness.node import preflight as pf
+from harness.node.preflight import clock
+from harness.node.preflight.gpu_holders import BUSY_HINT
 
 # The fake tools run with a PATH of their own directory only.
 SLEEP, CAT = shutil.which("sleep"), shutil.which("cat")
@@ -264,8 +266,8 @@ def test_busy_amd_gpu(tmp_path: Path) -> None:
     env = fake_amd_smi(tmp_path, AMD_LIST, _amd_process(busy))
     problems = pf.check_gpus(8, env=env)
     assert problems == [
-        "GPU 3 is busy: pid 4321 (python3) holds 71234 MiB " + pf._BUSY_HINT,
-        "GPU 5 is busy: pid 55 (python3) holds 2048 MiB " + pf._BUSY_HINT,
+        "GPU 3 is busy: pid 4321 (python3) holds 71234 MiB " + BUSY_HINT,
+        "GPU 5 is busy: pid 55 (python3) holds 2048 MiB " + BUSY_HINT,
     ]
 
 
@@ -580,7 +582,7 @@ def test_clock_in_sync(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("offset", "how"), [(3.2, "ahead of it"), (-5.0, "behind it")])
 def test_clock_skew(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offset: float, how: str) -> None:
-    monkeypatch.setattr(pf, "_now", lambda: time.time() + offset)
+    monkeypatch.setattr(clock, "_now", lambda: time.time() + offset)
     (problem,) = pf.check_clock(tmp_path)
     assert problem.startswith(
         f"this node's clock is {abs(offset):.1f} s off the shared filesystem's ({how}); run chrony/NTP"
