@@ -607,7 +607,7 @@ def test_one_server_without_a_split(model_dir: str, tmp_path: Path) -> None:
     skips the file rather than invent per-GPU figures, and the single-node one needs TP from its CI."""
     from bench_fake_server import FakeServer
 
-    from harness.report.table import per_gpu
+    from harness.report.normalise import per_gpu
 
     with FakeServer() as srv:
         (agg_file,) = _sweep(model_dir, tmp_path / "g", srv.base_url, gpus=8)

@@ -12,9 +12,12 @@ from typer.testing import CliRunner
 
 from harness.cli import app
 from harness.report import cells, output_csv, output_html, output_json, output_md
-from harness.report.load import load_runs, name_concurrency, name_gpus
-from harness.report.plot import X_LABEL, Y_LABEL, figure, pareto_front, save
-from harness.report.table import build_report, per_gpu
+from harness.report.build import build_report
+from harness.report.load import load_runs
+from harness.report.normalise import per_gpu
+from harness.report.pareto import pareto_front
+from harness.report.pareto_plot import X_LABEL, Y_LABEL, figure, save
+from harness.report.result_names import name_concurrency, name_gpus
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 GOLDEN = Path(__file__).parent / "golden" / "report"

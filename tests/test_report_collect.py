@@ -10,7 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.report.collect import CollectEntry, collect, write_new
+from harness.report.collect import collect, write_new
+from harness.report.collect_entry import CollectEntry
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 DSR1_A = FIXTURES / "dsr1-fp8-2p4d" / "20261201T100000Z-aaa111"

@@ -17,8 +17,9 @@ import aiohttp
 import pytest
 from test_bench_results import _result
 
-from harness.report.decide import SLOError, decide, parse_slo
-from harness.report.table import build_report
+from harness.report.build import build_report
+from harness.report.decide import decide
+from harness.report.slo import SLOError, parse_slo
 from harness.rundir import ResultName
 
 pytestmark = pytest.mark.timeout(120)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.report.table import Metric, Report
+from harness.report.model import Metric
 
 NA = "n/a"
 
@@ -46,37 +46,6 @@ def gpus(row: Any) -> str:
 
 def integer(v: Any) -> str:
     return NA if missing(v) else str(int(v))
-
-
-def run_summaries(report: Report) -> list[dict[str, Any]]:
-    """One line per run: where it came from and what it measured."""
-    out = []
-    for run in report.runs:
-        md = next((p.metadata for p in run.points if p.metadata), {})
-
-        def same(values: list[Any]) -> Any:
-            vals = sorted({str(v) for v in values if v is not None})
-            return None if not vals else vals[0] if len(vals) == 1 else "mixed"
-
-        splits = [f"{p.prefill_gpus}+{p.decode_gpus}" if p.prefill_gpus is not None else None for p in run.points]
-        state = (run.status or {}).get("state") if run.status else ("no status.json" if run.is_pdbench_run else None)
-        out.append(
-            {
-                "run": run.label,
-                "baseline": run.label == report.baseline,
-                "path": report.rel(run.path),
-                "source": same([p.source for p in run.points]),
-                "recipe": md.get("recipe"),
-                "model": same([p.model for p in run.points]),
-                "precision": md.get("precision"),
-                "connector": md.get("connector"),
-                "gpus": same(splits),
-                "fingerprint": same([p.fingerprint for p in run.points]),
-                "state": state,
-                "points": len(run.points),
-            }
-        )
-    return out
 
 
 def serving(row: Any) -> str:

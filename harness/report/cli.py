@@ -72,9 +72,9 @@ def report_command(
     """Compare runs: per-GPU throughput, TTFT/TPOT/E2EL, interactivity and failures per concurrency;
     where disaggregated and aggregated points share an ISL/OSL, their Pareto fronts and ratios."""
     from harness.report import output_csv, output_html, output_json, output_md
-    from harness.report.decide import SLOError, parse_slo
+    from harness.report.build import build_report
     from harness.report.load import RunPathError
-    from harness.report.table import build_report
+    from harness.report.slo import SLOError, parse_slo
 
     try:
         bounds = parse_slo(slo) if slo is not None else None
@@ -100,21 +100,19 @@ def report_command(
         for s in report.skipped:
             typer.echo(f"  {report.rel(s.path)}: {s.reason}", err=True)
     if plot is not None:
-        from harness.report.decide import png
-        from harness.report.plot import save
+        from harness.report import breakdown_plot, decision_plot
+        from harness.report.pareto_plot import save
 
         save(report, plot)
         # And, per shape with both kinds, the disaggregated and aggregated fronts beside it,
         # and where the points' TTFT went.
         if report.breakdowns:
-            from harness.report import breakdown
-
             extra = plot.with_name(f"{plot.stem}-ttft{plot.suffix}")
-            atomic.write_bytes(extra, breakdown.png(report))
+            atomic.write_bytes(extra, breakdown_plot.png(report))
             typer.echo(f"plot: {extra}", err=True)
         for dec in report.decisions:
             extra = plot.with_name(f"{plot.stem}-{dec.tag}{plot.suffix}")
-            atomic.write_bytes(extra, png(dec))
+            atomic.write_bytes(extra, decision_plot.png(dec))
             typer.echo(f"plot: {extra}", err=True)
     if out is not None or plot is not None:
         typer.echo(

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from harness.report.table import Report, export_frame
+from harness.report.export import export_frame
+from harness.report.model import Report
 
 
 def render(report: Report) -> str:

@@ -3,12 +3,15 @@ deltas coloured by whether they are better or worse."""
 
 from __future__ import annotations
 
+import base64
 import html
 import re
 from typing import Any
 
-from harness.report import cells
-from harness.report.table import Report
+from harness.report import breakdown_plot, breakdown_table, cells, decision_plot
+from harness.report.decision_text import RATIO_HEADERS, ratio_rows, summary_lines
+from harness.report.model import Report
+from harness.report.run_summary import run_summaries
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #1f2328; }
@@ -38,17 +41,13 @@ def _cell(text: str, num: bool = False) -> str:
 
 def _decision(report: Report) -> list[str]:
     """The disagg/agg answer: findings, then per shape both Pareto plots (inline PNG) and the ratios."""
-    import base64
-
-    from harness.report.decide import RATIO_HEADERS, png, ratio_rows, summary_lines
-
     if not report.decisions:
         return []
     out = ['<h2 id="decision">Disaggregated vs aggregated</h2>', "<ul>"]
     out += [f"<li>{_text(line)}</li>" for line in summary_lines(report.decisions, report.slo)]
     out.append("</ul>")
     for dec in report.decisions:
-        data = base64.b64encode(png(dec)).decode()
+        data = base64.b64encode(decision_plot.png(dec)).decode()
         title = f"ISL {dec.isl} / OSL {dec.osl}"
         out += [
             f'<h3 id="{dec.tag}">{title}</h3>',
@@ -66,21 +65,17 @@ def _decision(report: Report) -> list[str]:
 
 
 def _breakdown(report: Report) -> list[str]:
-    import base64
-
-    from harness.report import breakdown
-
     if not report.breakdowns:
         return []
-    data = base64.b64encode(breakdown.png(report)).decode()
+    data = base64.b64encode(breakdown_plot.png(report)).decode()
     out = [
         '<h2 id="ttft-breakdown">Where TTFT goes</h2>',
         f'<img class="plot" alt="TTFT breakdown per point" src="data:image/png;base64,{data}">',
         "<table>",
-        "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in breakdown.HEADERS) + "</tr></thead>",
+        "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in breakdown_table.HEADERS) + "</tr></thead>",
         "<tbody>",
     ]
-    for row in breakdown.rows(report):
+    for row in breakdown_table.rows(report):
         cells_ = [_cell(f"<code>{html.escape(row[0])}</code>"), _cell(html.escape(row[1]))]
         out.append("<tr>" + "".join(cells_ + [_cell(html.escape(v), True) for v in row[2:]]) + "</tr>")
     out += [
@@ -133,7 +128,7 @@ def render(report: Report) -> str:
         + "</tr></thead>",
         "<tbody>",
     ]
-    for s in cells.run_summaries(report):
+    for s in run_summaries(report):
         label = f"<code>{html.escape(s['run'])}</code>" + (" (baseline)" if s["baseline"] else "")
         tds = [_cell(label)] + [
             _cell(html.escape(str(s[k])) if s[k] is not None else "–")

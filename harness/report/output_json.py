@@ -7,7 +7,9 @@ import math
 from typing import Any
 
 from harness.report import cells
-from harness.report.table import Report, export_frame
+from harness.report.export import export_frame
+from harness.report.model import Report
+from harness.report.run_summary import run_summaries
 
 
 def _clean(v: Any) -> Any:
@@ -24,7 +26,7 @@ def document(report: Report) -> dict[str, Any]:
     rows = [{k: _clean(v) for k, v in row.items()} for row in export_frame(report, 6).to_dict(orient="records")]
     return {
         "baseline": report.baseline,
-        "runs": cells.run_summaries(report),
+        "runs": run_summaries(report),
         "rows": rows,
         "skipped": [{"path": report.rel(s.path), "reason": s.reason} for s in report.skipped],
         "notes": list(report.notes),

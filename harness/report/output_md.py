@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.report import cells
-from harness.report.table import Report
+from harness.report import breakdown_table, cells
+from harness.report.decision_text import RATIO_HEADERS, ratio_rows, summary_lines
+from harness.report.model import Report
+from harness.report.run_summary import run_summaries
 
 RIGHT = "---:"
 
@@ -25,8 +27,6 @@ def _valid(row: Any) -> str:
 
 
 def _decision(report: Report) -> list[str]:
-    from harness.report.decide import RATIO_HEADERS, ratio_rows, summary_lines
-
     if not report.decisions:
         return []
     out = ["## Disaggregated vs aggregated", ""]
@@ -38,12 +38,11 @@ def _decision(report: Report) -> list[str]:
 
 
 def _breakdown(report: Report) -> list[str]:
-    from harness.report.breakdown import HEADERS, rows
-
     if not report.breakdowns:
         return []
     out = ["## Where TTFT goes (medians, ms)", ""]
-    out += _table(HEADERS, ["---", "---"] + [RIGHT] * (len(HEADERS) - 2), [[_esc(c) for c in r] for r in rows(report)])
+    headers, body = breakdown_table.HEADERS, [[_esc(c) for c in r] for r in breakdown_table.rows(report)]
+    out += _table(headers, ["---", "---"] + [RIGHT] * (len(headers) - 2), body)
     out += [
         "",
         "Proxy: arrival to first leg sent; Prefill: its queue and compute; KV transfer: the decode "
@@ -65,7 +64,7 @@ def render(report: Report) -> str:
         ]
     out += ["## Runs", ""]
     rows = []
-    for s in cells.run_summaries(report):
+    for s in run_summaries(report):
         label = f"`{_esc(s['run'])}`" + (" (baseline)" if s["baseline"] else "")
         rows.append(
             [label]

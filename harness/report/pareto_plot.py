@@ -15,22 +15,11 @@ from matplotlib.figure import Figure
 
 from harness import atomic
 from harness.report import cells
-from harness.report.table import Report
+from harness.report.model import Report
+from harness.report.pareto import pareto_front
 
 X_LABEL = "Interactivity (tok/s/user = 1000 / median TPOT)"
 Y_LABEL = "Total throughput per GPU (tok/s/GPU)"
-
-
-def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The points no other point beats on both axes (higher x and higher y are better), by x."""
-    pts = sorted({p for p in points if all(math.isfinite(v) for v in p)}, key=lambda p: (-p[0], -p[1]))
-    front: list[tuple[float, float]] = []
-    best_y = -math.inf
-    for x, y in pts:  # from the highest x down: keep a point when its y beats all at higher x
-        if y > best_y:
-            front.append((x, y))
-            best_y = y
-    return sorted(front)
 
 
 def figure(report: Report) -> Figure:

@@ -1,0 +1,103 @@
+"""Runs -> Report: one table row per run and point (per-GPU and latency metrics), sorted by shape
+and concurrency, deltas against the baseline run, the notes, the decisions and the breakdowns.
+Output modules only format what is built here."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.report.breakdown import breakdowns
+from harness.report.decide import decide
+from harness.report.deltas import with_deltas
+from harness.report.explain import run_notes
+from harness.report.load import dedupe, load_runs
+from harness.report.model import ID_COLUMNS, METRICS, Report
+from harness.report.normalise import interactivity, per_gpu
+from harness.report.points import Point, Run, serving
+
+
+def _row(run: Run, p: Point, is_baseline: bool, rel: Any) -> dict[str, Any]:
+    tput, out, inp = per_gpu(p.total_token_throughput, p.output_throughput, p.prefill_gpus, p.decode_gpus)
+    ms = p.ms
+    return {
+        "run": run.label,
+        "serving": serving(p),
+        "baseline": is_baseline,
+        "isl": p.isl,
+        "osl": p.osl,
+        "conc": p.concurrency,
+        "prefill_gpus": p.prefill_gpus,
+        "decode_gpus": p.decode_gpus,
+        "valid": p.valid,
+        "verdict": p.verdict,
+        "validity_reasons": "; ".join(p.validity_reasons),
+        "source": p.source,
+        "file": rel(p.path),
+        "tput_per_gpu": tput,
+        "output_tput_per_gpu": out,
+        "input_tput_per_gpu": inp,
+        "median_ttft_ms": ms.get("median_ttft_ms", math.nan),
+        "p99_ttft_ms": ms.get("p99_ttft_ms", math.nan),
+        "p99.9_ttft_ms": ms.get("p99.9_ttft_ms", math.nan),
+        "median_tpot_ms": ms.get("median_tpot_ms", math.nan),
+        "intvty": interactivity(ms.get("median_tpot_ms")),
+        "median_e2el_ms": ms.get("median_e2el_ms", math.nan),
+        "p99_e2el_ms": ms.get("p99_e2el_ms", math.nan),
+        "failed": math.nan if p.failed is None else float(p.failed),
+    }
+
+
+def _table(runs: list[Run], base_run: Run | None, rel: Any) -> pd.DataFrame:
+    """The rows in reading order: by ISL, OSL and concurrency, then run, a disaggregated point
+    before its aggregated baseline."""
+    order = {run.label: i for i, run in enumerate(runs)}
+    rows = [_row(run, p, run is base_run, rel) for run in runs for p in run.points]
+    columns = list(ID_COLUMNS) + [m.column for m in METRICS]
+    df = pd.DataFrame(rows, columns=columns)
+    if not df.empty:
+        df["_order"] = df["run"].map(order)
+        df["_isl"] = df["isl"].fillna(-1)
+        df["_osl"] = df["osl"].fillna(-1)
+        df = (
+            df.sort_values(
+                ["_isl", "_osl", "conc", "_order", "serving"],
+                ascending=[True, True, True, True, False],  # disagg, then its baseline
+                kind="stable",
+            )
+            .drop(columns=["_order", "_isl", "_osl"])
+            .reset_index(drop=True)
+        )
+        for col in ("isl", "osl", "prefill_gpus", "decode_gpus"):
+            df[col] = df[col].astype("Int64")
+        df["valid"] = df["valid"].astype("boolean")
+    return df
+
+
+def build_report(
+    run_paths: list[Path], baseline: Path | None = None, root: Path | None = None, slo: dict[str, float] | None = None
+) -> Report:
+    """Load the runs (the baseline first when given), build the table and the deltas."""
+    paths = ([baseline] if baseline is not None else []) + [p for p in run_paths]
+    loaded = load_runs(paths)
+    dedupe(loaded)
+    report = Report(
+        runs=loaded.runs, baseline=None, table=pd.DataFrame(), skipped=loaded.skipped, root=root or Path.cwd()
+    )
+    report.notes += [f"{report.rel(n.path)}: {n.text}" for n in loaded.notes]
+    base_run = loaded.runs[0] if baseline is not None else None
+    if base_run is not None:
+        report.baseline = base_run.label
+    df = _table(loaded.runs, base_run, report.rel)
+    if base_run is not None:
+        df, notes = with_deltas(df)
+        report.notes += notes
+    report.notes += run_notes(loaded.runs)
+    report.table = df
+    report.slo = slo
+    report.decisions = decide(df, slo)
+    report.breakdowns = breakdowns(loaded.runs)
+    return report

@@ -1,0 +1,107 @@
+"""The report's data: the table's metrics and columns, the Report that compute fills and the
+output modules format, and the disaggregated-vs-aggregated decision per ISL/OSL shape."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.report.points import Run, Skipped
+
+
+@dataclass(frozen=True)
+class Metric:
+    column: str
+    header: str
+    better: int  # +1: higher is better, -1: lower is better
+    kind: str  # "tput", "ms", "count"
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("tput_per_gpu", "Total tok/s/GPU", +1, "tput"),
+    Metric("output_tput_per_gpu", "Output tok/s/decode GPU", +1, "tput"),
+    Metric("input_tput_per_gpu", "Input tok/s/prefill GPU", +1, "tput"),
+    Metric("median_ttft_ms", "TTFT p50 (ms)", -1, "ms"),
+    Metric("p99_ttft_ms", "TTFT p99 (ms)", -1, "ms"),
+    Metric("p99.9_ttft_ms", "TTFT p99.9 (ms)", -1, "ms"),
+    Metric("median_tpot_ms", "TPOT p50 (ms)", -1, "ms"),
+    Metric("intvty", "Interactivity (tok/s/user)", +1, "tput"),
+    Metric("median_e2el_ms", "E2EL p50 (ms)", -1, "ms"),
+    Metric("p99_e2el_ms", "E2EL p99 (ms)", -1, "ms"),
+    Metric("failed", "Failed", -1, "count"),
+)
+
+ID_COLUMNS = (
+    "run",
+    "serving",  # disagg, or agg (an aggregated baseline's point)
+    "baseline",
+    "isl",
+    "osl",
+    "conc",
+    "prefill_gpus",
+    "decode_gpus",
+    "valid",
+    "verdict",
+    "validity_reasons",
+    "source",
+    "file",
+)
+
+
+@dataclass
+class FrontPoint:
+    x: float
+    y: float  # throughput per GPU
+    run: str
+    conc: int
+
+
+@dataclass
+class ShapeDecision:
+    """Does disaggregation pay at one ISL/OSL shape (see harness.report.decide)."""
+
+    isl: int
+    osl: int
+    fronts: dict[str, list[FrontPoint]]  # kind -> front over interactivity, by x
+    ttft_fronts: dict[str, list[FrontPoint]]  # kind -> front over TTFT p99 (x in ms), by x
+    points: dict[str, list[FrontPoint]]  # kind -> every valid point (x interactivity)
+    at_interactivity: list[tuple[float, float, float, float]]  # (tok/s/user, disagg, agg, ratio)
+    at_concurrency: list[tuple[int, float, float, float]]  # (conc, disagg, agg, ratio)
+    best: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # "any"/"disagg"/"agg" -> row
+
+    @property
+    def tag(self) -> str:
+        return f"isl_{self.isl}_osl_{self.osl}"
+
+
+# A point with a TTFT breakdown: (run, serving, isl, osl, conc, its ttft_breakdown).
+Breakdown = tuple[str, str, Any, Any, int, dict[str, Any]]
+
+
+@dataclass
+class Report:
+    runs: list[Run]
+    baseline: str | None  # the baseline run's label
+    table: pd.DataFrame
+    skipped: list[Skipped]
+    notes: list[str] = field(default_factory=list)
+    root: Path = field(default_factory=Path.cwd)
+    # Disaggregated vs aggregated, per shape that has both.
+    decisions: list[ShapeDecision] = field(default_factory=list)
+    slo: dict[str, float] | None = None
+    breakdowns: list[Breakdown] = field(default_factory=list)  # table order
+
+    def rel(self, path: Path) -> str:
+        """A path as shown in outputs: relative to `root` (stable across machines)."""
+        try:
+            return os.path.relpath(Path(path).resolve(), self.root.resolve())
+        except ValueError:
+            return str(path)
+
+    @property
+    def metrics(self) -> tuple[Metric, ...]:
+        return METRICS

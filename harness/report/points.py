@@ -1,0 +1,83 @@
+"""The report's input model: what was read from the result files of every run, and what was not.
+
+`load` fills it; everything above reads it. A point keeps its file's latencies under their own
+keys (in ms), so the table and `collect` take what they need without re-reading the file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Skipped:
+    path: Path
+    reason: str
+
+
+@dataclass(frozen=True)
+class Note:
+    """Something a reader should know about a file that was used (or a run argument)."""
+
+    path: Path
+    text: str
+
+
+@dataclass
+class Point:
+    """One sweep point, whatever client wrote it. Latencies stay in ms under their file keys."""
+
+    path: Path
+    source: str  # pdbench | vllm | inferencex | srt-slurm
+    concurrency: int
+    request_rate: str | None
+    isl: int | None
+    osl: int | None
+    model: str | None
+    completed: int | None
+    failed: int | None
+    failed_derived: bool  # failed = num_prompts - completed (files without a `failed` key)
+    total_token_throughput: float
+    output_throughput: float
+    prefill_gpus: int | None
+    decode_gpus: int | None
+    gpus_from: str | None
+    ms: dict[str, float]  # every numeric key ending in "ms", in file order, aliases resolved
+    metadata: dict[str, Any]
+    valid: bool | None  # True / False for a valid / invalid verdict; None otherwise
+    validity_reasons: list[str]  # why the verdict is not "valid"
+    fingerprint: str | None
+    stop_reason: str | None = None  # pdbench: why the point ended before every request was done
+    # "valid" | "invalid" | "unverified" (a pdbench point without evidence); None: another
+    # tool's file, which has no notion of validity.
+    verdict: str | None = None
+    ttft_breakdown: dict[str, Any] | None = None  # pdbench: where the point's TTFT went
+
+
+@dataclass
+class Run:
+    path: Path
+    label: str
+    status: dict[str, Any] | None
+    is_pdbench_run: bool
+    points: list[Point] = field(default_factory=list)
+
+
+@dataclass
+class Loaded:
+    runs: list[Run]
+    skipped: list[Skipped]
+    notes: list[Note]
+
+
+def serving(p: Point) -> str:
+    """ "agg" for an aggregated point (metadata.disagg false: a baseline), else "disagg"."""
+    return "agg" if p.metadata.get("disagg") is False else "disagg"
+
+
+def dedupe_key(run: Run, p: Point) -> tuple[Any, ...]:
+    """The point identity of `collect` and of a report row: run, recipe fingerprint, serving kind
+    (a run holds a disaggregated sweep and its aggregated baseline), ISL, OSL, conc."""
+    return (str(run.path.resolve()), p.fingerprint, serving(p), p.isl, p.osl, p.concurrency)

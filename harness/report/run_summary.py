@@ -1,0 +1,38 @@
+"""One summary per run: where it came from and what it measured (the outputs' Runs section)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.report.model import Report
+
+
+def _same(values: list[Any]) -> Any:
+    """The one value of a run's points, "mixed" when they differ, None when none has one."""
+    vals = sorted({str(v) for v in values if v is not None})
+    return None if not vals else vals[0] if len(vals) == 1 else "mixed"
+
+
+def run_summaries(report: Report) -> list[dict[str, Any]]:
+    out = []
+    for run in report.runs:
+        md = next((p.metadata for p in run.points if p.metadata), {})
+        splits = [f"{p.prefill_gpus}+{p.decode_gpus}" if p.prefill_gpus is not None else None for p in run.points]
+        state = (run.status or {}).get("state") if run.status else ("no status.json" if run.is_pdbench_run else None)
+        out.append(
+            {
+                "run": run.label,
+                "baseline": run.label == report.baseline,
+                "path": report.rel(run.path),
+                "source": _same([p.source for p in run.points]),
+                "recipe": md.get("recipe"),
+                "model": _same([p.model for p in run.points]),
+                "precision": md.get("precision"),
+                "connector": md.get("connector"),
+                "gpus": _same(splits),
+                "fingerprint": _same([p.fingerprint for p in run.points]),
+                "state": state,
+                "points": len(run.points),
+            }
+        )
+    return out

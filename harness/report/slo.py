@@ -1,0 +1,42 @@
+"""Latency bounds (`--slo ttft_p99=2000,tpot_p50=30`): their keys, the table columns they bound,
+and the parse with errors that name the key."""
+
+from __future__ import annotations
+
+import math
+
+# --slo keys -> the report table's columns (latencies in ms)
+SLO_COLUMNS = {
+    "ttft_p50": "median_ttft_ms",
+    "ttft_p99": "p99_ttft_ms",
+    "ttft_p99.9": "p99.9_ttft_ms",
+    "tpot_p50": "median_tpot_ms",
+    "e2el_p50": "median_e2el_ms",
+    "e2el_p99": "p99_e2el_ms",
+}
+
+
+class SLOError(ValueError):
+    pass
+
+
+def parse_slo(text: str) -> dict[str, float]:
+    """'ttft_p99=2000,tpot_p50=30' -> {'ttft_p99': 2000.0, 'tpot_p50': 30.0} (ms bounds)."""
+    out: dict[str, float] = {}
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        key = key.strip().lower()
+        if not sep or key not in SLO_COLUMNS:
+            raise SLOError(f"--slo: {item!r}: expected KEY=MS with KEY one of {', '.join(SLO_COLUMNS)}")
+        try:
+            bound = float(value)
+        except ValueError:
+            raise SLOError(f"--slo: {key}: {value!r} is not a number of milliseconds") from None
+        if not math.isfinite(bound) or bound <= 0:
+            raise SLOError(f"--slo: {key}: the bound must be a positive number of milliseconds, got {value!r}")
+        out[key] = bound
+    if not out:
+        raise SLOError("--slo: no bound given (e.g. --slo ttft_p99=2000,tpot_p50=30)")
+    return out
