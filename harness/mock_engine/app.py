@@ -17,7 +17,8 @@ from typing import Any
 from aiohttp import web
 
 from harness.mock_engine.config import MockEngineConfig
-from harness.mock_engine.metrics import COUNTER_NAMES, FINISH_REASONS, PROMPT_SOURCES, EngineMetrics
+from harness.mock_engine.counters import EngineCounters
+from harness.mock_engine.metrics import EngineMetrics
 
 try:  # optional: faster request parsing
     from orjson import loads as _loads
@@ -53,12 +54,8 @@ class Engine:
         self.rng = random.Random(cfg.seed)
         self.ttft, self.itl = cfg.ttft, cfg.itl
         self.instant = self.ttft.is_zero and self.itl.is_zero
-        self.counters = dict.fromkeys(COUNTER_NAMES, 0)
-        # vllm:prompt_tokens_by_source: what decode computed itself against what it loaded.
-        self.prompt_by_source = dict.fromkeys(PROMPT_SOURCES, 0)
-        self.success = dict.fromkeys(FINISH_REASONS, 0)
-        self.running = 0
-        self.metrics = EngineMetrics(self)
+        self.counters = EngineCounters()
+        self.metrics = EngineMetrics(self.counters, cfg.model)
         self.arrivals: dict[Any, float] = {}  # transport -> when its request began to arrive
         self.ids = itertools.count()
         self.id_prefix = uuid.uuid4().hex[:16]
@@ -240,16 +237,6 @@ class Engine:
             "remote_num_tokens": prompt_tokens,
         }
 
-    def account(self, p: dict[str, Any]) -> None:
-        c = self.counters
-        pt = p["prompt_tokens"]
-        c["vllm:prompt_tokens_total"] += pt
-        c["vllm:prefix_cache_queries_total"] += pt
-        c["vllm:external_prefix_cache_queries_total"] += pt
-        c["vllm:external_prefix_cache_hits_total"] += p["external_hits"]
-        self.prompt_by_source["external_kv_transfer"] += p["external_hits"]
-        self.prompt_by_source["local_compute"] += pt - p["external_hits"]
-
     async def handle_generate(self, request: web.Request) -> web.StreamResponse:
         # Latencies count from the request's arrival (noted by serve()'s protocol), else from now.
         t0 = self.arrivals.pop(request.transport, None) or time.perf_counter()
@@ -263,9 +250,8 @@ class Engine:
             return _error(400, f"malformed JSON body: {e}", "BadRequestError")
         except _BadRequest as e:
             return _error(e.status, str(e), e.etype)
-        self.account(p)
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{self.id_prefix}{next(self.ids):08x}"
-        self.running += 1
+        self.counters.admitted(p["prompt_tokens"], p["external_hits"])
         finished = False
         try:
             if p["stream"]:
@@ -275,12 +261,10 @@ class Engine:
             finished = True
             return resp
         finally:
-            self.running -= 1
             if finished:
-                self.counters["vllm:generation_tokens_total"] += p["n"]
-                self.success[p["finish"]] += 1
+                self.counters.finished(p["n"], p["finish"])
             else:
-                self.success["abort"] += 1
+                self.counters.aborted()
 
     def _usage(self, p: dict[str, Any]) -> dict[str, int]:
         return {

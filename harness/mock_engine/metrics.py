@@ -1,49 +1,54 @@
 """The mock engine's /metrics: the vLLM families pdbench reads, as vLLM exposes them.
 
 vLLM exposes its metrics with prometheus_client; so does this, from a collector over the
-engine's plain counters (the request path only bumps integers), so the text format is the
+engine's EngineCounters (the request path only bumps integers), so the text format is the
 library's, not a copy of it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-if TYPE_CHECKING:
-    from harness.mock_engine.app import Engine
+from harness.mock_engine.counters import FINISH_REASONS, PROMPT_SOURCES, EngineCounters
 
-# (name without _total, help): vLLM's own names and help texts.
-COUNTERS = (
-    ("vllm:prompt_tokens", "Number of prefill tokens processed."),
-    ("vllm:generation_tokens", "Number of generation tokens processed."),
-    ("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."),
-    ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."),
+# (name without _total, help, its count): vLLM's own names and help texts.
+COUNTERS: tuple[tuple[str, str, Callable[[EngineCounters], int]], ...] = (
+    ("vllm:prompt_tokens", "Number of prefill tokens processed.", lambda c: c.prompt_tokens),
+    ("vllm:generation_tokens", "Number of generation tokens processed.", lambda c: c.generation_tokens),
+    (
+        "vllm:prefix_cache_queries",
+        "Prefix cache queries, in terms of number of queried tokens.",
+        lambda c: c.prefix_cache_queries,
+    ),
+    (
+        "vllm:prefix_cache_hits",
+        "Prefix cache hits, in terms of number of cached tokens.",
+        lambda c: c.prefix_cache_hits,
+    ),
     (
         "vllm:external_prefix_cache_queries",
         "External prefix cache queries from KV connector cross-instance cache sharing, in tokens.",
+        lambda c: c.external_prefix_cache_queries,
     ),
     (
         "vllm:external_prefix_cache_hits",
         "External prefix cache hits from KV connector cross-instance cache sharing, in tokens.",
+        lambda c: c.external_prefix_cache_hits,
     ),
 )
-COUNTER_NAMES = tuple(f"{name}_total" for name, _ in COUNTERS)
-PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
-FINISH_REASONS = ("length", "stop", "abort")
 
 
 class EngineMetrics:
-    """A prometheus_client collector over one engine's counters."""
+    """A prometheus_client collector over one engine's counters, labelled with its model."""
 
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, counters: EngineCounters, model: str) -> None:
+        self.counters, self.model = counters, model
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
@@ -51,26 +56,26 @@ class EngineMetrics:
         return generate_latest(self.registry)
 
     def collect(self) -> Iterator[Metric]:
-        e = self.engine
-        names, values = ["engine", "model_name"], ["0", e.cfg.model]
-        for name, help_text in COUNTERS:
+        counts = self.counters
+        names, values = ["engine", "model_name"], ["0", self.model]
+        for name, help_text, count in COUNTERS:
             c = CounterMetricFamily(name, help_text, labels=names)
-            c.add_metric(values, float(e.counters[f"{name}_total"]))
+            c.add_metric(values, float(count(counts)))
             yield c
         by_source = CounterMetricFamily(
             "vllm:prompt_tokens_by_source", "Number of prompt tokens by source.", labels=[*names, "source"]
         )
         for source in PROMPT_SOURCES:
-            by_source.add_metric([*values, source], float(e.prompt_by_source[source]))
+            by_source.add_metric([*values, source], float(counts.prompt_by_source[source]))
         yield by_source
         success = CounterMetricFamily(
             "vllm:request_success", "Count of successfully processed requests.", labels=[*names, "finished_reason"]
         )
         for reason in FINISH_REASONS:
-            success.add_metric([*values, reason], float(e.success[reason]))
+            success.add_metric([*values, reason], float(counts.success[reason]))
         yield success
         for name, help_text, value in (
-            ("vllm:num_requests_running", "Number of requests in model execution batches.", e.running),
+            ("vllm:num_requests_running", "Number of requests in model execution batches.", counts.running),
             ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", 0),
         ):
             g = GaugeMetricFamily(name, help_text, labels=names)
