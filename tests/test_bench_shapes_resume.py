@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 from harness import tiny_model
 from harness.bench import BenchConfig, run_sweep_detailed
 from harness.bench.cli import load_config
-from harness.bench.settings import BenchmarkSettings
+from harness.config.benchmark import BenchmarkSettings
 
 pytestmark = pytest.mark.timeout(60)
 

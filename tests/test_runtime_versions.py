@@ -27,9 +27,9 @@ from harness.bench.runtime_info import (
     server_entry,
     wait_for_records,
 )
-from harness.node import package_probe
 from harness.node.versions import Interpreter, probe, record_servers, server_interpreter, server_records
 from harness.render.vllm_flags import vllm_version
+from harness.rundir import package_probe
 from harness.rundir.paths import server_record_name
 
 pytestmark = pytest.mark.timeout(60)

@@ -69,7 +69,7 @@ _SCALARS = (int, float, str, bool)
 
 
 def _cli_meta(field: FieldInfo) -> dict[str, Any]:
-    """The field's CLI metadata (cli_default, cli_flags, cli_format; see harness.bench.settings)."""
+    """The field's CLI metadata (cli_default, cli_flags, cli_format; see harness.config.benchmark)."""
     return field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
 
 

@@ -12,7 +12,7 @@ from pydantic import (
     model_validator,
 )
 
-from harness.bench.settings import ENDPOINT_PATHS, BenchmarkSettings
+from harness.config.benchmark import ENDPOINT_PATHS, BenchmarkSettings
 from harness.validity.connectors import evidence_for
 
 __all__ = ["ENDPOINT_PATHS", "BenchConfig", "BenchmarkSettings"]

@@ -22,8 +22,7 @@ from typing import Any
 
 from harness.bench.config import BenchConfig
 from harness.bench.validity_probe import parse_target
-from harness.node.package_probe import PACKAGES
-from harness.node.versions import PROBE_TIMEOUT_S
+from harness.rundir.package_probe import PACKAGES, PROBE_TIMEOUT_S
 from harness.rundir.paths import IMAGE_RECORD_GLOB, server_record_name
 
 VERSION_TIMEOUT_S = 5.0

@@ -42,12 +42,12 @@ from harness.bench.results import (
 )
 from harness.bench.resume import set_aside, why_not_kept
 from harness.bench.runtime_info import runtime_metadata
-from harness.bench.settings import Shape
 from harness.bench.tokenizer import PromptTokenizer, load_tokenizer
 from harness.bench.ttft_breakdown import kv_transfer_ms, ttft_breakdown
 from harness.bench.validity_probe import PointProbe
 from harness.bench.watchdog import TargetDied, Watchdog
 from harness.bench.workers import LagMonitor, LoadReport, WorkerPool, default_workers
+from harness.config.benchmark import Shape
 from harness.rundir import ResultName
 from harness.rundir.proxy_timings import HEADER as TIMING_HEADER
 from harness.rundir.proxy_timings import read_all as read_timings

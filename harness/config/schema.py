@@ -18,7 +18,7 @@ from pydantic import (
 )
 
 from connector.config import ACCEPTED_KEYS
-from harness.bench.settings import BenchmarkSettings
+from harness.config.benchmark import BenchmarkSettings
 
 # Strings reach job.slurm and server.sh. The renderer quotes every one for the context it
 # lands in; these types reject what no quoting can carry: control characters (a newline

@@ -24,12 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from harness import atomic
-from harness.node import package_probe
-from harness.rundir import RunDir
+from harness.rundir import RunDir, package_probe
 
 log = logging.getLogger(__name__)
 
-PROBE_TIMEOUT_S = 20.0
+PROBE_TIMEOUT_S = package_probe.PROBE_TIMEOUT_S
 PACKAGE_KEYS = tuple(key for key, _, _ in package_probe.PACKAGES)
 # The environment variables that decide an interpreter's sys.path: servers that share the
 # interpreter and these share one probe.

@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from harness.config.benchmark import ValidityThresholds
 from harness.validity.connectors import EXTERNAL_HITS, LOCAL_COMPUTE, KvEvidence, evidence_for
 from harness.validity.metrics import Scrape, delta
 
@@ -35,24 +36,6 @@ GAUGES = {
     "waiting": r"vllm:num_requests_waiting",
     "kv_cache_usage": r"vllm:(gpu_)?kv_cache_usage_perc",
 }
-
-
-class ValidityThresholds(BaseModel):
-    hit_tolerance: float = Field(0.02, ge=0, le=1, description="share of sent prompt tokens that may miss")
-    max_failed_share: float = Field(0.05, ge=0, le=1, description="InferenceX CI's 5 %")
-    token_tolerance: float = Field(0.02, ge=0, le=1, description="client vs server token counts")
-    early_check_s: float = Field(
-        10.0,
-        ge=0,
-        description="From this many seconds into a point, its evidence is checked at every /metrics sample; "
-        "a point already shown invalid (no generated tokens, decode computing the prompt, failed or expired "
-        "KV transfers) stops there, its reason recorded. 0: never stop early.",
-    )
-    on_early_invalid: Literal["next_point", "stop_sweep"] = Field(
-        "next_point",
-        description="After a point stopped early: go on with the next point (the job still fails at the end, "
-        "as for any invalid point), or run no more points (stop_sweep).",
-    )
 
 
 class RuleResult(BaseModel):

@@ -1,4 +1,5 @@
-"""Run inside a server's own interpreter (`python -c <this file's text>`): the versions of the
+"""The runtime record's probe (state/runtime-<server>.json: written by the node, read by the bench
+client). Run inside a server's own interpreter (`python -c <this file's text>`): the versions of the
 packages that decide what a result measured, as one JSON object on stdout.
 
 Standard library only, and nothing is imported but pdbench's own version: it must run in any
@@ -13,6 +14,9 @@ import json
 import platform
 import sys
 from collections.abc import Mapping
+
+# How long the node gives one probe; the bench client waits for the records beyond it.
+PROBE_TIMEOUT_S = 20.0
 
 # (the key in the record, distribution names to try in order, the import name). A build may
 # ship a package under another distribution name (nixl-cu12); the import name finds it then.

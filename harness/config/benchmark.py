@@ -1,4 +1,5 @@
-"""BenchmarkSettings: the one definition of what a benchmark sweep measures.
+"""BenchmarkSettings: the one definition of what a benchmark sweep measures (and ValidityThresholds,
+how its points are judged: harness.validity applies them).
 
 A recipe's `benchmark:` section is this model; `pdbench bench` takes the same fields as
 flags (generated from them, harness.bench.cli) and in its --config file (BenchConfig,
@@ -28,7 +29,25 @@ from pydantic import (
 )
 
 from harness.rundir.result_name import shape_tag
-from harness.validity import ValidityThresholds
+
+
+class ValidityThresholds(BaseModel):
+    hit_tolerance: float = Field(0.02, ge=0, le=1, description="share of sent prompt tokens that may miss")
+    max_failed_share: float = Field(0.05, ge=0, le=1, description="InferenceX CI's 5 %")
+    token_tolerance: float = Field(0.02, ge=0, le=1, description="client vs server token counts")
+    early_check_s: float = Field(
+        10.0,
+        ge=0,
+        description="From this many seconds into a point, its evidence is checked at every /metrics sample; "
+        "a point already shown invalid (no generated tokens, decode computing the prompt, failed or expired "
+        "KV transfers) stops there, its reason recorded. 0: never stop early.",
+    )
+    on_early_invalid: Literal["next_point", "stop_sweep"] = Field(
+        "next_point",
+        description="After a point stopped early: go on with the next point (the job still fails at the end, "
+        "as for any invalid point), or run no more points (stop_sweep).",
+    )
+
 
 ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
