@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from harness.config.benchmark import ValidityThresholds
 from harness.validity.connectors import EXTERNAL_HITS, LOCAL_COMPUTE, KvEvidence, evidence_for
