@@ -18,6 +18,7 @@ from harness.report.normalise import per_gpu
 from harness.report.pareto import pareto_front
 from harness.report.pareto_plot import X_LABEL, Y_LABEL, figure, save
 from harness.report.result_names import name_concurrency, name_gpus
+from harness.rundir import Failure, FailureRecords, RunDir
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 GOLDEN = Path(__file__).parent / "golden" / "report"
@@ -218,6 +219,35 @@ def test_point_that_ended_early_is_said(tmp_path: Path) -> None:
     report = build_report([tmp_path / "r"], root=tmp_path)
     assert "r: conc 64 ended before every request was done: point timeout after 600 s" in report.notes
     assert "goodput_slos_ms" not in load_runs([tmp_path / "r"]).runs[0].points[0].ms
+
+
+def _copy_run(tmp_path: Path) -> Path:
+    run = tmp_path / "dsr1" / "run"
+    shutil.copytree(FIXTURES / DSR1_A, run)
+    return run
+
+
+def test_a_run_killed_before_its_status_is_read_from_its_failure_records(tmp_path: Path) -> None:
+    run = _copy_run(tmp_path)
+    rundir = RunDir(run)
+    rundir.status.unlink()
+    assert "run: no status.json (the run did not finish)" in build_report([run], root=tmp_path).notes
+    FailureRecords(rundir).record(Failure(node=1, cause="was killed by Slurm"))
+    report = build_report([run], root=tmp_path)
+    assert "run: run state failed (node 1: was killed by Slurm)" in report.notes
+    assert [s["state"] for s in json.loads(output_json.render(report))["runs"]] == ["failed"]
+
+
+def test_unreadable_status_is_listed_and_control_files_are_not_results(tmp_path: Path) -> None:
+    run = _copy_run(tmp_path)
+    rundir = RunDir(run)
+    rundir.status.write_text("[1, 2]")
+    rundir.launch_record.write_text("{}")  # the launcher's record: never read as a result
+    report = build_report([run], root=tmp_path)
+    assert [(report.rel(s.path), s.reason) for s in report.skipped] == [
+        ("dsr1/run/status.json", "status.json unreadable (not an object); run state unknown")
+    ]
+    assert len(report.table) == 3 and not any("state" in n for n in report.notes)
 
 
 # --- table ---------------------------------------------------------------------------------------

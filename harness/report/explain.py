@@ -5,6 +5,7 @@ invalid."""
 from __future__ import annotations
 
 from harness.report.points import Point, Run
+from harness.rundir.paths import STATUS
 
 
 def run_notes(runs: list[Run]) -> list[str]:
@@ -15,7 +16,7 @@ def run_notes(runs: list[Run]) -> list[str]:
             reason = run.status.get("reason")
             notes.append(f"{run.label}: run state {run.status.get('state')!s}" + (f" ({reason})" if reason else ""))
         elif run.status is None and run.is_pdbench_run:
-            notes.append(f"{run.label}: no status.json (the run did not finish)")
+            notes.append(f"{run.label}: no {STATUS} (the run did not finish)")
         if not run.points:
             notes.append(f"{run.label}: no usable result files")
             continue

@@ -7,7 +7,6 @@ or one result file. Reading one file is result_file's job.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -15,9 +14,8 @@ from typing import Any
 from harness.report.points import Loaded, Note, Point, Run, Skipped, dedupe_key
 from harness.report.result_file import NotAResult, read_point
 from harness.report.result_names import looks_like_result_name
-
-# pdbench's own run files: part of every run directory, never results.
-CONTROL_FILES = frozenset({"plan.json", "bench.json", "bench-aggregated.json", "status.json"})
+from harness.rundir import RunDir, read_status
+from harness.rundir.paths import CONTROL_FILES
 
 
 class RunPathError(Exception):
@@ -37,10 +35,6 @@ def _not_a_result(path: Path) -> str | None:
     return None
 
 
-def _is_run_dir(path: Path) -> bool:
-    return (path / "plan.json").is_file()
-
-
 def candidate_files(run_path: Path) -> list[Path]:
     """A file argument is itself; a directory gives its *.json files (pdbench's control files
     excepted) and, below it, the files whose names carry a concurrency (srt-slurm nests them in
@@ -51,7 +45,7 @@ def candidate_files(run_path: Path) -> list[Path]:
     nested: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(run_path):
         here = Path(dirpath)
-        dirnames[:] = sorted(n for n in dirnames if not _is_run_dir(here / n))
+        dirnames[:] = sorted(n for n in dirnames if not RunDir.is_run_dir(here / n))
         if here != run_path:
             nested += sorted(here / f for f in filenames if looks_like_result_name(f))
     return top + nested
@@ -59,11 +53,25 @@ def candidate_files(run_path: Path) -> list[Path]:
 
 def expand_runs(arg: Path) -> list[Path]:
     """A folder of pdbench runs (results/<recipe>/) without results of its own is its runs."""
-    if arg.is_dir() and not _is_run_dir(arg) and not any(arg.glob("*.json")):
-        runs = sorted(p for p in arg.iterdir() if p.is_dir() and _is_run_dir(p))
+    if arg.is_dir() and not RunDir.is_run_dir(arg) and not any(arg.glob("*.json")):
+        runs = sorted(p for p in arg.iterdir() if p.is_dir() and RunDir.is_run_dir(p))
         if runs:
             return runs
     return [arg]
+
+
+def _status(run: RunDir, skipped: list[Skipped]) -> dict[str, Any] | None:
+    """The run's status.json, else the failure its nodes recorded; None when there is neither or
+    it cannot be read (then listed as skipped)."""
+    try:
+        status = read_status(run)
+        if status is not None and not isinstance(status, dict):
+            raise ValueError("not an object")
+    except (OSError, ValueError, TypeError) as e:
+        where = run.status if run.status.is_file() else run.state
+        skipped.append(Skipped(where, f"{where.name} unreadable ({e}); run state unknown"))
+        return None
+    return status
 
 
 def _label(run_path: Path, points: list[Point]) -> str:
@@ -95,16 +103,7 @@ def load_runs(run_paths: list[Path]) -> Loaded:
             notes.append(Note(arg, "given more than once; read once"))
             continue
         run_root = arg if arg.is_dir() else arg.parent
-        status = None
-        status_file = run_root / "status.json"
-        if status_file.is_file():
-            try:
-                status = json.loads(status_file.read_text())
-                if not isinstance(status, dict):
-                    raise ValueError("not an object")
-            except (OSError, ValueError) as e:
-                skipped.append(Skipped(status_file, f"status.json unreadable ({e}); run state unknown"))
-                status = None
+        status = _status(RunDir(run_root), skipped)
         points: list[Point] = []
         files = candidate_files(arg)
         for f in files:
@@ -122,7 +121,7 @@ def load_runs(run_paths: list[Path]) -> Loaded:
             path=arg,
             label=_label(run_root, points),
             status=status,
-            is_pdbench_run=(run_root / "plan.json").is_file(),
+            is_pdbench_run=RunDir.is_run_dir(run_root),
             points=points,
         )
         seen[resolved] = run

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.report.points import Note, Point
-from harness.report.result_names import ISL_OSL, is_srt_slurm_name, name_concurrency, name_gpus, name_rate
+from harness.report.result_names import ISL_OSL, NameParts, is_srt_slurm_name, parse_name
 
 # Key aliases, first present wins (srt-slurm's rollup does the same across sa-bench versions).
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -95,8 +95,11 @@ def _ms_keys(data: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def _path_isl_osl(path: Path, run_root: Path) -> tuple[int | None, int | None]:
-    for part in [path.stem, *(p.name for p in path.relative_to(run_root).parents if p.name), run_root.name]:
+def _path_isl_osl(name: NameParts, path: Path, run_root: Path) -> tuple[int | None, int | None]:
+    """The file name's ISL/OSL, else the nearest folder's up to the run directory's own name."""
+    if name.isl is not None and name.osl is not None:
+        return name.isl, name.osl
+    for part in [*(p.name for p in path.relative_to(run_root).parents if p.name), run_root.name]:
         m = ISL_OSL.search(part)
         if m:
             return int(m.group(1)), int(m.group(2))
@@ -131,7 +134,7 @@ def read_point(path: Path, run_root: Path, notes: list[Note]) -> Point:
     if not isinstance(data, dict):
         raise NotAResult(f"not a result: the JSON is {type(data).__name__}, not an object")
     md: dict[str, Any] = data["metadata"] if isinstance(data.get("metadata"), dict) else {}
-    stem = path.name[:-5] if path.name.endswith(".json") else path.name
+    name = parse_name(path.name[:-5] if path.name.endswith(".json") else path.name)
 
     def throughput(name: str) -> float:
         key, v = _first(data, name)
@@ -158,7 +161,7 @@ def read_point(path: Path, run_root: Path, notes: list[Note]) -> Point:
 
     key, v = _first(data, "max_concurrency")
     conc = _int(v) if key else None
-    from_name = name_concurrency(stem)
+    from_name = name.concurrency
     if key and conc is None and v is not None:
         raise NotAResult(f"{key} is not an integer ({v!r})")
     if conc is None:
@@ -175,7 +178,7 @@ def read_point(path: Path, run_root: Path, notes: list[Note]) -> Point:
         failed, failed_derived = num_prompts - completed, True
 
     # GPUs: the metadata's working GPUs, else the file name as InferenceX's workflow reads it.
-    g, c, d = name_gpus(stem)
+    g, c, d = name.gpus, name.ctx, name.gen
     pg, dg = _int(md.get("prefill_gpus")), _int(md.get("decode_gpus"))
     gpus_from: str | None = None
     if pg is not None and dg is not None:
@@ -204,12 +207,12 @@ def read_point(path: Path, run_root: Path, notes: list[Note]) -> Point:
         if osl is None:
             osl = _int(_first(src, "osl")[1])
     if isl is None or osl is None:
-        pi, po = _path_isl_osl(path, run_root)
+        pi, po = _path_isl_osl(name, path, run_root)
         isl, osl = isl if isl is not None else pi, osl if osl is not None else po
 
     rate = data.get("request_rate")
     if rate is None:
-        rate = name_rate(stem)
+        rate = name.rate
     source = _source(path, data, run_root)
     verdict, reasons = _validity(md, source == "pdbench")
     model = _first(data, "model_id")[1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.report.model import Report
+from harness.rundir.paths import STATUS
 
 
 def _same(values: list[Any]) -> Any:
@@ -18,7 +19,7 @@ def run_summaries(report: Report) -> list[dict[str, Any]]:
     for run in report.runs:
         md = next((p.metadata for p in run.points if p.metadata), {})
         splits = [f"{p.prefill_gpus}+{p.decode_gpus}" if p.prefill_gpus is not None else None for p in run.points]
-        state = (run.status or {}).get("state") if run.status else ("no status.json" if run.is_pdbench_run else None)
+        state = (run.status or {}).get("state") if run.status else (f"no {STATUS}" if run.is_pdbench_run else None)
         out.append(
             {
                 "run": run.label,
