@@ -2,7 +2,8 @@
 
 Every node runs this before it starts any server (a job on a real cluster would otherwise
 find a taken port or a missing file 10-20 minutes into loading a model), and `pdbench
-doctor` runs a job that does only this. Each node writes state/preflight-node<i>.json.
+doctor` runs a job that does only this. Each node writes its record to
+RunDir.preflight_record(node).
 """
 
 from __future__ import annotations
@@ -15,16 +16,20 @@ from pathlib import Path
 
 from harness import atomic
 from harness.node import preflight as pf
+from harness.rundir import RunDir
+from harness.rundir.paths import DOCTOR_MARKER
 from harness.topology import PlanFile
 
 log = logging.getLogger(__name__)
 
 PREFLIGHT_TIMEOUT_S = 20.0
-DOCTOR_MARKER = "doctor.json"  # in the run directory: the job checks and stops, starting nothing
+
+# doctor.py still imports these two from here; they go once it reads RunDir (requests.md).
+__all__ = ["DOCTOR_MARKER", "checks_for", "describe", "is_doctor_run", "record_path", "run_preflight"]
 
 
 def record_path(run_dir: Path, node: int) -> Path:
-    return run_dir / "state" / f"preflight-node{node}.json"
+    return RunDir(run_dir).preflight_record(node)
 
 
 def checks_for(plan: PlanFile, node: int, run_dir: Path) -> dict[str, Callable[[], list[str]]]:
@@ -56,7 +61,7 @@ def run_preflight(plan: PlanFile, node: int, run_dir: Path) -> list[pf.Problem]:
     if not problems:
         log.info("preflight passed: %s", ", ".join(checks))
     atomic.write_json(
-        record_path(run_dir, node),
+        RunDir(run_dir).preflight_record(node),
         {
             "node": node,
             "checks": list(checks),
@@ -75,4 +80,4 @@ def describe(problems: list[pf.Problem]) -> str:
 
 
 def is_doctor_run(run_dir: Path) -> bool:
-    return (run_dir / DOCTOR_MARKER).is_file()
+    return RunDir(run_dir).doctor_marker.is_file()
