@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import re
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,11 @@ def test_result_names_are_built_and_parsed_back(name: ResultName, expected: str)
     assert ResultName.parse(expected) == name
     assert ResultName.parse(expected.removesuffix(".json")) == name
     assert Path(expected).match(ResultName.GLOB)
+
+
+def test_a_shape_gives_its_lengths() -> None:
+    assert ResultName.parse("concurrency_4_req_rate_inf_isl_1024_osl_128_gpus_3_ctx_1_gen_2").isl_osl == (1024, 128)  # type: ignore[union-attr]
+    assert ResultName(4, math.inf).isl_osl is None
 
 
 def test_point_tag_names_the_metrics_folder() -> None:
@@ -78,3 +85,21 @@ def test_status_falls_back_to_the_failure_records(tmp_path: Path) -> None:
     assert read_status(run)["state"] == "failed"  # type: ignore[index]
     write_status(run, 0, None)
     assert read_status(run)["state"] == "succeeded"  # type: ignore[index]
+
+
+def test_results_readme_is_generated_from_the_layout() -> None:
+    from harness.rundir import layout
+
+    readme = Path(__file__).resolve().parent.parent / "results" / "README.md"
+    assert readme.read_text() == layout.markdown(), "run: python -m harness.rundir.layout > results/README.md"
+
+
+def test_every_name_of_a_run_directory_is_in_the_layout() -> None:
+    from harness.rundir import layout, paths
+
+    words = [w.strip(",") for e in layout.LAYOUT for w in e.name.replace("/", " ").split()]
+    documented = [re.sub(r"<[^>]*>|\[[^]]*\]", "*", w) for w in words]  # <N>, [-<phase>]: any
+    names = [v for k, v in vars(paths).items() if k.isupper() and isinstance(v, str)]
+    assert len(names) > 15  # the module's name constants were found
+    undocumented = [n for n in names if not any(fnmatch(part, d) for part in n.split("/") for d in documented)]
+    assert undocumented == []

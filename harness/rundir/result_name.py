@@ -20,6 +20,8 @@ _NAME = re.compile(
     r"(?:_gpus_(?P<gpus>\d+)(?:_ctx_(?P<ctx>\d+)_gen_(?P<gen>\d+))?)?"
 )
 
+_SHAPE = re.compile(r"isl_(\d+)_osl_(\d+)")
+
 
 def rate_label(request_rate: float) -> str:
     if math.isinf(request_rate):
@@ -41,6 +43,15 @@ class ResultName:
     gpus: int | None = None  # one aggregated server's GPUs (when the P/D split does not apply)
 
     GLOB: ClassVar[str] = "concurrency_*.json"
+    TEMPLATE: ClassVar[str] = "concurrency_<C>_req_rate_<R>[_isl_<I>_osl_<O>]_gpus_<P+D>_ctx_<P>_gen_<D>.json"
+
+    @property
+    def isl_osl(self) -> tuple[int, int] | None:
+        """The shape's input and output lengths, when the name carries a shape."""
+        if self.shape is None:
+            return None
+        isl, osl = _SHAPE.fullmatch(self.shape).groups()  # type: ignore[union-attr]  # parse() checked it
+        return int(isl), int(osl)
 
     @property
     def point_tag(self) -> str:

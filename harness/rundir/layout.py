@@ -1,0 +1,145 @@
+"""What each file of a run directory is, who writes it and who reads it: the source of
+results/README.md (`python -m harness.rundir.layout > results/README.md`; a test keeps the
+committed page equal to this)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.rundir import paths as p
+from harness.rundir.result_name import ResultName
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str  # relative to the run directory; <...> marks a part that varies
+    what: str
+    written_by: str
+    read_by: str
+
+
+LAYOUT: tuple[Entry, ...] = (
+    Entry(p.JOB_SCRIPT, "the Slurm batch script, every #SBATCH option inside", "render", "sbatch, the local launcher"),
+    Entry(p.SERVER_SCRIPT, "the node script: the exact command of every process", "render", "each node (srun, local)"),
+    Entry(p.CONTAINER_SCRIPT, "docker/podman: what each node runs on its host to run server.sh", "render", "job.slurm"),
+    Entry(
+        p.LOCK,
+        "the resolved recipe and model, where each value came from, fingerprint, version",
+        "render",
+        "submit --resume, humans",
+    ),
+    Entry(
+        p.PLAN,
+        "the topology as data: workers, nodes, ports, timeouts",
+        "render",
+        "pdbench node, doctor, status/logs, report",
+    ),
+    Entry(
+        p.bench_config_name("disagg"),
+        "the benchmark client's configuration (bench-<phase>.json for an aggregated baseline)",
+        "render",
+        "pdbench bench",
+    ),
+    Entry(p.DOCTOR_MARKER, "present in a `pdbench doctor` run: the job checks and stops", "doctor", "pdbench node"),
+    Entry(
+        p.LAUNCH,
+        "which launcher ran the job and its identity (Slurm job id, or the local launcher's PID)",
+        "launch",
+        "status, logs, cancel, --wait",
+    ),
+    Entry(
+        ResultName.TEMPLATE,
+        "one result per sweep point (`_gpus_<N>` for one aggregated server)",
+        "pdbench bench",
+        "report, collect, status, submit --resume, node 0's validity check",
+    ),
+    Entry(
+        p.SUPERSEDED + "/", "earlier, incomplete results of points a resumed sweep ran again", "pdbench bench", "humans"
+    ),
+    Entry(
+        p.STATUS,
+        "succeeded | failed | timeout, the first cause, the result files",
+        "node 0 (or the local launcher)",
+        "status, report, doctor, --wait",
+    ),
+    Entry(
+        p.METRICS + "/",
+        "each server's /metrics before and after the sweep, and per point (concurrency_<C>[_<shape>]/)",
+        "pdbench node, pdbench bench",
+        "validity, submit --resume",
+    ),
+    Entry(
+        p.PROXY_TIMINGS + "/",
+        "the proxy's per-request timings (proxy-timings-<pid>.jsonl)",
+        "pdbench proxy",
+        "pdbench bench (TTFT breakdown)",
+    ),
+    Entry(
+        p.LOGS + "/",
+        "node<N>.log, <server>.log, proxy.log, bench.log, container-node<N>.log, setup-node<N>.log, node<N>.out (local launcher)",
+        "pdbench node, supervisor, container.sh",
+        "logs, follow, failure records",
+    ),
+    Entry(p.NODES + "/<N>.json", "each node's address (rendezvous)", "pdbench node", "the other nodes"),
+    Entry(
+        p.STATE + "/root_cause, abort",
+        "the job's first cause and first failure, each written once",
+        "nodes, the local launcher, the scripts' `fail`",
+        "every node (stop), status",
+    ),
+    Entry(
+        p.STATE + "/done[-<phase>], exit-node<N>.json",
+        "node 0 finished (a phase); a node tore down",
+        "pdbench node",
+        "the other nodes",
+    ),
+    Entry(
+        p.STATE + "/procs-node<N>.json",
+        "every process a node started: PID and start time",
+        "supervisor",
+        "the local launcher (leftovers), a restarted node",
+    ),
+    Entry(p.STATE + "/preflight-node<N>.json", "a node's preflight findings", "pdbench node", "doctor"),
+    Entry(
+        p.STATE + "/runtime-<server>.json",
+        "what each server runs: interpreter, torch, connector library, pdbench",
+        "pdbench node",
+        "pdbench bench (result metadata)",
+    ),
+    Entry(
+        p.STATE + "/" + p.IMAGE_RECORD_GLOB,
+        "the image each node (or the job) ran and its digest",
+        "job.slurm, container.sh",
+        "pdbench bench (result metadata)",
+    ),
+    Entry(
+        p.STATE + "/heartbeat-node<N>, slurm-job-node<N>",
+        "in containers: the host task lives; the Slurm job the node's container belongs to",
+        "container.sh",
+        "pdbench node (inside the container), container.sh",
+    ),
+    Entry(p.SECRET, "the job's KV secret (mode 0600)", "pdbench node", "the bundled connector in vLLM"),
+    Entry(
+        "slurm_job_id",
+        "a run made before launch.json: its Slurm job id",
+        "earlier pdbench versions",
+        "status, logs, cancel",
+    ),
+    Entry("slurm-<jobid>.out", "Slurm's output", "Slurm", "humans"),
+)
+
+
+def markdown() -> str:
+    rows = [f"| `{e.name}` | {e.what} | {e.written_by} | {e.read_by} |" for e in LAYOUT]
+    return (
+        "# results/\n\n"
+        "Default home of run directories; everything here but this file is ignored by git. One run is\n"
+        "`results/<recipe>/<UTC timestamp>-<short id>/`, never reused or overwritten. Generated from\n"
+        "harness/rundir/layout.py (`python -m harness.rundir.layout > results/README.md`);\n"
+        "harness.rundir.RunDir owns every name below.\n\n"
+        "| file | what | written by | read by |\n|---|---|---|---|\n" + "\n".join(rows) + "\n"
+    )
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")
