@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.connectors import kv_names
 from harness.validity import ClientCounts, ServerScrapes, ValidityThresholds
 from harness.validity import evaluate as _evaluate
-from harness.validity.connectors import CONNECTORS
+
+CONNECTORS = kv_names()
 
 FIX = Path(__file__).parent / "fixtures" / "metrics" / "nixl-1p1d"
 # The recorded run: 28 requests of 256 prompt tokens, 32 output tokens each.

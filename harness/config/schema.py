@@ -7,7 +7,7 @@ unknown keys so that a typo is an error, not a silently ignored setting.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -17,7 +17,7 @@ from pydantic import (
     model_validator,
 )
 
-from connector.config import ACCEPTED_KEYS
+from harness import connectors
 from harness.config.benchmark import BenchmarkSettings
 
 # Strings reach job.slurm and server.sh. The renderer quotes every one for the context it
@@ -207,10 +207,14 @@ class TopologySpec(Strict):
 TransferConfigKey = Literal["kv_load_failure_policy", "kv_port", "enable_permute_local_kv"]
 
 
+if TYPE_CHECKING:
+    ConnectorName = str
+else:  # the table's KV connectors, as a Literal so that the recipe reference lists them
+    ConnectorName = Literal[connectors.kv_names()]
+
+
 class ConnectorSpec(Strict):
-    name: Literal["nixl", "moriio", "mooncake", "pdbench"] = Field(
-        description="KV connector: nixl, moriio (MoRI-IO), mooncake, or pdbench (the bundled connector/)"
-    )
+    name: ConnectorName = Field(description=f"KV connector: {connectors.described(connectors.kv_names(), 'or ')}")
     kv_buffer_device: Literal["cpu", "cuda"] | None = Field(
         None, description="kv_transfer_config.kv_buffer_device; cpu for vLLM on CPU; default: vLLM's"
     )
@@ -242,13 +246,14 @@ class ConnectorSpec(Strict):
     )
 
     @model_validator(mode="after")
-    def _pdbench_keys(self) -> ConnectorSpec:
-        # The bundled connector rejects unknown keys at start-up; say so before the job queues.
-        unknown = sorted(set(self.extra_config) - set(ACCEPTED_KEYS)) if self.name == "pdbench" else []
+    def _extra_keys(self) -> ConnectorSpec:
+        # A connector that rejects unknown keys at start-up: say so before the job queues.
+        accepted = connectors.get(self.name).extra_keys
+        unknown = sorted(set(self.extra_config) - set(accepted)) if accepted is not None else []
         if unknown:
             raise ValueError(
-                f"extra_config: unknown key(s) for the pdbench connector: {', '.join(unknown)}; "
-                f"accepted: {', '.join(ACCEPTED_KEYS)}"
+                f"extra_config: unknown key(s) for the {self.name} connector: {', '.join(unknown)}; "
+                f"accepted: {', '.join(accepted or ())}"
             )
         return self
 
@@ -429,8 +434,13 @@ class Recipe(Strict):
 
     @model_validator(mode="after")
     def _proxy_workers(self) -> Recipe:
-        if self.proxy.workers > 1 and self.connector.name == "moriio":
-            raise ValueError("proxy.workers: MoRI-IO keeps its registrations in one proxy process; it must be 1")
-        if self.proxy.overlap and self.connector.name != "pdbench":
-            raise ValueError(f"proxy.overlap: only the pdbench connector can pull early, not {self.connector.name}")
+        use = connectors.get(self.connector.name).proxy
+        if self.proxy.workers > 1 and use.single_process:
+            raise ValueError(
+                f"proxy.workers: {connectors.get(self.connector.name).title} keeps its registrations in one proxy "
+                "process; it must be 1"
+            )
+        if self.proxy.overlap and "overlap" not in use.settings:
+            early = " or ".join(connectors.accepting("overlap"))
+            raise ValueError(f"proxy.overlap: only the {early} connector can pull early, not {self.connector.name}")
         return self

@@ -16,17 +16,25 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from harness import connectors
 from harness.config.benchmark import ValidityThresholds
-from harness.validity.connectors import EXTERNAL_HITS, LOCAL_COMPUTE, KvEvidence, evidence_for
+from harness.connectors.entry import KvEvidence
+from harness.validity.connectors import EXTERNAL_HITS, LOCAL_COMPUTE, evidence_for
 from harness.validity.metrics import Scrape, delta
 
 PROMPT_TOKENS = r"vllm:prompt_tokens(_total)?"
 GENERATION_TOKENS = r"vllm:generation_tokens(_total)?"
-TRANSFER_BYTES = r"(vllm:)?\w*(nixl|moriio|mooncake|pdbench|kv)\w*bytes_transferred(_total|_sum)?"
-# Decode-side transfer durations (NIXL's reads, the bundled connector's pulls): sum and count.
-_TRANSFER_HIST = (
-    r"(vllm:)?\w*(nixl|moriio|mooncake|pdbench|kv)\w*xfer_time_seconds|(vllm:)?pdbench\w*transfer_seconds"
-    r"|vllm:pdbench_kv_recv_seconds"
+_NAMES = "|".join(connectors.kv_names())
+TRANSFER_BYTES = rf"(vllm:)?\w*({_NAMES}|kv)\w*bytes_transferred(_total|_sum)?"
+# Decode-side transfer durations (NIXL's reads, the bundled connector's pulls): sum and count;
+# each connector's own receive histogram, and names that look like one.
+_RECEIVE_HISTS = [
+    e.evidence.received.removesuffix("_count")
+    for e in connectors.TABLE.values()
+    if e.evidence and e.evidence.received and e.evidence.received.endswith("_count")
+]
+_TRANSFER_HIST = "|".join(
+    [rf"(vllm:)?\w*({_NAMES}|kv)\w*xfer_time_seconds", r"(vllm:)?pdbench\w*transfer_seconds", *_RECEIVE_HISTS]
 )
 TRANSFER_TIME = f"(?:{_TRANSFER_HIST})_sum"
 TRANSFER_COUNT = f"(?:{_TRANSFER_HIST})_count"

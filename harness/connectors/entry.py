@@ -1,0 +1,128 @@
+"""The shape of one connector's entry: what pdbench knows about a KV connector, as data.
+
+Each connector module (nixl.py, moriio.py, ...) holds one `Connector`; the consumers read its
+fields instead of branching on its name: render (vLLM's kv-transfer-config, environment, proxy
+line, pre-flight ports and RDMA), config (the names a recipe accepts), the proxy (its flow and
+settings), validity (the KV counters) and the node's package probe. Values that only render or
+the job know (a node's address, a worker's ports) are named by `Value`, which render resolves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Literal
+
+Role = Literal["prefill", "decode"]
+
+
+class Value(Enum):
+    """A value of the job, resolved by render for one worker (a port, or a shell expansion)."""
+
+    NODE_ADDR = "node_addr"  # the worker's node, known only inside the job
+    PROXY_ADDR = "proxy_addr"  # node 0, where the proxy runs
+    SECRET_FILE = "secret_file"  # the job's KV secret in the run directory
+    HTTP_PORT = "http_port"  # the worker's vLLM HTTP port
+    SIDE_CHANNEL_PORT = "side_channel_port"  # the worker's base of connector.side_channel_port's range
+    NOTIFY_PORT = "notify_port"  # the worker's base of connector.notify_port's range
+    PROXY_PING_PORT = "proxy_ping_port"  # connector.proxy_ping_port
+    READ_MODE = "read_mode"  # connector.read_mode: true, or the key is left out
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One key of kv_connector_extra_config or one environment variable, from a job value."""
+
+    value: Value
+    text: bool = False  # as a string (vLLM's MoRI-IO reads its ports as strings)
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    setting: Setting
+    roles: tuple[Role, ...] = ("prefill", "decode")
+    # `pdbench nic` sets it on the node when topology.nic_detection is on.
+    set_by_nic_detection: bool = False
+
+
+@dataclass(frozen=True)
+class PortRange:
+    """Ports a worker binds on each of its nodes, which pre-flight checks are free."""
+
+    base: Value
+    per_rank: bool = True  # one port per rank on the node; else one port, on the HTTP leader only
+    roles: tuple[Role, ...] = ("prefill", "decode")
+    # Only when the role's kv_transfer is on (Mooncake's bootstrap port is set either way).
+    with_kv_transfer: bool = True
+
+
+@dataclass(frozen=True)
+class Package:
+    """A distribution recorded beside every result: the record's key, its distribution names
+    (tried in order), its import name."""
+
+    key: str
+    distributions: tuple[str, ...]
+    module: str
+
+
+@dataclass(frozen=True)
+class KvEvidence:
+    """The connector's transfer counters on /metrics (family-name patterns, full match); None:
+    not exported. Counters are matched by their `_total` series, never `_created`."""
+
+    connector: str
+    received: str | None  # on decode: one count per completed KV receive
+    failures: str | None  # failed transfers, notifications or receives (either role)
+    expired: str | None  # KV held by prefill that expired unread (either role)
+    missing: str = ""  # what the connector does not export, for the rules' details
+
+
+Instances = Literal["static", "registered", "aggregated"]
+
+
+@dataclass(frozen=True)
+class ProxyUse:
+    """How `pdbench proxy` serves this connector."""
+
+    flow: str  # a key of harness.proxy.flows.FLOWS
+    # static: --prefill/--decode URLs; registered: instances register on the proxy's port;
+    # aggregated: whole requests to --aggregated URLs (no KV connector).
+    instances: Instances = "static"
+    # ProxyConfig fields that apply only to connectors listing them, and those required here.
+    settings: frozenset[str] = frozenset()
+    required: tuple[str, ...] = ()
+    # Its instances live in one process's memory (registrations): no --workers.
+    single_process: bool = False
+    # Decode pulls from each prefill's bootstrap server, on this port unless the proxy is told
+    # otherwise; the proxy asks it for the engine ids. None: no bootstrap server.
+    bootstrap_port: int | None = None
+    # Ports the proxy's node binds for this connector, besides the proxy's HTTP port.
+    ports: tuple[Value, ...] = ()
+
+
+@dataclass(frozen=True)
+class Connector:
+    name: str
+    title: str  # as prose names it: "MoRI-IO"
+    summary: str  # shown after the name in help texts, e.g. "MoRI-IO"; "" for none
+    proxy: ProxyUse
+    # vLLM's kv_connector class; None: no KV connector (aggregated servers).
+    vllm_class: str | None = None
+    module_path: str | None = None  # kv_connector_module_path, for a connector outside vLLM
+    # kv_connector_extra_config defaults, the recipe's extra_config winning.
+    extra_config: Mapping[str, Setting] = field(default_factory=dict)
+    # The extra_config keys the connector accepts (None: any; it checks them itself).
+    extra_keys: tuple[str, ...] | None = None
+    env: tuple[EnvVar, ...] = ()
+    ports: tuple[PortRange, ...] = ()
+    rdma: bool = False  # KV moves over RDMA on GPU nodes: pre-flight checks the NICs
+    image_modules: tuple[str, ...] = ()  # importable in the image besides vLLM
+    packages: tuple[Package, ...] = ()  # versions recorded with every result
+    evidence: KvEvidence | None = None  # None: no KV moves (aggregated)
+
+    @property
+    def moves_kv(self) -> bool:
+        return self.vllm_class is not None

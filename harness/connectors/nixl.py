@@ -1,0 +1,33 @@
+"""NIXL (vLLM's NixlConnector): decode pulls prefill's KV over UCX (RDMA on GPU nodes).
+
+Each worker's ranks listen on a side channel (VLLM_NIXL_SIDE_CHANNEL_PORT + rank) for the
+handshake. Its counters (vLLM 0.32 `nixl/stats.py`, `NixlPromMetrics`): decode observes
+`vllm:nixl_xfer_time_seconds` once per completed read; `vllm:nixl_num_failed_transfers`,
+`vllm:nixl_num_failed_notifications`, and on prefill `vllm:nixl_num_kv_expired_reqs`,
+`vllm:nixl_num_notifications_after_expiry`.
+"""
+
+from harness.connectors.entry import Connector, EnvVar, KvEvidence, Package, PortRange, ProxyUse, Setting, Value
+
+ENTRY = Connector(
+    name="nixl",
+    title="NIXL",
+    summary="",
+    vllm_class="NixlConnector",
+    env=(
+        EnvVar("VLLM_NIXL_SIDE_CHANNEL_HOST", Setting(Value.NODE_ADDR), set_by_nic_detection=True),
+        EnvVar("VLLM_NIXL_SIDE_CHANNEL_PORT", Setting(Value.SIDE_CHANNEL_PORT, text=True)),
+    ),
+    ports=(PortRange(Value.SIDE_CHANNEL_PORT),),
+    rdma=True,
+    image_modules=("nixl",),
+    packages=(Package("nixl", ("nixl", "nixl-cu12", "nixl-cu13"), "nixl"),),
+    # Two phases: prefill answers with kv_transfer_params, which decode gets.
+    proxy=ProxyUse(flow="two_phase"),
+    evidence=KvEvidence(
+        "nixl",
+        received=r"vllm:nixl_xfer_time_seconds_count",
+        failures=r"vllm:nixl_num_failed_(transfers|notifications)_total",
+        expired=r"vllm:nixl_num_(kv_expired_reqs|notifications_after_expiry)_total",
+    ),
+)
