@@ -43,9 +43,9 @@ from harness.proxy.http import HttpConnection, Reply, Request, Stream
 from harness.proxy.metrics import ProxyMetrics
 from harness.proxy.registry import Registry
 from harness.proxy.shared import SharedState
+from harness.proxy.upstream import Response, UpstreamClient, UpstreamFailure
 from harness.rundir.proxy_timings import HEADER as TIMING_HEADER
 from harness.rundir.proxy_timings import Stamps, TimingLog
-from harness.proxy.upstream import Response, UpstreamClient, UpstreamFailure
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,8 @@ class Proxy:
 
     def __init__(self, config: ProxyConfig, shared: SharedState | None = None) -> None:
         self.cfg = config
+        # No KV connector: each request goes whole to one aggregated instance.
+        self.aggregated = config.use.instances == "aggregated"
         self.pool = Pool(config)
         self.metrics = ProxyMetrics(self.pool)
         self.flow: Flow = make_flow(config.connector, config.moriio_mode, config.overlap)
@@ -79,7 +81,7 @@ class Proxy:
         self.registration_endpoint: str | None = None
         for i, url in enumerate(config.prefill):
             b = self.pool.add(Backend("prefill", url, dp_size=config.prefill_dp_size))
-            if config.connector == "mooncake":
+            if config.use.bootstrap_port is not None:
                 host = f"[{b.host}]" if ":" in b.host else b.host
                 b.bootstrap_addr = f"http://{host}:{config.bootstrap_port(i)}"
         for url in config.decode:
@@ -88,7 +90,7 @@ class Proxy:
             self.pool.add(Backend("aggregated", url))
         if shared is not None:  # --workers: one view of legs in flight and circuits
             self.pool.share(shared)
-        if config.connector == "moriio":
+        if config.use.instances == "registered":
             self.registry = Registry(
                 self.pool,
                 config.moriio_mode,
@@ -103,7 +105,7 @@ class Proxy:
         self.timings = TimingLog(config.timings_dir) if config.timings_dir else None
 
     def _set_mode(self, mode: str) -> None:
-        self.flow = make_flow("moriio", mode)
+        self.flow = make_flow(self.cfg.connector, mode)
 
     @property
     def http(self) -> aiohttp.ClientSession:
@@ -182,7 +184,7 @@ class Proxy:
 
     async def handle_models(self, request: Request, conn: HttpConnection) -> Reply:
         now = time.monotonic()
-        role: Role = "aggregated" if self.cfg.connector == "none" else "decode"
+        role: Role = "aggregated" if self.aggregated else "decode"
         decodes = self.pool.available(role, now) or self.pool.backends[role]
         if not decodes:
             return error_response(503, "no decode instance is known yet", "no_backend")
@@ -240,7 +242,7 @@ class Proxy:
 
         key = affinity_key(body, cfg.prefix_chars) if cfg.policy == "prefix_hash" else None
         now = time.monotonic()
-        if cfg.connector == "none":
+        if self.aggregated:
             return await self._forward(request, conn, body, key, now, stamps)
         picked_p = self.pool.pick("prefill", key, now)
         picked_d = self.pool.pick("decode", key, now) if picked_p else None

@@ -136,6 +136,8 @@ class Pool:
 
     def __init__(self, cfg: ProxyConfig) -> None:
         self.cfg = cfg
+        # Prefills ready only once their bootstrap server named their engines (read per pick).
+        self._engines_needed = cfg.use.bootstrap_port is not None
         self.backends: dict[Role, list[Backend]] = {role: [] for role in ROLES}
         self._rr = dict.fromkeys(ROLES, 0)
 
@@ -161,10 +163,11 @@ class Pool:
         self.backends[backend.role].remove(backend)
 
     def ready(self, b: Backend, now: float) -> bool:
-        """Healthy, registered (if it registers) and, for Mooncake prefill, its engines known."""
+        """Healthy, registered (if it registers) and, for a prefill with a bootstrap server
+        (Mooncake), its engines known."""
         if not b.healthy or not b.fresh(now, self.cfg.registration_ttl_s):
             return False
-        return not (self.cfg.connector == "mooncake" and b.role == "prefill" and not b.engine_ids)
+        return not (self._engines_needed and b.role == "prefill" and not b.engine_ids)
 
     def available(self, role: Role, now: float) -> list[Backend]:
         return [b for b in self.backends[role] if b.out_since is None and self.ready(b, now)]

@@ -19,6 +19,7 @@ import json
 import random
 from typing import Any, ClassVar
 
+from harness import connectors
 from harness.proxy.backends import Backend, hash64
 
 try:  # orjson is several times faster; the stdlib is the fallback.
@@ -149,8 +150,12 @@ def random_id() -> str:
 class Flow:
     """How one connector splits a request into a prefill and a decode leg."""
 
-    name = "base"
     concurrent = False  # run both legs at once (prefill's response is not needed by decode)
+
+    @classmethod
+    def configured(cls, moriio_mode: str | None, overlap: bool) -> Flow:
+        """This flow for the proxy's settings (a flow reads those that apply to it)."""
+        return cls()
 
     def concurrent_with(self, p: Backend) -> bool:
         """Whether this request's two legs to prefill `p` go out at once."""
@@ -185,8 +190,6 @@ class Flow:
 
 class TwoPhaseFlow(Flow):
     """NIXL and the bundled pdbench connector: decode gets prefill's kv_transfer_params."""
-
-    name = "nixl"
 
     PREFILL_KV: ClassVar[dict[str, Any]] = {
         "do_remote_decode": True,
@@ -227,10 +230,12 @@ class PdbenchFlow(TwoPhaseFlow):
     while prefill computes instead of after it. Prefill DP > 1 stays two-phase: which DP
     rank (and KV port) takes a request is only known from its answer."""
 
-    name = "pdbench"
-
     def __init__(self, overlap: bool = False) -> None:
         self.overlap = overlap
+
+    @classmethod
+    def configured(cls, moriio_mode: str | None, overlap: bool) -> Flow:
+        return cls(overlap)
 
     def concurrent_with(self, p: Backend) -> bool:
         return self.overlap and p.kv_endpoint is not None and p.dp_size == 1
@@ -272,10 +277,12 @@ class PdbenchFlow(TwoPhaseFlow):
 class MoriioFlow(Flow):
     """MoRI-IO, both registration generations, READ or WRITE."""
 
-    name = "moriio"
-
     def __init__(self, mode: str) -> None:
         self.mode = mode  # "read" | "write"; fixed by the flag or the first registration
+
+    @classmethod
+    def configured(cls, moriio_mode: str | None, overlap: bool) -> Flow:
+        return cls(moriio_mode or "write")
 
     @property
     def concurrent(self) -> bool:  # type: ignore[override]
@@ -356,7 +363,6 @@ class MoriioFlow(Flow):
 class MooncakeFlow(Flow):
     """Mooncake: shared transfer id, decode pulls from the prefill's bootstrap server."""
 
-    name = "mooncake"
     concurrent = True
 
     def transfer_id(self, rid: str) -> str:
@@ -379,15 +385,21 @@ class MooncakeFlow(Flow):
         return out
 
 
+# Flow names (a connector entry's ProxyUse.flow) -> the classes that shape its legs.
+FLOWS: dict[str, type[Flow]] = {
+    "none": Flow,  # no legs to shape: the proxy forwards whole requests (Proxy._forward)
+    "two_phase": TwoPhaseFlow,
+    "pdbench": PdbenchFlow,
+    "moriio": MoriioFlow,
+    "mooncake": MooncakeFlow,
+}
+
+
 def make_flow(connector: str, moriio_mode: str | None = None, overlap: bool = False) -> Flow:
-    if connector == "nixl":
-        return TwoPhaseFlow()
-    if connector == "pdbench":
-        return PdbenchFlow(overlap)
-    if connector == "moriio":
-        return MoriioFlow(moriio_mode or "write")
-    if connector == "mooncake":
-        return MooncakeFlow()
-    if connector == "none":
-        return Flow()  # no legs to shape: the proxy forwards whole requests (Proxy._forward)
-    raise ValueError(f"unknown connector {connector!r}")
+    """The flow of a connector of the table (harness.connectors), with the proxy's settings."""
+    name = connectors.get(connector).proxy.flow
+    try:
+        flow = FLOWS[name]
+    except KeyError:
+        raise ValueError(f"connector {connector!r} names flow {name!r}; known flows: {', '.join(FLOWS)}") from None
+    return flow.configured(moriio_mode, overlap)

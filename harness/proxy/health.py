@@ -100,7 +100,7 @@ def readiness(cfg: ProxyConfig, pool: Pool, registry: Registry | None) -> tuple[
     ttl = cfg.registration_ttl_s
     counts: dict[str, int] = (
         {"aggregated_instances": n_a, "expected_aggregated": exp_a}
-        if cfg.connector == "none"
+        if cfg.use.instances == "aggregated"
         else {"prefill_instances": n_p, "decode_instances": n_d, "expected_prefill": exp_p, "expected_decode": exp_d}
     )
     body: dict[str, Any] = {

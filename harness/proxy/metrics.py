@@ -151,7 +151,7 @@ class ProxyMetrics:
         ready = GaugeMetricFamily("pdbench_proxy_ready_instances", "Ready instances per role", labels=["role"])
         expected = GaugeMetricFamily("pdbench_proxy_expected_instances", "Expected instances per role", labels=["role"])
         wants = [("prefill", pool.cfg.want_prefill), ("decode", pool.cfg.want_decode)]
-        if pool.cfg.connector == "none":
+        if pool.cfg.use.instances == "aggregated":
             wants = [("aggregated", pool.cfg.want_aggregated)]
         for role, want in wants:
             ready.add_metric([role], pool.count_available(role, now))  # type: ignore[arg-type]
