@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import connectors
 from harness.config.load import ResolvedRecipe
 from harness.config.schema import Flags
+from harness.connectors.entry import Setting, Value
 from harness.rundir.paths import SECRET, STATE
 from harness.topology import JobPlan, Phase, Worker
 
@@ -59,43 +61,52 @@ def flag_words(flags: Flags) -> list[str]:
     return words
 
 
-_CONNECTOR_CLASS = {
-    "nixl": "NixlConnector",
-    "moriio": "MoRIIOConnector",
-    "mooncake": "MooncakeConnector",
-    "pdbench": "PdbenchConnector",
-}
+def job_value(rr: ResolvedRecipe, value: Value, worker: Worker | None = None) -> Word | int | bool | None:
+    """A value a connector's entry names, for one worker (None: the key is left out)."""
+    c = rr.recipe.connector
+    if value is Value.PROXY_PING_PORT:
+        return c.proxy_ping_port
+    if value is Value.READ_MODE:
+        return True if c.read_mode else None
+    if value is Value.NODE_ADDR:
+        return NODE_ADDR
+    if value is Value.PROXY_ADDR:
+        return node_addr(0)  # the proxy's node, whose address is known only in the job
+    if value is Value.SECRET_FILE:
+        return Shell(f"${{RUN_DIR}}/{SECRET}")
+    assert worker is not None, f"{value} is a worker's"
+    if value is Value.HTTP_PORT:
+        return worker.port
+    if value is Value.SIDE_CHANNEL_PORT:
+        return worker.side_channel_port
+    if value is Value.NOTIFY_PORT:
+        return notify_port(rr, worker)
+    raise AssertionError(f"no value for {value}")
+
+
+def _setting(rr: ResolvedRecipe, setting: Setting, worker: Worker) -> Word | int | bool | None:
+    value = job_value(rr, setting.value, worker)
+    return str(value) if setting.text and isinstance(value, int) else value
 
 
 def kv_transfer_config(rr: ResolvedRecipe, worker: Worker) -> dict[str, Any]:
     c = rr.recipe.connector
+    entry = connectors.get_kv(c.name)
     cfg: dict[str, Any] = {
-        "kv_connector": _CONNECTOR_CLASS[c.name],
+        "kv_connector": entry.vllm_class,
         "kv_role": "kv_producer" if worker.role == "prefill" else "kv_consumer",
     }
     if c.kv_buffer_device:
         cfg["kv_buffer_device"] = c.kv_buffer_device
     cfg.update({str(k): v for k, v in c.transfer_config.items()})
+    if entry.module_path:
+        cfg["kv_connector_module_path"] = entry.module_path
+    # The entry's defaults, after the recipe's own keys.
     extra = dict(c.extra_config)
-    if c.name == "moriio":
-        # The proxy's registration endpoint is on node 0, whose address is known only in the job.
-        extra.setdefault("proxy_ip", node_addr(0))
-        extra.setdefault("proxy_ping_port", str(c.proxy_ping_port))
-        extra.setdefault("http_port", str(worker.port))
-        # vLLM's defaults (6301, 61005) plus dp_rank + tp_rank: two workers on one node
-        # would collide, so each worker gets its own base from the topology's allocator.
-        extra.setdefault("handshake_port", str(worker.side_channel_port))
-        extra.setdefault("notify_port", str(moriio_notify_port(rr, worker)))
-        if c.read_mode:
-            extra.setdefault("read_mode", True)
-    if c.name == "pdbench":
-        cfg["kv_connector_module_path"] = "connector"
-        # Every setting of the bundled connector is here, none in its environment: it dials
-        # and binds the node's address, prefill rank r listens on port + r (disjoint per
-        # worker, like NIXL's side-channel ports), and pulls prove the job's secret.
-        extra.setdefault("host", NODE_ADDR)
-        extra.setdefault("port", worker.side_channel_port)
-        extra.setdefault("secret_file", Shell(f"${{RUN_DIR}}/{SECRET}"))
+    for key, setting in entry.extra_config.items():
+        value = _setting(rr, setting, worker)
+        if value is not None:
+            extra.setdefault(key, value)
     if extra:
         cfg["kv_connector_extra_config"] = extra
     return cfg
@@ -130,7 +141,8 @@ def storage_mounts(rr: ResolvedRecipe, root: str) -> dict[str, str]:
     return out
 
 
-def moriio_notify_port(rr: ResolvedRecipe, worker: Worker) -> int:
+def notify_port(rr: ResolvedRecipe, worker: Worker) -> int:
+    """The worker's notify base: connector.notify_port, offset as its side-channel base is."""
     c = rr.recipe.connector
     return c.notify_port + (worker.side_channel_port - c.side_channel_port)
 
@@ -141,17 +153,13 @@ def server_env(rr: ResolvedRecipe, worker: Worker) -> dict[str, Word]:
     env: dict[str, Word] = {**m.env, **model_role_env(rr, worker.role)}
     env.update(rr.recipe.env)
     env.update(role.env)
-    c = rr.recipe.connector
-    if worker.role == "aggregated":
-        pass  # no KV connector
-    elif c.name == "nixl":
-        if not rr.recipe.topology.nic_detection:
-            # With detection, `pdbench nic` sets it: the RDMA interface's address, else the node's.
-            env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = NODE_ADDR
-        env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(worker.side_channel_port)
-    if c.name == "mooncake" and worker.role == "prefill":
-        # The prefill's bootstrap server, which the proxy names to decode (--bootstrap-port).
-        env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] = str(worker.side_channel_port)
+    nic_detection = rr.recipe.topology.nic_detection
+    for var in connectors.get_kv(rr.recipe.connector.name).env:
+        # With detection, `pdbench nic` sets the variable (the RDMA interface's address, say).
+        if worker.role in var.roles and not (var.set_by_nic_detection and nic_detection):
+            value = _setting(rr, var.setting, worker)
+            if value is not None:
+                env[var.name] = value if isinstance(value, (str, Shell)) else str(value)
     if worker.visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = worker.visible_devices
         env["HIP_VISIBLE_DEVICES"] = worker.visible_devices
@@ -261,10 +269,11 @@ def json_word(obj: Any) -> Word:
 
 def proxy_argv(rr: ResolvedRecipe, plan: JobPlan, phase: Phase = "disagg") -> list[Word]:
     p, c = rr.recipe.proxy, rr.recipe.connector
+    use = connectors.get_kv(c.name).proxy
     if phase == "aggregated":
         # The baseline: the same proxy, forwarding each request whole to one instance.
         words: list[Word] = [PYTHON, "-m", "harness", "proxy", "--host", "127.0.0.1", "--port", str(p.port)]
-        words += ["--connector", "none", "--policy", p.policy]
+        words += ["--connector", connectors.NONE.name, "--policy", p.policy]
         if p.workers > 1:
             words += ["--workers", str(p.workers)]
         words += ["--request-timeout-s", f"{p.request_timeout_s:g}"]
@@ -300,7 +309,7 @@ def proxy_argv(rr: ResolvedRecipe, plan: JobPlan, phase: Phase = "disagg") -> li
         argv += ["--workers", str(p.workers)]
     if p.overlap:
         argv += ["--overlap"]
-    if c.name == "moriio":
+    if use.instances == "registered":
         # MoRI-IO servers register themselves on the proxy's ZMQ port (proxy_ping_port in
         # their kv-transfer-config) with the handshake/notify ports and DP/TP sizes the
         # flow needs; a static URL carries none of that, so none is passed. The proxy
@@ -319,12 +328,11 @@ def proxy_argv(rr: ResolvedRecipe, plan: JobPlan, phase: Phase = "disagg") -> li
             str(len(plan.role("decode"))),
         ]
         return argv
-    # NIXL, Mooncake and the bundled connector: static instances, one per worker (its
-    # HTTP leader); the proxy expects all of them.
+    # Static instances, one per worker (its HTTP leader); the proxy expects all of them.
     for w in plan.role("prefill") + plan.role("decode"):
         argv += [f"--{w.role}", Shell(f"http://{node_addr(w.node).text}:{w.port}")]
-    if c.name == "mooncake":
-        # Each prefill's bootstrap server (VLLM_MOONCAKE_BOOTSTRAP_PORT), in --prefill order.
+    if use.bootstrap_port is not None:
+        # Each prefill's bootstrap server (Mooncake's VLLM_MOONCAKE_BOOTSTRAP_PORT), in --prefill order.
         for w in plan.role("prefill"):
             argv += ["--bootstrap-port", str(w.side_channel_port)]
     return argv

@@ -16,7 +16,7 @@ from typing import Any
 import jinja2
 import yaml
 
-from harness import __version__, atomic
+from harness import __version__, atomic, connectors
 from harness.config.load import ConfigError, ResolvedRecipe
 from harness.render import commands as cmd
 from harness.render.commands import Shell, Word, quote
@@ -29,9 +29,6 @@ TEMPLATES = Path(__file__).resolve().parents[2] / "slurm_templates"
 # The job script reads the image file once for its sha256 (enroot, apptainer), before any
 # server starts; a 30 GB image at 100 MB/s fits.
 IMAGE_HASH_TIMEOUT_S = 600
-# What each KV connector needs importable in the image besides vLLM (the bundled one is
-# pdbench's own tree, mounted).
-CONNECTOR_MODULES = {"nixl": ["nixl"], "moriio": ["mori"], "mooncake": ["mooncake.engine"], "pdbench": []}
 
 
 @dataclass(frozen=True)
@@ -310,7 +307,8 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext) -> JobPlan
                 "harness.node.runtime",
                 "harness.proxy.server",
                 "harness.bench.client",
-                *CONNECTOR_MODULES[rr.recipe.connector.name],
+                # What the connector needs importable in the image besides vLLM.
+                *connectors.get_kv(rr.recipe.connector.name).image_modules,
             ],
             # What the set-up steps' cache is keyed by, besides the base image's id.
             setup_digest=hashlib.sha256(

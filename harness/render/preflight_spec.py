@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+from harness import connectors
 from harness.config.load import ResolvedRecipe
+from harness.connectors.entry import PortRange
 from harness.render import commands as cmd
-from harness.topology import JobPlan, PreflightSpec
-
-# Connectors whose KV moves over RDMA on GPU nodes (the bundled connector uses TCP).
-_RDMA_CONNECTORS = ("nixl", "moriio", "mooncake")
+from harness.topology import JobPlan, PreflightSpec, Worker
 
 
 def _flag(rr: ResolvedRecipe, role: str, name: str) -> object:
@@ -15,8 +14,20 @@ def _flag(rr: ResolvedRecipe, role: str, name: str) -> object:
     return {**model_flags, **getattr(rr.recipe.topology, role).flags}.get(name)
 
 
+def _ports(rr: ResolvedRecipe, used: PortRange, w: Worker, rank: int, per_node: int, connected: bool) -> range:
+    """The ports of one of the connector's port ranges that worker w binds on its rank-th node."""
+    if w.role not in used.roles or (used.with_kv_transfer and not connected):
+        return range(0)
+    base = cmd.job_value(rr, used.base, w)
+    assert isinstance(base, int), f"{rr.recipe.connector.name}: {used.base} is not a port"
+    if used.per_rank:  # one port per rank of the worker on this node
+        return range(base, base + per_node)
+    return range(base, base + 1) if rank == 0 else range(0)  # on its HTTP leader only
+
+
 def preflight_spec(rr: ResolvedRecipe, p: JobPlan, root: str) -> PreflightSpec:
     t, c = rr.recipe.topology, rr.recipe.connector
+    entry = connectors.get_kv(c.name)
     gpus: dict[int, int] = {}
     ports: dict[int, set[int]] = {}
     memory: dict[int, int] = {}
@@ -34,14 +45,8 @@ def preflight_spec(rr: ResolvedRecipe, p: JobPlan, root: str) -> PreflightSpec:
                 if rank == 0:
                     mine.add(w.port)
                 per_node = max(1, w.devices // len(w.nodes))
-                if c.name in ("nixl", "pdbench", "moriio") and connected:
-                    # One side-channel (KV, handshake) port per rank of the worker on this node.
-                    mine.update(range(w.side_channel_port, w.side_channel_port + per_node))
-                if c.name == "moriio" and connected:
-                    notify = cmd.moriio_notify_port(rr, w)
-                    mine.update(range(notify, notify + per_node))
-                if c.name == "mooncake" and w.role == "prefill" and rank == 0:
-                    mine.add(w.side_channel_port)  # its bootstrap server
+                for used in entry.ports:
+                    mine.update(_ports(rr, used, w, rank, per_node, connected))
                 if not t.gpus_per_node:
                     env = cmd.server_env(rr, w)
                     space = env.get("VLLM_CPU_KVCACHE_SPACE")
@@ -52,8 +57,10 @@ def preflight_spec(rr: ResolvedRecipe, p: JobPlan, root: str) -> PreflightSpec:
         for node, n in phase_memory.items():
             memory[node] = max(memory.get(node, 0), n)
     ports.setdefault(p.proxy_node, set()).add(p.proxy_port)
-    if c.name == "moriio":
-        ports[p.proxy_node].add(c.proxy_ping_port)
+    for value in entry.proxy.ports:
+        port = cmd.job_value(rr, value)
+        assert isinstance(port, int), f"{c.name}: the proxy's {value} is not a port"
+        ports[p.proxy_node].add(port)
     roles = ("prefill", "decode", "aggregated") if t.aggregated else ("prefill", "decode")
     dummy = all(_flag(rr, role, "load-format") == "dummy" for role in roles)
     local = rr.model.path is not None or bool(rr.recipe.site.model_root)
@@ -65,6 +72,6 @@ def preflight_spec(rr: ResolvedRecipe, p: JobPlan, root: str) -> PreflightSpec:
         gpus=gpus,
         ports={n: sorted(v) for n, v in sorted(ports.items())},
         memory_bytes=memory,
-        rdma=bool(t.nic_detection and t.gpus_per_node and c.name in _RDMA_CONNECTORS),
+        rdma=bool(t.nic_detection and t.gpus_per_node and entry.rdma),
         node_interface=rr.recipe.site.node_interface,
     )
