@@ -17,7 +17,7 @@ from harness import connectors
 from harness.config.load import ResolvedRecipe
 from harness.config.schema import Flags
 from harness.connectors.entry import Setting, Value
-from harness.rundir.paths import SECRET, STATE
+from harness.rundir.paths import PROXY_TIMINGS, SECRET, STATE, bench_config_name, metrics_subdir
 from harness.topology import JobPlan, Phase, Worker
 
 
@@ -338,14 +338,6 @@ def proxy_argv(rr: ResolvedRecipe, plan: JobPlan, phase: Phase = "disagg") -> li
     return argv
 
 
-PROXY_TIMINGS = "proxy-timings"  # in the run directory
-
-
-def bench_file(phase: Phase) -> str:
-    """The client's config of a phase, in the run directory."""
-    return "bench.json" if phase == "disagg" else f"bench-{phase}.json"
-
-
 def bench_argv(plan: JobPlan, phase: Phase = "disagg") -> list[Word]:
     argv: list[Word] = [
         PYTHON,
@@ -353,7 +345,7 @@ def bench_argv(plan: JobPlan, phase: Phase = "disagg") -> list[Word]:
         "harness",
         "bench",
         "--config",
-        Shell(f"${{RUN_DIR}}/{bench_file(phase)}"),
+        Shell(f"${{RUN_DIR}}/{bench_config_name(phase)}"),
         "--result-dir",
         RUN_DIR,
     ]
@@ -366,7 +358,7 @@ def bench_argv(plan: JobPlan, phase: Phase = "disagg") -> list[Word]:
 def bench_config(
     rr: ResolvedRecipe, plan: JobPlan, run_meta: dict[str, Any], root: str | None = None
 ) -> dict[str, Any]:
-    """The BenchConfig the job's client reads (bench.json); the result dir is given at run time."""
+    """The BenchConfig the job's client reads (its bench_config_name); the result dir is given at run time."""
     # Every benchmark setting of the recipe, as the recipe holds it; then the job's bindings.
     # (Through model_dump_json: strict JSON, an infinite request_rate written as "Infinity".)
     settings = json.loads(rr.recipe.benchmark.model_dump_json())
@@ -391,7 +383,7 @@ def aggregated_bench_config(
     GPU count of one aggregated deployment, and its own /metrics directory."""
     cfg = bench_config(rr, plan, run_meta, root)
     del cfg["prefill_gpus"], cfg["decode_gpus"], cfg["kv_connector"]
-    return cfg | {"gpus": plan.devices("aggregated"), "metrics_dir": "metrics/aggregated"}
+    return cfg | {"gpus": plan.devices("aggregated"), "metrics_dir": metrics_subdir("aggregated")}
 
 
 # Stand-ins for what only the job knows, so that a rendered line can be parsed ahead of time.

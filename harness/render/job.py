@@ -1,4 +1,4 @@
-"""Render a job into a directory: job.slurm, server.sh, plan.json, bench.json, recipe.lock.yaml."""
+"""Render a job into a run directory: its scripts, plan, benchmark configs and recipe lock."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from harness.config.load import ConfigError, ResolvedRecipe
 from harness.render import commands as cmd
 from harness.render.commands import Shell, Word, quote
 from harness.render.preflight_spec import preflight_spec
-from harness.rundir import TIME_LIMIT_WARNING
+from harness.rundir import TIME_LIMIT_WARNING, RunDir
 from harness.rundir.paths import IMAGE_RECORD_JOB, image_record_name
 from harness.topology import JobPlan, PlanFile, bench_name, plan
 
@@ -330,23 +330,25 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext) -> JobPlan
     if ctx.resumed_from:
         bench["resume"] = True  # keep the finished points copied from that run
     plan_json = PlanFile.of(rr, p, preflight_spec(rr, p, ctx.root)).to_json()
+    run = RunDir(out_dir)
     files = {
-        "server.sh": server,
-        "job.slurm": job,
-        "recipe.lock.yaml": yaml.safe_dump(lock, sort_keys=False),
-        "plan.json": json.dumps(plan_json, indent=2) + "\n",
+        run.server_script: server,
+        run.job_script: job,
+        run.lock: yaml.safe_dump(lock, sort_keys=False),
+        run.plan: json.dumps(plan_json, indent=2) + "\n",
     }
     if "disagg" in p.phases:
-        files["bench.json"] = json.dumps(bench, indent=2) + "\n"
+        files[run.bench_config("disagg")] = json.dumps(bench, indent=2) + "\n"
     if "aggregated" in p.phases:
         agg = cmd.aggregated_bench_config(rr, p, aggregated_run_metadata(rr, p, ctx), ctx.root)
         if ctx.resumed_from:
             agg["resume"] = True
-        files[cmd.bench_file("aggregated")] = json.dumps(agg, indent=2) + "\n"
+        files[run.bench_config("aggregated")] = json.dumps(agg, indent=2) + "\n"
     if container is not None:
-        files["container.sh"] = container
-    for fname, text in files.items():
-        write_new(out_dir / fname, text, executable=fname.endswith((".sh", ".slurm")))
+        files[run.container_script] = container
+    scripts = (run.server_script, run.job_script, run.container_script)
+    for path, text in files.items():
+        write_new(path, text, executable=path in scripts)
     return p
 
 
