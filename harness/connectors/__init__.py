@@ -9,7 +9,7 @@ reads the table: the lists below are computed from it, never kept beside it.
 from __future__ import annotations
 
 from harness.connectors import mooncake, moriio, nixl, none, pdbench
-from harness.connectors.entry import Connector, Package
+from harness.connectors.entry import Connector
 
 # In the order help texts and the recipe reference list them.
 _MODULES = (nixl, moriio, mooncake, pdbench, none)
@@ -33,10 +33,10 @@ def proxy_names() -> tuple[str, ...]:
     return tuple(TABLE)
 
 
-def packages() -> tuple[Package, ...]:
-    """The connectors' packages whose versions every server's runtime record holds (beside
-    vLLM's and torch's, which harness.rundir.package_probe asks for itself)."""
-    return tuple(p for c in TABLE.values() for p in c.packages)
+def packages() -> tuple[tuple[str, tuple[str, ...], str], ...]:
+    """The connectors' packages whose versions every server's runtime record holds, as
+    harness.rundir.package_probe takes them (it asks for vLLM's and torch's itself)."""
+    return tuple((p.key, p.distributions, p.module) for c in TABLE.values() for p in c.packages)
 
 
 def get(name: str) -> Connector:
