@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-import json
 import logging
-import shlex
 import sys
-import time
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
 
 import typer
 
 from harness import __version__
-from harness.config.load import PROJECT_ROOT, ConfigError, ResolvedRecipe, load_recipe
+from harness.config.load import PROJECT_ROOT
+from harness.submit.refused import EXIT_CONFIG, Refused
+
+if TYPE_CHECKING:
+    from harness.rundir import RunDir
 
 # Help is Click's plain formatter (rich_markup_mode=None), not Rich's panels: Rich shrinks the
 # option-name column to fit the terminal and cuts names ("--health-check-inte…"), while Click
@@ -30,8 +31,6 @@ app = typer.Typer(
     context_settings={"max_content_width": 100},
     help="Benchmark prefill/decode disaggregated vLLM serving on Slurm or on this machine.",
 )
-
-EXIT_CONFIG = 2
 
 
 class Launcher(str, Enum):
@@ -62,25 +61,15 @@ def _fail(msg: str, code: int = EXIT_CONFIG) -> NoReturn:
     raise typer.Exit(code)
 
 
-def _load(recipe: str, overrides: list[str] | None, cluster: str | None = None) -> ResolvedRecipe:
-    from harness.config.cluster import chosen_profile
+T = TypeVar("T")
 
+
+def _delegate(step: Callable[[], T]) -> T:
+    """Run a pipeline step; what it refuses becomes `error: ...` and its exit code."""
     try:
-        return load_recipe(recipe, overrides or [], cluster=chosen_profile(cluster))
-    except ConfigError as e:
-        _fail(str(e))
-        raise  # unreachable; keeps type checkers happy
-
-
-def _ensure_model(rr: ResolvedRecipe) -> None:
-    """Build a model the catalogue knows how to make offline (the tiny model) when it is missing."""
-    if rr.model.build == "tiny-llama" and rr.model.path is not None:
-        path = Path(rr.model_source)
-        if not (path / "config.json").is_file():
-            from harness import tiny_model
-
-            typer.echo(f"building the tiny model in {path}", err=True)  # stdout may be --json
-            tiny_model.build(path)
+        return step()
+    except Refused as e:
+        _fail(str(e), e.code)
 
 
 @app.command()
@@ -94,18 +83,9 @@ def render(
     skip_flag_check: SkipFlagCheck = False,
 ) -> None:
     """Render a recipe's job.slurm, server.sh and their data files into a directory."""
-    from harness.render import current_context, render_job
+    from harness.submit.run import render_into
 
-    rr = _load(recipe, set_, cluster)
-    _check_flags(rr, skip_flag_check)
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        render_job(rr, out, current_context(out, PROJECT_ROOT, rr))
-    except ConfigError as e:
-        _fail(str(e))
-    except FileExistsError as e:
-        _fail(str(e))
-    typer.echo(f"rendered {rr.name} into {out}")
+    typer.echo(_delegate(lambda: render_into(recipe, set_, cluster, skip_flag_check, out)))
 
 
 @app.command()
@@ -116,51 +96,9 @@ def validate(
     skip_flag_check: SkipFlagCheck = False,
 ) -> None:
     """Check a recipe (schema, model catalogue, topology, ports, vLLM flags) without rendering anything."""
-    from harness.topology import plan
+    from harness.submit.run import validate as validate_recipe
 
-    rr = _load(recipe, set_, cluster)
-    try:
-        p = plan(rr)
-    except ConfigError as e:
-        _fail(str(e))
-    _check_flags(rr, skip_flag_check)
-    topo = rr.recipe.topology
-    typer.echo(
-        f"ok: {rr.name} ({rr.recipe_file}): model {rr.recipe.model}, "
-        f"{topo.prefill.workers}P+{topo.decode.workers}D on {p.num_nodes} node(s), "
-        f"connector {rr.recipe.connector.name}, fingerprint {rr.fingerprint}"
-    )
-
-
-def _flag_problems(rr: ResolvedRecipe) -> list[str]:
-    """The job's `vllm serve` lines through vLLM's own parser, where vLLM is importable here."""
-    from harness.render import vllm_flags
-    from harness.render.commands import serve_lines
-    from harness.topology import plan
-
-    lines = serve_lines(rr, plan(rr))
-    try:
-        # vLLM logs to stdout as it imports; stdout is for pdbench's own output (--json).
-        with contextlib.redirect_stdout(sys.stderr):
-            problems = vllm_flags.check_many(
-                [argv for _, argv, _ in lines],
-                [origins for _, _, origins in lines],
-                cache_dir=PROJECT_ROOT / ".cache" / "vllm-flag-check",
-            )
-    except vllm_flags.VllmUnavailable:
-        return []
-    note = vllm_flags.image_version_note(rr.recipe.container.image, vllm_flags.vllm_version())
-    if note:
-        typer.echo(f"note: {note}", err=True)
-    return [f"vLLM rejects a flag: {p}" for p in problems]
-
-
-def _check_flags(rr: ResolvedRecipe, skip: bool) -> None:
-    if skip:
-        return
-    problems = _flag_problems(rr)
-    if problems:
-        _fail("\n".join(problems))
+    typer.echo(_delegate(lambda: validate_recipe(recipe, set_, cluster, skip_flag_check)))
 
 
 SkipFlagCheck = Annotated[
@@ -173,30 +111,6 @@ SkipFlagCheck = Annotated[
         ),
     ),
 ]
-
-
-def _slurm_overrides(**opts: object) -> list[str]:
-    """Command-line Slurm options become ordinary recipe overrides, so the lock file records them."""
-    keys = {
-        "partition": "slurm.partition",
-        "account": "slurm.account",
-        "qos": "slurm.qos",
-        "time": "slurm.time_limit",
-        "nodelist": "slurm.nodelist",
-        "exclude": "slurm.exclude",
-        "reservation": "slurm.reservation",
-        "constraint": "slurm.constraint",
-        "job_name": "slurm.job_name",
-        "gpus_per_node": "topology.gpus_per_node",
-    }
-    out = [
-        f"{keys[k]}={json.dumps(v) if isinstance(v, str) else v}"
-        for k, v in opts.items()
-        if k in keys and v is not None
-    ]
-    if opts.get("sbatch"):
-        out.append(f"slurm.extra_sbatch={json.dumps(list(opts['sbatch']))}")  # type: ignore[call-overload]
-    return out
 
 
 @app.command()
@@ -246,14 +160,10 @@ def submit(
     ] = None,
 ) -> None:
     """Render a recipe into a new run directory and run it (sbatch, or the local launcher)."""
-    from dataclasses import replace
+    from harness.submit.check import slurm_overrides
+    from harness.submit.run import submit as submit_recipe
 
-    from harness.launch import slurm
-    from harness.render import current_context, render_job
-    from harness.rundir import RunDir
-    from harness.topology import check_single_host, plan
-
-    overrides = list(set_ or []) + _slurm_overrides(
+    overrides = list(set_ or []) + slurm_overrides(
         partition=partition,
         account=account,
         qos=qos,
@@ -266,72 +176,20 @@ def submit(
         job_name=job_name,
         sbatch=sbatch,
     )
-    rr = _load(recipe, overrides, cluster)
-    try:
-        job_plan = plan(rr)
-        if launcher is Launcher.local:
-            check_single_host(rr, job_plan)
-    except ConfigError as e:
-        _fail(str(e))
-    _check_flags(rr, skip_flag_check)
-    _check_storage(rr)
-    resumed = _run_dir(resume, results_dir).resolve() if resume else None
-    if resumed is not None:
-        from harness.resume_run import check_same_measurement
-
-        try:
-            check_same_measurement(resumed, rr)
-        except ConfigError as e:
-            _fail(str(e))
-    run_dir = RunDir.create(results_dir, rr.name).path
-    try:
-        ctx = current_context(run_dir, PROJECT_ROOT, rr)
-        render_job(rr, run_dir, replace(ctx, resumed_from=str(resumed)) if resumed else ctx)
-    except ConfigError as e:  # e.g. a results directory that no #SBATCH line can carry
-        _fail(f"{e} (run directory {run_dir} left unrendered)")
-    typer.echo(f"run directory: {run_dir}")
-    if resumed is not None:
-        from harness.resume_run import carry_over
-
-        kept = carry_over(resumed, run_dir)
-        typer.echo(f"resuming {resumed}: {len(kept)} finished point(s) kept, the others will be measured")
-
-    if launcher is Launcher.slurm:
-        cmd = slurm.sbatch_command(run_dir)
-        if dry_run:
-            typer.echo(shlex.join(cmd))
-            return
-        try:
-            job_id = slurm.submit(run_dir)
-        except slurm.SubmitError as e:
-            _fail(str(e), code=1)
-        typer.echo(f"submitted Slurm job {job_id}")
-        if wait:
-            raise typer.Exit(_follow(run_dir, job_id, rr.recipe.timeouts.job_s))
-        return
-
-    if dry_run:
-        typer.echo(
-            f"local launcher: would run {job_plan.num_nodes} node process(es) of {RunDir(run_dir).server_script}"
+    rc = _delegate(
+        lambda: submit_recipe(
+            recipe,
+            overrides,
+            cluster,
+            launcher_kind=launcher.value,
+            skip_flag_check=skip_flag_check,
+            dry_run=dry_run,
+            wait=wait,
+            results_dir=results_dir,
+            resume=resume,
         )
-        return
-    from harness.launch.local import run_local
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s pdbench %(levelname)s %(message)s")
-    t = rr.recipe.timeouts
-    rc = run_local(run_dir, job_plan.num_nodes, t.job_s, t.teardown_s)
-    _summary(run_dir, rc)
+    )
     raise typer.Exit(rc)
-
-
-def _check_storage(rr: ResolvedRecipe) -> None:
-    """Weights and the shared install, checked here when this host sees them (else on every node)."""
-    from harness.doctor import local_findings
-
-    _ensure_model(rr)
-    findings = local_findings(rr, str(rr.root))
-    if findings:
-        _fail("\n".join(str(f) for f in findings))
 
 
 @app.command()
@@ -352,133 +210,26 @@ def doctor(
 ) -> None:
     """Check everything a recipe's job needs on the nodes it would get: image, pdbench in the image,
     weights, GPUs, ports, RDMA, memory, disk, clocks; and its vLLM flags here. Exit 0 when all pass."""
-    from harness import doctor as dr
-    from harness.launch import slurm
-    from harness.render import current_context, render_job
-    from harness.rundir import RunDir
-    from harness.topology import check_single_host, plan
+    from harness.doctor.run import doctor as run_doctor
 
-    rr = _load(recipe, set_, cluster)
-    try:
-        job_plan = plan(rr)
-        if launcher is Launcher.local:
-            check_single_host(rr, job_plan)
-    except ConfigError as e:
-        _fail(str(e))
-    _ensure_model(rr)
-    findings = [dr.Finding(dr.SUBMIT_HOST, "vllm-flags", p) for p in _flag_problems(rr)]
-    findings += dr.local_findings(rr, str(rr.root))
-    # The check job's run directory is kept apart from the benchmark runs (results/.doctor/).
-    run_dir = RunDir.create(results_dir / ".doctor", rr.name).path
-    try:
-        render_job(rr, run_dir, current_context(run_dir, PROJECT_ROOT, rr))
-    except ConfigError as e:
-        _fail(str(e))
-    dr.mark_doctor_run(run_dir)
-    if not as_json:
-        typer.echo(f"checking {job_plan.num_nodes} node(s) of {rr.name} ({launcher.value}); run directory {run_dir}")
-    start = time.monotonic()
-    if launcher is Launcher.local:
-        from harness.launch.local import run_local
-
-        run_local(run_dir, job_plan.num_nodes, min(timeout_s, 300), rr.recipe.timeouts.teardown_s, echo=None)
-    else:
-        job_id = None
-        try:
-            job_id = slurm.submit(run_dir, extra=["--time=00:10:00"])
-            slurm.wait(job_id, timeout_s, lambda info: None)
-        except slurm.SubmitError as e:
-            findings.append(dr.Finding("job", "slurm", str(e)))
-            if job_id is not None:
-                slurm.cancel(job_id)
-    findings += dr.job_findings(run_dir, job_plan.num_nodes)
-    if as_json:
-        typer.echo(
-            json.dumps(
-                {
-                    "ok": not findings,
-                    "recipe": rr.name,
-                    "run_dir": str(run_dir),
-                    "seconds": round(time.monotonic() - start, 1),
-                    "problems": [f.to_json() for f in findings],
-                },
-                indent=2,
-            )
+    rc = _delegate(
+        lambda: run_doctor(
+            recipe,
+            set_,
+            cluster,
+            launcher_kind=launcher.value,
+            as_json=as_json,
+            timeout_s=timeout_s,
+            results_dir=results_dir,
         )
-    else:
-        for f in findings:
-            typer.echo(str(f))
-        typer.echo(
-            f"{'ok' if not findings else f'{len(findings)} problem(s)'}: {job_plan.num_nodes} node(s) checked "
-            f"in {time.monotonic() - start:.1f} s"
-        )
-    raise typer.Exit(0 if not findings else 1)
+    )
+    raise typer.Exit(rc)
 
 
-def _summary(run_dir: Path, rc: int) -> None:
-    from harness.rundir import RunDir, read_status
+def _run(ref: str, results_dir: Path) -> RunDir:
+    from harness.submit.run import resolve_run
 
-    results = RunDir(run_dir).results()
-    typer.echo(f"\n{'succeeded' if rc == 0 else f'FAILED (exit {rc})'}: {len(results)} result file(s) in {run_dir}")
-    for r in results:
-        typer.echo(f"  {r.name}")
-    status = read_status(RunDir(run_dir))
-    if rc != 0 and status and status.get("reason"):
-        typer.echo(f"reason: {status['reason']}")
-
-
-def _follow(run_dir: Path, job_id: str, timeout_s: float) -> int:
-    """Show state changes and the benchmark's progress until the job ends; Ctrl-C cancels it."""
-    from harness.launch import slurm
-    from harness.launch.local import LogTail
-    from harness.rundir import RunDir
-
-    tail = LogTail([RunDir(run_dir).log("node0"), RunDir(run_dir).log("bench")], sys.stdout)
-    last: list[str] = []
-
-    def on_poll(info: slurm.JobInfo) -> None:
-        if info.state not in last:
-            typer.echo(
-                f"job {job_id}: {info.state}" + (f" ({info.reason})" if info.reason not in (None, "None") else "")
-            )
-            last.append(info.state)
-        tail.pump()
-
-    try:
-        info = slurm.wait(job_id, timeout_s + 600, on_poll)
-    except KeyboardInterrupt:
-        typer.echo(f"\ninterrupted: cancelled Slurm job {job_id}", err=True)
-        return 130
-    except slurm.SubmitError as e:
-        typer.echo(f"error: {e}", err=True)
-        return 1
-    # The job's status.json is the authority on success; Slurm's state covers what it cannot see.
-    # On NFS another host's new file can take a few seconds (attribute caching) to appear here.
-    from harness.rundir import RunDir, read_status
-
-    status = read_status(RunDir(run_dir))
-    settle = time.monotonic() + 10
-    while (status is None or status.get("finished_at") is None) and time.monotonic() < settle:
-        time.sleep(1)
-        status = read_status(RunDir(run_dir))
-    tail.pump()
-    ok = info.state == "COMPLETED" and status is not None and status["state"] == "succeeded"
-    if info.state == "UNKNOWN" and status is not None:
-        ok = status["state"] == "succeeded"
-    rc = 0 if ok else 1
-    typer.echo(f"job {job_id} ended: {info.state}")
-    _summary(run_dir, rc)
-    return rc
-
-
-def _run_dir(run: str, results_dir: Path) -> Path:
-    from harness.rundir import RunDir, RunNotFound
-
-    try:
-        return RunDir.resolve(run, results_dir).path
-    except RunNotFound as e:
-        _fail(str(e))
-        raise
+    return _delegate(lambda: resolve_run(ref, results_dir))
 
 
 RunArg = Annotated[str, typer.Argument(help="Run directory, or a recipe name (its latest run).")]
@@ -487,27 +238,11 @@ ResultsOpt = Annotated[Path, typer.Option(help="Root directory of run directorie
 
 @app.command()
 def status(run: RunArg, results_dir: ResultsOpt = PROJECT_ROOT / "results") -> None:
-    """Show a run's Slurm state, its outcome and its result files."""
-    from harness.launch import slurm
-    from harness.rundir import RunDir, read_status
+    """Show a run's job state (Slurm or local launcher), its outcome and its result files."""
+    from harness.submit.manage import status_lines
 
-    run_dir = _run_dir(run, results_dir)
-    typer.echo(f"run: {run_dir}")
-    job_id = slurm.job_id_of(run_dir)
-    if job_id:
-        try:
-            info = slurm.job_info(job_id)
-            typer.echo(
-                f"slurm job {job_id}: {info.state} (exit {info.exit_code}, nodes {info.nodes}, via {info.source})"
-            )
-        except slurm.SubmitError as e:
-            typer.echo(f"slurm job {job_id}: state unavailable ({e})")
-    st = read_status(RunDir(run_dir))
-    typer.echo(f"outcome: {st['state'] if st else 'not finished (no status.json yet)'}")
-    if st and st.get("reason"):
-        typer.echo(f"reason: {st['reason']}")
-    for r in RunDir(run_dir).results():
-        typer.echo(f"  {r.name}")
+    for line in status_lines(_run(run, results_dir)):
+        typer.echo(line)
 
 
 class LogRole(str, Enum):
@@ -527,32 +262,23 @@ def logs(
     results_dir: ResultsOpt = PROJECT_ROOT / "results",
 ) -> None:
     """Print the logs of a run, by node and role."""
-    from harness.rundir import RunDir
+    from harness.submit.manage import log_text
 
-    run_dir = _run_dir(run, results_dir)
-    files = RunDir(run_dir).log_files(node, role.value if role else None)
-    if not files:
-        _fail(f"{run_dir}: no logs for node={node} role={role.value if role else None}", code=1)
-    for f in files:
-        text = f.read_text(errors="replace").splitlines()
-        typer.echo(f"==> {f.relative_to(run_dir)} <==")
-        typer.echo("\n".join(text[-lines:] if lines else text))
+    run_dir = _run(run, results_dir)
+    text = log_text(run_dir, node, role.value if role else None, lines)
+    if text is None:
+        _fail(f"{run_dir.path}: no logs for node={node} role={role.value if role else None}", code=1)
+    for block in text:
+        typer.echo(block)
 
 
 @app.command()
 def cancel(run: RunArg, results_dir: ResultsOpt = PROJECT_ROOT / "results") -> None:
-    """Cancel a run's Slurm job (scancel); the job tears every process down on SIGTERM."""
-    from harness.launch import slurm
+    """Cancel a run's job (scancel, or SIGTERM to the local launcher); the job tears every process down."""
+    from harness.submit.manage import cancel as cancel_job
 
-    run_dir = _run_dir(run, results_dir)
-    job_id = slurm.job_id_of(run_dir)
-    if not job_id:
-        _fail(f"{run_dir} has no Slurm job (slurm_job_id is missing)", code=1)
-    try:
-        slurm.cancel(job_id)
-    except slurm.SubmitError as e:
-        _fail(str(e), code=1)
-    typer.echo(f"cancelled Slurm job {job_id}")
+    run_dir = _run(run, results_dir)
+    typer.echo(_delegate(lambda: cancel_job(run_dir)))
 
 
 @app.command()

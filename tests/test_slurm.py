@@ -32,6 +32,7 @@ from slurm_cluster import (
 from test_inferencex_contract import assert_inferencex_contract
 
 import harness
+from harness.launch.find import job_of
 from harness.rundir import RunDir, read_status
 
 pytestmark = pytest.mark.vllm
@@ -93,7 +94,7 @@ def _submit(results: Path, recipe: str, *overrides: str, extra: tuple[str, ...] 
 def _run_dir(results: Path, recipe: str, timeout: float = 60) -> Path:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        runs = [d for d in (results / recipe).glob("*") if (d / "slurm_job_id").is_file()]
+        runs = [d for d in (results / recipe).glob("*") if RunDir(d).launch_record.is_file()]
         if runs:
             return runs[0]
         time.sleep(0.2)
@@ -166,7 +167,7 @@ def _kill_in_container(run_dir: Path, name: str) -> None:
     the container's own)."""
     node = next(e["node"] for e in json.loads((run_dir / "plan.json").read_text())["processes"] if e["name"] == name)
     host = json.loads((run_dir / "nodes" / f"{node}.json").read_text())["host"]
-    job_id = (run_dir / "slurm_job_id").read_text().strip()
+    job_id = job_of(RunDir(run_dir)).job_id
     argv = ["docker", "-H", f"unix://{DOCKER_SOCKETS}/{host}.sock", "exec", f"pdbench_{job_id}_{node}"]
     r = subprocess.run([*argv, "kill", "-9", str(_pid_of(run_dir, name))], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -181,7 +182,7 @@ def test_1p2d_against_its_aggregated_baseline_on_three_nodes(tmp_path: Path) -> 
     run_dir = _run_dir(tmp_path, recipe)
     assert rc == 0, out[-4000:]
     assert "job" in out and "COMPLETED" in out
-    job_id = (run_dir / "slurm_job_id").read_text().strip()
+    job_id = job_of(RunDir(run_dir)).job_id
     assert wait_job(job_id, 30) == "COMPLETED"
     shapes = ("isl_256_osl_32", "isl_1024_osl_16")
     names = sorted(f.name for f in run_dir.glob("concurrency_*.json"))
@@ -427,7 +428,7 @@ def test_process_killed_mid_sweep(victim: str, reason: str, tmp_path: Path) -> N
     rc, out = _finish(proc, timeout=180)
     assert time.monotonic() - killed_at < 90, "the job did not end soon after the kill"
     assert rc == 1, out[-4000:]
-    assert job_state((run_dir / "slurm_job_id").read_text().strip()) == "FAILED"
+    assert job_state(job_of(RunDir(run_dir)).job_id) == "FAILED"
     status = _status(run_dir)
     assert status["state"] == "failed" and status["reason"].startswith(reason + "; last lines of logs/"), status
     assert status["failure"]["primary"] is True
@@ -468,7 +469,7 @@ def test_scancel_mid_run(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     rc, out = _finish(proc, timeout=180)
     assert rc == 1, out[-4000:]
-    assert job_state((run_dir / "slurm_job_id").read_text().strip()) == "CANCELLED"
+    assert job_state(job_of(RunDir(run_dir)).job_id) == "CANCELLED"
     assert re.match(
         r"node [01]: received SIGTERM: the Slurm job was cancelled \(scancel", _status(run_dir)["reason"]
     ), _status(run_dir)
@@ -497,7 +498,7 @@ def test_time_limit_expires(warning_s: int, tmp_path: Path) -> None:
         assert status["state"] == "timeout", status
         assert re.match(r"node [01]: Slurm warned that the job's time limit is near", status["reason"]), status
     else:
-        assert job_state((run_dir / "slurm_job_id").read_text().strip()) == "TIMEOUT"
+        assert job_state(job_of(RunDir(run_dir)).job_id) == "TIMEOUT"
         assert re.match(
             r"node [01]: received SIGTERM: the Slurm job reached its time limit \(00:01:00\)", status["reason"]
         ), status

@@ -1,5 +1,6 @@
-"""Slurm launcher units: state from sacct or, without accounting, scontrol/squeue; the
-status, logs and cancel commands. Fake Slurm commands on PATH isolate the parsing."""
+"""Slurm launcher units: state from sacct or, without accounting, scontrol/squeue, in the
+launchers' common states; the launch record; the status, logs and cancel commands. Fake
+Slurm commands on PATH isolate the parsing."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ import pytest
 from harness import topology
 from harness.config import load_recipe
 from harness.launch import slurm
+from harness.launch.find import NoJob, job_of
+from harness.launch.job import JobState, LaunchError
+from harness.launch.record import LaunchRecord
 from harness.rundir import RunDir
 from harness.topology import PlanFile
 
@@ -57,14 +61,70 @@ def test_forgotten_job_falls_back_to_squeue_then_unknown(fake_bin: Path) -> None
     assert slurm.job_info("7").state == "PENDING"
 
 
-def test_submit_parses_job_id_and_reports_errors(fake_bin: Path, tmp_path: Path) -> None:
+def test_slurm_states_in_common_terms(fake_bin: Path, tmp_path: Path) -> None:
+    job = slurm.SlurmJob(RunDir(tmp_path), "7")
+    expected = {
+        "PENDING": JobState.PENDING,
+        "CONFIGURING": JobState.PENDING,
+        "RUNNING": JobState.RUNNING,
+        "COMPLETING": JobState.RUNNING,  # steps still being torn down: not finished
+        "COMPLETED": JobState.COMPLETED,
+        "NODE_FAIL": JobState.FAILED,
+        "OUT_OF_MEMORY": JobState.FAILED,
+        "CANCELLED": JobState.CANCELLED,
+        "TIMEOUT": JobState.TIMEOUT,
+        "SOMETHING_NEW": JobState.RUNNING,  # a state Slurm adds later: known, not ended
+    }
+    for native, state in expected.items():
+        _fake(fake_bin, "scontrol", f'echo "JobId=7 JobState={native} ExitCode=0:0"\n')
+        info = job.info()
+        assert (info.state, info.detail) == (state, native)
+    _fake(fake_bin, "scontrol", "exit 1\n")
+    _fake(fake_bin, "squeue", "exit 0\n")
+    assert job.state() is JobState.UNKNOWN
+    assert all(slurm.STATES[s].finished for s in slurm.TERMINAL)
+
+
+def test_submit_records_the_launch_and_reports_errors(fake_bin: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
     _fake(fake_bin, "sbatch", 'echo "42;cluster"\n')
-    assert slurm.submit(run) == "42" and slurm.job_id_of(run) == "42"
+    with pytest.raises(NoJob, match=r"launch\.json is missing"):
+        job_of(RunDir(run))
+    assert slurm.submit(run) == "42"
+    record = json.loads(RunDir(run).launch_record.read_text())
+    assert (record["launcher"], record["job_id"]) == ("slurm", "42") and record["host"]
+    job = job_of(RunDir(run))
+    assert isinstance(job, slurm.SlurmJob) and (job.job_id, job.title) == ("42", "Slurm job 42")
     _fake(fake_bin, "sbatch", 'echo "sbatch: error: invalid partition specified: gpu" >&2; exit 1\n')
-    with pytest.raises(slurm.SubmitError, match="invalid partition"):
+    with pytest.raises(LaunchError, match="invalid partition"):
         slurm.submit(run)
+
+
+def test_a_run_from_before_the_launch_record_is_a_slurm_job(tmp_path: Path) -> None:
+    run = RunDir(tmp_path)
+    run.legacy_slurm_job_id.write_text("9\n")
+    job = job_of(run)
+    assert isinstance(job, slurm.SlurmJob) and job.job_id == "9"
+    LaunchRecord.now("slurm", "10").write(run)  # the launch record wins over the old file
+    assert job_of(run).job_id == "10"
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("{not json", "not a readable launch record"),
+        ('["slurm"]', "a JSON object"),
+        ('{"launcher": "slurm", "host": "h", "time": 1}', "key 'job_id'"),
+        ('{"launcher": "pbs", "job_id": "1", "host": "h", "time": 1}', "key 'launcher' is 'pbs'"),
+        ('{"launcher": "local", "job_id": "l", "host": "h", "time": 1, "pid": 5}', "'pid' and 'create_time'"),
+    ],
+)
+def test_a_bad_launch_record_is_named(tmp_path: Path, text: str, named: str) -> None:
+    run = RunDir(tmp_path)
+    run.launch_record.write_text(text)
+    with pytest.raises(LaunchError, match=f"{run.launch_record}: .*{named}"):
+        job_of(run)
 
 
 def test_wait_follows_to_the_end(fake_bin: Path, tmp_path: Path) -> None:
@@ -77,8 +137,9 @@ def test_wait_follows_to_the_end(fake_bin: Path, tmp_path: Path) -> None:
         'echo "JobId=7 JobState=$s ExitCode=0:0"\n',
     )
     seen: list[str] = []
-    info = slurm.wait("7", timeout_s=30, on_poll=lambda i: seen.append(i.state), poll_s=0.01)
-    assert info.state == "COMPLETED" and seen == ["RUNNING", "RUNNING", "COMPLETED"]
+    job = slurm.SlurmJob(RunDir(tmp_path), "7")
+    info = job.wait(timeout_s=30, on_poll=lambda i: seen.append(i.detail), poll_s=0.01)
+    assert info.state is JobState.COMPLETED and seen == ["RUNNING", "RUNNING", "COMPLETED"]
 
 
 def test_wait_deadline_counts_from_the_start_not_the_queue(fake_bin: Path, tmp_path: Path) -> None:
@@ -93,11 +154,12 @@ def test_wait_deadline_counts_from_the_start_not_the_queue(fake_bin: Path, tmp_p
         'echo "JobId=7 JobState=$s ExitCode=0:0"\n',
     )
     seen: list[str] = []
-    info = slurm.wait("7", timeout_s=0.2, on_poll=lambda i: seen.append(i.state), poll_s=0.01)
-    assert info.state == "COMPLETED" and seen.count("PENDING") == 30, seen
+    job = slurm.SlurmJob(RunDir(tmp_path), "7")
+    info = job.wait(timeout_s=0.2, on_poll=lambda i: seen.append(i.detail), poll_s=0.01)
+    assert info.state is JobState.COMPLETED and seen.count("PENDING") == 30, seen
     _fake(fake_bin, "scontrol", 'echo "JobId=8 JobState=RUNNING ExitCode=0:0"\n')
-    with pytest.raises(slurm.SubmitError, match="still RUNNING 0 s after it started; not cancelled"):
-        slurm.wait("8", timeout_s=0.1, on_poll=lambda i: None, poll_s=0.01)
+    with pytest.raises(LaunchError, match="still RUNNING 0 s after it started; not cancelled"):
+        slurm.SlurmJob(RunDir(tmp_path), "8").wait(timeout_s=0.1, poll_s=0.01)
 
 
 def _run_dir(tmp_path: Path) -> Path:
@@ -122,7 +184,7 @@ def test_log_selection_by_node_and_role(tmp_path: Path) -> None:
 
 def test_logs_status_cancel_commands(tmp_path: Path, fake_bin: Path) -> None:
     run = _run_dir(tmp_path)
-    (run / "slurm_job_id").write_text("9\n")
+    LaunchRecord.now("slurm", "9").write(RunDir(run))
     (run / "status.json").write_text(json.dumps({"state": "failed", "reason": "decode-0 died"}))
     _fake(fake_bin, "scontrol", 'echo "JobId=9 JobState=FAILED ExitCode=1:0 NodeList=node[1-2]"\n')
     _fake(fake_bin, "scancel", f'echo "$@" > {tmp_path}/cancelled\n')

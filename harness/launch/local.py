@@ -3,7 +3,10 @@
 It does what `srun` does for the job: one process per node running server.sh, each
 with the SLURM_* variables a real allocation gives, all on this host (127.0.0.1).
 Like `srun --kill-on-bad-exit`, a node that fails ends the others (after they had
-the chance to tear down by themselves).
+the chance to tear down by themselves). The job runs in the foreground of the process that
+launches it; that process records itself (RunDir.launch_record) before it starts any node,
+so `pdbench status` and `cancel` find it from another shell: cancelling it is a SIGTERM, on
+which it records the cause and stops every node.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -21,8 +25,14 @@ from typing import TextIO
 
 import psutil
 
-from harness.rundir import Failure, FailureRecords, RunDir, write_status
+from harness.config.load import ResolvedRecipe
+from harness.launch.job import Job, JobInfo, JobState, LaunchError
+from harness.launch.launcher import Launcher
+from harness.launch.log_tail import LogTail
+from harness.launch.record import LaunchRecord, read_record
+from harness.rundir import Failure, FailureRecords, RunDir, read_status, write_status
 from harness.supervisor import stop_groups
+from harness.topology import JobPlan, check_single_host
 
 log = logging.getLogger(__name__)
 
@@ -54,35 +64,17 @@ def node_env(run_dir: Path, job_id: str, node: int, num_nodes: int) -> dict[str,
     return env
 
 
-class LogTail:
-    """Echo new lines of a few log files to the terminal, so a local run shows progress."""
-
-    def __init__(self, paths: list[Path], out: TextIO):
-        self.offsets = {p: 0 for p in paths}
-        self.out = out
-
-    def pump(self) -> None:
-        for path, offset in self.offsets.items():
-            try:
-                with open(path, "rb") as f:
-                    f.seek(offset)
-                    data = f.read()
-            except FileNotFoundError:
-                continue
-            cut = data.rfind(b"\n") + 1
-            if cut:
-                self.out.write(data[:cut].decode(errors="replace"))
-                self.out.flush()
-                self.offsets[path] = offset + cut
+def local_job_id(run_dir: Path) -> str:
+    return f"local-{run_dir.name}"
 
 
 def run_local(run_dir: Path, num_nodes: int, timeout_s: float, grace_s: float, echo: TextIO | None = sys.stdout) -> int:
     """Run every node of the job; returns the job's exit status (0 when every node succeeded)."""
-    job_id = f"local-{run_dir.name}"
+    job_id = local_job_id(run_dir)
     run = RunDir(run_dir)
     run.logs.mkdir(exist_ok=True)
     nodes: list[subprocess.Popen] = []
-    tail = LogTail([run.log("node0"), run.log("bench")], echo) if echo else None
+    tail = LogTail.progress(run, echo) if echo else None
     rc = 0
     # The launcher records why it stops the job before it signals any node, so no node can
     # mistake the launcher's SIGTERM for the cause.
@@ -91,9 +83,12 @@ def run_local(run_dir: Path, num_nodes: int, timeout_s: float, grace_s: float, e
     in_main = threading.current_thread() is threading.main_thread()
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)} if in_main else {}
     try:
+        # Recorded before any node starts, and once a SIGTERM (`pdbench cancel`) would stop them.
+        me = psutil.Process()
+        LaunchRecord.now("local", job_id, me.pid, me.create_time()).write(run)
         for i in range(num_nodes):
             # The node runtime logs to logs/node<i>.log itself; this keeps anything else it prints.
-            with open(run.logs / f"node{i}.out", "ab") as out:
+            with open(run.node_output(i), "ab") as out:
                 nodes.append(
                     subprocess.Popen(
                         ["bash", str(run.server_script)],
@@ -212,3 +207,85 @@ def _group_members(pgid: int, leader_created: float) -> list[psutil.Process]:
         except (ProcessLookupError, psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return [p for p in found.values() if p.pid != os.getpid()]
+
+
+# The cause `pdbench cancel` records before it signals a local launcher: the run's reason,
+# and how its state tells a cancelled run from a failed one.
+CANCELLED = "cancelled (pdbench cancel)"
+
+
+class LocalJob(Job):
+    """A job the local launcher runs: running while its recorded launcher process lives,
+    then what the run recorded (status.json, else the failure records)."""
+
+    launcher = "local"
+
+    def __init__(self, run: RunDir, record: LaunchRecord, returncode: int | None = None):
+        super().__init__(run, record.job_id)
+        self.record = record
+        self.returncode = returncode  # known when the job ran in this process
+
+    @property
+    def title(self) -> str:
+        return f"local job {self.job_id} (pid {self.record.pid} on {self.record.host})"
+
+    def _process(self) -> psutil.Process | None:
+        """The live launcher process, unless it ended (or its PID now names another process)."""
+        if self.returncode is not None or self.record.host != socket.gethostname() or self.record.pid is None:
+            return None
+        try:
+            p = psutil.Process(self.record.pid)
+            if abs(p.create_time() - (self.record.create_time or 0.0)) > 0.1 or p.status() == psutil.STATUS_ZOMBIE:
+                return None
+            return p
+        except psutil.NoSuchProcess:
+            return None
+
+    def info(self) -> JobInfo:
+        if self._process() is not None:
+            return JobInfo(JobState.RUNNING, "RUNNING", nodes=self.record.host, source="process")
+        status = read_status(self.run)
+        if status is None:
+            return JobInfo(JobState.UNKNOWN, "UNKNOWN", nodes=self.record.host, returncode=self.returncode)
+        state = {"succeeded": JobState.COMPLETED, "timeout": JobState.TIMEOUT}.get(status["state"], JobState.FAILED)
+        if state is JobState.FAILED and (status.get("failure") or {}).get("cause") == CANCELLED:
+            state = JobState.CANCELLED
+        rc = self.returncode if self.returncode is not None else status.get("exit_code")
+        return JobInfo(state, state.name, None if rc is None else str(rc), None, self.record.host, "status", rc)
+
+    def cancel(self) -> None:
+        p = self._process()
+        if p is None:
+            state = self.state()
+            if not state.finished and self.record.host != socket.gethostname():
+                raise LaunchError(f"{self.title} runs on another host; cancel it there")
+            raise LaunchError(f"{self.title} is not running (it is {state.value})")
+        # The cause first, so the launcher's own record of the SIGTERM does not become the reason.
+        FailureRecords(self.run).record(Failure("launcher", CANCELLED))
+        try:
+            p.send_signal(signal.SIGTERM)  # psutil checks it is still the recorded process
+        except psutil.NoSuchProcess:
+            pass
+
+
+class LocalLauncher(Launcher):
+    name = "local"
+    foreground = True
+
+    def __init__(self, time_limit_s: float, grace_s: float, echo: TextIO | None = sys.stdout):
+        self.time_limit_s = time_limit_s
+        self.grace_s = grace_s
+        self.echo = echo
+
+    def check(self, rr: ResolvedRecipe, plan: JobPlan) -> None:
+        check_single_host(rr, plan)
+
+    def dry_run(self, run: RunDir, num_nodes: int) -> str:
+        return f"local launcher: would run {num_nodes} node process(es) of {run.server_script}"
+
+    def launch(self, run: RunDir, num_nodes: int) -> LocalJob:
+        rc = run_local(run.path, num_nodes, self.time_limit_s, self.grace_s, self.echo)
+        record = read_record(run)
+        if record is None:
+            raise LaunchError(f"{run.launch_record} is missing after the local launcher ran")
+        return LocalJob(run, record, rc)

@@ -1,4 +1,4 @@
-"""Submit a rendered job to Slurm, follow it, cancel it.
+"""The Slurm launcher: sbatch a rendered job, ask Slurm its state, scancel it.
 
 Job state comes from sacct when accounting is on, else from scontrol (and squeue), as
 on clusters (and CI clusters) that run without slurmdbd. Every call has a timeout.
@@ -9,10 +9,13 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from harness.launch.job import Job, JobInfo, JobState, LaunchError
+from harness.launch.launcher import Launcher
+from harness.launch.record import LaunchRecord
+from harness.rundir import RunDir
 
 # Job states after which nothing of the job runs any more. scontrol reports a job whose
 # steps are still being torn down as COMPLETING, which is not in this set.
@@ -33,12 +36,8 @@ TERMINAL = frozenset(
 )
 
 
-class SubmitError(RuntimeError):
-    pass
-
-
 @dataclass(frozen=True)
-class JobInfo:
+class SlurmInfo:
     job_id: str
     state: str  # Slurm's state name, or UNKNOWN when Slurm no longer knows the job
     exit_code: str | None = None
@@ -55,33 +54,28 @@ def _run(cmd: list[str], timeout: float = 30) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise SubmitError(f"{shlex.join(cmd)} did not answer within {timeout:.0f} s") from None
+        raise LaunchError(f"{shlex.join(cmd)} did not answer within {timeout:.0f} s") from None
     except FileNotFoundError:
-        raise SubmitError(f"{cmd[0]} is not on PATH") from None
+        raise LaunchError(f"{cmd[0]} is not on PATH") from None
 
 
 def sbatch_command(run_dir: Path, extra: list[str] | None = None) -> list[str]:
     # Every option lives in job.slurm's #SBATCH lines, so the file alone reproduces the job
     # (`extra`, which wins over them, is for `pdbench doctor`'s short check job only).
-    return ["sbatch", "--parsable", f"--chdir={run_dir}", *(extra or []), str(run_dir / "job.slurm")]
+    return ["sbatch", "--parsable", f"--chdir={run_dir}", *(extra or []), str(RunDir(run_dir).job_script)]
 
 
 def submit(run_dir: Path, timeout_s: float = 60, extra: list[str] | None = None) -> str:
     if shutil.which("sbatch") is None:
-        raise SubmitError("sbatch is not on PATH; use --launcher local to run on this machine")
+        raise LaunchError("sbatch is not on PATH; use --launcher local to run on this machine")
     out = _run(sbatch_command(run_dir, extra), timeout_s)
     if out.returncode != 0:
-        raise SubmitError(f"sbatch failed ({out.returncode}): {out.stderr.strip()}")
+        raise LaunchError(f"sbatch failed ({out.returncode}): {out.stderr.strip()}")
     job_id = out.stdout.strip().split(";")[0]
     if not job_id.isdigit():
-        raise SubmitError(f"sbatch answered {out.stdout.strip()!r}, not a job id")
-    (run_dir / "slurm_job_id").write_text(job_id + "\n")
+        raise LaunchError(f"sbatch answered {out.stdout.strip()!r}, not a job id")
+    LaunchRecord.now("slurm", job_id).write(RunDir(run_dir))
     return job_id
-
-
-def job_id_of(run_dir: Path) -> str | None:
-    p = run_dir / "slurm_job_id"
-    return p.read_text().strip() if p.is_file() else None
 
 
 def _parse_scontrol(text: str) -> dict[str, str]:
@@ -93,55 +87,89 @@ def _parse_scontrol(text: str) -> dict[str, str]:
     return fields
 
 
-def job_info(job_id: str) -> JobInfo:
+def job_info(job_id: str) -> SlurmInfo:
     if shutil.which("sacct"):
         out = _run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode,Reason,NodeList"])
         line = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else ""
         if line:
             state, exit_code, reason, nodes = (line.split("|") + [""] * 4)[:4]
-            return JobInfo(job_id, state.split()[0], exit_code or None, reason or None, nodes or None, "sacct")
+            return SlurmInfo(job_id, state.split()[0], exit_code or None, reason or None, nodes or None, "sacct")
     out = _run(["scontrol", "show", "job", "-o", job_id])
     if out.returncode == 0 and out.stdout.strip():
         f = _parse_scontrol(out.stdout)
-        return JobInfo(
+        return SlurmInfo(
             job_id, f.get("JobState", "UNKNOWN"), f.get("ExitCode"), f.get("Reason"), f.get("NodeList"), "scontrol"
         )
     out = _run(["squeue", "-h", "-j", job_id, "-o", "%T|%r|%N"])
     if out.returncode == 0 and out.stdout.strip():
         state, reason, nodes = ([*out.stdout.strip().split("|"), "", ""])[:3]
-        return JobInfo(job_id, state, None, reason or None, nodes or None, "squeue")
-    return JobInfo(job_id, "UNKNOWN", source="none")
+        return SlurmInfo(job_id, state, None, reason or None, nodes or None, "squeue")
+    return SlurmInfo(job_id, "UNKNOWN", source="none")
 
 
 def cancel(job_id: str) -> None:
     out = _run(["scancel", job_id])
     if out.returncode != 0:
-        raise SubmitError(f"scancel {job_id} failed: {out.stderr.strip()}")
+        raise LaunchError(f"scancel {job_id} failed: {out.stderr.strip()}")
 
 
-def wait(job_id: str, timeout_s: float, on_poll: Callable[[JobInfo], None], poll_s: float = 2.0) -> JobInfo:
-    """Poll until the job ends (or Slurm forgets it); Ctrl-C cancels the job, then re-raises.
+# Slurm's states in the launchers' common terms. A job whose steps are being torn down
+# (COMPLETING) or that is suspended still holds its nodes: running.
+STATES = {
+    "PENDING": JobState.PENDING,
+    "CONFIGURING": JobState.PENDING,
+    "REQUEUED": JobState.PENDING,
+    "REQUEUE_FED": JobState.PENDING,
+    "REQUEUE_HOLD": JobState.PENDING,
+    "RESV_DEL_HOLD": JobState.PENDING,
+    "RUNNING": JobState.RUNNING,
+    "COMPLETING": JobState.RUNNING,
+    "SIGNALING": JobState.RUNNING,
+    "STAGE_OUT": JobState.RUNNING,
+    "RESIZING": JobState.RUNNING,
+    "SUSPENDED": JobState.RUNNING,
+    "STOPPED": JobState.RUNNING,
+    "COMPLETED": JobState.COMPLETED,
+    "FAILED": JobState.FAILED,
+    "NODE_FAIL": JobState.FAILED,
+    "OUT_OF_MEMORY": JobState.FAILED,
+    "BOOT_FAIL": JobState.FAILED,
+    "SPECIAL_EXIT": JobState.FAILED,
+    "CANCELLED": JobState.CANCELLED,
+    "PREEMPTED": JobState.CANCELLED,
+    "REVOKED": JobState.CANCELLED,
+    "TIMEOUT": JobState.TIMEOUT,
+    "DEADLINE": JobState.TIMEOUT,
+}
 
-    timeout_s counts from when the job leaves the queue: on a busy cluster a job may wait
-    for hours, which says nothing about the job. Polls grow sparser the longer it waits
-    (up to 15 s), so that many followers do not load slurmctld.
-    """
-    deadline = None
-    start = time.monotonic()
-    try:
-        while True:
-            info = job_info(job_id)
-            on_poll(info)
-            if info.finished or info.state == "UNKNOWN":
-                return info
-            if deadline is None and info.state not in ("PENDING", "REQUEUED", "CONFIGURING"):
-                deadline = time.monotonic() + timeout_s
-            if deadline is not None and time.monotonic() > deadline:
-                raise SubmitError(f"job {job_id} still {info.state} {timeout_s:.0f} s after it started; not cancelled")
-            time.sleep(min(15.0, poll_s + (time.monotonic() - start) / 60))
-    except KeyboardInterrupt:
-        cancel(job_id)
-        end = time.monotonic() + 120
-        while time.monotonic() < end and not job_info(job_id).finished:
-            time.sleep(1)
-        raise
+
+class SlurmJob(Job):
+    launcher = "slurm"
+
+    @property
+    def title(self) -> str:
+        return f"Slurm job {self.job_id}"
+
+    def info(self) -> JobInfo:
+        i = job_info(self.job_id)
+        # A state Slurm adds later is still a state of a job Slurm knows: running until it ends.
+        state = STATES.get(i.state, JobState.UNKNOWN if i.state == "UNKNOWN" else JobState.RUNNING)
+        if i.finished and state is JobState.RUNNING:
+            state = JobState.FAILED
+        return JobInfo(state, i.state, i.exit_code, i.reason, i.nodes, i.source)
+
+    def cancel(self) -> None:
+        cancel(self.job_id)
+
+
+class SlurmLauncher(Launcher):
+    name = "slurm"
+
+    def __init__(self, extra_sbatch: list[str] | None = None):
+        self.extra_sbatch = extra_sbatch or []  # wins over job.slurm's #SBATCH lines
+
+    def dry_run(self, run: RunDir, num_nodes: int) -> str:
+        return shlex.join(sbatch_command(run.path, self.extra_sbatch))
+
+    def launch(self, run: RunDir, num_nodes: int) -> SlurmJob:
+        return SlurmJob(run, submit(run.path, extra=self.extra_sbatch))

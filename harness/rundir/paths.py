@@ -30,6 +30,7 @@ SERVER_SCRIPT = "server.sh"
 CONTAINER_SCRIPT = "container.sh"
 STATUS = "status.json"
 LAUNCH = "launch.json"
+LEGACY_SLURM_JOB_ID = "slurm_job_id"  # what a Slurm submit recorded before launch.json
 DOCTOR_MARKER = "doctor.json"  # the job checks and stops, starting nothing
 LOGS = "logs"
 STATE = "state"
@@ -153,6 +154,10 @@ class RunDir:
         return self.path / LAUNCH
 
     @property
+    def legacy_slurm_job_id(self) -> Path:
+        return self.path / LEGACY_SLURM_JOB_ID
+
+    @property
     def status(self) -> Path:
         return self.path / STATUS
 
@@ -163,6 +168,10 @@ class RunDir:
     def log(self, name: str) -> Path:
         """A process's, node's (node<N>) or the client's (bench) log."""
         return self.logs / f"{name}.log"
+
+    def node_output(self, node: int) -> Path:
+        """What a node's server.sh prints outside the node runtime's own log (the local launcher's)."""
+        return self.logs / f"node{node}.out"
 
     @property
     def state(self) -> Path:

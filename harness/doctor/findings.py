@@ -1,24 +1,15 @@
-"""`pdbench doctor`: everything a job needs, checked before a real job queues for hours.
-
-Two parts. Here, where pdbench submits: the recipe's `vllm serve` lines against vLLM's own
-parser, the weights and the shared pdbench install when this host sees them. On the
-nodes: a short job of the rendered recipe (Slurm, or the local launcher) that runs only
-the preflight every real job runs before starting a server (container.sh: runtime, image,
-pdbench importable in it; `pdbench node`: weights, GPUs, ports, RDMA, memory, disk,
-clock) and stops. One line per problem, naming the node and the cause.
-"""
+"""What `pdbench doctor` found: one Finding per problem, naming where (a node, the submit
+host, the job) and the cause; the submit host's own checks; the nodes' preflight records."""
 
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import atomic
 from harness.config.load import ResolvedRecipe
-from harness.node.node_checks import DOCTOR_MARKER, record_path
 from harness.rundir import RunDir, read_status
+from harness.topology import JobPlan
 
 SUBMIT_HOST = "submit host"
 
@@ -36,10 +27,10 @@ class Finding:
         return {"where": self.where, "check": self.check, "cause": self.cause}
 
 
-def local_findings(rr: ResolvedRecipe, root: str) -> list[Finding]:
+def local_findings(rr: ResolvedRecipe, plan: JobPlan, root: str) -> list[Finding]:
     """What the submit host can check itself: weights and the shared install, where it sees them."""
     out: list[Finding] = []
-    for cause in model_presence(rr, root):
+    for cause in model_presence(rr, plan, root):
         out.append(Finding(SUBMIT_HOST, "weights", cause))
     site_root = rr.recipe.site.pdbench_root
     if site_root and not (Path(site_root) / "harness" / "__init__.py").is_file():
@@ -54,14 +45,13 @@ def local_findings(rr: ResolvedRecipe, root: str) -> list[Finding]:
     return out
 
 
-def model_presence(rr: ResolvedRecipe, root: str) -> list[str]:
+def model_presence(rr: ResolvedRecipe, plan: JobPlan, root: str) -> list[str]:
     """The nodes' weights check (the same PreflightSpec), run here when the storage is visible
     from here; otherwise it is left to each node's preflight."""
     from harness.node import preflight as pf
     from harness.render.preflight_spec import preflight_spec
-    from harness.topology import plan
 
-    spec = preflight_spec(rr, plan(rr), root)
+    spec = preflight_spec(rr, plan, root)
     model_root = rr.recipe.site.model_root
     if spec.weights_path:
         # The model root (or the model's parent) visible here means the weights should be too.
@@ -73,17 +63,13 @@ def model_presence(rr: ResolvedRecipe, root: str) -> list[str]:
     return []
 
 
-def mark_doctor_run(run_dir: Path) -> None:
-    atomic.write_json(run_dir / DOCTOR_MARKER, {"created": time.time()}, indent=2)
-
-
 def node_findings(run_dir: Path, num_nodes: int) -> tuple[list[Finding], list[int]]:
     """The nodes' recorded problems, and the nodes that recorded nothing (never got to check)."""
     out: list[Finding] = []
     silent = []
     for node in range(num_nodes):
         try:
-            record = json.loads(record_path(run_dir, node).read_text())
+            record = json.loads(RunDir(run_dir).preflight_record(node).read_text())
         except (OSError, ValueError):
             silent.append(node)
             continue

@@ -1,0 +1,119 @@
+"""check -> render -> launch: a recipe into a new run directory, run by a launcher."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+from harness.config.load import PROJECT_ROOT, ConfigError, ResolvedRecipe
+from harness.launch.job import LaunchError
+from harness.launch.launcher import Launcher
+from harness.launch.local import LocalLauncher
+from harness.launch.slurm import SlurmLauncher
+from harness.render import current_context, render_job
+from harness.rundir import RunDir, RunNotFound
+from harness.submit.check import Planned, check_flags, check_storage, load, planned
+from harness.submit.follow import follow, say, summary
+from harness.submit.refused import Refused
+
+
+def launcher_for(kind: str, rr: ResolvedRecipe) -> Launcher:
+    """`--launcher`'s value as the launcher of a benchmark job."""
+    if kind == "local":
+        t = rr.recipe.timeouts
+        return LocalLauncher(t.job_s, t.teardown_s)
+    return SlurmLauncher()
+
+
+def resolve_run(ref: str, results_dir: Path) -> RunDir:
+    try:
+        return RunDir.resolve(ref, results_dir)
+    except RunNotFound as e:
+        raise Refused(str(e)) from None
+
+
+def render_run(p: Planned, run: RunDir, resumed_from: RunDir | None = None) -> None:
+    try:
+        ctx = current_context(run.path, PROJECT_ROOT, p.rr)
+        render_job(p.rr, run.path, replace(ctx, resumed_from=str(resumed_from.path)) if resumed_from else ctx)
+    except ConfigError as e:  # e.g. a results directory that no #SBATCH line can carry
+        raise Refused(f"{e} (run directory {run.path} left unrendered)") from None
+
+
+def validate(recipe: str, overrides: list[str] | None, cluster: str | None, skip_flag_check: bool) -> str:
+    p = planned(load(recipe, overrides, cluster))
+    check_flags(p, skip_flag_check)
+    topo = p.rr.recipe.topology
+    return (
+        f"ok: {p.rr.name} ({p.rr.recipe_file}): model {p.rr.recipe.model}, "
+        f"{topo.prefill.workers}P+{topo.decode.workers}D on {p.plan.num_nodes} node(s), "
+        f"connector {p.rr.recipe.connector.name}, fingerprint {p.rr.fingerprint}"
+    )
+
+
+def render_into(recipe: str, overrides: list[str] | None, cluster: str | None, skip: bool, out: Path) -> str:
+    p = planned(load(recipe, overrides, cluster))
+    check_flags(p, skip)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        render_job(p.rr, out, current_context(out, PROJECT_ROOT, p.rr))
+    except (ConfigError, FileExistsError) as e:
+        raise Refused(str(e)) from None
+    return f"rendered {p.rr.name} into {out}"
+
+
+def submit(
+    recipe: str,
+    overrides: list[str],
+    cluster: str | None,
+    *,
+    launcher_kind: str,
+    skip_flag_check: bool = False,
+    dry_run: bool = False,
+    wait: bool = False,
+    results_dir: Path,
+    resume: str | None = None,
+) -> int:
+    """Render the recipe into a new run directory and launch it; the exit code of `pdbench submit`."""
+    rr = load(recipe, overrides, cluster)
+    launcher = launcher_for(launcher_kind, rr)
+    p = planned(rr, launcher)
+    check_flags(p, skip_flag_check)
+    check_storage(p)
+    resumed = resolve_run(resume, results_dir) if resume else None
+    if resumed is not None:
+        from harness.resume_run import check_same_measurement
+
+        try:
+            check_same_measurement(resumed.path, rr)
+        except ConfigError as e:
+            raise Refused(str(e)) from None
+    run = RunDir.create(results_dir, rr.name)
+    render_run(p, run, resumed)
+    say(f"run directory: {run.path}")
+    if resumed is not None:
+        from harness.resume_run import carry_over
+
+        kept = carry_over(resumed.path, run.path)
+        say(f"resuming {resumed.path}: {len(kept)} finished point(s) kept, the others will be measured")
+    if dry_run:
+        say(launcher.dry_run(run, p.plan.num_nodes))
+        return 0
+    return launch(launcher, run, p, wait)
+
+
+def launch(launcher: Launcher, run: RunDir, p: Planned, wait: bool) -> int:
+    if launcher.foreground:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s pdbench %(levelname)s %(message)s")
+    try:
+        job = launcher.launch(run, p.plan.num_nodes)
+    except LaunchError as e:
+        raise Refused(str(e), code=1) from None
+    if launcher.foreground:  # the job ran here, to its end
+        rc = job.info().returncode
+        rc = 1 if rc is None else rc
+        summary(run, rc)
+        return rc
+    say(f"submitted {job.title}")
+    return follow(job, p.rr.recipe.timeouts.job_s) if wait else 0

@@ -1,0 +1,218 @@
+"""`pdbench status`, `logs`, `cancel` and a follower against a local run, from another shell.
+
+`pdbench submit --launcher local` runs the local 1P1D recipe in a subprocess, its `vllm` a
+stand-in that never gets healthy (so the job runs until it is cancelled, bounded by its own
+health timeout). While it runs and after it ends, the commands answer from the run's launch
+record: the local launcher's PID and create time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import port_base
+
+from harness.launch.find import job_of
+from harness.launch.job import JobInfo, JobState, LaunchError
+from harness.launch.local import CANCELLED, LocalJob
+from harness.launch.record import LaunchRecord, read_record
+from harness.rundir import RunDir
+from harness.submit.follow import follow
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = "local-tiny-1p1d"
+pytestmark = pytest.mark.timeout(240)
+
+
+def _bin(bin_dir: Path) -> Path:
+    """`python` (the real one) and a `vllm` that records its PID and never answers, first on the
+    nodes' PATH (the local launcher puts PDBENCH_PYTHON's directory there)."""
+    bin_dir.mkdir()
+    real = shlex.quote(sys.executable)
+    (bin_dir / "python").write_text(f'#!/usr/bin/env bash\nexec {real} "$@"\n')
+    (bin_dir / "vllm").write_text(
+        '#!/usr/bin/env bash\nmkdir -p "$RUN_DIR/fakepids" && echo $$ > "$RUN_DIR/fakepids/vllm.$$"\nexec sleep 600\n'
+    )
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    return bin_dir / "python"
+
+
+def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=60, env=env, cwd=ROOT
+    )
+
+
+def _wait_for(pred, timeout: float, what: str, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if proc.poll() is not None:
+            raise AssertionError(f"pdbench submit exited ({proc.returncode}) before {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _started_servers(run: Path) -> list[int]:
+    return [int(p.read_text()) for p in (run / "fakepids").glob("vllm.*")] if (run / "fakepids").is_dir() else []
+
+
+@pytest.fixture
+def local_run(tmp_path: Path):
+    """A local run of the recipe in progress: (submit process, its run directory, results root)."""
+    results = tmp_path / "results"
+    base = port_base(21500)
+    ports = [base, base + 10, base + 20, base + 30]  # apart: a role's workers take ports above its own
+    sets = [
+        f"topology.prefill.port={ports[0]}",
+        f"topology.decode.port={ports[1]}",
+        f"connector.side_channel_port={ports[2]}",
+        f"proxy.port={ports[3]}",
+        "timeouts.health_s=120",  # the stand-in never gets healthy: the job's bound if cancel failed
+        "timeouts.teardown_s=5",
+    ]
+    argv = [sys.executable, "-m", "harness", "submit", "--recipe", RECIPE, "--launcher", "local"]
+    argv += ["--skip-flag-check", "--results-dir", str(results)]
+    for s in sets:
+        argv += ["--set", s]
+    env = dict(os.environ, PDBENCH_PYTHON=str(_bin(tmp_path / "bin")))
+    out = open(tmp_path / "submit.out", "w+")  # noqa: SIM115 (read back after the process ends)
+    proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
+    runs = lambda: list((results / RECIPE).glob("*/launch.json")) if (results / RECIPE).is_dir() else []  # noqa: E731
+    try:
+        _wait_for(runs, 60, "the launch record", proc)
+        run = runs()[0].parent
+        _wait_for(lambda: len(_started_servers(run)) == 2, 90, "both servers to start", proc)
+        yield proc, run, results, out
+    finally:
+        if proc.poll() is None:  # the test failed before the run ended: stop it, then make sure
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+        for pid in _started_servers(run) if "run" in locals() else []:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        out.close()
+
+
+def test_status_logs_cancel_of_a_local_run(local_run) -> None:
+    proc, run, results, out = local_run
+    record = read_record(RunDir(run))
+    assert record is not None and (record.launcher, record.pid) == ("local", proc.pid)
+
+    r = _cli("status", str(run))
+    assert r.returncode == 0, r.stderr
+    assert f"local job local-{run.name}: RUNNING" in r.stdout and "outcome: not finished" in r.stdout, r.stdout
+
+    r = _cli("logs", RECIPE, "--results-dir", str(results), "--role", "node", "--node", "0", "-n", "0")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("==> logs/node0.log <==\n") and "prefill-0" in r.stdout, r.stdout
+
+    # A second shell follows the run while a third cancels it.
+    followed: list[JobInfo] = []
+    follower = threading.Thread(target=lambda: followed.append(job_of(RunDir(run)).wait(120, poll_s=0.2)))
+    follower.start()
+    r = _cli("cancel", str(run))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"cancelled local job local-{run.name} (pid {proc.pid} on {socket.gethostname()})"
+
+    rc = proc.wait(60)
+    follower.join(60)
+    assert rc == 128 + signal.SIGTERM
+    out.seek(0)
+    printed = out.read()
+    assert "FAILED (exit 143)" in printed and f"reason: the local launcher: {CANCELLED}" in printed, printed
+    assert [i.state for i in followed] == [JobState.CANCELLED]
+
+    r = _cli("status", str(run))
+    assert f"local job local-{run.name}: CANCELLED (exit 143" in r.stdout, r.stdout
+    assert "outcome: failed" in r.stdout and f"reason: the local launcher: {CANCELLED}" in r.stdout, r.stdout
+    # Nothing of the job is left: the launcher, the servers, every process a node recorded.
+    recorded = [e["pid"] for p in RunDir(run).proc_records() for e in json.loads(p.read_text())]
+    assert len(recorded) >= 2 and len(_started_servers(run)) == 2
+    deadline = time.monotonic() + 10  # init reaps orphans asynchronously
+    while (
+        left := [p for p in [proc.pid, *_started_servers(run), *recorded] if _alive(p)]
+    ) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert left == []
+
+    r = _cli("cancel", str(run))
+    assert r.returncode == 1 and "is not running (it is cancelled)" in r.stderr, r.stderr
+
+
+def _ended_run(tmp_path: Path, status: dict | None, pid: int, create_time: float, host: str | None = None) -> RunDir:
+    run = RunDir(tmp_path)
+    record = LaunchRecord.now("local", f"local-{tmp_path.name}", pid, create_time)
+    (
+        record if host is None else LaunchRecord(record.launcher, record.job_id, host, record.time, pid, create_time)
+    ).write(run)
+    if status is not None:
+        run.status.write_text(json.dumps(status))
+    return run
+
+
+def test_a_reused_pid_is_not_the_launcher(tmp_path: Path) -> None:
+    me = psutil.Process()
+    run = _ended_run(tmp_path, None, me.pid, me.create_time())
+    assert job_of(run).state() is JobState.RUNNING  # precondition: this very process counts as it
+    run = _ended_run(tmp_path, None, me.pid, me.create_time() - 100)  # same PID, another process
+    assert job_of(run).state() is JobState.UNKNOWN
+    with pytest.raises(LaunchError, match="is not running"):
+        job_of(run).cancel()
+    run = _ended_run(tmp_path, None, me.pid, me.create_time(), host="elsewhere")
+    with pytest.raises(LaunchError, match="runs on another host; cancel it there"):
+        job_of(run).cancel()
+
+
+@pytest.mark.parametrize(
+    ("status", "state"),
+    [
+        ({"state": "succeeded", "exit_code": 0}, JobState.COMPLETED),
+        ({"state": "timeout", "exit_code": 1}, JobState.TIMEOUT),
+        ({"state": "failed", "exit_code": 1, "failure": {"node": 0, "cause": "died"}}, JobState.FAILED),
+        (
+            {"state": "failed", "exit_code": 143, "failure": {"node": "launcher", "cause": CANCELLED}},
+            JobState.CANCELLED,
+        ),
+    ],
+)
+def test_an_ended_local_run_answers_from_its_status(tmp_path: Path, status: dict, state: JobState) -> None:
+    run = _ended_run(tmp_path, {**status, "finished_at": time.time(), "reason": "r"}, 1, 0.0)
+    job = job_of(run)
+    assert isinstance(job, LocalJob)
+    info = job.info()
+    assert (info.state, info.returncode, info.source) == (state, status["exit_code"], "status")
+
+
+def test_follow_of_an_ended_local_run(tmp_path: Path, capsys) -> None:
+    status = {"state": "failed", "exit_code": 143, "failure": {"node": "launcher", "cause": CANCELLED}}
+    run = _ended_run(tmp_path, {**status, "reason": f"the local launcher: {CANCELLED}", "finished_at": 1.0}, 1, 0.0)
+    assert follow(job_of(run), timeout_s=5) == 1
+    printed = capsys.readouterr().out
+    assert (
+        f"job local-{tmp_path.name}: CANCELLED" in printed and f"job local-{tmp_path.name} ended: CANCELLED" in printed
+    )
+    assert f"reason: the local launcher: {CANCELLED}" in printed
