@@ -20,16 +20,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness import connectors
 from harness.bench.config import BenchConfig
 from harness.bench.validity_probe import parse_target
-from harness.rundir.package_probe import PACKAGES, PROBE_TIMEOUT_S
+from harness.rundir.package_probe import PROBE_TIMEOUT_S, keys
 from harness.rundir.paths import IMAGE_RECORD_GLOB, server_record_name
 
 VERSION_TIMEOUT_S = 5.0
 # A node records its servers once they are healthy, which may be just after node 0 saw them
 # healthy: wait for the records that long, and for the node's own bound on reading them.
 RECORD_WAIT_S = PROBE_TIMEOUT_S + 10.0
-PACKAGE_KEYS = tuple(key for key, _, _ in PACKAGES)
+PACKAGE_KEYS = keys(connectors.packages())
 
 
 def served_vllm_version(base_url: str, timeout: float = VERSION_TIMEOUT_S) -> tuple[str | None, str | None]:

@@ -13,22 +13,21 @@ import importlib.metadata as md
 import json
 import platform
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 # How long the node gives one probe; the bench client waits for the records beyond it.
 PROBE_TIMEOUT_S = 20.0
 
 # (the key in the record, distribution names to try in order, the import name). A build may
 # ship a package under another distribution name (nixl-cu12); the import name finds it then.
-PACKAGES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+Spec = tuple[str, tuple[str, ...], str]
+# What every probe reports; the caller adds the KV connectors' packages (harness.connectors),
+# which this script, run with the standard library alone, cannot import.
+PACKAGES: tuple[Spec, ...] = (
     # The installed vLLM distribution: its version carries the build's label (0.32.0+cpu), which
     # the server's own GET /version (vllm.__version__) leaves out.
     ("vllm_package", ("vllm",), "vllm"),
     ("torch", ("torch",), "torch"),
-    ("nixl", ("nixl", "nixl-cu12", "nixl-cu13"), "nixl"),
-    ("mooncake-transfer-engine", ("mooncake-transfer-engine",), "mooncake"),
-    ("mori", ("mori",), "mori"),
-    ("pdbench", ("pdbench",), "harness"),  # the bundled connector is pdbench's own
 )
 
 _by_import: list[Mapping[str, list[str]]] = []
@@ -59,12 +58,17 @@ def pdbench_source_version() -> str | None:
     return version if isinstance(version, str) else None
 
 
-def probe() -> dict[str, object]:
+def keys(extra: Sequence[Spec]) -> tuple[str, ...]:
+    """The record's keys when the probe is given these packages besides its own."""
+    return tuple(key for key, _, _ in (*PACKAGES, *extra))
+
+
+def probe(extra: Sequence[Spec] = ()) -> dict[str, object]:
     versions: dict[str, str | None] = {}
     reasons: dict[str, str] = {}
-    for key, dists, module in PACKAGES:
+    for key, dists, module in (*PACKAGES, *extra):
         version = package_version(dists, module)
-        if version is None and key == "pdbench":
+        if version is None and module == "harness":  # pdbench's own tree (the bundled connector)
             version = pdbench_source_version()
         versions[key] = version
         if version is None:
@@ -78,4 +82,6 @@ def probe() -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    json.dump(probe(), sys.stdout)
+    # The one argument: the packages to report besides PACKAGES, as JSON [[key, [dists], module]].
+    extra = [(str(k), tuple(d), str(m)) for k, d, m in json.loads(sys.argv[1])] if len(sys.argv) > 1 else []
+    json.dump(probe(extra), sys.stdout)
