@@ -125,7 +125,7 @@ LAYOUT: tuple[Entry, ...] = (
         "earlier pdbench versions",
         "status, logs, cancel",
     ),
-    Entry("slurm-<jobid>.out", "Slurm's output", "Slurm", "humans"),
+    Entry(p.SLURM_OUTPUT.replace("%j", "<jobid>"), "Slurm's output", "Slurm", "humans"),
 )
 
 

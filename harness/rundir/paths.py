@@ -42,6 +42,7 @@ SECRET = f"{STATE}/kv_secret"
 IMAGE_RECORD_GLOB = "image-*.json"
 IMAGE_RECORD_JOB = "image-job.json"  # one image file for the whole job (enroot, apptainer)
 PROC_RECORD_GLOB = "procs-node*.json"
+SLURM_OUTPUT = "slurm-%j.out"  # sbatch --output; Slurm puts the job id in place of %j
 
 
 def bench_config_name(phase: str) -> str:
