@@ -17,19 +17,11 @@ from pathlib import Path
 from harness import atomic
 from harness.node import preflight as pf
 from harness.rundir import RunDir
-from harness.rundir.paths import DOCTOR_MARKER
 from harness.topology import PlanFile
 
 log = logging.getLogger(__name__)
 
 PREFLIGHT_TIMEOUT_S = 20.0
-
-# doctor.py still imports these two from here; they go once it reads RunDir (requests.md).
-__all__ = ["DOCTOR_MARKER", "checks_for", "describe", "is_doctor_run", "record_path", "run_preflight"]
-
-
-def record_path(run_dir: Path, node: int) -> Path:
-    return RunDir(run_dir).preflight_record(node)
 
 
 def checks_for(plan: PlanFile, node: int, run_dir: Path) -> dict[str, Callable[[], list[str]]]:
