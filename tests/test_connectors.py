@@ -130,6 +130,7 @@ connectors.TABLE["fakekv"] = dataclasses.replace(
     evidence=KvEvidence("fakekv", r"vllm:fake_recv_count", None, None),
 )
 
+from harness.bench.runtime_info import PACKAGE_KEYS
 from harness.config import load_recipe
 from harness.proxy.config import ProxyConfig
 from harness.proxy.flows import make_flow
@@ -147,6 +148,7 @@ json.dump({
     "flow": type(make_flow("fakekv")).__name__,
     "bootstrap": cfg.bootstrap_port(0),
     "evidence": evidence_for("fakekv").received,
+    "package_keys": PACKAGE_KEYS,
 }, sys.stdout)
 """
 
@@ -172,3 +174,5 @@ def test_a_connector_added_to_the_table_reaches_every_consumer() -> None:
     # proxy and validity
     assert got["flow"] == "MooncakeFlow" and got["bootstrap"] == 7000
     assert got["evidence"] == "vllm:fake_recv_count"
+    # every result's runtime record asks each server's interpreter for the connector's package
+    assert "fake-kv" in got["package_keys"]
