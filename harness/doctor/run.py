@@ -50,7 +50,7 @@ def doctor(
     # The check job's run directory is kept apart from the benchmark runs (results/.doctor/).
     run = RunDir.create(results_dir / ".doctor", rr.name)
     try:
-        render_job(rr, run.path, current_context(run.path, PROJECT_ROOT, rr))
+        render_job(rr, run.path, current_context(run.path, PROJECT_ROOT, rr), p.plan)
     except ConfigError as e:
         raise Refused(str(e)) from None
     atomic.write_json(run.doctor_marker, {"created": time.time()}, indent=2)

@@ -22,7 +22,7 @@ from harness.render import commands as cmd
 from harness.render.commands import Shell, Word, quote
 from harness.render.preflight_spec import preflight_spec
 from harness.rundir import TIME_LIMIT_WARNING, RunDir
-from harness.rundir.paths import IMAGE_RECORD_JOB, image_record_name
+from harness.rundir.paths import IMAGE_RECORD_JOB, SLURM_OUTPUT, image_record_name
 from harness.topology import JobPlan, PlanFile, bench_name, plan
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "slurm_templates"
@@ -259,9 +259,10 @@ def aggregated_run_metadata(rr: ResolvedRecipe, p: JobPlan, ctx: RenderContext) 
     }
 
 
-def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext) -> JobPlan:
-    """Write every file of the job into out_dir (which must exist)."""
-    p = plan(rr)
+def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext, job_plan: JobPlan | None = None) -> JobPlan:
+    """Write every file of the job into out_dir (which must exist); `job_plan` is plan(rr) when the
+    caller computed it already."""
+    p = job_plan if job_plan is not None else plan(rr)
     env = _environment()
     common = {"name": rr.name, "fingerprint": rr.fingerprint, "version": __version__}
     server = env.get_template("server.sh.j2").render(
@@ -277,7 +278,7 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext) -> JobPlan
         num_nodes=p.num_nodes,
         slurm=rr.recipe.slurm,
         # '%' starts a Slurm file-name pattern; '%%' is a literal one.
-        slurm_out=ctx.run_dir.replace("%", "%%") + "/slurm-%j.out",
+        slurm_out=ctx.run_dir.replace("%", "%%") + f"/{SLURM_OUTPUT}",
         sbatch_opts=_sbatch_opts(rr),
         run_dir=ctx.run_dir,
         root=ctx.root,

@@ -36,7 +36,7 @@ def resolve_run(ref: str, results_dir: Path) -> RunDir:
 def render_run(p: Planned, run: RunDir, resumed_from: RunDir | None = None) -> None:
     try:
         ctx = current_context(run.path, PROJECT_ROOT, p.rr)
-        render_job(p.rr, run.path, replace(ctx, resumed_from=str(resumed_from.path)) if resumed_from else ctx)
+        render_job(p.rr, run.path, replace(ctx, resumed_from=str(resumed_from.path)) if resumed_from else ctx, p.plan)
     except ConfigError as e:  # e.g. a results directory that no #SBATCH line can carry
         raise Refused(f"{e} (run directory {run.path} left unrendered)") from None
 
@@ -57,7 +57,7 @@ def render_into(recipe: str, overrides: list[str] | None, cluster: str | None, s
     check_flags(p, skip)
     out.mkdir(parents=True, exist_ok=True)
     try:
-        render_job(p.rr, out, current_context(out, PROJECT_ROOT, p.rr))
+        render_job(p.rr, out, current_context(out, PROJECT_ROOT, p.rr), p.plan)
     except (ConfigError, FileExistsError) as e:
         raise Refused(str(e)) from None
     return f"rendered {p.rr.name} into {out}"
