@@ -14,6 +14,7 @@ import pytest
 
 from harness.bench.runtime_info import image_digest
 from harness.render.job import _environment
+from harness.rundir.paths import script_names
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -23,9 +24,9 @@ ID_A, ID_B = "a" * 64, "b" * 64
 def _functions(runtime: str, hash_timeout_s: int = 600) -> str:
     """The shell functions as the job scripts include them."""
     env = _environment()
-    return env.get_template("_fail.sh.j2").render() + env.get_template("_image_record.sh.j2").render(
-        runtime=runtime, image_hash_timeout_s=hash_timeout_s
-    )
+    return env.get_template("_fail.sh.j2").render(names=script_names()) + env.get_template(
+        "_image_record.sh.j2"
+    ).render(runtime=runtime, image_hash_timeout_s=hash_timeout_s)
 
 
 def _run(tmp_path: Path, runtime: str, call: str, hash_timeout_s: int = 600) -> subprocess.CompletedProcess:

@@ -14,6 +14,7 @@ from pydantic import (
 
 from harness import connectors
 from harness.config.benchmark import ENDPOINT_PATHS, BenchmarkSettings
+from harness.rundir.paths import METRICS
 
 __all__ = ["ENDPOINT_PATHS", "BenchConfig", "BenchmarkSettings"]
 
@@ -61,7 +62,7 @@ class BenchConfig(BenchmarkSettings):
         json_schema_extra={"cli_default": "none, not recorded"},
     )
     metrics_dir: str = Field(
-        "metrics",
+        METRICS,
         description="Where each point's server /metrics evidence goes (metrics_dir/concurrency_<C>/), "
         "relative to result_dir.",
     )

@@ -22,7 +22,7 @@ from harness.render import commands as cmd
 from harness.render.commands import Shell, Word, quote
 from harness.render.preflight_spec import preflight_spec
 from harness.rundir import TIME_LIMIT_WARNING, RunDir
-from harness.rundir.paths import IMAGE_RECORD_JOB, SLURM_OUTPUT, image_record_name
+from harness.rundir.paths import IMAGE_RECORD_JOB, SLURM_OUTPUT, image_record_name, script_names
 from harness.topology import JobPlan, PlanFile, bench_name, plan
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "slurm_templates"
@@ -264,7 +264,7 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext, job_plan: 
     caller computed it already."""
     p = job_plan if job_plan is not None else plan(rr)
     env = _environment()
-    common = {"name": rr.name, "fingerprint": rr.fingerprint, "version": __version__}
+    common = {"name": rr.name, "fingerprint": rr.fingerprint, "version": __version__, "names": script_names()}
     server = env.get_template("server.sh.j2").render(
         **common, procs=_procs(rr, p, ctx.root), job_env=_env({**cmd.storage_env(rr), **rr.recipe.env})
     )

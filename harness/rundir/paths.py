@@ -60,6 +60,34 @@ def image_record_name(node: int | str) -> str:
     return f"image-node{node}.json"
 
 
+# Records in state/ and logs the rendered scripts write; `node` may be a shell word ("$NODE").
+ROOT_CAUSE = "root_cause"
+ABORT = "abort"
+
+
+def exit_record_name(node: int | str) -> str:
+    return f"exit-node{node}.json"
+
+
+def script_names(node: str = "$NODE") -> dict[str, str]:
+    """The run directory's names as the rendered scripts spell them (render passes them as `names`)."""
+    return {
+        "logs": LOGS,
+        "state": STATE,
+        "server_script": SERVER_SCRIPT,
+        "container_script": CONTAINER_SCRIPT,
+        "root_cause": ROOT_CAUSE,
+        "abort": ABORT,
+        "exit_record": exit_record_name(node),
+        "failure_tmp": f".failure-node{node}",
+        "container_log": f"{LOGS}/container-node{node}.log",
+        "setup_log": f"{LOGS}/setup-node{node}.log",
+        "heartbeat": f"heartbeat-node{node}",
+        "slurm_job_record": f"slurm-job-node{node}",
+        "setup_beat": f"setup-beat-node{node}",
+    }
+
+
 def metrics_subdir(phase: str) -> str:
     """Where a phase's /metrics scrapes go, relative to the run directory."""
     return METRICS if phase == "disagg" else f"{METRICS}/{phase}"
@@ -207,11 +235,11 @@ class RunDir:
     # Cross-node coordination records (harness.node.coordination, harness.rundir.failures).
     @property
     def root_cause(self) -> Path:
-        return self.state / "root_cause"
+        return self.state / ROOT_CAUSE
 
     @property
     def abort(self) -> Path:
-        return self.state / "abort"
+        return self.state / ABORT
 
     @property
     def done(self) -> Path:
@@ -221,7 +249,7 @@ class RunDir:
         return self.state / f"done-{phase}"
 
     def exit_record(self, node: int | str) -> Path:
-        return self.state / f"exit-node{node}.json"
+        return self.state / exit_record_name(node)
 
     # --- what the benchmark client writes ---
 
