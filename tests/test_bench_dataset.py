@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from transformers import AutoTokenizer
 
 from harness import tiny_model
-from harness.bench.config import BenchConfig
+from harness.bench.client_config import ClientConfig
 from harness.bench.dataset import length_bounds, sample_requests
 from harness.bench.tokenizer import load_tokenizer
 
@@ -88,7 +88,7 @@ def _cfg(**kw):
         prefill_gpus=1,
         decode_gpus=1,
     )
-    return BenchConfig(**(base | kw))
+    return ClientConfig(**(base | kw))
 
 
 def test_config_defaults_and_validation():
@@ -97,7 +97,7 @@ def test_config_defaults_and_validation():
     assert cfg.num_prompts_for(1) == 16 and cfg.num_prompts_for(4) == 40
     assert cfg.num_warmups_for(4) == 8
     assert _cfg(endpoint="chat").url.endswith("/v1/chat/completions")
-    assert BenchConfig.model_validate_json(cfg.model_dump_json()) == cfg  # inf survives JSON
+    assert ClientConfig.model_validate_json(cfg.model_dump_json()) == cfg  # inf survives JSON
     for bad in (
         dict(range_ratio_convention="vllm"),
         dict(concurrency=[2, 2]),

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from harness.bench.client import RequestOutput
-from harness.bench.metrics import compute_metrics, percentile_label
+from harness.bench.serve_metrics import compute_metrics, percentile_label
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -110,7 +110,7 @@ IX_EXTRA = {"best_of", "mean_e2el_ms", "median_e2el_ms", "std_e2el_ms", "p90_e2e
 
 def test_keys_are_a_superset_of_vllm_and_ix(tmp_path):
     from harness.bench.client import RequestOutput
-    from harness.bench.metrics import compute_metrics
+    from harness.bench.serve_metrics import compute_metrics
 
     outs = []
     for itl in (0.4, 0.2):  # two TPOTs: no statistic is 0

@@ -11,7 +11,7 @@ from test_bench_sweep import _cfg
 from transformers import AutoTokenizer
 
 from harness import tiny_model
-from harness.bench import BenchConfig, run_sweep_detailed
+from harness.bench import ClientConfig, run_sweep_detailed
 from harness.bench.cli import load_config
 from harness.config.benchmark import BenchmarkSettings
 
@@ -91,7 +91,7 @@ def test_cli_takes_shapes_as_text(model_dir, tmp_path):
             "shapes": ["1024x128", "128x1024x0.5"],
         },
     )
-    assert isinstance(cfg, BenchConfig) and [s.tag for s in cfg.shape_list()] == [
+    assert isinstance(cfg, ClientConfig) and [s.tag for s in cfg.shape_list()] == [
         "isl_1024_osl_128",
         "isl_128_osl_1024",
     ]

@@ -17,7 +17,7 @@ from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
 from harness import __version__, tiny_model
-from harness.bench import BenchConfig, run_sweep, run_sweep_detailed
+from harness.bench import ClientConfig, run_sweep, run_sweep_detailed
 from harness.bench.cli import bench_command
 from harness.bench.results import ResultExistsError
 from harness.bench.watchdog import TargetDied
@@ -44,7 +44,7 @@ def _cfg(model_dir, result_dir, base_url, **kw):
         decode_gpus=2,
         metadata={"recipe": "test"},
     )
-    return BenchConfig(**(base | kw))
+    return ClientConfig(**(base | kw))
 
 
 def _app():
@@ -490,7 +490,7 @@ def test_bench_json_from_the_job_renderer(tmp_path):
 
     ctx = RenderContext(run_dir=str(tmp_path), root="/opt/pdbench", python="python", git_commit="0")
     render_job(load_recipe("local-tiny-1p1d"), tmp_path, ctx)
-    cfg = BenchConfig.model_validate_json((tmp_path / "bench.json").read_text())
+    cfg = ClientConfig.model_validate_json((tmp_path / "bench.json").read_text())
     assert cfg.health_check_interval_s > 0 and cfg.server_pids == [] and cfg.dataset == "random"
 
 

@@ -226,7 +226,7 @@ def test_multi_line_description_and_quoted_values_load(root: Path) -> None:
 def test_recipe_sets_every_benchmark_setting(root: Path, tmp_path: Path) -> None:
     # The recipe's benchmark section is the same model `pdbench bench` reads: dataset,
     # goodput, burstiness, percentiles and the rest reach the job's bench.json unchanged.
-    from harness.bench.config import BenchConfig
+    from harness.bench.client_config import ClientConfig
     from harness.render.commands import bench_config
 
     data = tmp_path / "prompts.jsonl"
@@ -245,7 +245,7 @@ def test_recipe_sets_every_benchmark_setting(root: Path, tmp_path: Path) -> None
         ],
         root=root,
     )
-    bench = BenchConfig.model_validate(bench_config(rr, plan(rr), {}))
+    bench = ClientConfig.model_validate(bench_config(rr, plan(rr), {}))
     assert bench.dataset == "jsonl" and bench.dataset_path == str(data)
     assert bench.goodput == {"ttft": 2000.0, "tpot": 50.0} and bench.burstiness == 0.5
     assert bench.percentiles == [50.0, 95.0] and bench.total_timeout_s == 900

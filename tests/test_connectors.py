@@ -181,11 +181,11 @@ def test_a_connector_added_to_the_table_reaches_every_consumer() -> None:
 def test_the_bench_client_takes_the_connector_names_from_the_table() -> None:
     from pydantic import ValidationError
 
-    from harness.bench.config import BenchConfig
+    from harness.bench.client_config import ClientConfig
 
     fields = {"base_url": "http://127.0.0.1:1", "model": "m", "concurrency": [1], "isl": 8, "osl": 2}
     fields |= {"tokenizer": "t", "result_dir": "out"}
     for name in connectors.kv_names():
-        assert BenchConfig(**fields, kv_connector=name).kv_connector == name
+        assert ClientConfig(**fields, kv_connector=name).kv_connector == name
     with pytest.raises(ValidationError, match=rf"kv_connector\n.*unknown KV connector '{UNKNOWN}'; known: "):
-        BenchConfig(**fields, kv_connector=UNKNOWN)
+        ClientConfig(**fields, kv_connector=UNKNOWN)

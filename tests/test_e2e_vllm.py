@@ -22,7 +22,7 @@ from test_inferencex_contract import assert_inferencex_contract
 
 import harness
 from harness.render.vllm_flags import vllm_version
-from harness.validity.metrics import Scrape, delta
+from harness.validity.series import Scrape, delta
 
 pytestmark = pytest.mark.vllm
 

@@ -532,7 +532,7 @@ def _recipe_bench_config(recipe: str, tmp: Path) -> dict[str, Any]:
 
 
 def _sweep(model_dir: str, result_dir: Path, base_url: str, **kw: Any) -> list[Path]:
-    from harness.bench import BenchConfig, run_sweep_detailed
+    from harness.bench import ClientConfig, run_sweep_detailed
 
     fields = dict(
         base_url=base_url,
@@ -546,7 +546,7 @@ def _sweep(model_dir: str, result_dir: Path, base_url: str, **kw: Any) -> list[P
         result_dir=str(result_dir),
         health_check_interval_s=0,
     )
-    outcomes = run_sweep_detailed(BenchConfig(**(fields | kw)))
+    outcomes = run_sweep_detailed(ClientConfig(**(fields | kw)))
     assert all(o.path is not None for o in outcomes), [o.error for o in outcomes]
     return [o.path for o in outcomes]
 

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from harness import tiny_model
-from harness.bench import BenchConfig, run_sweep_detailed
+from harness.bench import ClientConfig, run_sweep_detailed
 from harness.mock_engine import Distribution, MockEngineConfig, build_app
 from harness.mock_engine.cli import mock_engine_command
 
@@ -332,7 +332,7 @@ def test_pdbench_bench_against_the_mock_engine(tmp_path):
     model = str(tiny_model.build(tmp_path / "m"))
     with Engine(model="tiny", ttft_ms=5, itl_ms=2) as eng:
         for endpoint in ("completions", "chat"):
-            cfg = BenchConfig(
+            cfg = ClientConfig(
                 base_url=eng.url,
                 endpoint=endpoint,
                 model="tiny",

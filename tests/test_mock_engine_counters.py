@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.mock_engine.counters import EngineCounters
-from harness.mock_engine.metrics import EngineMetrics
+from harness.mock_engine.exposition import EngineMetrics
 
 
 def _samples(metrics: EngineMetrics) -> dict[tuple[str, str], float]:

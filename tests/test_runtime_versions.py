@@ -20,7 +20,7 @@ import pytest
 
 import harness
 from harness import connectors
-from harness.bench.config import BenchConfig
+from harness.bench.client_config import ClientConfig
 from harness.bench.runtime_info import (
     image_digest,
     runtime_metadata,
@@ -285,7 +285,7 @@ def test_runtime_metadata_of_a_job(spawn, version_server, tmp_path: Path) -> Non
     record_servers(tmp_path, 0, {"prefill-0": server.pid, "decode-0": server.pid})
     digest = "sha256:" + "c" * 64
     _image(tmp_path / "state", "node0", digest)
-    cfg = BenchConfig(
+    cfg = ClientConfig(
         base_url=vllm_like.url,
         model="m",
         concurrency=[1],
@@ -308,7 +308,7 @@ def test_runtime_metadata_of_a_job(spawn, version_server, tmp_path: Path) -> Non
 
 def test_runtime_metadata_outside_a_job(version_server, tmp_path: Path) -> None:
     target = version_server(b'{"version": "0.11.0"}')
-    cfg = BenchConfig(
+    cfg = ClientConfig(
         base_url=target.url, model="m", tokenizer="t", concurrency=[1], isl=8, osl=2, result_dir=str(tmp_path)
     )
     md = asyncio.run(runtime_metadata(cfg, lambda s: None))

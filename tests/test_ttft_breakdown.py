@@ -15,7 +15,7 @@ import pytest
 
 from benchmarks.common import free_ports
 from harness import tiny_model
-from harness.bench import BenchConfig, run_sweep_detailed
+from harness.bench import ClientConfig, run_sweep_detailed
 from harness.bench.client import RequestOutput
 from harness.bench.ttft_breakdown import ttft_breakdown
 
@@ -76,7 +76,7 @@ def test_parts_sit_where_the_latency_is_and_add_up(aggregated: bool, model_dir: 
             )
         )
         _wait_ok(f"http://127.0.0.1:{proxy_port}/health", procs)
-        cfg = BenchConfig(
+        cfg = ClientConfig(
             base_url=f"http://127.0.0.1:{proxy_port}",
             model="tiny",
             tokenizer=model_dir,

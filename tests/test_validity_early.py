@@ -16,7 +16,7 @@ from test_mock_engine import Engine
 
 from benchmarks.common import free_ports
 from harness import tiny_model
-from harness.bench import BenchConfig, run_sweep_detailed, validity_probe
+from harness.bench import ClientConfig, run_sweep_detailed, validity_probe
 from harness.validity import ServerScrapes, ValidityThresholds, early_reason
 
 pytestmark = pytest.mark.timeout(120)
@@ -27,7 +27,7 @@ NATURAL_S = N / C * OSL * ITL_MS / 1000
 
 
 def _sweep(tmp_path: Path, url: str, model: str, validity: dict, concurrency: list[int], scrape: str = ""):
-    cfg = BenchConfig(
+    cfg = ClientConfig(
         base_url=url,
         model="tiny",
         tokenizer=model,

@@ -3,7 +3,7 @@
 One JSON per concurrency point, a superset of `vllm bench serve`'s result keys, so
 results from pdbench and from vLLM's own client can be compared directly.
 
-Modules: config (BenchConfig), dataset (random exact-length prompts, shared prefix,
+Modules: config (ClientConfig), dataset (random exact-length prompts, shared prefix,
 JSONL/ShareGPT files), client (keep-alive HTTP/1.1 streaming over asyncio protocols,
 SSE parsing), loadgen (arrivals, concurrency slots, stop), watchdog (target health
 and server PIDs), metrics (vLLM's definitions), results (pydantic model, write-once
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.bench.config import BenchConfig
+from harness.bench.client_config import ClientConfig
 
-__all__ = ["BenchConfig", "PointOutcome", "run_sweep", "run_sweep_detailed"]
+__all__ = ["ClientConfig", "PointOutcome", "run_sweep", "run_sweep_detailed"]
 
 
 def __getattr__(name: str) -> Any:

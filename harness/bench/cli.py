@@ -1,4 +1,4 @@
-"""`pdbench bench`: run a benchmark sweep from a JSON BenchConfig and/or flags.
+"""`pdbench bench`: run a benchmark sweep from a JSON ClientConfig and/or flags.
 
 Exit codes: 0 every point written and no request failed; 1 a request failed, a point
 could not be run, the target died or the total timeout hit (the results of the points
@@ -18,7 +18,7 @@ import typer
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
-from harness.bench.config import BenchConfig
+from harness.bench.client_config import ClientConfig
 
 
 def _csv(value: str | None) -> list[str] | None:
@@ -27,7 +27,7 @@ def _csv(value: str | None) -> list[str] | None:
 
 
 def _goodput(values: list[str]) -> dict[str, str]:
-    """["ttft:500 tpot:50", "e2el:2000"] -> {"ttft": "500", ...}; BenchConfig checks names and numbers."""
+    """["ttft:500 tpot:50", "e2el:2000"] -> {"ttft": "500", ...}; ClientConfig checks names and numbers."""
     slos: dict[str, str] = {}
     for item in " ".join(values).replace(",", " ").split():
         name, sep, value = item.partition(":")
@@ -42,7 +42,7 @@ def _fail(msg: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
-def load_config(config: Path | None, overrides: dict[str, Any]) -> BenchConfig:
+def load_config(config: Path | None, overrides: dict[str, Any]) -> ClientConfig:
     """Merge the JSON file (if any) with the flags given; raise typer.Exit(2) if invalid."""
     data: dict[str, Any] = {}
     if config is not None:
@@ -54,13 +54,13 @@ def load_config(config: Path | None, overrides: dict[str, Any]) -> BenchConfig:
             raise _fail(f"config {config} must hold a JSON object", 2)
     data |= {k: v for k, v in overrides.items() if v is not None}
     try:
-        return BenchConfig.model_validate(data)
+        return ClientConfig.model_validate(data)
     except ValidationError as e:
         lines = [f"  {'.'.join(str(x) for x in err['loc']) or '(config)'}: {err['msg']}" for err in e.errors()]
         raise _fail("invalid benchmark config:\n" + "\n".join(lines), 2) from None
 
 
-# The options are generated from BenchConfig's fields (names, help, defaults), so a field
+# The options are generated from ClientConfig's fields (names, help, defaults), so a field
 # added to BenchmarkSettings is a recipe key, a --config key and a flag at once. Typer
 # reads a command's parameters from its signature: the generated one is set as
 # __signature__ below, which keeps Typer's help formatting and the other commands' style.
@@ -150,22 +150,22 @@ def _parameters() -> list[inspect.Parameter]:
             None,
             "--config",
             show_default=False,
-            help="JSON file holding a BenchConfig; flags override it [default: none]",
+            help="JSON file holding a ClientConfig; flags override it [default: none]",
         ),
     )
-    fields = BenchConfig.model_fields
+    fields = ClientConfig.model_fields
     order = [*_BINDINGS, *(n for n in fields if n not in _BINDINGS)]
     params = [_option(n, fields[n]) for n in order]
     return [config, *(p for p in params if p is not None)]
 
 
 def _overrides(values: dict[str, Any]) -> dict[str, Any]:
-    """Flag values (None: not given) -> BenchConfig fields; a bad format exits 2 naming the flag."""
+    """Flag values (None: not given) -> ClientConfig fields; a bad format exits 2 naming the flag."""
     out: dict[str, Any] = {}
     for name, value in values.items():
         if value is None or value == []:
             continue
-        field = BenchConfig.model_fields[name]
+        field = ClientConfig.model_fields[name]
         fmt = _cli_meta(field).get("cli_format")
         if fmt == "csv":
             value = _csv(value)

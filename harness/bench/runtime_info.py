@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import connectors
-from harness.bench.config import BenchConfig
+from harness.bench.client_config import ClientConfig
 from harness.bench.validity_probe import parse_target
 from harness.rundir.package_probe import PROBE_TIMEOUT_S, keys
 from harness.rundir.paths import IMAGE_RECORD_GLOB, server_record_name
@@ -118,7 +118,7 @@ def image_digest(directory: Path | None, container_runtime: Any) -> dict[str, An
     return {"digest": None, "reason": reason, "records": records}
 
 
-async def runtime_metadata(cfg: BenchConfig, log: Callable[[str], None]) -> dict[str, Any]:
+async def runtime_metadata(cfg: ClientConfig, log: Callable[[str], None]) -> dict[str, Any]:
     """metadata.runtime_versions (per server) and metadata.image_digest for this sweep's results."""
     servers = {name: url for name, role, url in map(parse_target, cfg.scrape) if role != "proxy"}
     if not servers:  # no server named: the target itself, which may be a vLLM server

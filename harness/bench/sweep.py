@@ -23,7 +23,7 @@ import numpy as np
 
 from harness import __version__, aio
 from harness.bench.client import RequestOutput, Slot, Target, build_payload
-from harness.bench.config import BenchConfig
+from harness.bench.client_config import ClientConfig
 from harness.bench.dataset import (
     FileRecord,
     SampleRequest,
@@ -33,7 +33,6 @@ from harness.bench.dataset import (
     sample_requests,
 )
 from harness.bench.loadgen import LoadRun, Progress, arrival_offsets
-from harness.bench.metrics import compute_metrics
 from harness.bench.progress import Display, log, pick_mode
 from harness.bench.results import (
     BenchResult,
@@ -42,6 +41,7 @@ from harness.bench.results import (
 )
 from harness.bench.resume import set_aside, why_not_kept
 from harness.bench.runtime_info import runtime_metadata
+from harness.bench.serve_metrics import compute_metrics
 from harness.bench.tokenizer import PromptTokenizer, load_tokenizer
 from harness.bench.ttft_breakdown import kv_transfer_ms, ttft_breakdown
 from harness.bench.validity_probe import PointProbe
@@ -94,7 +94,7 @@ class _Point:
 
 
 class _Sweep:
-    def __init__(self, cfg: BenchConfig) -> None:
+    def __init__(self, cfg: ClientConfig) -> None:
         self.base = cfg
         self.cfg = cfg  # the base config with the running shape's isl, osl and range_ratio
         self.shape_tag: str | None = None  # the running shape's tag in a several-shape sweep
@@ -540,7 +540,7 @@ class _Sweep:
         return PointOutcome(c, path, result.completed, result.failed, error, tag)
 
 
-def _metadata(cfg: BenchConfig) -> dict[str, Any]:
+def _metadata(cfg: ClientConfig) -> dict[str, Any]:
     """The config's metadata (a recipe's run metadata wins), plus what the bench itself knows:
     its version and the GPU split behind the target, or that the split is unknown."""
     md: dict[str, Any] = {"pdbench_version": __version__}
@@ -553,7 +553,7 @@ def _metadata(cfg: BenchConfig) -> dict[str, Any]:
     return md | cfg.metadata
 
 
-def run_sweep_detailed(config: BenchConfig) -> list[PointOutcome]:
+def run_sweep_detailed(config: ClientConfig) -> list[PointOutcome]:
     """Run every point; per-point outcomes tell the caller what failed.
 
     Raises ResultExistsError (a result file is there), TargetDied (the target is down
@@ -562,6 +562,6 @@ def run_sweep_detailed(config: BenchConfig) -> list[PointOutcome]:
     return aio.run(_Sweep(config).run())
 
 
-def run_sweep(config: BenchConfig) -> list[Path]:
+def run_sweep(config: ClientConfig) -> list[Path]:
     """Run every point and return the result files written, in concurrency order."""
     return [o.path for o in run_sweep_detailed(config) if o.path is not None]

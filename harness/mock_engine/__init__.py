@@ -61,7 +61,7 @@ Behaviour:
 
 from __future__ import annotations
 
-from harness.mock_engine.config import Distribution, MockEngineConfig
 from harness.mock_engine.server import build_app, serve
+from harness.mock_engine.settings import Distribution, MockEngineConfig
 
 __all__ = ["Distribution", "MockEngineConfig", "build_app", "serve"]

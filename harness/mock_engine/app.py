@@ -16,9 +16,9 @@ from typing import Any
 
 from aiohttp import web
 
-from harness.mock_engine.config import MockEngineConfig
 from harness.mock_engine.counters import EngineCounters
-from harness.mock_engine.metrics import EngineMetrics
+from harness.mock_engine.exposition import EngineMetrics
+from harness.mock_engine.settings import MockEngineConfig
 
 try:  # optional: faster request parsing
     from orjson import loads as _loads

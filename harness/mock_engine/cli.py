@@ -7,8 +7,8 @@ from typing import Annotated, NoReturn
 import typer
 from pydantic import ValidationError
 
-from harness.mock_engine.config import MockEngineConfig
 from harness.mock_engine.server import serve
+from harness.mock_engine.settings import MockEngineConfig
 
 DIST_HELP = "50 | constant:50 | normal:MEAN,STD | exponential:MEAN | uniform:LO,HI | lognormal:MEAN,STD"
 

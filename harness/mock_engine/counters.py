@@ -1,6 +1,6 @@
 """What one mock engine has counted: the numbers its /metrics exports, and nothing else.
 
-The request path only bumps integers here; harness.mock_engine.metrics renders them in
+The request path only bumps integers here; harness.mock_engine.exposition renders them in
 vLLM's names. This module knows neither the engine nor the HTTP side.
 """
 

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from harness import aio
 from harness.mock_engine.app import MAX_REQUEST_BYTES, Engine
-from harness.mock_engine.config import MockEngineConfig
+from harness.mock_engine.settings import MockEngineConfig
 
 log = logging.getLogger(__name__)
 

@@ -23,10 +23,10 @@ from types import FrameType
 from harness.config.schema import TimeoutSpec
 from harness.node.affinity import pin_instance
 from harness.node.coordination import Aborted, Coordination, discover_address
-from harness.node.health import is_healthy, smoke_request
 from harness.node.heartbeat import HostHeartbeat
 from harness.node.node_checks import describe as describe_problems
 from harness.node.node_checks import is_doctor_run, run_preflight
+from harness.node.probes import is_healthy, smoke_request
 from harness.node.secrets import ensure_job_secret
 from harness.node.signal_cause import describe_signal
 from harness.node.versions import record_servers

@@ -40,7 +40,7 @@ from harness.proxy.flows import (
 )
 from harness.proxy.health import HealthPoller, read_capped, readiness
 from harness.proxy.http import HttpConnection, Reply, Request, Stream
-from harness.proxy.metrics import ProxyMetrics
+from harness.proxy.prometheus import ProxyMetrics
 from harness.proxy.registry import Registry
 from harness.proxy.shared import SharedState
 from harness.proxy.upstream import Response, UpstreamClient, UpstreamFailure

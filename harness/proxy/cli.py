@@ -3,7 +3,7 @@
 Each field is a flag of the same name (its json_schema_extra may rename it, give it a metavar,
 a default's text or a unit); the field's description is the help. Typer reads a command's
 parameters from its signature: the generated one is set as __signature__ below, as
-`pdbench bench` does with BenchConfig.
+`pdbench bench` does with ClientConfig.
 """
 
 from __future__ import annotations

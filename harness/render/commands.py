@@ -358,7 +358,7 @@ def bench_argv(plan: JobPlan, phase: Phase = "disagg") -> list[Word]:
 def bench_config(
     rr: ResolvedRecipe, plan: JobPlan, run_meta: dict[str, Any], root: str | None = None
 ) -> dict[str, Any]:
-    """The BenchConfig the job's client reads (its bench_config_name); the result dir is given at run time."""
+    """The ClientConfig the job's client reads (its bench_config_name); the result dir is given at run time."""
     # Every benchmark setting of the recipe, as the recipe holds it; then the job's bindings.
     # (Through model_dump_json: strict JSON, an infinite request_rate written as "Infinity".)
     settings = json.loads(rr.recipe.benchmark.model_dump_json())

@@ -20,7 +20,7 @@ from harness import connectors
 from harness.config.benchmark import ValidityThresholds
 from harness.connectors.entry import KvEvidence
 from harness.validity.connectors import EXTERNAL_HITS, LOCAL_COMPUTE, evidence_for
-from harness.validity.metrics import Scrape, delta
+from harness.validity.series import Scrape, delta
 
 PROMPT_TOKENS = r"vllm:prompt_tokens(_total)?"
 GENERATION_TOKENS = r"vllm:generation_tokens(_total)?"

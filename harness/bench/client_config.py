@@ -1,4 +1,4 @@
-"""BenchConfig: one sweep's BenchmarkSettings plus where it sends requests and writes results."""
+"""ClientConfig: one sweep's BenchmarkSettings plus where it sends requests and writes results."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from harness import connectors
 from harness.config.benchmark import ENDPOINT_PATHS, BenchmarkSettings
 from harness.rundir.paths import METRICS
 
-__all__ = ["ENDPOINT_PATHS", "BenchConfig", "BenchmarkSettings"]
+__all__ = ["ENDPOINT_PATHS", "BenchmarkSettings", "ClientConfig"]
 
 
-class BenchConfig(BenchmarkSettings):
+class ClientConfig(BenchmarkSettings):
     """What `pdbench bench` runs: the settings a recipe holds and the job's bindings."""
 
     base_url: str = Field(description="Server URL, e.g. http://127.0.0.1:30000.")
@@ -109,7 +109,7 @@ class BenchConfig(BenchmarkSettings):
         return v.rstrip("/")
 
     @model_validator(mode="after")
-    def _check_gpus(self) -> BenchConfig:
+    def _check_gpus(self) -> ClientConfig:
         if (self.prefill_gpus is None) != (self.decode_gpus is None):
             missing = "decode_gpus" if self.decode_gpus is None else "prefill_gpus"
             raise ValueError(f"{missing}: give prefill_gpus and decode_gpus together (or gpus for one server)")
