@@ -109,19 +109,18 @@ def test_two_proxy_processes_balance_and_report_the_legs_of_both() -> None:
         pending: list[asyncio.Task[bytes]] = []
         try:
             deadline = time.monotonic() + DEADLINE_S
-            while True:  # both processes up and ready: every answer 200
+            ready: set[int] = set()
+            while len(ready) < 2:  # both processes up and ready: each answered 200 (fresh connections)
                 assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-                assert time.monotonic() < deadline, "the proxy never became ready"
-                codes = []
-                for _ in range(6):
-                    try:
-                        async with aiohttp.ClientSession() as s, s.get(base + "/health") as r:
-                            codes.append(r.status)
-                    except aiohttp.ClientError:
-                        codes.append(0)
-                if codes == [200] * 6:
-                    break
-                await asyncio.sleep(0.1)
+                assert time.monotonic() < deadline, f"the proxy never became ready (ready: {ready})"
+                try:
+                    async with aiohttp.ClientSession() as s, s.get(base + "/health") as r:
+                        if r.status == 200:
+                            ready.add((await r.json())["pid"])
+                            continue
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.05)
 
             async def one() -> bytes:
                 async with aiohttp.ClientSession() as s, s.post(base + "/v1/completions", json=COMPLETION) as r:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -107,6 +108,8 @@ def readiness(cfg: ProxyConfig, pool: Pool, registry: Registry | None) -> tuple[
         "status": "ok" if ok else "not_ready",
         **counts,
         "connector": cfg.connector,
+        # Which process answered: with --workers, each has its own view until its polls pass.
+        "pid": os.getpid(),
         "backends": [b.describe(now, ttl, b.out_since is None and pool.ready(b, now)) for b in pool.all()],
     }
     if registry is not None:
