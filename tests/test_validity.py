@@ -243,17 +243,9 @@ _SCHEDULER = {
     "vllm:external_prefix_cache_hits_total": 256,
     'vllm:prompt_tokens_by_source_total{source="local_compute"}': 0,
 }
-# What each connector itself exports, per request (connector/stats.py, vLLM's nixl/stats.py).
-_OWN = {
-    "nixl": {
-        "vllm:nixl_xfer_time_seconds_count": 1,
-        "vllm:nixl_num_failed_transfers_total": 0,
-        "vllm:nixl_num_failed_notifications_total": 0,
-    },
-    "pdbench": {"vllm:pdbench_kv_recv_seconds_count": 1, "vllm:pdbench_kv_failed_recv_total": 0},
-    "mooncake": {},
-    "moriio": {},
-}
+# What each connector itself exports, per request, as its table entry says (connector/stats.py,
+# vLLM's nixl/stats.py).
+_OWN = {name: dict(e.per_request) for name in CONNECTORS if (e := get_kv(name).evidence)}
 
 
 def _decode(per_request: dict[str, float], requests: int = 28, drop: str = "") -> dict[str, ServerScrapes]:

@@ -78,6 +78,9 @@ class KvEvidence:
     failures: str | None  # failed transfers, notifications or receives (either role)
     expired: str | None  # KV held by prefill that expired unread (either role)
     missing: str = ""  # what the connector does not export, for the rules' details
+    # What one decode server exports per completed request, series by series (`name{labels}`):
+    # the contract the patterns above read, which the validity tests replay for every entry.
+    per_request: Mapping[str, float] = field(default_factory=dict)
 
 
 Instances = Literal["static", "registered", "aggregated"]

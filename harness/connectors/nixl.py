@@ -29,5 +29,10 @@ ENTRY = Connector(
         received=r"vllm:nixl_xfer_time_seconds_count",
         failures=r"vllm:nixl_num_failed_(transfers|notifications)_total",
         expired=r"vllm:nixl_num_(kv_expired_reqs|notifications_after_expiry)_total",
+        per_request={
+            "vllm:nixl_xfer_time_seconds_count": 1,
+            "vllm:nixl_num_failed_transfers_total": 0,
+            "vllm:nixl_num_failed_notifications_total": 0,
+        },
     ),
 )
