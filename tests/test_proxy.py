@@ -723,7 +723,7 @@ def test_cli_moriio_needs_no_urls(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     "args",
     [
-        ["--prefill", "http://a:1", "--decode", "http://b:2", "--connector", "lmcache"],
+        ["--prefill", "http://a:1", "--decode", "http://b:2", "--connector", "no-such-connector"],
         ["--decode", "http://b:2"],
         ["--prefill", "http://a:1", "--decode", "http://b:2", "--request-timeout-s", "0"],
         ["--prefill", "http://a:1", "--decode", "http://b:2", "--policy", "random"],

@@ -324,8 +324,8 @@ def test_succeeded_with_nothing_is_invalid() -> None:
 
 def test_unknown_connector_is_a_clear_error() -> None:
     known = ", ".join(sorted(CONNECTORS))
-    with pytest.raises(ValueError, match=f"unknown KV connector 'lmcache'; known: {known}$"):
-        evaluate(_decode(_SCHEDULER), CLIENT, connector="lmcache")
+    with pytest.raises(ValueError, match=f"unknown KV connector 'no-such-connector'; known: {known}$"):
+        evaluate(_decode(_SCHEDULER), CLIENT, connector="no-such-connector")
 
 
 def test_probe_waits_for_decode_to_count_its_last_receives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
