@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from harness.bench.client import RequestOutput, Target, _Exchange
+from harness.bench.client import RequestFailed, RequestOutput, Target, _Exchange
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -247,3 +247,88 @@ def test_one_event_per_read_takes_the_fast_path(monkeypatch):
     out, _, done = _run(_per_chunk(_response(_chunked(_tok(), _tok(), _tok(), USAGE, DONE))))
     assert done and out.success and out.itl == pytest.approx([0.01, 0.01])
     assert taken[:3] == [True, True, True] and not any(taken[3:])  # usage and [DONE]: general path
+
+
+# -- framing (llhttp) -------------------------------------------------------------
+
+
+def test_several_chunks_in_one_read_decode_in_one_batch(monkeypatch):
+    blocks = []
+    real = _Exchange._events
+
+    def spy(self, block, now):
+        blocks.append(block)
+        real(self, block, now)
+
+    monkeypatch.setattr(_Exchange, "_events", spy)
+    raw = _response(_chunked(_tok(), _tok(), _tok(), DONE))
+    out, _, complete = _run([(raw, 10.2)])
+    assert complete and out.success and out.output_tokens == 3 and out.itl == [0.0, 0.0]
+    assert len(blocks) == 1 and blocks[0].count(b"data: ") == 4  # one decode for the whole read
+
+
+@pytest.mark.parametrize("piece", [1, 3, 7])
+def test_chunk_extensions_and_size_lines_split_across_reads(piece):
+    raw = _response(_chunked(_tok(" a"), _tok(" b"), DONE)).replace(b"\r\ndata", b';ext="v";x\r\ndata')
+    assert raw.count(b';ext="v"') == 3  # precondition: every chunk carries extensions
+    out, ex, complete = _run([(raw[i : i + piece], 10.0 + i / 1000) for i in range(0, len(raw), piece)])
+    assert complete and out.success and out.output_tokens == 2 and ex.keep_alive, out.error
+
+
+def test_content_length_body_split_mid_event_and_cut_short():
+    body = _tok(" a") + _tok(" b") + DONE
+    raw = _response(body, chunked=False)
+    cut = raw.index(b"data:") + 10  # inside the first event
+    out, _, complete = _run([(raw[:cut], 10.1), (raw[cut:], 10.3)])
+    assert complete and out.success and out.output_tokens == 2
+    assert out.ttft == pytest.approx(0.3)  # the event completes with the second read
+    out, _, complete = _run([(raw[:-5], 10.1)], closed=True)
+    assert not complete and out.error == "server closed the connection before the response ended"
+
+
+def test_response_cut_mid_chunk_or_before_the_last_chunk():
+    raw = _response(_chunked(_tok(), DONE))
+    mid = raw.index(b"[DONE]")
+    out, _, complete = _run([(raw[:mid], 10.1)], closed=True)
+    assert not complete and out.error == "server closed the connection before the response ended"
+    out, _, complete = _run([(raw[: -len(b"0\r\n\r\n")], 10.1)], closed=True)  # [DONE] seen, no last chunk
+    assert not complete and out.error == "server closed the connection before the response ended"
+
+
+def test_chunk_trailers_http10_and_reason_split_byte_by_byte():
+    raw = _response(_chunked(_tok(), DONE))
+    with_trailer = raw[:-2] + b"X-Trailer: 1\r\n\r\n"
+    assert with_trailer.endswith(b"0\r\nX-Trailer: 1\r\n\r\n")
+    out, ex, complete = _run([(with_trailer[:-8], 10.1), (with_trailer[-8:], 10.2)])
+    assert complete and out.success and ex.keep_alive
+    http10 = _response(_tok() + DONE, chunked=False).replace(b"HTTP/1.1", b"HTTP/1.0")
+    out, ex, complete = _run([(http10, 10.1)])
+    assert complete and out.success and not ex.keep_alive
+    kept = _response(_tok() + DONE, chunked=False, extra="Connection: keep-alive\r\n").replace(b"HTTP/1.1", b"HTTP/1.0")
+    out, ex, complete = _run([(kept, 10.1)])
+    assert complete and out.success and ex.keep_alive
+    err = _response(b'{"error": "nope"}', "503 Service Unavailable", chunked=False)
+    out, _, complete = _run([(err[i : i + 1], 10.1) for i in range(len(err))])
+    assert complete and out.error == 'HTTP 503 Service Unavailable: {"error": "nope"}'
+
+
+def test_bytes_after_the_response_drop_keep_alive():
+    ok = _response(_chunked(_tok(), DONE))
+    out, ex, complete = _run([(ok, 10.1)])
+    assert complete and out.success and ex.keep_alive  # precondition: the response alone keeps it
+    for extra in (b"HTTP/1.1 200 OK\r\n", b"garbage"):
+        out, ex, complete = _run([(ok + extra, 10.1)])
+        assert complete and out.success and not ex.keep_alive, extra
+
+
+@pytest.mark.parametrize(
+    ("feeds", "names"),
+    [
+        ([b"SSH-2.0-OpenSSH_9.6\r\n"], ("HTTP/", "SSH-2.0")),
+        ([_response(b""), b"zz\r\n"], ("chunk size", "zz")),
+    ],
+)
+def test_malformed_framing_fails_naming_the_read(feeds, names):
+    with pytest.raises(RequestFailed) as err:
+        _run([(f, 10.1) for f in feeds])
+    assert all(n in str(err.value) for n in names), str(err.value)

@@ -8,18 +8,20 @@ with a JSON payload that does not parse fails the request with that message, so 
 truncated stream is never counted as a success.
 
 Speed (the client must never be what limits a benchmark): instead of aiohttp, each
-in-flight slot owns one keep-alive HTTP/1.1 connection driven by an asyncio Protocol.
-Request bytes are built before the clock starts; every read from the socket is
-parsed in one go: one clock reading, and all its complete SSE events decoded by a
-single `json.loads` of a JSON array. Events that arrive in the same read therefore
-share one timestamp (ITL 0 between them); vLLM's client reads the clock once per
-event of such a read, which differs only by its own parsing time.
+in-flight slot owns one keep-alive HTTP/1.1 connection driven by an asyncio Protocol,
+its framing read by llhttp (httptools). Request bytes are built before the clock
+starts; every read from the socket is parsed in one go: one clock reading, and all its
+complete SSE events decoded by a single `json.loads` of a JSON array. Events that
+arrive in the same read therefore share one timestamp (ITL 0 between them); vLLM's
+client reads the clock once per event of such a read, which differs only by its own
+parsing time.
 
-Why not the proxy's client (harness.proxy.upstream)? Each side is built for its own hot
-path, and sharing would slow one of them: this one times every socket read and parses
-its SSE events in one batch (the measurement), while the proxy's relays response bytes
-untouched with backpressure and never parses SSE (the forwarding). Both are kept lean
-and measured: benchmarks/bench_client_capacity.py and benchmarks/bench_proxy.py.
+Why not the proxy's client (harness.proxy.upstream)? Both frame HTTP with llhttp, but
+each side is built for its own hot path, and sharing would slow one of them: this one
+times every socket read and parses its SSE events in one batch (the measurement), while
+the proxy's relays response bytes untouched with backpressure and never parses SSE (the
+forwarding). Both are kept lean and measured: benchmarks/bench_client_cpu.py,
+benchmarks/bench_client_capacity.py and benchmarks/bench_proxy.py.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
+
+import httptools
 
 try:  # optional: faster, same results
     import orjson
@@ -138,44 +142,102 @@ class Target:
         return head.encode("latin-1") + body
 
 
-# -- one HTTP/1.1 exchange, parsed incrementally ----------------------------------
+# -- one HTTP/1.1 exchange: llhttp frames it, the SSE events are decoded here ------
 
-_HEAD, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_CRLF, _TRAILERS, _LENGTH, _UNTIL_CLOSE, _DONE = range(8)
 MAX_ERROR_BODY = 500
 
 
+class _After(Exception):
+    """Raised in llhttp's callback to stop it at bytes that follow the complete response."""
+
+
+class _Framing:
+    """llhttp's parser for one connection, kept from response to response (one per request
+    cost the client about 2 % more CPU per request at ITL 0): it reads the status, headers
+    and chunked/length/close framing and hands them to the exchange in flight."""
+
+    __slots__ = ("ex", "on_body", "parser", "pieces")
+    # Not needed; a class attribute spares the parser's lookup an AttributeError each.
+    on_chunk_header = on_chunk_complete = None
+
+    def __init__(self) -> None:
+        self.ex: _Exchange | None = None
+        # llhttp hands each body piece to list.append (no Python frame per piece); the
+        # exchange then decodes all the pieces of one read together.
+        self.pieces: list[bytes] = []
+        self.on_body = self.pieces.append
+        self.parser = httptools.HttpResponseParser(self)
+
+    def on_message_begin(self) -> None:
+        ex = self.ex
+        if ex is None or ex.complete:
+            raise _After
+        ex.reason, ex.framed = "", False
+
+    # The callbacks below come only between on_message_begin and the response's end.
+    def on_status(self, reason: bytes) -> None:
+        ex = self.ex
+        assert ex is not None
+        ex.reason += reason.decode("latin-1")  # llhttp may hand it over in pieces
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name = name.lower()
+        if name == b"content-length" or (name == b"transfer-encoding" and b"chunked" in value.lower()):
+            ex = self.ex
+            assert ex is not None
+            ex.framed = True
+
+    def on_headers_complete(self) -> None:
+        ex = self.ex
+        assert ex is not None
+        status = self.parser.get_status_code()
+        if status >= 200:  # not an interim response (the real one follows those)
+            ex.status = status
+            if not ex.framed:
+                ex.keep_alive = False  # the body ends when the server closes
+
+    def on_message_complete(self) -> None:
+        ex = self.ex
+        assert ex is not None
+        if ex.status:
+            ex.complete = True
+            ex.keep_alive = ex.keep_alive and self.parser.should_keep_alive()
+
+
 class _Exchange:
-    """Parse one response (status, headers, chunked/length/close body, SSE events) into `out`."""
+    """Parse one response into `out`: its connection's `_Framing` reads the HTTP framing;
+    the body bytes of each socket read are decoded here."""
 
     __slots__ = (
-        "buf",
         "chat",
         "chunks",
+        "complete",
         "done",
         "err_body",
         "failure",
+        "framed",
+        "framing",
         "fut",
         "keep_alive",
         "last",
-        "left",
         "out",
         "reason",
         "sse",
-        "state",
         "status",
         "usage_tokens",
     )
 
-    def __init__(self, out: RequestOutput, chat: bool, fut: asyncio.Future[None]) -> None:
+    def __init__(
+        self, out: RequestOutput, chat: bool, fut: asyncio.Future[None], framing: _Framing | None = None
+    ) -> None:
         self.out = out
         self.chat = chat
         self.fut = fut
-        self.state = _HEAD
-        self.buf = b""
-        self.left = 0
-        self.status = 0
+        self.status = 0  # set once the final (non-1xx) response's headers are complete
         self.reason = ""
         self.keep_alive = True
+        self.framed = False  # chunked or Content-Length: the body's end is in the bytes
+        self.complete = False
         self.sse = b""
         self.err_body = b""
         self.chunks = 0
@@ -183,96 +245,46 @@ class _Exchange:
         self.usage_tokens: int | None = None
         self.done = False  # saw data: [DONE]
         self.failure: str | None = None  # the first reason this request fails
+        self.framing = framing = framing or _Framing()
+        framing.ex = self
 
     # The protocol feeds raw bytes; returns True when the response is complete.
     def feed(self, data: bytes, now: float) -> bool:
-        if self.state == _CHUNK_SIZE and not self.buf and not self.sse and self._one_chunk(data, now):
-            return False
-        if self.buf:
-            data = self.buf + data
-            self.buf = b""
-        pos, n = 0, len(data)
-        while pos < n or self.state == _DONE:
-            st = self.state
-            if st == _LENGTH:
-                take = min(self.left, n - pos)
-                self._body(data[pos : pos + take] if pos or take != n else data, now)
-                pos += take
-                self.left -= take
-                if self.left == 0:
-                    self.state = _DONE
-            elif st == _CHUNK_DATA:
-                take = min(self.left, n - pos)
-                self._body(data[pos : pos + take], now)
-                pos += take
-                self.left -= take
-                if self.left == 0:
-                    self.state = _CHUNK_CRLF
-            elif st == _CHUNK_SIZE:
-                eol = data.find(b"\r\n", pos)
-                if eol < 0:
-                    break
-                try:
-                    size = int(data[pos:eol].split(b";", 1)[0], 16)
-                except ValueError:
-                    raise RequestFailed(f"bad chunk size line {data[pos:eol][:40]!r}") from None
-                pos = eol + 2
-                if size == 0:
-                    self.state = _TRAILERS
-                else:
-                    self.left, self.state = size, _CHUNK_DATA
-            elif st == _CHUNK_CRLF:
-                if n - pos < 2:
-                    break
-                pos += 2
-                self.state = _CHUNK_SIZE
-            elif st == _TRAILERS:
-                eol = data.find(b"\r\n", pos)
-                if eol < 0:
-                    break
-                empty = eol == pos
-                pos = eol + 2
-                if empty:
-                    self.state = _DONE
-            elif st == _UNTIL_CLOSE:
-                self._body(data[pos:], now)
-                pos = n
-            elif st == _HEAD:
-                end = data.find(b"\r\n\r\n", pos)
-                if end < 0:
-                    break
-                self._headers(data[pos:end])
-                pos = end + 4
-            else:  # _DONE
-                if pos < n:
-                    self.keep_alive = False  # bytes after the response: do not trust this connection
-                self._finish()
-                return True
-        if pos < n:
-            self.buf = data[pos:]
-        return False
+        framing = self.framing
+        try:
+            framing.parser.feed_data(data)
+        except httptools.HttpParserError as e:
+            if not self.complete:
+                raise RequestFailed(f"{e}; the read began {data[:60]!r}") from None
+            self.keep_alive = False  # bytes after the response: do not trust this connection
+        pieces = framing.pieces
+        if pieces:
+            body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            pieces.clear()
+            if self.sse or not self._one_chunk(body, now):
+                self._body(body, now)
+        if self.complete:
+            framing.ex = None  # it refers back to self: freed now, not by the cycle collector
+            self._finish()
+        return self.complete
 
     def _one_chunk(self, data: bytes, now: float) -> bool:
-        """The streamed decode's usual read: one HTTP chunk holding one whole `data: {...}`
-        event. Handled here with a fraction of the general parser's work; False (nothing
-        done) for anything else, which then takes the general path."""
-        eol = data.find(b"\r\n", 0, 10)
-        if eol <= 0 or not data.endswith(b"\n\n\r\n") or self.status != 200 or self.done or self.failure:
-            return False
-        try:
-            size = int(data[:eol], 16)
-        except ValueError:
-            return False
-        payload = data[eol + 8 : -4]  # after `SIZE\r\ndata: `, before `\n\n\r\n`
+        """The streamed decode's usual read: one whole `data: {...}` event. Handled here
+        with a fraction of the general path's work; False (nothing done) for anything else,
+        which then takes the general path."""
         if (
-            size != len(data) - eol - 4
-            or not data.startswith(b"data: {", eol + 2)
-            or b"\n" in payload
-            or b"\r" in payload
+            self.status != 200
+            or self.done
+            or self.failure
+            or not data.startswith(b"data: {")
+            or not data.endswith(b"\n\n")
         ):
             return False
+        # One event on one line; searched in place, as a body of many events must not be copied.
+        if data.find(b"\n", 7, -2) >= 0 or b"\r" in data:
+            return False
         try:
-            msg = _loads(payload)
+            msg = _loads(data[6:-2])
         except ValueError:
             return False  # the general path records the failure
         # Error and usage events take the general path; checked on the parsed object, as
@@ -288,39 +300,6 @@ class _Exchange:
             self.chunks += 1
             self.last = now
         return True
-
-    def _headers(self, head: bytes) -> None:
-        lines = head.decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/"):
-            raise RequestFailed(f"bad HTTP status line {lines[0][:80]!r}")
-        status = int(parts[1])
-        if 100 <= status < 200:  # interim response: the real one follows
-            return
-        self.status, self.reason = status, parts[2] if len(parts) > 2 else ""
-        self.keep_alive = parts[0] != "HTTP/1.0"
-        length: int | None = None
-        chunked = False
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            name = name.strip().lower()
-            if name == "content-length":
-                length = int(value.strip())
-            elif name == "transfer-encoding":
-                chunked = "chunked" in value.lower()
-            elif name == "connection":
-                v = value.strip().lower()
-                if v == "close":
-                    self.keep_alive = False
-                elif v == "keep-alive":
-                    self.keep_alive = True
-        if chunked:
-            self.state = _CHUNK_SIZE
-        elif length is not None:
-            self.left = length
-            self.state = _LENGTH if length else _DONE
-        else:
-            self.state, self.keep_alive = _UNTIL_CLOSE, False
 
     def _body(self, data: bytes, now: float) -> None:
         if self.status != 200:
@@ -419,8 +398,8 @@ class _Exchange:
 
     def closed(self) -> str:
         """The connection closed before the response was complete: the reason."""
-        if self.state == _UNTIL_CLOSE:
-            self.state = _DONE
+        if self.status and not self.framed:  # a body that ends when the server closes
+            self.complete = True
             self._finish()
             return ""
         if self.status == 0:
@@ -454,6 +433,7 @@ class Connection(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
+        self.framing = _Framing()
         self.exchange: _Exchange | None = None
         self.open = False
         self.idle_since = 0.0
@@ -491,6 +471,7 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.open = False
+        self.framing.ex = None  # an exchange that ended early: break its cycle with the framing
         ex = self.exchange
         if ex is not None:
             self.exchange = None
@@ -546,7 +527,7 @@ class Slot:
                 if fut.done():  # timed out while connecting
                     conn.abort(out.error)
                     return out
-            ex = _Exchange(out, self.chat, fut)
+            ex = _Exchange(out, self.chat, fut, conn.framing)
             conn.exchange = ex
             conn.abort_reason = None
             conn.transport.write(request)  # type: ignore[union-attr]
