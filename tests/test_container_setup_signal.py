@@ -1,6 +1,7 @@
-"""A signal that reaches a node's container.sh before its container runs (Slurm's time-limit
-warning can come up to a minute early) is recorded as that node's cause, with Slurm's view of
-the job, and the run reads as "timeout" for the warning, never as a run with no record."""
+"""A signal that reaches a node's container.sh before its container runs, or while the
+container starts but before `pdbench node` has its handlers (Slurm's time-limit warning can
+come up to a minute early), is recorded as that node's cause, with Slurm's view of the job,
+and the run reads as "timeout" for the warning, never as a run with no record."""
 
 from __future__ import annotations
 
@@ -89,3 +90,63 @@ def test_signal_during_setup_is_recorded(tmp_path: Path, sig: signal.Signals, ca
     status = read_status(RunDir(run_dir))
     assert status is not None and status["reason"] == f"node 1: {cause}"
     assert status["state"] == ("timeout" if sig == signal.SIGUSR2 else "failed")
+
+
+def _start_in_container(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+    """container.sh of a podman recipe past its set-up, its container running but not yet
+    `pdbench node` (the fake container is a process the signal kills, as it kills a shell)."""
+    script = render_case("dsr1-fp8-1p2d--podman", tmp_path / "render") / "container.sh"
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    bin_dir = tmp_path / "bin"
+    started = tmp_path / "started"
+    _fake(
+        bin_dir,
+        "podman",
+        f"""case $1 in
+  run) if [[ " $* " == *" --init "* ]]; then touch {started}; exec sleep 30; fi ;;
+  image) echo sha256:0123 ;;
+esac
+exit 0
+""",
+    )
+    _fake(bin_dir, "scontrol", 'echo "JobId=7 JobState=RUNNING Reason=None TimeLimit=00:01:00"\n')
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "RUN_DIR": str(run_dir),
+        "PDBENCH_ROOT": str(tmp_path),
+        "SLURM_JOB_ID": "7",
+        "SLURM_NODEID": "1",
+    }
+    proc = subprocess.Popen(
+        ["bash", str(script)], env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 20
+    while not started.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    return proc, run_dir
+
+
+@pytest.mark.parametrize(
+    ("sig", "cause"),
+    [
+        (signal.SIGUSR2, TIME_LIMIT_WARNING),
+        (
+            signal.SIGTERM,
+            "received SIGTERM while the container started, before pdbench's node runtime ran (exit code 143)",
+        ),
+    ],
+)
+def test_signal_before_node_runtime_is_recorded(tmp_path: Path, sig: signal.Signals, cause: str) -> None:
+    proc, run_dir = _start_in_container(tmp_path)
+    # Precondition: the container runs; the wrapper has not recorded anything yet.
+    assert proc.poll() is None and read_status(RunDir(run_dir)) is None
+    _signal_task(proc.pid, sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1, err
+    failure = json.loads((run_dir / "state" / "root_cause").read_text())
+    assert failure["cause"] == cause and failure["node"] == 1, failure
+    assert (run_dir / "state" / "slurm-job-node1").read_text().startswith("JobId=7 JobState=RUNNING")
+    status = read_status(RunDir(run_dir))
+    assert status is not None and status["state"] == ("timeout" if sig == signal.SIGUSR2 else "failed"), status

@@ -207,8 +207,12 @@ touch "$HEARTBEAT"
 cpid=$!
 # Slurm signals every process of the task; docker run passes it to the container too.
 # Here: record why (the container has no scontrol), then make sure the container has it.
+# The signal is remembered: one that comes before `pdbench node` has its handlers kills the
+# container, and is then this node's cause (the warning's as `pdbench node` records it).
+relayed=""
 # shellcheck disable=SC2317  # called from the traps below
 on_signal() {
+  relayed=$1
   timeout 3 scontrol -o show job "$SLURM_JOB_ID" >"$JOB_RECORD.tmp" 2>/dev/null && mv "$JOB_RECORD.tmp" "$JOB_RECORD"
   timeout 10 "$RUNTIME" kill --signal "$1" "$NAME" >/dev/null 2>&1 || true
 }
@@ -225,6 +229,10 @@ rc=0
 wait "$cpid" || rc=$?
 timeout 60 "$RUNTIME" rm -f "$NAME" >/dev/null 2>&1 || true
 if [ "$rc" != 0 ] && [ ! -e "$STATE/exit-node$NODE.json" ] && [ ! -e "$STATE/abort" ]; then
-  fail "the container exited with code $rc before pdbench's node runtime ran" "$LOG"
+  case $relayed in
+    "") fail "the container exited with code $rc before pdbench's node runtime ran" "$LOG" ;;
+    USR2) fail 'Slurm warned that the job'"'"'s time limit is near (sbatch --signal=USR2): the sweep was stopped before it; the points finished so far are kept' ;;
+    *) fail "received SIG$relayed while the container started, before pdbench's node runtime ran (exit code $rc)" "$LOG" ;;
+  esac
 fi
 exit "$rc"
