@@ -75,6 +75,21 @@ LAYOUT: tuple[Entry, ...] = (
         "pdbench bench (TTFT breakdown)",
     ),
     Entry(
+        p.SENTINELS + "/",
+        "greedy sentinel prompts of every point: reference.json (answered whole by one instance before "
+        "the sweep), <point tag>.json (their answers through the deployment, compared token by token); "
+        "sentinels/<phase>/ for an aggregated baseline",
+        "pdbench bench",
+        "validity (outputs_match), report, humans",
+    ),
+    Entry(
+        p.EVALS + "/<phase>-<when>/",
+        "an accuracy eval (lm-eval) against the phase's proxy: lm-eval's results and meta_env.json, "
+        "as InferenceX's collect_eval_results.py reads them",
+        "pdbench node (node 0)",
+        "status, report, InferenceX's collect_eval_results.py",
+    ),
+    Entry(
         p.LOGS + "/",
         "node<N>.log, <server>.log, proxy.log, bench.log, container-node<N>.log, setup-node<N>.log, node<N>.out (local launcher)",
         "pdbench node, supervisor, container.sh",

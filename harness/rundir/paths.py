@@ -38,6 +38,9 @@ NODES = "nodes"
 METRICS = "metrics"
 SUPERSEDED = "superseded"
 PROXY_TIMINGS = "proxy-timings"
+SENTINELS = "sentinels"
+SENTINEL_REFERENCE = "reference.json"
+EVALS = "evals"
 SECRET = f"{STATE}/kv_secret"
 IMAGE_RECORD_GLOB = "image-*.json"
 IMAGE_RECORD_JOB = "image-job.json"  # one image file for the whole job (enroot, apptainer)
@@ -91,6 +94,21 @@ def script_names(node: str = "$NODE") -> dict[str, str]:
 def metrics_subdir(phase: str) -> str:
     """Where a phase's /metrics scrapes go, relative to the run directory."""
     return METRICS if phase == "disagg" else f"{METRICS}/{phase}"
+
+
+def sentinels_subdir(phase: str) -> str:
+    """Where a phase's sentinel answers go (reference.json, one <point tag>.json per point)."""
+    return SENTINELS if phase == "disagg" else f"{SENTINELS}/{phase}"
+
+
+def sentinel_record_name(point_tag: str) -> str:
+    """One point's sentinel prompts, both answers and the comparison, in sentinels_subdir."""
+    return f"{point_tag}.json"
+
+
+def eval_subdir(phase: str, when: str) -> str:
+    """One accuracy eval's artifacts (lm-eval's results, meta_env.json): evals/<phase>-<when>."""
+    return f"{EVALS}/{phase}-{when}"
 
 
 # Top-level JSON files of a run directory that are not results.
@@ -259,6 +277,18 @@ class RunDir:
 
     def metrics(self, phase: str = "disagg") -> Path:
         return self.path / metrics_subdir(phase)
+
+    def sentinels(self, phase: str = "disagg") -> Path:
+        return self.path / sentinels_subdir(phase)
+
+    def sentinel_record(self, point_tag: str, phase: str = "disagg") -> Path:
+        return self.sentinels(phase) / sentinel_record_name(point_tag)
+
+    def sentinel_reference(self, phase: str = "disagg") -> Path:
+        return self.sentinels(phase) / SENTINEL_REFERENCE
+
+    def evals(self, phase: str, when: str) -> Path:
+        return self.path / eval_subdir(phase, when)
 
     def results(self) -> list[Path]:
         """The result files of the run (one per point), sorted by name."""
