@@ -85,7 +85,7 @@ LAYOUT: tuple[Entry, ...] = (
     Entry(
         p.EVALS + "/<phase>-<when>/",
         "an accuracy eval (lm-eval) against the phase's proxy: lm-eval's results and meta_env.json, "
-        "as InferenceX's collect_eval_results.py reads them",
+        f"as InferenceX's collect_eval_results.py reads them; {p.ACCURACY_SUMMARY}: score, threshold, verdict",
         "pdbench node (node 0)",
         "status, report, InferenceX's collect_eval_results.py",
     ),

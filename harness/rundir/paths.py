@@ -41,6 +41,7 @@ PROXY_TIMINGS = "proxy-timings"
 SENTINELS = "sentinels"
 SENTINEL_REFERENCE = "reference.json"
 EVALS = "evals"
+ACCURACY_SUMMARY = "pdbench-accuracy.json"  # pdbench's verdict of one eval, beside lm-eval's files
 SECRET = f"{STATE}/kv_secret"
 IMAGE_RECORD_GLOB = "image-*.json"
 IMAGE_RECORD_JOB = "image-job.json"  # one image file for the whole job (enroot, apptainer)
@@ -289,6 +290,13 @@ class RunDir:
 
     def evals(self, phase: str, when: str) -> Path:
         return self.path / eval_subdir(phase, when)
+
+    def accuracy_summary(self, phase: str, when: str) -> Path:
+        return self.evals(phase, when) / ACCURACY_SUMMARY
+
+    def accuracy_summaries(self) -> list[Path]:
+        """Every eval's summary of the run, sorted by name."""
+        return sorted(self.path.glob(f"{EVALS}/*/{ACCURACY_SUMMARY}"))
 
     def results(self) -> list[Path]:
         """The result files of the run (one per point), sorted by name."""
