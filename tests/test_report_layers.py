@@ -10,10 +10,22 @@ from pathlib import Path
 REPORT = Path(__file__).resolve().parents[1] / "harness" / "report"
 LAYERS = {
     "model": {"points", "model", "slo", "collect_entry"},
-    "load": {"result_names", "result_file", "load"},
-    "compute": {"normalise", "pareto", "deltas", "explain", "breakdown", "decide", "run_summary", "build"},
+    "load": {"result_names", "sentinel_block", "result_file", "accuracy_file", "load"},
+    "compute": {
+        "normalise",
+        "pareto",
+        "deltas",
+        "explain",
+        "breakdown",
+        "decide",
+        "outputs_check",
+        "accuracy",
+        "run_summary",
+        "build",
+    },
     "render": {
         "cells",
+        "check_text",
         "export",
         "decision_text",
         "decision_plot",

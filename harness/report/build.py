@@ -10,13 +10,15 @@ from typing import Any
 
 import pandas as pd
 
+from harness.report.accuracy import accuracy_rows
 from harness.report.breakdown import breakdowns
 from harness.report.decide import decide
 from harness.report.deltas import with_deltas
 from harness.report.explain import run_notes
 from harness.report.load import dedupe, load_runs
-from harness.report.model import ID_COLUMNS, METRICS, Report
+from harness.report.model import ID_COLUMNS, METRICS, OUTPUT_COLUMNS, Report
 from harness.report.normalise import interactivity, per_gpu
+from harness.report.outputs_check import drifts, outputs_text
 from harness.report.points import Point, Run, serving
 
 
@@ -35,6 +37,10 @@ def _row(run: Run, p: Point, is_baseline: bool, rel: Any) -> dict[str, Any]:
         "valid": p.valid,
         "verdict": p.verdict,
         "validity_reasons": "; ".join(p.validity_reasons),
+        "outputs": outputs_text(p.sentinels, p.outputs_match),
+        "outputs_match_rate": math.nan
+        if p.sentinels is None or p.sentinels.match_rate is None
+        else p.sentinels.match_rate,
         "source": p.source,
         "file": rel(p.path),
         "tput_per_gpu": tput,
@@ -56,7 +62,10 @@ def _table(runs: list[Run], base_run: Run | None, rel: Any) -> pd.DataFrame:
     before its aggregated baseline."""
     order = {run.label: i for i, run in enumerate(runs)}
     rows = [_row(run, p, run is base_run, rel) for run in runs for p in run.points]
-    columns = list(ID_COLUMNS) + [m.column for m in METRICS]
+    checked = any(r["outputs"] is not None for r in rows)
+    at = ID_COLUMNS.index("source")  # the outputs check goes beside the validity columns
+    ids = [*ID_COLUMNS[:at], *(OUTPUT_COLUMNS if checked else ()), *ID_COLUMNS[at:]]
+    columns = ids + [m.column for m in METRICS]
     df = pd.DataFrame(rows, columns=columns)
     if not df.empty:
         df["_order"] = df["run"].map(order)
@@ -100,4 +109,7 @@ def build_report(
     report.slo = slo
     report.decisions = decide(df, slo)
     report.breakdowns = breakdowns(loaded.runs)
+    report.drifts = drifts(loaded.runs)
+    report.accuracy, accuracy_notes = accuracy_rows(loaded.runs)
+    report.notes += accuracy_notes
     return report

@@ -11,11 +11,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from harness.report.points import Loaded, Note, Point, Run, Skipped, dedupe_key
+from harness.report.accuracy_file import AccuracyFileError, read_accuracy
+from harness.report.points import AccuracySummary, Loaded, Note, Point, Run, Skipped, dedupe_key
 from harness.report.result_file import NotAResult, read_point
 from harness.report.result_names import looks_like_result_name
 from harness.rundir import RunDir, read_status
-from harness.rundir.paths import CONTROL_FILES
+from harness.rundir.paths import CONTROL_FILES, EVALS, SENTINELS
+
+# A pdbench run's folders of records whose files are named like results but are not.
+RECORD_DIRS = frozenset({SENTINELS, EVALS})
 
 
 class RunPathError(Exception):
@@ -38,14 +42,20 @@ def _not_a_result(path: Path) -> str | None:
 def candidate_files(run_path: Path) -> list[Path]:
     """A file argument is itself; a directory gives its *.json files (pdbench's control files
     excepted) and, below it, the files whose names carry a concurrency (srt-slurm nests them in
-    logs/sa-bench_*/), without entering other pdbench run directories."""
+    logs/sa-bench_*/), without entering other pdbench run directories or a run's sentinel and
+    eval records."""
     if run_path.is_file():
         return [run_path]
     top = sorted(p for p in run_path.glob("*.json") if p.is_file() and p.name not in CONTROL_FILES)
     nested: list[Path] = []
+    pdbench_run = RunDir.is_run_dir(run_path)
     for dirpath, dirnames, filenames in os.walk(run_path):
         here = Path(dirpath)
-        dirnames[:] = sorted(n for n in dirnames if not RunDir.is_run_dir(here / n))
+        dirnames[:] = sorted(
+            n
+            for n in dirnames
+            if not RunDir.is_run_dir(here / n) and not (pdbench_run and here == run_path and n in RECORD_DIRS)
+        )
         if here != run_path:
             nested += sorted(here / f for f in filenames if looks_like_result_name(f))
     return top + nested
@@ -72,6 +82,17 @@ def _status(run: RunDir, skipped: list[Skipped]) -> dict[str, Any] | None:
         skipped.append(Skipped(where, f"{where.name} unreadable ({e}); run state unknown"))
         return None
     return status
+
+
+def _accuracy(run: RunDir, skipped: list[Skipped]) -> list[AccuracySummary]:
+    """The run's accuracy evals; a summary that cannot be read is listed as skipped with why."""
+    out: list[AccuracySummary] = []
+    for path in run.accuracy_summaries():
+        try:
+            out.append(read_accuracy(path))
+        except AccuracyFileError as e:
+            skipped.append(Skipped(path, f"accuracy summary not used: {e}"))
+    return out
 
 
 def _label(run_path: Path, points: list[Point]) -> str:
@@ -123,6 +144,7 @@ def load_runs(run_paths: list[Path]) -> Loaded:
             status=status,
             is_pdbench_run=RunDir.is_run_dir(run_root),
             points=points,
+            accuracy=_accuracy(RunDir(run_root), skipped) if arg.is_dir() else [],
         )
         seen[resolved] = run
         runs.append(run)

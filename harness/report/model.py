@@ -51,6 +51,10 @@ ID_COLUMNS = (
     "file",
 )
 
+# Present only when a point checked its outputs (older results render as before): the sentinel
+# match as text (`3/4 (first divergence at token 17)`) and its rate, matched / answered.
+OUTPUT_COLUMNS = ("outputs", "outputs_match_rate")
+
 
 @dataclass
 class FrontPoint:
@@ -78,6 +82,58 @@ class ShapeDecision:
         return f"isl_{self.isl}_osl_{self.osl}"
 
 
+@dataclass(frozen=True)
+class DriftStep:
+    """One point's sentinel match, in the order the sweep ran the points."""
+
+    conc: int
+    isl: int | None
+    osl: int | None
+    matched: int
+    answered: int
+    sent: int
+    match_rate: float | None
+
+
+@dataclass(frozen=True)
+class Drift:
+    """A run's sentinel match rate point by point in sweep order (one per serving kind)."""
+
+    run: str
+    serving: str  # disagg | agg
+    steps: tuple[DriftStep, ...]
+    # The largest fall from an earlier point's rate to a later one's (earlier, later); None: none fell.
+    fall: tuple[DriftStep, DriftStep] | None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A score against another of the same task: diff = score - other, with its 95 % interval."""
+
+    other: float
+    other_stderr: float | None
+    diff: float
+    low: float | None  # None when either stderr is unknown
+    high: float | None
+
+
+@dataclass(frozen=True)
+class AccuracyRow:
+    run: str
+    phase: str  # disagg | aggregated
+    when: str  # before | after
+    concurrency: int
+    task: str
+    metric: str
+    score: float | None
+    stderr: float | None
+    threshold: float | None
+    passed: bool | None
+    samples: int | None
+    versus_aggregated: Comparison | None = None  # a disaggregated score against the baseline's
+    versus_before: Comparison | None = None  # an after-sweep score against the before-sweep one
+
+
 # A point with a TTFT breakdown: (run, serving, isl, osl, conc, its ttft_breakdown).
 Breakdown = tuple[str, str, Any, Any, int, dict[str, Any]]
 
@@ -94,6 +150,8 @@ class Report:
     decisions: list[ShapeDecision] = field(default_factory=list)
     slo: dict[str, float] | None = None
     breakdowns: list[Breakdown] = field(default_factory=list)  # table order
+    drifts: list[Drift] = field(default_factory=list)  # runs whose points checked their outputs
+    accuracy: list[AccuracyRow] = field(default_factory=list)  # per run, phase, when and task
 
     def rel(self, path: Path) -> str:
         """A path as shown in outputs: relative to `root` (stable across machines)."""

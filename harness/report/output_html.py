@@ -8,7 +8,7 @@ import html
 import re
 from typing import Any
 
-from harness.report import breakdown_plot, breakdown_table, cells, decision_plot
+from harness.report import breakdown_plot, breakdown_table, cells, check_text, decision_plot
 from harness.report.decision_text import RATIO_HEADERS, ratio_rows, summary_lines
 from harness.report.model import Report
 from harness.report.run_summary import run_summaries
@@ -88,6 +88,37 @@ def _breakdown(report: Report) -> list[str]:
     return out
 
 
+def _outputs(report: Report) -> list[str]:
+    """Each run's sentinel match in sweep order, then the accuracy evals."""
+    out: list[str] = []
+    if report.drifts:
+        out += ['<h2 id="outputs">Outputs over the run</h2>', f"<p>{html.escape(check_text.DRIFT_NOTE)}</p>", "<ul>"]
+        for d in report.drifts:
+            flag = check_text.drift_flag(d)
+            line = (
+                f"<li><code>{html.escape(check_text.drift_label(d))}</code>: {html.escape(check_text.drift_steps(d))}"
+            )
+            out.append(line + (f' — <span class="invalid-flag">{html.escape(flag)}</span>' if flag else "") + "</li>")
+        out.append("</ul>")
+    if report.accuracy:
+        out += [
+            '<h2 id="accuracy">Accuracy</h2>',
+            "<table>",
+            "<thead><tr>"
+            + "".join(f"<th>{html.escape(h)}</th>" for h in check_text.ACCURACY_HEADERS)
+            + "</tr></thead>",
+            "<tbody>",
+        ]
+        for r in report.accuracy:
+            c = [html.escape(v) for v in check_text.accuracy_cells(r)]
+            passed = '<span class="invalid-flag">NO</span>' if r.passed is False else c[5]
+            tds = [_cell(f"<code>{c[0]}</code>"), _cell(c[1]), _cell(c[2]), _cell(c[3], True), _cell(c[4], True)]
+            tds += [_cell(passed), _cell(c[6], True), _cell(c[7], True), _cell(c[8], True)]
+            out.append(('<tr class="invalid">' if r.passed is False else "<tr>") + "".join(tds) + "</tr>")
+        out += ["</tbody>", "</table>", f"<p>{html.escape(check_text.ACCURACY_NOTE)}</p>"]
+    return out
+
+
 def render(report: Report) -> str:
     out = [
         "<!DOCTYPE html>",
@@ -143,7 +174,9 @@ def render(report: Report) -> str:
     if df.empty:
         out.append("<p>No usable result files.</p>")
     else:
-        heads = ["Run", "ISL", "OSL", "Conc", "GPUs (P+D)", "Valid"] + [m.header for m in report.metrics]
+        checked = "outputs" in df.columns  # only when some point checked its outputs
+        heads = ["Run", "ISL", "OSL", "Conc", "GPUs (P+D)", "Valid"] + (["Outputs"] if checked else [])
+        heads += [m.header for m in report.metrics]
         out += [
             "<table>",
             "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in heads) + "</tr></thead>",
@@ -168,6 +201,8 @@ def render(report: Report) -> str:
                 _cell(cells.gpus(r), True),
                 _cell(valid),
             ]
+            if checked:
+                tds.append(_cell(html.escape(r["outputs"]) if not cells.missing(r["outputs"]) else "–"))
             for m in report.metrics:
                 text = html.escape(cells.value(m, r[m.column]))
                 if report.baseline and not r["baseline"]:
@@ -183,6 +218,7 @@ def render(report: Report) -> str:
             "<p>Per-GPU throughput: total over prefill+decode GPUs, output over decode GPUs, input over "
             "prefill GPUs. Interactivity = 1000 / median TPOT (ms).</p>",
         ]
+    out += _outputs(report)
     out += _decision(report)
     out += _breakdown(report)
     if report.skipped:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import Any
@@ -24,13 +25,15 @@ def _clean(v: Any) -> Any:
 
 def document(report: Report) -> dict[str, Any]:
     rows = [{k: _clean(v) for k, v in row.items()} for row in export_frame(report, 6).to_dict(orient="records")]
-    return {
-        "baseline": report.baseline,
-        "runs": run_summaries(report),
-        "rows": rows,
-        "skipped": [{"path": report.rel(s.path), "reason": s.reason} for s in report.skipped],
-        "notes": list(report.notes),
-    }
+    doc: dict[str, Any] = {"baseline": report.baseline, "runs": run_summaries(report), "rows": rows}
+    # The output checks only when a run has them, so older results' documents stay as they were.
+    if report.drifts:
+        doc["outputs_drift"] = [dataclasses.asdict(d) for d in report.drifts]
+    if report.accuracy:
+        doc["accuracy"] = [dataclasses.asdict(r) for r in report.accuracy]
+    doc["skipped"] = [{"path": report.rel(s.path), "reason": s.reason} for s in report.skipped]
+    doc["notes"] = list(report.notes)
+    return doc
 
 
 def render(report: Report) -> str:

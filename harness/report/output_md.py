@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.report import breakdown_table, cells
+from harness.report import breakdown_table, cells, check_text
 from harness.report.decision_text import RATIO_HEADERS, ratio_rows, summary_lines
 from harness.report.model import Report
 from harness.report.run_summary import run_summaries
@@ -53,6 +53,26 @@ def _breakdown(report: Report) -> list[str]:
     return out
 
 
+def _outputs(report: Report) -> list[str]:
+    """Each run's sentinel match in sweep order, then the accuracy evals."""
+    out: list[str] = []
+    if report.drifts:
+        out += ["## Outputs over the run", "", check_text.DRIFT_NOTE, ""]
+        for d in report.drifts:
+            flag = check_text.drift_flag(d)
+            line = f"- `{_esc(check_text.drift_label(d))}`: {_esc(check_text.drift_steps(d))}"
+            out.append(line + (f" — ⚠️ **{_esc(flag)}**" if flag else ""))
+        out.append("")
+    if report.accuracy:
+        out += ["## Accuracy", ""]
+        body = [[_esc(c) for c in check_text.accuracy_cells(r)] for r in report.accuracy]
+        body = [[f"`{r[0]}`", *r[1:5], "⚠️ **NO**" if r[5] == "NO" else r[5], *r[6:]] for r in body]
+        headers = check_text.ACCURACY_HEADERS
+        out += _table(headers, ["---", "---", "---", RIGHT, RIGHT, "---", RIGHT, RIGHT, RIGHT], body)
+        out += ["", check_text.ACCURACY_NOTE, ""]
+    return out
+
+
 def render(report: Report) -> str:
     out = ["# pdbench report", ""]
     if report.baseline:
@@ -84,12 +104,18 @@ def render(report: Report) -> str:
     if df.empty:
         out += ["No usable result files.", ""]
     else:
-        header = ["Run", "ISL", "OSL", "Conc", "GPUs (P+D)", "Valid"] + [m.header for m in report.metrics]
-        align = ["---", RIGHT, RIGHT, RIGHT, RIGHT, "---"] + [RIGHT] * len(report.metrics)
+        checked = "outputs" in df.columns  # only when some point checked its outputs
+        header = ["Run", "ISL", "OSL", "Conc", "GPUs (P+D)", "Valid"] + (["Outputs"] if checked else [])
+        header += [m.header for m in report.metrics]
+        align = (
+            ["---", RIGHT, RIGHT, RIGHT, RIGHT, "---"] + (["---"] if checked else []) + [RIGHT] * len(report.metrics)
+        )
         body = []
         for _, r in df.iterrows():
             label = f"`{_esc(r['run'])}`" + (" (baseline)" if r["baseline"] else "") + cells.serving(r)
             line = [label, cells.integer(r["isl"]), cells.integer(r["osl"]), str(r["conc"]), cells.gpus(r), _valid(r)]
+            if checked:
+                line.append(_esc(r["outputs"]) if not cells.missing(r["outputs"]) else "–")
             for m in report.metrics:
                 text = cells.value(m, r[m.column])
                 if report.baseline and not r["baseline"]:
@@ -105,6 +131,7 @@ def render(report: Report) -> str:
             "prefill GPUs. Interactivity = 1000 / median TPOT (ms).",
             "",
         ]
+    out += _outputs(report)
     out += _decision(report)
     out += _breakdown(report)
     if report.skipped:

@@ -25,6 +25,50 @@ class Note:
     text: str
 
 
+@dataclass(frozen=True)
+class SentinelCheck:
+    """A point's sentinel prompts compared token by token with the reference path's answers
+    (the result's `sentinels` block)."""
+
+    reference: str  # which path answered them whole, in words
+    sent: int
+    answered: int
+    exact: int  # identical token for token
+    matched: int  # within the tolerance (equal to `exact` at tolerance zero)
+    match_rate: float | None  # matched / answered; None when nothing was answered
+    first_divergence: tuple[int | None, ...]  # per sentinel in send order; None: equal
+    match_tokens: int | None  # the tolerance: the first N tokens must be equal (None: all)
+    max_diverged: int | None  # the tolerance: sentinels that may diverge
+    record: str | None  # the sentinels and both answers, relative to the run directory
+
+
+@dataclass(frozen=True)
+class AccuracyTask:
+    task: str
+    metric: str
+    score: float | None
+    stderr: float | None
+    threshold: float | None
+    passed: bool | None
+    samples: int | None
+
+
+@dataclass(frozen=True)
+class AccuracySummary:
+    """One lm-eval run against the job's endpoint (evals/<phase>-<when>/pdbench-accuracy.json)."""
+
+    path: Path
+    phase: str  # disagg | aggregated
+    when: str  # before | after (the sweep)
+    concurrency: int
+    lm_eval_version: str
+    base_url: str
+    elapsed_s: float
+    tasks: tuple[AccuracyTask, ...]
+    passed: bool | None
+    error: str | None
+
+
 @dataclass
 class Point:
     """One sweep point, whatever client wrote it. Latencies stay in ms under their file keys."""
@@ -54,6 +98,9 @@ class Point:
     # tool's file, which has no notion of validity.
     verdict: str | None = None
     ttft_breakdown: dict[str, Any] | None = None  # pdbench: where the point's TTFT went
+    sentinels: SentinelCheck | None = None  # pdbench: its outputs checked against a reference
+    outputs_match: str | None = None  # the outputs_match rule's status, when recorded
+    started: float | None = None  # when the point began (unix s): the sweep's order
 
 
 @dataclass
@@ -63,6 +110,7 @@ class Run:
     status: dict[str, Any] | None
     is_pdbench_run: bool
     points: list[Point] = field(default_factory=list)
+    accuracy: list[AccuracySummary] = field(default_factory=list)  # sorted by file name
 
 
 @dataclass

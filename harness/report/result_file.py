@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import math
 import re
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from harness.report.points import Note, Point
 from harness.report.result_names import ISL_OSL, NameParts, is_srt_slurm_name, parse_name
+from harness.report.sentinel_block import parse_sentinels
 
 # Key aliases, first present wins (srt-slurm's rollup does the same across sa-bench versions).
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -121,6 +123,28 @@ def _validity(md: dict[str, Any], pdbench: bool) -> tuple[str | None, list[str]]
     return verdict, [] if verdict == "valid" else [str(r) for r in reasons or []]
 
 
+def _outputs_match(md: dict[str, Any]) -> str | None:
+    """The outputs_match rule's status (passed | failed | not_checked), when the point has one."""
+    block = md.get("validity")
+    rules = block.get("rules") if isinstance(block, dict) else None
+    for rule in rules if isinstance(rules, list) else []:
+        if isinstance(rule, dict) and rule.get("name") == "outputs_match":
+            return str(rule.get("status"))
+    return None
+
+
+def _started(data: dict[str, Any]) -> float | None:
+    """When the point began, for the sweep's order: `benchmark_start_time_unix`, else `date`
+    (the client's YYYYMMDD-HHMMSS, UTC)."""
+    start = _number(data.get("benchmark_start_time_unix"))
+    if start is not None and math.isfinite(start):
+        return start
+    try:
+        return datetime.strptime(str(data.get("date")), "%Y%m%d-%H%M%S").replace(tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        return None
+
+
 def read_point(path: Path, run_root: Path, notes: list[Note]) -> Point:
     """Parse one file; raise NotAResult(reason) if it is not a usable result."""
     try:
@@ -217,6 +241,12 @@ def read_point(path: Path, run_root: Path, notes: list[Note]) -> Point:
     verdict, reasons = _validity(md, source == "pdbench")
     model = _first(data, "model_id")[1]
     fp = md.get("recipe_fingerprint") or data.get("recipe_fingerprint")
+    sentinels = None
+    if data.get("sentinels") is not None:
+        try:
+            sentinels = parse_sentinels(data["sentinels"])
+        except ValueError as e:
+            notes.append(Note(path, f"{e}; the point's outputs check is not shown"))
     return Point(
         path=path,
         source=source,
@@ -241,4 +271,7 @@ def read_point(path: Path, run_root: Path, notes: list[Note]) -> Point:
         stop_reason=str(data["stop_reason"]) if data.get("stop_reason") else None,
         verdict=verdict,
         ttft_breakdown=data["ttft_breakdown"] if isinstance(data.get("ttft_breakdown"), dict) else None,
+        sentinels=sentinels,
+        outputs_match=_outputs_match(md),
+        started=_started(data),
     )
