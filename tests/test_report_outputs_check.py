@@ -10,6 +10,7 @@ import io
 import json
 import math
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ T0 = 1_800_000_000.0
 REFERENCE = "prefill-0: whole requests to http://127.0.0.1:8100 before the sweep"
 
 
-def _sentinels(conc: int, divergence: list[int | None], sent: int | None = None) -> dict[str, Any]:
+def _sentinels(conc: int, divergence: Sequence[int | None], sent: int | None = None) -> dict[str, Any]:
     """The bench client's block: one entry of first_divergence per answered sentinel."""
     answered = len(divergence)
     matched = sum(d is None for d in divergence)
@@ -41,7 +42,7 @@ def _sentinels(conc: int, divergence: list[int | None], sent: int | None = None)
         "exact": matched,
         "matched": matched,
         "match_rate": matched / answered if answered else None,
-        "first_divergence": divergence,
+        "first_divergence": list(divergence),
         "tolerance": {"match_tokens": None, "max_diverged": 0},
         "record": f"sentinels/{NAME.format(conc)}",
     }
@@ -259,7 +260,8 @@ def test_accuracy_beside_threshold_baseline_and_before(tmp_path: Path) -> None:
     assert after.versus_aggregated is not None and after.versus_before is not None
     assert after.versus_aggregated.diff == pytest.approx(-0.06)
     half = 1.96 * math.sqrt(0.0121**2 + 0.0110**2)
-    assert after.versus_aggregated.high == pytest.approx(-0.06 + half) and after.versus_aggregated.high < 0
+    high = after.versus_aggregated.high
+    assert high is not None and high == pytest.approx(-0.06 + half) and high < 0
     assert after.versus_before.diff == pytest.approx(-0.07)
     assert report.accuracy[0].versus_before is None and report.accuracy[2].versus_aggregated is None
 
