@@ -6,7 +6,8 @@ streams `max_tokens` one-token chunks, a usage chunk and `data: [DONE]`, unless
 "500" (HTTP error), "midstream" (error chunk after 2 tokens), "hang" (stalls after
 1 token until the server stops), "no_done" (stream ends without [DONE]),
 "error_then_more" (an error event after 1 token, then tokens go on without [DONE]
-until the server stops). GET /health answers `health` (an HTTP status, settable at
+until the server stops), "diverge" (token 3 differs from every other answer's). Chunks carry
+`token_ids` when the body asks for them (`return_token_ids`, as vLLM). GET /health answers `health` (an HTTP status, settable at
 any time; None: no such route, 404). `arrived[n]` and `ended[n]` are when request n's body
 was read and when its handler finished (time.perf_counter, the load generator's clock), for
 tests of when the load arrived.
@@ -115,8 +116,11 @@ class FakeServer:
             if mode == "hang" and i == 1:
                 await asyncio.wait_for(self._stopping.wait(), timeout=30)
                 return resp
-            text = f" t{i}"
-            choice = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
+            token = 1000 + i if mode == "diverge" and i == 3 else i
+            text = f" t{token}"
+            choice: dict[str, Any] = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
+            if body.get("return_token_ids"):
+                choice["token_ids"] = [token]
             await send({"object": "text_completion", "choices": [choice]})
         await send({"choices": [], "usage": {"prompt_tokens": 0, "completion_tokens": body["max_tokens"]}})
         if mode != "no_done":

@@ -14,7 +14,7 @@ from pydantic import (
 
 from harness import connectors
 from harness.config.benchmark import ENDPOINT_PATHS, BenchmarkSettings
-from harness.rundir.paths import METRICS
+from harness.rundir.paths import METRICS, SENTINELS
 
 __all__ = ["ENDPOINT_PATHS", "BenchmarkSettings", "ClientConfig"]
 
@@ -65,6 +65,11 @@ class ClientConfig(BenchmarkSettings):
         METRICS,
         description="Where each point's server /metrics evidence goes (metrics_dir/concurrency_<C>/), "
         "relative to result_dir.",
+    )
+    sentinels_dir: str = Field(
+        SENTINELS,
+        description="Where the sentinel prompts' reference answers (reference.json) and each point's "
+        "comparison (<point tag>.json) go, relative to result_dir.",
     )
     kv_connector: str | None = Field(
         None,

@@ -41,6 +41,14 @@ from harness.bench.results import (
 )
 from harness.bench.resume import set_aside, why_not_kept
 from harness.bench.runtime_info import runtime_metadata
+from harness.bench.sentinels import (
+    PointSentinels,
+    Reference,
+    Sentinel,
+    SentinelClient,
+    answer_references,
+    write_reference,
+)
 from harness.bench.serve_metrics import compute_metrics
 from harness.bench.tokenizer import PromptTokenizer, load_tokenizer
 from harness.bench.ttft_breakdown import kv_transfer_ms, ttft_breakdown
@@ -49,16 +57,18 @@ from harness.bench.watchdog import TargetDied, Watchdog
 from harness.bench.workers import LagMonitor, LoadReport, WorkerPool, default_workers
 from harness.config.benchmark import Shape
 from harness.rundir import ResultName
+from harness.rundir.paths import SENTINEL_REFERENCE, sentinel_record_name
 from harness.rundir.proxy_timings import HEADER as TIMING_HEADER
 from harness.rundir.proxy_timings import read_all as read_timings
 from harness.rundir.result_name import point_tag
 from harness.validity import ClientCounts, unverified
+from harness.validity.outputs import OutputsCheck, with_outputs_check
 
 # Sub-streams of the seed per point, so a point's prompts do not depend on which
 # other points are in the sweep, and points never repeat each other's prompts
 # (a repeat would hit the server's prefix cache and flatter TTFT). The shared
 # prefix uses concurrency 0, which no point has.
-_MAIN, _WARMUP, _ARRIVALS, _PREFIX = 0, 1, 2, 3
+_MAIN, _WARMUP, _ARRIVALS, _PREFIX, _SENTINEL = 0, 1, 2, 3, 4
 
 # The client warns that it may have been the limit when its event loop's timer fired this
 # late at the 99th percentile, or a load process used this share of one core.
@@ -115,6 +125,10 @@ class _Sweep:
         self.startup_cpu_s: float | None = None  # this process's CPU time at the first batch
         self.runtime: dict[str, Any] = {}  # what the servers ran (runtime_info), in every result
         self.progress = Progress()  # the running batch's counters
+        # Sentinel prompts by point tag, answered by the reference before the sweep.
+        self.sentinels: dict[str, list[Sentinel]] = {}
+        self.reference: Reference | None = None
+        self.sentinel_client: SentinelClient | None = None
 
     # -- stops ----------------------------------------------------------------
 
@@ -200,7 +214,9 @@ class _Sweep:
         rate: float,
         point_limit: float,
         rng: np.random.Generator,
+        progress: Progress | None = None,
     ) -> tuple[list[RequestOutput], str | None]:
+        """`progress`: the batch's counters, when something else (the point's sentinels) reads them too."""
         wire, outs = self.prepare(reqs)
         offsets = arrival_offsets(len(reqs), rate, rng, self.cfg.burstiness)
         if self.dead is not None:
@@ -208,7 +224,7 @@ class _Sweep:
                 o.error = self.dead
             return outs, self.dead
         limit, reason = self._limit(point_limit)
-        progress = self.progress = Progress()
+        progress = self.progress = progress or Progress()
         if self.startup_cpu_s is None:
             self.startup_cpu_s = time.process_time()
         if self.pool is not None:
@@ -273,6 +289,80 @@ class _Sweep:
             self.on_dead(self.pool.broken)  # the points left cannot run
         return stopped
 
+    # -- sentinels -------------------------------------------------------------
+
+    async def _answer_references(self, points: list[_Point], session: aiohttp.ClientSession) -> None:
+        """Sample every point's sentinels and have the reference answer them all, before any load."""
+        base = self.base
+        if not any(base.sentinels.per_point(base.num_prompts_for(c)) for c in base.concurrency):
+            return
+        self.reference = Reference.of(base)
+        if self.reference is None:
+            log("sentinels: no reference instance (no prefill or aggregated --scrape target): outputs not checked")
+            return
+        for pt in points:
+            if pt.kept:
+                continue
+            self._use_shape(pt.shape)
+            m = self.cfg.sentinels.per_point(self.cfg.num_prompts_for(pt.concurrency))
+            reqs = self.sample(m, pt.concurrency, _SENTINEL)
+            self.sentinels[point_tag(pt.concurrency, self.shape_tag)] = [Sentinel(i, r) for i, r in enumerate(reqs)]
+        client = self.sentinel_client = SentinelClient(base, session)
+        total = sum(len(v) for v in self.sentinels.values())
+        t0 = time.perf_counter()
+        await answer_references(client, self.reference, self.sentinels, max(base.concurrency))
+        answered = sum(
+            s.reference is not None and s.reference.error is None for v in self.sentinels.values() for s in v
+        )
+        log(
+            f"sentinels: {answered} of {total} reference answers from {self.reference.description} "
+            f"in {time.perf_counter() - t0:.1f} s"
+        )
+        if answered < total:
+            bad = next(s.reference for v in self.sentinels.values() for s in v if s.reference and s.reference.error)
+            log(f"sentinels: the reference failed to answer: {bad.error if bad else '?'}")
+        write_reference(Path(base.result_dir) / base.sentinels_dir / SENTINEL_REFERENCE, self.reference, self.sentinels)
+
+    def _point_sentinels(self, concurrency: int, measured: int, progress: Progress) -> PointSentinels | None:
+        sentinels = self.sentinels.get(point_tag(concurrency, self.shape_tag))
+        if not sentinels or self.reference is None or self.sentinel_client is None:
+            return None
+        return PointSentinels(self.sentinel_client, self.cfg.url, sentinels, measured, progress)
+
+    def _outputs_check(self, concurrency: int, sentinels: PointSentinels | None) -> OutputsCheck | None:
+        """The point's sentinel comparison; None when sentinels are off."""
+        tol = self.cfg.sentinels
+        m = tol.per_point(self.cfg.num_prompts_for(concurrency))
+        if not m:
+            return None
+        if sentinels is None:
+            why = "no reference instance: give the client a prefill or aggregated --scrape target"
+            return OutputsCheck(
+                sent=0,
+                answered=0,
+                compared=0,
+                exact=0,
+                matched=0,
+                match_tokens=tol.match_tokens,
+                max_diverged=tol.max_diverged,
+                why_not_compared=why,
+            )
+        return sentinels.check(tol.match_tokens, tol.max_diverged)
+
+    def _record_sentinels(self, concurrency: int, sentinels: PointSentinels, check: OutputsCheck) -> dict[str, Any]:
+        """Writes the point's sentinel record; returns the result's `sentinels` section."""
+        assert self.reference is not None
+        tag = point_tag(concurrency, self.shape_tag)
+        record = Path(self.cfg.sentinels_dir) / sentinel_record_name(tag)
+        sentinels.write_record(Path(self.cfg.result_dir) / record, tag, self.reference.description, check)
+        summary = sentinels.summary(check, self.reference.description, str(record))
+        verdict = "matched" if check.matched == check.compared else "DIVERGED from"
+        log(
+            f"C={concurrency}{self._shape_text()}: sentinels: {check.matched} of {check.compared} compared "
+            f"{verdict} the reference ({check.sent} sent)"
+        )
+        return summary
+
     # -- one point --------------------------------------------------------------
 
     async def _proxy_records(self, directory: Path, outs: list[RequestOutput]) -> dict[str, dict[str, Any]]:
@@ -325,6 +415,10 @@ class _Sweep:
                 on_invalid=lambda why: self._stop_invalid(concurrency, why),
             )
             await probe.start()
+        progress = Progress()
+        sentinels = self._point_sentinels(concurrency, n, progress)
+        if sentinels is not None:
+            sentinels.start()
         outs, stopped = await self.batch(
             f"C={concurrency}{self._shape_text()}",
             measured,
@@ -332,27 +426,36 @@ class _Sweep:
             cfg.request_rate,
             cfg.point_timeout_for(n, concurrency),
             np.random.default_rng(self._seed_key(concurrency, _ARRIVALS)),
+            progress,
         )
+        if sentinels is not None:
+            await sentinels.finish(stopped is not None)
+        s_prompt, s_output, s_ok, s_failed = sentinels.counts() if sentinels is not None else (0, 0, 0, 0)
         backend = "openai-chat" if cfg.endpoint == "chat" else "openai"
         metadata = _metadata(cfg) | self.runtime
         if probe is not None:
             sent = [o for o in outs if o.start_time is not None]
+            # The servers saw the sentinels too: their requests and tokens count here.
             verdict = await probe.finish(
                 ClientCounts(
-                    prompt_tokens=sum(o.prompt_len for o in sent),
-                    output_tokens=sum(o.output_tokens for o in sent),
-                    completed=sum(o.success for o in outs),
-                    failed=sum(not o.success for o in outs),
+                    prompt_tokens=sum(o.prompt_len for o in sent) + s_prompt,
+                    output_tokens=sum(o.output_tokens for o in sent) + s_output,
+                    completed=sum(o.success for o in outs) + s_ok,
+                    failed=sum(not o.success for o in outs) + s_failed,
                 )
             )
         else:
             verdict = unverified("no server /metrics were scraped (no scrape targets given)")
+        extra: dict[str, Any] = {}
+        check = self._outputs_check(concurrency, sentinels)
+        verdict = with_outputs_check(verdict, check)
+        if sentinels is not None and check is not None:
+            extra["sentinels"] = self._record_sentinels(concurrency, sentinels, check)
         # valid: true / false / null (unverified); the verdict and its evidence under validity.
         metadata.update(valid=verdict.valid, validity=verdict.model_dump(mode="json"))
         if probe is not None and verdict.verdict != "valid":
             log(f"C={concurrency}{self._shape_text()}: {verdict.verdict.upper()} point: {'; '.join(verdict.reasons)}")
         metrics = compute_metrics(outs, cfg.percentiles, {str(k): v for k, v in cfg.goodput.items()})
-        extra: dict[str, Any] = {}
         extra["client"] = self._client_section(concurrency)
         if cfg.proxy_timings_dir:
             records = await self._proxy_records(Path(cfg.result_dir) / cfg.proxy_timings_dir, outs)
@@ -407,6 +510,7 @@ class _Sweep:
         async with aiohttp.ClientSession() as health_session:
             await watchdog.preflight(health_session)  # raises TargetDied: nothing was sent
             self.runtime = await runtime_metadata(base, log)
+            await self._answer_references(points, health_session)
             self.workers = base.workers or default_workers(max(base.concurrency))
             if self.workers > 1:
                 self.pool = WorkerPool(self.workers, base.url, base.endpoint == "chat")

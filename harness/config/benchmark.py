@@ -49,6 +49,33 @@ class ValidityThresholds(BaseModel):
     )
 
 
+class SentinelSettings(BaseModel):
+    """Greedy requests mixed into every point whose answers are known from a path that does not
+    disaggregate (harness.bench.sentinels); the validity rule outputs_match judges them."""
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = Field(True, description="Mix sentinel prompts into every point.")
+    share: float = Field(
+        0.02, ge=0, le=0.5, description="Sentinels per point as a share of the point's measured requests."
+    )
+    min_per_point: NonNegativeInt = Field(4, description="At least this many sentinels in every point.")
+    match_tokens: PositiveInt | None = Field(
+        None,
+        description="Tolerance: a sentinel matches when its first N tokens equal the reference's; null: every "
+        "token must (deterministic hardware, e.g. CPU float32). GPUs' batch-dependent floating point can make "
+        "a correct deployment's greedy outputs part late in a long answer (docs/output-checks.md).",
+    )
+    max_diverged: NonNegativeInt = Field(
+        0, description="Sentinels of one point that may diverge beyond match_tokens before the point is invalid."
+    )
+
+    def per_point(self, measured: int) -> int:
+        """How many sentinels a point of `measured` requests carries."""
+        if not self.enabled:
+            return 0
+        return max(self.min_per_point, round(self.share * measured))
+
+
 ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 
@@ -204,6 +231,11 @@ class BenchmarkSettings(BaseModel):
     validity: ValidityThresholds = Field(
         default_factory=ValidityThresholds,
         description="Thresholds of the rules that judge each point from the servers' /metrics.",
+    )
+    sentinels: SentinelSettings = Field(
+        default_factory=SentinelSettings,
+        description="Greedy sentinel prompts in every point, their answers compared token by token with a "
+        "reference answered whole by one instance (validity rule outputs_match).",
     )
 
     @field_validator("concurrency")

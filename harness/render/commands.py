@@ -17,7 +17,7 @@ from harness import connectors
 from harness.config.load import ResolvedRecipe
 from harness.config.schema import Flags
 from harness.connectors.entry import Setting, Value
-from harness.rundir.paths import PROXY_TIMINGS, SECRET, STATE, bench_config_name, metrics_subdir
+from harness.rundir.paths import PROXY_TIMINGS, SECRET, STATE, bench_config_name, metrics_subdir, sentinels_subdir
 from harness.topology import JobPlan, Phase, Worker
 
 
@@ -383,7 +383,11 @@ def aggregated_bench_config(
     GPU count of one aggregated deployment, and its own /metrics directory."""
     cfg = bench_config(rr, plan, run_meta, root)
     del cfg["prefill_gpus"], cfg["decode_gpus"], cfg["kv_connector"]
-    return cfg | {"gpus": plan.devices("aggregated"), "metrics_dir": metrics_subdir("aggregated")}
+    return cfg | {
+        "gpus": plan.devices("aggregated"),
+        "metrics_dir": metrics_subdir("aggregated"),
+        "sentinels_dir": sentinels_subdir("aggregated"),
+    }
 
 
 # Stand-ins for what only the job knows, so that a rendered line can be parsed ahead of time.

@@ -1,0 +1,139 @@
+"""Sentinel prompts in every point: answered first by a reference instance, then sent through the
+target spread over the point, compared token by token; a divergence makes the point invalid
+(rule outputs_match) with the prompt, position and both continuations in the reason."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from bench_fake_server import FakeServer
+
+from harness import tiny_model
+from harness.bench import ClientConfig, run_sweep
+from harness.bench.sentinels import Answer, first_divergence
+from harness.config.benchmark import SentinelSettings
+
+pytestmark = pytest.mark.timeout(60)
+
+N = 20  # measured requests per point: 4 sentinels (the minimum) leave after 0, 5, 10 and 15 of them
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return str(tiny_model.build(tmp_path_factory.mktemp("tok") / "m"))
+
+
+def _cfg(model_dir: str, result_dir: Path, target: str, reference: str | None, **kw) -> ClientConfig:
+    base = dict(
+        base_url=target,
+        model="tiny",
+        tokenizer=model_dir,
+        isl=32,
+        osl=8,
+        concurrency=[2],
+        num_prompts=N,
+        num_warmups=0,
+        result_dir=str(result_dir),
+        prefill_gpus=1,
+        decode_gpus=1,
+        scrape=[f"prefill-0=prefill@{reference}"] if reference else [],
+    )
+    return ClientConfig(**(base | kw))
+
+
+def _sentinel_bodies(srv: FakeServer) -> list[dict]:
+    return [b for b in srv.bodies if b.get("return_token_ids")]
+
+
+def test_matching_sentinels_pass_and_are_recorded(model_dir: str, tmp_path: Path) -> None:
+    with FakeServer(token_delay=0.005) as ref, FakeServer(token_delay=0.005) as target:
+        (path,) = run_sweep(_cfg(model_dir, tmp_path, target.base_url, ref.base_url))
+        ref_bodies, target_bodies = list(ref.bodies), list(target.bodies)
+    # Precondition: the reference answered exactly the 4 sentinels, and only those.
+    assert len(ref_bodies) == 4 and all(b.get("return_token_ids") for b in ref_bodies)
+    sent = [b for b in target_bodies if b.get("return_token_ids")]
+    assert sorted(b["prompt"] for b in sent) == sorted(b["prompt"] for b in ref_bodies)
+    assert all(b["temperature"] == 0 and b["seed"] == 0 and b["max_tokens"] == 8 for b in sent)
+    assert len(target_bodies) == N + 4
+
+    result = json.loads(path.read_text())
+    # Their latencies are not the point's: it counts the measured requests only.
+    assert result["completed"] == N and len(result["ttfts"]) == N
+    s = result["sentinels"]
+    assert s == {
+        "reference": f"prefill-0: whole requests to {ref.base_url}/v1/completions before the sweep",
+        "sent": 4,
+        "answered": 4,
+        "compared": 4,
+        "exact": 4,
+        "matched": 4,
+        "match_rate": 1.0,
+        "first_divergence": [None] * 4,
+        "unit": "token",
+        "tolerance": {"match_tokens": None, "max_diverged": 0},
+        "record": "sentinels/concurrency_2.json",
+    }
+    rules = {r["name"]: r for r in result["metadata"]["validity"]["rules"]}
+    assert rules["outputs_match"]["status"] == "passed" and rules["outputs_match"]["measured"] == 1.0
+
+    record = json.loads((tmp_path / s["record"]).read_text())
+    rows = record["sentinels"]
+    # Spread over the point: each left once its share of the measured requests had finished.
+    assert [r["sent_after_measured"] for r in rows] == sorted(r["sent_after_measured"] for r in rows)
+    assert [r["sent_after_measured"] >= k * N // 4 for k, r in enumerate(rows)] == [True] * 4
+    assert rows[-1]["sent_after_measured"] < N
+    assert all(r["reference"]["token_ids"] == list(range(8)) == r["answer"]["token_ids"] for r in rows)
+    reference = json.loads((tmp_path / "sentinels" / "reference.json").read_text())
+    assert [r["prompt_len"] for r in reference["points"]["concurrency_2"]] == [32] * 4
+
+
+def test_a_diverging_sentinel_makes_the_point_invalid(model_dir: str, tmp_path: Path) -> None:
+    def diverge_second(n: int, body: dict) -> str | None:
+        seen = [b for b in target.bodies[: n + 1] if b.get("return_token_ids")]
+        return "diverge" if body.get("return_token_ids") and len(seen) == 2 else None
+
+    with FakeServer() as ref, FakeServer(policy=diverge_second) as target:
+        (path,) = run_sweep(_cfg(model_dir, tmp_path, target.base_url, ref.base_url))
+    result = json.loads(path.read_text())
+    assert result["sentinels"]["matched"] == 3 and result["sentinels"]["first_divergence"].count(3) == 1
+    md = result["metadata"]
+    assert md["valid"] is False and md["validity"]["verdict"] == "invalid"
+    reason = md["validity"]["reasons"][0]
+    assert reason.startswith("outputs_match: 3 of 4 sentinel(s) matched the reference in every token")
+    assert "first differs at token 3: reference ' t1 t2 t3 t4" in reason and "answer ' t1 t2 t1003 t4" in reason
+
+
+def test_tolerance_allows_a_late_divergence(model_dir: str, tmp_path: Path) -> None:
+    with FakeServer() as ref, FakeServer(policy=lambda n, b: "diverge" if b.get("return_token_ids") else None) as t:
+        cfg = _cfg(model_dir, tmp_path, t.base_url, ref.base_url, sentinels=SentinelSettings(match_tokens=3))
+        (path,) = run_sweep(cfg)
+    s = json.loads(path.read_text())["sentinels"]
+    # Every sentinel parted at token 3; the first 3 tokens agree, which is what was asked.
+    assert s["exact"] == 0 and s["matched"] == 4 and s["first_divergence"] == [3] * 4
+
+
+def test_without_a_reference_outputs_are_not_checked(model_dir: str, tmp_path: Path) -> None:
+    with FakeServer() as target:
+        (path,) = run_sweep(_cfg(model_dir, tmp_path, target.base_url, None))
+        assert not _sentinel_bodies(target)
+    result = json.loads(path.read_text())
+    rule = {r["name"]: r for r in result["metadata"]["validity"]["rules"]}["outputs_match"]
+    assert rule["status"] == "not_checked" and "no reference instance" in rule["detail"]
+    assert "sentinels" not in result
+
+
+def test_sentinels_per_point() -> None:
+    s = SentinelSettings()
+    assert [s.per_point(n) for n in (8, 200, 1000)] == [4, 4, 20]
+    assert SentinelSettings(enabled=False).per_point(1000) == 0
+
+
+def test_first_divergence_and_text_offsets() -> None:
+    assert first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert first_divergence([1, 2, 3], [1, 5, 3]) == 1
+    assert first_divergence([1, 2, 3], [1, 2]) == 2
+    a = Answer(chunks=[([1], "ab"), ([2, 3], "cd"), ([4], "e")])
+    assert a.token_ids == [1, 2, 3, 4] and a.text == "abcde"
+    assert [a.text_at_token(p) for p in range(5)] == [0, 2, 2, 4, 5]
