@@ -32,6 +32,7 @@ from harness.bench.dataset import SampleRequest
 from harness.bench.loadgen import Progress
 from harness.bench.resume import set_aside
 from harness.bench.validity_probe import parse_target
+from harness.rundir.sentinel_summary import SentinelSummary, Tolerance
 from harness.validity.outputs import Divergence, OutputsCheck
 
 POLL_S = 0.05  # how often a point's sentinel driver looks at the measured requests' progress
@@ -291,28 +292,29 @@ class PointSentinels:
             why_not_compared=why_not if compared == 0 else None,
         )
 
-    def summary(self, check: OutputsCheck, reference: str, record: str) -> dict[str, Any]:
+    def summary(self, check: OutputsCheck, reference: str, record: str) -> SentinelSummary:
         """The result file's `sentinels` section."""
-        positions, units = [], set()
+        positions: list[int | None] = []
+        units = set()
         for s in self.sent():
             result = s.compare()
             positions.append(result[0] if result is not None else None)
             if result is not None:
                 units.add(result[1])
-        return {
-            "reference": reference,
-            "sent": check.sent,
-            "answered": check.answered,
-            "compared": check.compared,
-            "exact": check.exact,
-            "matched": check.matched,
-            "match_rate": round(check.matched / check.compared, 4) if check.compared else None,
-            "first_divergence": positions,
+        return SentinelSummary(
+            reference=reference,
+            sent=check.sent,
+            answered=check.answered,
+            compared=check.compared,
+            exact=check.exact,
+            matched=check.matched,
+            match_rate=round(check.matched / check.compared, 4) if check.compared else None,
+            first_divergence=tuple(positions),
             # Positions count tokens where both answers carried token ids, else characters.
-            "unit": "token" if units == {"token"} else ("character" if units else None),
-            "tolerance": {"match_tokens": check.match_tokens, "max_diverged": check.max_diverged},
-            "record": record,
-        }
+            unit="token" if units == {"token"} else ("character" if units else None),
+            tolerance=Tolerance(match_tokens=check.match_tokens, max_diverged=check.max_diverged),
+            record=record,
+        )
 
     def write_record(self, path: Path, tag: str, reference: str, check: OutputsCheck) -> None:
         """sentinels/<point tag>.json: every sentinel's prompt, both answers and the comparison."""

@@ -361,7 +361,7 @@ class _Sweep:
             f"C={concurrency}{self._shape_text()}: sentinels: {check.matched} of {check.compared} compared "
             f"{verdict} the reference ({check.sent} sent)"
         )
-        return summary
+        return summary.model_dump(mode="json")
 
     # -- one point --------------------------------------------------------------
 
