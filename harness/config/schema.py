@@ -18,6 +18,7 @@ from pydantic import (
 )
 
 from harness import connectors
+from harness.config.accuracy import AccuracySpec
 from harness.config.benchmark import BenchmarkSettings
 
 # Strings reach job.slurm and server.sh. The renderer quotes every one for the context it
@@ -427,6 +428,10 @@ class Recipe(Strict):
     connector: ConnectorSpec = Field(description="the KV connector between prefill and decode")
     proxy: ProxySpec = Field(ProxySpec(), description="the PD proxy in front of the servers")
     benchmark: BenchmarkSettings = Field(description="what the sweep measures (the settings of `pdbench bench`)")
+    # Left out of the lock (and the fingerprint) while off: recipes without evals keep theirs.
+    accuracy: AccuracySpec = Field(
+        AccuracySpec(), exclude_if=lambda a: not a.enabled, description="lm-eval accuracy against the job's proxy"
+    )
     slurm: SlurmSpec = Field(SlurmSpec(), description="sbatch options")
     site: SiteSpec = Field(SiteSpec(), description="the cluster's storage, install location and network")
     timeouts: TimeoutSpec = Field(TimeoutSpec(), description="bounds on every stage of the job")
