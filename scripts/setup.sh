@@ -45,6 +45,7 @@ if [ -z "${PDBENCH_NO_VLLM:-}" ]; then
   fi
 fi
 
-"$VENV/bin/python" -m pip install -q -e ".[test]"
+# accuracy: lm-eval, so that CI runs the accuracy evals (docs/accuracy.md).
+"$VENV/bin/python" -m pip install -q -e ".[test,accuracy]"
 echo "$want" > "$STAMP"
 echo "pdbench installed in $VENV"

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import FrameType
 
 from harness.config.schema import TimeoutSpec
+from harness.node import accuracy_step
 from harness.node.affinity import pin_instance
 from harness.node.coordination import Aborted, Coordination, discover_address
 from harness.node.heartbeat import HostHeartbeat
@@ -244,7 +245,8 @@ def _run_phase(
     done = coord.is_done if last else (lambda: coord.is_phase_done(phase))
     if not ctx.is_head:
         log.info("node %d ready; waiting for the benchmark to finish", ctx.node_id)
-        _wait(ctx, done, t.health_s + t.smoke_s + t.bench_s, "the job's end" if last else f"the end of {phase}", check)
+        bound = t.health_s + t.smoke_s + t.bench_s + accuracy_step.bound_s(ctx.run_dir, phase)
+        _wait(ctx, done, bound, "the job's end" if last else f"the end of {phase}", check)
         return
 
     servers = [p for p in ctx.processes() if p.kind == "server" and p.phase == phase]
@@ -263,6 +265,9 @@ def _run_phase(
         raise Failed(Failure(ctx.node_id, str(e), primary=False)) from e
     log.info("smoke request through the proxy answered %r", text)
 
+    # Before the sweep's /metrics baseline, so the eval's requests stay out of its deltas.
+    if accuracy := accuracy_step.before_sweep(ctx.run_dir, phase):
+        raise Failed(Failure(ctx.node_id, "; ".join(accuracy)))
     targets = {p.name: f"http://{addrs[p.node]}:{p.port}" for p in servers}
     metrics = ctx.run.metrics(phase)
     scrape_all(targets, metrics, "before")
@@ -278,12 +283,16 @@ def _run_phase(
     if rc != 0:
         check(ignore=(bench,))  # a server or the proxy that died first is the cause
     scrape_all(targets, metrics, "after")
+    # Before the other nodes are told to stop: the eval needs this phase's servers.
+    accuracy = accuracy_step.after_sweep(ctx.run_dir, phase) if rc == 0 else []
     if last:
         coord.mark_done()
     else:
         coord.mark_phase_done(phase)
     if rc != 0:
         raise Failed(_exit_failure(ctx, bench, rc, primary=False))
+    if accuracy:
+        raise Failed(Failure(ctx.node_id, "; ".join(accuracy)))
     invalid = _invalid_points(ctx.run_dir)
     unverified = _unverified_points(ctx.run_dir)
     if unverified:  # kept, but collect leaves them out unless asked: say so where users look

@@ -1,0 +1,73 @@
+"""lm-eval for real against real vLLM through pdbench's proxy: a local-tiny-1p1d-pdbench job of
+the copy model with the fixture task passes its threshold; the same job with the bundled
+connector's debug_corrupt (decode zeroes its last received KV block per layer) falls under it
+and fails, naming the task, the score and the threshold in status.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import require_vllm
+from test_e2e_vllm import _assert_nothing_left, _finish, _launch
+
+pytestmark = pytest.mark.vllm
+
+RECIPE = "local-tiny-1p1d-pdbench"
+TASKS = Path(__file__).resolve().parent / "fixtures" / "evals" / "pdbench_copy"
+THRESHOLD = 0.9
+# One small point (the sweep is not what is tested here) and 16 samples of the fixture task.
+OVERRIDES = (
+    "model=pdbench-copy",
+    "benchmark.concurrency=[2]",
+    "benchmark.isl=128",
+    "benchmark.osl=8",
+    "benchmark.min_prompts=4",
+    "benchmark.prompts_multiplier=1",
+    "accuracy.enabled=true",
+    f'accuracy.tasks=[{{"name": "pdbench_copy", "limit": 16, "threshold": {THRESHOLD}, '
+    f'"metric": "exact_match,strict-match", "include_path": "{TASKS}"}}]',
+    "accuracy.timeout_s=300",
+)
+
+
+def _summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "evals" / "disagg-after" / "pdbench-accuracy.json").read_text())
+
+
+def test_copy_task_passes_through_the_proxy(tmp_path: Path) -> None:
+    require_vllm()
+    proc, watcher = _launch(tmp_path, *OVERRIDES, recipe=RECIPE)
+    rc, out = _finish(proc, watcher, timeout=600)
+    assert rc == 0, out[-4000:]
+    (run_dir,) = (tmp_path / RECIPE).iterdir()
+    s = _summary(run_dir)
+    assert s["error"] is None and s["passed"] is True, s
+    (task,) = s["tasks"]
+    assert task["samples"] == 16 and task["score"] == 1.0 and task["passed"] is True, task
+    assert s["base_url"] == "http://127.0.0.1:30000/v1/completions" and s["concurrency"] == 2
+    task_dir = run_dir / "evals" / "disagg-after" / "pdbench_copy"
+    meta = json.loads((task_dir / "meta_env.json").read_text())
+    assert meta["is_multinode"] is True and meta["conc"] == 2 and meta["model"] == "copy"
+    (results,) = task_dir.glob("results*.json")
+    assert json.loads(results.read_text())["results"]["pdbench_copy"]["exact_match,strict-match"] == 1.0
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "succeeded"
+    _assert_nothing_left(watcher)
+
+
+def test_corrupted_kv_drops_the_score_and_fails_the_job(tmp_path: Path) -> None:
+    require_vllm()
+    proc, watcher = _launch(tmp_path, *OVERRIDES, "connector.extra_config.debug_corrupt=true", recipe=RECIPE)
+    rc, out = _finish(proc, watcher, timeout=600)
+    assert rc != 0, out[-4000:]
+    (run_dir,) = (tmp_path / RECIPE).iterdir()
+    s = _summary(run_dir)
+    (task,) = s["tasks"]
+    assert task["samples"] == 16 and task["score"] is not None and task["score"] < THRESHOLD, task
+    assert task["passed"] is False and s["passed"] is False
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "failed"
+    reason = json.dumps(status)
+    assert "pdbench_copy" in reason and f"{task['score']:.4f}" in reason and f"threshold {THRESHOLD}" in reason
+    _assert_nothing_left(watcher)
