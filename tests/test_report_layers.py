@@ -10,7 +10,7 @@ from pathlib import Path
 REPORT = Path(__file__).resolve().parents[1] / "harness" / "report"
 LAYERS = {
     "model": {"points", "model", "slo", "collect_entry"},
-    "load": {"result_names", "sentinel_block", "result_file", "accuracy_file", "load"},
+    "load": {"result_names", "result_file", "accuracy_file", "load"},
     "compute": {
         "normalise",
         "pareto",

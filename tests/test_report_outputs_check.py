@@ -23,6 +23,7 @@ from harness.report.accuracy import compare
 from harness.report.build import build_report
 from harness.report.collect import collect
 from harness.rundir import RunDir
+from harness.rundir.sentinel_summary import SentinelSummary, Tolerance
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 DSR1_A = FIXTURES / "dsr1-fp8-2p4d" / "20261201T100000Z-aaa111"
@@ -31,21 +32,33 @@ T0 = 1_800_000_000.0
 REFERENCE = "prefill-0: whole requests to http://127.0.0.1:8100 before the sweep"
 
 
-def _sentinels(conc: int, divergence: Sequence[int | None], sent: int | None = None) -> dict[str, Any]:
-    """The bench client's block: one entry of first_divergence per answered sentinel."""
-    answered = len(divergence)
+def _sentinels(
+    conc: int,
+    divergence: Sequence[int | None],
+    not_compared: int = 0,
+    unanswered: int = 0,
+    unit: str = "token",
+    **fields: Any,
+) -> dict[str, Any]:
+    """The bench client's section, through the model it writes with: `divergence` holds the
+    compared sentinels' first divergence (None: equal), then come `not_compared` answered only
+    by the measured path and `unanswered` not answered at all. `fields` overrides the rest."""
+    compared = len(divergence)
     matched = sum(d is None for d in divergence)
-    return {
+    summary = {
         "reference": REFERENCE,
-        "sent": answered if sent is None else sent,
-        "answered": answered,
+        "sent": compared + not_compared + unanswered,
+        "answered": compared + not_compared,
+        "compared": compared,
         "exact": matched,
         "matched": matched,
-        "match_rate": matched / answered if answered else None,
-        "first_divergence": list(divergence),
-        "tolerance": {"match_tokens": None, "max_diverged": 0},
+        "match_rate": round(matched / compared, 4) if compared else None,
+        "first_divergence": (*divergence, *[None] * (not_compared + unanswered)),
+        "unit": unit if compared else None,
+        "tolerance": Tolerance(match_tokens=None, max_diverged=0),
         "record": f"sentinels/{NAME.format(conc)}",
     }
+    return SentinelSummary(**summary | fields).model_dump(mode="json")
 
 
 def _outputs_rule(rate: float | None, status: str) -> dict[str, Any]:
@@ -154,15 +167,16 @@ def test_points_table_shows_each_points_match_in_every_format(tmp_path: Path) ->
 def test_unanswered_tolerated_and_unchecked_points_say_so(tmp_path: Path) -> None:
     run = _run(tmp_path)
     # 256: one of 4 not answered; 64: a tolerance of the first 8 tokens let a divergence at 12 pass.
-    _edit(run, 256, sentinels=_sentinels(256, [None, None, None], sent=4))
-    tolerated = _sentinels(64, [None, 12, None, None]) | {"matched": 4, "match_rate": 1.0}
-    _edit(run, 64, sentinels=tolerated | {"tolerance": {"match_tokens": 8, "max_diverged": 0}})
+    _edit(run, 256, sentinels=_sentinels(256, [None, None, None], unanswered=1))
+    tolerance = Tolerance(match_tokens=8, max_diverged=0)
+    tolerated = _sentinels(64, [None, 12, None, None], matched=4, match_rate=1.0, tolerance=tolerance)
+    _edit(run, 64, sentinels=tolerated)
     report = build_report([run], root=tmp_path)
     rows = {r["conc"]: r["outputs"] for _, r in report.table.iterrows()}
     assert rows[256] == "3/3 (1 of 4 unanswered)"
     assert rows[64] == "4/4 (3 exact; first divergence at token 12)"
     # Nothing answered: no rate. A point with the rule but no sentinels: the rule's status.
-    _edit(run, 256, sentinels=_sentinels(256, [], sent=4))
+    _edit(run, 256, sentinels=_sentinels(256, [], unanswered=4))
     d = _edit(run, 64, sentinels=None)
     d["metadata"]["validity"] = {
         "verdict": "valid",
@@ -180,11 +194,44 @@ def test_unanswered_tolerated_and_unchecked_points_say_so(tmp_path: Path) -> Non
 def test_a_malformed_sentinels_block_is_named_and_the_point_kept(tmp_path: Path) -> None:
     run = _run(tmp_path)
     _edit(run, 64, sentinels=_sentinels(64, [None] * 4) | {"first_divergence": "17"})
+    # Counts that cannot be: more compared than answered.
+    _edit(run, 256, sentinels=_sentinels(256, [None] * 4) | {"answered": 3})
     report = build_report([run], root=tmp_path)
     assert sorted(report.table["conc"]) == [64, 128, 256]
     note = next(n for n in report.notes if NAME.format(64) in n)
-    assert "sentinels.first_divergence is not a list" in note and "outputs check is not shown" in note
-    assert cells.missing(report.table.set_index("conc").loc[64, "outputs"])
+    assert "sentinels.first_divergence: Input should be a valid tuple ('17')" in note
+    assert "outputs check is not shown" in note
+    note = next(n for n in report.notes if NAME.format(256) in n)
+    assert "sentinels: counts do not add up: need exact <= matched <= compared <= answered <= sent" in note
+    outputs = report.table.set_index("conc")["outputs"]
+    assert cells.missing(outputs.loc[64]) and cells.missing(outputs.loc[256]) and outputs.loc[128].startswith("3/4")
+
+
+def test_the_rate_counts_only_compared_sentinels_and_says_the_unit(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    # 64: 4 answered, the reference answered 3 of them, positions in characters (no token ids
+    # came back). 256: 3 of 4 answered, none compared.
+    _edit(run, 64, sentinels=_sentinels(64, [None, 9, None], not_compared=1, unit="character"))
+    _edit(run, 256, sentinels=_sentinels(256, [], not_compared=3, unanswered=1))
+    report = build_report([run], root=tmp_path)
+    rows = {r["conc"]: r for _, r in report.table.iterrows()}
+    assert rows[64]["outputs"] == "2/3 (first divergence at character 9; 1 not compared)"
+    assert rows[64]["outputs_match_rate"] == pytest.approx(2 / 3, abs=1e-4)
+    assert rows[256]["outputs"] == "0/3 compared (1 of 4 unanswered)"
+    assert math.isnan(rows[256]["outputs_match_rate"])
+    assert rows[128]["outputs"] == "3/4 (first divergence at token 17)"
+    (drift,) = report.drifts
+    assert [(s.conc, s.matched, s.compared, s.answered, s.sent) for s in drift.steps] == [
+        (256, 0, 0, 3, 4),
+        (64, 2, 3, 4, 4),
+        (128, 3, 4, 4, 4),
+    ]
+    assert drift.fall is None  # 67 % then 75 %: a rise; 256 has no rate
+    md = output_md.render(report)
+    assert "- `run`: conc 256: 0/3 compared → conc 64: 2/3 → conc 128: 3/4\n" in md
+    assert "matched/compared" in md
+    (doc,) = json.loads(output_json.render(report))["outputs_drift"]
+    assert [s["compared"] for s in doc["steps"]] == [0, 3, 4]
 
 
 def test_older_results_have_no_outputs_column_or_sections(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ in sweep order with its fall, and the accuracy table's cells."""
 from __future__ import annotations
 
 from harness.report.model import AccuracyRow, Comparison, Drift, DriftStep
+from harness.report.outputs_check import ratio
 
 ACCURACY_HEADERS = [
     "Run",
@@ -17,8 +18,8 @@ ACCURACY_HEADERS = [
     "Samples",
 ]
 DRIFT_NOTE = (
-    "Sentinel prompts answered by the measured path, matched/answered against the reference "
-    "path's answers, point by point in the order the sweep ran them."
+    "Sentinel prompts answered by the measured path, matched/compared against the reference "
+    "path's answers (compared: answered by both paths), point by point in the order the sweep ran them."
 )
 ACCURACY_NOTE = (
     "Diff = this score - the other; its 95 % CI is diff ± 1.96·sqrt(stderr₁² + stderr₂²) (independent "
@@ -32,7 +33,7 @@ def _rate(r: float | None) -> str:
 
 def _step(s: DriftStep, shapes: bool) -> str:
     where = f"conc {s.conc}" + (f" @ {s.isl}/{s.osl}" if shapes else "")
-    return f"{where}: {s.matched}/{s.answered}" if s.answered else f"{where}: 0/{s.sent} answered"
+    return f"{where}: {ratio(s.matched, s.compared, s.answered, s.sent)}"
 
 
 def drift_steps(d: Drift) -> str:

@@ -52,7 +52,7 @@ ID_COLUMNS = (
 )
 
 # Present only when a point checked its outputs (older results render as before): the sentinel
-# match as text (`3/4 (first divergence at token 17)`) and its rate, matched / answered.
+# match as text (`3/4 (first divergence at token 17)`) and its rate, matched / compared.
 OUTPUT_COLUMNS = ("outputs", "outputs_match_rate")
 
 
@@ -90,6 +90,7 @@ class DriftStep:
     isl: int | None
     osl: int | None
     matched: int
+    compared: int  # answered, and the reference answered them too: the rate's denominator
     answered: int
     sent: int
     match_rate: float | None

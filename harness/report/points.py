@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.rundir.sentinel_summary import SentinelSummary
+
 
 @dataclass(frozen=True)
 class Skipped:
@@ -23,23 +25,6 @@ class Note:
 
     path: Path
     text: str
-
-
-@dataclass(frozen=True)
-class SentinelCheck:
-    """A point's sentinel prompts compared token by token with the reference path's answers
-    (the result's `sentinels` block)."""
-
-    reference: str  # which path answered them whole, in words
-    sent: int
-    answered: int
-    exact: int  # identical token for token
-    matched: int  # within the tolerance (equal to `exact` at tolerance zero)
-    match_rate: float | None  # matched / answered; None when nothing was answered
-    first_divergence: tuple[int | None, ...]  # per sentinel in send order; None: equal
-    match_tokens: int | None  # the tolerance: the first N tokens must be equal (None: all)
-    max_diverged: int | None  # the tolerance: sentinels that may diverge
-    record: str | None  # the sentinels and both answers, relative to the run directory
 
 
 @dataclass(frozen=True)
@@ -98,7 +83,7 @@ class Point:
     # tool's file, which has no notion of validity.
     verdict: str | None = None
     ttft_breakdown: dict[str, Any] | None = None  # pdbench: where the point's TTFT went
-    sentinels: SentinelCheck | None = None  # pdbench: its outputs checked against a reference
+    sentinels: SentinelSummary | None = None  # pdbench: its outputs checked against a reference
     outputs_match: str | None = None  # the outputs_match rule's status, when recorded
     started: float | None = None  # when the point began (unix s): the sweep's order
 

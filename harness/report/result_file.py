@@ -15,9 +15,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from harness.report.points import Note, Point
 from harness.report.result_names import ISL_OSL, NameParts, is_srt_slurm_name, parse_name
-from harness.report.sentinel_block import parse_sentinels
+from harness.rundir.sentinel_summary import SentinelSummary
 
 # Key aliases, first present wins (srt-slurm's rollup does the same across sa-bench versions).
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -145,6 +147,26 @@ def _started(data: dict[str, Any]) -> float | None:
         return None
 
 
+def _where(loc: tuple[int | str, ...]) -> str:
+    """A pydantic error's location as a path into the section: `sentinels.tolerance.max_diverged`,
+    `sentinels.first_divergence[2]`."""
+    return "sentinels" + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc)
+
+
+def _sentinels(block: Any) -> SentinelSummary:
+    """The result's `sentinels` section through its one definition; ValueError naming each bad field."""
+    try:
+        return SentinelSummary.model_validate(block)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors(include_url=False):
+            # A field's own value helps; the whole section (a missing key, counts) does not.
+            shown = err["type"] != "missing" and not isinstance(err["input"], dict)
+            value = f" ({err['input']!r})" if shown else ""
+            problems.append(f"{_where(err['loc'])}: {err['msg'].removeprefix('Value error, ')}{value}")
+        raise ValueError("; ".join(problems)) from None
+
+
 def read_point(path: Path, run_root: Path, notes: list[Note]) -> Point:
     """Parse one file; raise NotAResult(reason) if it is not a usable result."""
     try:
@@ -244,7 +266,7 @@ def read_point(path: Path, run_root: Path, notes: list[Note]) -> Point:
     sentinels = None
     if data.get("sentinels") is not None:
         try:
-            sentinels = parse_sentinels(data["sentinels"])
+            sentinels = _sentinels(data["sentinels"])
         except ValueError as e:
             notes.append(Note(path, f"{e}; the point's outputs check is not shown"))
     return Point(
