@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.report import cells, output_csv, output_html, output_json, output_md
+from harness.report import cells, output_csv, output_html, output_json, output_md, output_text
 from harness.report.build import build_report
 from harness.report.load import load_runs
 from harness.report.normalise import per_gpu
@@ -38,7 +38,7 @@ CASES = {
     "srt-slurm": (["srt-slurm-4049", "srt-slurm-agg-4100"], None),
     "broken": (["broken"], None),
 }
-FORMATS = {"md": output_md, "csv": output_csv, "html": output_html, "json": output_json}
+FORMATS = {"md": output_md, "csv": output_csv, "html": output_html, "json": output_json, "txt": output_text}
 
 
 def _report(case: str):
@@ -69,7 +69,8 @@ def test_cli_markdown_matches_golden(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_cli_out_and_plot(fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(FIXTURES)
     out, png = tmp_path / f"report.{fmt}", tmp_path / "plots" / "pareto.png"
-    r = CliRunner().invoke(app, ["report", "broken", "--format", fmt, "--out", str(out), "--plot", str(png)])
+    # No --format: the extension of --out decides.
+    r = CliRunner().invoke(app, ["report", "broken", "--out", str(out), "--plot", str(png)])
     assert r.exit_code == 0, r.output
     assert out.read_text() == (GOLDEN / f"broken.{fmt}").read_text()
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -300,7 +301,7 @@ def test_unverified_points_are_marked(tmp_path: Path) -> None:
     assert rows["pdbench"]["validity_reasons"] == "no server /metrics were scraped"
     assert cells.missing(rows["vllm"]["verdict"])  # another tool's file: no notion of validity
     md = output_md.render(report)
-    assert "| 64 | 16+32 | unverified |" in md and "| 8 | n/a | – |" in md
+    assert "| 64 | 640 | 16+32 | unverified |" in md and "| 8 | 80 | n/a | – |" in md
     assert any(n.startswith("r: UNVERIFIED: no evidence") for n in report.notes)
     assert 'class="unverified-flag"' in output_html.render(report)
 

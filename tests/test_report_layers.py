@@ -36,9 +36,10 @@ LAYERS = {
         "output_html",
         "output_csv",
         "output_json",
+        "output_text",
         "collect",
     },
-    "cli": {"cli"},
+    "cli": {"formats", "cli"},
 }
 RANK = {name: i for i, layer in enumerate(LAYERS.values()) for name in layer}
 

@@ -149,7 +149,7 @@ def test_points_table_shows_each_points_match_in_every_format(tmp_path: Path) ->
 
     md = output_md.render(report)
     assert "| Valid | Outputs |" in md
-    line = next(line for line in md.splitlines() if "| 128 | 16+32 |" in line)
+    line = next(line for line in md.splitlines() if "| 128 | 1280 | 16+32 |" in line)
     assert "⚠️ **INVALID** | 3/4 (first divergence at token 17) |" in line
     html = output_html.render(report)
     assert "<th>Outputs</th>" in html and "<td>3/4 (first divergence at token 17)</td>" in html

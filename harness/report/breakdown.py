@@ -7,9 +7,10 @@ transfer has no per-request values) when the point has a transfer figure.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from harness.report.model import Breakdown
+from harness.report.model import BREAKDOWN_COLUMNS, Breakdown
 from harness.report.points import Run, serving
 
 
@@ -43,3 +44,28 @@ def breakdowns(runs: list[Run]) -> list[Breakdown]:
         ),
         key=lambda b: (b[2] or 0, b[3] or 0, b[0], b[1] != "disagg", b[4]),
     )
+
+
+def columns(b: dict[str, Any] | None) -> dict[str, float]:
+    """A point's breakdown as table columns (BREAKDOWN_COLUMNS): NaN where the point has none or
+    the part is absent (an aggregated point has no prefill leg, a point may lack a transfer figure)."""
+    if not b or not b.get("requests"):
+        return dict.fromkeys(BREAKDOWN_COLUMNS, math.nan)
+    p = parts(b)
+    present = {
+        "ttft_proxy_ms": "router_ms" in b,
+        "ttft_prefill_ms": "prefill_ms" in b,
+        "ttft_kv_transfer_ms": "kv_transfer_ms" in b,
+        "ttft_decode_ms": "decode_ms" in b,
+        "ttft_client_ms": "client_ms" in b,
+    }
+    values = {
+        "ttft_proxy_ms": p["Proxy"],
+        "ttft_prefill_ms": p["Prefill"],
+        "ttft_kv_transfer_ms": p["KV transfer"],
+        "ttft_decode_ms": p["Decode"],
+        "ttft_client_ms": p["Client"],
+    }
+    out = {"ttft_breakdown_requests": float(b["requests"])}
+    out |= {k: v if present[k] else math.nan for k, v in values.items()}
+    return out

@@ -11,15 +11,16 @@ from typing import Any
 import pandas as pd
 
 from harness.report.accuracy import accuracy_rows
-from harness.report.breakdown import breakdowns
+from harness.report.breakdown import breakdowns, columns
 from harness.report.decide import decide
 from harness.report.deltas import with_deltas
 from harness.report.explain import run_notes
 from harness.report.load import dedupe, load_runs
-from harness.report.model import ID_COLUMNS, METRICS, OUTPUT_COLUMNS, Report
+from harness.report.model import BREAKDOWN_COLUMNS, ID_COLUMNS, METRICS, OUTPUT_COLUMNS, Report
 from harness.report.normalise import interactivity, per_gpu
 from harness.report.outputs_check import drifts, outputs_text
 from harness.report.points import Point, Run, serving
+from harness.report.slo import slo_notes
 
 
 def _row(run: Run, p: Point, is_baseline: bool, rel: Any) -> dict[str, Any]:
@@ -32,6 +33,7 @@ def _row(run: Run, p: Point, is_baseline: bool, rel: Any) -> dict[str, Any]:
         "isl": p.isl,
         "osl": p.osl,
         "conc": p.concurrency,
+        "requests": p.requests,
         "prefill_gpus": p.prefill_gpus,
         "decode_gpus": p.decode_gpus,
         "valid": p.valid,
@@ -46,6 +48,8 @@ def _row(run: Run, p: Point, is_baseline: bool, rel: Any) -> dict[str, Any]:
         "tput_per_gpu": tput,
         "output_tput_per_gpu": out,
         "input_tput_per_gpu": inp,
+        "total_tput": p.total_token_throughput,
+        "output_tput": p.output_throughput,
         "median_ttft_ms": ms.get("median_ttft_ms", math.nan),
         "p99_ttft_ms": ms.get("p99_ttft_ms", math.nan),
         "p99.9_ttft_ms": ms.get("p99.9_ttft_ms", math.nan),
@@ -54,7 +58,7 @@ def _row(run: Run, p: Point, is_baseline: bool, rel: Any) -> dict[str, Any]:
         "median_e2el_ms": ms.get("median_e2el_ms", math.nan),
         "p99_e2el_ms": ms.get("p99_e2el_ms", math.nan),
         "failed": math.nan if p.failed is None else float(p.failed),
-    }
+    } | columns(p.ttft_breakdown)
 
 
 def _table(runs: list[Run], base_run: Run | None, rel: Any) -> pd.DataFrame:
@@ -63,10 +67,11 @@ def _table(runs: list[Run], base_run: Run | None, rel: Any) -> pd.DataFrame:
     order = {run.label: i for i, run in enumerate(runs)}
     rows = [_row(run, p, run is base_run, rel) for run in runs for p in run.points]
     checked = any(r["outputs"] is not None for r in rows)
+    broken_down = any(not math.isnan(r["ttft_breakdown_requests"]) for r in rows)
     at = ID_COLUMNS.index("source")  # the outputs check goes beside the validity columns
     ids = [*ID_COLUMNS[:at], *(OUTPUT_COLUMNS if checked else ()), *ID_COLUMNS[at:]]
-    columns = ids + [m.column for m in METRICS]
-    df = pd.DataFrame(rows, columns=columns)
+    names = ids + [m.column for m in METRICS] + list(BREAKDOWN_COLUMNS if broken_down else ())
+    df = pd.DataFrame(rows, columns=names)
     if not df.empty:
         df["_order"] = df["run"].map(order)
         df["_isl"] = df["isl"].fillna(-1)
@@ -80,18 +85,23 @@ def _table(runs: list[Run], base_run: Run | None, rel: Any) -> pd.DataFrame:
             .drop(columns=["_order", "_isl", "_osl"])
             .reset_index(drop=True)
         )
-        for col in ("isl", "osl", "prefill_gpus", "decode_gpus"):
+        for col in ("isl", "osl", "requests", "prefill_gpus", "decode_gpus"):
             df[col] = df[col].astype("Int64")
         df["valid"] = df["valid"].astype("boolean")
     return df
 
 
 def build_report(
-    run_paths: list[Path], baseline: Path | None = None, root: Path | None = None, slo: dict[str, float] | None = None
+    run_paths: list[Path],
+    baseline: Path | None = None,
+    root: Path | None = None,
+    slo: dict[str, float] | None = None,
+    labels: dict[Path, str] | None = None,
 ) -> Report:
-    """Load the runs (the baseline first when given), build the table and the deltas."""
+    """Load the runs (the baseline first when given), build the table and the deltas. `labels`
+    names runs by the path given, in place of the names their directories give them."""
     paths = ([baseline] if baseline is not None else []) + [p for p in run_paths]
-    loaded = load_runs(paths)
+    loaded = load_runs(paths, labels)
     dedupe(loaded)
     report = Report(
         runs=loaded.runs, baseline=None, table=pd.DataFrame(), skipped=loaded.skipped, root=root or Path.cwd()
@@ -108,6 +118,8 @@ def build_report(
     report.table = df
     report.slo = slo
     report.decisions = decide(df, slo)
+    if slo:
+        report.notes += slo_notes(df, slo, [(d.isl, d.osl) for d in report.decisions])
     report.breakdowns = breakdowns(loaded.runs)
     report.drifts = drifts(loaded.runs)
     report.accuracy, accuracy_notes = accuracy_rows(loaded.runs)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -11,16 +10,10 @@ import typer
 
 from harness import atomic
 from harness.config.load import PROJECT_ROOT
+from harness.report.formats import Format
+from harness.report.model import Report
 
 EXIT_USAGE = 2
-
-
-class Format(str, Enum):
-    md = "md"
-    csv = "csv"
-    html = "html"
-    json = "json"
-
 
 RunsArg = Annotated[
     list[str],
@@ -48,18 +41,53 @@ def _write(path: Path, text: str) -> None:
     atomic.write_text(path, text)
 
 
+def _labels(
+    runs: list[str], paths: list[Path], labels: list[str], base: Path | None, base_label: str | None
+) -> dict[Path, str]:
+    if len(labels) > len(runs):
+        typer.echo(
+            f"error: --label: {len(labels)} labels for {len(runs)} run(s); give at most one per RUN, in their order",
+            err=True,
+        )
+        raise typer.Exit(EXIT_USAGE)
+    named = list(zip(paths, labels, strict=False)) + ([(base, base_label)] if base and base_label is not None else [])
+    for _, label in named:
+        if not label.strip():
+            typer.echo("error: --label: a label is empty; give each run a name", err=True)
+            raise typer.Exit(EXIT_USAGE)
+    return {path: label.strip() for path, label in named}
+
+
+def _plottable(report: Report) -> bool:
+    """A point the Pareto plot can place: per-GPU throughput (a known GPU split) and interactivity."""
+    df = report.table
+    return not df.empty and bool((df["tput_per_gpu"].notna() & df["intvty"].notna()).any())
+
+
 def report_command(
     runs: RunsArg,
     baseline: Annotated[
         str | None,
         typer.Option(help="Run to compare against: signed deltas and percentages on every other row [default: none]"),
     ] = None,
-    fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.md,
+    fmt: Annotated[
+        Format | None,
+        typer.Option(
+            "--format",
+            "-f",
+            help="Output format [default: from --out's extension; else tables in a terminal, markdown when piped]",
+        ),
+    ] = None,
     plot: Annotated[
         Path | None,
         typer.Option(help="Also write the Pareto plot (tok/s/GPU vs tok/s/user) to this PNG [default: no plot]"),
     ] = None,
-    out: Annotated[Path | None, typer.Option(help="Write the report to this file [default: stdout]")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write the report to this file; .txt, .md, .csv, .html or .json sets the format [default: stdout]"
+        ),
+    ] = None,
     slo: Annotated[
         str | None,
         typer.Option(
@@ -67,39 +95,75 @@ def report_command(
             "point (disaggregated or aggregated) that meets them, per ISL/OSL [default: none]"
         ),
     ] = None,
+    label: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A name for a RUN in the report, one per RUN in their order (repeat the option) [default: its directory's]"
+        ),
+    ] = None,
+    baseline_label: Annotated[
+        str | None, typer.Option(help="A name for the --baseline run [default: its directory's]")
+    ] = None,
     results_dir: ResultsOpt = PROJECT_ROOT / "results",
 ) -> None:
     """Compare runs: per-GPU throughput, TTFT/TPOT/E2EL, interactivity and failures per concurrency;
-    where disaggregated and aggregated points share an ISL/OSL, their Pareto fronts and ratios."""
-    from harness.report import output_csv, output_html, output_json, output_md
+    where disaggregated and aggregated points share an ISL/OSL, their Pareto fronts and ratios.
+
+    Example: pdbench report local-tiny-1p2d --baseline local-tiny-1p1d --out report.html"""
+    from harness.report import output_csv, output_html, output_json, output_md, output_text
     from harness.report.build import build_report
+    from harness.report.formats import FormatError, choose
     from harness.report.load import RunPathError
     from harness.report.slo import SLOError, parse_slo
 
     try:
         bounds = parse_slo(slo) if slo is not None else None
-    except SLOError as e:
+        chosen = choose(fmt, out, terminal=out is None and sys.stdout.isatty())
+    except (SLOError, FormatError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
     paths = [_resolve(r, results_dir) for r in runs]
     base = _resolve(baseline, results_dir) if baseline else None
+    names = _labels(runs, paths, label or [], base, baseline_label)
     try:
-        report = build_report(paths, base, slo=bounds)
+        report = build_report(paths, base, slo=bounds, labels=names)
     except RunPathError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
-    render = {Format.md: output_md, Format.csv: output_csv, Format.html: output_html, Format.json: output_json}[fmt]
-    text = render.render(report)
-    if out is not None:
-        _write(out, text)
+    if plot is not None and not report.table.empty and not _plottable(report):
+        typer.echo(
+            f"error: --plot {plot}: no point has both a per-GPU throughput (its GPU split) and an "
+            "interactivity (a TPOT p50), so the chart would be empty; nothing written (drop --plot)",
+            err=True,
+        )
+        raise typer.Exit(1)
+    if chosen is Format.text and out is None:
+        from rich.console import Console
+
+        output_text.show(report, Console(highlight=False))
     else:
-        sys.stdout.write(text)
-    # The skipped files are in md/html/json; CSV has no room for them, and --out hides them.
-    if report.skipped and (fmt is Format.csv or out is not None):
-        typer.echo(f"skipped {len(report.skipped)} file(s):", err=True)
-        for s in report.skipped:
-            typer.echo(f"  {report.rel(s.path)}: {s.reason}", err=True)
-    if plot is not None:
+        renderers = {
+            Format.text: output_text,
+            Format.md: output_md,
+            Format.csv: output_csv,
+            Format.html: output_html,
+            Format.json: output_json,
+        }
+        text = renderers[chosen].render(report)
+        if out is not None:
+            _write(out, text)
+        else:
+            sys.stdout.write(text)
+    # The skipped files and the --slo notes are in text/md/html/json; CSV has no room for them, and --out hides them.
+    if chosen is Format.csv or out is not None:
+        if report.skipped:
+            typer.echo(f"skipped {len(report.skipped)} file(s):", err=True)
+            for s in report.skipped:
+                typer.echo(f"  {report.rel(s.path)}: {s.reason}", err=True)
+        for n in report.notes:
+            if n.startswith("--slo "):
+                typer.echo(f"note: {n}", err=True)
+    if plot is not None and not report.table.empty:
         from harness.report import breakdown_plot, decision_plot
         from harness.report.pareto_plot import save
 
@@ -118,11 +182,11 @@ def report_command(
         typer.echo(
             f"{len(report.table)} row(s) from {len(report.runs)} run(s)"
             + (f"; report: {out}" if out else "")
-            + (f"; plot: {plot}" if plot else ""),
+            + (f"; plot: {plot}" if plot and not report.table.empty else ""),
             err=True,
         )
     if report.table.empty:
-        typer.echo("error: no usable result files", err=True)
+        typer.echo("error: no usable result files" + ("; no plot written" if plot else ""), err=True)
         raise typer.Exit(1)
 
 

@@ -102,13 +102,15 @@ def _label(run_path: Path, points: list[Point]) -> str:
     return run_path.name
 
 
-def load_runs(run_paths: list[Path]) -> Loaded:
-    """Read every run; `Loaded.skipped` has each file not used and why."""
+def load_runs(run_paths: list[Path], labels: dict[Path, str] | None = None) -> Loaded:
+    """Read every run; `Loaded.skipped` has each file not used and why. `labels` names runs by
+    the path given (`--label`); a folder of runs so named gives `<label>/<run>`."""
     runs: list[Run] = []
     skipped: list[Skipped] = []
     notes: list[Note] = []
     seen: dict[Path, Run] = {}
     args: list[Path] = []
+    named: dict[Path, str] = {}
     for given in run_paths:
         if not given.exists():
             raise RunPathError(f"{given}: no such run directory or result file")
@@ -117,6 +119,9 @@ def load_runs(run_paths: list[Path]) -> Loaded:
             notes.append(
                 Note(given, f"a folder of runs: read as {len(expanded)} run{'' if len(expanded) == 1 else 's'}")
             )
+        if labels and given in labels:
+            for arg in expanded:
+                named[arg] = labels[given] if arg == given else f"{labels[given]}/{arg.name}"
         args += expanded
     for arg in args:
         resolved = arg.resolve()
@@ -140,7 +145,7 @@ def load_runs(run_paths: list[Path]) -> Loaded:
             skipped.append(Skipped(arg, "no result files (*.json) in this run directory"))
         run = Run(
             path=arg,
-            label=_label(run_root, points),
+            label=named.get(arg) or _label(run_root, points),
             status=status,
             is_pdbench_run=RunDir.is_run_dir(run_root),
             points=points,
@@ -148,10 +153,10 @@ def load_runs(run_paths: list[Path]) -> Loaded:
         )
         seen[resolved] = run
         runs.append(run)
-    labels: dict[str, int] = {}
+    counts: dict[str, int] = {}
     for run in runs:
-        n = labels.get(run.label, 0) + 1
-        labels[run.label] = n
+        n = counts.get(run.label, 0) + 1
+        counts[run.label] = n
         if n > 1:
             run.label = f"{run.label} ({n})"
     return Loaded(runs=runs, skipped=skipped, notes=notes)

@@ -25,6 +25,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("tput_per_gpu", "Total tok/s/GPU", +1, "tput"),
     Metric("output_tput_per_gpu", "Output tok/s/decode GPU", +1, "tput"),
     Metric("input_tput_per_gpu", "Input tok/s/prefill GPU", +1, "tput"),
+    # Absolute: what the tables show when a point's GPU split, so its per-GPU figures, is unknown.
+    Metric("total_tput", "Total tok/s", +1, "tput"),
+    Metric("output_tput", "Output tok/s", +1, "tput"),
     Metric("median_ttft_ms", "TTFT p50 (ms)", -1, "ms"),
     Metric("p99_ttft_ms", "TTFT p99 (ms)", -1, "ms"),
     Metric("p99.9_ttft_ms", "TTFT p99.9 (ms)", -1, "ms"),
@@ -42,6 +45,7 @@ ID_COLUMNS = (
     "isl",
     "osl",
     "conc",
+    "requests",  # sent: completed + failed
     "prefill_gpus",
     "decode_gpus",
     "valid",
@@ -54,6 +58,17 @@ ID_COLUMNS = (
 # Present only when a point checked its outputs (older results render as before): the sentinel
 # match as text (`3/4 (first divergence at token 17)`) and its rate, matched / compared.
 OUTPUT_COLUMNS = ("outputs", "outputs_match_rate")
+
+# Present only when a point has a TTFT breakdown: the requests it covers and each part's median (ms).
+BREAKDOWN_COLUMNS = (
+    "ttft_breakdown_requests",
+    "ttft_proxy_ms",
+    "ttft_prefill_ms",
+    "ttft_kv_transfer_ms",
+    "ttft_decode_ms",
+    "ttft_client_ms",
+)
+ABSOLUTE = frozenset({"total_tput", "output_tput"})
 
 
 @dataclass
@@ -163,4 +178,8 @@ class Report:
 
     @property
     def metrics(self) -> tuple[Metric, ...]:
-        return METRICS
+        """The metrics the human-readable tables show: the absolute throughputs only when some
+        point's per-GPU figures are unknown (the data outputs carry every metric)."""
+        if not self.table.empty and self.table["tput_per_gpu"].isna().any():
+            return METRICS
+        return tuple(m for m in METRICS if m.column not in ABSOLUTE)

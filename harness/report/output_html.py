@@ -10,15 +10,19 @@ from typing import Any
 
 from harness.report import breakdown_plot, breakdown_table, cells, check_text, decision_plot
 from harness.report.decision_text import RATIO_HEADERS, ratio_rows, summary_lines
-from harness.report.model import Report
+from harness.report.model import ABSOLUTE, Report
 from harness.report.run_summary import run_summaries
 
 STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em; color: #1f2328; }
+body { font-family: system-ui, sans-serif; margin: 1em 1.5em; color: #1f2328; }
 table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
 th, td { border: 1px solid #d0d7de; padding: 4px 8px; }
 th { background: #f6f8fa; }
 td.num { text-align: right; white-space: nowrap; }
+table.results { font-size: 0.75em; }
+table.results th { padding: 3px 4px; }
+table.results td { padding: 3px 4px; }
+td.run { overflow-wrap: anywhere; min-width: 8em; }
 tr.baseline td { background: #f6f8fa; }
 tr.invalid td { background: #ffebe9; }
 .invalid-flag { color: #cf222e; font-weight: bold; }
@@ -33,6 +37,12 @@ img.plot { max-width: 100%; }
 def _text(s: Any) -> str:
     """Escape, then show `code` spans as <code>."""
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(str(s)))
+
+
+def _breakable(text: str) -> str:
+    """Escaped, with a line-break opportunity after each / (headers like tok/s/decode GPU) and in
+    the longest header word."""
+    return html.escape(text).replace("/", "/<wbr>").replace("Interactivity", "Inter&shy;activity")
 
 
 def _cell(text: str, num: bool = False) -> str:
@@ -134,7 +144,7 @@ def render(report: Report) -> str:
     if report.baseline:
         out.append(
             f"<p><strong>Baseline:</strong> <code>{html.escape(report.baseline)}</code>. Other rows show "
-            "value (change, % change) against the baseline row of the same ISL, OSL and concurrency; "
+            "under each value its change and % change against the baseline row of the same ISL, OSL and concurrency; "
             '<span class="better">green</span> is better, <span class="worse">red</span> is worse.</p>'
         )
     out += [
@@ -175,29 +185,29 @@ def render(report: Report) -> str:
         out.append("<p>No usable result files.</p>")
     else:
         checked = "outputs" in df.columns  # only when some point checked its outputs
-        heads = ["Run", "ISL", "OSL", "Conc", "GPUs (P+D)", "Valid"] + (["Outputs"] if checked else [])
+        heads = ["Run", "ISL", "OSL", "Conc", "Requests", "GPUs (P+D)", "Valid"] + (["Outputs"] if checked else [])
         heads += [m.header for m in report.metrics]
         out += [
-            "<table>",
-            "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in heads) + "</tr></thead>",
+            # Fits a 1400 px window: small type, headers that break after each /, the change on lines of its own.
+            '<table class="results">',
+            "<thead><tr>" + "".join(f"<th>{_breakable(h)}</th>" for h in heads) + "</tr></thead>",
             "<tbody>",
         ]
         for _, r in df.iterrows():
             invalid = not cells.missing(r["valid"]) and not r["valid"]
             cls = " ".join(c for c, on in (("baseline", r["baseline"]), ("invalid", invalid)) if on)
-            label = (
-                f"<code>{html.escape(r['run'])}</code>" + (" (baseline)" if r["baseline"] else "") + cells.serving(r)
-            )
+            label = f"<code>{_breakable(r['run'])}</code>" + (" (baseline)" if r["baseline"] else "") + cells.serving(r)
             valid = {
                 "valid": "yes",
                 "invalid": '<span class="invalid-flag">INVALID</span>',
                 "unverified": '<span class="unverified-flag">unverified</span>',
             }.get(r["verdict"], "–")
             tds = [
-                _cell(label),
+                f'<td class="run">{label}</td>',
                 _cell(cells.integer(r["isl"]), True),
                 _cell(cells.integer(r["osl"]), True),
                 _cell(str(r["conc"]), True),
+                _cell(cells.integer(r["requests"]), True),
                 _cell(cells.gpus(r), True),
                 _cell(valid),
             ]
@@ -209,14 +219,21 @@ def render(report: Report) -> str:
                     d = cells.delta(m, r.get(f"{m.column}_delta"), r.get(f"{m.column}_pct"))
                     if d is not None:
                         way = {1: "better", -1: "worse", 0: "same"}[cells.direction(m, r.get(f"{m.column}_delta"))]
-                        text += f'<br><span class="{way}">({html.escape(d)})</span>'
+                        change = "<br>".join(html.escape(part) for part in d.split(", "))
+                        text += f'<br><span class="{way}">{change}</span>'
                 tds.append(_cell(text, True))
             out.append(f'<tr class="{cls}">' + "".join(tds) + "</tr>" if cls else "<tr>" + "".join(tds) + "</tr>")
         out += [
             "</tbody>",
             "</table>",
             "<p>Per-GPU throughput: total over prefill+decode GPUs, output over decode GPUs, input over "
-            "prefill GPUs. Interactivity = 1000 / median TPOT (ms).</p>",
+            "prefill GPUs. Interactivity = 1000 / median TPOT (ms)."
+            + (
+                " Total and output tok/s: absolute, for the points whose GPU split is unknown."
+                if any(m.column in ABSOLUTE for m in report.metrics)
+                else ""
+            )
+            + "</p>",
         ]
     out += _outputs(report)
     out += _decision(report)

@@ -9,7 +9,7 @@ from typing import Any
 
 from harness.report import cells
 from harness.report.export import export_frame
-from harness.report.model import Report
+from harness.report.model import Report, ShapeDecision
 from harness.report.run_summary import run_summaries
 
 
@@ -23,6 +23,36 @@ def _clean(v: Any) -> Any:
     return v
 
 
+def _decision(d: ShapeDecision) -> dict[str, Any]:
+    """What markdown and HTML say of one shape: the fronts, the ratios, the SLO's best points."""
+    best = {k: None if row is None else {c: _clean(v) for c, v in row.items()} for k, row in d.best.items()}
+    return _clean_tree(
+        {
+            "isl": d.isl,
+            "osl": d.osl,
+            "fronts": {k: [dataclasses.asdict(p) for p in f] for k, f in d.fronts.items()},
+            "ttft_p99_fronts": {k: [dataclasses.asdict(p) for p in f] for k, f in d.ttft_fronts.items()},
+            "at_interactivity": [
+                {"tok_s_user": x, "disagg_tput_per_gpu": a, "agg_tput_per_gpu": b, "ratio": r}
+                for x, a, b, r in d.at_interactivity
+            ],
+            "at_concurrency": [
+                {"conc": c, "disagg_tput_per_gpu": a, "agg_tput_per_gpu": b, "ratio": r}
+                for c, a, b, r in d.at_concurrency
+            ],
+            "best": best,
+        }
+    )
+
+
+def _clean_tree(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _clean_tree(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_clean_tree(x) for x in v]
+    return _clean(v)
+
+
 def document(report: Report) -> dict[str, Any]:
     rows = [{k: _clean(v) for k, v in row.items()} for row in export_frame(report, 6).to_dict(orient="records")]
     doc: dict[str, Any] = {"baseline": report.baseline, "runs": run_summaries(report), "rows": rows}
@@ -31,6 +61,10 @@ def document(report: Report) -> dict[str, Any]:
         doc["outputs_drift"] = [dataclasses.asdict(d) for d in report.drifts]
     if report.accuracy:
         doc["accuracy"] = [dataclasses.asdict(r) for r in report.accuracy]
+    if report.slo:
+        doc["slo"] = dict(report.slo)
+    if report.decisions:
+        doc["decisions"] = [_decision(d) for d in report.decisions]
     doc["skipped"] = [{"path": report.rel(s.path), "reason": s.reason} for s in report.skipped]
     doc["notes"] = list(report.notes)
     return doc

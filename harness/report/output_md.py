@@ -6,7 +6,7 @@ from typing import Any
 
 from harness.report import breakdown_table, cells, check_text
 from harness.report.decision_text import RATIO_HEADERS, ratio_rows, summary_lines
-from harness.report.model import Report
+from harness.report.model import ABSOLUTE, Report
 from harness.report.run_summary import run_summaries
 
 RIGHT = "---:"
@@ -105,15 +105,19 @@ def render(report: Report) -> str:
         out += ["No usable result files.", ""]
     else:
         checked = "outputs" in df.columns  # only when some point checked its outputs
-        header = ["Run", "ISL", "OSL", "Conc", "GPUs (P+D)", "Valid"] + (["Outputs"] if checked else [])
+        absolute = any(m.column in ABSOLUTE for m in report.metrics)
+        header = ["Run", "ISL", "OSL", "Conc", "Requests", "GPUs (P+D)", "Valid"] + (["Outputs"] if checked else [])
         header += [m.header for m in report.metrics]
         align = (
-            ["---", RIGHT, RIGHT, RIGHT, RIGHT, "---"] + (["---"] if checked else []) + [RIGHT] * len(report.metrics)
+            ["---", RIGHT, RIGHT, RIGHT, RIGHT, RIGHT, "---"]
+            + (["---"] if checked else [])
+            + [RIGHT] * len(report.metrics)
         )
         body = []
         for _, r in df.iterrows():
             label = f"`{_esc(r['run'])}`" + (" (baseline)" if r["baseline"] else "") + cells.serving(r)
-            line = [label, cells.integer(r["isl"]), cells.integer(r["osl"]), str(r["conc"]), cells.gpus(r), _valid(r)]
+            line = [label, cells.integer(r["isl"]), cells.integer(r["osl"]), str(r["conc"])]
+            line += [cells.integer(r["requests"]), cells.gpus(r), _valid(r)]
             if checked:
                 line.append(_esc(r["outputs"]) if not cells.missing(r["outputs"]) else "–")
             for m in report.metrics:
@@ -128,7 +132,8 @@ def render(report: Report) -> str:
         out += [
             "",
             "Per-GPU throughput: total over prefill+decode GPUs, output over decode GPUs, input over "
-            "prefill GPUs. Interactivity = 1000 / median TPOT (ms).",
+            "prefill GPUs. Interactivity = 1000 / median TPOT (ms)."
+            + (" Total and output tok/s: absolute, for the points whose GPU split is unknown." if absolute else ""),
             "",
         ]
     out += _outputs(report)

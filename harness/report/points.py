@@ -68,6 +68,7 @@ class Point:
     completed: int | None
     failed: int | None
     failed_derived: bool  # failed = num_prompts - completed (files without a `failed` key)
+    requests: int | None  # sent: completed + failed, else num_prompts; None when neither is known
     total_token_throughput: float
     output_throughput: float
     prefill_gpus: int | None

@@ -222,6 +222,7 @@ def read_point(path: Path, run_root: Path, notes: list[Note]) -> Point:
     num_prompts = _int(data.get("num_prompts"))
     if failed is None and completed is not None and num_prompts is not None and num_prompts >= completed:
         failed, failed_derived = num_prompts - completed, True
+    requests = completed + failed if completed is not None and failed is not None else num_prompts
 
     # GPUs: the metadata's working GPUs, else the file name as InferenceX's workflow reads it.
     g, c, d = name.gpus, name.ctx, name.gen
@@ -280,6 +281,7 @@ def read_point(path: Path, run_root: Path, notes: list[Note]) -> Point:
         completed=completed,
         failed=failed,
         failed_derived=failed_derived,
+        requests=requests,
         total_token_throughput=total,
         output_throughput=output,
         prefill_gpus=pg,

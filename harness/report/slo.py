@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
+
 # --slo keys -> the report table's columns (latencies in ms)
 SLO_COLUMNS = {
     "ttft_p50": "median_ttft_ms",
@@ -40,3 +42,21 @@ def parse_slo(text: str) -> dict[str, float]:
     if not out:
         raise SLOError("--slo: no bound given (e.g. --slo ttft_p99=2000,tpot_p50=30)")
     return out
+
+
+def slo_notes(table: pd.DataFrame, slo: dict[str, float], shapes: list[tuple[int, int]]) -> list[str]:
+    """Why `--slo` chose nothing, in words: no shape has both serving kinds to choose between, or
+    a bound's latency is in no point's result file of the shapes that do."""
+    given = ",".join(f"{k}={v:g}" for k, v in slo.items())
+    if not shapes:
+        return [
+            f"--slo {given}: not applied: it picks the best disaggregated or aggregated point of an "
+            "ISL/OSL, and no ISL/OSL here has both (report a run that has an aggregated baseline, or "
+            "a disaggregated and an aggregated run together)"
+        ]
+    rows = table[[(isl, osl) in shapes for isl, osl in zip(table["isl"], table["osl"], strict=True)]]
+    return [
+        f"--slo {key}: no point of those ISL/OSLs records {SLO_COLUMNS[key]}, so none can meet it"
+        for key in slo
+        if rows[SLO_COLUMNS[key]].isna().all()
+    ]

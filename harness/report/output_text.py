@@ -1,0 +1,280 @@
+"""The report for a terminal: rich tables that fit its width (80 columns and up).
+
+The same sections as the markdown. Runs get a letter (A, B, ...) so the tables need no long run
+names; the results are split into points, throughput and latency tables, and a section too wide
+for 80 columns (accuracy) is written as lines, not a table.
+"""
+
+from __future__ import annotations
+
+import io
+import string
+from collections.abc import Iterator
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from harness.report import breakdown_table, cells, check_text
+from harness.report.decision_text import RATIO_HEADERS, ratio_rows, summary_lines
+from harness.report.model import METRICS, Metric, Report
+from harness.report.run_summary import run_summaries
+
+THROUGHPUT_HEADERS = {
+    "tput_per_gpu": "Total per GPU",
+    "output_tput_per_gpu": "Output per decode GPU",
+    "input_tput_per_gpu": "Input per prefill GPU",
+    "intvty": "Per user",
+    "total_tput": "Total",
+    "output_tput": "Output",
+}
+PER_GPU = ("tput_per_gpu", "output_tput_per_gpu", "input_tput_per_gpu", "intvty")
+ABSOLUTE = ("total_tput", "output_tput")
+LATENCY_HEADERS = {
+    "median_ttft_ms": "TTFT p50",
+    "p99_ttft_ms": "TTFT p99",
+    "p99.9_ttft_ms": "TTFT p99.9",
+    "median_tpot_ms": "TPOT p50",
+    "median_e2el_ms": "E2EL p50",
+    "p99_e2el_ms": "E2EL p99",
+}
+STYLE = {1: "green", -1: "red", 0: ""}
+
+
+def run_keys(report: Report) -> dict[str, str]:
+    """Run label -> A, B, ..., Z, AA, AB, ..."""
+    letters = string.ascii_uppercase
+    keys = {}
+    for i, run in enumerate(report.runs):
+        keys[run.label] = letters[i] if i < 26 else letters[i // 26 - 1] + letters[i % 26]
+    return keys
+
+
+def _table(title: str | None, headers: list[str], numeric: list[bool]) -> Table:
+    """Headers wrap at their spaces; `_rows` keeps numbers whole."""
+    t = Table(
+        title=title,
+        title_justify="left",
+        title_style="bold",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    for h, num in zip(headers, numeric, strict=True):
+        t.add_column(h, justify="right" if num else "left", overflow="fold")
+    return t
+
+
+def _rows(t: Table, rows: list[list[Any]]) -> Table:
+    """Add the rows; a column is never narrower than its widest short cell (a number, a run key,
+    a shape), so a number is never folded across lines when the table is narrowed to fit."""
+    for i, col in enumerate(t.columns):
+        short = [len(line) for r in rows for line in str(r[i]).splitlines() if len(line) <= 12]
+        col.min_width = max(short, default=None)
+    for r in rows:
+        t.add_row(*r)
+    return t
+
+
+def _number(m: Metric, v: Any) -> str:
+    """Narrower than the markdown's: no decimals from 100 up (a terminal has 80 columns)."""
+    if cells.missing(v) or m.kind == "count" or abs(float(v)) < 100:
+        return cells.value(m, v)
+    return f"{float(v):,.0f}"
+
+
+def _bullets(lines: list[str]) -> Table:
+    """A list with a hanging indent."""
+    t = Table.grid(padding=(0, 1))
+    t.add_column(no_wrap=True)
+    t.add_column(overflow="fold")
+    for line in lines:
+        t.add_row("-", line)
+    return t
+
+
+def _heading(text: str) -> Text:
+    return Text("\n" + text, style="bold underline")
+
+
+def _metric(report: Report, m: Metric, row: Any) -> Text:
+    """The value, and under it the change against the baseline (coloured better/worse)."""
+    text = Text(_number(m, row[m.column]))
+    if report.baseline and not row["baseline"]:
+        d, pct = row.get(f"{m.column}_delta"), row.get(f"{m.column}_pct")
+        if not cells.missing(d):
+            count = m.kind == "count" or cells.missing(pct)
+            change = (cells.delta(m, d, None) or "") if count else f"{float(pct):+.1f}%"
+            text.append("\n" + change, style=STYLE[cells.direction(m, d)])
+    return text
+
+
+def _runs(report: Report, keys: dict[str, str]) -> Iterator[RenderableType]:
+    yield _heading("Runs")
+    fields = (("source", ""), ("recipe", "recipe "), ("model", "model "), ("precision", ""), ("connector", ""))
+    for s in run_summaries(report):
+        head = Text(f"{keys[s['run']]}  ", style="bold").append(s["run"], style="cyan")
+        if s["baseline"]:
+            head.append(" (baseline)", style="bold")
+        facts = [f"{prefix}{s[k]}" for k, prefix in fields if s[k] is not None]
+        facts += [f"GPUs (P+D) {s['gpus']}"] if s["gpus"] else []
+        facts += [f"fingerprint {s['fingerprint']}"] if s["fingerprint"] else []
+        facts += [f"state {s['state']}"] if s["state"] else []
+        facts.append(f"{s['points']} point{'' if s['points'] == 1 else 's'}")
+        yield head
+        yield Padding(Text(" · ".join(facts)), (0, 0, 0, 3))
+
+
+def _results(report: Report, keys: dict[str, str]) -> Iterator[RenderableType]:
+    df = report.table
+    yield _heading("Results")
+    if df.empty:
+        yield Text("No usable result files.")
+        return
+    shapes = df[["isl", "osl"]].drop_duplicates()
+    one_shape = len(shapes) == 1
+    if one_shape:
+        yield Text(f"ISL {cells.integer(df['isl'].iloc[0])} / OSL {cells.integer(df['osl'].iloc[0])}")
+    checked = "outputs" in df.columns
+    every = {m.column: m for m in METRICS}
+    lead = ["Run"] + ([] if one_shape else ["ISL/OSL"]) + ["Conc"]
+
+    def ids(r: Any) -> list[Any]:
+        run = keys[r["run"]] + (" agg" if r["serving"] == "agg" else "")
+        shape = [] if one_shape else ["n/a" if cells.missing(r["isl"]) else f"{r['isl']}/{cells.integer(r['osl'])}"]
+        return [run, *shape, str(r["conc"])]
+
+    n = len(lead)
+    left, right = [False] * (n - 1), [True]  # Run (and shape) left, Conc right
+    heads = {  # title -> headers, right-aligned (numeric) or not
+        "Points": (
+            [*lead, "GPUs (P+D)", "Requests", "Failed", "Valid"] + (["Outputs"] if checked else []),
+            left + right + [True, True, True, False] + ([False] if checked else []),
+        ),
+        "Throughput (tok/s)": ([*lead, *(THROUGHPUT_HEADERS[c] for c in PER_GPU)], left + right * (1 + len(PER_GPU))),
+        "Absolute throughput (tok/s)": (
+            [*lead, *(THROUGHPUT_HEADERS[c] for c in ABSOLUTE)],
+            left + right * (1 + len(ABSOLUTE)),
+        ),
+        "Latency (ms)": ([*lead, *LATENCY_HEADERS.values()], left + right * (1 + len(LATENCY_HEADERS))),
+    }
+    rows: dict[str, list[list[Any]]] = {title: [] for title in heads}
+    for _, r in df.iterrows():
+        valid = {
+            "valid": Text("yes"),
+            "invalid": Text("INVALID", style="bold red"),
+            "unverified": Text("unverified", style="yellow"),
+        }.get(r["verdict"], Text("–"))
+        row = [*ids(r), cells.gpus(r), cells.integer(r["requests"]), _metric(report, every["failed"], r), valid]
+        if checked:
+            row.append("–" if cells.missing(r["outputs"]) else str(r["outputs"]))
+        rows["Points"].append(row)
+        rows["Throughput (tok/s)"].append([*ids(r), *(_metric(report, every[c], r) for c in PER_GPU)])
+        rows["Absolute throughput (tok/s)"].append([*ids(r), *(_metric(report, every[c], r) for c in ABSOLUTE)])
+        rows["Latency (ms)"].append([*ids(r), *(_metric(report, every[c], r) for c in LATENCY_HEADERS)])
+    tables = {title: _rows(_table(title, headers, numeric), rows[title]) for title, (headers, numeric) in heads.items()}
+    points, tput, absolute, lat = tables.values()
+    yield points
+    yield tput
+    yield Text(
+        "Per GPU: total over prefill+decode GPUs, output over decode GPUs, input over prefill GPUs. "
+        "Per user = 1000 / TPOT p50.",
+        style="dim",
+    )
+    if any(m.column == "total_tput" for m in report.metrics):  # some point's GPU split is unknown
+        yield absolute
+    yield lat
+    if report.baseline:
+        yield Text(
+            f"Changes against the baseline ({keys[report.baseline]}) at the same ISL, OSL and concurrency: "
+            "green better, red worse.",
+            style="dim",
+        )
+
+
+def _outputs(report: Report, keys: dict[str, str]) -> Iterator[RenderableType]:
+    if report.drifts:
+        yield _heading("Outputs over the run")
+        yield Text(check_text.DRIFT_NOTE, style="dim")
+        for d in report.drifts:
+            line = Text(f"{keys[d.run]}{' agg' if d.serving == 'agg' else ''}: ", style="bold")
+            line.append(check_text.drift_steps(d))
+            flag = check_text.drift_flag(d)
+            if flag:
+                line.append(f" — {flag}", style="bold red")
+            yield line
+    if report.accuracy:
+        yield _heading("Accuracy")
+        heads = check_text.ACCURACY_HEADERS
+        for r in report.accuracy:
+            c = check_text.accuracy_cells(r)
+            line = Text(f"{keys[c[0]]}  ", style="bold").append(f"{c[1]}: {c[2]} {c[3]}")
+            line.append(f"; {heads[4].lower()} {c[4]}; passed ")
+            line.append(c[5], style="bold red" if r.passed is False else "")
+            line.append(f"; {heads[6].lower()}: {c[6]}; {heads[7].lower()}: {c[7]}; samples {c[8]}")
+            yield line
+        yield Text(check_text.ACCURACY_NOTE, style="dim")
+
+
+def _decisions(report: Report) -> Iterator[RenderableType]:
+    if not report.decisions:
+        return
+    yield _heading("Disaggregated vs aggregated")
+    yield _bullets(summary_lines(report.decisions, report.slo))
+    for dec in report.decisions:
+        t = _table(f"ISL {dec.isl} / OSL {dec.osl}", RATIO_HEADERS, [False, True, True, True])
+        for row in ratio_rows(dec):
+            t.add_row(*row)
+        yield t
+
+
+def _breakdown(report: Report, keys: dict[str, str]) -> Iterator[RenderableType]:
+    if not report.breakdowns:
+        return
+    yield _heading("Where TTFT goes (medians, ms)")
+    heads = breakdown_table.HEADERS
+    t = _table(None, heads, [False, False] + [True] * (len(heads) - 2))
+    for row in breakdown_table.rows(report):
+        t.add_row(keys[row[0]], *row[1:])
+    yield t
+    yield Text(
+        "Proxy: arrival to first leg sent; Prefill: its queue and compute; KV transfer: the decode "
+        "servers' mean over the point; Decode: the rest of the decode leg to its first byte; Client: "
+        "the client's TTFT less the proxy's arrival-to-first-byte.",
+        style="dim",
+    )
+
+
+def renderables(report: Report) -> Group:
+    keys = run_keys(report)
+    parts: list[RenderableType] = [Text("pdbench report", style="bold")]
+    parts += _runs(report, keys)
+    parts += _results(report, keys)
+    parts += _outputs(report, keys)
+    parts += _decisions(report)
+    parts += _breakdown(report, keys)
+    if report.skipped:
+        parts.append(_heading(f"Skipped files ({len(report.skipped)})"))
+        parts.append(_bullets([f"{report.rel(s.path)}: {s.reason}" for s in report.skipped]))
+    if report.notes:
+        parts.append(_heading("Notes"))
+        parts.append(_bullets(list(report.notes)))
+    return Group(*parts)
+
+
+def render(report: Report, width: int = 80) -> str:
+    """Plain text at `width` columns (no colour): `--out report.txt`, and the tests."""
+    buf = io.StringIO()
+    Console(file=buf, width=width, color_system=None, force_terminal=False, legacy_windows=False).print(
+        renderables(report)
+    )
+    return buf.getvalue()
+
+
+def show(report: Report, console: Console) -> None:
+    """Print to a terminal: its width, its colours."""
+    console.print(renderables(report))
