@@ -1,7 +1,9 @@
 """lm-eval for real against real vLLM through pdbench's proxy: a local-tiny-1p1d-pdbench job of
 the copy model with the fixture task passes its threshold; the same job with the bundled
 connector's debug_corrupt (decode zeroes its last received KV block per layer) falls under it
-and fails, naming the task, the score and the threshold in status.json."""
+and fails, naming the task, the score and the threshold in status.json. The same two jobs check
+the sentinel prompts of their (one) point: all equal to the prefill instance's whole answers,
+and, corrupted, the first point invalid by outputs_match, naming the prompt and the position."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import require_vllm
 from test_accuracy_contract import collect_rows
-from test_e2e_vllm import _assert_nothing_left, _finish, _launch
+from test_e2e_vllm import _assert_nothing_left, _assert_outputs_match, _finish, _launch
 
 pytestmark = pytest.mark.vllm
 
@@ -58,6 +60,8 @@ def test_copy_task_passes_through_the_proxy(tmp_path: Path) -> None:
         {"task": "pdbench_copy", "is_multinode": True, "conc": 2, "score": 1.0, "n_eff": 16, "model": "copy"}
     ]
     assert json.loads((run_dir / "status.json").read_text())["state"] == "succeeded"
+    (point,) = run_dir.glob("concurrency_2_*.json")
+    _assert_outputs_match(json.loads(point.read_text()), run_dir)
     _assert_nothing_left(watcher)
 
 
@@ -75,4 +79,11 @@ def test_corrupted_kv_drops_the_score_and_fails_the_job(tmp_path: Path) -> None:
     assert status["state"] == "failed"
     reason = json.dumps(status)
     assert "pdbench_copy" in reason and f"{task['score']:.4f}" in reason and f"threshold {THRESHOLD}" in reason
+    # The sentinels caught it in the point itself, before any eval ran.
+    (point,) = run_dir.glob("concurrency_2_*.json")
+    r = json.loads(point.read_text())
+    assert r["metadata"]["valid"] is False and r["sentinels"]["matched"] < r["sentinels"]["sent"] == 4, r["sentinels"]
+    why = r["metadata"]["validity"]["reasons"][0]
+    assert why.startswith("outputs_match: ") and " (prompt '" in why and "first differs at token " in why, why
+    assert "reference '" in why and "answer '" in why, why
     _assert_nothing_left(watcher)
