@@ -3,7 +3,8 @@
 Exit codes: 0 every point written and no request failed; 1 a request failed, a point
 could not be run, the target died or the total timeout hit (the results of the points
 that ran are still written, a cut-short one with its `stop_reason`); 2 the
-configuration is invalid.
+configuration is invalid; 130 Ctrl-C (the point it cut short is written, marked
+interrupted; the points left are not run).
 """
 
 from __future__ import annotations
@@ -12,13 +13,16 @@ import inspect
 import json
 from pathlib import Path
 from types import UnionType
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
 
 import typer
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
 from harness.bench.client_config import ClientConfig
+
+if TYPE_CHECKING:
+    from harness.bench.sweep import PointOutcome
 
 
 def _csv(value: str | None) -> list[str] | None:
@@ -191,11 +195,33 @@ def bench_command(**flags: Any) -> None:
 
     try:
         outcomes = run_sweep_detailed(cfg)
+    except KeyboardInterrupt:
+        raise _fail("interrupted (Ctrl-C)", 130) from None
     except Exception as e:
         raise _fail(f"{type(e).__name__}: {e}", 1) from None
+    if any(o.interrupted for o in outcomes):
+        raise _fail(interrupted_summary(outcomes, cfg.result_dir), 130)
     if not all(o.ok for o in outcomes):
         bad = [f"C={o.concurrency} ({o.error or f'{o.failed} failed'})" for o in outcomes if not o.ok]
         raise _fail("not every request succeeded: " + "; ".join(bad), 1)
+
+
+def interrupted_summary(outcomes: list[PointOutcome], result_dir: str) -> str:
+    """What a Ctrl-C kept and what it skipped, and how to finish the sweep."""
+
+    def name(o: PointOutcome) -> str:
+        return f"C={o.concurrency}" + (f" {o.shape}" if o.shape else "")
+
+    lines = ["interrupted (Ctrl-C)"]
+    for o in outcomes:
+        if o.interrupted and o.path is not None:
+            lines.append(f"  {name(o)}: cut short, {o.completed} completed, written as interrupted -> {o.path}")
+        elif o.interrupted:
+            lines.append(f"  {name(o)}: not run")
+        elif o.path is not None:
+            lines.append(f"  {name(o)}: {'kept' if o.kept else 'done'} -> {o.path}")
+    lines.append(f"to finish the sweep: the same command with --resume (into {result_dir})")
+    return "\n".join(lines)
 
 
 bench_command.__signature__ = inspect.Signature(_parameters())  # type: ignore[attr-defined]

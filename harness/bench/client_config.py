@@ -98,6 +98,13 @@ class ClientConfig(BenchmarkSettings):
     progress: Literal["auto", "rich", "plain"] = Field(
         "auto", description="Progress display: auto (a rich bar when stderr is a terminal, else plain lines)."
     )
+    interrupt_grace_s: float = Field(
+        30.0,
+        gt=0,
+        description="After a first Ctrl-C (SIGINT): how long the requests in flight may take to finish before "
+        "they are cancelled; the point is then written as interrupted and the points left are not run. A second "
+        "Ctrl-C cancels them at once.",
+    )
 
     @field_validator("kv_connector")
     @classmethod

@@ -7,6 +7,8 @@ for one of the `--max-concurrency` slots, first come first served.
 
 `stop(reason)` ends a batch at once: the requests in flight fail with `reason`, those
 never sent fail with it too (with no start time), and the finished ones are kept.
+`drain(reason, grace_s)` sends no more but lets the requests in flight finish, for at most
+`grace_s`; then it stops the batch as `stop` does (a first Ctrl-C).
 """
 
 from __future__ import annotations
@@ -47,6 +49,12 @@ class Progress:
     total: int = 0
     done: int = 0
     failed: int = 0
+    sent: int = 0
+    note: str = ""  # what the display says besides the counts (e.g. that the batch is stopping)
+
+    @property
+    def in_flight(self) -> int:
+        return max(0, self.sent - self.done)
 
 
 class LoadRun:
@@ -74,14 +82,19 @@ class LoadRun:
         self.progress = progress or Progress()
         self.progress.total = len(requests)
         self.stop_reason: str | None = None
+        self.drain_reason: str | None = None
+        self._grace: asyncio.TimerHandle | None = None
+        self._waiting: set[asyncio.Task[None]] = set()  # workers waiting for their next arrival time
         self._next = 0
         self._own_slots = slots is None
         self._slots: list[Slot] = list(slots[: self.concurrency]) if slots is not None else []
         self._stopped: asyncio.Event | None = None
         self.t0 = 0.0
         # Several load processes share one request counter (harness.bench.workers): `take`
-        # then hands out the next index, `on_done` sees each finished request.
+        # then hands out the next index, `on_sent` sees each request leave, `on_done` each
+        # finished one.
         self.take: Callable[[], int] | None = None
+        self.on_sent: Callable[[], None] | None = None
         self.on_done: Callable[[RequestOutput], None] | None = None
 
     def _take(self) -> int:
@@ -92,18 +105,31 @@ class LoadRun:
     async def _worker(self, slot: Slot) -> None:
         n, outs, reqs, offsets, progress = len(self.requests), self.outs, self.requests, self.offsets, self.progress
         timeout, t0 = self.request_timeout_s, self.t0
-        take, on_done = self.take or self._take, self.on_done
-        while self.stop_reason is None:
+        take, on_sent, on_done = self.take or self._take, self.on_sent, self.on_done
+        me = asyncio.current_task()
+        assert me is not None
+        while self.stop_reason is None and self.drain_reason is None:
             i = take()
             if i >= n:
                 return
             delay = t0 + offsets[i] - time.perf_counter()
             if delay > 0:
-                await asyncio.sleep(delay)
-                if self.stop_reason is not None:
+                self._waiting.add(me)
+                try:
+                    await asyncio.sleep(delay)
+                except asyncio.CancelledError:
+                    if self.drain_reason is None:
+                        raise
+                    return  # woken by drain: request i is never sent
+                finally:
+                    self._waiting.discard(me)
+                if self.stop_reason is not None or self.drain_reason is not None:
                     return
             out = outs[i]
             out.queue_time = max(0.0, time.perf_counter() - (t0 + offsets[i]))
+            progress.sent += 1
+            if on_sent is not None:
+                on_sent()
             await slot.send(reqs[i], out, timeout)
             progress.done += 1
             if not out.success:
@@ -141,14 +167,30 @@ class LoadRun:
             await asyncio.gather(everything, return_exceptions=True)
         finally:
             stopper.cancel()
+            if self._grace is not None:
+                self._grace.cancel()
             if self._own_slots:
                 for s in self._slots:
                     s.close()
-        if self.stop_reason is not None:
+        reason = self.drain_reason or self.stop_reason
+        if reason is not None:
             for o in self.outs:
                 if not o.success and not o.error:
-                    o.error = self.stop_reason
-        return self.stop_reason
+                    o.error = reason
+        return reason
+
+    def drain(self, reason: str, grace_s: float) -> None:
+        """Send no more requests; those in flight may finish for `grace_s`, then the batch is
+        stopped (they fail with `reason` and the grace). The batch ends with `reason`."""
+        if self.stop_reason is not None or self.drain_reason is not None:
+            return
+        self.drain_reason = reason
+        for t in list(self._waiting):
+            t.cancel()
+        loop = asyncio.get_running_loop()
+        self._grace = loop.call_later(
+            grace_s, self.stop, f"{reason}: still in flight after the {grace_s:g} s grace, cancelled"
+        )
 
     def stop(self, reason: str) -> None:
         """End the batch now; safe to call from the event loop at any time, more than once."""

@@ -1,7 +1,8 @@
 """Progress of each batch: a rich progress bar on a terminal, a few plain log lines otherwise.
 
 The load generator only increments counters (`loadgen.Progress`); a display task polls
-them, so progress costs nothing per request.
+them, so progress costs nothing per request. A batch that is stopping (a first Ctrl-C) says
+so in its `note`: the bar's label then tells how many requests are still in flight.
 """
 
 from __future__ import annotations
@@ -86,12 +87,25 @@ class Display:
             await asyncio.sleep(every)
             self._update()
 
+    def _describe(self, final: bool) -> str:
+        p = self.progress
+        if not p.note:
+            return self.label
+        return f"{self.label} {p.note}" if final else f"{self.label} {p.note}, {p.in_flight} in flight"
+
     def _update(self, final: bool = False) -> None:
         p = self.progress
         elapsed = time.monotonic() - self._t0
         rate = p.done / elapsed if elapsed > 0 else 0.0
         if self._bar is not None:
-            self._bar.update(self._rich_id, completed=p.done, total=p.total, failed=p.failed, rate=rate)
+            self._bar.update(
+                self._rich_id,
+                description=self._describe(final),
+                completed=p.done,
+                total=p.total,
+                failed=p.failed,
+                rate=rate,
+            )
             self._bar.refresh()
         elif not final:
-            log(f"{self.label}: {p.done}/{p.total} done, {p.failed} failed, {elapsed:.0f} s", self.stream)
+            log(f"{self._describe(final)}: {p.done}/{p.total} done, {p.failed} failed, {elapsed:.0f} s", self.stream)

@@ -4,13 +4,20 @@ A watchdog (harness.bench.watchdog) runs beside the load; when the target dies t
 running batch stops at once, its finished requests are kept (the point's file is
 written with `stop_reason`), and the points left are not run. `total_timeout_s`
 ends a sweep the same way.
+
+A first Ctrl-C (SIGINT) sends no more requests, waits at most `interrupt_grace_s` for those
+in flight, writes the point so far with `stop_reason` INTERRUPTED (its sentinels finished and
+recorded) and runs no more points; a second one cancels the requests in flight at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import math
+import signal
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -77,7 +84,9 @@ BUSY_WARN = 0.9
 # How long a point waits for the proxy's timing records of its completed requests.
 PROXY_RECORDS_WAIT_S = 2.0
 
-__all__ = ["PointOutcome", "TargetDied", "arrival_offsets", "run_sweep", "run_sweep_detailed"]
+INTERRUPTED = "interrupted by SIGINT (Ctrl-C)"
+
+__all__ = ["INTERRUPTED", "PointOutcome", "TargetDied", "arrival_offsets", "run_sweep", "run_sweep_detailed"]
 
 
 @dataclass
@@ -89,6 +98,7 @@ class PointOutcome:
     error: str | None = None
     shape: str | None = None  # isl_<I>_osl_<O> in a several-shape sweep
     kept: bool = False  # resumed: the result of an earlier run, not run again
+    interrupted: bool = False  # cut short or not run because of a Ctrl-C
 
     @property
     def ok(self) -> bool:
@@ -129,6 +139,12 @@ class _Sweep:
         self.sentinels: dict[str, list[Sentinel]] = {}
         self.reference: Reference | None = None
         self.sentinel_client: SentinelClient | None = None
+        # Ctrl-C: how many so far, and what waits that a first one ends.
+        self.interrupted: str | None = None
+        self.interrupts = 0
+        self.halt = asyncio.Event()  # set by a first Ctrl-C: ends a cooldown
+        self.setup: asyncio.Task[None] | None = None  # the work before the first point
+        self.unsent = 0  # the last measured batch's requests never sent (it was stopped)
 
     # -- stops ----------------------------------------------------------------
 
@@ -137,6 +153,37 @@ class _Sweep:
         log(f"stopping now: {reason}")
         if self.current is not None:
             self.current.stop(reason)
+
+    def on_interrupt(self) -> None:
+        """SIGINT: the first drains the running batch (or ends the setup), the second cancels now."""
+        self.interrupts += 1
+        if self.interrupts == 1:
+            self.interrupted = INTERRUPTED
+            self.halt.set()
+            if self.current is not None:
+                grace = self.cfg.interrupt_grace_s
+                n = self.progress.in_flight
+                log(
+                    f"Ctrl-C: sending stopped; waiting up to {grace:g} s for {n} request(s) in flight, then the "
+                    "point is written as interrupted and the points left are skipped (Ctrl-C again to stop now)"
+                )
+                self.progress.note = "stopping (Ctrl-C)"
+                self.current.drain(INTERRUPTED, grace)
+            else:
+                log("Ctrl-C: stopping; the points left are skipped (Ctrl-C again to stop now)")
+                if self.setup is not None:
+                    self.setup.cancel()
+            return
+        # A third Ctrl-C is Python's: KeyboardInterrupt.
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
+        if self.current is not None:
+            log(f"second Ctrl-C: cancelling {self.progress.in_flight} request(s) in flight now")
+            self.progress.note = "cancelled (second Ctrl-C)"
+            self.current.stop(f"{INTERRUPTED}: cancelled in flight by a second Ctrl-C")
+        else:
+            log("second Ctrl-C: stopping now")
+            if self.setup is not None:
+                self.setup.cancel()
 
     def _stop_invalid(self, concurrency: int, why: str) -> None:
         """A point whose evidence is already bad stops now (validity.early_check_s)."""
@@ -219,10 +266,10 @@ class _Sweep:
         """`progress`: the batch's counters, when something else (the point's sentinels) reads them too."""
         wire, outs = self.prepare(reqs)
         offsets = arrival_offsets(len(reqs), rate, rng, self.cfg.burstiness)
-        if self.dead is not None:
+        if (halted := self.dead or self.interrupted) is not None:
             for o in outs:
-                o.error = self.dead
-            return outs, self.dead
+                o.error = halted
+            return outs, halted
         limit, reason = self._limit(point_limit)
         progress = self.progress = progress or Progress()
         if self.startup_cpu_s is None:
@@ -396,7 +443,9 @@ class _Sweep:
                 cfg.point_timeout_for(n_warm, concurrency),
                 np.random.default_rng(self._seed_key(concurrency, _ARRIVALS)),  # unused at rate inf
             )
-            if stopped is not None and (self.dead is not None or stopped == self._total_reason()):
+            if stopped is not None and (
+                self.dead is not None or self.interrupted is not None or stopped == self._total_reason()
+            ):
                 return f"stopped during warmups: {stopped}"
             if bad := [o for o in warm if not o.success]:
                 log(f"C={concurrency}{self._shape_text()}: {len(bad)}/{n_warm} warmup requests failed: {bad[0].error}")
@@ -430,6 +479,11 @@ class _Sweep:
         )
         if sentinels is not None:
             await sentinels.finish(stopped is not None)
+        self.unsent = sum(o.start_time is None for o in outs)
+        if self.interrupted is not None and self.unsent == len(outs):
+            if probe is not None:
+                await probe.cancel()
+            return f"{INTERRUPTED} before its measured requests were sent"
         s_prompt, s_output, s_ok, s_failed = sentinels.counts() if sentinels is not None else (0, 0, 0, 0)
         backend = "openai-chat" if cfg.endpoint == "chat" else "openai"
         metadata = _metadata(cfg) | self.runtime
@@ -492,6 +546,25 @@ class _Sweep:
     # -- the sweep ----------------------------------------------------------------
 
     async def run(self) -> list[PointOutcome]:
+        """The sweep, with Ctrl-C handled by on_interrupt while it runs (in the main thread only:
+        elsewhere the embedding program owns SIGINT)."""
+        loop = asyncio.get_running_loop()
+        ours = threading.current_thread() is threading.main_thread()
+        if ours:
+            loop.add_signal_handler(signal.SIGINT, self.on_interrupt)
+        try:
+            return await self._run()
+        finally:
+            if ours:
+                loop.remove_signal_handler(signal.SIGINT)
+
+    async def _prepare(self, watchdog: Watchdog, points: list[_Point], session: aiohttp.ClientSession) -> None:
+        """What comes before the first point; a first Ctrl-C cancels it."""
+        await watchdog.preflight(session)  # raises TargetDied: nothing was sent
+        self.runtime = await runtime_metadata(self.base, log)
+        await self._answer_references(points, session)
+
+    async def _run(self) -> list[PointOutcome]:
         base = self.base
         # Fail before sending any load rather than after a long point.
         points = self._plan_points()
@@ -508,11 +581,16 @@ class _Sweep:
         outcomes: list[PointOutcome] = []
         watchdog = Watchdog(base.base_url, base.health_check_interval_s, base.server_pids, self.on_dead, log)
         async with aiohttp.ClientSession() as health_session:
-            await watchdog.preflight(health_session)  # raises TargetDied: nothing was sent
-            self.runtime = await runtime_metadata(base, log)
-            await self._answer_references(points, health_session)
+            self.setup = asyncio.create_task(self._prepare(watchdog, points, health_session))
+            try:
+                await self.setup
+            except asyncio.CancelledError:
+                if self.interrupted is None:
+                    raise
+            finally:
+                self.setup = None
             self.workers = base.workers or default_workers(max(base.concurrency))
-            if self.workers > 1:
+            if self.workers > 1 and self.interrupted is None:
                 self.pool = WorkerPool(self.workers, base.url, base.endpoint == "chat")
                 await self.pool.start()
                 log(f"load generation: {self.workers} worker processes (pids {', '.join(map(str, self.pool.pids))})")
@@ -610,22 +688,33 @@ class _Sweep:
     def _shape_text(self) -> str:
         return f" {self.cfg.isl}/{self.cfg.osl}" if self.shape_tag else ""
 
+    def _not_run(self, c: int) -> PointOutcome | None:
+        """The outcome of a point the sweep no longer runs; None while it may."""
+        if self.dead is not None:
+            return PointOutcome(c, None, error=f"not run: {self.dead}", shape=self.shape_tag)
+        if self.interrupted is not None:
+            return PointOutcome(c, None, error=f"not run: {self.interrupted}", shape=self.shape_tag, interrupted=True)
+        if time.perf_counter() >= self.deadline:
+            return PointOutcome(c, None, error=f"not run: {self._total_reason()}", shape=self.shape_tag)
+        return None
+
     async def _one(self, index: int, c: int, path: Path) -> PointOutcome:
         cfg, tag = self.cfg, self.shape_tag
-        if self.dead is not None:
-            return PointOutcome(c, None, error=f"not run: {self.dead}", shape=tag)
+        if (skipped := self._not_run(c)) is not None:
+            return skipped
         if index and cfg.cooldown_s:
-            await asyncio.sleep(max(0.0, min(cfg.cooldown_s, self.deadline - time.perf_counter())))
-        if time.perf_counter() >= self.deadline:
-            return PointOutcome(c, None, error=f"not run: {self._total_reason()}", shape=tag)
-        if self.dead is not None:
-            return PointOutcome(c, None, error=f"not run: {self.dead}", shape=tag)
+            # A first Ctrl-C ends the cooldown.
+            pause = max(0.0, min(cfg.cooldown_s, self.deadline - time.perf_counter()))
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.halt.wait(), pause)
+        if (skipped := self._not_run(c)) is not None:
+            return skipped
         label = f"C={c}{self._shape_text()}"
         try:
             result = await self.point(c)
             if isinstance(result, str):
                 log(f"{label}: no result: {result}")
-                return PointOutcome(c, None, error=result, shape=tag)
+                return PointOutcome(c, None, error=result, shape=tag, interrupted=self.interrupted is not None)
             path = write_result(result, path)
         except Exception as e:
             log(f"{label}: point could not be run: {type(e).__name__}: {e}")
@@ -635,13 +724,14 @@ class _Sweep:
             f"median TTFT {result.median_ttft_ms:.1f} ms, "
             f"median TPOT {getattr(result, 'median_tpot_ms', 0.0):.2f} ms, "  # absent when 0
             f"output {result.output_throughput:.1f} tok/s, {result.request_throughput:.1f} req/s"
+            + (f", {self.unsent} never sent" if self.unsent else "")
             + (f", stopped: {result.stop_reason}" if result.stop_reason else "")
             + f" -> {path.name}"
         )
         error = (
             result.stop_reason if result.stop_reason and not result.stop_reason.startswith("point timeout") else None
         )
-        return PointOutcome(c, path, result.completed, result.failed, error, tag)
+        return PointOutcome(c, path, result.completed, result.failed, error, tag, interrupted=error == INTERRUPTED)
 
 
 def _metadata(cfg: ClientConfig) -> dict[str, Any]:

@@ -104,6 +104,12 @@ class PointProbe:
             self.early = (reason, after_s)
             self.on_invalid(reason)
 
+    async def cancel(self) -> None:
+        """Stop sampling without a verdict: the point was not run after all."""
+        if self._sampler:
+            self._sampler.cancel()
+            await asyncio.gather(self._sampler, return_exceptions=True)
+
     async def finish(self, client: ClientCounts) -> PointValidity:
         if self._sampler:
             self._sampler.cancel()

@@ -13,11 +13,12 @@ all. The request bytes are written once to a file that every worker maps. Each w
 sends back the `RequestOutput` of every request it ran (raw samples, not statistics), so
 the parent merges them by index and computes exact percentiles as for one process.
 
-Control: a pipe per worker carries ("batch", ...), ("stop", reason) and ("exit",); the
-worker answers each batch with its outputs and its load report (CPU time, event-loop
+Control: a pipe per worker carries ("batch", ...), ("stop", reason), ("drain", reason,
+grace) and ("exit",); the worker answers each batch with its outputs and its load report (CPU time, event-loop
 lag). A worker that dies fails the batch's unfinished requests with the reason and stops
 the others; every worker is tracked by its PID, joined with a timeout and killed if it
-does not exit.
+does not exit. Workers ignore SIGINT: a Ctrl-C reaches the terminal's whole process group,
+and what it does to a batch is the parent's to decide (it drains or stops the pool).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import asyncio
 import mmap
 import multiprocessing as mp
 import os
+import signal
 import tempfile
 import time
 from collections.abc import Sequence
@@ -98,6 +100,7 @@ class LagMonitor:
 
 def _worker_main(index: int, conn: Connection, counter: Any, counts: Any, url: str, chat: bool) -> None:
     """Entry point of a load process: serve batches until told to exit or the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     aio.run(_Worker(index, conn, counter, counts, url, chat).serve())
 
 
@@ -109,7 +112,8 @@ class _Worker:
         self.slots: list[Slot] = []
         self.run: LoadRun | None = None
         self.batch_id = -1  # the batch being run (or last run)
-        self.stops: dict[int, str] = {}  # stops for batches not started yet, by batch id
+        # Stops and drains for batches not started yet, by batch id: (reason, grace or None).
+        self.stops: dict[int, tuple[str, float | None]] = {}
         self.inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
 
     def _readable(self) -> None:
@@ -118,14 +122,14 @@ class _Worker:
             msg = self.conn.recv()
         except (EOFError, OSError):
             msg = ("exit",)
-        if msg[0] == "stop":
-            # A stop names its batch: one that comes before the batch has started stops it as
-            # it starts; one for a batch already answered is dropped.
-            _, batch_id, reason = msg
+        if msg[0] in ("stop", "drain"):
+            # A stop or drain names its batch: one that comes before the batch has started acts
+            # as it starts; one for a batch already answered is dropped.
+            batch_id, reason, grace = msg[1], msg[2], (msg[3] if msg[0] == "drain" else None)
             if batch_id == self.batch_id and self.run is not None:
-                self.run.stop(reason)
+                _control(self.run, reason, grace)
             elif batch_id > self.batch_id:
-                self.stops[batch_id] = reason
+                self.stops[batch_id] = (reason, grace)
         else:
             self.inbox.put_nowait(msg)
 
@@ -174,16 +178,19 @@ class _Worker:
                     taken.append(i)
                 return int(i)
 
+            def sent() -> None:
+                counts[3 * k + 2] += 1
+
             def finished(out: RequestOutput) -> None:
-                counts[2 * k] += 1
+                counts[3 * k] += 1
                 if not out.success:
-                    counts[2 * k + 1] += 1
+                    counts[3 * k + 1] += 1
 
             run = LoadRun(self.target, self.chat, requests, outs, offsets, slots, timeout_s, slots=self.slots)
-            run.take, run.on_done = take, finished
+            run.take, run.on_sent, run.on_done = take, sent, finished
             self.run = run
             if (early := self.stops.pop(self.batch_id, None)) is not None:
-                run.stop(early)
+                _control(run, *early)
             monitor = LagMonitor()
             cpu0, wall0 = time.process_time(), time.perf_counter()
             monitor.start()
@@ -195,6 +202,14 @@ class _Worker:
             report = LoadReport(time.process_time() - cpu0, time.perf_counter() - wall0, lags)
         # Requests this worker never took are the parent's to mark.
         return stopped or "", [(i, outs[i]) for i in taken], report
+
+
+def _control(run: LoadRun, reason: str, grace_s: float | None) -> None:
+    """A stop (grace None) or a drain of the worker's batch."""
+    if grace_s is None:
+        run.stop(reason)
+    else:
+        run.drain(reason, grace_s)
 
 
 def _send(conn: Connection, msg: Any) -> None:
@@ -237,9 +252,10 @@ class WorkerPool:
         self.url, self.chat = url, chat
         self._ctx = mp.get_context("spawn")
         self._counter = self._ctx.Value("q", 0)
-        self._counts = self._ctx.Array("q", 2 * workers, lock=False)  # done, failed per worker
+        self._counts = self._ctx.Array("q", 3 * workers, lock=False)  # done, failed, sent per worker
         self._procs: list[_Proc] = []
         self._stop_reason: str | None = None
+        self._drain_reason: str | None = None
         self._batch_id = 0
         self.broken: str | None = None  # why a worker is gone: no further batch can run
 
@@ -291,8 +307,9 @@ class WorkerPool:
     def progress_of(self, progress: Progress) -> None:
         """Copy the workers' counters into `progress` (for the display)."""
         c = self._counts
-        progress.done = sum(c[0::2])
-        progress.failed = sum(c[1::2])
+        progress.done = sum(c[0::3])
+        progress.failed = sum(c[1::3])
+        progress.sent = sum(c[2::3])
 
     async def run_batch(
         self,
@@ -313,7 +330,7 @@ class WorkerPool:
             for o in outs:
                 o.error = self.broken
             return self.broken, []
-        self._stop_reason = None
+        self._stop_reason = self._drain_reason = None
         self._batch_id += 1
         self._counter.value = 0
         for i in range(len(self._counts)):
@@ -352,7 +369,7 @@ class WorkerPool:
                 _merge(outs[i], out)
                 seen.add(i)
         self.progress_of(progress)
-        reason = self._stop_reason or (reasons[0] if reasons else None)
+        reason = self._drain_reason or self._stop_reason or (reasons[0] if reasons else None)
         if reason is not None:
             for i, o in enumerate(outs):
                 if i not in seen or (not o.success and not o.error):
@@ -383,6 +400,18 @@ class WorkerPool:
         for p in self._procs:
             try:
                 _send(p.conn, ("stop", self._batch_id, reason))
+            except OSError:
+                pass
+
+    def drain(self, reason: str, grace_s: float) -> None:
+        """Every worker sends no more of the running batch and lets its requests in flight finish
+        for `grace_s` (then they fail); the batch ends with `reason`."""
+        if self._stop_reason is not None or self._drain_reason is not None:
+            return
+        self._drain_reason = reason
+        for p in self._procs:
+            try:
+                _send(p.conn, ("drain", self._batch_id, reason, grace_s))
             except OSError:
                 pass
 

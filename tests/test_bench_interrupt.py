@@ -1,0 +1,279 @@
+"""Ctrl-C in `pdbench bench`, typed on a terminal: `python -m harness bench` runs in a pty whose
+line discipline turns ^C into SIGINT for the bench's whole process group (its load processes
+too), as a person's terminal does.
+
+The first Ctrl-C stops sending, says so, waits (bounded) for the requests in flight, writes the
+point so far marked interrupted (its sentinels finished and recorded), skips the points left and
+exits 130; a second one cancels the requests in flight at once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import re
+import subprocess
+import sys
+import termios
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from bench_fake_server import FakeServer
+
+from harness import tiny_model
+from harness.bench.sweep import INTERRUPTED
+
+pytestmark = pytest.mark.timeout(120)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tiny_model.build(tmp_path_factory.mktemp("tok") / "m"))
+
+
+def _take_terminal() -> None:
+    # In the child, after setsid (start_new_session): the pty becomes its controlling
+    # terminal, so ^C written to the master is SIGINT to its foreground process group.
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+class Terminal:
+    """`pdbench bench ARGS` on a pty, its output collected as it comes."""
+
+    def __init__(self, args: list[str]) -> None:
+        master, slave = pty.openpty()
+        self.master = master
+        env = os.environ | {"COLUMNS": "160", "LINES": "40", "TERM": "xterm-256color", "PYTHONUNBUFFERED": "1"}
+        env.pop("NO_COLOR", None)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "harness", "bench", *args],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            cwd=REPO,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_take_terminal,
+        )
+        os.close(slave)
+        self._out = bytearray()
+        self._lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:  # EIO: every writer of the slave is gone
+                return
+            if not data:
+                return
+            with self._lock:
+                self._out += data
+
+    @property
+    def output(self) -> str:
+        with self._lock:
+            return self._out.decode(errors="replace")
+
+    def ctrl_c(self) -> None:
+        os.write(self.master, b"\x03")
+
+    def wait_for(self, what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"bench exited ({self.proc.returncode}) before {what}:\n{self.output}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {what} after {timeout:g} s:\n{self.output}")
+            time.sleep(0.02)
+
+    def exit_code(self, timeout: float) -> int:
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"bench still running {timeout:g} s later:\n{self.output}") from None
+        self._reader.join(5)
+        return rc
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._reader.join(5)
+        os.close(self.master)
+
+
+def _args(model_dir: str, result_dir: Path, url: str, *extra: str) -> list[str]:
+    return [
+        "--base-url",
+        url,
+        "--model",
+        "tiny",
+        "--tokenizer",
+        model_dir,
+        "--isl",
+        "16",
+        "--osl",
+        "20",
+        "--num-warmups",
+        "0",
+        "--result-dir",
+        str(result_dir),
+        "--prefill-gpus",
+        "1",
+        "--decode-gpus",
+        "1",
+        *extra,
+    ]
+
+
+def _measured(srv: FakeServer) -> list[int]:
+    """Arrival numbers of the measured requests (sentinels ask for token ids)."""
+    return [n for n, b in enumerate(list(srv.bodies)) if not b.get("return_token_ids")]
+
+
+def test_first_ctrl_c_drains_writes_the_point_and_skips_the_rest(model_dir: str, tmp_path: Path) -> None:
+    n = 40
+    with FakeServer(token_delay=0.002) as ref, FakeServer(token_delay=0.03) as target:
+        term = Terminal(
+            _args(
+                model_dir,
+                tmp_path,
+                target.base_url,
+                "--concurrency",
+                "2,4",
+                "--num-prompts",
+                str(n),
+                "--workers",
+                "1",
+                "--scrape",
+                f"prefill-0=prefill@{ref.base_url}",
+            )
+        )
+        try:
+            # Precondition: the first point is under way, on a terminal (the rich bar), with a
+            # sentinel already answered and most of its requests still to send.
+            term.wait_for(
+                "12 measured requests answered", lambda: sum(i in target.ended for i in _measured(target)) >= 12
+            )
+            assert "C=2" in term.output and "━" in term.output, term.output
+            assert any(b.get("return_token_ids") for b in list(target.bodies))  # the first sentinel
+            term.ctrl_c()
+            term.wait_for("the stop message", lambda: "Ctrl-C: sending stopped" in term.output)
+            rc = term.exit_code(30)
+        finally:
+            term.close()
+        measured = _measured(target)
+        unfinished = [i for i in measured if i not in target.ended]
+    out = term.output
+    assert rc == 130, out
+    # Requests were in flight at the Ctrl-C (C=2, each takes 0.6 s), and were waited for.
+    waited = re.search(r"waiting up to 30 s for (\d+) request\(s\) in flight", out)
+    assert waited and int(waited[1]) >= 1 and "Ctrl-C again to stop now" in out, out
+    # The display said the point was stopping, and then ended as interrupted.
+    assert "C=2 stopping (Ctrl-C)" in out and "in flight" in out
+    assert "interrupted (Ctrl-C)" in out and "C=4: not run" in out and "--resume" in out
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out
+
+    (path,) = tmp_path.glob("*.json")
+    result = json.loads(path.read_text())
+    assert result["max_concurrency"] == 2 and result["stop_reason"] == INTERRUPTED
+    # Every request that left was waited for: the server finished each, the result counts each
+    # as completed, and no request of C=4 was ever sent.
+    assert not unfinished
+    assert 12 <= result["completed"] == len(measured) < n
+    assert result["failed"] == n - len(measured)
+    assert set(result["errors"]) == {INTERRUPTED}  # the ones never sent
+    assert f"{result['completed']} completed, written as interrupted -> {path}" in out
+    # Its sentinels finished and are recorded beside it.
+    s = result["sentinels"]
+    assert 1 <= s["sent"] <= 4 and s["record"] == "sentinels/concurrency_2.json"
+    record = json.loads((tmp_path / s["record"]).read_text())
+    assert record["check"]["sent"] == s["sent"] and len(record["sentinels"]) == 4
+
+
+def _hang_after(k: int) -> Callable[[int, dict], str | None]:
+    """Measured requests after the k-th one hang (until the server stops)."""
+    return lambda n, body: "hang" if n >= k and not body.get("return_token_ids") else None
+
+
+def test_second_ctrl_c_cancels_the_requests_in_flight_at_once(model_dir: str, tmp_path: Path) -> None:
+    with FakeServer(policy=_hang_after(4), token_delay=0.002) as target:
+        term = Terminal(
+            _args(
+                model_dir,
+                tmp_path,
+                target.base_url,
+                "--concurrency",
+                "2",
+                "--num-prompts",
+                "10",
+                "--interrupt-grace-s",
+                "60",
+            )
+        )
+        try:
+            # Precondition: two requests are in flight and will not finish on their own.
+            term.wait_for("two hanging requests", lambda: len(target.bodies) >= 6 and len(target.ended) == 4)
+            term.ctrl_c()
+            term.wait_for("the stop message", lambda: "waiting up to 60 s for 2 request(s)" in term.output)
+            t0 = time.monotonic()
+            term.ctrl_c()
+            rc = term.exit_code(20)
+            took = time.monotonic() - t0
+        finally:
+            term.close()
+    out = term.output
+    assert rc == 130, out
+    assert "second Ctrl-C: cancelling 2 request(s) in flight now" in out
+    assert took < 15, f"{took:.1f} s after the second Ctrl-C"  # not the 60 s grace
+    (path,) = tmp_path.glob("*.json")
+    result = json.loads(path.read_text())
+    assert result["stop_reason"] == INTERRUPTED and result["completed"] == 4 and result["failed"] == 6
+    cancelled = [e for e in result["errors"] if "second Ctrl-C" in e]
+    assert len(cancelled) == 2, result["errors"]
+
+
+def test_in_flight_requests_are_cancelled_after_the_grace(model_dir: str, tmp_path: Path) -> None:
+    # Two load processes: the drain reaches each of them, and neither dies of the SIGINT the
+    # terminal sends to the whole process group.
+    with FakeServer(policy=_hang_after(4), token_delay=0.002) as target:
+        term = Terminal(
+            _args(
+                model_dir,
+                tmp_path,
+                target.base_url,
+                "--concurrency",
+                "2,4",
+                "--num-prompts",
+                "10",
+                "--workers",
+                "2",
+                "--interrupt-grace-s",
+                "1",
+            )
+        )
+        try:
+            term.wait_for("two hanging requests", lambda: len(target.bodies) >= 6 and len(target.ended) == 4)
+            term.ctrl_c()
+            rc = term.exit_code(30)
+        finally:
+            term.close()
+    out = term.output
+    assert rc == 130, out
+    assert "load worker" not in out  # no worker died
+    (path,) = tmp_path.glob("*.json")
+    result = json.loads(path.read_text())
+    assert result["stop_reason"] == INTERRUPTED and result["completed"] == 4
+    late = [e for e in result["errors"] if "still in flight after the 1 s grace" in e]
+    assert len(late) == 2, result["errors"]
+    assert "C=4: not run" in out
