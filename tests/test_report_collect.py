@@ -225,7 +225,12 @@ def test_files_it_cannot_collect_are_listed() -> None:
         "no pdbench metadata block"
     )
     assert reasons["results_concurrency_16_gpus_24_ctx_8_gen_16.json"].startswith("no pdbench metadata block")
-    assert reasons["concurrency_64_req_rate_inf_gpus_2_ctx_1_gen_1.json"].startswith("hardware unknown: pass --hw")
+    assert reasons["concurrency_64_req_rate_inf_gpus_2_ctx_1_gen_1.json"].startswith("hardware unknown")
+    # What to pass is said once, not per point.
+    assert [n for n in result.notes if "--hw" in n] == [
+        "1 point(s) have no hardware name: pass --hw NAME (InferenceX's RUNNER_TYPE, e.g. --hw h100-disagg, "
+        "or set RUNNER_TYPE) to collect them"
+    ]
     assert "not valid JSON" in reasons["concurrency_1_req_rate_inf_gpus_2_ctx_1_gen_1.json"]
     assert result.entries == []
 

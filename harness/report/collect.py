@@ -55,6 +55,9 @@ def _flag(v: Any) -> str:
     return "true" if v is True or str(v).lower() == "true" else "false"
 
 
+NO_HW = "hardware unknown (no hw in its metadata, no --hw)"
+
+
 def entry(p: Point, hw: str | None, notes: list[str]) -> CollectEntry:
     md = p.metadata
     if not md:
@@ -68,7 +71,7 @@ def entry(p: Point, hw: str | None, notes: list[str]) -> CollectEntry:
         )
     hw = hw or md.get("hw") or md.get("runner_type")
     if not hw:
-        raise _Skip("hardware unknown: pass --hw (InferenceX's RUNNER_TYPE, e.g. h100-disagg)")
+        raise _Skip(NO_HW)
     if p.isl is None or p.osl is None:
         raise _Skip("ISL/OSL unknown")
     prefill, decode = p.prefill_gpus, p.decode_gpus
@@ -183,6 +186,12 @@ def collect(
                 notes.insert(0, f"{p.path}: ended before every request was done ({p.stop_reason}); collected")
             result.notes += notes
             result.entries.append(e.dump())
+    no_hw = sum(s.reason == NO_HW for s in result.skipped)
+    if no_hw:  # once, not per point: what to pass
+        result.notes.append(
+            f"{no_hw} point(s) have no hardware name: pass --hw NAME (InferenceX's RUNNER_TYPE, "
+            "e.g. --hw h100-disagg, or set RUNNER_TYPE) to collect them"
+        )
     return result
 
 
