@@ -14,7 +14,8 @@ from harness.config.accuracy import AccuracySpec, AccuracyTask, problems
 from harness.config.schema import Recipe
 from harness.evals.command import Endpoint, lm_eval_argv
 from harness.evals.meta_env import EvalJob, Role, meta_env
-from harness.evals.summary import Summary, score_task, stderr_key, verdict
+from harness.evals.summary import failures, score_task, stderr_key, verdict, write
+from harness.rundir.accuracy_summary import AccuracySummary
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "evals" / "pdbench_copy"
 
@@ -93,14 +94,23 @@ RESULTS = {
 }
 
 
-def _summary(tasks: list, error: str | None = None) -> Summary:
-    return Summary("disagg", "after", 4, "0.4.13", "http://127.0.0.1:30000/v1/completions", 12.3456, tasks, error)
+def _summary(tasks: list, error: str | None = None) -> AccuracySummary:
+    return AccuracySummary(
+        phase="disagg",
+        when="after",
+        concurrency=4,
+        lm_eval_version="0.4.13",
+        base_url="http://127.0.0.1:30000/v1/completions",
+        elapsed_s=12.346,
+        tasks=tuple(tasks),
+        error=error,
+    )
 
 
 def test_summary_format_and_failure_text(tmp_path: Path) -> None:
     task = AccuracyTask(name="pdbench_copy", threshold=0.9)
     s = _summary([score_task(task, RESULTS)])
-    path = s.write(tmp_path / "pdbench-accuracy.json")
+    path = write(s, tmp_path / "pdbench-accuracy.json")
     assert json.loads(path.read_text()) == {
         "phase": "disagg",
         "when": "after",
@@ -122,11 +132,11 @@ def test_summary_format_and_failure_text(tmp_path: Path) -> None:
         "passed": False,
         "error": None,
     }
-    assert s.failures() == [
+    assert failures(s) == [
         "accuracy disagg after: task pdbench_copy scored 0.2500 (exact_match,strict-match), under its threshold 0.9"
     ]
     with pytest.raises(FileExistsError):  # never over an earlier eval's summary
-        s.write(path)
+        write(s, path)
 
 
 def test_overall_verdict() -> None:

@@ -5,7 +5,7 @@ num_fewshot and limit):
   <task>/results_<time>.json, <task>/samples_<task>_<time>.jsonl   lm-eval's files, moved flat
   <task>/meta_env.json                                             as InferenceX stages them
   <task>/lm-eval.log                                               lm-eval's output
-  pdbench-accuracy.json                                            pdbench's verdict
+  pdbench-accuracy.json                                            pdbench's verdict (ACCURACY_SUMMARY)
 InferenceX's utils/collect_eval_results.py, given the eval's directory, finds each <task>/.
 """
 
@@ -24,7 +24,9 @@ from harness.atomic import write_json
 from harness.config.accuracy import AccuracySpec, AccuracyTask, resolve
 from harness.evals.command import Endpoint, lm_eval_argv
 from harness.evals.meta_env import EvalJob, meta_env
-from harness.evals.summary import Summary, TaskScore, score_task
+from harness.evals.summary import score_task, write
+from harness.rundir.accuracy_summary import AccuracySummary, TaskScore
+from harness.rundir.paths import ACCURACY_SUMMARY
 
 META_ENV = "meta_env.json"
 LM_EVAL_LOG = "lm-eval.log"
@@ -45,7 +47,7 @@ def run_eval(
     out_dir: Path,
     root: Path,
     env: dict[str, str] | None = None,
-) -> Summary:
+) -> AccuracySummary:
     """Every task of `spec` in turn, bounded together by spec.timeout_s; writes the summary."""
     start = time.monotonic()
     deadline = start + spec.timeout_s
@@ -57,17 +59,17 @@ def run_eval(
         scores.append(score_task(task, results))
         if error is not None:
             errors.append(f"task {task.name}: {error}")
-    summary = Summary(
+    summary = AccuracySummary(
         phase=job.phase,
         when=job.when,
         concurrency=job.concurrency,
         lm_eval_version=version,
         base_url=ep.url,
-        elapsed_s=time.monotonic() - start,
-        tasks=scores,
+        elapsed_s=round(time.monotonic() - start, 3),
+        tasks=tuple(scores),
         error="; ".join(errors) or None,
     )
-    summary.write(out_dir / "pdbench-accuracy.json")
+    write(summary, out_dir / ACCURACY_SUMMARY)
     return summary
 
 

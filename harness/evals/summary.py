@@ -1,30 +1,14 @@
-"""pdbench's verdict of one eval (pdbench-accuracy.json), read from lm-eval's results file.
-
-The format is what `pdbench report` reads; every key is always present:
-{"phase", "when", "concurrency", "lm_eval_version", "base_url", "elapsed_s",
- "tasks": [{"task", "metric", "score", "stderr", "threshold", "passed", "samples"}],
- "passed", "error"}
-"""
+"""pdbench's verdict of one eval, read from lm-eval's results file; its format is
+harness.rundir.accuracy_summary (what status and `pdbench report` read)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from harness.atomic import write_json
 from harness.config.accuracy import AccuracyTask
-
-
-@dataclass(frozen=True)
-class TaskScore:
-    task: str
-    metric: str
-    score: float | None
-    stderr: float | None
-    threshold: float | None
-    passed: bool | None
-    samples: int | None
+from harness.rundir.accuracy_summary import AccuracySummary, TaskScore
 
 
 def verdict(score: float | None, threshold: float | None) -> bool | None:
@@ -61,48 +45,22 @@ def score_task(task: AccuracyTask, results: dict[str, Any] | None) -> TaskScore:
     )
 
 
-@dataclass(frozen=True)
-class Summary:
-    phase: str
-    when: str
-    concurrency: int
-    lm_eval_version: str
-    base_url: str
-    elapsed_s: float
-    tasks: list[TaskScore]
-    error: str | None
+def failures(summary: AccuracySummary) -> list[str]:
+    """Why the eval fails the job, one line per task (or the error)."""
+    out = [
+        f"accuracy {summary.phase} {summary.when}: task {t.task} scored {_fmt(t.score)} ({t.metric}), "
+        f"under its threshold {t.threshold}"
+        for t in summary.tasks
+        if t.passed is False
+    ]
+    if summary.error is not None:
+        out.append(f"accuracy {summary.phase} {summary.when}: {summary.error}")
+    return out
 
-    @property
-    def passed(self) -> bool | None:
-        """False on an error or a task under its threshold; None when nothing was judged."""
-        if self.error is not None or any(t.passed is False for t in self.tasks):
-            return False
-        return True if any(t.passed for t in self.tasks) else None
 
-    def failures(self) -> list[str]:
-        """Why the eval fails the job, one line per task (or the error)."""
-        out = [
-            f"accuracy {self.phase} {self.when}: task {t.task} scored {_fmt(t.score)} ({t.metric}), "
-            f"under its threshold {t.threshold}"
-            for t in self.tasks
-            if t.passed is False
-        ]
-        if self.error is not None:
-            out.append(f"accuracy {self.phase} {self.when}: {self.error}")
-        return out
-
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["elapsed_s"] = round(self.elapsed_s, 3)
-        return {
-            k: d[k] for k in ("phase", "when", "concurrency", "lm_eval_version", "base_url", "elapsed_s", "tasks")
-        } | {
-            "passed": self.passed,
-            "error": self.error,
-        }
-
-    def write(self, path: Path) -> Path:
-        return write_json(path, self.to_json(), indent=2, replace=False)
+def write(summary: AccuracySummary, path: Path) -> Path:
+    """The summary as JSON, never over an earlier eval's."""
+    return write_json(path, summary.model_dump(mode="json"), indent=2, replace=False)
 
 
 def _fmt(score: float | None) -> str:

@@ -20,6 +20,7 @@ from harness.evals.command import Endpoint
 from harness.evals.data import missing_data
 from harness.evals.meta_env import EvalJob, Role
 from harness.evals.run import run_eval
+from harness.evals.summary import failures
 from harness.rundir import RunDir
 
 log = logging.getLogger(__name__)
@@ -99,4 +100,4 @@ def _eval(run_dir: Path, lock: dict[str, Any], spec: AccuracySpec, phase: str, w
     log.info("accuracy eval %s %s: %d task(s) at concurrency %d", phase, when, len(spec.tasks), job.concurrency)
     summary = run_eval(spec, ep, job, run.evals(phase, when), ROOT)
     log.info("accuracy eval %s %s: passed %s in %.1f s", phase, when, summary.passed, summary.elapsed_s)
-    return summary.failures()
+    return failures(summary)
