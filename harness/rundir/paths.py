@@ -30,6 +30,7 @@ SERVER_SCRIPT = "server.sh"
 CONTAINER_SCRIPT = "container.sh"
 STATUS = "status.json"
 LAUNCH = "launch.json"
+NOT_SUBMITTED = "not-submitted.json"  # why a rendered run was never submitted (--dry-run, sbatch failed)
 LEGACY_SLURM_JOB_ID = "slurm_job_id"  # what a Slurm submit recorded before launch.json
 DOCTOR_MARKER = "doctor.json"  # the job checks and stops, starting nothing
 LOGS = "logs"
@@ -114,7 +115,15 @@ def eval_subdir(phase: str, when: str) -> str:
 
 # Top-level JSON files of a run directory that are not results.
 CONTROL_FILES = frozenset(
-    {PLAN, STATUS, LAUNCH, DOCTOR_MARKER, bench_config_name("disagg"), bench_config_name("aggregated")}
+    {
+        PLAN,
+        STATUS,
+        LAUNCH,
+        NOT_SUBMITTED,
+        DOCTOR_MARKER,
+        bench_config_name("disagg"),
+        bench_config_name("aggregated"),
+    }
 )
 
 
@@ -146,7 +155,8 @@ class RunDir:
 
     @classmethod
     def resolve(cls, ref: str, results_root: Path) -> RunDir:
-        """A run directory path, or a recipe name (its latest run), or '<recipe>/<run id>'."""
+        """A run directory path; a recipe name (its latest submitted run); a run id
+        (<UTC timestamp>-<short id>) or its short id alone; or '<recipe>/<run id or short id>'."""
         p = Path(ref)
         if cls.is_run_dir(p):
             return cls(p.resolve())
@@ -155,9 +165,58 @@ class RunDir:
             return cls(cand.resolve())
         if cand.is_dir():
             runs = sorted(d for d in cand.iterdir() if cls.is_run_dir(d))
+            if submitted := [d for d in runs if not cls(d).never_submitted]:
+                return cls(submitted[-1].resolve())
             if runs:
-                return cls(runs[-1].resolve())
-        raise RunNotFound(f"{ref}: no run directory (a path, a recipe name under {results_root}, or recipe/run-id)")
+                raise RunNotFound(
+                    f"{ref}: no submitted run under {cand}, only {len(runs)} never submitted "
+                    f"(a dry run or a failed sbatch; the latest: {runs[-1].name})"
+                )
+        recipe, _, run_ref = ref.rpartition("/")
+        if run_ref and "/" not in recipe:
+            matches = [r for r in cls.all_runs(results_root) if run_ref in (r.run_id, r.short_id)]
+            matches = [r for r in matches if not recipe or r.recipe == recipe]
+            if len(matches) == 1:
+                return cls(matches[0].path.resolve())
+            if matches:
+                names = ", ".join(f"{r.recipe}/{r.run_id}" for r in matches)
+                raise RunNotFound(f"{ref}: names {len(matches)} runs ({names}); name one as recipe/run-id")
+        raise RunNotFound(
+            f"{ref}: no run directory (a path, a recipe name under {results_root}, a run id or its short id, "
+            "or recipe/run-id)"
+        )
+
+    @classmethod
+    def all_runs(cls, results_root: Path) -> list[RunDir]:
+        """Every run directory under results_root (<recipe>/<run id>), newest first."""
+        if not results_root.is_dir():
+            return []
+        runs = [cls(d) for r in results_root.iterdir() if r.is_dir() for d in r.iterdir() if cls.is_run_dir(d)]
+        return sorted(runs, key=lambda r: (r.run_id, r.recipe), reverse=True)
+
+    @property
+    def run_id(self) -> str:
+        """<UTC timestamp>-<short id>: the directory's name."""
+        return self.path.name
+
+    @property
+    def short_id(self) -> str:
+        """The random part of the run id (6 hex digits): enough to name a run."""
+        return self.path.name.rpartition("-")[2]
+
+    @property
+    def recipe(self) -> str:
+        return self.path.parent.name
+
+    @property
+    def launched(self) -> bool:
+        """A launcher took the job (it recorded itself)."""
+        return self.launch_record.is_file() or self.legacy_slurm_job_id.is_file()
+
+    @property
+    def never_submitted(self) -> bool:
+        """`submit` rendered the run and submitted nothing (a dry run, a failed sbatch): it says so."""
+        return self.not_submitted.is_file() and not self.launched
 
     # --- what render writes ---
 
@@ -204,6 +263,11 @@ class RunDir:
     @property
     def legacy_slurm_job_id(self) -> Path:
         return self.path / LEGACY_SLURM_JOB_ID
+
+    @property
+    def not_submitted(self) -> Path:
+        """Why the run was never submitted ({"reason": ...}), written by `pdbench submit`."""
+        return self.path / NOT_SUBMITTED
 
     @property
     def status(self) -> Path:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 import time
 
+from harness.config.load import PROJECT_ROOT
 from harness.launch.job import Job, JobInfo, JobState, LaunchError
 from harness.launch.log_tail import LogTail
 from harness.rundir import RunDir, read_status
+from harness.submit.points import Point, PointsUnknown, planned
 
 # The job's own time limit plus this much: teardown and the launcher's polling.
 FOLLOW_SLACK_S = 600
@@ -19,14 +22,53 @@ def say(message: str) -> None:
     print(message, flush=True)
 
 
+def run_ref(run: RunDir) -> str:
+    """How the other commands name RUN: recipe/short id, with --results-dir where it is not the default."""
+    ref = f"{run.recipe}/{run.short_id}"
+    root = run.path.parent.parent
+    if root.resolve() != (PROJECT_ROOT / "results").resolve():
+        ref += f" --results-dir {shlex.quote(str(root))}"
+    return ref
+
+
+def point_table(points: list[Point]) -> list[str]:
+    """One line per point: median TTFT and TPOT, output throughput, and whether it is valid."""
+    width = max([len("point"), *(len(p.label) for p in points)])
+    lines = [f"  {'point':<{width}}  {'TTFT ms':>8}  {'TPOT ms':>8}  {'out tok/s':>10}  valid"]
+    for p in points:
+        r = p.result
+        if r is None:
+            lines.append(f"  {p.label:<{width}}  {'-':>8}  {'-':>8}  {'-':>10}  {p.verdict}")
+            continue
+        tpot = getattr(r, "median_tpot_ms", None)  # absent when every request had one token
+        tpot_text = f"{tpot:.2f}" if isinstance(tpot, (int, float)) else "-"
+        lines.append(
+            f"  {p.label:<{width}}  {r.median_ttft_ms:>8.1f}  {tpot_text:>8}  {r.output_throughput:>10.1f}  {p.verdict}"
+        )
+    return lines
+
+
 def summary(run: RunDir, rc: int) -> None:
-    results = run.results()
-    say(f"\n{'succeeded' if rc == 0 else f'FAILED (exit {rc})'}: {len(results)} result file(s) in {run.path}")
-    for r in results:
-        say(f"  {r.name}")
+    """The run's outcome, a line per point, and the command to read it further."""
+    try:
+        points = planned(run)
+    except PointsUnknown as e:
+        points = []
+        say(f"note: {e}")
+    valid = sum(p.valid for p in points)
+    outcome = "succeeded" if rc == 0 else f"FAILED (exit {rc})"
+    say(f"\n{outcome}: {valid} of {len(points)} point(s) valid, in {run.path}")
+    if points:
+        for line in point_table(points):
+            say(line)
     status = read_status(run)
     if rc != 0 and status and status.get("reason"):
         say(f"reason: {status['reason']}")
+    ref = run_ref(run)
+    if any(p.result is not None for p in points):
+        say(f"next: pdbench report {ref}")
+    if rc != 0:
+        say(f"logs: pdbench logs {ref}")
 
 
 def follow(job: Job, timeout_s: float) -> int:

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from harness.launch.find import NoJob, job_of
 from harness.launch.job import LaunchError
 from harness.rundir import RunDir, read_status
+from harness.submit.follow import point_table, run_ref
+from harness.submit.points import PointsUnknown, planned
 from harness.submit.refused import Refused
+from harness.submit.runs import run_state
 
 
 def status_lines(run: RunDir) -> list[str]:
-    """The job's state as its launcher reports it, the run's outcome and its result files."""
+    """The job's state as its launcher reports it, the run's outcome and its points."""
     lines = [f"run: {run.path}"]
+    if run.never_submitted:
+        _, reason = run_state(run)
+        return [*lines, f"never submitted: {reason}; nothing ran, so it has no job, logs or results"]
     try:
         job = job_of(run)
     except NoJob:
@@ -31,7 +39,14 @@ def status_lines(run: RunDir) -> list[str]:
     lines.append(f"outcome: {st['state'] if st else f'not finished (no {run.status.name} yet)'}")
     if st and st.get("reason"):
         lines.append(f"reason: {st['reason']}")
-    lines += [f"  {r.name}" for r in run.results()]
+    try:
+        points = planned(run)
+    except PointsUnknown as e:
+        return [*lines, f"points: unknown ({e})", *(f"  {r.name}" for r in run.results())]
+    lines.append(f"points: {sum(p.valid for p in points)} of {len(points)} valid")
+    lines += point_table(points)
+    if any(p.result is not None for p in points):
+        lines.append(f"next: pdbench report {run_ref(run)}")
     return lines
 
 
@@ -40,6 +55,24 @@ def log_text(run: RunDir, node: int | None, role: str | None, lines: int) -> lis
     files = run.log_files(node, role)
     if not files:
         return None
+    return _blocks(run, files, lines)
+
+
+def log_blocks(run: RunDir, node: int | None, role: str | None, lines: int) -> list[str]:
+    """The end of each selected log under a `==> name <==` header; Refused (exit 1) saying why there is none."""
+    if run.never_submitted:
+        _, reason = run_state(run)
+        raise Refused(f"{run.path}: never submitted ({reason}): it has no logs", code=1)
+    files = run.log_files(node, role)
+    if not files:
+        which = [w for w in (f"node {node}" if node is not None else "", f"role {role}" if role else "") if w]
+        if which:
+            raise Refused(f"{run.path}: no log of {' and '.join(which)}", code=1)
+        raise Refused(f"{run.path}: no logs yet (its job has not started)", code=1)
+    return _blocks(run, files, lines)
+
+
+def _blocks(run: RunDir, files: list[Path], lines: int) -> list[str]:
     out = []
     for f in files:
         text = f.read_text(errors="replace").splitlines()
@@ -50,6 +83,9 @@ def log_text(run: RunDir, node: int | None, role: str | None, lines: int) -> lis
 
 def cancel(run: RunDir) -> str:
     """Cancel the run's job (it was never launched, or has ended: Refused, exit 1)."""
+    if run.never_submitted:
+        _, reason = run_state(run)
+        raise Refused(f"{run.path}: never submitted ({reason}): nothing to cancel", code=1)
     try:
         job = job_of(run)
         job.cancel()

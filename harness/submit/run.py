@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import replace
 from pathlib import Path
 
+from harness import atomic
 from harness.config.load import PROJECT_ROOT, ConfigError, ResolvedRecipe
 from harness.launch.job import LaunchError
 from harness.launch.launcher import Launcher
@@ -98,9 +100,16 @@ def submit(
         kept = carry_over(resumed.path, run.path)
         say(f"resuming {resumed.path}: {len(kept)} finished point(s) kept, the others will be measured")
     if dry_run:
+        mark_not_submitted(run, "a dry run (--dry-run)")
         say(launcher.dry_run(run, p.plan.num_nodes))
+        say("dry run: nothing submitted; the run is marked so and never counts as the recipe's latest")
         return 0
     return launch(launcher, run, p, wait)
+
+
+def mark_not_submitted(run: RunDir, reason: str) -> None:
+    """Record why RUN was rendered but never submitted: `status` says so, and a recipe's latest skips it."""
+    atomic.write_json(run.not_submitted, {"reason": reason, "time": time.time()}, indent=2)
 
 
 def launch(launcher: Launcher, run: RunDir, p: Planned, wait: bool) -> int:
@@ -109,7 +118,10 @@ def launch(launcher: Launcher, run: RunDir, p: Planned, wait: bool) -> int:
     try:
         job = launcher.launch(run, p.plan.num_nodes)
     except LaunchError as e:
-        raise Refused(str(e), code=1) from None
+        if run.launched:  # the job started; what failed came after
+            raise Refused(str(e), code=1) from None
+        mark_not_submitted(run, str(e))
+        raise Refused(f"{e}\nrun directory {run.path} kept, marked never submitted", code=1) from None
     if launcher.foreground:  # the job ran here, to its end
         rc = job.info().returncode
         rc = 1 if rc is None else rc

@@ -1,0 +1,93 @@
+"""A run's points: the ones its client configs plan, and what each one's result file says.
+
+One place for the point-by-point view that `submit` prints at its end, `--resume` prints
+before it starts and `pdbench status` counts (valid/total).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from harness.bench.client_config import ClientConfig
+from harness.bench.results import BenchResult
+from harness.bench.resume import incomplete
+from harness.rundir import ResultName, RunDir
+from harness.rundir.paths import bench_config_name
+
+PHASES = ("disagg", "aggregated")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One planned point of a run, and its result when the run has one."""
+
+    phase: str
+    concurrency: int
+    shape: str | None  # isl/osl, in a several-shape sweep
+    path: Path
+    result: BenchResult | None = None
+    problem: str | None = None  # why the result is not a complete, valid point (None: it is)
+
+    @property
+    def label(self) -> str:
+        text = f"C={self.concurrency}" + (f" {self.shape}" if self.shape else "")
+        return text + (" (aggregated)" if self.phase == "aggregated" else "")
+
+    @property
+    def valid(self) -> bool:
+        return self.result is not None and self.problem is None
+
+    @property
+    def verdict(self) -> str:
+        """yes, unverified (no server metrics judged it), or what is wrong with it."""
+        if self.result is None:
+            return self.problem or "no result"
+        if self.problem is not None:
+            return self.problem
+        return "unverified" if self.result.metadata.get("valid") is None else "yes"
+
+
+class PointsUnknown(Exception):
+    """The run's client config cannot be read: the points it plans are unknown."""
+
+
+def _config(path: Path) -> ClientConfig:
+    try:
+        return ClientConfig.model_validate(json.loads(path.read_text()))
+    except (OSError, ValueError, ValidationError) as e:
+        reason = e.errors()[0]["msg"] if isinstance(e, ValidationError) else str(e)
+        raise PointsUnknown(f"{path}: not a readable client config ({reason})") from None
+
+
+def _read(path: Path) -> tuple[BenchResult | None, str | None]:
+    if not path.is_file():
+        return None, "no result"
+    try:
+        result = BenchResult.model_validate(json.loads(path.read_text()))
+    except (OSError, ValueError, ValidationError):
+        return None, "unreadable result file"
+    return result, incomplete(result)
+
+
+def planned(run: RunDir, with_results: bool = True) -> list[Point]:
+    """Every point the run's client configs plan, in the order the client runs them."""
+    points = []
+    for phase in PHASES:
+        path = run.path / bench_config_name(phase)
+        if not path.is_file():
+            continue
+        cfg = _config(path)
+        for shape in cfg.shape_list():
+            tag = shape.tag if cfg.multi_shape else None
+            for c in cfg.concurrency:
+                name = ResultName(c, cfg.request_rate, tag, cfg.prefill_gpus, cfg.decode_gpus, cfg.gpus).filename
+                file = Path(cfg.result_dir) / name
+                file = file if file.is_absolute() else run.path / file
+                result, problem = _read(file) if with_results else (None, None)
+                shown = f"{shape.isl}/{shape.osl}" if cfg.multi_shape else None
+                points.append(Point(phase, c, shown, file, result, problem))
+    return points
