@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
 import typer
 
 from harness import __version__
+from harness.cli_help import Command, Group
 from harness.config.load import PROJECT_ROOT
 from harness.submit.refused import EXIT_CONFIG, Refused
 
@@ -23,14 +24,38 @@ if TYPE_CHECKING:
 # option-name column to fit the terminal and cuts names ("--health-check-inte…"), while Click
 # always writes a name whole (its help moves to the next line) and never narrows below 50
 # columns. Up to 100 columns are used when the terminal has them (Click's own cap is 80).
+# Every command is a harness.cli_help.Command: metavars, defaults and usage in one style.
 app = typer.Typer(
+    cls=Group,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
-    context_settings={"max_content_width": 100},
+    context_settings={"max_content_width": 100, "help_option_names": ["-h", "--help"]},
     help="Benchmark prefill/decode disaggregated vLLM serving on Slurm or on this machine.",
+    epilog="Start with `pdbench recipes`, then `pdbench validate RECIPE` and `pdbench submit RECIPE`.",
 )
+
+
+def _example(*lines: str) -> str:
+    """A command's help epilog: its examples, kept as written (Click's \\b: no rewrapping)."""
+    return "Example:\n\n\b\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print pdbench's version and exit."),
+    ] = False,
+) -> None:
+    """Benchmark prefill/decode disaggregated vLLM serving on Slurm or on this machine."""
 
 
 class Launcher(str, Enum):
@@ -40,20 +65,55 @@ class Launcher(str, Enum):
 
 SetOpt = Annotated[
     list[str] | None,
-    typer.Option("--set", help="Override a recipe field: key.path=value (YAML value); repeatable [default: none]."),
+    typer.Option(
+        "--set",
+        metavar="KEY=VALUE",
+        help="Override a recipe field: key.path=value (YAML value); repeatable [default: none]",
+    ),
 ]
+
+# One way to name the recipe: `pdbench submit RECIPE` or `pdbench submit --recipe RECIPE`.
+RecipeArg = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="RECIPE",
+        show_default=False,
+        help="Recipe name (recipes/<name>.yaml; `pdbench recipes` lists them) or path; or give --recipe",
+    ),
+]
+RecipeOpt = Annotated[
+    str | None,
+    typer.Option("--recipe", "-r", metavar="RECIPE", help="The recipe, as the argument names it [default: none]"),
+]
+
+
+def _recipe(ctx: typer.Context, argument: str | None, option: str | None) -> str:
+    """The recipe named by the argument or by --recipe (the same one if both); else a usage error, exit 2."""
+    if argument and option and argument != option:
+        ctx.fail(f"two recipes named: {argument!r} and --recipe {option!r}; name one")
+    name = argument or option
+    if not name:
+        ctx.fail("name a recipe: RECIPE or --recipe RECIPE (`pdbench recipes` lists them)")
+    return name
 
 
 ClusterOpt = Annotated[
     str | None,
     typer.Option(
         "--cluster",
+        metavar="PROFILE",
         help=(
             "Cluster profile: a name (clusters/<name>.yaml; see docs/clusters.md for the search order) or a "
             "file; its settings override the recipe's, --set overrides both [default: $PDBENCH_CLUSTER, else none]"
         ),
     ),
 ]
+
+
+RunArg = Annotated[
+    str, typer.Argument(metavar="RUN", help="Run directory, or a recipe name (its latest run)", show_default=False)
+]
+ResultsOpt = Annotated[Path, typer.Option(metavar="DIR", help="Root directory of run directories")]
 
 
 def _fail(msg: str, code: int = EXIT_CONFIG) -> NoReturn:
@@ -72,12 +132,17 @@ def _delegate(step: Callable[[], T]) -> T:
         _fail(str(e), e.code)
 
 
-@app.command()
+@app.command(cls=Command, epilog=_example("pdbench render local-tiny-1p1d --out /tmp/job"))
 def render(
-    recipe: Annotated[str, typer.Argument(help="Recipe name (recipes/<name>.yaml) or path.")],
     out: Annotated[
-        Path, typer.Option("--out", help="Directory to write job.slurm and server.sh into (created if missing).")
+        Path,
+        typer.Option(
+            "--out", metavar="DIR", help="Directory to write job.slurm and server.sh into (created if missing)"
+        ),
     ],
+    ctx: typer.Context,
+    recipe_arg: RecipeArg = None,
+    recipe_opt: RecipeOpt = None,
     set_: SetOpt = None,
     cluster: ClusterOpt = None,
     skip_flag_check: SkipFlagCheck = False,
@@ -85,12 +150,15 @@ def render(
     """Render a recipe's job.slurm, server.sh and their data files into a directory."""
     from harness.submit.run import render_into
 
+    recipe = _recipe(ctx, recipe_arg, recipe_opt)
     typer.echo(_delegate(lambda: render_into(recipe, set_, cluster, skip_flag_check, out)))
 
 
-@app.command()
+@app.command(cls=Command, epilog=_example("pdbench validate dsr1-fp8-h200-nixl-1p2d --cluster example-h200-nixl"))
 def validate(
-    recipe: Annotated[str, typer.Argument(help="Recipe name (recipes/<name>.yaml) or path.")],
+    ctx: typer.Context,
+    recipe_arg: RecipeArg = None,
+    recipe_opt: RecipeOpt = None,
     set_: SetOpt = None,
     cluster: ClusterOpt = None,
     skip_flag_check: SkipFlagCheck = False,
@@ -98,6 +166,7 @@ def validate(
     """Check a recipe (schema, model catalogue, topology, ports, vLLM flags) without rendering anything."""
     from harness.submit.run import validate as validate_recipe
 
+    recipe = _recipe(ctx, recipe_arg, recipe_opt)
     typer.echo(_delegate(lambda: validate_recipe(recipe, set_, cluster, skip_flag_check)))
 
 
@@ -113,9 +182,17 @@ SkipFlagCheck = Annotated[
 ]
 
 
-@app.command()
+@app.command(
+    cls=Command,
+    epilog=_example(
+        "pdbench submit local-tiny-1p1d --launcher local --set benchmark.concurrency=[1,2]",
+        "pdbench submit dsr1-fp8-h200-nixl-1p2d --cluster example-h200-nixl --time 04:00:00 --wait",
+    ),
+)
 def submit(
-    recipe: Annotated[str, typer.Option("--recipe", "-r", help="Recipe name (recipes/<name>.yaml) or path.")],
+    ctx: typer.Context,
+    recipe_arg: RecipeArg = None,
+    recipe_opt: RecipeOpt = None,
     set_: SetOpt = None,
     cluster: ClusterOpt = None,
     skip_flag_check: SkipFlagCheck = False,
@@ -123,18 +200,20 @@ def submit(
         Launcher, typer.Option(help="How to run the job: slurm (sbatch) or local (this machine, no Slurm).")
     ] = Launcher.slurm,
     dry_run: Annotated[
-        bool, typer.Option(help="Create the run directory and print the sbatch command; submit nothing.")
+        bool, typer.Option("--dry-run", help="Create the run directory and print the sbatch command; submit nothing")
     ] = False,
     wait: Annotated[
-        bool, typer.Option(help="Follow the Slurm job to its end, showing progress; Ctrl-C cancels it.")
+        bool, typer.Option("--wait", help="Follow the job to its end, showing progress; Ctrl-C cancels it")
     ] = False,
-    results_dir: Annotated[Path, typer.Option(help="Root directory of run directories.")] = PROJECT_ROOT / "results",
+    results_dir: ResultsOpt = PROJECT_ROOT / "results",
     partition: Annotated[str | None, typer.Option(help="sbatch --partition [default: the recipe's]")] = None,
     account: Annotated[str | None, typer.Option(help="sbatch --account [default: the recipe's]")] = None,
     qos: Annotated[str | None, typer.Option(help="sbatch --qos [default: the recipe's]")] = None,
     time_limit: Annotated[
         str | None,
-        typer.Option("--time", help="sbatch --time, wall clock as HH:MM:SS [default: the recipe's, 02:00:00]"),
+        typer.Option(
+            "--time", metavar="HH:MM:SS", help="sbatch --time, the job's wall clock [default: the recipe's, 02:00:00]"
+        ),
     ] = None,
     nodelist: Annotated[str | None, typer.Option(help="sbatch --nodelist [default: the recipe's]")] = None,
     exclude: Annotated[str | None, typer.Option(help="sbatch --exclude [default: the recipe's]")] = None,
@@ -149,18 +228,23 @@ def submit(
     ] = None,
     sbatch: Annotated[
         list[str] | None,
-        typer.Option(help="Extra #SBATCH line, e.g. --sbatch=--mem=0; repeatable [default: the recipe's]"),
+        typer.Option(
+            metavar="OPTION", help="Extra #SBATCH line, e.g. --sbatch=--mem=0; repeatable [default: the recipe's]"
+        ),
     ] = None,
     resume: Annotated[
         str | None,
         typer.Option(
+            metavar="RUN",
             help="A run (directory, or a recipe name for its latest run) of the same recipe: the new run "
-            "keeps its complete, valid points and measures only the others [default: none]"
+            "keeps its complete, valid points and measures only the others [default: none]",
         ),
     ] = None,
 ) -> None:
     """Render a recipe into a new run directory and run it (sbatch, or the local launcher)."""
     from harness.submit.check import slurm_overrides
+
+    recipe = _recipe(ctx, recipe_arg, recipe_opt)
     from harness.submit.run import submit as submit_recipe
 
     overrides = list(set_ or []) + slurm_overrides(
@@ -192,26 +276,29 @@ def submit(
     raise typer.Exit(rc)
 
 
-@app.command()
+@app.command(cls=Command, epilog=_example("pdbench doctor dsr1-fp8-h200-nixl-1p2d --cluster example-h200-nixl"))
 def doctor(
-    recipe: Annotated[str, typer.Option("--recipe", "-r", help="Recipe name (recipes/<name>.yaml) or path.")],
+    ctx: typer.Context,
+    recipe_arg: RecipeArg = None,
+    recipe_opt: RecipeOpt = None,
     set_: SetOpt = None,
     cluster: ClusterOpt = None,
     launcher: Annotated[
         Launcher, typer.Option(help="Check the nodes of a short Slurm job, or this machine (local launcher).")
     ] = Launcher.slurm,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print the findings as one JSON object [default: one line per problem].")
+        bool, typer.Option("--json", help="Print the findings as one JSON object [default: one line per problem]")
     ] = False,
     timeout_s: Annotated[
-        float, typer.Option(help="Give up (and cancel the check job) after this many seconds, queue time included.")
+        float, typer.Option(help="Give up (and cancel the check job) after this many seconds, queue time included")
     ] = 900,
-    results_dir: Annotated[Path, typer.Option(help="Root directory of run directories.")] = PROJECT_ROOT / "results",
+    results_dir: ResultsOpt = PROJECT_ROOT / "results",
 ) -> None:
     """Check everything a recipe's job needs on the nodes it would get: image, pdbench in the image,
     weights, GPUs, ports, RDMA, memory, disk, clocks; and its vLLM flags here. Exit 0 when all pass."""
     from harness.doctor.run import doctor as run_doctor
 
+    recipe = _recipe(ctx, recipe_arg, recipe_opt)
     rc = _delegate(
         lambda: run_doctor(
             recipe,
@@ -232,11 +319,7 @@ def _run(ref: str, results_dir: Path) -> RunDir:
     return _delegate(lambda: resolve_run(ref, results_dir))
 
 
-RunArg = Annotated[str, typer.Argument(help="Run directory, or a recipe name (its latest run).")]
-ResultsOpt = Annotated[Path, typer.Option(help="Root directory of run directories.")]
-
-
-@app.command()
+@app.command(cls=Command, epilog=_example("pdbench status local-tiny-1p1d"))
 def status(run: RunArg, results_dir: ResultsOpt = PROJECT_ROOT / "results") -> None:
     """Show a run's job state (Slurm or local launcher), its outcome and its result files."""
     from harness.submit.manage import status_lines
@@ -253,12 +336,12 @@ class LogRole(str, Enum):
     node = "node"
 
 
-@app.command()
+@app.command(cls=Command, epilog=_example("pdbench logs local-tiny-1p1d --role decode -n 100"))
 def logs(
     run: RunArg,
     node: Annotated[int | None, typer.Option(help="Only this node's logs, by index [default: every node]")] = None,
     role: Annotated[LogRole | None, typer.Option(help="Only this role's logs [default: every role]")] = None,
-    lines: Annotated[int, typer.Option("--lines", "-n", help="Lines to print from the end of each log (0: all).")] = 50,
+    lines: Annotated[int, typer.Option("--lines", "-n", help="Lines to print from the end of each log (0: all)")] = 50,
     results_dir: ResultsOpt = PROJECT_ROOT / "results",
 ) -> None:
     """Print the logs of a run, by node and role."""
@@ -267,12 +350,15 @@ def logs(
     run_dir = _run(run, results_dir)
     text = log_text(run_dir, node, role.value if role else None, lines)
     if text is None:
-        _fail(f"{run_dir.path}: no logs for node={node} role={role.value if role else None}", code=1)
+        which = " and ".join(
+            w for w in (f"node {node}" if node is not None else "", f"role {role.value}" if role else "") if w
+        )
+        _fail(f"{run_dir.path}: no log{' of ' + which if which else ''} yet (the job has not started it)", code=1)
     for block in text:
         typer.echo(block)
 
 
-@app.command()
+@app.command(cls=Command, epilog=_example("pdbench cancel local-tiny-1p1d"))
 def cancel(run: RunArg, results_dir: ResultsOpt = PROJECT_ROOT / "results") -> None:
     """Cancel a run's job (scancel, or SIGTERM to the local launcher); the job tears every process down."""
     from harness.submit.manage import cancel as cancel_job
@@ -281,9 +367,9 @@ def cancel(run: RunArg, results_dir: ResultsOpt = PROJECT_ROOT / "results") -> N
     typer.echo(_delegate(lambda: cancel_job(run_dir)))
 
 
-@app.command()
+@app.command(cls=Command, epilog=_example("pdbench node --run-dir results/local-tiny-1p1d/RUN --node-id 0"))
 def node(
-    run_dir: Annotated[Path, typer.Option("--run-dir", help="The job's run directory.")],
+    run_dir: Annotated[Path, typer.Option("--run-dir", metavar="DIR", help="The job's run directory")],
     node_id: Annotated[int | None, typer.Option(help="This node's index in the job [default: $SLURM_NODEID]")] = None,
 ) -> None:
     """Run this node's part of a job (called by server.sh inside the allocation)."""
@@ -295,9 +381,10 @@ def node(
     raise typer.Exit(run_node(run_dir, node_id))
 
 
-@app.command("tiny-model")
+@app.command("tiny-model", cls=Command, epilog=_example("pdbench tiny-model /tmp/tiny-llama"))
 def tiny_model_cmd(
-    out: Annotated[Path, typer.Argument(help="Directory to create.")] = PROJECT_ROOT / ".cache/models/tiny-llama",
+    out: Annotated[Path, typer.Argument(metavar="DIR", help="Directory to create")] = PROJECT_ROOT
+    / ".cache/models/tiny-llama",
 ) -> None:
     """Build the tiny Llama model directory offline (config + locally trained tokenizer)."""
     from harness import tiny_model
@@ -305,7 +392,7 @@ def tiny_model_cmd(
     typer.echo(str(tiny_model.build(out)))
 
 
-@app.command()
+@app.command(cls=Command, epilog=_example("pdbench version"))
 def version() -> None:
     """Print pdbench's version."""
     typer.echo(__version__)
@@ -318,18 +405,38 @@ def _register_components() -> None:
     from harness.proxy.cli import proxy_command
     from harness.report.cli import collect_command, report_command
 
-    app.command("proxy", help="Run the PD proxy (prefill then decode, streamed back).")(proxy_command)
-    app.command("bench", help="Benchmark an OpenAI-compatible endpoint over a concurrency sweep.")(bench_command)
-    app.command("nic", help="Detect RDMA NICs and print the UCX/NCCL/NIXL environment for this node.")(nic_command)
-    app.command("report", help="Compare runs: tables (md/csv/html/json) with baseline deltas, Pareto plot.")(
-        report_command
+    def component(name: str, help_: str, *examples: str) -> Callable[[Callable[..., None]], object]:
+        return app.command(name, cls=Command, help=help_, epilog=_example(*examples))
+
+    component(
+        "proxy",
+        "Run the PD proxy (prefill then decode, streamed back).",
+        "pdbench proxy --prefill http://p0:8100 --decode http://d0:8200 --decode http://d1:8200",
+    )(proxy_command)
+    component(
+        "bench",
+        "Benchmark an OpenAI-compatible endpoint over a concurrency sweep.",
+        "pdbench bench --base-url http://127.0.0.1:30000 --model M --tokenizer T \\",
+        "    --isl 1024 --osl 128 --concurrency 1,4,16 --result-dir out/",
+    )(bench_command)
+    component("nic", "Detect RDMA NICs and print the UCX/NCCL/NIXL environment for this node.", "pdbench nic --json")(
+        nic_command
     )
-    app.command("collect", help="Write the InferenceX-style aggregate JSON of runs (validated, deduplicated).")(
-        collect_command
-    )
-    app.command("mock-engine", help="Run a mock OpenAI-compatible engine (tests, benchmarks, plumbing checks).")(
-        mock_engine_command
-    )
+    component(
+        "report",
+        "Compare runs: tables (md/csv/html/json) with baseline deltas, Pareto plot.",
+        "pdbench report local-tiny-1p1d local-tiny-1p2d --baseline local-tiny-1p1d",
+    )(report_command)
+    component(
+        "collect",
+        "Write the InferenceX-style aggregate JSON of runs (validated, deduplicated).",
+        "pdbench collect local-tiny-1p1d --out agg.json --hw cpu",
+    )(collect_command)
+    component(
+        "mock-engine",
+        "Run a mock OpenAI-compatible engine (tests, benchmarks, plumbing checks).",
+        "pdbench mock-engine --port 8000 --ttft-ms 50 --itl-ms 10",
+    )(mock_engine_command)
 
 
 _register_components()

@@ -90,7 +90,7 @@ def test_help_never_cuts_an_option_name(path, cmd, mode, width):
     text = _help(path, mode, width)
     assert "…" not in text
     options = _options(cmd)
-    known = {n for o in options for n in _names(o)} | {"--help"}
+    known = {n for o in options for n in _names(o)} | {"-h", "--help"}
     heads = [set(NAME.findall(head)) for head, _ in _entries(text)]
     for head in heads:
         assert head and head <= known, f"cut or unknown option name in {head} at {mode} {width}:\n{text}"
