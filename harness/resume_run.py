@@ -20,9 +20,10 @@ from pydantic import ValidationError
 
 from harness import atomic
 from harness.bench.results import BenchResult
-from harness.bench.resume import incomplete
+from harness.bench.resume import incomplete, why_not_kept
 from harness.config.load import ConfigError, ResolvedRecipe
 from harness.rundir import ResultName, RunDir
+from harness.submit.points import planned
 
 # Keys of the resolved recipe (recipe.lock.yaml) a resumed run may change.
 MAY_DIFFER = (
@@ -98,3 +99,27 @@ def carry_over(old_run: Path, new_run: Path) -> list[str]:
             shutil.copytree(evidence, new.metrics(phase) / evidence.name)
         kept.append(f.name)
     return kept
+
+
+def resume_plan(old_run: Path, new_run: Path, kept: list[str]) -> tuple[list[str], int]:
+    """What the resumed run keeps and what it measures, point by point, as its client will decide
+    (a kept file made with other settings, such as another request count, is measured again);
+    and how many points it measures."""
+    points = planned(RunDir(new_run), with_results=False)
+    reuse, measure = [], []
+    for p in points:
+        why = why_not_kept(p.path, p.isl, p.osl, p.concurrency, p.num_prompts, p.model) if p.path.is_file() else None
+        if p.path.name in kept and why is None:
+            reuse.append(p.label)
+        else:
+            measure.append(p.label + (f" ({why})" if why else ""))
+    outside = len(set(kept) - {p.path.name for p in points})
+    lines = [
+        f"resuming {old_run}: {len(kept)} finished point(s) kept (copied into the new run); "
+        f"the sweep reuses {len(reuse)} and measures {len(measure)} of its {len(points)} point(s)",
+        f"  reused:  {', '.join(reuse) or 'none'}",
+        f"  measure: {', '.join(measure) or 'none'}",
+    ]
+    if outside:
+        lines.append(f"  ({outside} kept point(s) are outside this sweep: reported, not measured)")
+    return lines, len(measure)

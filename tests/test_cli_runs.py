@@ -3,6 +3,7 @@ recipe's latest run; runs are named by short id; `submit` ends with its points a
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -145,3 +146,80 @@ def test_a_launched_run_is_the_latest_and_ends_with_its_points(tmp_path: Path) -
     assert f"{dry.short_id}: names 2 runs (other-recipe/{dry.run_id}, {LOCAL}/{dry.run_id})" in r.stderr, r.stderr
     r = _cli("status", f"other-recipe/{dry.short_id}", "--results-dir", str(results))
     assert r.returncode == 0 and r.stdout.startswith(f"run: {twin}\n"), r.stdout + r.stderr
+
+
+def _finished_point(run: RunDir, concurrency: int) -> None:
+    """A complete, valid result of the run's point, made with the run's own client settings."""
+    from test_bench_results import _result
+
+    from harness.rundir import ResultName
+
+    cfg = json.loads(run.bench_config().read_text())
+    n = max(cfg["min_prompts"], cfg["prompts_multiplier"] * concurrency)
+    result = _result(
+        max_concurrency=concurrency,
+        num_prompts=n,
+        completed=n,
+        model_id=cfg["model"],
+        random_input_len=cfg["isl"],
+        random_output_len=cfg["osl"],
+        metadata={"valid": True},
+    )
+    name = ResultName(concurrency, float("inf"), prefill_gpus=cfg["prefill_gpus"], decode_gpus=cfg["decode_gpus"])
+    (run.path / name.filename).write_text(result.model_dump_json())
+
+
+def _resume(results: Path, old: RunDir, *sets: str) -> tuple[subprocess.CompletedProcess, RunDir]:
+    before = _runs(results, SLURM)
+    argv = ["submit", "-r", SLURM, "--dry-run", "--skip-flag-check", "--results-dir", str(results)]
+    r = _cli(*argv, *(a for s in sets for a in ("--set", s)), "--resume", str(old.path))
+    assert r.returncode == 0, r.stderr
+    return r, _only_new(results, SLURM, before)
+
+
+def test_resume_says_which_points_it_keeps_and_which_it_measures(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    r = _cli(
+        "submit",
+        "-r",
+        SLURM,
+        "--dry-run",
+        "--skip-flag-check",
+        "--results-dir",
+        str(results),
+        "--set",
+        "benchmark.concurrency=[1,2]",
+    )
+    assert r.returncode == 0, r.stderr
+    (old,) = _runs(results, SLURM)
+    for c in (1, 2):
+        _finished_point(old, c)
+
+    # Every point of the same sweep is finished: nothing is submitted, and the run says so.
+    r, new = _resume(results, old, "benchmark.concurrency=[1,2]")
+    assert r.stdout.splitlines()[1:] == [
+        f"resuming {old.path}: 2 finished point(s) kept (copied into the new run); "
+        "the sweep reuses 2 and measures 0 of its 2 point(s)",
+        "  reused:  C=1, C=2",
+        "  measure: none",
+        "nothing to measure: every point of the sweep is kept; nothing submitted",
+    ], r.stdout
+    assert new.never_submitted and "sbatch" not in r.stdout
+    r = _cli("status", f"{SLURM}/{new.short_id}", "--results-dir", str(results))
+    assert f"never submitted: nothing to measure: every point is kept from {old.path};" in r.stdout, r.stdout
+
+    # A wider sweep measures only the new point.
+    r, _ = _resume(results, old, "benchmark.concurrency=[1,2,4]")
+    assert "the sweep reuses 2 and measures 1 of its 3 point(s)\n  reused:  C=1, C=2\n  measure: C=4\n" in r.stdout
+
+    # Another output length invalidates every kept point: each is measured again, and says why.
+    cfg = json.loads(old.bench_config().read_text())
+    r, _ = _resume(results, old, "benchmark.concurrency=[1,2]", f"benchmark.osl={cfg['osl'] * 2}")
+    assert "the sweep reuses 0 and measures 2 of its 2 point(s)\n  reused:  none\n" in r.stdout, r.stdout
+    why = f"made with other settings: random_output_len {cfg['osl']} (now {cfg['osl'] * 2})"
+    assert f"  measure: C=1 ({why}), C=2 ({why})\n" in r.stdout, r.stdout
+
+    # A narrower sweep keeps the other finished point in the run, outside the sweep.
+    r, _ = _resume(results, old, "benchmark.concurrency=[2,8]")
+    assert "reuses 1 and measures 1 of its 2 point(s)\n  reused:  C=2\n  measure: C=8\n" in r.stdout, r.stdout
+    assert "  (1 kept point(s) are outside this sweep: reported, not measured)" in r.stdout

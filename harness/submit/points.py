@@ -29,6 +29,10 @@ class Point:
     concurrency: int
     shape: str | None  # isl/osl, in a several-shape sweep
     path: Path
+    isl: int
+    osl: int
+    num_prompts: int
+    model: str
     result: BenchResult | None = None
     problem: str | None = None  # why the result is not a complete, valid point (None: it is)
 
@@ -89,5 +93,6 @@ def planned(run: RunDir, with_results: bool = True) -> list[Point]:
                 file = file if file.is_absolute() else run.path / file
                 result, problem = _read(file) if with_results else (None, None)
                 shown = f"{shape.isl}/{shape.osl}" if cfg.multi_shape else None
-                points.append(Point(phase, c, shown, file, result, problem))
+                n = cfg.num_prompts_for(c)
+                points.append(Point(phase, c, shown, file, shape.isl, shape.osl, n, cfg.model, result, problem))
     return points

@@ -95,10 +95,15 @@ def submit(
     render_run(p, run, resumed)
     say(f"run directory: {run.path}")
     if resumed is not None:
-        from harness.resume_run import carry_over
+        from harness.resume_run import carry_over, resume_plan
 
-        kept = carry_over(resumed.path, run.path)
-        say(f"resuming {resumed.path}: {len(kept)} finished point(s) kept, the others will be measured")
+        lines, to_measure = resume_plan(resumed.path, run.path, carry_over(resumed.path, run.path))
+        for line in lines:
+            say(line)
+        if not to_measure:
+            mark_not_submitted(run, f"nothing to measure: every point is kept from {resumed.path}")
+            say("nothing to measure: every point of the sweep is kept; nothing submitted")
+            return 0
     if dry_run:
         mark_not_submitted(run, "a dry run (--dry-run)")
         say(launcher.dry_run(run, p.plan.num_nodes))
