@@ -112,28 +112,22 @@ class Terminal:
         os.close(self.master)
 
 
-def _args(model_dir: str, result_dir: Path, url: str, *extra: str) -> list[str]:
-    return [
-        "--base-url",
-        url,
-        "--model",
-        "tiny",
-        "--tokenizer",
-        model_dir,
-        "--isl",
-        "16",
-        "--osl",
-        "20",
-        "--num-warmups",
-        "0",
-        "--result-dir",
-        str(result_dir),
-        "--prefill-gpus",
-        "1",
-        "--decode-gpus",
-        "1",
-        *extra,
-    ]
+def _args(model_dir: str, result_dir: Path, url: str, *flags: str) -> list[str]:
+    """The fixed settings in a --config file (its keys are the settings' names), the rest as flags."""
+    config = result_dir.parent / f"{result_dir.name}-bench.json"
+    settings = {
+        "base_url": url,
+        "model": "tiny",
+        "tokenizer": model_dir,
+        "isl": 16,
+        "osl": 20,
+        "num_warmups": 0,
+        "result_dir": str(result_dir),
+        "prefill_gpus": 1,
+        "decode_gpus": 1,
+    }
+    config.write_text(json.dumps(settings))
+    return ["--config", str(config), *flags]
 
 
 def _measured(srv: FakeServer) -> list[int]:
@@ -147,7 +141,7 @@ def test_first_ctrl_c_drains_writes_the_point_and_skips_the_rest(model_dir: str,
         term = Terminal(
             _args(
                 model_dir,
-                tmp_path,
+                tmp_path / "r",
                 target.base_url,
                 "--concurrency",
                 "2,4",
@@ -184,7 +178,7 @@ def test_first_ctrl_c_drains_writes_the_point_and_skips_the_rest(model_dir: str,
     assert "interrupted (Ctrl-C)" in out and "C=4: not run" in out and "--resume" in out
     assert "Traceback" not in out and "KeyboardInterrupt" not in out
 
-    (path,) = tmp_path.glob("*.json")
+    (path,) = (tmp_path / "r").glob("*.json")
     result = json.loads(path.read_text())
     assert result["max_concurrency"] == 2 and result["stop_reason"] == INTERRUPTED
     # Every request that left was waited for: the server finished each, the result counts each
@@ -194,10 +188,13 @@ def test_first_ctrl_c_drains_writes_the_point_and_skips_the_rest(model_dir: str,
     assert result["failed"] == n - len(measured)
     assert set(result["errors"]) == {INTERRUPTED}  # the ones never sent
     assert f"{result['completed']} completed, written as interrupted -> {path}" in out
+    # The requests the Ctrl-C kept from being sent are not the servers' failures.
+    rules = {r["name"]: r for r in result["metadata"]["validity"]["rules"]}
+    assert rules["failed_requests"]["status"] == "passed", rules["failed_requests"]
     # Its sentinels finished and are recorded beside it.
     s = result["sentinels"]
     assert 1 <= s["sent"] <= 4 and s["record"] == "sentinels/concurrency_2.json"
-    record = json.loads((tmp_path / s["record"]).read_text())
+    record = json.loads((tmp_path / "r" / s["record"]).read_text())
     assert record["check"]["sent"] == s["sent"] and len(record["sentinels"]) == 4
 
 
@@ -211,7 +208,7 @@ def test_second_ctrl_c_cancels_the_requests_in_flight_at_once(model_dir: str, tm
         term = Terminal(
             _args(
                 model_dir,
-                tmp_path,
+                tmp_path / "r",
                 target.base_url,
                 "--concurrency",
                 "2",
@@ -236,7 +233,7 @@ def test_second_ctrl_c_cancels_the_requests_in_flight_at_once(model_dir: str, tm
     assert rc == 130, out
     assert "second Ctrl-C: cancelling 2 request(s) in flight now" in out
     assert took < 15, f"{took:.1f} s after the second Ctrl-C"  # not the 60 s grace
-    (path,) = tmp_path.glob("*.json")
+    (path,) = (tmp_path / "r").glob("*.json")
     result = json.loads(path.read_text())
     assert result["stop_reason"] == INTERRUPTED and result["completed"] == 4 and result["failed"] == 6
     cancelled = [e for e in result["errors"] if "second Ctrl-C" in e]
@@ -250,7 +247,7 @@ def test_in_flight_requests_are_cancelled_after_the_grace(model_dir: str, tmp_pa
         term = Terminal(
             _args(
                 model_dir,
-                tmp_path,
+                tmp_path / "r",
                 target.base_url,
                 "--concurrency",
                 "2,4",
@@ -271,9 +268,40 @@ def test_in_flight_requests_are_cancelled_after_the_grace(model_dir: str, tmp_pa
     out = term.output
     assert rc == 130, out
     assert "load worker" not in out  # no worker died
-    (path,) = tmp_path.glob("*.json")
+    (path,) = (tmp_path / "r").glob("*.json")
     result = json.loads(path.read_text())
     assert result["stop_reason"] == INTERRUPTED and result["completed"] == 4
     late = [e for e in result["errors"] if "still in flight after the 1 s grace" in e]
     assert len(late) == 2, result["errors"]
     assert "C=4: not run" in out
+
+
+def test_ctrl_c_before_the_first_point_ends_the_setup(model_dir: str, tmp_path: Path) -> None:
+    # The reference never finishes its answers: the sweep is stuck before its first point.
+    with FakeServer(policy=lambda n, body: "hang") as ref, FakeServer() as target:
+        term = Terminal(
+            _args(
+                model_dir,
+                tmp_path / "r",
+                target.base_url,
+                "--concurrency",
+                "2,4",
+                "--num-prompts",
+                "10",
+                "--scrape",
+                f"prefill-0=prefill@{ref.base_url}",
+            )
+        )
+        try:
+            term.wait_for("the reference asked", lambda: len(ref.bodies) >= 2)
+            term.ctrl_c()
+            rc = term.exit_code(20)
+        finally:
+            term.close()
+        assert not target.bodies  # no load was sent
+    out = term.output
+    assert rc == 130, out
+    assert "Ctrl-C: stopping; the points left are skipped" in out
+    assert "C=2: not run" in out and "C=4: not run" in out
+    assert not (tmp_path / "r").exists()
+    assert "Traceback" not in out and "CancelledError" not in out

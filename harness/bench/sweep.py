@@ -489,13 +489,16 @@ class _Sweep:
         metadata = _metadata(cfg) | self.runtime
         if probe is not None:
             sent = [o for o in outs if o.start_time is not None]
+            # A Ctrl-C is the user's stop, not the servers' failure: the requests it kept from
+            # being sent do not count as failed (a timeout's or a dead target's do).
+            counted = sent if stopped == INTERRUPTED else outs
             # The servers saw the sentinels too: their requests and tokens count here.
             verdict = await probe.finish(
                 ClientCounts(
                     prompt_tokens=sum(o.prompt_len for o in sent) + s_prompt,
                     output_tokens=sum(o.output_tokens for o in sent) + s_output,
                     completed=sum(o.success for o in outs) + s_ok,
-                    failed=sum(not o.success for o in outs) + s_failed,
+                    failed=sum(not o.success for o in counted) + s_failed,
                 )
             )
         else:
