@@ -10,12 +10,16 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from harness.config import load_recipe
 from harness.config.accuracy import AccuracySpec, AccuracyTask, problems
 from harness.config.schema import Recipe
 from harness.evals.command import Endpoint, lm_eval_argv
 from harness.evals.meta_env import EvalJob, Role, meta_env
 from harness.evals.summary import failures, score_task, stderr_key, verdict, write
+from harness.node.node_checks import checks_for
+from harness.render.job import current_context, render_job
 from harness.rundir.accuracy_summary import AccuracySummary
+from harness.topology import PlanFile
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "evals" / "pdbench_copy"
 
@@ -205,3 +209,19 @@ def test_lm_eval_command() -> None:
     assert "--apply_chat_template" in chat and "tokenizer=t" not in " ".join(chat)
     with pytest.raises(ValueError, match="model=a,b"):
         lm_eval_argv(AccuracyTask(), Endpoint("http://h:1", "a,b", "local-completions", "t", 8), 1, Path("/o"), None, 5)
+
+
+def test_node_zero_preflight_checks_the_eval_inputs(tmp_path: Path) -> None:
+    """A job (and so `pdbench doctor`) finds a missing task directory in node 0's preflight, before
+    any server starts, not after the sweep."""
+
+    missing = tmp_path / "no-such-tasks"
+    overrides = ["accuracy.enabled=true", f'accuracy.tasks=[{{"name": "t", "include_path": "{missing}"}}]']
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    rr = load_recipe("local-tiny-1p1d", overrides)
+    render_job(rr, run_dir, current_context(run_dir, rr.root, rr))
+    plan = PlanFile.model_validate_json((run_dir / "plan.json").read_text())
+    head = checks_for(plan, plan.proxy_node, run_dir)
+    assert "accuracy" in head and "accuracy" not in checks_for(plan, 1, run_dir)
+    assert head["accuracy"]()[0] == f"accuracy.tasks[0].include_path: {missing} is not a directory"

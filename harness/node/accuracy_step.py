@@ -51,6 +51,18 @@ def bound_s(run_dir: Path, phase: str) -> float:
     return spec.timeout_s * len(spec.whens) if phase in spec.evaluated(_job_phases(lock)) else 0.0
 
 
+def enabled(run_dir: Path) -> bool:
+    return _spec(_lock(RunDir(run_dir))).enabled
+
+
+def input_problems(run_dir: Path) -> list[str]:
+    """What would fail the job's evals for want of their inputs (lm-eval, task directories, cached
+    datasets offline); node 0's preflight, and so `pdbench doctor`, runs it."""
+    lock = _lock(RunDir(run_dir))
+    spec = _spec(lock)
+    return problems(spec, _job_phases(lock), ROOT) + missing_data(spec)
+
+
 def before_sweep(run_dir: Path, phase: str) -> list[str]:
     """Missing eval inputs fail the job now, not after the sweep; then the `before` eval, if asked."""
     lock = _lock(RunDir(run_dir))

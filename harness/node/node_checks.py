@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness import atomic
+from harness.node import accuracy_step
 from harness.node import preflight as pf
 from harness.rundir import RunDir
 from harness.topology import PlanFile
@@ -42,6 +43,9 @@ def checks_for(plan: PlanFile, node: int, run_dir: Path) -> dict[str, Callable[[
         checks["memory"] = lambda: pf.check_memory(spec.memory_bytes[node])
     if spec.rdma:
         checks["rdma"] = lambda: pf.check_rdma(environ=os.environ)
+    # The evals run on node 0 (the proxy's) after the sweep: their inputs are checked before it.
+    if node == plan.proxy_node and accuracy_step.enabled(run_dir):
+        checks["accuracy"] = lambda: accuracy_step.input_problems(run_dir)
     return checks
 
 
