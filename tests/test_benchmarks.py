@@ -101,3 +101,21 @@ def test_fidelity_matches_each_request_with_the_engines_record_of_it() -> None:
         request_errors({**client, "output_lens": [3, 4]}, engine)
     # A failed request (no tokens) has no times to compare.
     assert len(request_errors({**client, "output_lens": [3, 0]}, engine)["ttft"]) == 1
+
+
+def test_sentinel_overhead_counts_judges_and_reads_the_reference_pass() -> None:
+    """The script expects the recipe's sentinels per point, judges the median of the rounds'
+    ratios, and reads pdbench bench's own report of the reference pass."""
+    from benchmarks.bench_sentinel_overhead import GOAL, recipe, reference_pass, sentinels_per_point, verdict
+
+    # 2 % of 10 x C measured requests, at least 4: the defaults the benchmark's conditions state.
+    assert sentinels_per_point(recipe([8, 32, 64], 1024, 128)) == {8: 4, 32: 6, 64: 13}
+    over, under = GOAL + 0.01, GOAL - 0.01
+    assert verdict([under, over, under]) and not verdict([over, under, over])
+    assert verdict([GOAL]) and not verdict([over])
+    log = (
+        "[pdbench bench] sentinels: 23 of 23 reference answers from prefill-0: whole requests to "
+        "http://127.0.0.1:1/v1/completions before the sweep in 1.4 s\n[pdbench bench] C=8: 16 warmups, then 80"
+    )
+    assert reference_pass(log) == (23, 23, 1.4)
+    assert reference_pass("[pdbench bench] C=8: 16 warmups, then 80 requests at rate inf") is None
