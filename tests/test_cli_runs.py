@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -90,31 +91,41 @@ def test_a_failed_sbatch_is_marked_never_submitted(tmp_path: Path) -> None:
     assert r.returncode == 2 and "no submitted run" in r.stderr, r.stderr
 
 
-def _failing_vllm(bin_dir: Path) -> Path:
-    """`python` (the real one) and a `vllm` that fails at once, first on the nodes' PATH."""
+def _local_submit(tmp_path: Path, vllm: str, health_s: int) -> subprocess.CompletedProcess:
+    """`submit --launcher local` of the local recipe, its `vllm` the stand-in script VLLM (first on
+    the nodes' PATH, beside a `python` that is the real one), on ports of this test's own."""
+    bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python").write_text(f'#!/usr/bin/env bash\nexec {shlex.quote(sys.executable)} "$@"\n')
-    (bin_dir / "vllm").write_text('#!/usr/bin/env bash\necho "stand-in vllm: no GPU here" >&2\nexit 1\n')
+    (bin_dir / "vllm").write_text("#!/usr/bin/env bash\n" + vllm)
     for f in bin_dir.iterdir():
         f.chmod(0o755)
-    return bin_dir / "python"
-
-
-def test_a_launched_run_is_the_latest_and_ends_with_its_points(tmp_path: Path) -> None:
-    results = tmp_path / "results"
     base = port_base(22500)
     sets = [
         f"topology.prefill.port={base}",
         f"topology.decode.port={base + 10}",
         f"connector.side_channel_port={base + 20}",
         f"proxy.port={base + 30}",
-        "timeouts.health_s=60",
+        f"timeouts.health_s={health_s}",
         "timeouts.teardown_s=5",
     ]
-    argv = ["submit", "-r", LOCAL, "--launcher", "local", "--skip-flag-check", "--results-dir", str(results)]
+    argv = [
+        "submit",
+        "-r",
+        LOCAL,
+        "--launcher",
+        "local",
+        "--skip-flag-check",
+        "--results-dir",
+        str(tmp_path / "results"),
+    ]
     argv += [a for s in sets for a in ("--set", s)]
-    env = dict(os.environ, PDBENCH_PYTHON=str(_failing_vllm(tmp_path / "bin")))
-    r = _cli(*argv, env=env, timeout=180)
+    return _cli(*argv, env=dict(os.environ, PDBENCH_PYTHON=str(bin_dir / "python")), timeout=180)
+
+
+def test_a_launched_run_is_the_latest_and_ends_with_its_points(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    r = _local_submit(tmp_path, 'echo "stand-in vllm: no GPU here" >&2\nexit 1\n', health_s=60)
     assert r.returncode == 1, r.stdout + r.stderr
     (launched,) = _runs(results, LOCAL)
     assert launched.launched
@@ -223,3 +234,18 @@ def test_resume_says_which_points_it_keeps_and_which_it_measures(tmp_path: Path)
     r, _ = _resume(results, old, "benchmark.concurrency=[2,8]")
     assert "reuses 1 and measures 1 of its 2 point(s)\n  reused:  C=2\n  measure: C=8\n" in r.stdout, r.stdout
     assert "  (1 kept point(s) are outside this sweep: reported, not measured)" in r.stdout
+
+
+def test_submit_shows_the_health_wait(tmp_path: Path) -> None:
+    # Servers that load for longer than the wait allows: the job fails at its health timeout,
+    # having said along the way who it waits for and what their logs say.
+    loading = 'echo "Loading safetensors checkpoint shards: 40% Completed | 2/5"\nexec sleep 300\n'
+    r = _local_submit(tmp_path, loading, health_s=25)
+    assert r.returncode == 1, r.stdout + r.stderr
+    waits = re.findall(r"health wait (\d+):(\d\d): (.*)\n  (.*)\n", r.stdout)
+    assert waits, r.stdout
+    minutes, seconds, who, last = waits[0]
+    assert 10 <= 60 * int(minutes) + int(seconds) < 25, waits
+    assert who == "0 of 3 ready; waiting for prefill-0, decode-0, proxy", waits
+    assert last == "prefill-0: Loading safetensors checkpoint shards: 40% Completed | 2/5", waits
+    assert "not healthy within 25 s" in r.stdout, r.stdout

@@ -26,6 +26,7 @@ from typing import TextIO
 import psutil
 
 from harness.config.load import ResolvedRecipe
+from harness.launch.health_wait import HealthWait
 from harness.launch.job import Job, JobInfo, JobState, LaunchError
 from harness.launch.launcher import Launcher
 from harness.launch.log_tail import LogTail
@@ -75,6 +76,7 @@ def run_local(run_dir: Path, num_nodes: int, timeout_s: float, grace_s: float, e
     run.logs.mkdir(exist_ok=True)
     nodes: list[subprocess.Popen] = []
     tail = LogTail.progress(run, echo) if echo else None
+    health = HealthWait(run, echo) if echo else None
     rc = 0
     # The launcher records why it stops the job before it signals any node, so no node can
     # mistake the launcher's SIGTERM for the cause.
@@ -104,8 +106,9 @@ def run_local(run_dir: Path, num_nodes: int, timeout_s: float, grace_s: float, e
         deadline = time.monotonic() + timeout_s
         first_failure_at: float | None = None
         while any(p.poll() is None for p in nodes):
-            if tail:
+            if tail and health:
                 tail.pump()
+                health.pump()
             codes = [p.poll() for p in nodes]
             if first_failure_at is None and any(c not in (None, 0) for c in codes):
                 first_failure_at = time.monotonic()

@@ -7,6 +7,7 @@ import sys
 import time
 
 from harness.config.load import PROJECT_ROOT
+from harness.launch.health_wait import HealthWait
 from harness.launch.job import Job, JobInfo, JobState, LaunchError
 from harness.launch.log_tail import LogTail
 from harness.rundir import RunDir, read_status
@@ -74,6 +75,7 @@ def summary(run: RunDir, rc: int) -> None:
 def follow(job: Job, timeout_s: float) -> int:
     """Until the job ends; Ctrl-C cancels it. 0 when the run succeeded, 130 when interrupted, else 1."""
     tail = LogTail.progress(job.run, sys.stdout)
+    health = HealthWait(job.run, sys.stdout)
     seen: list[str] = []
 
     def on_poll(info: JobInfo) -> None:
@@ -82,6 +84,8 @@ def follow(job: Job, timeout_s: float) -> int:
             say(f"job {job.job_id}: {info.detail}{reason}")
             seen.append(info.detail)
         tail.pump()
+        if info.state is JobState.RUNNING:
+            health.pump()
 
     try:
         info = job.wait(timeout_s + FOLLOW_SLACK_S, on_poll)
