@@ -55,7 +55,7 @@ def _flag(v: Any) -> str:
     return "true" if v is True or str(v).lower() == "true" else "false"
 
 
-NO_HW = "hardware unknown (no hw in its metadata, no --hw)"
+NO_HW = "hardware unknown (no hw in its metadata, none given)"
 
 
 def entry(p: Point, hw: str | None, notes: list[str]) -> CollectEntry:

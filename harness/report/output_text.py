@@ -53,12 +53,9 @@ def run_keys(report: Report) -> dict[str, str]:
     return keys
 
 
-def _table(title: str | None, headers: list[str], numeric: list[bool]) -> Table:
+def _table(headers: list[str], numeric: list[bool]) -> Table:
     """Headers wrap at their spaces; `_rows` keeps numbers whole."""
     t = Table(
-        title=title,
-        title_justify="left",
-        title_style="bold",
         box=box.SIMPLE_HEAD,
         show_edge=False,
         pad_edge=False,
@@ -69,11 +66,17 @@ def _table(title: str | None, headers: list[str], numeric: list[bool]) -> Table:
     return t
 
 
+def _titled(title: str, t: Table) -> Group:
+    """A title on a line of its own (a table's own title wraps to the table's width)."""
+    return Group(Text(""), Text(title, style="bold"), t)
+
+
 def _rows(t: Table, rows: list[list[Any]]) -> Table:
     """Add the rows; a column is never narrower than its widest short cell (a number, a run key,
-    a shape), so a number is never folded across lines when the table is narrowed to fit."""
+    a shape) or a header's longest word, so neither is folded when the table is narrowed to fit."""
     for i, col in enumerate(t.columns):
         short = [len(line) for r in rows for line in str(r[i]).splitlines() if len(line) <= 12]
+        short += [len(word) for word in str(col.header).split()]  # nor a header's word
         col.min_width = max(short, default=None)
     for r in rows:
         t.add_row(*r)
@@ -176,7 +179,10 @@ def _results(report: Report, keys: dict[str, str]) -> Iterator[RenderableType]:
         rows["Throughput (tok/s)"].append([*ids(r), *(_metric(report, every[c], r) for c in PER_GPU)])
         rows["Absolute throughput (tok/s)"].append([*ids(r), *(_metric(report, every[c], r) for c in ABSOLUTE)])
         rows["Latency (ms)"].append([*ids(r), *(_metric(report, every[c], r) for c in LATENCY_HEADERS)])
-    tables = {title: _rows(_table(title, headers, numeric), rows[title]) for title, (headers, numeric) in heads.items()}
+    tables = {
+        title: _titled(title, _rows(_table(headers, numeric), rows[title]))
+        for title, (headers, numeric) in heads.items()
+    }
     points, tput, absolute, lat = tables.values()
     yield points
     yield tput
@@ -226,10 +232,8 @@ def _decisions(report: Report) -> Iterator[RenderableType]:
     yield _heading("Disaggregated vs aggregated")
     yield _bullets(summary_lines(report.decisions, report.slo))
     for dec in report.decisions:
-        t = _table(f"ISL {dec.isl} / OSL {dec.osl}", RATIO_HEADERS, [False, True, True, True])
-        for row in ratio_rows(dec):
-            t.add_row(*row)
-        yield t
+        t = _rows(_table(RATIO_HEADERS, [False, True, True, True]), ratio_rows(dec))
+        yield _titled(f"ISL {dec.isl} / OSL {dec.osl}", t)
 
 
 def _breakdown(report: Report, keys: dict[str, str]) -> Iterator[RenderableType]:
@@ -237,10 +241,8 @@ def _breakdown(report: Report, keys: dict[str, str]) -> Iterator[RenderableType]
         return
     yield _heading("Where TTFT goes (medians, ms)")
     heads = breakdown_table.HEADERS
-    t = _table(None, heads, [False, False] + [True] * (len(heads) - 2))
-    for row in breakdown_table.rows(report):
-        t.add_row(keys[row[0]], *row[1:])
-    yield t
+    rows = [[keys[row[0]], *row[1:]] for row in breakdown_table.rows(report)]
+    yield _rows(_table(heads, [False, False] + [True] * (len(heads) - 2)), rows)
     yield Text(
         "Proxy: arrival to first leg sent; Prefill: its queue and compute; KV transfer: the decode "
         "servers' mean over the point; Decode: the rest of the decode leg to its first byte; Client: "
@@ -272,7 +274,7 @@ def render(report: Report, width: int = 80) -> str:
     Console(file=buf, width=width, color_system=None, force_terminal=False, legacy_windows=False).print(
         renderables(report)
     )
-    return buf.getvalue()
+    return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
 
 
 def show(report: Report, console: Console) -> None:
