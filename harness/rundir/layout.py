@@ -40,6 +40,13 @@ LAYOUT: tuple[Entry, ...] = (
         "render",
         "pdbench bench",
     ),
+    Entry(
+        p.NOT_SUBMITTED,
+        "a run that submit rendered and never submitted (--dry-run, sbatch failed, nothing left to resume): "
+        "why; such a run is never a recipe's latest",
+        "submit",
+        "status, logs, cancel, RunDir.resolve",
+    ),
     Entry(p.DOCTOR_MARKER, "present in a `pdbench doctor` run: the job checks and stops", "doctor", "pdbench node"),
     Entry(
         p.LAUNCH,
