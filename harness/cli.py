@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import inspect
+import json
 import logging
+import shutil
 import sys
 from collections.abc import Callable
 from enum import Enum
@@ -319,6 +321,23 @@ def _run(ref: str, results_dir: Path) -> RunDir:
     return _delegate(lambda: resolve_run(ref, results_dir))
 
 
+@app.command(cls=Command, epilog=_example("pdbench recipes", "pdbench recipes --json"))
+def recipes(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object [default: a list for people to read]")
+    ] = False,
+) -> None:
+    """List the recipes and the cluster profiles there are to name, with their descriptions."""
+    from harness.config.listing import listing, listing_lines
+
+    if as_json:
+        typer.echo(json.dumps(listing(PROJECT_ROOT), indent=2))
+        return
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    for line in listing_lines(PROJECT_ROOT, width):
+        typer.echo(line)
+
+
 @app.command(cls=Command, epilog=_example("pdbench status local-tiny-1p1d"))
 def status(run: RunArg, results_dir: ResultsOpt = PROJECT_ROOT / "results") -> None:
     """Show a run's job state (Slurm or local launcher), its outcome and its result files."""
@@ -336,18 +355,30 @@ class LogRole(str, Enum):
     node = "node"
 
 
-@app.command(cls=Command, epilog=_example("pdbench logs local-tiny-1p1d --role decode -n 100"))
+@app.command(
+    cls=Command,
+    epilog=_example("pdbench logs local-tiny-1p1d --role decode -n 100", "pdbench logs local-tiny-1p1d --follow"),
+)
 def logs(
     run: RunArg,
     node: Annotated[int | None, typer.Option(help="Only this node's logs, by index [default: every node]")] = None,
     role: Annotated[LogRole | None, typer.Option(help="Only this role's logs [default: every role]")] = None,
     lines: Annotated[int, typer.Option("--lines", "-n", help="Lines to print from the end of each log (0: all)")] = 50,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow", "-f", help="Then print new lines as they come, until the job ends (Ctrl-C stops following)"
+        ),
+    ] = False,
     results_dir: ResultsOpt = PROJECT_ROOT / "results",
 ) -> None:
     """Print the logs of a run, by node and role."""
+    from harness.submit.log_follow import follow_logs
     from harness.submit.manage import log_text
 
     run_dir = _run(run, results_dir)
+    if follow:
+        raise typer.Exit(_delegate(lambda: follow_logs(run_dir, node, role.value if role else None, lines, sys.stdout)))
     text = log_text(run_dir, node, role.value if role else None, lines)
     if text is None:
         which = " and ".join(

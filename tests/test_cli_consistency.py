@@ -5,6 +5,8 @@ command's help that the command accepts, "did you mean" for misspelt commands an
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shlex
 import subprocess
@@ -131,3 +133,50 @@ def test_misspelt_commands_and_options_get_a_suggestion():
     assert command.returncode == 2 and "Did you mean 'submit'?" in command.stderr
     option = pdbench("submit", "--recipee", "local-tiny-1p1d")
     assert option.returncode == 2 and "--recipe" in option.stderr.split("No such option", 1)[1]
+
+
+def _on_a_terminal(args: list[str], columns: int) -> str:
+    """pdbench's output on a pseudo-terminal of `columns` columns."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", *args], cwd=ROOT, stdout=follower, stderr=follower, env=env
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # EIO: the process closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    assert proc.wait(60) == 0
+    os.close(leader)
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_recipes_lists_every_recipe_and_profile():
+    shipped = sorted(p.stem for p in (ROOT / "recipes").glob("*.yaml"))
+    profiles = sorted(p.stem for p in (ROOT / "clusters").glob("*.yaml"))
+    assert "local-tiny-1p1d" in shipped and "local" in profiles  # precondition: there is something to list
+    listed = pdbench("recipes", "--json")
+    assert listed.returncode == 0, listed.stderr
+    data = json.loads(listed.stdout)
+    assert [r["name"] for r in data["recipes"]] == shipped
+    assert {p["name"] for p in data["cluster_profiles"]} >= set(profiles)
+    tiny = next(r for r in data["recipes"] if r["name"] == "local-tiny-1p1d")
+    assert tiny["model"] == "tiny-llama" and tiny["description"].startswith("tiny Llama")
+    # Piped: one line per entry (for grep); on an 80-column terminal: wrapped, nothing cut.
+    piped = pdbench("recipes").stdout
+    assert all(any(line.split()[:1] == [name] for line in piped.splitlines()) for name in shipped + profiles)
+    shown = _on_a_terminal(["recipes"], 80)
+    assert max(len(line) for line in shown.splitlines()) <= 80, shown
+    assert " ".join(shown.split()).count("tiny Llama, 1P1D on CPU, NixlConnector (kv_buffer_device=cpu)") == 1
