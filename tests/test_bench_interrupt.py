@@ -26,6 +26,7 @@ import pytest
 from bench_fake_server import FakeServer
 
 from harness import tiny_model
+from harness.bench.sentinels import CANCELLED
 from harness.bench.sweep import INTERRUPTED
 
 pytestmark = pytest.mark.timeout(120)
@@ -188,7 +189,8 @@ def test_first_ctrl_c_drains_writes_the_point_and_skips_the_rest(model_dir: str,
     assert result["failed"] == n - len(measured)
     assert set(result["errors"]) == {INTERRUPTED}  # the ones never sent
     assert f"{result['completed']} completed, written as interrupted -> {path}" in out
-    # The requests the Ctrl-C kept from being sent are not the servers' failures.
+    # The requests the Ctrl-C kept from being sent, and the sentinels it cancelled, are not the
+    # servers' failures.
     rules = {r["name"]: r for r in result["metadata"]["validity"]["rules"]}
     assert rules["failed_requests"]["status"] == "passed", rules["failed_requests"]
     # Its sentinels finished and are recorded beside it.
@@ -305,3 +307,53 @@ def test_ctrl_c_before_the_first_point_ends_the_setup(model_dir: str, tmp_path: 
     assert "C=2: not run" in out and "C=4: not run" in out
     assert not (tmp_path / "r").exists()
     assert "Traceback" not in out and "CancelledError" not in out
+
+
+def test_ctrl_c_after_the_batch_cancels_the_sentinels_still_out(model_dir: str, tmp_path: Path) -> None:
+    # The target never finishes a sentinel: once the measured requests are done, the point
+    # waits for its sentinels (each bounded by the 60 s request timeout).
+    hang_sentinels = lambda n, body: "hang" if body.get("return_token_ids") else None  # noqa: E731
+    with FakeServer(token_delay=0.002) as ref, FakeServer(policy=hang_sentinels, token_delay=0.002) as target:
+        term = Terminal(
+            _args(
+                model_dir,
+                tmp_path / "r",
+                target.base_url,
+                "--concurrency",
+                "2,4",
+                "--num-prompts",
+                "20",
+                "--request-timeout-s",
+                "60",
+                "--scrape",
+                f"prefill-0=prefill@{ref.base_url}",
+            )
+        )
+        try:
+            # Precondition: every measured request of C=2 is done, its 4 sentinels are out.
+            def waiting() -> bool:
+                bodies = list(target.bodies)
+                sentinels = [n for n, b in enumerate(bodies) if b.get("return_token_ids")]
+                return len(bodies) == 24 and len(sentinels) == 4 and len(target.ended) == 20
+
+            term.wait_for("the sentinels still out after the batch", waiting)
+            assert not (tmp_path / "r" / "sentinels" / "concurrency_2.json").exists()
+            t0 = time.monotonic()
+            term.ctrl_c()
+            rc = term.exit_code(20)
+            took = time.monotonic() - t0
+        finally:
+            term.close()
+    out = term.output
+    assert rc == 130, out
+    assert took < 15, f"{took:.1f} s after the Ctrl-C"  # not the 60 s request timeout
+    (path,) = (tmp_path / "r").glob("*.json")
+    result = json.loads(path.read_text())
+    # The measured requests all finished: the point is whole; its sentinels were cancelled.
+    assert result["completed"] == 20 and result["stop_reason"] is None
+    assert result["sentinels"]["sent"] == 4 and result["sentinels"]["answered"] == 0
+    record = json.loads((tmp_path / "r" / "sentinels" / "concurrency_2.json").read_text())
+    assert {s["answer"]["error"] for s in record["sentinels"]} == {CANCELLED}
+    rules = {r["name"]: r for r in result["metadata"]["validity"]["rules"]}
+    assert rules["failed_requests"]["status"] == "passed", rules["failed_requests"]
+    assert f"C=2: done -> {path}" in out and "C=4: not run" in out

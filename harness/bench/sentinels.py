@@ -35,6 +35,7 @@ from harness.bench.validity_probe import parse_target
 from harness.rundir.sentinel_summary import SentinelSummary, Tolerance
 from harness.validity.outputs import Divergence, OutputsCheck
 
+CANCELLED = "cancelled: the point was stopped"
 POLL_S = 0.05  # how often a point's sentinel driver looks at the measured requests' progress
 EXCERPT = 40  # characters of the prompt and of each continuation shown in a divergence's reason
 
@@ -236,6 +237,13 @@ class PointSentinels:
     async def _send(self, s: Sentinel) -> None:
         s.answer = await self.client.ask(self.url, s.request)
 
+    def cancel(self) -> None:
+        """Send no more and cancel those in flight (a Ctrl-C); finish() then records them."""
+        if self._driver is not None:
+            self._driver.cancel()
+        for t in self._sent:
+            t.cancel()
+
     async def finish(self, stopped: bool) -> None:
         """After the measured batch. A batch that ran to its end has passed every sentinel's
         due point: the driver sends those it has not yet (within one poll) and they finish (each
@@ -250,7 +258,7 @@ class PointSentinels:
         await asyncio.gather(*self._sent, return_exceptions=True)
         for s in self.sentinels:
             if s.sent_after is not None and s.answer is None:
-                s.answer = Answer(error="cancelled: the point was stopped")
+                s.answer = Answer(error=CANCELLED)
 
     # -- what the point records ----------------------------------------------------
 
@@ -339,6 +347,10 @@ class PointSentinels:
         path.parent.mkdir(parents=True, exist_ok=True)
         body = {"point": tag, "reference": reference, "check": check.model_dump(mode="json"), "sentinels": rows}
         atomic.write_json(path, body, indent=1, replace=False)
+
+    def cancelled(self) -> int:
+        """Sentinels sent and then cancelled because the point was stopped."""
+        return sum(s.answer is not None and s.answer.error == CANCELLED for s in self.sent())
 
     def counts(self) -> tuple[int, int, int, int]:
         """(prompt tokens, output tokens, completed, failed) of the sentinels sent: the servers saw them."""

@@ -144,6 +144,8 @@ class _Sweep:
         self.interrupts = 0
         self.halt = asyncio.Event()  # set by a first Ctrl-C: ends a cooldown
         self.setup: asyncio.Task[None] | None = None  # the work before the first point
+        self.main: asyncio.Task[Any] | None = None  # the sweep, cancelled by a second Ctrl-C between batches
+        self.point_sentinels: PointSentinels | None = None  # the running point's, which a Ctrl-C cancels
         self.unsent = 0  # the last measured batch's requests never sent (it was stopped)
 
     # -- stops ----------------------------------------------------------------
@@ -160,12 +162,14 @@ class _Sweep:
         if self.interrupts == 1:
             self.interrupted = INTERRUPTED
             self.halt.set()
+            if self.point_sentinels is not None:
+                self.point_sentinels.cancel()
             if self.current is not None:
                 grace = self.cfg.interrupt_grace_s
                 n = self.progress.in_flight
                 log(
-                    f"Ctrl-C: sending stopped; waiting up to {grace:g} s for {n} request(s) in flight, then the "
-                    "point is written as interrupted and the points left are skipped (Ctrl-C again to stop now)"
+                    f"Ctrl-C: sending stopped; waiting up to {grace:g} s for {n} request(s) in flight, "
+                    "then the points left are skipped (Ctrl-C again to stop now)"
                 )
                 self.progress.note = "stopping (Ctrl-C)"
                 self.current.drain(INTERRUPTED, grace)
@@ -180,10 +184,13 @@ class _Sweep:
             log(f"second Ctrl-C: cancelling {self.progress.in_flight} request(s) in flight now")
             self.progress.note = "cancelled (second Ctrl-C)"
             self.current.stop(f"{INTERRUPTED}: cancelled in flight by a second Ctrl-C")
-        else:
+        elif self.setup is not None:
             log("second Ctrl-C: stopping now")
-            if self.setup is not None:
-                self.setup.cancel()
+            self.setup.cancel()
+        elif self.main is not None:
+            # Between batches (a point's sentinels, its last scrapes): nothing left to cut short.
+            log("second Ctrl-C: stopping now; the point being finished is not written")
+            self.main.cancel()
 
     def _stop_invalid(self, concurrency: int, why: str) -> None:
         """A point whose evidence is already bad stops now (validity.early_check_s)."""
@@ -465,7 +472,7 @@ class _Sweep:
             )
             await probe.start()
         progress = Progress()
-        sentinels = self._point_sentinels(concurrency, n, progress)
+        sentinels = self.point_sentinels = self._point_sentinels(concurrency, n, progress)
         if sentinels is not None:
             sentinels.start()
         outs, stopped = await self.batch(
@@ -478,7 +485,9 @@ class _Sweep:
             progress,
         )
         if sentinels is not None:
-            await sentinels.finish(stopped is not None)
+            # After a Ctrl-C the sentinels still out are not waited for, even if the batch ended.
+            await sentinels.finish(stopped is not None or self.interrupted is not None)
+            self.point_sentinels = None
         self.unsent = sum(o.start_time is None for o in outs)
         if self.interrupted is not None and self.unsent == len(outs):
             if probe is not None:
@@ -489,16 +498,19 @@ class _Sweep:
         metadata = _metadata(cfg) | self.runtime
         if probe is not None:
             sent = [o for o in outs if o.start_time is not None]
-            # A Ctrl-C is the user's stop, not the servers' failure: the requests it kept from
-            # being sent do not count as failed (a timeout's or a dead target's do).
-            counted = sent if stopped == INTERRUPTED else outs
+            failed = sum(not o.success for o in outs) + s_failed
+            if self.interrupted is not None:
+                # A Ctrl-C is the user's stop, not the servers' failure: the requests it kept from
+                # being sent or cancelled do not count as failed (a timeout's or a dead target's do).
+                failed -= sum(not o.success and (o.error or "").startswith(INTERRUPTED) for o in outs)
+                failed -= sentinels.cancelled() if sentinels is not None else 0
             # The servers saw the sentinels too: their requests and tokens count here.
             verdict = await probe.finish(
                 ClientCounts(
                     prompt_tokens=sum(o.prompt_len for o in sent) + s_prompt,
                     output_tokens=sum(o.output_tokens for o in sent) + s_output,
                     completed=sum(o.success for o in outs) + s_ok,
-                    failed=sum(not o.success for o in counted) + s_failed,
+                    failed=failed,
                 )
             )
         else:
@@ -555,8 +567,13 @@ class _Sweep:
         ours = threading.current_thread() is threading.main_thread()
         if ours:
             loop.add_signal_handler(signal.SIGINT, self.on_interrupt)
+        self.main = asyncio.current_task()
         try:
             return await self._run()
+        except asyncio.CancelledError:
+            if self.interrupts < 2:
+                raise
+            raise KeyboardInterrupt from None
         finally:
             if ours:
                 loop.remove_signal_handler(signal.SIGINT)
