@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 
 from harness.report.model import AccuracyRow, Comparison
-from harness.report.points import AccuracySummary, AccuracyTask, Run
+from harness.report.points import Run
+from harness.rundir.accuracy_summary import AccuracySummary, TaskScore
 
 Z95 = 1.96  # two-sided 95 % quantile of the normal distribution
 
@@ -23,13 +24,13 @@ def compare(score: float, stderr: float | None, other: float, other_stderr: floa
     return Comparison(other, other_stderr, diff, diff - half, diff + half)
 
 
-def _same_task(summary: AccuracySummary | None, task: AccuracyTask) -> AccuracyTask | None:
+def _same_task(summary: AccuracySummary | None, task: TaskScore) -> TaskScore | None:
     if summary is None:
         return None
     return next((t for t in summary.tasks if t.task == task.task and t.metric == task.metric), None)
 
 
-def _versus(task: AccuracyTask, other: AccuracyTask | None) -> Comparison | None:
+def _versus(task: TaskScore, other: TaskScore | None) -> Comparison | None:
     if other is None or task.score is None or other.score is None:
         return None
     return compare(task.score, task.stderr, other.score, other.stderr)

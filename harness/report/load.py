@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.report.accuracy_file import AccuracyFileError, read_accuracy
-from harness.report.points import AccuracySummary, Loaded, Note, Point, Run, Skipped, dedupe_key
+from harness.report.points import Loaded, Note, Point, Run, Skipped, dedupe_key
 from harness.report.result_file import NotAResult, read_point
 from harness.report.result_names import looks_like_result_name
 from harness.rundir import RunDir, read_status
+from harness.rundir.accuracy_summary import AccuracySummary
 from harness.rundir.paths import CONTROL_FILES, EVALS, SENTINELS
 
 # A pdbench run's folders of records whose files are named like results but are not.

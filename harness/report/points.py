@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.rundir.accuracy_summary import AccuracySummary
 from harness.rundir.sentinel_summary import SentinelSummary
 
 
@@ -25,33 +26,6 @@ class Note:
 
     path: Path
     text: str
-
-
-@dataclass(frozen=True)
-class AccuracyTask:
-    task: str
-    metric: str
-    score: float | None
-    stderr: float | None
-    threshold: float | None
-    passed: bool | None
-    samples: int | None
-
-
-@dataclass(frozen=True)
-class AccuracySummary:
-    """One lm-eval run against the job's endpoint (evals/<phase>-<when>/pdbench-accuracy.json)."""
-
-    path: Path
-    phase: str  # disagg | aggregated
-    when: str  # before | after (the sweep)
-    concurrency: int
-    lm_eval_version: str
-    base_url: str
-    elapsed_s: float
-    tasks: tuple[AccuracyTask, ...]
-    passed: bool | None
-    error: str | None
 
 
 @dataclass
