@@ -54,7 +54,11 @@ def rule(check: OutputsCheck) -> RuleResult:
             f"reference {d.reference!r}, answer {d.answer!r}"
         )
     return RuleResult(
-        name=RULE, status="failed" if bad > check.max_diverged else "passed", measured=rate, threshold=need, detail=detail
+        name=RULE,
+        status="failed" if bad > check.max_diverged else "passed",
+        measured=rate,
+        threshold=need,
+        detail=detail,
     )
 
 
