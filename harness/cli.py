@@ -112,9 +112,11 @@ ClusterOpt = Annotated[
 ]
 
 
-RunArg = Annotated[
-    str, typer.Argument(metavar="RUN", help="Run directory, or a recipe name (its latest run)", show_default=False)
-]
+RUN_HELP = (
+    "A run: its directory, its id or short id (as `pdbench status` lists them), recipe/short-id, "
+    "or a recipe name (its latest submitted run)"
+)
+RunArg = Annotated[str, typer.Argument(metavar="RUN", help=RUN_HELP, show_default=False)]
 ResultsOpt = Annotated[Path, typer.Option(metavar="DIR", help="Root directory of run directories")]
 
 
@@ -238,7 +240,8 @@ def submit(
         str | None,
         typer.Option(
             metavar="RUN",
-            help="A run (directory, or a recipe name for its latest run) of the same recipe: the new run "
+            help="A run (directory, id or short id, or a recipe name for its latest submitted run) of the same "
+            "recipe: the new run "
             "keeps its complete, valid points and measures only the others [default: none]",
         ),
     ] = None,
@@ -338,12 +341,30 @@ def recipes(
         typer.echo(line)
 
 
-@app.command(cls=Command, epilog=_example("pdbench status local-tiny-1p1d"))
-def status(run: RunArg, results_dir: ResultsOpt = PROJECT_ROOT / "results") -> None:
-    """Show a run's job state (Slurm or local launcher), its outcome and its result files."""
+@app.command(cls=Command, epilog=_example("pdbench status", "pdbench status local-tiny-1p1d --json"))
+def status(
+    run: Annotated[
+        str | None,
+        typer.Argument(metavar="RUN", help=f"{RUN_HELP} [default: list the recent runs, newest first, like squeue]"),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print JSON: a list of runs, or the one run's object [default: off]")
+    ] = False,
+    limit: Annotated[int, typer.Option(help="Runs to list, newest first (0: all)")] = 20,
+    results_dir: ResultsOpt = PROJECT_ROOT / "results",
+) -> None:
+    """Without RUN: the recent runs (recipe, short id, launcher, state, time, points valid/total).
+    With RUN: its job state (Slurm or local launcher), outcome and points."""
     from harness.submit.manage import status_lines
+    from harness.submit.runs import status_json, status_listing
 
-    for line in status_lines(_run(run, results_dir)):
+    if run is None:
+        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+        lines = status_listing(results_dir, limit, as_json, width)
+    else:
+        run_dir = _run(run, results_dir)
+        lines = [status_json(run_dir)] if as_json else status_lines(run_dir)
+    for line in lines:
         typer.echo(line)
 
 
@@ -374,18 +395,12 @@ def logs(
 ) -> None:
     """Print the logs of a run, by node and role."""
     from harness.submit.log_follow import follow_logs
-    from harness.submit.manage import log_text
+    from harness.submit.manage import log_blocks
 
     run_dir = _run(run, results_dir)
     if follow:
         raise typer.Exit(_delegate(lambda: follow_logs(run_dir, node, role.value if role else None, lines, sys.stdout)))
-    text = log_text(run_dir, node, role.value if role else None, lines)
-    if text is None:
-        which = " and ".join(
-            w for w in (f"node {node}" if node is not None else "", f"role {role.value}" if role else "") if w
-        )
-        _fail(f"{run_dir.path}: no log{' of ' + which if which else ''} yet (the job has not started it)", code=1)
-    for block in text:
+    for block in _delegate(lambda: log_blocks(run_dir, node, role.value if role else None, lines)):
         typer.echo(block)
 
 
