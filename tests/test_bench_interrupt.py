@@ -357,3 +357,35 @@ def test_ctrl_c_after_the_batch_cancels_the_sentinels_still_out(model_dir: str, 
     rules = {r["name"]: r for r in result["metadata"]["validity"]["rules"]}
     assert rules["failed_requests"]["status"] == "passed", rules["failed_requests"]
     assert f"C=2: done -> {path}" in out and "C=4: not run" in out
+
+
+def test_ctrl_c_during_warmups_writes_nothing(model_dir: str, tmp_path: Path) -> None:
+    with FakeServer(token_delay=0.03) as target:
+        term = Terminal(
+            _args(
+                model_dir,
+                tmp_path / "r",
+                target.base_url,
+                "--concurrency",
+                "2",
+                "--num-prompts",
+                "4",
+                "--num-warmups",
+                "20",
+            )
+        )
+        try:
+            # Precondition: the warmups are under way (2 of 20 answered), none measured yet.
+            term.wait_for("two warmups answered", lambda: len(target.ended) >= 2)
+            term.ctrl_c()
+            term.wait_for("the stop message", lambda: "Ctrl-C: sending stopped" in term.output)
+            rc = term.exit_code(30)
+        finally:
+            term.close()
+        arrived = len(target.bodies)
+    out = term.output
+    assert rc == 130, out
+    assert arrived < 20  # the warmups left were never sent, nor any measured request
+    assert "C=2 warmup stopping (Ctrl-C)" in out
+    assert "stopped during warmups: interrupted" in out and "C=2: not run" in out
+    assert not (tmp_path / "r").exists()
