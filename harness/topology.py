@@ -198,11 +198,11 @@ def _role_workers(
     if spec.nodes > spec.workers:
         return _spanning_workers(rr, role, spec, first_node, side_port)
     if spec.workers % spec.nodes:
-        raise ConfigError(rr.recipe_file, key, f"workers ({spec.workers}) must be a multiple of nodes ({spec.nodes})")
+        raise ConfigError(rr.blame(key), key, f"workers ({spec.workers}) must be a multiple of nodes ({spec.nodes})")
     per_node = spec.workers // spec.nodes
     if gpn and per_node * spec.gpus_per_worker > gpn:
         raise ConfigError(
-            rr.recipe_file,
+            rr.blame(key),
             key,
             f"{per_node} worker(s) per node x tp*dp {spec.gpus_per_worker} needs "
             f"{per_node * spec.gpus_per_worker} GPUs, but topology.gpus_per_node is {gpn}",
@@ -241,11 +241,11 @@ def _spanning_workers(
     key = f"topology.{role}"
     gpn = rr.recipe.topology.gpus_per_node
     if spec.nodes % spec.workers:
-        raise ConfigError(rr.recipe_file, key, f"nodes ({spec.nodes}) must be a multiple of workers ({spec.workers})")
+        raise ConfigError(rr.blame(key), key, f"nodes ({spec.nodes}) must be a multiple of workers ({spec.workers})")
     per_worker = spec.nodes // spec.workers
     if not gpn or spec.gpus_per_worker != per_worker * gpn:
         raise ConfigError(
-            rr.recipe_file,
+            rr.blame(key),
             key,
             f"a worker on {per_worker} nodes must use all their GPUs: tp*dp is {spec.gpus_per_worker}, "
             f"nodes x topology.gpus_per_node is {per_worker * gpn}",
@@ -254,12 +254,12 @@ def _spanning_workers(
     if spec.tp <= gpn:
         span = "data_parallel"
         if gpn % spec.tp:
-            raise ConfigError(rr.recipe_file, f"{key}.tp", f"tp ({spec.tp}) must divide gpus_per_node ({gpn})")
+            raise ConfigError(rr.blame(f"{key}.tp"), f"{key}.tp", f"tp ({spec.tp}) must divide gpus_per_node ({gpn})")
     else:
         span = "tensor_parallel"
         if spec.dp != 1 or spec.tp != per_worker * gpn:
             raise ConfigError(
-                rr.recipe_file,
+                rr.blame(key),
                 key,
                 "a TP group larger than a node needs dp = 1 and tp = nodes per worker x gpus_per_node",
             )
@@ -310,7 +310,7 @@ def _aggregated_workers(rr: ResolvedRecipe, num_nodes: int, disagg: list[Worker]
         return []
     key = "topology.aggregated"
     if spec.nodes > num_nodes:
-        raise ConfigError(rr.recipe_file, f"{key}.nodes", f"{spec.nodes} nodes, but the job has {num_nodes}")
+        raise ConfigError(rr.blame(f"{key}.nodes"), f"{key}.nodes", f"{spec.nodes} nodes, but the job has {num_nodes}")
     workers, _ = _role_workers(rr, "aggregated", spec, 0, 0)
     binds: dict[int, str | None] = {}
     for d in disagg:
@@ -322,7 +322,7 @@ def _aggregated_workers(rr: ResolvedRecipe, num_nodes: int, disagg: list[Worker]
     devices = sum(w.devices for w in workers)
     if devices != disagg_devices:
         raise ConfigError(
-            rr.recipe_file,
+            rr.blame(key),
             key,
             f"the baseline uses {devices} GPU(s) (workers x tp x dp), the disaggregated servers "
             f"{disagg_devices}: compare at the same GPU count",
@@ -344,7 +344,7 @@ def _check_ports(rr: ResolvedRecipe, plan_: JobPlan, single_host: bool) -> None:
         slot = (0 if single_host else node, port)
         if slot in used and used[slot] != owner:
             where = "on this host (the local launcher runs every node here)" if single_host else f"on node {node}"
-            raise ConfigError(rr.recipe_file, key, f"port {port} of {owner} is also used by {used[slot]} {where}")
+            raise ConfigError(rr.blame(key), key, f"port {port} of {owner} is also used by {used[slot]} {where}")
         used[slot] = owner
 
 

@@ -78,7 +78,7 @@ def test_errors_name_the_profile_file_and_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"site\.model_root: .relative/models. is not an absolute path") as e:
         load_recipe("dsr1-fp8-1p2d", cluster=str(bad))
     assert e.value.file == str(bad)
-    with pytest.raises(ConfigError, match=r"--set: container\.runtime"):
+    with pytest.raises(ConfigError, match=r"--set container\.runtime: Input should be"):
         load_recipe("local-tiny-1p2d", ["container.runtime=lxc"], cluster="local")
 
 

@@ -235,7 +235,10 @@ def test_render_names_the_recipe_key_of_a_misspelt_flag_or_bad_json(vllm, tmp_pa
         "render", "local-tiny-1p1d", "--out", str(tmp_path / "a"), "--set", "topology.decode.flags={max-num-seqz: 4}"
     )
     assert r.returncode == 2, r.stderr
-    assert "--set: topology.decode.flags.max-num-seqz: --max-num-seqz: unrecognized arguments" in r.stderr, r.stderr
+    assert (
+        "vLLM rejects a flag: --set topology.decode.flags.max-num-seqz: --max-num-seqz: unrecognized arguments"
+        in r.stderr
+    ), r.stderr
     assert not (tmp_path / "a" / "job.slurm").exists()
     # A catalogue flag that does not parse names models.yaml's entry.
     r = _cli(

@@ -83,6 +83,11 @@ def _cli(**kw: Any) -> dict[str, Any]:
     return kw
 
 
+# More requests in flight than any serving deployment takes; a bigger number is a typo (each one
+# is an open connection of the client, and a point sends 10x as many requests by default).
+MAX_CONCURRENCY = 100_000
+
+
 class Shape(BaseModel):
     """One traffic shape of a sweep: prompt and output lengths (and their spread)."""
 
@@ -238,12 +243,29 @@ class BenchmarkSettings(BaseModel):
         "reference answered whole by one instance (validity rule outputs_match).",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _csv_lists(cls, data: Any) -> Any:
+        # `--set benchmark.concurrency=1,2,8` as `pdbench bench --concurrency 1,2,8`: a list field
+        # written comma-separated on the command line may be given so in a recipe or --set too.
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        for name, info in cls.model_fields.items():
+            extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+            if extra.get("cli_format") == "csv" and isinstance(out.get(name), str):
+                out[name] = [item.strip() for item in out[name].split(",") if item.strip()]
+        return out
+
     @field_validator("concurrency")
     @classmethod
-    def _unique_concurrency(cls, v: list[int]) -> list[int]:
+    def _check_concurrency(cls, v: list[int]) -> list[int]:
         # Each point has its own result file name, so duplicates would collide.
         if len(set(v)) != len(v):
             raise ValueError("concurrency values must be unique")
+        too_many = [c for c in v if c > MAX_CONCURRENCY]
+        if too_many:
+            raise ValueError(f"at most {MAX_CONCURRENCY} requests in flight per point (got {too_many[0]})")
         return v
 
     @field_validator("percentiles")

@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import Field
 
 from harness.config.schema import Comment, Env, Image, Strict, Text
+from harness.config.spelling import did_you_mean
 
 ENV_VAR = "PDBENCH_CLUSTER"
 DIR_ENV_VAR = "PDBENCH_CLUSTERS_DIR"
@@ -85,7 +86,7 @@ def profile_path(name: str, root: Path) -> Path:
             return c
     known = sorted(p.stem for p in (root / "clusters").glob("*.yaml"))
     raise FileNotFoundError(
-        f"cluster profile {name!r} not found (looked in {', '.join(str(c.parent) for c in candidates)}; "
+        f"cluster profile {name!r} not found{did_you_mean(name, known)} (looked in {', '.join(str(c.parent) for c in candidates)}; "
         f"shipped: {', '.join(known) or 'none'})"
     )
 

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import types
+import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from harness.config.cluster import ClusterProfile, profile_path
 from harness.config.schema import SAFE_NAME as _SAFE_NAME
 from harness.config.schema import Catalogue, ModelSpec, Recipe
+from harness.config.spelling import did_you_mean
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,7 +30,8 @@ class ConfigError(Exception):
 
     def __init__(self, file: Path | str, key: str, expected: str):
         self.file, self.key, self.expected = str(file), key, expected
-        where = f"{self.file}: {key}: " if key else f"{self.file}: "
+        # `--set KEY` already names the key.
+        where = f"{self.file}: {key}: " if key and self.file != f"--set {key}" else f"{self.file}: "
         super().__init__(where + expected)
 
 
@@ -80,6 +85,13 @@ class ResolvedRecipe:
                 return str((self.models_file.parent / p).resolve())
             return self.model.tokenizer
         return self.model_source
+
+    def blame(self, key: str) -> str:
+        """What gave the value at `key`, for an error: the recipe file, the cluster profile or `--set KEY`."""
+        files = {_label(self.recipe_file, self.root): self.recipe_file}
+        if self.cluster_file is not None:
+            files[_label(self.cluster_file, self.root)] = self.cluster_file
+        return blame(self.provenance, key, files, self.recipe_file)
 
     def locked(self) -> dict[str, Any]:
         """The fully resolved configuration (what the fingerprint covers)."""
@@ -135,13 +147,31 @@ def _source_of(provenance: dict[str, str], key: str) -> str | None:
     return None
 
 
+def _owner(provenance: dict[str, str], key: str) -> tuple[str, str] | None:
+    """(the key a layer set, that layer) for `key`: itself or its nearest parent; for a section,
+    the last key written into it."""
+    parts = key.split(".")
+    for i in range(len(parts), 0, -1):
+        k = ".".join(parts[:i])
+        if k in provenance:
+            return k, provenance[k]
+    under = [(k, v) for k, v in provenance.items() if k.startswith(key + ".")]
+    return under[-1] if under else None
+
+
 def source_of_key(provenance: dict[str, str], key: str) -> str | None:
     """Where `key` came from; for a section, the last layer that wrote into it."""
-    src = _source_of(provenance, key)
-    if src is None:
-        under = [v for k, v in provenance.items() if k.startswith(key + ".")]
-        src = under[-1] if under else None
-    return src
+    owner = _owner(provenance, key)
+    return owner[1] if owner else None
+
+
+def blame(provenance: dict[str, str], key: str, files: dict[str, Path], default: Path | str) -> str:
+    """The file (recipe or cluster profile) or `--set KEY` that gave the value at `key`."""
+    owner = _owner(provenance, key)
+    if owner is None:
+        return str(default)
+    set_key, label = owner
+    return f"--set {set_key}" if label == "--set" else str(files.get(label, label))
 
 
 def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -156,21 +186,47 @@ def _record(provenance: dict[str, str], data: dict[str, Any], label: str) -> Non
         # A layer that sets a key replaces what earlier layers said below it.
         for old in [k for k in provenance if k.startswith(key + ".")]:
             del provenance[old]
+        provenance.pop(key, None)  # kept in the order written: a section's last writer is last
         provenance[key] = label
 
 
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model a field holds: itself, or inside Optional, list[...] or dict[..., ...]."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType, list, dict, typing.Annotated):
+        for arg in typing.get_args(annotation):
+            found = _model_of(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _keys_at(model: type[BaseModel], loc: Sequence[str | int]) -> list[str]:
+    """The keys the model accepts where `loc` points (list indexes and mapping keys stepped over)."""
+    current = model
+    for part in loc:
+        info = current.model_fields.get(str(part))
+        if info is None:
+            continue  # a list index or a mapping's own key
+        inner = _model_of(info.annotation)
+        if inner is None:
+            return []
+        current = inner
+    return list(current.model_fields)
+
+
 def _validation_error(
-    path: Path | str, err: ValidationError, prefix: str = "", provenance=None, files=None
+    model: type[BaseModel], path: Path | str, err: ValidationError, provenance=None, files=None
 ) -> ConfigError:
     first = err.errors()[0]
-    key = ".".join(str(p) for p in (prefix.split(".") if prefix else []) + list(first["loc"]))
+    key = ".".join(str(p) for p in first["loc"])
     if provenance:
-        # Name the file (recipe, cluster profile or --set) that gave the offending value.
-        src = source_of_key(provenance, key)
-        path = (files or {}).get(src, src) if src else path
+        # Name what gave the offending value: the recipe, the cluster profile or `--set KEY`.
+        path = blame(provenance, key, files or {}, path)
     msg = first["msg"]
     if first["type"] == "extra_forbidden":
-        msg = "unknown key"
+        msg = "unknown key" + did_you_mean(str(first["loc"][-1]), _keys_at(model, first["loc"][:-1]))
     elif first["type"] == "missing":
         msg = "required key is missing"
     elif first["type"] == "value_error":
@@ -183,11 +239,11 @@ def _validation_error(
     return ConfigError(path, key or "(top level)", msg)
 
 
-def _validate(model: type[BaseModel], data: Any, path: Path, prefix: str = "", provenance=None, files=None) -> Any:
+def _validate(model: type[BaseModel], data: Any, path: Path, provenance=None, files=None) -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        raise _validation_error(path, e, prefix, provenance, files) from None
+        raise _validation_error(model, path, e, provenance, files) from None
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -252,7 +308,8 @@ def load_recipe(
     path = recipe_path(name_or_path, root)
     if not path.is_file():
         available = sorted(p.stem for p in (root / "recipes").glob("*.yaml"))
-        raise ConfigError(path, "", f"recipe not found (available: {', '.join(available) or 'none'})")
+        hint = did_you_mean(name_or_path, available)
+        raise ConfigError(path, "", f"recipe not found{hint} (available: {', '.join(available) or 'none'})")
     data = _read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(path, "", "expected a mapping of recipe keys")
@@ -274,7 +331,7 @@ def load_recipe(
     catalogue = load_catalogue(models_file)
     if recipe.model not in catalogue.models:
         raise ConfigError(
-            path,
+            blame(provenance, "model", files, path),
             "model",
             f"'{recipe.model}' is not in {models_file} (known: {', '.join(sorted(catalogue.models))})",
         )

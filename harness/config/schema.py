@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     model_validator,
@@ -20,6 +21,7 @@ from pydantic import (
 from harness import connectors
 from harness.config.accuracy import AccuracySpec
 from harness.config.benchmark import BenchmarkSettings
+from harness.config.image_ref import image_reference
 
 # Strings reach job.slurm and server.sh. The renderer quotes every one for the context it
 # lands in; these types reject what no quoting can carry: control characters (a newline
@@ -83,7 +85,26 @@ MountTarget = Annotated[Text, _checker(r",", "mount lists use ',' between entrie
 AbsPath = Annotated[MountSource, _matching(r"/.*", "an absolute path")]
 IfName = Annotated[str, _matching(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,14}", "a network interface name")]
 # `docker run ... "$IMAGE"`: a leading '-' would be read as an option.
-Image = Annotated[Text, _checker(r"^-", "an image name cannot start with '-'")]
+Image = Annotated[Text, _checker(r"^-", "an image name cannot start with '-'"), AfterValidator(image_reference)]
+
+
+def _time_text(v: Any) -> Any:
+    # YAML reads 90 as a number and 1:30:00 as 5400 (base 60): a number cannot say which was meant.
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        raise ValueError(f"got the number {v}: write the time as a quoted string, e.g. '02:00:00' or '90'")
+    return v
+
+
+# sbatch --time's forms (sbatch(1)); anything else is refused by sbatch once the job is submitted.
+SlurmTime = Annotated[
+    SbatchValue,
+    BeforeValidator(_time_text),
+    _matching(
+        r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|(?i:infinite|unlimited)",
+        "a Slurm time: MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS, DAYS-HOURS, DAYS-HOURS:MINUTES, "
+        "DAYS-HOURS:MINUTES:SECONDS or UNLIMITED (e.g. 02:00:00, 90, 1-00:00:00)",
+    ),
+]
 
 # A vLLM flag value: True renders a bare flag, False/None omits it, dicts and lists render as
 # JSON; strings are single-quoted words, so only their control characters are refused.
@@ -382,7 +403,7 @@ class SlurmSpec(Strict):
     partition: SbatchValue | None = Field(None, description="sbatch --partition")
     account: SbatchValue | None = Field(None, description="sbatch --account")
     qos: SbatchValue | None = Field(None, description="sbatch --qos")
-    time_limit: SbatchValue = Field("02:00:00", description="sbatch --time")
+    time_limit: SlurmTime = Field("02:00:00", description="sbatch --time")
     time_limit_warning_s: int = Field(
         120,
         ge=0,

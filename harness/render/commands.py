@@ -441,7 +441,8 @@ def serve_lines(rr: ResolvedRecipe, plan: JobPlan) -> list[tuple[str, list[str],
         for flag, key in origins.items():
             if not key.startswith(models):
                 src = source_of_key(rr.provenance, key) or str(rr.recipe_file.name)
-                origins[flag] = f"{src}: {key}"
+                src = rr.blame(key) if src == "--set" else src  # `--set KEY`, as the user typed it
+                origins[flag] = src if src == f"--set {key}" else f"{src}: {key}"
         for rank, _node in enumerate(w.nodes):
             argv = [concrete(x) for x in server_argv(rr, w, None, rank)][2:]
             if tuple(argv) not in seen:

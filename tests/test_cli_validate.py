@@ -1,0 +1,137 @@
+"""`pdbench validate` (and the commands that load a recipe) as a user runs them: values refused
+before any run directory exists, errors that name the source of the bad value, "did you mean"."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from harness.config.load import PROJECT_ROOT
+
+LEAKS = ("Traceback", "Value error,", "ValidationError", "node=None")
+
+
+def pdbench(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd or PROJECT_ROOT,
+    )
+
+
+def refused(*args: str) -> str:
+    """stderr of a command that must exit 2 with one clean error."""
+    r = pdbench(*args)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert r.stderr.startswith("error: "), r.stderr
+    assert not any(leak in r.stderr for leak in LEAKS), r.stderr
+    return r.stderr
+
+
+def test_set_takes_the_list_syntax_of_bench(tmp_path: Path) -> None:
+    out = tmp_path / "job"
+    r = pdbench(
+        "render", "local-tiny-1p1d", "--out", str(out), "--skip-flag-check", "--set", "benchmark.concurrency=1,2,8"
+    )
+    assert r.returncode == 0, r.stderr
+    lock = yaml.safe_load((out / "recipe.lock.yaml").read_text())
+    assert lock["recipe"]["benchmark"]["concurrency"] == [1, 2, 8]
+    # The same for the other comma-separated options of `pdbench bench`.
+    r = pdbench(
+        "validate",
+        "local-tiny-1p1d",
+        "--skip-flag-check",
+        *("--set", "benchmark.isl=null", "--set", "benchmark.osl=null"),
+        *("--set", "benchmark.shapes=128x64,256x32", "--set", "benchmark.percentiles=50,99"),
+    )
+    assert r.returncode == 0 and r.stdout.startswith("ok: local-tiny-1p1d"), r.stderr
+    # A bad item is named like any other bad value.
+    err = refused("validate", "local-tiny-1p1d", "--skip-flag-check", "--set", "benchmark.concurrency=1,x")
+    assert err.startswith("error: --set benchmark.concurrency: benchmark.concurrency.1: Input should be"), err
+
+
+def test_absurd_concurrency_is_refused_with_the_bound(tmp_path: Path) -> None:
+    err = refused("validate", "local-tiny-1p1d", "--skip-flag-check", "--set", "benchmark.concurrency=[100000000000]")
+    assert "--set benchmark.concurrency: at most 100000 requests in flight per point (got 100000000000)" in err
+    # Before any run directory exists.
+    r = pdbench(
+        "submit",
+        *("-r", "local-tiny-1p1d", "--launcher", "local", "--dry-run", "--skip-flag-check"),
+        *("--set", "benchmark.concurrency=[8,100000000000]", "--results-dir", str(tmp_path)),
+    )
+    assert r.returncode == 2 and "at most 100000 requests in flight" in r.stderr, r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_slurm_time_formats(tmp_path: Path) -> None:
+    err = refused("validate", "local-tiny-1p1d", "--skip-flag-check", "--set", "slurm.time_limit=1h")
+    assert err.startswith("error: --set slurm.time_limit: '1h' is not a Slurm time: MINUTES, MINUTES:SECONDS,"), err
+    assert "DAYS-HOURS:MINUTES:SECONDS or UNLIMITED" in err
+    for ok in ("90", "1:30:00", "2-12", "1-00:00:00", "UNLIMITED"):
+        r = pdbench("validate", "local-tiny-1p1d", "--skip-flag-check", "--set", f"slurm.time_limit='{ok}'")
+        assert r.returncode == 0, (ok, r.stderr)
+    # YAML reads 1:30:00 as 5400 (base 60): a number is refused rather than guessed at.
+    err = refused("validate", "local-tiny-1p1d", "--skip-flag-check", "--set", "slurm.time_limit=1:30:00")
+    assert "got the number 5400: write the time as a quoted string" in err, err
+    # submit's --time is the same key: refused before a run directory exists.
+    r = pdbench(
+        "submit",
+        "-r",
+        "dsr1-fp8-1p2d",
+        "--dry-run",
+        "--skip-flag-check",
+        "--time",
+        "1h",
+        "--results-dir",
+        str(tmp_path),
+    )
+    assert r.returncode == 2 and "'1h' is not a Slurm time" in r.stderr, r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_image_references_no_runtime_accepts() -> None:
+    for bad in ("vllm openai:latest", "vllm/vllm-openai:v1:v2", "VLLM-OPENAI"):
+        err = refused("validate", "dsr1-fp8-1p2d", "--skip-flag-check", "--set", f"container.image={bad}")
+        assert f"--set container.image: {bad!r} is not an image any container runtime accepts" in err, err
+        assert "[REGISTRY/]NAME[:TAG][@DIGEST]" in err
+    for ok in ("registry.example:5000/team/vllm:v1", "nvcr.io#nvidia/vllm:25.01", "/shared/images/vllm.sqsh"):
+        r = pdbench("validate", "dsr1-fp8-1p2d", "--skip-flag-check", "--set", f"container.image={ok}")
+        assert r.returncode == 0, (ok, r.stderr)
+
+
+def test_errors_blame_the_source_of_the_value(tmp_path: Path) -> None:
+    # A topology clash made by --set names --set, not the recipe file.
+    err = refused("validate", "local-tiny-1p1d", "--skip-flag-check", "--set", "proxy.port=8100")
+    assert err.startswith("error: --set proxy.port: port 8100 of proxy is also used by prefill-0"), err
+    err = refused("validate", "local-tiny-1p1d", "--skip-flag-check", "--set", "model=nope")
+    assert err.startswith("error: --set model: 'nope' is not in"), err
+    # The same clash written in a recipe file names that file and the key.
+    recipe = yaml.safe_load((PROJECT_ROOT / "recipes" / "local-tiny-1p1d.yaml").read_text())
+    recipe["proxy"] = {"port": 8100}
+    path = tmp_path / "clash.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    err = refused("validate", str(path), "--skip-flag-check")
+    assert err.startswith(f"error: {path}: proxy.port: port 8100"), err
+
+
+def test_did_you_mean(tmp_path: Path) -> None:
+    err = refused("validate", "local-tiny-1p1", "--skip-flag-check")
+    assert "recipe not found (did you mean 'local-tiny-1p1d'?)" in err, err
+    err = refused("validate", "local-tiny-1p1d", "--skip-flag-check", "--set", "benchmark.concurency=[1]")
+    assert err.startswith("error: --set benchmark.concurency: unknown key (did you mean 'concurrency'?)"), err
+    err = refused("validate", "local-tiny-1p2d", "--cluster", "locl", "--skip-flag-check")
+    assert "cluster profile 'locl' not found (did you mean 'local'?)" in err, err
+    recipe = yaml.safe_load((PROJECT_ROOT / "recipes" / "local-tiny-1p1d.yaml").read_text())
+    recipe["topology"]["prefill"]["wokers"] = recipe["topology"]["prefill"].pop("workers", 1)
+    path = tmp_path / "typo.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    err = refused("validate", str(path), "--skip-flag-check")
+    assert err.startswith(f"error: {path}: topology.prefill.wokers: unknown key (did you mean 'workers'?)"), err
+    # Nothing close: no guess.
+    err = refused("validate", "local-tiny-1p1d", "--skip-flag-check", "--set", "benchmark.zzz=1")
+    assert "unknown key" in err and "did you mean" not in err, err
