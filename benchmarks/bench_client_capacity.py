@@ -103,7 +103,7 @@ def run_pdbench(url: str, tok: str, n: int, out: Path, workers: int = 1) -> floa
         str(n),
         "--num-warmups",
         str(2 * CONCURRENCY),
-        "--result-dir",
+        "--results-dir",
         str(out),
         "--gpus",  # one plain endpoint: no prefill/decode split
         "1",

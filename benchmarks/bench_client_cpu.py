@@ -103,7 +103,7 @@ def run_pdbench(url: str, tok: str, n: int, args: argparse.Namespace, out: Path)
         PY, "-m", "harness", "bench", "--base-url", url, "--model", "tiny", "--tokenizer", tok,
         "--isl", str(args.isl), "--osl", str(args.osl), "--range-ratio", "1",
         "--concurrency", str(args.concurrency), "--num-prompts", str(n), "--num-warmups", "0",
-        "--workers", str(args.workers), "--result-dir", str(out), "--gpus", "1", "--progress", "plain",
+        "--workers", str(args.workers), "--results-dir", str(out), "--gpus", "1", "--progress", "plain",
     ]  # fmt: skip
     cpu, _ = run_measured(cmd, ROOT, 1800)
     return cpu, one_result(out, n, args.osl, "pdbench bench")

@@ -10,7 +10,7 @@ alternating from round to round.
 Each client's own error is taken request by request: the engine records, for every stream
 that carries a request id, when its first and its last token left (from the request's
 arrival; GET /mock/emissions?requests=1). pdbench bench tags its requests X-Pdbench-Id
-`<batch>-<index>` (it does with --proxy-timings-dir; there is no proxy here, so its TTFT
+`<batch>-<index>` (it does with --timings-dir; there is no proxy here, so its TTFT
 breakdown stays empty) and `vllm bench serve` X-Request-Id `<prefix><index>`; the index is
 the request's place in each client's per-request arrays (pdbench's result, vLLM's
 --save-result --save-detailed JSON), so each request's client times meet the engine's:
@@ -233,9 +233,9 @@ def pdbench_cmd(url: str, tok: str, n: int, out: Path, prefix: str, args: argpar
         "--isl", str(ISL), "--osl", str(args.osl), "--range-ratio", f"{args.range_ratio:g}",
         "--range-ratio-convention", "vllm", "--concurrency", str(args.concurrency),
         "--num-prompts", str(n), "--num-warmups", str(args.concurrency), "--workers", str(args.workers),
-        "--result-dir", str(out), "--gpus", "1", "--percentiles", "50,99", "--progress", "plain",
+        "--results-dir", str(out), "--gpus", "1", "--percentiles", "50,99", "--progress", "plain",
         # Tags each request X-Pdbench-Id <batch>-<index> (what the engine's records are keyed by).
-        "--proxy-timings-dir", "proxy-timings",
+        "--timings-dir", "proxy-timings",
     ]  # fmt: skip
 
 

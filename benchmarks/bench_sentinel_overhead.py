@@ -137,7 +137,7 @@ def run_sweep(name: str, rnd: int, args: argparse.Namespace, urls: dict[str, str
     cmd = [
         PY, "-m", "harness", "bench", "--config", str(cfg), "--base-url", urls["proxy"], "--model", "tiny",
         "--tokenizer", tok, "--isl", str(args.isl), "--osl", str(args.osl), "--range-ratio", "1",
-        "--concurrency", ",".join(map(str, args.concurrency)), "--result-dir", str(out),
+        "--concurrency", ",".join(map(str, args.concurrency)), "--results-dir", str(out),
         "--prefill-gpus", "1", "--decode-gpus", "1", "--progress", "plain",
         "--scrape", f"prefill-0=prefill@{urls['prefill']}", "--scrape", f"decode-0=decode@{urls['decode']}",
     ]  # fmt: skip

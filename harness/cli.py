@@ -463,7 +463,7 @@ def _register_components() -> None:
         "bench",
         "Benchmark an OpenAI-compatible endpoint over a concurrency sweep.",
         "pdbench bench --base-url http://127.0.0.1:30000 --model M --tokenizer T \\",
-        "    --isl 1024 --osl 128 --concurrency 1,4,16 --result-dir out/",
+        "    --isl 1024 --osl 128 --concurrency 1,4,16 --results-dir out/",
     )(bench_command)
     component("nic", "Detect RDMA NICs and print the UCX/NCCL/NIXL environment for this node.", "pdbench nic --json")(
         nic_command

@@ -376,7 +376,7 @@ def test_cli_exit_codes(model_dir, tmp_path):
                 "2",
                 "--num-warmups",
                 "0",
-                "--result-dir",
+                "--results-dir",
                 str(tmp_path / "fail"),
                 "--prefill-gpus",
                 "1",
@@ -484,7 +484,7 @@ def test_file_datasets(model_dir, tmp_path):
 
 
 def test_bench_json_from_the_job_renderer(tmp_path):
-    # The job runs `python -m harness bench --config <run_dir>/bench.json --result-dir <run_dir>`.
+    # The job runs `python -m harness bench --config <run_dir>/bench.json --results-dir <run_dir>`.
     from harness.config import load_recipe
     from harness.render import RenderContext, render_job
 
@@ -534,7 +534,7 @@ def test_cli_new_flags(model_dir, tmp_path):
             _app(),
             [
                 *base,
-                "--result-dir",
+                "--results-dir",
                 str(tmp_path / "a"),
                 "--goodput",
                 "ttft:60000 tpot:60000",
@@ -568,10 +568,10 @@ def test_cli_new_flags(model_dir, tmp_path):
             (["--dataset", "jsonl"], "dataset_path"),
             (["--burstiness", "0"], "burstiness"),
         ]:
-            res = runner.invoke(_app(), [*base, "--result-dir", str(tmp_path / "b"), *args])
+            res = runner.invoke(_app(), [*base, "--results-dir", str(tmp_path / "b"), *args])
             assert res.exit_code == 2 and field in res.output, res.output
         # The target is down: exit 1 with a clear message, nothing written.
-        res = runner.invoke(_app(), [*base, "--result-dir", str(tmp_path / "c"), "--server-pid", "999999999"])
+        res = runner.invoke(_app(), [*base, "--results-dir", str(tmp_path / "c"), "--server-pid", "999999999"])
         assert res.exit_code == 1 and "server process 999999999 exited" in res.output
         assert not (tmp_path / "c").exists()
 
@@ -598,16 +598,16 @@ def test_one_openai_server_without_a_gpu_split(model_dir, tmp_path):
             "--num-warmups",
             "0",
         ]
-        res = runner.invoke(_app(), [*base, "--result-dir", str(tmp_path / "a")])
+        res = runner.invoke(_app(), [*base, "--results-dir", str(tmp_path / "a")])
         assert res.exit_code == 0, res.output
-        res = runner.invoke(_app(), [*base, "--result-dir", str(tmp_path / "b"), "--gpus", "8"])
+        res = runner.invoke(_app(), [*base, "--results-dir", str(tmp_path / "b"), "--gpus", "8"])
         assert res.exit_code == 0, res.output
         for args, needle in [
             (["--prefill-gpus", "1"], "decode_gpus: give prefill_gpus and decode_gpus together"),
             (["--gpus", "8", "--prefill-gpus", "1", "--decode-gpus", "1"], "gpus: for one"),
             (["--gpus", "0"], "gpus"),
         ]:
-            res = runner.invoke(_app(), [*base, "--result-dir", str(tmp_path / "c"), *args])
+            res = runner.invoke(_app(), [*base, "--results-dir", str(tmp_path / "c"), *args])
             assert res.exit_code == 2 and needle in res.output, res.output
     (a,) = (tmp_path / "a").iterdir()
     (b,) = (tmp_path / "b").iterdir()

@@ -180,3 +180,13 @@ def test_recipes_lists_every_recipe_and_profile():
     shown = _on_a_terminal(["recipes"], 80)
     assert max(len(line) for line in shown.splitlines()) <= 80, shown
     assert " ".join(shown.split()).count("tiny Llama, 1P1D on CPU, NixlConnector (kv_buffer_device=cpu)") == 1
+
+
+def test_one_name_per_concept():
+    names = {name: {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)} for name, cmd in COMMANDS}
+    # Where results go is --results-dir; the proxy's timings directory is --timings-dir on both sides.
+    assert {n for n, opts in names.items() if "--results-dir" in opts} >= {"bench", "submit", "status", "report"}
+    assert {n for n, opts in names.items() if "--timings-dir" in opts} == {"bench", "proxy"}
+    assert not [n for n, opts in names.items() if opts & {"--result-dir", "--proxy-timings-dir"}]
+    # The job's rendered script calls the client by the same name.
+    assert '--results-dir "${RUN_DIR}"' in (ROOT / "tests/golden/local-tiny-1p1d/server.sh").read_text()

@@ -25,7 +25,11 @@ class ClientConfig(BenchmarkSettings):
     base_url: str = Field(description="Server URL, e.g. http://127.0.0.1:30000.")
     model: str = Field(min_length=1, description="Served model name sent in requests.")
     tokenizer: str = Field(min_length=1, description="Tokenizer path or HF id.")
-    result_dir: str = Field(min_length=1, description="Directory the per-point result JSON files go to.")
+    result_dir: str = Field(
+        min_length=1,
+        description="Directory the per-point result JSON files go to (the files themselves, not a root of runs).",
+        json_schema_extra={"cli_flags": ["--results-dir"]},
+    )
     # The GPUs behind base_url, for the file name and per-GPU figures: prefill_gpus and
     # decode_gpus (both) for a disaggregated deployment, or gpus for one aggregated server
     # (baseline, router, single vLLM); none of them: the split is unknown, and said so.
@@ -50,9 +54,9 @@ class ClientConfig(BenchmarkSettings):
     )
     proxy_timings_dir: str | None = Field(
         None,
-        description="The proxy's per-request timings (`pdbench proxy --timings-dir`), relative to result_dir: "
-        "each request is tagged (X-Pdbench-Id) and each point gets its TTFT breakdown (ttft_breakdown).",
-        json_schema_extra={"cli_default": "none, no breakdown"},
+        description="The proxy's per-request timings (what `pdbench proxy --timings-dir` writes), relative to "
+        "result_dir: each request is tagged (X-Pdbench-Id) and each point gets its TTFT breakdown (ttft_breakdown).",
+        json_schema_extra={"cli_flags": ["--timings-dir"], "cli_default": "none, no breakdown"},
     )
     runtime_records_dir: str | None = Field(
         None,

@@ -346,7 +346,7 @@ def bench_argv(plan: JobPlan, phase: Phase = "disagg") -> list[Word]:
         "bench",
         "--config",
         Shell(f"${{RUN_DIR}}/{bench_config_name(phase)}"),
-        "--result-dir",
+        "--results-dir",
         RUN_DIR,
     ]
     # Every HTTP server's /metrics around each point: the evidence for the point's validity.

@@ -68,7 +68,7 @@ proc_bench() {
   export PDBENCH_CACHE_DIR="${RUN_DIR}/../../.cache"
   exec "${PDBENCH_PYTHON}" -m harness bench \
     --config "${RUN_DIR}/bench.json" \
-    --result-dir "${RUN_DIR}" \
+    --results-dir "${RUN_DIR}" \
     --scrape "prefill-0=prefill@http://${PDBENCH_NODE_0_ADDR}:8100" \
     --scrape "decode-0=decode@http://${PDBENCH_NODE_1_ADDR}:8200"
 }
