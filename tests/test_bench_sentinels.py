@@ -17,7 +17,7 @@ from harness.config.benchmark import SentinelSettings
 
 pytestmark = pytest.mark.timeout(60)
 
-N = 20  # measured requests per point: 4 sentinels (the minimum) leave after 0, 5, 10 and 15 of them
+N = 20  # measured requests per point: 4 sentinels (the minimum) leave after 0, 4.5, 9 and 13.5 of them
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_matching_sentinels_pass_and_are_recorded(model_dir: str, tmp_path: Path
     assert result["completed"] == N and len(result["ttfts"]) == N
     s = result["sentinels"]
     assert s == {
-        "reference": f"prefill-0: whole requests to {ref.base_url}/v1/completions before the sweep",
+        "reference": f"prefill-0: whole requests to {ref.base_url}/v1/completions before the measured requests",
         "sent": 4,
         "answered": 4,
         "compared": 4,
@@ -80,10 +80,11 @@ def test_matching_sentinels_pass_and_are_recorded(model_dir: str, tmp_path: Path
 
     record = json.loads((tmp_path / s["record"]).read_text())
     rows = record["sentinels"]
-    # Spread over the point: each left once its share of the measured requests had finished.
+    # Spread over the point: each left once its share of the first N - C measured requests had
+    # finished, so the last one left with a whole wave (C = 2) still to come.
     assert [r["sent_after_measured"] for r in rows] == sorted(r["sent_after_measured"] for r in rows)
-    assert [r["sent_after_measured"] >= k * N // 4 for k, r in enumerate(rows)] == [True] * 4
-    assert rows[-1]["sent_after_measured"] < N
+    assert [r["sent_after_measured"] >= k * (N - 2) / 4 for k, r in enumerate(rows)] == [True] * 4
+    assert rows[-1]["sent_after_measured"] <= N - 2
     assert all(r["reference"]["token_ids"] == list(range(8)) == r["answer"]["token_ids"] for r in rows)
     reference = json.loads((tmp_path / "sentinels" / "reference.json").read_text())
     assert [r["prompt_len"] for r in reference["points"]["concurrency_2"]] == [32] * 4
@@ -137,3 +138,17 @@ def test_first_divergence_and_text_offsets() -> None:
     a = Answer(chunks=[([1], "ab"), ([2, 3], "cd"), ([4], "e")])
     assert a.token_ids == [1, 2, 3, 4] and a.text == "abcde"
     assert [a.text_at_token(p) for p in range(5)] == [0, 2, 2, 4, 5]
+
+
+def test_references_overlap_the_warmups_and_precede_the_measured_requests(model_dir: str, tmp_path: Path) -> None:
+    # A slow reference (8 tokens x 50 ms) and a fast target: the reference answers go on while the
+    # first point's warmups run, and its first measured request waits for the last of them.
+    with FakeServer(token_delay=0.05) as ref, FakeServer(token_delay=0.002) as target:
+        run_sweep(_cfg(model_dir, tmp_path, target.base_url, ref.base_url, num_warmups=4))
+        plain = [i for i, b in enumerate(target.bodies) if not b.get("return_token_ids")]
+        warmups_end = max(target.ended[i] for i in plain[:4])
+        first_measured = target.arrived[plain[4]]
+        ref_start, ref_end = min(ref.arrived), max(ref.ended.values())
+    assert len(ref.arrived) == 4 and len(plain) == 4 + N  # precondition: 4 references, 4 warmups
+    assert ref_start < warmups_end < ref_end  # the warmups ran while the reference answered
+    assert first_measured >= ref_end

@@ -1,11 +1,13 @@
 """Sentinel prompts: in every point, a few greedy requests whose right answers are known.
 
-Before the sweep, every point's sentinel prompts are answered whole by one instance that does
-not disaggregate: the phase's first prefill server, asked directly (a request without
+Before the first measured batch (beside the load processes' start and the first point's
+warmups), every point's sentinel prompts are answered whole by one instance that does not
+disaggregate: the phase's first prefill server, asked directly (a request without
 kv_transfer_params is served start to end by that instance under every vLLM KV connector and
 the bundled one); an aggregated phase asks its first server. During each point the same prompts
 go through the deployment as the measured requests do, spread over the point (sentinel k of m
-leaves once k/m of the measured requests have finished), at temperature 0 with a fixed seed and
+leaves once k/m of its first measured - concurrency requests have finished, so the last is
+answered while the batch still runs), at temperature 0 with a fixed seed and
 vLLM's `return_token_ids`, and the answers are compared token by token (by character where a
 server returns no ids). Their latencies are not in the point's metrics; their requests and tokens
 are in the counts validity compares with the servers' /metrics, since the servers saw them.
@@ -164,7 +166,7 @@ class Reference:
 
     @property
     def description(self) -> str:
-        return f"{self.name}: whole requests to {self.url} before the sweep"
+        return f"{self.name}: whole requests to {self.url} before the measured requests"
 
     @classmethod
     def of(cls, cfg: ClientConfig) -> Reference | None:
@@ -214,10 +216,16 @@ class PointSentinels:
     """One point's sentinels: sent alongside its measured requests, then compared."""
 
     def __init__(
-        self, client: SentinelClient, url: str, sentinels: list[Sentinel], measured: int, progress: Progress
+        self,
+        client: SentinelClient,
+        url: str,
+        sentinels: list[Sentinel],
+        measured: int,
+        concurrency: int,
+        progress: Progress,
     ) -> None:
         self.client, self.url, self.sentinels = client, url, sentinels
-        self.measured, self.progress = measured, progress
+        self.measured, self.concurrency, self.progress = measured, concurrency, progress
         self._driver: asyncio.Task[None] | None = None
         self._sent: list[asyncio.Task[None]] = []
 
@@ -226,9 +234,11 @@ class PointSentinels:
             self._driver = asyncio.create_task(self._drive())
 
     async def _drive(self) -> None:
-        m = len(self.sentinels)
+        # Spread over the point's first measured - concurrency requests: the last sentinel leaves
+        # while a whole wave is still in flight, so it is answered within the batch, not after it.
+        m, span = len(self.sentinels), max(0, self.measured - self.concurrency)
         for k, s in enumerate(self.sentinels):
-            due = k * self.measured / m
+            due = k * span / m
             while self.progress.done < due:
                 await asyncio.sleep(POLL_S)
             s.sent_after = self.progress.done

@@ -139,6 +139,7 @@ class _Sweep:
         self.sentinels: dict[str, list[Sentinel]] = {}
         self.reference: Reference | None = None
         self.sentinel_client: SentinelClient | None = None
+        self.references: asyncio.Task[None] | None = None  # the reference answers, beside the first warmups
         # Ctrl-C: how many so far, and what waits that a first one ends.
         self.interrupted: str | None = None
         self.interrupts = 0
@@ -345,15 +346,15 @@ class _Sweep:
 
     # -- sentinels -------------------------------------------------------------
 
-    async def _answer_references(self, points: list[_Point], session: aiohttp.ClientSession) -> None:
-        """Sample every point's sentinels and have the reference answer them all, before any load."""
+    def _plan_sentinels(self, points: list[_Point], session: aiohttp.ClientSession) -> bool:
+        """Sample every point's sentinels; True when a reference is there to answer them."""
         base = self.base
         if not any(base.sentinels.per_point(base.num_prompts_for(c)) for c in base.concurrency):
-            return
+            return False
         self.reference = Reference.of(base)
         if self.reference is None:
             log("sentinels: no reference instance (no prefill or aggregated --scrape target): outputs not checked")
-            return
+            return False
         for pt in points:
             if pt.kept:
                 continue
@@ -361,27 +362,48 @@ class _Sweep:
             m = self.cfg.sentinels.per_point(self.cfg.num_prompts_for(pt.concurrency))
             reqs = self.sample(m, pt.concurrency, _SENTINEL)
             self.sentinels[point_tag(pt.concurrency, self.shape_tag)] = [Sentinel(i, r) for i, r in enumerate(reqs)]
-        client = self.sentinel_client = SentinelClient(base, session)
+        self.sentinel_client = SentinelClient(base, session)
+        return bool(self.sentinels)
+
+    async def _answer_references(self) -> None:
+        """The reference answers every sentinel of the sweep, all at once up to the highest
+        concurrency. It runs beside the load processes' start and the first point's warmups
+        (unmeasured), and the first measured batch waits for it (_references_ready)."""
+        base, reference, client = self.base, self.reference, self.sentinel_client
+        assert reference is not None and client is not None
         total = sum(len(v) for v in self.sentinels.values())
         t0 = time.perf_counter()
-        await answer_references(client, self.reference, self.sentinels, max(base.concurrency))
+        await answer_references(client, reference, self.sentinels, max(base.concurrency))
         answered = sum(
             s.reference is not None and s.reference.error is None for v in self.sentinels.values() for s in v
         )
         log(
-            f"sentinels: {answered} of {total} reference answers from {self.reference.description} "
-            f"in {time.perf_counter() - t0:.1f} s"
+            f"sentinels: {answered} of {total} reference answers from {reference.description} in {time.perf_counter() - t0:.1f} s"
         )
         if answered < total:
             bad = next(s.reference for v in self.sentinels.values() for s in v if s.reference and s.reference.error)
             log(f"sentinels: the reference failed to answer: {bad.error if bad else '?'}")
-        write_reference(Path(base.result_dir) / base.sentinels_dir / SENTINEL_REFERENCE, self.reference, self.sentinels)
+        write_reference(Path(base.result_dir) / base.sentinels_dir / SENTINEL_REFERENCE, reference, self.sentinels)
+
+    async def _references_ready(self) -> None:
+        """Before a measured batch: the reference answers are in (each request is bounded), or a
+        Ctrl-C came (the batch then sends nothing)."""
+        task = self.references
+        if task is None:
+            return
+        if not task.done():
+            log("sentinels: waiting for the reference answers before the measured requests")
+            halt = asyncio.create_task(self.halt.wait())
+            await asyncio.wait({task, halt}, return_when=asyncio.FIRST_COMPLETED)
+            halt.cancel()
+        if task.done():
+            task.result()  # a failure to write reference.json is the point's
 
     def _point_sentinels(self, concurrency: int, measured: int, progress: Progress) -> PointSentinels | None:
         sentinels = self.sentinels.get(point_tag(concurrency, self.shape_tag))
         if not sentinels or self.reference is None or self.sentinel_client is None:
             return None
-        return PointSentinels(self.sentinel_client, self.cfg.url, sentinels, measured, progress)
+        return PointSentinels(self.sentinel_client, self.cfg.url, sentinels, measured, concurrency, progress)
 
     def _outputs_check(self, concurrency: int, sentinels: PointSentinels | None) -> OutputsCheck | None:
         """The point's sentinel comparison; None when sentinels are off."""
@@ -457,6 +479,7 @@ class _Sweep:
             if bad := [o for o in warm if not o.success]:
                 log(f"C={concurrency}{self._shape_text()}: {len(bad)}/{n_warm} warmup requests failed: {bad[0].error}")
 
+        await self._references_ready()
         date = datetime.now().strftime("%Y%m%d-%H%M%S")
         wall_offset = time.time() - time.perf_counter()  # request times are perf_counter
         probe = None
@@ -579,10 +602,12 @@ class _Sweep:
                 loop.remove_signal_handler(signal.SIGINT)
 
     async def _prepare(self, watchdog: Watchdog, points: list[_Point], session: aiohttp.ClientSession) -> None:
-        """What comes before the first point; a first Ctrl-C cancels it."""
+        """What comes before the first point; a first Ctrl-C cancels it. The reference answers
+        start here and go on beside the first point's warmups."""
         await watchdog.preflight(session)  # raises TargetDied: nothing was sent
         self.runtime = await runtime_metadata(self.base, log)
-        await self._answer_references(points, session)
+        if self._plan_sentinels(points, session):
+            self.references = asyncio.create_task(self._answer_references())
 
     async def _run(self) -> list[PointOutcome]:
         base = self.base
@@ -630,7 +655,9 @@ class _Sweep:
                     ran += 1
             finally:
                 watcher.cancel()
-                await asyncio.gather(watcher, return_exceptions=True)
+                if self.references is not None:
+                    self.references.cancel()  # a sweep that ended before its first measured batch
+                await asyncio.gather(watcher, *([self.references] if self.references else []), return_exceptions=True)
                 for slot in self.slots:
                     slot.close()
                 if self.pool is not None:
