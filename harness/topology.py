@@ -200,6 +200,8 @@ def _role_workers(
     if spec.workers % spec.nodes:
         raise ConfigError(rr.blame(key), key, f"workers ({spec.workers}) must be a multiple of nodes ({spec.nodes})")
     per_node = spec.workers // spec.nodes
+    if not gpn:
+        _check_cpu_ranks(rr, key, spec)
     if gpn and per_node * spec.gpus_per_worker > gpn:
         raise ConfigError(
             rr.blame(key),
@@ -231,6 +233,22 @@ def _role_workers(
         # so that instances sharing a host (the local launcher) never collide.
         side_port += spec.gpus_per_worker
     return workers, side_port
+
+
+def _check_cpu_ranks(rr: ResolvedRecipe, key: str, spec: RoleSpec) -> None:
+    """On CPU-only nodes vLLM binds rank i of a worker to the i-th '|'-separated core group of
+    VLLM_CPU_OMP_THREADS_BIND (cpu_bind); a rank without a group fails at start-up."""
+    ranks = spec.gpus_per_worker
+    for bind in spec.cpu_bind:
+        groups = len(bind.split("|"))
+        if groups != ranks:
+            raise ConfigError(
+                rr.blame(f"{key}.cpu_bind"),
+                f"{key}.cpu_bind",
+                f"{bind!r} gives {groups} core group(s), but each worker has tp*dp = {ranks} rank(s) and "
+                "topology.gpus_per_node is 0 (CPU-only nodes, one core group per rank): give "
+                f"{ranks} groups separated by '|' (e.g. '0-3|4-7'), or run this recipe on GPU nodes",
+            )
 
 
 def _spanning_workers(

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from harness.config.load import PROJECT_ROOT
@@ -135,3 +136,77 @@ def test_did_you_mean(tmp_path: Path) -> None:
     # Nothing close: no guess.
     err = refused("validate", "local-tiny-1p1d", "--skip-flag-check", "--set", "benchmark.zzz=1")
     assert "unknown key" in err and "did you mean" not in err, err
+
+
+def test_a_profile_that_changes_the_hardware_is_refused(tmp_path: Path) -> None:
+    # The recipe is written for NVIDIA H200 (its image's GPUs, its description); the profile is an MI355X site's.
+    err = refused("validate", "dsr1-fp8-h200-nixl-1p2d", "--cluster", "example-mi355x-mori", "--skip-flag-check")
+    profile = PROJECT_ROOT / "clusters" / "example-mi355x-mori.yaml"
+    assert err.startswith(f"error: {profile}: container.gpus: this cluster profile moves recipe"), err
+    assert "to AMD GPUs (container.gpus amd, container.image registry.example.internal/vllm/vllm-openai-rocm" in err
+    assert "slurm.partition mi355x), but the recipe is written for NVIDIA GPUs (container.gpus nvidia" in err
+    # render refuses it too, before writing anything.
+    out = tmp_path / "job"
+    r = pdbench("render", "dsr1-fp8-h200-nixl-1p2d", "--cluster", "example-mi355x-mori", "--out", str(out))
+    assert r.returncode == 2 and "moves recipe dsr1-fp8-h200-nixl-1p2d to AMD GPUs" in r.stderr, r.stderr
+    assert not out.exists()
+    # A CPU-only profile under a GPU recipe (TP8 on nodes without GPUs).
+    err = refused("validate", "dsr1-fp8-h200-nixl-1p2d", "--cluster", "local", "--skip-flag-check")
+    assert "local.yaml: topology.gpus_per_node: this cluster profile moves recipe dsr1-fp8-h200-nixl-1p2d to " in err
+    assert "CPU-only nodes (topology.gpus_per_node 0)" in err and "NVIDIA GPUs" in err, err
+    # The matching pairs pass the hardware check (the AMD recipe on the AMD profile validates).
+    r = pdbench("validate", "dsr1-fp8-1p2d", "--cluster", "example-mi355x-mori", "--skip-flag-check")
+    assert "moves recipe" not in r.stderr, r.stderr
+
+
+def test_more_ranks_than_the_nodes_have() -> None:
+    # CPU-only nodes: one core group (cpu_bind) per rank of a worker.
+    err = refused("validate", "local-tiny-1p1d", "--skip-flag-check", "--set", "topology.prefill.tp=4")
+    assert "topology.prefill.cpu_bind: '0' gives 1 core group(s), but each worker has tp*dp = 4 rank(s)" in err, err
+    r = pdbench(
+        "validate",
+        *("local-tiny-1p1d", "--skip-flag-check", "--set", "topology.prefill.tp=2"),
+        *("--set", "topology.prefill.cpu_bind=['0|1']"),
+    )
+    assert r.returncode == 0, r.stderr
+    # GPU nodes: a worker's tp*dp within the node's GPUs (the profile's count).
+    err = refused("validate", "dsr1-fp8-1p2d", "--skip-flag-check", "--set", "topology.gpus_per_node=4")
+    assert "tp*dp 8 needs 8 GPUs, but topology.gpus_per_node is 4" in err, err
+
+
+def _profile_without_shared_install(tmp_path: Path) -> Path:
+    """The H200 example profile without site.pdbench_root (a path this host does not have)."""
+    data = yaml.safe_load((PROJECT_ROOT / "clusters" / "example-h200-nixl.yaml").read_text())
+    del data["site"]["pdbench_root"]
+    path = tmp_path / "h200.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_validate_names_the_profile_the_launcher_and_what_submit_would_refuse(tmp_path: Path) -> None:
+    # The function `pdbench validate` delegates to (its CLI test: tests/test_cli_validate_launcher.py).
+    from harness.submit.check import validate
+    from harness.submit.refused import Refused
+
+    profile = _profile_without_shared_install(tmp_path)
+    out = validate("dsr1-fp8-h200-nixl-1p2d", [], str(profile), True, "slurm")
+    lines = out.splitlines()
+    assert lines[0].startswith("ok: dsr1-fp8-h200-nixl-1p2d (") and ", launcher slurm, " in lines[0], out
+    assert lines[1] == f"cluster profile: {profile}, which sets:", out
+    assert (
+        "  container.image = registry.example.internal/vllm/vllm-openai:v0.32.0 (the recipe's: vllm/vllm-openai:v0.32.0)"
+        in lines
+    ), out
+    assert "  slurm.partition = h200" in lines and "  site.hf_cache = /lustre/shared/hf-cache" in lines, out
+    assert not any(line.startswith("note:") for line in lines), out  # weights from the shared HF cache
+    # Without a profile: said, and the download every node would make is a note.
+    out = validate("dsr1-fp8-1p2d", [], None, True, "slurm")
+    assert "cluster profile: none (--cluster or $PDBENCH_CLUSTER names one)" in out, out
+    assert "note: every node would download deepseek-ai/DeepSeek-R1-0528 from the Hugging Face hub" in out, out
+    # What submit would refuse, refused here too: ports that clash once every node runs on this host,
+    with pytest.raises(Refused, match="port 8200 of decode-1 is also used by decode-0 on this host"):
+        validate("local-tiny-1p2d", [], "local", True, "local")
+    assert validate("local-tiny-1p2d", [], "local", True, "slurm").startswith("ok: local-tiny-1p2d")
+    # and a shared install the nodes would run from that is not there.
+    with pytest.raises(Refused, match=r"site\.pdbench_root /lustre/shared/pdbench holds no pdbench checkout"):
+        validate("dsr1-fp8-h200-nixl-1p2d", [], "example-h200-nixl", True, "slurm")

@@ -93,6 +93,18 @@ class ResolvedRecipe:
             files[_label(self.cluster_file, self.root)] = self.cluster_file
         return blame(self.provenance, key, files, self.recipe_file)
 
+    def file_values(self) -> dict[str, Any]:
+        """The recipe file's own values, before a cluster profile and --set: dotted key -> value."""
+        return _leaves(_read_yaml(self.recipe_file))
+
+    def profile_values(self) -> dict[str, Any]:
+        """The resolved values that the cluster profile gave: dotted key -> value."""
+        if self.cluster_file is None:
+            return {}
+        label = _label(self.cluster_file, self.root)
+        values = _leaves(self.recipe.model_dump(mode="json"))
+        return {k: v for k, v in values.items() if _source_of(self.provenance, k) == label}
+
     def locked(self) -> dict[str, Any]:
         """The fully resolved configuration (what the fingerprint covers)."""
         return {

@@ -9,9 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config.cluster import chosen_profile
+from harness.config.hardware import check_hardware
 from harness.config.load import PROJECT_ROOT, ConfigError, ResolvedRecipe, load_recipe
 from harness.doctor.findings import local_findings
 from harness.launch.launcher import Launcher
+from harness.launch.local import LocalLauncher
+from harness.launch.slurm import SlurmLauncher
 from harness.submit.refused import Refused
 from harness.topology import JobPlan, plan
 
@@ -37,12 +40,21 @@ def load(recipe: str, overrides: list[str] | None, cluster: str | None = None) -
 def planned(rr: ResolvedRecipe, launcher: Launcher | None = None) -> Planned:
     """The recipe's plan, computed once for every later stage; the launcher checks it can run it."""
     try:
+        check_hardware(rr)
         job_plan = plan(rr)
         if launcher is not None:
             launcher.check(rr, job_plan)
     except ConfigError as e:
         raise Refused(str(e)) from None
     return Planned(rr, job_plan)
+
+
+def launcher_for(kind: str, rr: ResolvedRecipe) -> Launcher:
+    """`--launcher`'s value as the launcher of a benchmark job."""
+    if kind == "local":
+        t = rr.recipe.timeouts
+        return LocalLauncher(t.job_s, t.teardown_s)
+    return SlurmLauncher()
 
 
 def ensure_model(rr: ResolvedRecipe) -> None:
@@ -92,6 +104,55 @@ def check_storage(p: Planned) -> None:
     findings = local_findings(p.rr, p.plan, str(p.rr.root))
     if findings:
         raise Refused("\n".join(str(f) for f in findings))
+
+
+def _buildable(rr: ResolvedRecipe) -> bool:
+    """A model that submit builds offline when it is missing (ensure_model)."""
+    return rr.model.build is not None and not (Path(rr.model_source) / "config.json").is_file()
+
+
+def validate(
+    recipe: str, overrides: list[str] | None, cluster: str | None, skip_flag_check: bool, launcher_kind: str = "slurm"
+) -> str:
+    """`pdbench validate`: what submit checks before it creates a run directory, for this
+    launcher, without writing anything; then the cluster profile and what it set, and notes."""
+    rr = load(recipe, overrides, cluster)
+    p = planned(rr, launcher_for(launcher_kind, rr))
+    check_flags(p, skip_flag_check)
+    findings = [f for f in local_findings(rr, p.plan, str(rr.root)) if f.check != "weights" or not _buildable(rr)]
+    if findings:
+        raise Refused("\n".join(str(f) for f in findings))
+    topo = rr.recipe.topology
+    lines = [
+        f"ok: {rr.name} ({rr.recipe_file}): model {rr.recipe.model}, "
+        f"{topo.prefill.workers}P+{topo.decode.workers}D on {p.plan.num_nodes} node(s), "
+        f"connector {rr.recipe.connector.name}, launcher {launcher_kind}, fingerprint {rr.fingerprint}"
+    ]
+    return "\n".join(lines + profile_lines(rr) + storage_notes(rr, p.plan.num_nodes))
+
+
+def profile_lines(rr: ResolvedRecipe) -> list[str]:
+    """The cluster profile used and each value it set, with the recipe's value it replaced."""
+    if rr.cluster_file is None:
+        return ["cluster profile: none (--cluster or $PDBENCH_CLUSTER names one)"]
+    own = rr.file_values()
+    lines = [f"cluster profile: {rr.cluster_file}, which sets:"]
+    for key, value in rr.profile_values().items():
+        was = f" (the recipe's: {own[key]})" if key in own and own[key] != value else ""
+        lines.append(f"  {key} = {value}{was}")
+    return lines
+
+
+def storage_notes(rr: ResolvedRecipe, num_nodes: int) -> list[str]:
+    """What the job would fetch at start-up for want of site storage."""
+    if rr.weights_local:
+        return []
+    nodes = "every node" if num_nodes > 1 else "the node"
+    return [
+        f"note: {nodes} would download {rr.model.hf_id} from the Hugging Face hub at start-up: no "
+        "site.model_root or site.hf_cache is set (a cluster profile's site section, --cluster, says where "
+        "the cluster keeps weights)"
+    ]
 
 
 # Command-line Slurm options and the recipe keys they set.
