@@ -26,8 +26,9 @@ each round (`benchmarks.common.rotated`). Goal: with / without <= 1.03, the medi
 rounds' ratios (each round's two runs are adjacent, so the machine's load drift mostly cancels).
 
 Printed beside: the floor, what the sentinels must cost even if perfectly overlapped (the
-reference answers come before the sweep, one whole request at the least; during the points
-their requests are the given share of the measured ones), and where the time went in each run
+reference answers run beside the first point's warm-ups, one whole request at the least, and
+the first measured batch waits for them; during the points their requests are the given share
+of the measured ones), and where the time went in each run
 with sentinels: the reference pass (pdbench's own log line), and per point how long after its
 measured batch ended the point's last sentinel answered, with how many measured requests had
 finished when that sentinel left.
@@ -245,7 +246,7 @@ def report(sweeps: list[Sweep], args: argparse.Namespace) -> bool:
         f"{measured} measured requests + {warmups} warm-ups in the sweep (10 x C and 2 x C per point), "
         f"sentinels per point {', '.join(f'C={c}: {m}' for c, m in per_point.items())} "
         f"({extra} in all, {100 * extra / measured:.1f} % of the measured requests), answered again by the "
-        f"reference before the sweep; figure: wall time of the pdbench bench process, start to exit; "
+        f"reference beside the first warm-ups; figure: wall time of the pdbench bench process, start to exit; "
         f"{args.rounds} rounds, order rotated; {os.cpu_count()} CPUs"
     )
     for s in sweeps:
@@ -269,13 +270,16 @@ def report(sweeps: list[Sweep], args: argparse.Namespace) -> bool:
     print("where the sentinels' time went (runs with sentinels; medians over rounds):")
     refs = [s.reference[2] for s in on if s.reference]
     share = 100 * statistics.median(refs) / off_med
-    print(f"  reference pass before the sweep: {spread(refs, '.2f', ' s')} = {share:.1f} % of the sweep without")
+    print(
+        f"  reference pass (beside the first point's warm-ups): {spread(refs, '.2f', ' s')} = {share:.1f} % "
+        "of the sweep without"
+    )
     for i, c in enumerate(args.concurrency):
         tails = [t for s in on if (t := s.points[i].tail_s) is not None]
         spans = [a.points[i].span_s - b.points[i].span_s for a, b in zip(on, off, strict=True)]
         after = [a for s in on if (a := s.points[i].last_sent_after) is not None]
         m, n = per_point[c], on[0].points[i].measured
-        due = (m - 1) * n / m
+        due = (m - 1) * max(0, n - c) / m  # harness.bench.sentinels spreads them over the first n - C
         print(
             f"  C={c}: {m} sentinels, the last due after {due:.1f} of {n} measured, left after "
             f"{', '.join(map(str, after))}; the point's end (sentinels answered, /metrics scraped) after its "
@@ -284,7 +288,7 @@ def report(sweeps: list[Sweep], args: argparse.Namespace) -> bool:
         )
     print(
         f"floor (perfect overlap): the reference pass is at least one whole request, {request_s:.2f} s = "
-        f"{100 * request_s / off_med:.1f} % of the sweep without; the points' sentinels are {extra} requests "
+        f"{100 * request_s / off_med:.1f} % of the sweep without, 0 where the first warm-ups last longer; the points' sentinels are {extra} requests "
         f"beside {measured} measured + {warmups} warm-ups ({100 * extra / (measured + warmups):.1f} % of the "
         f"requests: their cost where the servers' throughput is the limit; here, with a mock that does not slow "
         f"down under load, perfectly overlapped they cost 0)"
