@@ -210,3 +210,16 @@ def test_validate_names_the_profile_the_launcher_and_what_submit_would_refuse(tm
     # and a shared install the nodes would run from that is not there.
     with pytest.raises(Refused, match=r"site\.pdbench_root /lustre/shared/pdbench holds no pdbench checkout"):
         validate("dsr1-fp8-h200-nixl-1p2d", [], "example-h200-nixl", True, "slurm")
+
+
+def test_bad_overrides_name_the_override_and_no_internals() -> None:
+    cases = {
+        "benchmark.isl": "error: --set benchmark.isl: expected KEY.PATH=VALUE, e.g. benchmark.isl=1024",
+        ".a=1": "error: --set .a: expected a dotted key path such as benchmark.isl",
+        "benchmark.isl.x=1": "error: --set benchmark.isl.x: benchmark.isl: holds a value, not keys below it",
+        "benchmark=5": "error: --set benchmark: expected a mapping of keys (got 5)",
+    }
+    for override, expected in cases.items():
+        err = refused("validate", "local-tiny-1p1d", "--skip-flag-check", "--set", override)
+        assert err.strip() == expected, (override, err)
+        assert "BenchmarkSettings" not in err

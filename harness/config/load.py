@@ -241,6 +241,8 @@ def _validation_error(
         msg = "unknown key" + did_you_mean(str(first["loc"][-1]), _keys_at(model, first["loc"][:-1]))
     elif first["type"] == "missing":
         msg = "required key is missing"
+    elif first["type"] in ("model_type", "model_attributes_type", "dict_type"):
+        msg = f"expected a mapping of keys (got {first.get('input')!r})"  # not pydantic's class names
     elif first["type"] == "value_error":
         msg = msg.removeprefix("Value error, ")  # our validators' messages say what was got
     elif "input" in first:
@@ -261,11 +263,11 @@ def _validate(model: type[BaseModel], data: Any, path: Path, provenance=None, fi
 def parse_override(text: str) -> tuple[list[str], Any]:
     """`a.b.c=value` -> (['a','b','c'], value parsed as YAML so numbers and lists keep their type)."""
     if "=" not in text:
-        raise ConfigError("--set", text, "expected KEY.PATH=VALUE")
+        raise ConfigError(f"--set {text}", "", "expected KEY.PATH=VALUE, e.g. benchmark.isl=1024")
     key, raw = text.split("=", 1)
     parts = key.strip().split(".")
     if not all(parts):
-        raise ConfigError("--set", key, "expected a dotted key path such as benchmark.isl")
+        raise ConfigError(f"--set {key}", "", "expected a dotted key path such as benchmark.isl")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
@@ -289,7 +291,8 @@ def apply_overrides(
             if child is None:
                 child = node[part] = {}
             if not isinstance(child, dict):
-                raise ConfigError("--set", ".".join(parts[: i + 1]), "is not a mapping")
+                where = ".".join(parts[: i + 1])
+                raise ConfigError(f"--set {'.'.join(parts)}", where, "holds a value, not keys below it")
             node = child
         node[parts[-1]] = value
     return data
