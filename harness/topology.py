@@ -207,7 +207,7 @@ def _role_workers(
             rr.blame(key),
             key,
             f"{per_node} worker(s) per node x tp*dp {spec.gpus_per_worker} needs "
-            f"{per_node * spec.gpus_per_worker} GPUs, but topology.gpus_per_node is {gpn}",
+            f"{per_node * spec.gpus_per_worker} GPUs, but topology.gpus_per_node is {gpn}{_gpn_source(rr, key)}",
         )
     workers = []
     for i in range(spec.workers):
@@ -235,6 +235,13 @@ def _role_workers(
     return workers, side_port
 
 
+def _gpn_source(rr: ResolvedRecipe, key: str) -> str:
+    """' (set by FILE)' when the node's GPU count came from elsewhere than the role's settings
+    (a cluster profile, --set): the two that disagree are then both named."""
+    src = rr.blame("topology.gpus_per_node")
+    return f" (set by {src})" if src != rr.blame(key) else ""
+
+
 def _check_cpu_ranks(rr: ResolvedRecipe, key: str, spec: RoleSpec) -> None:
     """On CPU-only nodes vLLM binds rank i of a worker to the i-th '|'-separated core group of
     VLLM_CPU_OMP_THREADS_BIND (cpu_bind); a rank without a group fails at start-up."""
@@ -246,7 +253,7 @@ def _check_cpu_ranks(rr: ResolvedRecipe, key: str, spec: RoleSpec) -> None:
                 rr.blame(f"{key}.cpu_bind"),
                 f"{key}.cpu_bind",
                 f"{bind!r} gives {groups} core group(s), but each worker has tp*dp = {ranks} rank(s) and "
-                "topology.gpus_per_node is 0 (CPU-only nodes, one core group per rank): give "
+                f"topology.gpus_per_node is 0{_gpn_source(rr, f'{key}.cpu_bind')} (CPU-only nodes, one core group per rank): give "
                 f"{ranks} groups separated by '|' (e.g. '0-3|4-7'), or run this recipe on GPU nodes",
             )
 
@@ -266,7 +273,7 @@ def _spanning_workers(
             rr.blame(key),
             key,
             f"a worker on {per_worker} nodes must use all their GPUs: tp*dp is {spec.gpus_per_worker}, "
-            f"nodes x topology.gpus_per_node is {per_worker * gpn}",
+            f"nodes x topology.gpus_per_node is {per_worker * gpn}{_gpn_source(rr, key)}",
         )
     span: Literal["data_parallel", "tensor_parallel"]
     if spec.tp <= gpn:

@@ -159,7 +159,7 @@ def test_a_profile_that_changes_the_hardware_is_refused(tmp_path: Path) -> None:
     assert "moves recipe" not in r.stderr, r.stderr
 
 
-def test_more_ranks_than_the_nodes_have() -> None:
+def test_more_ranks_than_the_nodes_have(tmp_path: Path) -> None:
     # CPU-only nodes: one core group (cpu_bind) per rank of a worker.
     err = refused("validate", "local-tiny-1p1d", "--skip-flag-check", "--set", "topology.prefill.tp=4")
     assert "topology.prefill.cpu_bind: '0' gives 1 core group(s), but each worker has tp*dp = 4 rank(s)" in err, err
@@ -171,7 +171,14 @@ def test_more_ranks_than_the_nodes_have() -> None:
     assert r.returncode == 0, r.stderr
     # GPU nodes: a worker's tp*dp within the node's GPUs (the profile's count).
     err = refused("validate", "dsr1-fp8-1p2d", "--skip-flag-check", "--set", "topology.gpus_per_node=4")
-    assert "tp*dp 8 needs 8 GPUs, but topology.gpus_per_node is 4" in err, err
+    assert "tp*dp 8 needs 8 GPUs, but topology.gpus_per_node is 4 (set by --set topology.gpus_per_node)" in err, err
+    # A profile's GPU count under a TP8 recipe: both files named.
+    profile = tmp_path / "four-gpus.yaml"
+    profile.write_text("topology:\n  gpus_per_node: 4\n")
+    err = refused("validate", "dsr1-fp8-h200-nixl-1p2d", "--cluster", str(profile), "--skip-flag-check")
+    recipe = PROJECT_ROOT / "recipes" / "dsr1-fp8-h200-nixl-1p2d.yaml"
+    assert err.startswith(f"error: {recipe}: topology.prefill: 1 worker(s) per node x tp*dp 8 needs 8 GPUs"), err
+    assert f"but topology.gpus_per_node is 4 (set by {profile})" in err, err
 
 
 def _profile_without_shared_install(tmp_path: Path) -> Path:
