@@ -91,8 +91,23 @@ def test_slurm_time_formats(tmp_path: Path) -> None:
         "--results-dir",
         str(tmp_path),
     )
-    assert r.returncode == 2 and "'1h' is not a Slurm time" in r.stderr, r.stderr
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("error: --time: slurm.time_limit: '1h' is not a Slurm time: MINUTES,"), r.stderr
     assert list(tmp_path.iterdir()) == []
+    # Any Slurm option is named as the option, and the lock file says where the value came from.
+    r = pdbench(
+        *("submit", "-r", "dsr1-fp8-1p2d", "--dry-run", "--skip-flag-check", "--gpus-per-node", "4"),
+        *("--results-dir", str(tmp_path)),
+    )
+    assert r.returncode == 2 and "topology.gpus_per_node is 4 (set by --gpus-per-node)" in r.stderr, r.stderr
+    r = pdbench(
+        *("submit", "-r", "local-tiny-1p1d", "--dry-run", "--skip-flag-check", "--time", "1:00:00"),
+        *("--set", "slurm.partition=debug", "--results-dir", str(tmp_path)),
+    )
+    assert r.returncode == 0, r.stderr
+    (lock,) = tmp_path.glob("local-tiny-1p1d/*/recipe.lock.yaml")
+    sources = yaml.safe_load(lock.read_text())["sources"]
+    assert sources["slurm.time_limit"] == "--time" and sources["slurm.partition"] == "--set", sources
 
 
 def test_image_references_no_runtime_accepts() -> None:

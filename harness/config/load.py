@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import types
 import typing
 from collections.abc import Sequence
@@ -275,16 +276,27 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return parts, value
 
 
+def _origin(text: str) -> tuple[str, str]:
+    """('--time', 'slurm.time_limit=...') for an override a command-line option gave, written
+    '--time slurm.time_limit=...' (harness.submit.check.slurm_overrides); ('--set', text) otherwise."""
+    option, sep, rest = text.partition(" ")
+    if sep and re.fullmatch(r"--[a-z][a-z-]*", option) and "=" in rest:
+        return option, rest
+    return "--set", text
+
+
 def apply_overrides(
     data: dict[str, Any], overrides: list[str], provenance: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    for text in overrides:
+    """`--set` values (and options that set a recipe key: their errors and the lock name the option)."""
+    for given in overrides:
+        label, text = _origin(given)
         parts, value = parse_override(text)
         if provenance is not None:
             nested: Any = value
             for part in reversed(parts):
                 nested = {part: nested}
-            _record(provenance, nested, "--set")
+            _record(provenance, nested, label)
         node = data
         for i, part in enumerate(parts[:-1]):
             child = node.get(part)

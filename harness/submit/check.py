@@ -171,12 +171,13 @@ SLURM_KEYS = {
 
 
 def slurm_overrides(sbatch: list[str] | None = None, **opts: object) -> list[str]:
-    """Command-line Slurm options become ordinary recipe overrides, so the lock file records them."""
+    """Command-line Slurm options become recipe overrides, so the lock file records them; each is
+    written '--OPTION KEY=VALUE' so that an error (and the lock's sources) names the option."""
     out = [
-        f"{SLURM_KEYS[k]}={json.dumps(v) if isinstance(v, str) else v}"
+        f"--{k.replace('_', '-')} {SLURM_KEYS[k]}={json.dumps(v) if isinstance(v, str) else v}"
         for k, v in opts.items()
         if k in SLURM_KEYS and v is not None
     ]
     if sbatch:
-        out.append(f"slurm.extra_sbatch={json.dumps(list(sbatch))}")
+        out.append(f"--sbatch slurm.extra_sbatch={json.dumps(list(sbatch))}")
     return out
