@@ -126,6 +126,11 @@ def test_errors_blame_the_source_of_the_value(tmp_path: Path) -> None:
     assert err.startswith("error: --set proxy.port: port 8100 of proxy is also used by prefill-0"), err
     err = refused("validate", "local-tiny-1p1d", "--skip-flag-check", "--set", "model=nope")
     assert err.startswith("error: --set model: 'nope' is not in"), err
+    # A check across sections names the key it is about, not "(top level)" of the recipe file.
+    err = refused("validate", "dsr1-fp8-1p2d", "--skip-flag-check", "--set", "proxy.workers=2")
+    assert (
+        err.strip() == "error: --set proxy.workers: MoRI-IO keeps its registrations in one proxy process; it must be 1"
+    )
     # The same clash written in a recipe file names that file and the key.
     recipe = yaml.safe_load((PROJECT_ROOT / "recipes" / "local-tiny-1p1d.yaml").read_text())
     recipe["proxy"] = {"port": 8100}

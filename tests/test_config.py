@@ -297,5 +297,5 @@ def test_pdbench_connector_keys_checked_at_load(root: Path) -> None:
     rr = load_recipe("local-tiny-1p1d-pdbench", ["connector.extra_config.io_timeout_s=30"], root=root)
     assert rr.recipe.connector.extra_config["io_timeout_s"] == 30
     e = _error(root, "local-tiny-1p1d-pdbench", ["connector.extra_config.kv_lease_duration=300"])
-    assert e.key == "connector" and "unknown key(s) for the pdbench connector: kv_lease_duration" in str(e)
+    assert e.key == "connector.extra_config" and "unknown key(s) for the pdbench connector: kv_lease_duration" in str(e)
     assert "accepted: host, port" in str(e)

@@ -233,11 +233,18 @@ def _validation_error(
     model: type[BaseModel], path: Path | str, err: ValidationError, provenance=None, files=None
 ) -> ConfigError:
     first = err.errors()[0]
-    key = ".".join(str(p) for p in first["loc"])
+    loc = list(first["loc"])
+    msg = first["msg"].removeprefix("Value error, ") if first["type"] == "value_error" else first["msg"]
+    # A check across a section's keys says which key it is about ("proxy.workers: ..."): that key is
+    # the one to name, and its source the one to blame.
+    about = re.match(r"([a-z_]+(?:\.[a-z_]+)*): ", msg) if first["type"] == "value_error" else None
+    if about and about.group(1).split(".")[0] in _keys_at(model, loc):
+        loc += about.group(1).split(".")
+        msg = msg[about.end() :]
+    key = ".".join(str(p) for p in loc)
     if provenance:
         # Name what gave the offending value: the recipe, the cluster profile or `--set KEY`.
         path = blame(provenance, key, files or {}, path)
-    msg = first["msg"]
     if first["type"] == "extra_forbidden":
         msg = "unknown key" + did_you_mean(str(first["loc"][-1]), _keys_at(model, first["loc"][:-1]))
     elif first["type"] == "missing":
@@ -245,7 +252,7 @@ def _validation_error(
     elif first["type"] in ("model_type", "model_attributes_type", "dict_type"):
         msg = f"expected a mapping of keys (got {first.get('input')!r})"  # not pydantic's class names
     elif first["type"] == "value_error":
-        msg = msg.removeprefix("Value error, ")  # our validators' messages say what was got
+        pass  # our validators' messages say what was got
     elif "input" in first:
         msg = f"{msg} (got {first['input']!r})"
     more = len(err.errors()) - 1
