@@ -230,6 +230,10 @@ def test_validate_names_the_profile_the_launcher_and_what_submit_would_refuse(tm
     out = validate("dsr1-fp8-1p2d", [], None, True, "slurm")
     assert "cluster profile: none (--cluster or $PDBENCH_CLUSTER names one)" in out, out
     assert "note: every node would download deepseek-ai/DeepSeek-R1-0528 from the Hugging Face hub" in out, out
+    # Dummy weights: only the config and the tokenizer come from the hub.
+    dummy = ["topology.prefill.flags={load-format: dummy}", "topology.decode.flags={load-format: dummy}"]
+    out = validate("dsr1-fp8-1p2d", dummy, None, True, "slurm")
+    assert "note: every node would download deepseek-ai/DeepSeek-R1-0528's config from the Hugging Face hub" in out
     # What submit would refuse, refused here too: ports that clash once every node runs on this host,
     with pytest.raises(Refused, match="port 8200 of decode-1 is also used by decode-0 on this host"):
         validate("local-tiny-1p2d", [], "local", True, "local")

@@ -128,7 +128,7 @@ def validate(
         f"{topo.prefill.workers}P+{topo.decode.workers}D on {p.plan.num_nodes} node(s), "
         f"connector {rr.recipe.connector.name}, launcher {launcher_kind}, fingerprint {rr.fingerprint}"
     ]
-    return "\n".join(lines + profile_lines(rr) + storage_notes(rr, p.plan.num_nodes))
+    return "\n".join(lines + profile_lines(rr) + storage_notes(p))
 
 
 def profile_lines(rr: ResolvedRecipe) -> list[str]:
@@ -143,13 +143,18 @@ def profile_lines(rr: ResolvedRecipe) -> list[str]:
     return lines
 
 
-def storage_notes(rr: ResolvedRecipe, num_nodes: int) -> list[str]:
+def storage_notes(p: Planned) -> list[str]:
     """What the job would fetch at start-up for want of site storage."""
+    from harness.render.preflight_spec import preflight_spec
+
+    rr = p.rr
     if rr.weights_local:
         return []
-    nodes = "every node" if num_nodes > 1 else "the node"
+    nodes = "every node" if p.plan.num_nodes > 1 else "the node"
+    # --load-format dummy: only the config and the tokenizer.
+    what = rr.model.hf_id if preflight_spec(rr, p.plan, str(rr.root)).need_weights else f"{rr.model.hf_id}'s config"
     return [
-        f"note: {nodes} would download {rr.model.hf_id} from the Hugging Face hub at start-up: no "
+        f"note: {nodes} would download {what} from the Hugging Face hub at start-up: no "
         "site.model_root or site.hf_cache is set (a cluster profile's site section, --cluster, says where "
         "the cluster keeps weights)"
     ]
