@@ -158,7 +158,7 @@ def render(
     typer.echo(_delegate(lambda: render_into(recipe, set_, cluster, skip_flag_check, out)))
 
 
-@app.command(cls=Command, epilog=_example("pdbench validate dsr1-fp8-h200-nixl-1p2d --cluster example-h200-nixl"))
+@app.command(cls=Command, epilog=_example("pdbench validate local-tiny-1p2d --cluster local --launcher local"))
 def validate(
     ctx: typer.Context,
     recipe_arg: RecipeArg = None,
@@ -166,12 +166,20 @@ def validate(
     set_: SetOpt = None,
     cluster: ClusterOpt = None,
     skip_flag_check: SkipFlagCheck = False,
+    launcher: Annotated[
+        Launcher,
+        typer.Option(
+            help="Check for this launcher: slurm (sbatch), or local (every node on this machine, ports job-wide)."
+        ),
+    ] = Launcher.slurm,
 ) -> None:
-    """Check a recipe (schema, model catalogue, topology, ports, vLLM flags) without rendering anything."""
-    from harness.submit.run import validate as validate_recipe
+    """Check a recipe as submit would, without writing anything: schema, model catalogue, topology
+    against the nodes' GPUs, ports (job-wide with --launcher local), a cluster profile that changes
+    the hardware, vLLM flags, the shared install; then the cluster profile and what it set."""
+    from harness.submit.check import validate as validate_recipe
 
     recipe = _recipe(ctx, recipe_arg, recipe_opt)
-    typer.echo(_delegate(lambda: validate_recipe(recipe, set_, cluster, skip_flag_check)))
+    typer.echo(_delegate(lambda: validate_recipe(recipe, set_, cluster, skip_flag_check, launcher.value)))
 
 
 SkipFlagCheck = Annotated[

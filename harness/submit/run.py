@@ -43,17 +43,6 @@ def render_run(p: Planned, run: RunDir, resumed_from: RunDir | None = None) -> N
         raise Refused(f"{e} (run directory {run.path} left unrendered)") from None
 
 
-def validate(recipe: str, overrides: list[str] | None, cluster: str | None, skip_flag_check: bool) -> str:
-    p = planned(load(recipe, overrides, cluster))
-    check_flags(p, skip_flag_check)
-    topo = p.rr.recipe.topology
-    return (
-        f"ok: {p.rr.name} ({p.rr.recipe_file}): model {p.rr.recipe.model}, "
-        f"{topo.prefill.workers}P+{topo.decode.workers}D on {p.plan.num_nodes} node(s), "
-        f"connector {p.rr.recipe.connector.name}, fingerprint {p.rr.fingerprint}"
-    )
-
-
 def render_into(recipe: str, overrides: list[str] | None, cluster: str | None, skip: bool, out: Path) -> str:
     p = planned(load(recipe, overrides, cluster))
     check_flags(p, skip)

@@ -1,0 +1,60 @@
+"""`pdbench validate --launcher` as a user runs it: the checks of that launcher, the cluster
+profile and what it set, and the notes (needs part E's cli.py change: validate --launcher)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from harness.config.load import PROJECT_ROOT
+
+
+def pdbench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=120, cwd=PROJECT_ROOT
+    )
+
+
+def test_validate_checks_for_the_launcher_given(tmp_path: Path) -> None:
+    # Every node of local-tiny-1p2d on one host: its two decode servers share a port.
+    ok = pdbench("validate", "local-tiny-1p2d", "--cluster", "local", "--skip-flag-check")
+    assert ok.returncode == 0 and ", launcher slurm, " in ok.stdout, ok.stderr
+    r = pdbench("validate", "local-tiny-1p2d", "--cluster", "local", "--launcher", "local", "--skip-flag-check")
+    assert r.returncode == 2, r.stdout
+    assert "port 8200 of decode-1 is also used by decode-0 on this host (the local launcher" in r.stderr, r.stderr
+    # What submit --launcher local refuses the same way.
+    r = pdbench(
+        "submit",
+        "-r",
+        "local-tiny-1p2d",
+        "--cluster",
+        "local",
+        "--launcher",
+        "local",
+        "--dry-run",
+        "--results-dir",
+        str(tmp_path),
+    )
+    assert not any(tmp_path.iterdir())
+    assert r.returncode == 2 and "port 8200 of decode-1" in r.stderr, r.stderr
+
+
+def test_validate_names_the_profile_and_what_it_set(tmp_path: Path) -> None:
+    data = yaml.safe_load((PROJECT_ROOT / "clusters" / "example-h200-nixl.yaml").read_text())
+    del data["site"]["pdbench_root"]  # a path on the example cluster's shared storage, not here
+    profile = tmp_path / "h200.yaml"
+    profile.write_text(yaml.safe_dump(data))
+    r = pdbench("validate", "dsr1-fp8-h200-nixl-1p2d", "--cluster", str(profile), "--skip-flag-check")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[1] == f"cluster profile: {profile}, which sets:", r.stdout
+    assert (
+        "  container.image = registry.example.internal/vllm/vllm-openai:v0.32.0 (the recipe's: vllm/vllm-openai:v0.32.0)"
+        in lines
+    ), r.stdout
+    r = pdbench("validate", "dsr1-fp8-1p2d", "--skip-flag-check")
+    assert r.returncode == 0 and "cluster profile: none" in r.stdout, r.stderr
+    assert "note: every node would download deepseek-ai/DeepSeek-R1-0528 from the Hugging Face hub" in r.stdout
