@@ -8,24 +8,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from harness import atomic
-from harness.config.load import PROJECT_ROOT, ConfigError, ResolvedRecipe
+from harness.config.load import PROJECT_ROOT, ConfigError
 from harness.launch.job import LaunchError
 from harness.launch.launcher import Launcher
-from harness.launch.local import LocalLauncher
-from harness.launch.slurm import SlurmLauncher
 from harness.render import current_context, render_job
 from harness.rundir import RunDir, RunNotFound
-from harness.submit.check import Planned, check_flags, check_storage, load, planned
+from harness.submit.check import Planned, check_flags, check_storage, launcher_for, load, planned
 from harness.submit.follow import follow, say, summary
 from harness.submit.refused import Refused
-
-
-def launcher_for(kind: str, rr: ResolvedRecipe) -> Launcher:
-    """`--launcher`'s value as the launcher of a benchmark job."""
-    if kind == "local":
-        t = rr.recipe.timeouts
-        return LocalLauncher(t.job_s, t.teardown_s)
-    return SlurmLauncher()
 
 
 def resolve_run(ref: str, results_dir: Path) -> RunDir:
