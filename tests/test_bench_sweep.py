@@ -573,7 +573,15 @@ def test_cli_new_flags(model_dir, tmp_path):
         # The target is down: exit 1 with a clear message, nothing written.
         res = runner.invoke(_app(), [*base, "--results-dir", str(tmp_path / "c"), "--server-pid", "999999999"])
         assert res.exit_code == 1 and "server process 999999999 exited" in res.output
+        assert "the target cannot serve, nothing was sent" in res.output and "TargetDied" not in res.output
         assert not (tmp_path / "c").exists()
+        # A result already there: said in words, never overwritten.
+        (tmp_path / "d").mkdir()
+        kept = tmp_path / "d" / "concurrency_2_req_rate_inf_gpus_2_ctx_1_gen_1.json"
+        kept.write_text("{}")
+        res = runner.invoke(_app(), [*base, "--results-dir", str(tmp_path / "d")])
+        assert res.exit_code == 1 and "result files already exist, not overwriting" in res.output, res.output
+        assert "Error" not in res.output and kept.read_text() == "{}"
 
 
 def test_one_openai_server_without_a_gpu_split(model_dir, tmp_path):

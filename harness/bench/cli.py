@@ -189,16 +189,23 @@ def bench_command(**flags: Any) -> None:
     config = flags.pop("config")
     cfg = load_config(config, _overrides(flags))
 
-    from harness.bench.sweep import (
-        run_sweep_detailed,  # heavy imports only when running
-    )
+    # Heavy imports only when running.
+    from harness.bench.dataset import DatasetError
+    from harness.bench.results import ResultExistsError
+    from harness.bench.sweep import TargetDied, run_sweep_detailed
 
     try:
         outcomes = run_sweep_detailed(cfg)
     except KeyboardInterrupt:
         raise _fail("interrupted (Ctrl-C)", 130) from None
-    except Exception as e:
-        raise _fail(f"{type(e).__name__}: {e}", 1) from None
+    except TargetDied as e:
+        raise _fail(f"the target cannot serve, nothing was sent: {e}", 1) from None
+    except (ResultExistsError, DatasetError) as e:
+        raise _fail(str(e), 1) from None
+    except OSError as e:  # e.g. the tokenizer or a result directory that cannot be read or written
+        raise _fail(f"{e.strerror or e}: {e.filename}" if e.filename else str(e), 1) from None
+    except Exception as e:  # a defect: its type helps whoever reports it
+        raise _fail(f"unexpected error ({type(e).__name__}): {e}", 1) from None
     if any(o.interrupted for o in outcomes):
         raise _fail(interrupted_summary(outcomes, cfg.result_dir), 130)
     if not all(o.ok for o in outcomes):
