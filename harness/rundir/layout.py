@@ -97,8 +97,18 @@ LAYOUT: tuple[Entry, ...] = (
         "status, report, InferenceX's collect_eval_results.py",
     ),
     Entry(
+        p.client_point_subdir("<client>", "<C>") + "/",
+        f"another client's run of one point (benchmark.client or cross_check: aiperf, vllm): "
+        f"{p.CLIENT_COMMAND} (its command line); aiperf: {p.AIPERF_ARTIFACTS}/ (profile_export.jsonl, "
+        f"profile_export_aiperf.json, server_metrics_export.json), as InferenceX's process_agentic_result.py "
+        f"reads them; vllm: {p.VLLM_BENCH_RESULT}; clients/aggregated/ for an aggregated baseline",
+        "pdbench bench",
+        "report (cross-check), InferenceX's process_agentic_result.py, humans",
+    ),
+    Entry(
         p.LOGS + "/",
-        "node<N>.log, <server>.log, proxy.log, bench.log, container-node<N>.log, setup-node<N>.log, node<N>.out (local launcher)",
+        "node<N>.log, <server>.log, proxy.log, bench.log, <client>-conc_<C>.log (another client's output), "
+        "container-node<N>.log, setup-node<N>.log, node<N>.out (local launcher)",
         "pdbench node, supervisor, container.sh",
         "logs, follow, failure records",
     ),

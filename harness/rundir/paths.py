@@ -48,6 +48,23 @@ IMAGE_RECORD_GLOB = "image-*.json"
 IMAGE_RECORD_JOB = "image-job.json"  # one image file for the whole job (enroot, apptainer)
 PROC_RECORD_GLOB = "procs-node*.json"
 SLURM_OUTPUT = "slurm-%j.out"  # sbatch --output; Slurm puts the job id in place of %j
+# Another client's run of one point (aiperf, `vllm bench serve`): clients/<client>/conc_<C>/, laid
+# out as InferenceX's agentic job lays out one point (its process_agentic_result.py reads it).
+CLIENTS = "clients"
+AIPERF_ARTIFACTS = "aiperf_artifacts"  # aiperf --output-artifact-dir: profile_export.jsonl and the rest
+CLIENT_COMMAND = "benchmark_command.txt"  # the exact command line of the point's run
+VLLM_BENCH_RESULT = "vllm-bench.json"  # `vllm bench serve --save-result` of the point
+
+
+def client_point_subdir(client: str, concurrency: int | str, phase: str = "disagg") -> str:
+    """One external client's point: clients/<client>/conc_<C> (clients/aggregated/... for a baseline)."""
+    base = CLIENTS if phase == "disagg" else f"{CLIENTS}/{phase}"
+    return f"{base}/{client}/conc_{concurrency}"
+
+
+def client_log_name(client: str, concurrency: int | str, phase: str = "disagg") -> str:
+    """The stdout and stderr of one external client's point, in logs/."""
+    return f"{client}-conc_{concurrency}" + ("" if phase == "disagg" else f"-{phase}")
 
 
 def bench_config_name(phase: str) -> str:
@@ -361,6 +378,18 @@ class RunDir:
     def accuracy_summaries(self) -> list[Path]:
         """Every eval's summary of the run, sorted by name."""
         return sorted(self.path.glob(f"{EVALS}/*/{ACCURACY_SUMMARY}"))
+
+    def client_point(self, client: str, concurrency: int, phase: str = "disagg") -> Path:
+        return self.path / client_point_subdir(client, concurrency, phase)
+
+    def client_points(self, client: str, phase: str = "disagg") -> dict[int, Path]:
+        """An external client's point directories of the run, by concurrency."""
+        parent = self.client_point(client, 1, phase).parent
+        found = parent.glob("conc_*") if parent.is_dir() else []
+        return {int(d.name[5:]): d for d in found if d.is_dir() and d.name[5:].isdigit()}
+
+    def client_log(self, client: str, concurrency: int, phase: str = "disagg") -> Path:
+        return self.log(client_log_name(client, concurrency, phase))
 
     def results(self) -> list[Path]:
         """The result files of the run (one per point), sorted by name."""
