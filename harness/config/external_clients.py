@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
 ClientName = Literal["pdbench", "aiperf", "vllm"]
 ExternalClient = Literal["aiperf", "vllm"]
@@ -37,18 +37,24 @@ class AiperfSettings(BaseModel):
     )
     scenario: str | None = Field(
         None,
-        description="aiperf --scenario: InferenceX runs `inferencex-agentx-mvp`, which exists only in "
-        "SemiAnalysis's aiperf fork (PyPI aiperf has no scenarios); null: none.",
+        description="aiperf --scenario, which locks a named benchmark's invariants: InferenceX's agentic "
+        "coding runs `inferencex-agentx-mvp` (with a Weka trace: public_dataset or weka_trace); null: none.",
     )
     public_dataset: str | None = Field(
         None,
-        description="aiperf --public-dataset: a named trace source downloaded by aiperf (InferenceX: "
-        "semianalysis_cc_traces_weka_062126_256k with its fork); null: the sweep's own dataset (random "
-        "lengths, sessions as multi-turn conversations, or the mooncake_trace file).",
+        description="aiperf --public-dataset: a trace source aiperf downloads (InferenceX: "
+        "semianalysis_cc_traces_weka_062126_256k; needs the network); null: weka_trace or the sweep's dataset.",
+    )
+    weka_trace: str | None = Field(
+        None,
+        description="A local agentic trace in the Weka KV-cache-tester format (a JSON file or a directory of "
+        "them; aiperf --custom-dataset-type weka_trace), e.g. the one InferenceX downloads; null: public_dataset "
+        "or the sweep's own dataset (random lengths, sessions as multi-turn conversations, the mooncake_trace file).",
     )
     benchmark_duration_s: PositiveFloat | None = Field(
         None,
-        description="aiperf --benchmark-duration per point; null: a request count (the sweep's prompts per point).",
+        description="aiperf --benchmark-duration per point (a trace source needs one; under 900 s InferenceX's "
+        "scenario runs with --unsafe-override, marked not a valid submission); null: the sweep's requests per point.",
     )
     extra_args: list[str] = Field(default_factory=list, description="More aiperf profile arguments, appended as given.")
     timeout_s: PositiveFloat = Field(
@@ -61,6 +67,21 @@ class AiperfSettings(BaseModel):
         if not v.strip():
             raise ValueError("the aiperf executable may not be empty")
         return v
+
+    @model_validator(mode="after")
+    def _one_source(self) -> AiperfSettings:
+        if self.public_dataset is not None and self.weka_trace is not None:
+            raise ValueError("public_dataset, weka_trace: give one trace source, not both")
+        if self.scenario is not None and self.trace_source is None:
+            raise ValueError(f"scenario {self.scenario!r} replays a trace: set public_dataset or weka_trace")
+        if self.trace_source is not None and self.benchmark_duration_s is None:
+            raise ValueError("benchmark_duration_s: a trace source is replayed for a duration; set one")
+        return self
+
+    @property
+    def trace_source(self) -> str | None:
+        """The agentic trace aiperf replays instead of the sweep's dataset, if any."""
+        return self.public_dataset or self.weka_trace
 
 
 class VllmBenchSettings(BaseModel):
@@ -95,7 +116,7 @@ def check_clients(
     cross_check: list[ExternalClient],
     dataset: str,
     shaped: bool,
-    public_dataset: str | None,
+    trace_source: str | None,
 ) -> None:
     """Raise ValueError naming the field when the clients asked for cannot send this sweep's load."""
     if len(set(cross_check)) != len(cross_check):
@@ -113,10 +134,10 @@ def check_clients(
         if shaped:
             raise ValueError(f"{field['vllm']}: `vllm bench serve` takes one isl/osl, not shapes")
     if "aiperf" in used:
-        if public_dataset is None and dataset not in AIPERF_DATASETS:
+        if trace_source is None and dataset not in AIPERF_DATASETS:
             raise ValueError(
                 f"{field['aiperf']}: aiperf cannot send dataset {dataset!r} as pdbench does (it can: "
-                f"{', '.join(AIPERF_DATASETS)}; or set aiperf.public_dataset)"
+                f"{', '.join(AIPERF_DATASETS)}; or give it a trace: aiperf.public_dataset or aiperf.weka_trace)"
             )
-        if shaped:
+        if shaped and trace_source is None:
             raise ValueError(f"{field['aiperf']}: aiperf takes one isl/osl, not shapes")
