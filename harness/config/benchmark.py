@@ -76,6 +76,74 @@ class SentinelSettings(BaseModel):
         return max(self.min_per_point, round(self.share * measured))
 
 
+# An exponential think time is cut at this multiple of its mean, so that one session's pause
+# cannot outlast a point's time bound (the mean moves by e^-10 of itself).
+THINK_TIME_CAP = 10.0
+
+
+class SessionSettings(BaseModel):
+    """Multi-turn sessions (dataset `sessions`, harness.bench.sessions): turn k's prompt is the whole
+    conversation so far (every earlier prompt and the answer the server actually returned) plus new
+    user text, so each later turn shares most of its prompt with the turn before it."""
+
+    model_config = ConfigDict(extra="forbid")
+    turns: PositiveInt = Field(4, description="Turns (requests) per session, each waiting for the one before.")
+    user_tokens: PositiveInt | None = Field(
+        None,
+        description="Tokens of new user text each turn after the first adds to the conversation (spread by "
+        "range_ratio as isl is); null: isl. The first turn's prompt is isl tokens; every turn asks for osl.",
+    )
+    think_time_s: NonNegativeFloat = Field(
+        0.0, description="Mean seconds a session waits between an answer and its next turn (0: none)."
+    )
+    think_time_distribution: Literal["constant", "exponential", "uniform"] = Field(
+        "exponential",
+        description="Think times: constant (always the mean), exponential (with the mean, cut at 10 x the "
+        "mean) or uniform over [0, 2 x mean]; drawn from the seed.",
+    )
+    num_sessions: PositiveInt | None = Field(
+        None,
+        description="Measured sessions per point (null: max(4, 2 x concurrency)); the point's concurrency is "
+        "the sessions in flight.",
+    )
+    num_warmup_sessions: NonNegativeInt | None = Field(
+        None,
+        description="Unmeasured whole sessions per point before the measured ones (null: concurrency).",
+    )
+
+    def sessions_for(self, concurrency: int) -> int:
+        return self.num_sessions if self.num_sessions is not None else max(4, 2 * concurrency)
+
+    def warmup_sessions_for(self, concurrency: int) -> int:
+        return concurrency if self.num_warmup_sessions is None else self.num_warmup_sessions
+
+    @property
+    def think_time_max_s(self) -> float:
+        """The longest one think time can be (the exponential's tail is cut there)."""
+        if self.think_time_distribution == "constant":
+            return self.think_time_s
+        if self.think_time_distribution == "uniform":
+            return 2 * self.think_time_s
+        return THINK_TIME_CAP * self.think_time_s
+
+
+class TraceSettings(BaseModel):
+    """Replay of a Mooncake-format trace (dataset `mooncake_trace`, file dataset_path): JSON lines of
+    `timestamp` (ms), `input_length`, `output_length` and `hash_ids` (equal ids: equal token blocks)."""
+
+    model_config = ConfigDict(extra="forbid")
+    speed: PositiveFloat = Field(
+        1.0, description="Time factor of the replay: 2.0 sends the trace twice as fast as its timestamps."
+    )
+    block_tokens: PositiveInt = Field(
+        512, description="Tokens per hash id block (the Mooncake trace format's blocks are 512 tokens)."
+    )
+    max_requests: PositiveInt | None = Field(
+        None,
+        description="Replay only the trace's first N requests (null: the whole trace).",
+    )
+
+
 ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 
@@ -207,15 +275,19 @@ class BenchmarkSettings(BaseModel):
         description="Latency percentiles reported (p<N>_ttft_ms, ...), each within [0, 100].",
         json_schema_extra=_cli(cli_format="csv", cli_default="90,99,99.9"),
     )
-    dataset: Literal["random", "jsonl", "sharegpt"] = Field(
+    dataset: Literal["random", "jsonl", "sharegpt", "sessions", "mooncake_trace"] = Field(
         "random",
-        description="Prompt source: random prompts of exact length (isl/osl/range_ratio), or a file: "
-        'jsonl (one {"prompt": str, "output_len": int?} per line) or sharegpt (a JSON list of '
-        '{"conversations": [{"from", "value"}, ...]}).',
+        description="Prompt source: random prompts of exact length (isl/osl/range_ratio); multi-turn "
+        "sessions of random text (see sessions); or a file: jsonl (one "
+        '{"prompt": str, "output_len": int?} per line), sharegpt (a JSON list of '
+        '{"conversations": [{"from", "value"}, ...]}) or mooncake_trace (a Mooncake-format trace, '
+        "replayed at its timestamps; see trace).",
         json_schema_extra=_cli(cli_flags=["--dataset", "--dataset-name"]),
     )
     dataset_path: str | None = Field(
-        None, description="Prompt file for dataset jsonl or sharegpt.", json_schema_extra=_cli(cli_default="none")
+        None,
+        description="Prompt file for dataset jsonl or sharegpt; the trace for mooncake_trace.",
+        json_schema_extra=_cli(cli_default="none"),
     )
     random_prefix_len: NonNegativeInt = Field(
         0,
@@ -232,6 +304,18 @@ class BenchmarkSettings(BaseModel):
         2.0,
         description="Seconds between <base_url>/health polls (0: none); the sweep stops at once when the "
         "target cannot be reached, or answers 5xx or times out three times in a row.",
+    )
+    sessions: SessionSettings | None = Field(
+        None,
+        description="Multi-turn sessions, for dataset sessions only (its defaults when not given); on the "
+        'command line a JSON object, e.g. {"turns": 3, "think_time_s": 1}.',
+        json_schema_extra=_cli(cli_format="json", cli_default="none; the defaults with dataset sessions"),
+    )
+    trace: TraceSettings | None = Field(
+        None,
+        description="Trace replay, for dataset mooncake_trace only (its defaults when not given); on the "
+        'command line a JSON object, e.g. {"speed": 2}.',
+        json_schema_extra=_cli(cli_format="json", cli_default="none; the defaults with dataset mooncake_trace"),
     )
     validity: ValidityThresholds = Field(
         default_factory=ValidityThresholds,
@@ -277,10 +361,53 @@ class BenchmarkSettings(BaseModel):
 
     @model_validator(mode="after")
     def _check_dataset(self) -> BenchmarkSettings:
-        if self.dataset != "random" and not self.dataset_path:
-            raise ValueError(f"dataset {self.dataset!r} needs dataset_path")
-        if self.dataset == "random" and self.dataset_path:
-            raise ValueError("dataset_path is only for dataset 'jsonl' or 'sharegpt'")
+        files = ("jsonl", "sharegpt", "mooncake_trace")
+        if self.dataset in files and not self.dataset_path:
+            raise ValueError(f"dataset {self.dataset!r} needs dataset_path (the file to read)")
+        if self.dataset not in files and self.dataset_path:
+            raise ValueError(f"dataset_path is only for dataset {', '.join(map(repr, files))}, not {self.dataset!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _check_sessions(self) -> BenchmarkSettings:
+        if self.dataset != "sessions":
+            if self.sessions is not None:
+                raise ValueError(f"sessions: only for dataset 'sessions' (the dataset is {self.dataset!r})")
+            return self
+        if self.sessions is None:
+            self.sessions = SessionSettings()
+        # A session is paced by its own turns and think times, and a point's size is its sessions.
+        if not math.isinf(self.request_rate) or self.burstiness != 1.0:
+            raise ValueError(
+                "request_rate, burstiness: do not apply to dataset 'sessions' (a session starts when one of "
+                "the concurrency's slots is free; pace its turns with sessions.think_time_s)"
+            )
+        if self.num_prompts is not None:
+            raise ValueError("num_prompts: with dataset 'sessions' a point's size is sessions.num_sessions")
+        if self.num_warmups is not None:
+            raise ValueError("num_warmups: with dataset 'sessions' the warmups are sessions.num_warmup_sessions")
+        return self
+
+    @model_validator(mode="after")
+    def _check_trace(self) -> BenchmarkSettings:
+        if self.dataset != "mooncake_trace":
+            if self.trace is not None:
+                raise ValueError(f"trace: only for dataset 'mooncake_trace' (the dataset is {self.dataset!r})")
+            return self
+        if self.trace is None:
+            self.trace = TraceSettings()
+        # The trace's timestamps are the arrivals; each point's concurrency caps the requests in flight.
+        if not math.isinf(self.request_rate) or self.burstiness != 1.0:
+            raise ValueError(
+                "request_rate, burstiness: do not apply to dataset 'mooncake_trace' (requests leave at the "
+                "trace's timestamps; scale them with trace.speed)"
+            )
+        if self.num_prompts is not None:
+            raise ValueError(
+                "num_prompts: with dataset 'mooncake_trace' a point replays the trace (trace.max_requests)"
+            )
+        if self.random_prefix_len:
+            raise ValueError("random_prefix_len: with dataset 'mooncake_trace' the trace's hash ids make the prefixes")
         return self
 
     @model_validator(mode="after")
@@ -293,7 +420,11 @@ class BenchmarkSettings(BaseModel):
                 # Each shape names its own result files, so two with one (isl, osl) would collide.
                 raise ValueError(f"shapes: each (isl, osl) may appear once; repeated: {', '.join(dup)}")
         elif self.isl is None or self.osl is None:
-            raise ValueError("give isl and osl (one shape), or shapes (several)")
+            what = {
+                "sessions": " (sessions: isl is the first turn's prompt, osl every turn's answer)",
+                "mooncake_trace": " (mooncake_trace: they name the result; the trace's own lengths are sent)",
+            }.get(self.dataset, "")
+            raise ValueError(f"give isl and osl (one shape), or shapes (several){what}")
         return self
 
     @model_validator(mode="after")
@@ -325,11 +456,17 @@ class BenchmarkSettings(BaseModel):
         ]
 
     def num_prompts_for(self, concurrency: int) -> int:
+        """Measured requests per point (sessions: every turn of every measured session)."""
+        if self.sessions is not None:
+            return self.sessions.sessions_for(concurrency) * self.sessions.turns
         if self.num_prompts is not None:
             return self.num_prompts
         return max(self.min_prompts, self.prompts_multiplier * concurrency)
 
     def num_warmups_for(self, concurrency: int) -> int:
+        """Unmeasured requests per point (sessions: every turn of every warmup session)."""
+        if self.sessions is not None:
+            return self.sessions.warmup_sessions_for(concurrency) * self.sessions.turns
         return 2 * concurrency if self.num_warmups is None else self.num_warmups
 
     def point_timeout_for(self, num_requests: int, concurrency: int) -> float:
@@ -337,5 +474,11 @@ class BenchmarkSettings(BaseModel):
         if self.point_timeout_s is not None:
             return self.point_timeout_s
         waves = math.ceil(num_requests / max(1, concurrency))
+        if self.sessions is not None:
+            # A wave is one session per slot: its turns one after another, think times between.
+            s = self.sessions
+            sessions = math.ceil(num_requests / s.turns)
+            rounds = math.ceil(sessions / max(1, concurrency))
+            return (rounds * s.turns + 1) * self.request_timeout_s + rounds * (s.turns - 1) * s.think_time_max_s
         arrivals = 0.0 if math.isinf(self.request_rate) else num_requests / self.request_rate
         return (waves + 1) * self.request_timeout_s + 2 * arrivals
