@@ -3,7 +3,8 @@
 The scrapes are kept under <result_dir>/metrics/concurrency_<C>/ (before and after); the
 gauge samples taken during the point are folded into running peaks as they arrive, so memory
 stays bounded however long the point runs. The verdict goes into the result's metadata as
-`valid` and `validity` (see harness.validity).
+`valid` and `validity` (see harness.validity); what each server's prefix cache found, per role
+and per instance, is `prefix_cache` after finish() (the result's section of that name).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from harness.rundir.prefix_cache_summary import PrefixCacheSummary
 from harness.validity import (
     ClientCounts,
     PointValidity,
@@ -25,6 +27,7 @@ from harness.validity import (
     scrape,
     stopped_early,
 )
+from harness.validity import prefix_cache as cache
 
 SAMPLE_INTERVAL_S = 2.0
 RECEIVES_SETTLE_S = 5.0  # the most a point's end waits for decode's last KV receives to be counted
@@ -69,6 +72,7 @@ class PointProbe:
         self.peaks: dict[str, dict[str, float]] = {name: {} for name, _, _ in self.targets}
         self.early: tuple[str, float] | None = None  # (reason, seconds into the point) once stopped
         self._started = 0.0
+        self.prefix_cache: PrefixCacheSummary | None = None  # set by finish()
         self._sampler: asyncio.Task | None = None
 
     async def _scrape_all(self) -> dict[str, str]:
@@ -123,6 +127,8 @@ class PointProbe:
             await asyncio.sleep(0.25)
             after = await self._scrape_all()
             verdict = self._evaluate(after, client)
+        self.prefix_cache = cache.summarize(self._servers(after), {name: url for name, _, url in self.targets})
+        verdict = cache.with_prefix_cache(verdict, self.prefix_cache)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         for name, phase, text in [(n, "before", t) for n, t in self.before.items()] + [
             (n, "after", t) for n, t in after.items()
@@ -130,11 +136,13 @@ class PointProbe:
             scrape.save(self.out_dir, name, phase, text)
         return verdict if self.early is None else stopped_early(verdict, *self.early)
 
-    def _evaluate(self, after: dict[str, str], client: ClientCounts) -> PointValidity:
-        servers = {
+    def _servers(self, after: dict[str, str]) -> dict[str, ServerScrapes]:
+        return {
             name: ServerScrapes(
                 role=role, before=self.before.get(name, ""), after=after.get(name, ""), peaks=self.peaks[name]
             )
             for name, role, _ in self.targets
         }
-        return evaluate(servers, client, self.thresholds, self.connector)
+
+    def _evaluate(self, after: dict[str, str], client: ClientCounts) -> PointValidity:
+        return evaluate(self._servers(after), client, self.thresholds, self.connector)

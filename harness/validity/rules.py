@@ -38,6 +38,7 @@ _TRANSFER_HIST = "|".join(
 )
 TRANSFER_TIME = f"(?:{_TRANSFER_HIST})_sum"
 TRANSFER_COUNT = f"(?:{_TRANSFER_HIST})_count"
+PREFIX_HITS = r"vllm:prefix_cache_hits(_total)?"
 PREEMPTIONS = r"vllm:num_preemptions(_total)?"
 GAUGES = {
     "running": r"vllm:num_requests_running",
@@ -58,6 +59,9 @@ class RoleStats(BaseModel):
     prompt_tokens: float | None = None
     generation_tokens: float | None = None
     external_hits: float | None = None
+    # Prompt tokens found in the instance's own prefix cache: on decode, KV it already held
+    # (an earlier turn or a shared prefix), so it loaded only the rest from prefill.
+    prefix_hits: float | None = None
     recomputed_tokens: float | None = None
     kv_received: float | None = None  # completed KV receives (the connector's own counter)
     transfer_bytes: float | None = None
@@ -128,6 +132,7 @@ def _role_stats(servers: list[ServerScrapes], found: set[str], ev: KvEvidence) -
         b, a = Scrape.parse(s.before), Scrape.parse(s.after)
         hits = next((d for p, lab in EXTERNAL_HITS if (d := delta(b, a, p, **lab)) is not None), None)
         st.external_hits = _add(st.external_hits, hits, found)
+        st.prefix_hits = _add(st.prefix_hits, delta(b, a, PREFIX_HITS), found)
         st.prompt_tokens = _add(st.prompt_tokens, delta(b, a, PROMPT_TOKENS), found)
         st.generation_tokens = _add(st.generation_tokens, delta(b, a, GENERATION_TOKENS), found)
         st.recomputed_tokens = _add(st.recomputed_tokens, delta(b, a, LOCAL_COMPUTE[0], **LOCAL_COMPUTE[1]), found)
@@ -218,7 +223,10 @@ def _not_applicable(name: str, why: str) -> RuleResult:
 
 def _rule_kv_transferred(decode: RoleStats, client: ClientCounts, t: ValidityThresholds, ev: KvEvidence) -> RuleResult:
     """Decode loaded the prompts from remote KV: vLLM's scheduler counted them as external hits
-    and, where the connector exports it, its own counter saw a completed receive per request."""
+    and, where the connector exports it, its own counter saw a completed receive per request.
+    Tokens decode found in its own prefix cache count too: the connector loads only the tokens
+    beyond them (NIXL: remote count minus local hits), so a later turn of a session or a
+    shared prefix that decode already holds is not computed there either."""
     name, need = "kv_transferred", 1 - t.hit_tolerance
     if decode.external_hits is None:
         return RuleResult(
@@ -226,10 +234,12 @@ def _rule_kv_transferred(decode: RoleStats, client: ClientCounts, t: ValidityThr
         )
     if client.prompt_tokens <= 0:
         return RuleResult(name=name, status="not_checked", threshold=need, detail="no prompt tokens were sent")
-    share = decode.external_hits / client.prompt_tokens
+    local = decode.prefix_hits or 0.0
+    share = (decode.external_hits + local) / client.prompt_tokens
+    held = f" and found {local:.0f} in its own prefix cache" if local else ""
     loaded = (
         f"decode loaded {decode.external_hits:.0f} of {client.prompt_tokens} prompt tokens "
-        f"from remote KV ({share:.1%}; need >= {need:.0%})"
+        f"from remote KV{held} ({share:.1%}; need >= {need:.0%})"
     )
 
     def result(status: Literal["passed", "failed", "not_checked"], detail: str) -> RuleResult:
