@@ -118,7 +118,10 @@ def run_node(run_dir: Path, node_id: int | None = None) -> int:
         elif not coord.has_failed():
             failure = Failure(node_id, describe_signal(e.signum))
     except Aborted as e:
-        rc = EXIT_FAILED
+        # Slurm warns every task of the time limit; a node that saw another node's warning
+        # before its own stops for the same reason and says so in its exit code.
+        cause = coord.root_cause()
+        rc = 128 + signal.SIGUSR2 if cause is not None and cause.cause == TIME_LIMIT_WARNING else EXIT_FAILED
         log.info("stopping: %s", e)
     except Failed as e:
         rc, failure = EXIT_FAILED, e.failure
