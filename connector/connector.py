@@ -17,14 +17,13 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1,
     KVConnectorMetadata,
     KVConnectorRole,
-    KVConnectorTransferResults,
 )
-from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
 from connector.config import PdbenchConfig
 from connector.metadata import PdbenchMetadata
 from connector.scheduler import PdbenchScheduler
 from connector.stats import PdbenchPromMetrics, PdbenchStats
+from connector.vllm_compat import TransferResults, p2p_cache_hit_source
 from connector.worker import PdbenchWorker
 
 if TYPE_CHECKING:
@@ -45,7 +44,7 @@ if TYPE_CHECKING:
 
 
 class PdbenchConnector(KVConnectorBase_V1):
-    _cache_hit_source = CacheHitSource.P2P
+    _cache_hit_source = p2p_cache_hit_source()  # read by vLLM >= 0.32 only
 
     def __init__(self, vllm_config: VllmConfig, role: KVConnectorRole, kv_cache_config: KVCacheConfig) -> None:
         super().__init__(vllm_config, role, kv_cache_config)
@@ -93,14 +92,14 @@ class PdbenchConnector(KVConnectorBase_V1):
     def wait_for_save(self) -> None:
         return
 
-    def get_transfer_results(self, finished_req_ids: set[str]) -> KVConnectorTransferResults:
+    def get_transfer_results(self, finished_req_ids: set[str]) -> TransferResults:
         # finished_req_ids needs no tracking: a send is registered only once its
         # request finished, in the same step the engine reports it finished.
         if self._worker is None:
-            return KVConnectorTransferResults()
+            return TransferResults()
         sent, recvd, failed, bad = self._worker.results()
         self._bad_blocks |= bad
-        return KVConnectorTransferResults(finished_sending=sent, finished_recving=recvd, failed_recving=failed)
+        return TransferResults(finished_sending=sent, finished_recving=recvd, failed_recving=failed)
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
         r = self.get_transfer_results(finished_req_ids)
