@@ -19,6 +19,7 @@ tokens matter and whose clock does not.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ from harness.validity.outputs import Divergence, OutputsCheck
 
 CANCELLED = "cancelled: the point was stopped"
 POLL_S = 0.05  # how often a point's sentinel driver looks at the measured requests' progress
+# How long finish() waits for the driver of a batch that ran to its end (many polls).
+DRIVER_WAIT_S = 5.0
 EXCERPT = 40  # characters of the prompt and of each continuation shown in a divergence's reason
 
 
@@ -228,6 +231,8 @@ class PointSentinels:
         self.measured, self.concurrency, self.progress = measured, concurrency, progress
         self._driver: asyncio.Task[None] | None = None
         self._sent: list[asyncio.Task[None]] = []
+        # Each sentinel's comparison, taken once by finish(): the answers do not change after it.
+        self._compared: dict[int, tuple[int | None, str] | None] = {}
 
     def start(self) -> None:
         if self.sentinels:
@@ -261,7 +266,10 @@ class PointSentinels:
         if self._driver is not None:
             if stopped:
                 self._driver.cancel()
-            await asyncio.gather(self._driver, return_exceptions=True)
+            # Bounded all the same: a batch not stopped has finished every request, so the driver
+            # is at most one poll from sending its last sentinel.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(self._driver, return_exceptions=True), DRIVER_WAIT_S)
         if stopped:
             for t in self._sent:
                 t.cancel()
@@ -269,6 +277,7 @@ class PointSentinels:
         for s in self.sentinels:
             if s.sent_after is not None and s.answer is None:
                 s.answer = Answer(error=CANCELLED)
+        self._compared = {s.index: s.compare() for s in self.sentinels}
 
     # -- what the point records ----------------------------------------------------
 
@@ -281,7 +290,7 @@ class PointSentinels:
         compared = exact = matched = 0
         diverged: list[Divergence] = []
         for s in answered:
-            result = s.compare()
+            result = self._compared.get(s.index)
             if result is None:
                 continue
             compared += 1
@@ -315,7 +324,7 @@ class PointSentinels:
         positions: list[int | None] = []
         units = set()
         for s in self.sent():
-            result = s.compare()
+            result = self._compared.get(s.index)
             positions.append(result[0] if result is not None else None)
             if result is not None:
                 units.add(result[1])
@@ -338,7 +347,7 @@ class PointSentinels:
         """sentinels/<point tag>.json: every sentinel's prompt, both answers and the comparison."""
         rows = []
         for s in self.sentinels:
-            result = s.compare()
+            result = self._compared.get(s.index)
             rows.append(
                 {
                     "index": s.index,
