@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
-from harness.proxy.backends import Backend, Pool, Role
+from harness.proxy.backends import Backend, Pool, Role, hash64
 from harness.proxy.config import ProxyConfig
 from harness.proxy.errors import UpstreamError, describe, error_response
 from harness.proxy.flows import (
@@ -46,6 +46,7 @@ from harness.proxy.shared import SharedState
 from harness.proxy.upstream import Response, UpstreamClient, UpstreamFailure
 from harness.rundir.proxy_timings import HEADER as TIMING_HEADER
 from harness.rundir.proxy_timings import Stamps, TimingLog
+from harness.rundir.session_header import SESSION_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ MAX_PREFILL_RESPONSE = 64 * 1024 * 1024
 MAX_ERROR_BODY = 64 * 1024
 # Request headers are keyed by lower-case name (harness.proxy.http).
 TIMING_KEY = TIMING_HEADER.lower()
+SESSION_KEY = SESSION_HEADER.lower()
 
 
 def _auth_headers(request: Request) -> dict[str, str]:
@@ -240,7 +242,7 @@ class Proxy:
         except BadRequest as exc:
             return self._reject(400, str(exc), "invalid_request_error")
 
-        key = affinity_key(body, cfg.prefix_chars) if cfg.policy == "prefix_hash" else None
+        key = self._routing_key(request, body)
         now = time.monotonic()
         if self.aggregated:
             return await self._forward(request, conn, body, key, now, stamps)
@@ -295,6 +297,16 @@ class Proxy:
         prefill = self._spawn(self._prefill(p, request.path, p_data, p_headers), "prefill")
         prefill.add_done_callback(lambda t: self._prefill_done(t, rid, stamps))
         return await self._decode(request, conn, d, d_body, headers, rid, prefill, stamps)
+
+    def _routing_key(self, request: Request, body: dict[str, Any]) -> int | None:
+        """What keeps requests together (policies prefix_hash and session); None: no affinity."""
+        policy = self.cfg.policy
+        if policy == "session" and (session := request.headers.get(SESSION_KEY)):
+            return hash64(session.encode("utf-8", "surrogatepass"))
+        if policy in ("prefix_hash", "session"):
+            # Without a session id a conversation still shares its first turn's prefix.
+            return affinity_key(body, self.cfg.prefix_chars)
+        return None
 
     async def _forward(
         self,

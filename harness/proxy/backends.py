@@ -58,7 +58,8 @@ class Backend:
     healthy: bool = False
     health_misses: int = 0
     fails: int = 0
-    picks: int = 0
+    picks: int = 0  # legs routed here by this process
+    peak: int = 0  # most legs in flight here at once (from every proxy process)
     metrics: Any = None  # per-backend metric children, set by ProxyMetrics
 
     def __post_init__(self) -> None:
@@ -89,7 +90,10 @@ class Backend:
 
     @outstanding.setter
     def outstanding(self, n: int) -> None:
+        rising = n > self._counts[self._mine]
         self._counts[self._mine] = n
+        if rising:
+            self.peak = max(self.peak, self.load())
 
     def load(self) -> int:
         """Legs in flight to this instance from every proxy process."""
@@ -122,6 +126,8 @@ class Backend:
             "healthy": self.healthy,
             "circuit_open": self.out_since is not None,
             "outstanding": self.load(),
+            "outstanding_peak": self.peak,
+            "routed": self.picks,
             "dp_size": self.dp_size,
         }
         if self.source == "gen2":
@@ -183,8 +189,9 @@ class Pool:
         if not cands:
             return None
         policy = self.cfg.policy
-        if policy == "prefix_hash" and key is not None:
-            # Rendezvous hashing: the same prefix keeps its instance while others come and go.
+        if policy in ("prefix_hash", "session") and key is not None:
+            # Rendezvous hashing: the same prefix (session) keeps its instance while others come
+            # and go, in every proxy process alike; only an instance's own keys move when it leaves.
             b = max(cands, key=lambda c: _mix64(c.key ^ key))
             rank = (key >> 17) % b.dp_size
         elif policy == "least_outstanding":

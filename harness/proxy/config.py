@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     ConnectorName = str
 else:  # every connector of the table; none: each request whole to one --aggregated instance
     ConnectorName = Literal[connectors.proxy_names()]
-Policy = Literal["round_robin", "least_outstanding", "prefix_hash"]
+Policy = Literal["round_robin", "least_outstanding", "prefix_hash", "session"]
 
 # The settings some connectors take (ProxyUse.settings): any other connector rejects them.
 _CONNECTOR_SETTINGS = frozenset(s for c in connectors.TABLE.values() for s in c.proxy.settings)
@@ -64,7 +64,12 @@ class ProxyConfig(BaseModel):
     connector: ConnectorName = Field(
         "nixl", description="KV connector flow (none: --aggregated instances, no KV connector)."
     )
-    policy: Policy = Field("round_robin", description="How an instance is chosen per request.")
+    policy: Policy = Field(
+        "round_robin",
+        description="How an instance is chosen per request. prefix_hash: by the prompt's first --prefix-chars; "
+        "session: by the X-Session-Id header (else as prefix_hash), so a session's turns meet its earlier "
+        "turns in the same instances' prefix caches.",
+    )
     # Readiness: /health is 200 only when this many instances of each role are ready.
     expected_prefill: int | None = Field(
         None,
@@ -129,7 +134,9 @@ class ProxyConfig(BaseModel):
         description="Largest accepted request body (MiB); larger ones get 413.",
         json_schema_extra=_cli(cli_flags=["--max-body-mb"], cli_scale=1024 * 1024),
     )
-    prefix_chars: int = Field(2048, ge=16, description="prefix_hash: the prompt characters that choose the instance.")
+    prefix_chars: int = Field(
+        2048, ge=16, description="prefix_hash and session: the prompt characters that choose the instance."
+    )
     workers: int = Field(1, ge=1, le=64, description="Server processes sharing the port (SO_REUSEPORT).")
     overlap: bool = Field(
         False,

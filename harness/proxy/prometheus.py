@@ -135,6 +135,14 @@ class ProxyMetrics:
             "Legs in flight per instance (from every proxy process)",
             labels=["role", "backend"],
         )
+        peak = GaugeMetricFamily(
+            "pdbench_proxy_backend_outstanding_peak",
+            "Most legs in flight per instance at once since the proxy started (from every proxy process)",
+            labels=["role", "backend"],
+        )
+        routed = CounterMetricFamily(
+            "pdbench_proxy_backend_routed", "Legs this proxy process routed to the instance", labels=["role", "backend"]
+        )
         for b in pool.all():
             labels = [b.role, b.url]
             h, f = self.attach(b)
@@ -146,7 +154,9 @@ class ProxyMetrics:
             fails.add_metric(labels, f.value)
             up.add_metric(labels, 1 if b.out_since is None and pool.ready(b, now) else 0)
             outstanding.add_metric(labels, b.load())
-        yield from (hist, fails, up, outstanding)
+            peak.add_metric(labels, b.peak)
+            routed.add_metric(labels, b.picks)
+        yield from (hist, fails, up, outstanding, peak, routed)
 
         ready = GaugeMetricFamily("pdbench_proxy_ready_instances", "Ready instances per role", labels=["role"])
         expected = GaugeMetricFamily("pdbench_proxy_expected_instances", "Expected instances per role", labels=["role"])
