@@ -9,12 +9,20 @@ for one of the `--max-concurrency` slots, first come first served.
 never sent fail with it too (with no start time), and the finished ones are kept.
 `drain(reason, grace_s)` sends no more but lets the requests in flight finish, for at most
 `grace_s`; then it stops the batch as `stop` does (a first Ctrl-C).
+
+A worker waits for an arrival time on the batch's `SendClock`, not on a timer of its own: the
+event loop's timers are coarse (uvloop rounds them to the millisecond and fires up to ~1.4 ms
+early; asyncio's selector rounds up, ~0.7 ms late at the median), and a trace replay keeps to
+its schedule (harness.bench.trace reports each point's lateness).
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,6 +48,63 @@ def arrival_offsets(n: int, rate: float, rng: np.random.Generator, burstiness: f
     else:
         t = np.cumsum(rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n))
     return t * (n / rate) / t[-1]
+
+
+class SendClock:
+    """Wakes each waiter at its due time (perf_counter), never before it, to within the
+    operating system's wake-up latency: a thread sleeps on a condition variable (nanosleep's
+    precision) until the earliest due time, then hands the loop every waiter then due. A
+    sleeping thread costs no CPU and, being a sleeper, is woken promptly on a loaded machine,
+    where an event loop spinning to the due time would be descheduled."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._heap: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._seq = itertools.count()
+        self._cv = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    async def until(self, due: float) -> None:
+        fut = self._loop.create_future()
+        with self._cv:
+            heapq.heappush(self._heap, (due, next(self._seq), fut))
+            if self._heap[0][2] is fut:
+                self._cv.notify()  # earlier than the thread sleeps for
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="pdbench-send-clock", daemon=True)
+                self._thread.start()
+        await fut
+
+    def _run(self) -> None:
+        heap = self._heap
+        with self._cv:
+            while not self._closed:
+                wait = heap[0][0] - time.perf_counter() if heap else None
+                if wait is None or wait > 0:
+                    self._cv.wait(wait)
+                    continue
+                now = time.perf_counter()
+                due: list[asyncio.Future[None]] = []
+                while heap and heap[0][0] <= now:
+                    due.append(heapq.heappop(heap)[2])
+                try:
+                    self._loop.call_soon_threadsafe(_wake, due)
+                except RuntimeError:  # the loop is closed: nobody waits any more
+                    return
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        if self._thread is not None:
+            self._thread.join(5.0)
+
+
+def _wake(futures: list[asyncio.Future[None]]) -> None:
+    for fut in futures:
+        if not fut.done():  # a cancelled waiter (a drain)
+            fut.set_result(None)
 
 
 @dataclass
@@ -89,6 +154,7 @@ class LoadRun:
         self._own_slots = slots is None
         self._slots: list[Slot] = list(slots[: self.concurrency]) if slots is not None else []
         self._stopped: asyncio.Event | None = None
+        self._clock: SendClock | None = None
         self.t0 = 0.0
         # Several load processes share one request counter (harness.bench.workers): `take`
         # then hands out the next index, `on_sent` sees each request leave, `on_done` each
@@ -107,16 +173,17 @@ class LoadRun:
         timeout, t0 = self.request_timeout_s, self.t0
         take, on_sent, on_done = self.take or self._take, self.on_sent, self.on_done
         me = asyncio.current_task()
-        assert me is not None
+        assert me is not None and self._clock is not None
+        clock = self._clock
         while self.stop_reason is None and self.drain_reason is None:
             i = take()
             if i >= n:
                 return
-            delay = t0 + offsets[i] - time.perf_counter()
-            if delay > 0:
+            due = t0 + offsets[i]
+            if due > time.perf_counter():
                 self._waiting.add(me)
                 try:
-                    await asyncio.sleep(delay)
+                    await clock.until(due)
                 except asyncio.CancelledError:
                     if self.drain_reason is None:
                         raise
@@ -126,7 +193,7 @@ class LoadRun:
                 if self.stop_reason is not None or self.drain_reason is not None:
                     return
             out = outs[i]
-            out.queue_time = max(0.0, time.perf_counter() - (t0 + offsets[i]))
+            out.queue_time = max(0.0, time.perf_counter() - due)
             progress.sent += 1
             if on_sent is not None:
                 on_sent()
@@ -146,6 +213,7 @@ class LoadRun:
         `t0` (perf_counter) is when arrival offset 0 is, default now.
         """
         self._stopped = asyncio.Event()
+        self._clock = SendClock(asyncio.get_running_loop())
         self.t0 = time.perf_counter() if t0 is None else t0
         if self._own_slots:
             self._slots = [Slot(self.target, self.chat) for _ in range(self.concurrency)]
@@ -167,6 +235,7 @@ class LoadRun:
             await asyncio.gather(everything, return_exceptions=True)
         finally:
             stopper.cancel()
+            self._clock.close()
             if self._grace is not None:
                 self._grace.cancel()
             if self._own_slots:
