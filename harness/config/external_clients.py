@@ -32,8 +32,8 @@ class AiperfSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     executable: str = Field(
         f"{AIPERF_VENV}/bin/aiperf",
-        description="aiperf's command: an absolute path, or relative to the directory pdbench runs in "
-        "(scripts/setup.sh creates .venv-aiperf unless PDBENCH_NO_AIPERF is set).",
+        description="aiperf's command: an absolute path, or a path relative to pdbench's own checkout, where "
+        "scripts/setup.sh creates .venv-aiperf (unless PDBENCH_NO_AIPERF is set).",
     )
     scenario: str | None = Field(
         None,
