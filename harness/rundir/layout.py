@@ -99,8 +99,9 @@ LAYOUT: tuple[Entry, ...] = (
     Entry(
         p.client_point_subdir("<client>", "<C>") + "/",
         f"another client's run of one point (benchmark.client or cross_check: aiperf, vllm): "
-        f"{p.CLIENT_COMMAND} (its command line); aiperf: {p.AIPERF_ARTIFACTS}/ (profile_export.jsonl, "
-        f"profile_export_aiperf.json, server_metrics_export.json), as InferenceX's process_agentic_result.py "
+        f"{p.CLIENT_COMMAND} (its command line), {p.CLIENT_RUN} (exit code, wall and CPU seconds); "
+        f"aiperf: {p.AIPERF_ARTIFACTS}/ (profile_export.jsonl, profile_export_aiperf.json, "
+        f"server_metrics_export.json), as InferenceX's process_agentic_result.py "
         f"reads them; vllm: {p.VLLM_BENCH_RESULT}; clients/aggregated/ for an aggregated baseline",
         "pdbench bench",
         "report (cross-check), InferenceX's process_agentic_result.py, humans",

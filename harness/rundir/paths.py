@@ -54,6 +54,7 @@ CLIENTS = "clients"
 AIPERF_ARTIFACTS = "aiperf_artifacts"  # aiperf --output-artifact-dir: profile_export.jsonl and the rest
 CLIENT_COMMAND = "benchmark_command.txt"  # the exact command line of the point's run
 VLLM_BENCH_RESULT = "vllm-bench.json"  # `vllm bench serve --save-result` of the point
+CLIENT_RUN = "client_run.json"  # how the run went: exit code, wall and CPU seconds of the client
 
 
 def client_point_subdir(client: str, concurrency: int | str, phase: str = "disagg") -> str:
