@@ -52,6 +52,7 @@ def test_trace_takes_its_defaults() -> None:
         ({"dataset": "sessions", "request_rate": 4}, "do not apply to dataset 'sessions'"),
         ({"dataset": "sessions", "num_prompts": 10}, "sessions.num_sessions"),
         ({"dataset": "sessions", "num_warmups": 1}, "sessions.num_warmup_sessions"),
+        ({"dataset": "sessions", "workers": 2}, "runs in one load process"),
         ({"dataset": "sessions", "dataset_path": "x.jsonl"}, "dataset_path is only for dataset"),
         ({"dataset": "sessions", "sessions": {"turn": 3}}, "sessions.turn"),
         ({"dataset": "sessions", "sessions": {"turns": 0}}, "sessions.turns"),

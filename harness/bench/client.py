@@ -59,11 +59,23 @@ class RequestOutput:
     queue_time: float = 0.0  # s, arrival to send: the wait for a free slot (vLLM's queue_times)
 
 
+@dataclass
+class TextOutput(RequestOutput):
+    """A request whose answer's text is kept (a session's next turn carries it): only a `Slot`
+    made with keep_text fills it, so the independent requests' path never decodes text."""
+
+    text: str = ""
+    server_prompt_tokens: int | None = None  # the server's usage.prompt_tokens, when it sent one
+
+
 class RequestFailed(Exception):
     """A response that arrived but cannot count as a success."""
 
 
-def build_payload(endpoint: str, model: str, prompt: str, max_tokens: int, ignore_eos: bool) -> dict[str, Any]:
+def build_payload(
+    endpoint: str, model: str, prompt: str | list[dict[str, str]], max_tokens: int, ignore_eos: bool
+) -> dict[str, Any]:
+    """A streamed request's body; `prompt` for chat may be a conversation's messages (sessions)."""
     body: dict[str, Any] = {
         "model": model,
         "max_tokens": max_tokens,
@@ -74,9 +86,11 @@ def build_payload(endpoint: str, model: str, prompt: str, max_tokens: int, ignor
     }
     if endpoint == "chat":
         # The chat template adds tokens, so the server-side prompt is longer than isl.
-        body["messages"] = [{"role": "user", "content": prompt}]
-    else:
+        body["messages"] = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    elif isinstance(prompt, str):
         body["prompt"] = prompt
+    else:
+        raise ValueError("a messages list is for the chat endpoint only")
     return body
 
 
@@ -407,6 +421,54 @@ class _Exchange:
         return "server closed the connection before the response ended"
 
 
+class _TextExchange(_Exchange):
+    """An exchange that also keeps the answer's text and the server's prompt token count. Every
+    read takes the general path (_events), which this decodes a second time for the text: the
+    plain _Exchange, the measured hot path of independent requests, is left as it is."""
+
+    __slots__ = ("parts", "prompt_tokens")
+
+    def __init__(self, out: TextOutput, chat: bool, fut: asyncio.Future[None], framing: _Framing | None = None) -> None:
+        super().__init__(out, chat, fut, framing)
+        self.parts: list[str] = []
+        self.prompt_tokens: int | None = None
+
+    def _one_chunk(self, data: bytes, now: float) -> bool:
+        return False
+
+    def _events(self, block: bytes, now: float) -> None:
+        if not self.done and self.failure is None:
+            self._keep_text(block)
+        super()._events(block, now)
+
+    def _keep_text(self, block: bytes) -> None:
+        for payload in _payloads(block):
+            if payload == b"[DONE]":
+                return
+            try:
+                msg = _loads(payload)
+            except ValueError:
+                return  # _events records the failure
+            if type(msg) is not dict:
+                return
+            if usage := msg.get("usage"):
+                self.prompt_tokens = usage.get("prompt_tokens")
+            choices = msg.get("choices")
+            if not choices or type(choices[0]) is not dict:
+                continue
+            choice = choices[0]
+            piece = (choice.get("delta") or {}).get("content") if self.chat else choice.get("text")
+            if isinstance(piece, str):
+                self.parts.append(piece)
+
+    def _finish(self) -> None:
+        super()._finish()
+        out = self.out
+        assert isinstance(out, TextOutput)
+        out.text = "".join(self.parts)
+        out.server_prompt_tokens = self.prompt_tokens
+
+
 def _payloads(block: bytes) -> list[bytes]:
     """General SSE: data lines joined with LF per event; comments and other fields skipped."""
     out: list[bytes] = []
@@ -505,12 +567,14 @@ KEEPALIVE_S = 4.0
 
 
 class Slot:
-    """One in-flight request at a time over a reused connection."""
+    """One in-flight request at a time over a reused connection. With `keep_text` its requests'
+    outputs are `TextOutput`s that keep the answer's text (sessions)."""
 
-    def __init__(self, target: Target, chat: bool) -> None:
+    def __init__(self, target: Target, chat: bool, keep_text: bool = False) -> None:
         self.target = target
         self.chat = chat
         self.conn: Connection | None = None
+        self.exchange: type[_Exchange] = _TextExchange if keep_text else _Exchange
 
     async def send(self, request: bytes, out: RequestOutput, timeout_s: float) -> RequestOutput:
         """Send one request and fill `out`; never raises except on cancellation."""
@@ -527,7 +591,7 @@ class Slot:
                 if fut.done():  # timed out while connecting
                     conn.abort(out.error)
                     return out
-            ex = _Exchange(out, self.chat, fut, conn.framing)
+            ex = self.exchange(out, self.chat, fut, conn.framing)
             conn.exchange = ex
             conn.abort_reason = None
             conn.transport.write(request)  # type: ignore[union-attr]

@@ -57,6 +57,7 @@ from harness.bench.sentinels import (
     write_reference,
 )
 from harness.bench.serve_metrics import compute_metrics
+from harness.bench.sessions import SessionRun, SessionSpec, count_prompts, describe, plan_sessions, session_summary
 from harness.bench.tokenizer import PromptTokenizer, load_tokenizer
 from harness.bench.ttft_breakdown import kv_transfer_ms, ttft_breakdown
 from harness.bench.validity_probe import PointProbe
@@ -120,7 +121,7 @@ class _Sweep:
         self.shape_tag: str | None = None  # the running shape's tag in a several-shape sweep
         self.mode = pick_mode(cfg.progress)
         self.dead: str | None = None  # why the target is considered dead
-        self.current: LoadRun | WorkerPool | None = None
+        self.current: LoadRun | WorkerPool | SessionRun | None = None
         self.deadline = math.inf  # perf_counter bound of the whole sweep
         self.tokenizer: PromptTokenizer | None = None
         self.prefix = ""
@@ -218,7 +219,8 @@ class _Sweep:
         cfg, tok = self.cfg, self.tokenizer
         assert tok is not None and cfg.isl is not None and cfg.osl is not None  # set per shape
         rng = np.random.default_rng(self._seed_key(concurrency, stream))
-        if cfg.dataset == "random":
+        # Sessions: independent prompts of the first turn's shape (the sentinels beside them).
+        if cfg.dataset in ("random", "sessions"):
             return sample_requests(
                 tok,
                 count,
@@ -231,6 +233,24 @@ class _Sweep:
                 prefix_len=cfg.random_prefix_len,
             )
         return sample_file_requests(tok, self.records, count, cfg.osl, rng)
+
+    def plan(self, count: int, concurrency: int, stream: int) -> list[SessionSpec]:
+        """`count` sessions, drawn from the point's seed sub-stream (before the clock starts)."""
+        cfg, tok = self.cfg, self.tokenizer
+        assert tok is not None and cfg.isl is not None and cfg.osl is not None and cfg.sessions is not None
+        rng = np.random.default_rng(self._seed_key(concurrency, stream))
+        return plan_sessions(
+            tok,
+            count,
+            cfg.isl,
+            cfg.osl,
+            cfg.sessions,
+            cfg.range_ratio,
+            cfg.range_ratio_convention,
+            rng,
+            prefix=self.prefix,
+            prefix_len=cfg.random_prefix_len,
+        )
 
     def _seed_key(self, concurrency: int, stream: int) -> list[int]:
         # In a several-shape sweep the shape is part of the key: the same concurrency of two
@@ -319,6 +339,64 @@ class _Sweep:
         lags = await monitor.stop()
         self.reports = [LoadReport(time.process_time() - cpu0, time.perf_counter() - wall0, lags)]
         return outs, stopped
+
+    async def session_batch(
+        self,
+        label: str,
+        specs: list[SessionSpec],
+        concurrency: int,
+        point_limit: float,
+        progress: Progress | None = None,
+    ) -> tuple[SessionRun, str | None]:
+        """A batch of sessions in this process (a session's next prompt is built from its last
+        answer, so its requests cannot be prepared ahead for the load processes); as `batch`."""
+        cfg, tok = self.cfg, self.tokenizer
+        assert tok is not None
+        chat = cfg.endpoint == "chat"
+        target = Target.from_url(cfg.url)
+        while len(self.slots) < concurrency:
+            self.slots.append(Slot(target, chat, keep_text=True))
+        batch = uuid.uuid4().hex[:12]
+        turns = specs[0].turns if specs else 0
+        self.request_ids = [f"{batch}-{i}" for i in range(len(specs) * turns)] if cfg.proxy_timings_dir else []
+        ids = self.request_ids
+        progress = self.progress = progress or Progress()
+        run = SessionRun(
+            target,
+            cfg.endpoint,
+            cfg.model,
+            cfg.ignore_eos,
+            specs,
+            concurrency,
+            cfg.request_timeout_s,
+            progress,
+            self.slots,
+            (lambda i: {TIMING_HEADER: ids[i]}) if ids else (lambda i: None),
+        )
+        if (halted := self.dead or self.interrupted) is not None:
+            for o in run.outs:
+                o.error = halted
+            return run, halted
+        limit, reason = self._limit(point_limit)
+        if self.startup_cpu_s is None:
+            self.startup_cpu_s = time.process_time()
+        self.current = run
+        monitor = LagMonitor()
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        gc.collect()  # as in batch: no cyclic collection in the middle of the timed requests
+        gc.freeze()
+        gc.disable()
+        monitor.start()
+        try:
+            async with Display(label, progress, self.mode):
+                stopped = await run.run(limit, limit_reason=reason)
+        finally:
+            gc.enable()
+            self.current = None
+        lags = await monitor.stop()
+        self.reports = [LoadReport(time.process_time() - cpu0, time.perf_counter() - wall0, lags)]
+        count_prompts(tok, run)
+        return run, stopped
 
     async def _pool_batch(
         self,
@@ -425,6 +503,18 @@ class _Sweep:
             )
         return sentinels.check(tol.match_tokens, tol.max_diverged)
 
+    def _sentinels_beside_sessions(self, check: OutputsCheck | None, sent: bool) -> str:
+        """The sessions section's word on the sentinels: independent prompts of the first turn's
+        shape go beside the sessions, or why none did."""
+        if check is None:
+            return "none: sentinels.enabled is false"
+        if not sent:
+            return f"none sent: {check.why_not_compared}"
+        return (
+            f"{check.sent} independent greedy prompts of {self.cfg.isl}/{self.cfg.osl} tokens went beside the "
+            "sessions (validity rule outputs_match)"
+        )
+
     def _record_sentinels(self, concurrency: int, sentinels: PointSentinels, check: OutputsCheck) -> dict[str, Any]:
         """Writes the point's sentinel record; returns the result's `sentinels` section."""
         assert self.reference is not None
@@ -456,22 +546,38 @@ class _Sweep:
 
     async def point(self, concurrency: int) -> BenchResult | str:
         """The point's result, or why it has none (stopped during its warmups)."""
-        cfg = self.cfg
+        cfg, sess = self.cfg, self.cfg.sessions
         n, n_warm = cfg.num_prompts_for(concurrency), cfg.num_warmups_for(concurrency)
-        measured = self.sample(n, concurrency, _MAIN)
-        rate_text = "inf" if math.isinf(cfg.request_rate) else f"{cfg.request_rate:g}/s"
-        if self.mode == "plain":
-            log(f"C={concurrency}{self._shape_text()}: {n_warm} warmups, then {n} requests at rate {rate_text}")
+        if sess is not None:
+            n_sessions, n_warm_sessions = sess.sessions_for(concurrency), sess.warmup_sessions_for(concurrency)
+            sessions = self.plan(n_sessions, concurrency, _MAIN)
+            if self.mode == "plain":
+                log(f"C={concurrency}{self._shape_text()}: {describe(sess, n_sessions, n_warm_sessions)}")
+        else:
+            measured = self.sample(n, concurrency, _MAIN)
+            rate_text = "inf" if math.isinf(cfg.request_rate) else f"{cfg.request_rate:g}/s"
+            if self.mode == "plain":
+                log(f"C={concurrency}{self._shape_text()}: {n_warm} warmups, then {n} requests at rate {rate_text}")
         if n_warm:
             # Warmups go out all at once (limited by C) and are left out of the metrics.
-            warm, stopped = await self.batch(
+            warm_label, warm_limit = (
                 f"C={concurrency}{self._shape_text()} warmup",
-                self.sample(n_warm, concurrency, _WARMUP),
-                concurrency,
-                math.inf,
                 cfg.point_timeout_for(n_warm, concurrency),
-                np.random.default_rng(self._seed_key(concurrency, _ARRIVALS)),  # unused at rate inf
             )
+            if sess is not None:
+                warm_run, stopped = await self.session_batch(
+                    warm_label, self.plan(n_warm_sessions, concurrency, _WARMUP), concurrency, warm_limit
+                )
+                warm: list[RequestOutput] = list(warm_run.outs)
+            else:
+                warm, stopped = await self.batch(
+                    warm_label,
+                    self.sample(n_warm, concurrency, _WARMUP),
+                    concurrency,
+                    math.inf,
+                    warm_limit,
+                    np.random.default_rng(self._seed_key(concurrency, _ARRIVALS)),  # unused at rate inf
+                )
             if stopped is not None and (
                 self.dead is not None or self.interrupted is not None or stopped == self._total_reason()
             ):
@@ -498,15 +604,26 @@ class _Sweep:
         sentinels = self.point_sentinels = self._point_sentinels(concurrency, n, progress)
         if sentinels is not None:
             sentinels.start()
-        outs, stopped = await self.batch(
-            f"C={concurrency}{self._shape_text()}",
-            measured,
-            concurrency,
-            cfg.request_rate,
-            cfg.point_timeout_for(n, concurrency),
-            np.random.default_rng(self._seed_key(concurrency, _ARRIVALS)),
-            progress,
-        )
+        run: SessionRun | None = None
+        if sess is not None:
+            run, stopped = await self.session_batch(
+                f"C={concurrency}{self._shape_text()}",
+                sessions,
+                concurrency,
+                cfg.point_timeout_for(n, concurrency),
+                progress,
+            )
+            outs: list[RequestOutput] = list(run.outs)
+        else:
+            outs, stopped = await self.batch(
+                f"C={concurrency}{self._shape_text()}",
+                measured,
+                concurrency,
+                cfg.request_rate,
+                cfg.point_timeout_for(n, concurrency),
+                np.random.default_rng(self._seed_key(concurrency, _ARRIVALS)),
+                progress,
+            )
         if sentinels is not None:
             # After a Ctrl-C the sentinels still out are not waited for, even if the batch ended.
             await sentinels.finish(stopped is not None or self.interrupted is not None)
@@ -543,6 +660,9 @@ class _Sweep:
         verdict = with_outputs_check(verdict, check)
         if sentinels is not None and check is not None:
             extra["sentinels"] = self._record_sentinels(concurrency, sentinels, check)
+        if run is not None and sess is not None:
+            note = self._sentinels_beside_sessions(check, sentinels is not None)
+            extra["sessions"] = session_summary(run, sess, note).model_dump(mode="json")
         # valid: true / false / null (unverified); the verdict and its evidence under validity.
         metadata.update(valid=verdict.valid, validity=verdict.model_dump(mode="json"))
         if probe is not None and verdict.verdict != "valid":
@@ -615,10 +735,10 @@ class _Sweep:
         points = self._plan_points()
         if not base.scrape:
             log("no scrape targets: every point is recorded unverified (metadata.valid null)")
-        if base.dataset != "random":
+        if base.dataset in ("jsonl", "sharegpt"):
             self.records = load_records(base.dataset_path, base.dataset)  # type: ignore[arg-type]
         self.tokenizer = load_tokenizer(base.tokenizer)
-        if base.dataset == "random" and base.random_prefix_len:
+        if base.dataset in ("random", "sessions") and base.random_prefix_len:
             self.prefix = make_prefix(
                 self.tokenizer, base.random_prefix_len, np.random.default_rng([base.seed, 0, _PREFIX])
             )
@@ -634,7 +754,8 @@ class _Sweep:
                     raise
             finally:
                 self.setup = None
-            self.workers = base.workers or default_workers(max(base.concurrency))
+            # Sessions run in this process: their prompts are built from the answers as they come.
+            self.workers = 1 if base.sessions is not None else base.workers or default_workers(max(base.concurrency))
             if self.workers > 1 and self.interrupted is None:
                 self.pool = WorkerPool(self.workers, base.url, base.endpoint == "chat")
                 await self.pool.start()

@@ -386,6 +386,11 @@ class BenchmarkSettings(BaseModel):
             raise ValueError("num_prompts: with dataset 'sessions' a point's size is sessions.num_sessions")
         if self.num_warmups is not None:
             raise ValueError("num_warmups: with dataset 'sessions' the warmups are sessions.num_warmup_sessions")
+        if self.workers is not None and self.workers > 1:
+            raise ValueError(
+                "workers: dataset 'sessions' runs in one load process (each turn's prompt is built from the "
+                "answer before it as it arrives)"
+            )
         return self
 
     @model_validator(mode="after")

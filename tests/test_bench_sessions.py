@@ -1,0 +1,226 @@
+"""Multi-turn sessions: how a session is drawn and grown turn by turn, and sweeps of them against a
+fake streaming server (the bodies each turn sent) and the mock engine (its prompt token counts)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import urllib.request
+
+import numpy as np
+import pytest
+from bench_fake_server import FakeServer
+
+from benchmarks.common import free_port, start_mock_engine
+from harness import tiny_model
+from harness.bench import ClientConfig, run_sweep, run_sweep_detailed
+from harness.bench.sessions import Conversation, plan_sessions, think_times
+from harness.bench.tokenizer import load_tokenizer
+from harness.config.benchmark import SessionSettings
+from harness.rundir.session_summary import SessionSummary
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return str(tiny_model.build(tmp_path_factory.mktemp("tok") / "m"))
+
+
+@pytest.fixture(scope="module")
+def tok(model_dir, tmp_path_factory):
+    return load_tokenizer(model_dir, cache_dir=tmp_path_factory.mktemp("cache"))
+
+
+def _plan(tok, seed=0, count=3, **settings):
+    s = SessionSettings(**({"turns": 3, "user_tokens": 12} | settings))
+    return plan_sessions(tok, count, 40, 5, s, 1.0, "inferencex", np.random.default_rng(seed))
+
+
+# -- drawing and growing a session ----------------------------------------------------
+
+
+def test_a_session_is_drawn_with_exact_token_counts(tok):
+    specs = _plan(tok)
+    assert len(specs) == 3 and all(s.turns == 3 for s in specs)
+    for spec in specs:
+        # Turn 1: isl tokens as the server sees them (special tokens included), as the random dataset.
+        assert spec.first.prompt_len == 40 == tok.count(spec.first.prompt)
+        # Later turns: user_tokens of new text, which continues a prompt (no special tokens of its own).
+        assert [len(tok.encode(t)) for t in spec.user_texts] == [12, 12]
+        assert spec.output_lens == (5, 5, 5)
+    assert len({s.first.prompt for s in specs}) == 3  # sessions do not share their prompts
+
+
+def test_sessions_and_think_times_are_seeded(tok):
+    assert _plan(tok, seed=7, think_time_s=2.0) == _plan(tok, seed=7, think_time_s=2.0)
+    assert _plan(tok, seed=7) != _plan(tok, seed=8)
+    settings = SessionSettings(think_time_s=2.0)
+    draws = think_times(settings, 20_000, np.random.default_rng(1))
+    assert abs(draws.mean() - 2.0) < 0.1 and draws.max() <= 20.0  # exponential, cut at 10x the mean
+    assert (think_times(settings, 5, np.random.default_rng(1)) == draws[:5]).all()
+    uniform = think_times(
+        SessionSettings(think_time_s=2.0, think_time_distribution="uniform"), 20_000, np.random.default_rng(1)
+    )
+    assert uniform.min() >= 0 and uniform.max() <= 4.0 and abs(uniform.mean() - 2.0) < 0.1
+    constant = think_times(
+        SessionSettings(think_time_s=2.0, think_time_distribution="constant"), 3, np.random.default_rng(1)
+    )
+    assert constant.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_turn_k_prompt_holds_turn_k_minus_1_prompt_and_answer(tok):
+    spec = _plan(tok)[0]
+    conv = Conversation(spec, chat=False)
+    p1 = conv.prompt(1)
+    conv.answered(" the first answer")
+    p2 = conv.prompt(2)
+    conv.answered(" the second answer")
+    p3 = conv.prompt(3)
+    assert p1 == spec.first.prompt
+    assert p2 == p1 + " the first answer" + spec.user_texts[0]
+    assert p3 == p2 + " the second answer" + spec.user_texts[1]
+    # Each sent prompt is a start of the conversation (what count_prompts counts).
+    assert [conv.text[:c] for c in conv.cuts] == [p1, p2, p3]
+
+    chat = Conversation(spec, chat=True)
+    m1 = chat.prompt(1)
+    chat.answered(" the first answer")
+    m2 = chat.prompt(2)
+    assert m1 == [{"role": "user", "content": spec.first.prompt}]
+    assert m2 == [
+        *m1,
+        {"role": "assistant", "content": " the first answer"},
+        {"role": "user", "content": spec.user_texts[0]},
+    ]
+
+
+# -- sweeps ---------------------------------------------------------------------------------
+
+
+def _cfg(model_dir, result_dir, base_url, **kw):
+    base = dict(
+        base_url=base_url,
+        model="tiny",
+        tokenizer=model_dir,
+        isl=32,
+        osl=4,
+        concurrency=[2],
+        dataset="sessions",
+        sessions={"turns": 3, "user_tokens": 8, "num_sessions": 3, "num_warmup_sessions": 1},
+        result_dir=str(result_dir),
+    )
+    return ClientConfig(**(base | kw))
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_a_sessions_sweep_sends_each_turn_the_conversation_so_far(model_dir, tmp_path, endpoint):
+    with FakeServer() as srv:
+        (path,) = run_sweep(_cfg(model_dir, tmp_path, srv.base_url, endpoint=endpoint))
+        bodies = list(srv.bodies)
+    # 1 warmup session and 3 measured ones, of 3 turns each.
+    assert len(bodies) == 4 * 3
+    answer = "".join(f" t{i}" for i in range(4))  # what the fake server answers every turn
+    if endpoint == "chat":
+        convs = [b["messages"] for b in bodies]
+        firsts = [c for c in convs if len(c) == 1]
+        assert len(firsts) == 4
+        for first in firsts:
+            second = next(c for c in convs if len(c) == 3 and c[0] == first[0])
+            third = next(c for c in convs if len(c) == 5 and c[0] == first[0])
+            assert second[1] == {"role": "assistant", "content": answer} and second[2]["role"] == "user"
+            assert third[:3] == second and third[3] == {"role": "assistant", "content": answer}
+    else:
+        prompts = [b["prompt"] for b in bodies]
+        firsts = [p for p in prompts if not any(q != p and p.startswith(q) for q in prompts)]
+        assert len(firsts) == 4
+        for first in firsts:
+            chain = sorted((p for p in prompts if p.startswith(first)), key=len)
+            assert len(chain) == 3
+            assert chain[1].startswith(first + answer) and chain[2].startswith(chain[1] + answer)
+
+    result = json.loads(path.read_text())
+    assert result["dataset_name"] == "sessions" and result["num_prompts"] == 9
+    assert (result["completed"], result["failed"]) == (9, 0)
+    s = SessionSummary.model_validate(result["sessions"])
+    assert (s.turns, s.sessions_started, s.sessions_completed) == (3, 3, 3)
+    assert [(t.turn, t.requests, t.completed) for t in s.by_turn] == [(1, 3, 3), (2, 3, 3), (3, 3, 3)]
+    assert all(t.ttft_ms.p50 is not None and t.ttft_ms.p50 > 0 for t in s.by_turn)
+    growth = [t.prompt_tokens_mean for t in s.by_turn]
+    if endpoint == "completions":
+        # The tokenizer's count of each turn's whole prompt: isl, then the answer and 8 new tokens each turn.
+        assert growth[0] == 32 and growth[0] < growth[1] < growth[2]
+    else:
+        # Chat: the server's own count (the template adds tokens), which this fake server gives as 0.
+        assert growth == [0, 0, 0]
+    assert s.session_duration_s.p50 is not None and s.sentinels.startswith("none sent: no reference instance")
+
+
+def test_a_failed_turn_ends_its_session(model_dir, tmp_path):
+    # Bodies 0-2 are the warmup session; body 4 is the second turn of the first measured session.
+    with FakeServer(policy=lambda n, body: "500" if n == 4 else None) as srv:
+        (outcome,) = run_sweep_detailed(_cfg(model_dir, tmp_path, srv.base_url, concurrency=[1]))
+        sent = len(srv.bodies)
+    assert sent == 3 + 2 + 3 + 3  # the failed session's third turn was never sent
+    result = json.loads(outcome.path.read_text())
+    assert (result["completed"], result["failed"]) == (7, 2)
+    assert any(e.startswith("HTTP 500") for e in result["errors"])
+    assert "not sent: turn 2 of its session failed" in result["errors"]
+    s = SessionSummary.model_validate(result["sessions"])
+    assert (s.sessions_started, s.sessions_completed) == (3, 2)
+    assert [(t.requests, t.completed) for t in s.by_turn] == [(3, 3), (3, 2), (2, 2)]
+
+
+def test_think_time_paces_a_session(model_dir, tmp_path):
+    settings = {"turns": 2, "num_sessions": 2, "num_warmup_sessions": 0, "think_time_s": 0.3}
+    with FakeServer() as srv:
+        (path,) = run_sweep(
+            _cfg(
+                model_dir,
+                tmp_path,
+                srv.base_url,
+                concurrency=[2],
+                sessions=settings | {"think_time_distribution": "constant"},
+            )
+        )
+        arrived, ended = list(srv.arrived), dict(srv.ended)
+    # Each session's second turn arrives a think time after its first turn's answer.
+    assert len(arrived) == 4
+    firsts, seconds = sorted(arrived)[:2], sorted(arrived)[2:]
+    assert min(seconds) - max(ended[i] for i in range(2)) >= 0.29 - 0.05
+    s = SessionSummary.model_validate(json.loads(path.read_text())["sessions"])
+    assert s.think_time.mean_s == 0.3 and s.session_duration_s.p50 >= 0.3
+    assert firsts
+
+
+def test_sessions_against_the_mock_engine_count_prompts_as_it_does(model_dir, tmp_path):
+    # The mock engine counts each prompt with the same tokenizer; vLLM's usage.prompt_tokens is its count.
+    port = free_port()
+    engine = start_mock_engine(
+        port, tmp_path / "engine.log", "--model", "tiny", "--tokenizer", model_dir, "--itl-ms", "1"
+    )
+    try:
+        settings = {"turns": 3, "num_sessions": 4, "num_warmup_sessions": 0}
+        (path,) = run_sweep(
+            _cfg(model_dir, tmp_path / "r", f"http://127.0.0.1:{port}", concurrency=[2], sessions=settings)
+        )
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            metrics = r.read().decode()
+    finally:
+        engine.terminate()
+        try:
+            engine.wait(10)
+        except subprocess.TimeoutExpired:
+            engine.kill()
+            engine.wait(10)
+    result = json.loads(path.read_text())
+    assert (result["completed"], result["failed"]) == (12, 0)
+    s = SessionSummary.model_validate(result["sessions"])
+    assert s.sessions_completed == 4
+    growth = [t.prompt_tokens_mean for t in s.by_turn]
+    assert growth[0] == 32 and growth[0] < growth[1] < growth[2]
+    # Every turn's prompt, counted by the client, is what the engine counted (the sentinels are off).
+    (served,) = [
+        float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("vllm:prompt_tokens_total")
+    ]
+    assert sum(result["input_lens"]) == result["total_input_tokens"] == served
