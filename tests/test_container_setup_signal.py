@@ -92,24 +92,35 @@ def test_signal_during_setup_is_recorded(tmp_path: Path, sig: signal.Signals, ca
     assert status["state"] == ("timeout" if sig == signal.SIGUSR2 else "failed")
 
 
-def _start_in_container(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+def _start_in_container(tmp_path: Path, held_in: str = "container") -> tuple[subprocess.Popen, Path]:
     """container.sh of a podman recipe past its set-up, its container running but not yet
-    `pdbench node` (the fake container is a process the signal kills, as it kills a shell)."""
+    `pdbench node` (the fake container is a process the signal kills, as it kills a shell).
+    held_in "heartbeat": the script waits in its heartbeat's `touch`, which Slurm's signal
+    kills like every other process of the task."""
     script = render_case("dsr1-fp8-1p2d--podman", tmp_path / "render") / "container.sh"
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     bin_dir = tmp_path / "bin"
     started = tmp_path / "started"
+    mark = "" if held_in == "heartbeat" else f"touch {started}; "
     _fake(
         bin_dir,
         "podman",
         f"""case $1 in
-  run) if [[ " $* " == *" --init "* ]]; then touch {started}; exec sleep 30; fi ;;
+  run) if [[ " $* " == *" --init "* ]]; then {mark}exec sleep 30; fi ;;
   image) echo sha256:0123 ;;
 esac
 exit 0
 """,
     )
+    if held_in == "heartbeat":
+        # The first heartbeat is before the container starts; the loop's are after.
+        _fake(
+            bin_dir,
+            "touch",
+            f"if [[ $1 == */heartbeat* && -e {tmp_path}/first ]]; then /usr/bin/touch {started}; exec sleep 30; fi\n"
+            f'/usr/bin/touch {tmp_path}/first; exec /usr/bin/touch "$@"\n',
+        )
     _fake(bin_dir, "scontrol", 'echo "JobId=7 JobState=RUNNING Reason=None TimeLimit=00:01:00"\n')
     env = {
         "PATH": f"{bin_dir}:/usr/bin:/bin",
@@ -128,6 +139,7 @@ exit 0
     return proc, run_dir
 
 
+@pytest.mark.parametrize("held_in", ["container", "heartbeat"])
 @pytest.mark.parametrize(
     ("sig", "cause"),
     [
@@ -138,8 +150,8 @@ exit 0
         ),
     ],
 )
-def test_signal_before_node_runtime_is_recorded(tmp_path: Path, sig: signal.Signals, cause: str) -> None:
-    proc, run_dir = _start_in_container(tmp_path)
+def test_signal_before_node_runtime_is_recorded(tmp_path: Path, sig: signal.Signals, cause: str, held_in: str) -> None:
+    proc, run_dir = _start_in_container(tmp_path, held_in)
     # Precondition: the container runs; the wrapper has not recorded anything yet.
     assert proc.poll() is None and read_status(RunDir(run_dir)) is None
     _signal_task(proc.pid, sig)

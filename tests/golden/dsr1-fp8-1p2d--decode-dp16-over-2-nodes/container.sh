@@ -172,7 +172,9 @@ trap 'on_signal INT' INT
 trap 'on_signal HUP' HUP
 trap 'on_signal USR2' USR2  # Slurm's warning before the time limit
 while kill -0 "$cpid" 2>/dev/null; do
-  touch "$HEARTBEAT"
+  # Slurm signals every process of the task, this touch too; under set -e its death would
+  # end the script before its trap recorded the signal.
+  touch "$HEARTBEAT" || true
   sleep 2 &
   wait $! || true
 done
