@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from harness.bench import ClientConfig, run_sweep, run_sweep_detailed
 from harness.bench.sessions import Conversation, plan_sessions, think_times
 from harness.bench.tokenizer import load_tokenizer
 from harness.config.benchmark import SessionSettings
+from harness.rundir.schedule_summary import ScheduleSummary
 from harness.rundir.session_summary import SessionSummary
 
 pytestmark = pytest.mark.timeout(60)
@@ -224,3 +226,32 @@ def test_sessions_against_the_mock_engine_count_prompts_as_it_does(model_dir, tm
         float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("vllm:prompt_tokens_total")
     ]
     assert sum(result["input_lens"]) == result["total_input_tokens"] == served
+
+
+# -- trace replay through the sweep (harness.bench.trace draws and times it) ---------------------
+
+
+def test_a_trace_replay_sends_the_traces_requests_at_its_times(model_dir, tmp_path):
+    trace = Path(__file__).parent / "fixtures" / "traces" / "sessions-small.jsonl"
+    records = [json.loads(line) for line in trace.read_text().splitlines()][:8]
+    with FakeServer() as srv:
+        cfg = _cfg(
+            model_dir,
+            tmp_path,
+            srv.base_url,
+            dataset="mooncake_trace",
+            dataset_path=str(trace),
+            sessions=None,
+            trace={"speed": 4.0, "max_requests": 8, "block_tokens": 16},
+            num_warmups=1,
+        )
+        (path,) = run_sweep(cfg)
+        bodies = list(srv.bodies)
+    assert len(bodies) == 1 + 8  # one warmup, then the trace's first 8 requests
+    result = json.loads(path.read_text())
+    assert result["num_prompts"] == 8 and (result["completed"], result["failed"]) == (8, 0)
+    assert result["input_lens"] == [r["input_length"] for r in records]
+    assert [b["max_tokens"] for b in bodies[1:]] == [r["output_length"] for r in records]
+    schedule = ScheduleSummary.model_validate(result["schedule"])
+    assert (schedule.requests, schedule.sent, schedule.cap, schedule.speed) == (8, 8, 2, 4.0)
+    assert schedule.span_s == pytest.approx((records[-1]["timestamp"] - records[0]["timestamp"]) / 1000 / 4)

@@ -193,6 +193,7 @@ def bench_command(**flags: Any) -> None:
     from harness.bench.dataset import DatasetError
     from harness.bench.results import ResultExistsError
     from harness.bench.sweep import TargetDied, run_sweep_detailed
+    from harness.bench.trace import TraceError
 
     try:
         outcomes = run_sweep_detailed(cfg)
@@ -200,7 +201,7 @@ def bench_command(**flags: Any) -> None:
         raise _fail("interrupted (Ctrl-C)", 130) from None
     except TargetDied as e:
         raise _fail(f"the target cannot serve, nothing was sent: {e}", 1) from None
-    except (ResultExistsError, DatasetError) as e:
+    except (ResultExistsError, DatasetError, TraceError) as e:
         raise _fail(str(e), 1) from None
     except OSError as e:  # e.g. the tokenizer or a result directory that cannot be read or written
         raise _fail(f"{e.strerror or e}: {e.filename}" if e.filename else str(e), 1) from None

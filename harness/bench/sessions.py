@@ -36,6 +36,7 @@ from harness.bench.loadgen import Progress
 from harness.bench.serve_metrics import tpot
 from harness.bench.tokenizer import PromptTokenizer
 from harness.config.benchmark import THINK_TIME_CAP, SessionSettings
+from harness.rundir.session_header import SESSION_HEADER
 from harness.rundir.session_summary import SessionSummary, Stats, ThinkTime, TurnStats
 
 
@@ -141,10 +142,13 @@ class SessionRun:
         request_timeout_s: float,
         progress: Progress,
         slots: Sequence[Slot],
+        key: str,
         header: Callable[[int], dict[str, str] | None] = lambda i: None,
     ) -> None:
         """`slots`: keep_text connections, at least `concurrency` of them (the caller closes them);
-        `header(i)`: extra headers of request i (the proxy's timing id)."""
+        `key`: this batch's own name, which no other batch of the run has: session s's requests
+        carry SESSION_HEADER `key`-s (the proxy's session policy keeps them on the same instances);
+        `header(i)`: more headers of request i (the proxy's timing id)."""
         self.target, self.endpoint, self.model, self.ignore_eos = target, endpoint, model, ignore_eos
         self.chat = endpoint == "chat"
         self.specs = specs
@@ -156,6 +160,7 @@ class SessionRun:
             raise ValueError(f"{len(slots)} slots for {self.concurrency} sessions in flight")
         self.slots = list(slots[: self.concurrency])
         self.request_timeout_s = request_timeout_s
+        self.key = key
         self.header = header
         self.progress = progress
         progress.total = len(self.outs)
@@ -196,7 +201,8 @@ class SessionRun:
                 body = build_payload(
                     self.endpoint, self.model, conv.prompt(k), conv.spec.output_lens[k - 1], self.ignore_eos
                 )
-                request = self.target.request_bytes(body, self.header(i))
+                headers = {SESSION_HEADER: f"{self.key}-{s}"} | (self.header(i) or {})
+                request = self.target.request_bytes(body, headers)
                 out = outs[i]
                 progress.sent += 1
                 await slot.send(request, out, self.request_timeout_s)

@@ -59,6 +59,8 @@ from harness.bench.sentinels import (
 from harness.bench.serve_metrics import compute_metrics
 from harness.bench.sessions import SessionRun, SessionSpec, count_prompts, describe, plan_sessions, session_summary
 from harness.bench.tokenizer import PromptTokenizer, load_tokenizer
+from harness.bench.trace import TraceRecord, load_trace, schedule_section, synthesize
+from harness.bench.trace import offsets as trace_offsets
 from harness.bench.ttft_breakdown import kv_transfer_ms, ttft_breakdown
 from harness.bench.validity_probe import PointProbe
 from harness.bench.watchdog import TargetDied, Watchdog
@@ -126,6 +128,7 @@ class _Sweep:
         self.tokenizer: PromptTokenizer | None = None
         self.prefix = ""
         self.records: list[FileRecord] = []
+        self.trace: list[TraceRecord] = []  # dataset mooncake_trace: the requests every point replays
         # Connections live for the whole sweep: the measured requests reuse the ones
         # the warmups opened, as vLLM's client reuses its session's pool.
         self.slots: list[Slot] = []
@@ -232,6 +235,11 @@ class _Sweep:
                 prefix=self.prefix,
                 prefix_len=cfg.random_prefix_len,
             )
+        if cfg.dataset == "mooncake_trace":
+            # Warmups and sentinels take the trace's first requests' shapes with their own seed
+            # streams: blocks of their own, so they never warm the measured ones.
+            assert cfg.trace is not None
+            return synthesize(tok, self.trace[:count], cfg.trace.block_tokens, rng)
         return sample_file_requests(tok, self.records, count, cfg.osl, rng)
 
     def plan(self, count: int, concurrency: int, stream: int) -> list[SessionSpec]:
@@ -251,6 +259,10 @@ class _Sweep:
             prefix=self.prefix,
             prefix_len=cfg.random_prefix_len,
         )
+
+    def requests_for(self, concurrency: int) -> int:
+        """The point's measured requests: the trace's (each point replays it), else the config's."""
+        return len(self.trace) if self.trace else self.cfg.num_prompts_for(concurrency)
 
     def _seed_key(self, concurrency: int, stream: int) -> list[int]:
         # In a several-shape sweep the shape is part of the key: the same concurrency of two
@@ -290,10 +302,12 @@ class _Sweep:
         point_limit: float,
         rng: np.random.Generator,
         progress: Progress | None = None,
+        offsets: np.ndarray | None = None,
     ) -> tuple[list[RequestOutput], str | None]:
-        """`progress`: the batch's counters, when something else (the point's sentinels) reads them too."""
+        """`progress`: the batch's counters, when something else (the point's sentinels) reads them too;
+        `offsets`: the requests' send times (s from the batch's start), else drawn from the rate."""
         wire, outs = self.prepare(reqs)
-        offsets = arrival_offsets(len(reqs), rate, rng, self.cfg.burstiness)
+        offsets = offsets if offsets is not None else arrival_offsets(len(reqs), rate, rng, self.cfg.burstiness)
         if (halted := self.dead or self.interrupted) is not None:
             for o in outs:
                 o.error = halted
@@ -371,6 +385,7 @@ class _Sweep:
             cfg.request_timeout_s,
             progress,
             self.slots,
+            batch,
             (lambda i: {TIMING_HEADER: ids[i]}) if ids else (lambda i: None),
         )
         if (halted := self.dead or self.interrupted) is not None:
@@ -427,7 +442,7 @@ class _Sweep:
     def _plan_sentinels(self, points: list[_Point], session: aiohttp.ClientSession) -> bool:
         """Sample every point's sentinels; True when a reference is there to answer them."""
         base = self.base
-        if not any(base.sentinels.per_point(base.num_prompts_for(c)) for c in base.concurrency):
+        if not any(base.sentinels.per_point(self.requests_for(c)) for c in base.concurrency):
             return False
         self.reference = Reference.of(base)
         if self.reference is None:
@@ -437,7 +452,7 @@ class _Sweep:
             if pt.kept:
                 continue
             self._use_shape(pt.shape)
-            m = self.cfg.sentinels.per_point(self.cfg.num_prompts_for(pt.concurrency))
+            m = self.cfg.sentinels.per_point(self.requests_for(pt.concurrency))
             reqs = self.sample(m, pt.concurrency, _SENTINEL)
             self.sentinels[point_tag(pt.concurrency, self.shape_tag)] = [Sentinel(i, r) for i, r in enumerate(reqs)]
         self.sentinel_client = SentinelClient(base, session)
@@ -486,7 +501,7 @@ class _Sweep:
     def _outputs_check(self, concurrency: int, sentinels: PointSentinels | None) -> OutputsCheck | None:
         """The point's sentinel comparison; None when sentinels are off."""
         tol = self.cfg.sentinels
-        m = tol.per_point(self.cfg.num_prompts_for(concurrency))
+        m = tol.per_point(self.requests_for(concurrency))
         if not m:
             return None
         if sentinels is None:
@@ -547,7 +562,7 @@ class _Sweep:
     async def point(self, concurrency: int) -> BenchResult | str:
         """The point's result, or why it has none (stopped during its warmups)."""
         cfg, sess = self.cfg, self.cfg.sessions
-        n, n_warm = cfg.num_prompts_for(concurrency), cfg.num_warmups_for(concurrency)
+        n, n_warm = self.requests_for(concurrency), cfg.num_warmups_for(concurrency)
         if sess is not None:
             n_sessions, n_warm_sessions = sess.sessions_for(concurrency), sess.warmup_sessions_for(concurrency)
             sessions = self.plan(n_sessions, concurrency, _MAIN)
@@ -605,6 +620,7 @@ class _Sweep:
         if sentinels is not None:
             sentinels.start()
         run: SessionRun | None = None
+        offs: np.ndarray | None = None  # the trace's send times
         if sess is not None:
             run, stopped = await self.session_batch(
                 f"C={concurrency}{self._shape_text()}",
@@ -615,14 +631,20 @@ class _Sweep:
             )
             outs: list[RequestOutput] = list(run.outs)
         else:
+            limit = cfg.point_timeout_for(n, concurrency)
+            if cfg.trace is not None:
+                # A replay lasts at least the trace's span over its speed.
+                offs = trace_offsets(self.trace[:n], cfg.trace.speed)
+                limit += float(offs[-1])
             outs, stopped = await self.batch(
                 f"C={concurrency}{self._shape_text()}",
                 measured,
                 concurrency,
                 cfg.request_rate,
-                cfg.point_timeout_for(n, concurrency),
+                limit,
                 np.random.default_rng(self._seed_key(concurrency, _ARRIVALS)),
                 progress,
+                offs,
             )
         if sentinels is not None:
             # After a Ctrl-C the sentinels still out are not waited for, even if the batch ended.
@@ -658,11 +680,15 @@ class _Sweep:
         extra: dict[str, Any] = {}
         check = self._outputs_check(concurrency, sentinels)
         verdict = with_outputs_check(verdict, check)
+        if probe is not None and probe.prefix_cache is not None:
+            extra["prefix_cache"] = probe.prefix_cache.model_dump(mode="json")
         if sentinels is not None and check is not None:
             extra["sentinels"] = self._record_sentinels(concurrency, sentinels, check)
         if run is not None and sess is not None:
             note = self._sentinels_beside_sessions(check, sentinels is not None)
             extra["sessions"] = session_summary(run, sess, note).model_dump(mode="json")
+        if offs is not None and cfg.trace is not None:
+            extra["schedule"] = schedule_section(outs, offs, cfg.trace.speed, concurrency).model_dump(mode="json")
         # valid: true / false / null (unverified); the verdict and its evidence under validity.
         metadata.update(valid=verdict.valid, validity=verdict.model_dump(mode="json"))
         if probe is not None and verdict.verdict != "valid":
@@ -731,7 +757,11 @@ class _Sweep:
 
     async def _run(self) -> list[PointOutcome]:
         base = self.base
-        # Fail before sending any load rather than after a long point.
+        # Fail before sending any load rather than after a long point; the trace first, as its
+        # length is every point's request count (which resume checks).
+        if base.dataset == "mooncake_trace":
+            assert base.trace is not None and base.dataset_path is not None
+            self.trace = load_trace(base.dataset_path)[: base.trace.max_requests]
         points = self._plan_points()
         if not base.scrape:
             log("no scrape targets: every point is recorded unverified (metadata.valid null)")
@@ -803,7 +833,7 @@ class _Sweep:
         kept = set()
         for p in existing:
             why = why_not_kept(
-                p.path, p.shape.isl, p.shape.osl, p.concurrency, base.num_prompts_for(p.concurrency), base.model
+                p.path, p.shape.isl, p.shape.osl, p.concurrency, self.requests_for(p.concurrency), base.model
             )
             if why is None:
                 kept.add(p.path)
