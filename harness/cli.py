@@ -454,6 +454,7 @@ def version() -> None:
 
 def _register_components() -> None:
     from harness.bench.cli import bench_command
+    from harness.bench.trace_gen import trace_generate_command
     from harness.mock_engine.cli import mock_engine_command
     from harness.node.nic_cli import nic_command
     from harness.proxy.cli import proxy_command
@@ -486,6 +487,11 @@ def _register_components() -> None:
         "Write the InferenceX-style aggregate JSON of runs (validated, deduplicated).",
         "pdbench collect local-tiny-1p1d --out agg.json --hw cpu",
     )(collect_command)
+    component(
+        "trace-generate",
+        "Generate a Mooncake-format trace of multi-turn sessions that share prompt blocks.",
+        "pdbench trace-generate sessions.jsonl --sessions 50 --turns 4 --rate 2 --block-tokens 512",
+    )(trace_generate_command)
     component(
         "mock-engine",
         "Run a mock OpenAI-compatible engine (tests, benchmarks, plumbing checks).",
