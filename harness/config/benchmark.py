@@ -28,6 +28,13 @@ from pydantic import (
     model_validator,
 )
 
+from harness.config.external_clients import (
+    AiperfSettings,
+    ClientName,
+    ExternalClient,
+    VllmBenchSettings,
+    check_clients,
+)
 from harness.rundir.result_name import shape_tag
 
 
@@ -317,6 +324,25 @@ class BenchmarkSettings(BaseModel):
         'command line a JSON object, e.g. {"speed": 2}.',
         json_schema_extra=_cli(cli_format="json", cli_default="none; the defaults with dataset mooncake_trace"),
     )
+    client: ClientName = Field(
+        "pdbench",
+        description="The client whose numbers are the sweep's: pdbench, aiperf or vllm (`vllm bench serve`); "
+        "an external one runs inside `pdbench bench` against the same proxy, its artifacts under clients/.",
+    )
+    cross_check: list[ExternalClient] = Field(
+        default_factory=list,
+        description="Clients that measure the same servers after the sweep's client, at the same "
+        "concurrencies (aiperf, vllm); the report puts their numbers beside pdbench's.",
+        json_schema_extra=_cli(cli_format="csv"),
+    )
+    aiperf: AiperfSettings = Field(
+        default_factory=AiperfSettings,
+        description="aiperf's command, trace source and bounds (client or cross_check aiperf).",
+    )
+    vllm_bench: VllmBenchSettings = Field(
+        default_factory=VllmBenchSettings,
+        description="`vllm bench serve`'s command and bounds (client or cross_check vllm).",
+    )
     validity: ValidityThresholds = Field(
         default_factory=ValidityThresholds,
         description="Thresholds of the rules that judge each point from the servers' /metrics.",
@@ -413,6 +439,11 @@ class BenchmarkSettings(BaseModel):
             )
         if self.random_prefix_len:
             raise ValueError("random_prefix_len: with dataset 'mooncake_trace' the trace's hash ids make the prefixes")
+        return self
+
+    @model_validator(mode="after")
+    def _check_clients(self) -> BenchmarkSettings:
+        check_clients(self.client, self.cross_check, self.dataset, bool(self.shapes), self.aiperf.trace_source)
         return self
 
     @model_validator(mode="after")
