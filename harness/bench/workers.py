@@ -24,6 +24,7 @@ and what it does to a batch is the parent's to decide (it drains or stops the po
 from __future__ import annotations
 
 import asyncio
+import gc
 import mmap
 import multiprocessing as mp
 import os
@@ -193,10 +194,16 @@ class _Worker:
                 _control(run, *early)
             monitor = LagMonitor()
             cpu0, wall0 = time.process_time(), time.perf_counter()
+            # As the single-process batch (harness.bench.sweep): no cyclic collection in the
+            # middle of the timed requests, whose pause would be every request's lateness.
+            gc.collect()
+            gc.freeze()
+            gc.disable()
             monitor.start()
             try:
                 stopped = await run.run(limit_s, t0=t0, limit_reason=limit_reason) if slots else None
             finally:
+                gc.enable()
                 self.run = None
             lags = await monitor.stop()
             report = LoadReport(time.process_time() - cpu0, time.perf_counter() - wall0, lags)
