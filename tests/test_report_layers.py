@@ -10,7 +10,7 @@ from pathlib import Path
 REPORT = Path(__file__).resolve().parents[1] / "harness" / "report"
 LAYERS = {
     "model": {"points", "model", "slo", "collect_entry"},
-    "load": {"result_names", "result_file", "accuracy_file", "load"},
+    "load": {"result_names", "result_file", "accuracy_file", "load", "client_points"},
     "compute": {
         "normalise",
         "pareto",
@@ -22,6 +22,8 @@ LAYERS = {
         "accuracy",
         "run_summary",
         "build",
+        "workloads",
+        "crosscheck",
     },
     "render": {
         "cells",

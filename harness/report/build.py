@@ -12,6 +12,7 @@ import pandas as pd
 
 from harness.report.accuracy import accuracy_rows
 from harness.report.breakdown import breakdowns, columns
+from harness.report.crosscheck import crosscheck
 from harness.report.decide import decide
 from harness.report.deltas import with_deltas
 from harness.report.explain import run_notes
@@ -19,8 +20,9 @@ from harness.report.load import dedupe, load_runs
 from harness.report.model import BREAKDOWN_COLUMNS, ID_COLUMNS, METRICS, OUTPUT_COLUMNS, Report
 from harness.report.normalise import interactivity, per_gpu
 from harness.report.outputs_check import drifts, outputs_text
-from harness.report.points import Point, Run, serving
+from harness.report.points import Note, Point, Run, serving
 from harness.report.slo import slo_notes
+from harness.report.workloads import prefix_cache_table, schedule_table, sessions_table
 
 
 def _row(run: Run, p: Point, is_baseline: bool, rel: Any) -> dict[str, Any]:
@@ -124,4 +126,8 @@ def build_report(
     report.drifts = drifts(loaded.runs)
     report.accuracy, accuracy_notes = accuracy_rows(loaded.runs)
     report.notes += accuracy_notes
+    client_notes: list[Note] = []
+    tables = (sessions_table(loaded.runs), schedule_table(loaded.runs), prefix_cache_table(loaded.runs))
+    report.sections = [t for t in (*tables, crosscheck(loaded.runs, client_notes)) if t is not None]
+    report.notes += [f"{report.rel(n.path)}: {n.text}" for n in client_notes]
     return report

@@ -17,10 +17,10 @@ from harness.report.result_file import NotAResult, read_point
 from harness.report.result_names import looks_like_result_name
 from harness.rundir import RunDir, read_status
 from harness.rundir.accuracy_summary import AccuracySummary
-from harness.rundir.paths import CONTROL_FILES, EVALS, SENTINELS
+from harness.rundir.paths import CLIENTS, CONTROL_FILES, EVALS, SENTINELS
 
-# A pdbench run's folders of records whose files are named like results but are not.
-RECORD_DIRS = frozenset({SENTINELS, EVALS})
+# A pdbench run's folders of records whose files may be named like results but are not its points.
+RECORD_DIRS = frozenset({SENTINELS, EVALS, CLIENTS})  # other clients: the cross-check reads them
 
 
 class RunPathError(Exception):

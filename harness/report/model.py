@@ -150,6 +150,18 @@ class AccuracyRow:
     versus_before: Comparison | None = None  # an after-sweep score against the before-sweep one
 
 
+@dataclass(frozen=True)
+class SectionTable:
+    """A table of the runs' workload sections (sessions by turn, trace timing, prefix cache,
+    the cross-check against another client): headers, rows of display text, what it means."""
+
+    title: str
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    note: str
+    findings: tuple[str, ...] = ()  # what a reader must not miss (a disagreement beyond noise)
+
+
 # A point with a TTFT breakdown: (run, serving, isl, osl, conc, its ttft_breakdown).
 Breakdown = tuple[str, str, Any, Any, int, dict[str, Any]]
 
@@ -168,6 +180,7 @@ class Report:
     breakdowns: list[Breakdown] = field(default_factory=list)  # table order
     drifts: list[Drift] = field(default_factory=list)  # runs whose points checked their outputs
     accuracy: list[AccuracyRow] = field(default_factory=list)  # per run, phase, when and task
+    sections: list[SectionTable] = field(default_factory=list)  # only the tables that have rows
 
     def rel(self, path: Path) -> str:
         """A path as shown in outputs: relative to `root` (stable across machines)."""

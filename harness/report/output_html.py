@@ -98,6 +98,24 @@ def _breakdown(report: Report) -> list[str]:
     return out
 
 
+def _sections(report: Report) -> list[str]:
+    out: list[str] = []
+    for t in report.sections:
+        out += [
+            f"<h2>{html.escape(t.title)}</h2>",
+            "<table>",
+            "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in t.headers) + "</tr></thead>",
+            "<tbody>",
+        ]
+        for row in t.rows:
+            cells_ = [_cell(f"<code>{html.escape(row[0])}</code>"), _cell(html.escape(row[1]))]
+            out.append("<tr>" + "".join(cells_ + [_cell(html.escape(v), True) for v in row[2:]]) + "</tr>")
+        out += ["</tbody>", "</table>", f"<p>{html.escape(t.note)}</p>"]
+        if t.findings:
+            out += ["<ul>", *(f"<li>⚠️ {html.escape(f)}</li>" for f in t.findings), "</ul>"]
+    return out
+
+
 def _outputs(report: Report) -> list[str]:
     """Each run's sentinel match in sweep order, then the accuracy evals."""
     out: list[str] = []
@@ -238,6 +256,7 @@ def render(report: Report) -> str:
     out += _outputs(report)
     out += _decision(report)
     out += _breakdown(report)
+    out += _sections(report)
     if report.skipped:
         out += [f"<h2>Skipped files ({len(report.skipped)})</h2>", "<ul>"]
         out += [f"<li><code>{html.escape(report.rel(s.path))}</code>: {_text(s.reason)}</li>" for s in report.skipped]

@@ -61,6 +61,8 @@ def document(report: Report) -> dict[str, Any]:
         doc["outputs_drift"] = [dataclasses.asdict(d) for d in report.drifts]
     if report.accuracy:
         doc["accuracy"] = [dataclasses.asdict(r) for r in report.accuracy]
+    if report.sections:
+        doc["sections"] = [dataclasses.asdict(t) for t in report.sections]
     if report.slo:
         doc["slo"] = dict(report.slo)
     if report.decisions:

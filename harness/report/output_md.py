@@ -53,6 +53,19 @@ def _breakdown(report: Report) -> list[str]:
     return out
 
 
+def _sections(report: Report) -> list[str]:
+    out: list[str] = []
+    for t in report.sections:
+        out += [f"## {t.title}", ""]
+        out += _table(
+            list(t.headers), ["---", "---"] + [RIGHT] * (len(t.headers) - 2), [[_esc(c) for c in r] for r in t.rows]
+        )
+        out += ["", _esc(t.note), ""]
+        if t.findings:
+            out += [f"- ⚠️ {_esc(f)}" for f in t.findings] + [""]
+    return out
+
+
 def _outputs(report: Report) -> list[str]:
     """Each run's sentinel match in sweep order, then the accuracy evals."""
     out: list[str] = []
@@ -139,6 +152,7 @@ def render(report: Report) -> str:
     out += _outputs(report)
     out += _decision(report)
     out += _breakdown(report)
+    out += _sections(report)
     if report.skipped:
         out += [f"## Skipped files ({len(report.skipped)})", ""]
         out += [f"- `{_esc(report.rel(s.path))}`: {_esc(s.reason)}" for s in report.skipped]

@@ -251,6 +251,16 @@ def _breakdown(report: Report, keys: dict[str, str]) -> Iterator[RenderableType]
     )
 
 
+def _sections(report: Report, keys: dict[str, str]) -> Iterator[RenderableType]:
+    for t in report.sections:
+        yield _heading(t.title)
+        rows = [[keys.get(row[0], row[0]), *row[1:]] for row in t.rows]
+        yield _rows(_table(list(t.headers), [False, False] + [True] * (len(t.headers) - 2)), rows)
+        yield Text(t.note, style="dim")
+        if t.findings:
+            yield _bullets(list(t.findings))
+
+
 def renderables(report: Report) -> Group:
     keys = run_keys(report)
     parts: list[RenderableType] = [Text("pdbench report", style="bold")]
@@ -259,6 +269,7 @@ def renderables(report: Report) -> Group:
     parts += _outputs(report, keys)
     parts += _decisions(report)
     parts += _breakdown(report, keys)
+    parts += _sections(report, keys)
     if report.skipped:
         parts.append(_heading(f"Skipped files ({len(report.skipped)})"))
         parts.append(_bullets([f"{report.rel(s.path)}: {s.reason}" for s in report.skipped]))

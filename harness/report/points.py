@@ -11,7 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.rundir.accuracy_summary import AccuracySummary
+from harness.rundir.prefix_cache_summary import PrefixCacheSummary
+from harness.rundir.schedule_summary import ScheduleSummary
 from harness.rundir.sentinel_summary import SentinelSummary
+from harness.rundir.session_summary import SessionSummary
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,10 @@ class Point:
     sentinels: SentinelSummary | None = None  # pdbench: its outputs checked against a reference
     outputs_match: str | None = None  # the outputs_match rule's status, when recorded
     started: float | None = None  # when the point began (unix s): the sweep's order
+    sessions: SessionSummary | None = None  # pdbench: a multi-turn point, turn by turn
+    schedule: ScheduleSummary | None = None  # pdbench: a trace replay's timing against the trace
+    prefix_cache: PrefixCacheSummary | None = None  # pdbench: what each role's prefix cache found
+    client: dict[str, Any] | None = None  # pdbench: its own load (cpu_busy, loop_lag_ms, warnings)
 
 
 @dataclass

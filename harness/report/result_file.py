@@ -13,13 +13,16 @@ import math
 import re
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from harness.report.points import Note, Point
 from harness.report.result_names import ISL_OSL, NameParts, is_srt_slurm_name, parse_name
+from harness.rundir.prefix_cache_summary import PrefixCacheSummary
+from harness.rundir.schedule_summary import ScheduleSummary
 from harness.rundir.sentinel_summary import SentinelSummary
+from harness.rundir.session_summary import SessionSummary
 
 # Key aliases, first present wins (srt-slurm's rollup does the same across sa-bench versions).
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -35,6 +38,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
 }
 
 VERDICTS = ("valid", "invalid", "unverified")
+M = TypeVar("M", bound=BaseModel)
 
 
 class NotAResult(Exception):
@@ -147,24 +151,45 @@ def _started(data: dict[str, Any]) -> float | None:
         return None
 
 
-def _where(loc: tuple[int | str, ...]) -> str:
+def _where(section: str, loc: tuple[int | str, ...]) -> str:
     """A pydantic error's location as a path into the section: `sentinels.tolerance.max_diverged`,
     `sentinels.first_divergence[2]`."""
-    return "sentinels" + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc)
+    return section + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc)
 
 
-def _sentinels(block: Any) -> SentinelSummary:
-    """The result's `sentinels` section through its one definition; ValueError naming each bad field."""
+def _section(section: str, model: type[M], block: Any) -> M:
+    """One section of the result through its one definition; ValueError naming each bad field."""
     try:
-        return SentinelSummary.model_validate(block)
+        return model.model_validate(block)
     except ValidationError as e:
         problems = []
         for err in e.errors(include_url=False):
             # A field's own value helps; the whole section (a missing key, counts) does not.
             shown = err["type"] != "missing" and not isinstance(err["input"], dict)
             value = f" ({err['input']!r})" if shown else ""
-            problems.append(f"{_where(err['loc'])}: {err['msg'].removeprefix('Value error, ')}{value}")
+            problems.append(f"{_where(section, err['loc'])}: {err['msg'].removeprefix('Value error, ')}{value}")
         raise ValueError("; ".join(problems)) from None
+
+
+# A result's optional sections, each read through its model; a bad one is noted and left out.
+SECTIONS: dict[str, tuple[type[BaseModel], str]] = {
+    "sentinels": (SentinelSummary, "the point's outputs check is not shown"),
+    "sessions": (SessionSummary, "its per-turn table is not shown"),
+    "schedule": (ScheduleSummary, "its trace timing is not shown"),
+    "prefix_cache": (PrefixCacheSummary, "its prefix-cache hits are not shown"),
+}
+
+
+def _sections(data: dict[str, Any], path: Path, notes: list[Note]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, (model, lost) in SECTIONS.items():
+        if data.get(key) is None:
+            continue
+        try:
+            out[key] = _section(key, model, data[key])
+        except ValueError as e:
+            notes.append(Note(path, f"{e}; {lost}"))
+    return out
 
 
 def read_point(path: Path, run_root: Path, notes: list[Note]) -> Point:
@@ -264,12 +289,7 @@ def read_point(path: Path, run_root: Path, notes: list[Note]) -> Point:
     verdict, reasons = _validity(md, source == "pdbench")
     model = _first(data, "model_id")[1]
     fp = md.get("recipe_fingerprint") or data.get("recipe_fingerprint")
-    sentinels = None
-    if data.get("sentinels") is not None:
-        try:
-            sentinels = _sentinels(data["sentinels"])
-        except ValueError as e:
-            notes.append(Note(path, f"{e}; the point's outputs check is not shown"))
+    sections = _sections(data, path, notes)
     return Point(
         path=path,
         source=source,
@@ -295,7 +315,8 @@ def read_point(path: Path, run_root: Path, notes: list[Note]) -> Point:
         stop_reason=str(data["stop_reason"]) if data.get("stop_reason") else None,
         verdict=verdict,
         ttft_breakdown=data["ttft_breakdown"] if isinstance(data.get("ttft_breakdown"), dict) else None,
-        sentinels=sentinels,
         outputs_match=_outputs_match(md),
         started=_started(data),
+        client=data["client"] if isinstance(data.get("client"), dict) else None,
+        **sections,
     )
