@@ -191,12 +191,15 @@ def bench_command(**flags: Any) -> None:
 
     # Heavy imports only when running.
     from harness.bench.dataset import DatasetError
+    from harness.bench.external import run_external_clients
     from harness.bench.results import ResultExistsError
     from harness.bench.sweep import TargetDied, run_sweep_detailed
     from harness.bench.trace import TraceError
 
     try:
-        outcomes = run_sweep_detailed(cfg)
+        outcomes = run_sweep_detailed(cfg) if cfg.client == "pdbench" else []
+        # After a Ctrl-C that cut the sweep short, no other client starts.
+        external = [] if any(o.interrupted for o in outcomes) else run_external_clients(cfg)
     except KeyboardInterrupt:
         raise _fail("interrupted (Ctrl-C)", 130) from None
     except TargetDied as e:
@@ -212,6 +215,8 @@ def bench_command(**flags: Any) -> None:
     if not all(o.ok for o in outcomes):
         bad = [f"C={o.concurrency} ({o.error or f'{o.failed} failed'})" for o in outcomes if not o.ok]
         raise _fail("not every request succeeded: " + "; ".join(bad), 1)
+    if failed := [o.summary for o in external if not o.ok]:
+        raise _fail("; ".join(failed), 1)
 
 
 def interrupted_summary(outcomes: list[PointOutcome], result_dir: str) -> str:
