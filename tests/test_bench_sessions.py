@@ -80,10 +80,22 @@ def test_turn_k_prompt_holds_turn_k_minus_1_prompt_and_answer(tok):
     conv.answered(" the second answer")
     p3 = conv.prompt(3)
     assert p1 == spec.first.prompt
-    assert p2 == p1 + " the first answer" + spec.user_texts[0]
-    assert p3 == p2 + " the second answer" + spec.user_texts[1]
+    assert p2 == p1 + "\n the first answer" + spec.user_texts[0]
+    assert p3 == p2 + "\n the second answer" + spec.user_texts[1]
     # Each sent prompt is a start of the conversation (what count_prompts counts).
     assert [conv.text[:c] for c in conv.cuts] == [p1, p2, p3]
+
+    # An answer that begins with letters does not merge into the prompt's last word: the next
+    # turn's tokens begin with exactly this turn's (what the server's prefix cache matches).
+    glued_breaks = 0
+    for one in _plan(tok, count=30):
+        for answer in ("e", "ed", "n"):
+            c = Conversation(one, chat=False)
+            first = tok.encode(c.prompt(1))
+            c.answered(answer)
+            assert tok.encode(c.prompt(2))[: len(first)] == first
+            glued_breaks += tok.encode(one.first.prompt + answer)[: len(first)] != first
+    assert glued_breaks > 0  # without the line break some would merge: the check above can fail
 
     chat = Conversation(spec, chat=True)
     m1 = chat.prompt(1)
@@ -139,7 +151,7 @@ def test_a_sessions_sweep_sends_each_turn_the_conversation_so_far(model_dir, tmp
         for first in firsts:
             chain = sorted((p for p in prompts if p.startswith(first)), key=len)
             assert len(chain) == 3
-            assert chain[1].startswith(first + answer) and chain[2].startswith(chain[1] + answer)
+            assert chain[1].startswith(first + "\n" + answer) and chain[2].startswith(chain[1] + "\n" + answer)
 
     result = json.loads(path.read_text())
     assert result["dataset_name"] == "sessions" and result["num_prompts"] == 9

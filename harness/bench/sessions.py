@@ -99,6 +99,13 @@ def plan_sessions(
     ]
 
 
+# Completions: an answer goes on a new line after its prompt. The line break keeps the prompt's
+# last word a token of its own (byte-level BPE never merges across it), so the next turn's prompt
+# begins with exactly the tokens of this one, as a prefix cache needs; glued on, an answer that
+# begins with letters would merge into that word and change the prompt's last cache block.
+ANSWER_SEPARATOR = "\n"
+
+
 @dataclass
 class Conversation:
     """A session's conversation so far: the prompt of its next turn is built from it."""
@@ -123,7 +130,7 @@ class Conversation:
         if self.chat:
             self.messages.append({"role": "assistant", "content": answer})
         else:
-            self.text += answer
+            self.text += ANSWER_SEPARATOR + answer
 
 
 class SessionRun:

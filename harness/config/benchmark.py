@@ -409,9 +409,14 @@ class BenchmarkSettings(BaseModel):
                 "the concurrency's slots is free; pace its turns with sessions.think_time_s)"
             )
         if self.num_prompts is not None:
-            raise ValueError("num_prompts: with dataset 'sessions' a point's size is sessions.num_sessions")
+            raise ValueError(
+                "num_prompts: with dataset 'sessions' a point's size is sessions.num_sessions (set num_prompts to null)"
+            )
         if self.num_warmups is not None:
-            raise ValueError("num_warmups: with dataset 'sessions' the warmups are sessions.num_warmup_sessions")
+            raise ValueError(
+                "num_warmups: with dataset 'sessions' the warmups are sessions.num_warmup_sessions "
+                "(set num_warmups to null)"
+            )
         if self.workers is not None and self.workers > 1:
             raise ValueError(
                 "workers: dataset 'sessions' runs in one load process (each turn's prompt is built from the "
