@@ -115,8 +115,9 @@ def test_image_references_no_runtime_accepts() -> None:
         err = refused("validate", "dsr1-fp8-1p2d", "--skip-flag-check", "--set", f"container.image={bad}")
         assert f"--set container.image: {bad!r} is not an image any container runtime accepts" in err, err
         assert "[REGISTRY/]NAME[:TAG][@DIGEST]" in err
+    # (An NVIDIA recipe: an nvcr.io image under the MI355X one is refused as other hardware.)
     for ok in ("registry.example:5000/team/vllm:v1", "nvcr.io#nvidia/vllm:25.01", "/shared/images/vllm.sqsh"):
-        r = pdbench("validate", "dsr1-fp8-1p2d", "--skip-flag-check", "--set", f"container.image={ok}")
+        r = pdbench("validate", "dsr1-fp8-h200-nixl-1p2d", "--skip-flag-check", "--set", f"container.image={ok}")
         assert r.returncode == 0, (ok, r.stderr)
 
 
@@ -177,6 +178,19 @@ def test_a_profile_that_changes_the_hardware_is_refused(tmp_path: Path) -> None:
     # The matching pairs pass the hardware check (the AMD recipe on the AMD profile validates).
     r = pdbench("validate", "dsr1-fp8-1p2d", "--cluster", "example-mi355x-mori", "--skip-flag-check")
     assert "moves recipe" not in r.stderr, r.stderr
+
+
+def test_a_set_value_that_changes_the_hardware_is_refused() -> None:
+    # The H200 recipe validates as written (the precondition), and --set of a key that names no
+    # hardware keeps it valid.
+    for extra in ([], ["--set", "slurm.partition=batch"]):
+        r = pdbench("validate", "dsr1-fp8-h200-nixl-1p2d", "--skip-flag-check", *extra)
+        assert r.returncode == 0, r.stderr
+    err = refused("validate", "dsr1-fp8-h200-nixl-1p2d", "--skip-flag-check", "--set", "container.image=rocm/vllm:1")
+    assert err.startswith("error: --set container.image: moves recipe dsr1-fp8-h200-nixl-1p2d to AMD GPUs"), err
+    assert "the recipe is written for NVIDIA GPUs (container.gpus nvidia" in err, err
+    err = refused("validate", "dsr1-fp8-h200-nixl-1p2d", "--skip-flag-check", "--set", "slurm.partition=mi355x")
+    assert err.startswith("error: --set slurm.partition: moves recipe dsr1-fp8-h200-nixl-1p2d to AMD GPUs"), err
 
 
 def test_more_ranks_than_the_nodes_have(tmp_path: Path) -> None:

@@ -56,9 +56,7 @@ def _said(items: list[tuple[str, str, str]]) -> str:
 
 
 def check_hardware(rr: ResolvedRecipe) -> None:
-    """ConfigError naming the cluster profile when it moves the recipe to other hardware."""
-    if rr.cluster_file is None:
-        return
+    """ConfigError naming the cluster profile, or the `--set` key, that moves the recipe to other hardware."""
     own = evidence(rr.file_values(), texts=("name", "description"))
     if not own and rr.recipe.name is None:
         own = evidence({"name": rr.name}, texts=("name",))
@@ -66,14 +64,24 @@ def check_hardware(rr: ResolvedRecipe) -> None:
     if len(own_vendors) != 1:
         return  # the recipe says nothing of its hardware (or contradicts itself): nothing to compare
     (vendor,) = own_vendors
-    profile = [e for e in evidence(rr.profile_values()) if e[2] != vendor]
-    if not profile:
-        return
-    other = profile[0][2]
-    raise ConfigError(
-        rr.cluster_file,
-        profile[0][0],
-        f"this cluster profile moves recipe {rr.name} to {VENDORS[other]} ({_said(profile)}), but the recipe "
-        f"is written for {VENDORS[vendor]} ({_said(own)}): its image, flags and GPU request would not match "
-        f"the nodes. Use a recipe written for {VENDORS[other]}, or a profile of a cluster with {VENDORS[vendor]}",
+    written = (
+        f"the recipe is written for {VENDORS[vendor]} ({_said(own)}): its image, flags and GPU request would not match"
     )
+    profile = [e for e in evidence(rr.profile_values()) if e[2] != vendor]
+    if profile and rr.cluster_file is not None:
+        other = profile[0][2]
+        raise ConfigError(
+            rr.cluster_file,
+            profile[0][0],
+            f"this cluster profile moves recipe {rr.name} to {VENDORS[other]} ({_said(profile)}), but {written} "
+            f"the nodes. Use a recipe written for {VENDORS[other]}, or a profile of a cluster with {VENDORS[vendor]}",
+        )
+    given = [e for e in evidence(rr.set_values()) if e[2] != vendor]
+    if given:
+        key, other = given[0][0], given[0][2]
+        raise ConfigError(
+            f"--set {key}",
+            key,
+            f"moves recipe {rr.name} to {VENDORS[other]} ({_said(given)}), but {written} each other. "
+            f"Use a recipe written for {VENDORS[other]}",
+        )

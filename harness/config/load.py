@@ -106,6 +106,11 @@ class ResolvedRecipe:
         values = _leaves(self.recipe.model_dump(mode="json"))
         return {k: v for k, v in values.items() if _source_of(self.provenance, k) == label}
 
+    def set_values(self) -> dict[str, Any]:
+        """The resolved values that --set (or an option that sets a recipe key) gave: dotted key -> value."""
+        values = _leaves(self.recipe.model_dump(mode="json"))
+        return {k: v for k, v in values.items() if (_source_of(self.provenance, k) or "").startswith("--")}
+
     def locked(self) -> dict[str, Any]:
         """The fully resolved configuration (what the fingerprint covers)."""
         return {
