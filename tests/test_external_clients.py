@@ -15,6 +15,7 @@ $AGENTIC_OUTPUT_DIR/$RESULT_FILENAME.json. pdbench's point directory is that RES
 
 from __future__ import annotations
 
+import itertools
 import json
 import shlex
 import sys
@@ -289,3 +290,12 @@ def test_aiperf_gets_the_hub_online_for_a_local_tokenizer(tmp_path: Path, monkey
     assert "HF_HUB_OFFLINE" not in client_env("aiperf", local)
     assert client_env("vllm", local)["HF_HUB_OFFLINE"] == "1"
     assert client_env("aiperf", _cfg(tmp_path, tokenizer="org/model"))["HF_HUB_OFFLINE"] == "1"
+
+
+def test_the_clients_cpu_is_sampled_each_second(tmp_path: Path) -> None:
+    timeline: list[tuple[float, float]] = []
+    burn = "import time; end = time.time() + 2.5\nwhile time.time() < end: pass"
+    assert run_bounded([sys.executable, "-c", burn], tmp_path / "b.log", timeout_s=20, timeline=timeline) == 0
+    assert len(timeline) >= 2, timeline
+    assert all(b[0] > a[0] and b[1] >= a[1] for a, b in itertools.pairwise(timeline))
+    assert timeline[-1][1] > timeline[0][1]  # it burnt CPU (how much depends on the machine's load)

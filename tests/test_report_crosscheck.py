@@ -135,3 +135,15 @@ def test_no_cross_check_no_table_and_client_files_are_not_results(tmp_path: Path
     # vLLM's file is the cross-check's, never a second point of the run's own table.
     assert len(report.table) == 2 and set(report.table["source"]) == {"pdbench"}
     assert not [s for s in report.skipped if "clients" in str(s.path)]
+
+
+def test_vllm_client_cpu_is_taken_over_its_measured_window() -> None:
+    """Start-up (importing vLLM) is CPU-heavy and not the measurement: the share is the last
+    `duration` seconds' CPU per second, interpolated between the once-a-second samples."""
+    from harness.report.client_points import window_share
+
+    # 20 s of start-up at one core, then 10 s measured at half a core.
+    timeline = [[float(t), float(min(t, 20) + max(0, t - 20) * 0.5)] for t in range(31)]
+    assert window_share(timeline, 10.0) == pytest.approx(0.5)
+    assert window_share(timeline, 15.0) == pytest.approx((25 - 15) / 15)  # 5 s of start-up in the window
+    assert window_share(timeline, None) is None and window_share(timeline[:1], 5.0) is None

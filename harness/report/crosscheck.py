@@ -2,7 +2,9 @@
 throughput must agree within the noise allowance (both clients time the same server tokens);
 TTFT is shown, not judged, because a client that is CPU-bound reads its first token late and
 counts its own delay as TTFT. Each client's CPU share says which one was: pdbench's from its
-result's `client` section, vLLM's from its run record (CPU seconds over wall seconds)."""
+result's `client` section, vLLM's from its run record (its process tree's CPU seconds per second
+over its measured window, past its start-up). On a machine whose cores the servers use, a busy
+client also takes CPU from the servers, and then its TPOT and throughput differ for real."""
 
 from __future__ import annotations
 
@@ -75,8 +77,8 @@ def crosscheck(runs: list[Run], notes: list[Note]) -> SectionTable | None:
         tuple(rows),
         f"Both clients measured the same servers at the same concurrency, one after the other. TPOT and "
         f"output throughput agree when they differ by at most {NOISE:.0%}; TTFT is shown, not judged: a "
-        f"client whose process is busy {CPU_BOUND:.0%} of a core or more (Client CPU) reads first tokens "
-        "late and counts that as TTFT. Times in ms.",
+        f"client whose process is busy {CPU_BOUND:.0%} of a core or more (Client CPU, over its measured "
+        "window) reads first tokens late and counts that as TTFT. Times in ms.",
         tuple(findings),
     )
 

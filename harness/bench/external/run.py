@@ -9,6 +9,7 @@ exists already is never written over.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import shlex
@@ -20,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from harness import atomic
 from harness.bench.client_config import ClientConfig
 from harness.bench.external.aiperf_command import aiperf_argv
@@ -28,6 +31,7 @@ from harness.rundir.paths import CLIENT_COMMAND, CLIENT_RUN, RunDir
 from harness.supervisor import signal_group, stop_groups
 
 STOP_GRACE_S = 10.0
+SAMPLE_S = 1.0  # the client's CPU is read once a second
 BUILDERS: dict[str, Callable[[ClientConfig, int, Path], list[str]]] = {"aiperf": aiperf_argv, "vllm": vllm_argv}
 
 
@@ -75,17 +79,19 @@ def run_external_clients(cfg: ClientConfig) -> list[ExternalOutcome]:
             log = run.client_log(client, c, phase)
             print(f"{client} at C={c}: {shlex.join(argv)}", file=sys.stderr, flush=True)
             t0, cpu0 = time.monotonic(), _children_cpu_s()
-            rc = run_bounded(argv, log, timeout, client_env(client, cfg))
-            # The client's own CPU over its run (its reaped processes): the report tells a CPU-bound
-            # client's TTFT from the servers'.
+            timeline: list[tuple[float, float]] = []
+            rc = run_bounded(argv, log, timeout, client_env(client, cfg), timeline)
+            # The client's own CPU (its reaped processes) and, each second, its process tree's CPU
+            # seconds so far: the report takes the share over the client's measured window (past its
+            # start-up) to tell a CPU-bound client's TTFT from the servers'.
             atomic.write_json(
                 point / CLIENT_RUN,
                 {
                     "returncode": rc,
                     "wall_s": round(time.monotonic() - t0, 3),
                     "cpu_s": round(_children_cpu_s() - cpu0, 3),
+                    "cpu_timeline": [[round(t, 2), round(c, 3)] for t, c in timeline],
                 },
-                indent=2,
             )
             outcome = ExternalOutcome(client, c, point, rc, log)
             print(f"{client} at C={c}: {'done' if outcome.ok else outcome.summary}", file=sys.stderr, flush=True)
@@ -108,8 +114,30 @@ def _children_cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run_bounded(argv: list[str], log: Path, timeout_s: float, env: dict[str, str] | None = None) -> int | None:
-    """Run argv with its output appended to log; its exit code, or None if it ran past timeout_s."""
+def _tree_cpu_s(root: psutil.Process) -> float:
+    """CPU seconds of a process, the children it reaped and its live descendants."""
+    total = 0.0
+    try:
+        t = root.cpu_times()
+        total += t.user + t.system + t.children_user + t.children_system
+        for child in root.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                c = child.cpu_times()
+                total += c.user + c.system
+    except psutil.Error:
+        pass
+    return total
+
+
+def run_bounded(
+    argv: list[str],
+    log: Path,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+    timeline: list[tuple[float, float]] | None = None,
+) -> int | None:
+    """Run argv with its output appended to log; its exit code, or None if it ran past timeout_s.
+    `timeline` gets (seconds since start, CPU seconds of its process tree) once a second."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         try:
@@ -119,11 +147,18 @@ def run_bounded(argv: list[str], log: Path, timeout_s: float, env: dict[str, str
         except OSError as e:  # not installed, not executable: said in its log, as a failed run
             out.write(f"cannot run {argv[0]}: {e.strerror or e}\n".encode())
             return 127
-    deadline = time.monotonic() + timeout_s
+    start = time.monotonic()
+    deadline = start + timeout_s
+    tree = psutil.Process(proc.pid)
     try:
-        return proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        return None
+        while True:
+            if timeline is not None and (cpu := _tree_cpu_s(tree)) > 0:
+                timeline.append((time.monotonic() - start, cpu))
+            try:
+                return proc.wait(timeout=max(0.0, min(SAMPLE_S, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    return None
     finally:
         # A timeout, a Ctrl-C or a normal exit: the group (its workers too) is gone and reaped.
         stop_groups([proc], STOP_GRACE_S)
