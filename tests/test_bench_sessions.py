@@ -3,8 +3,10 @@ fake streaming server (the bodies each turn sent) and the mock engine (its promp
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
+import time
 import urllib.request
 from pathlib import Path
 
@@ -15,7 +17,9 @@ from bench_fake_server import FakeServer
 from benchmarks.common import free_port, start_mock_engine
 from harness import tiny_model
 from harness.bench import ClientConfig, run_sweep, run_sweep_detailed
-from harness.bench.sessions import Conversation, plan_sessions, think_times
+from harness.bench.client import Slot, Target
+from harness.bench.loadgen import Progress
+from harness.bench.sessions import Conversation, SessionRun, plan_sessions, think_times
 from harness.bench.tokenizer import load_tokenizer
 from harness.config.benchmark import SessionSettings
 from harness.rundir.schedule_summary import ScheduleSummary
@@ -267,3 +271,57 @@ def test_a_trace_replay_sends_the_traces_requests_at_its_times(model_dir, tmp_pa
     schedule = ScheduleSummary.model_validate(result["schedule"])
     assert (schedule.requests, schedule.sent, schedule.cap, schedule.speed) == (8, 8, 2, 4.0)
     assert schedule.span_s == pytest.approx((records[-1]["timestamp"] - records[0]["timestamp"]) / 1000 / 4)
+
+
+# -- stops: a point's time bound, a drain (the first Ctrl-C) and a stop (a dead target) ------------
+
+
+def test_a_point_timeout_keeps_the_turns_that_finished(model_dir, tmp_path):
+    # The warmup session is bodies 0-2; the first measured session's second turn (body 4) hangs.
+    with FakeServer(policy=lambda n, body: "hang" if n == 4 else None) as srv:
+        (outcome,) = run_sweep_detailed(_cfg(model_dir, tmp_path, srv.base_url, concurrency=[1], point_timeout_s=3))
+    result = json.loads(outcome.path.read_text())  # type: ignore[union-attr]
+    assert result["stop_reason"].startswith("point timeout")
+    assert result["completed"] == 1 and result["failed"] == 8  # the hung turn, and every turn never sent
+    s = SessionSummary.model_validate(result["sessions"])
+    assert (s.sessions_started, s.sessions_completed) == (1, 0)
+    assert [(t.requests, t.completed) for t in s.by_turn] == [(1, 1), (1, 0), (0, 0)]
+
+
+async def _session_run(tok, url: str, drain_after: float | None, stop_after: float | None):
+    specs = _plan(tok, count=2, think_time_s=0.5, think_time_distribution="constant")
+    target = Target.from_url(url + "/v1/completions")
+    slots = [Slot(target, False, keep_text=True) for _ in range(2)]
+    run = SessionRun(target, "completions", "tiny", True, specs, 2, 10.0, Progress(), slots, "k")
+    loop = asyncio.get_running_loop()
+    if drain_after is not None:
+        loop.call_later(drain_after, run.drain, "drained", 5.0)
+    if stop_after is not None:
+        loop.call_later(stop_after, run.stop, "stopped")
+    try:
+        return run, await run.run(30.0)
+    finally:
+        for s in slots:
+            s.close()
+
+
+def test_a_drain_ends_sessions_in_their_think_time_and_sends_no_more(tok):
+    with FakeServer() as srv:
+        # Each session's first turn takes ~10 ms, then it thinks 0.5 s: the drain comes in that pause.
+        run, reason = asyncio.run(_session_run(tok, srv.base_url, drain_after=0.25, stop_after=None))
+        sent = len(srv.bodies)
+    assert reason == "drained" and sent == 2
+    assert [o.success for o in run.outs] == [True, False, False, True, False, False]
+    assert {o.error for o in run.outs if not o.success} == {"drained"}
+
+
+def test_a_stop_fails_the_turns_in_flight_at_once(tok):
+    with FakeServer(policy=lambda n, body: "hang" if n >= 2 else None) as srv:
+        t0 = time.perf_counter()
+        run, reason = asyncio.run(_session_run(tok, srv.base_url, drain_after=None, stop_after=1.0))
+        took = time.perf_counter() - t0
+    assert reason == "stopped" and took < 5
+    # Turn 1 of both answered; turn 2 of both hung and was cut by the stop; turn 3 never sent.
+    assert [o.success for o in run.outs] == [True, False, False, True, False, False]
+    assert [o.start_time is not None for o in run.outs] == [True, True, False, True, True, False]
+    assert {o.error for o in run.outs if not o.success} == {"stopped"}

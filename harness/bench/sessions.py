@@ -192,14 +192,16 @@ class SessionRun:
             self._next = s + 1
             conv = self.conversations[s]
             for k in range(1, turns + 1):
+                if self._halted():
+                    return
                 if k > 1 and (pause := conv.spec.think_s[k - 2]) > 0:
                     self._thinking.add(me)
                     try:
                         await asyncio.sleep(pause)
                     except asyncio.CancelledError:
-                        if self.drain_reason is None:
+                        if not self._halted():
                             raise
-                        return  # woken by drain: no more turns
+                        return  # woken by a drain or a stop: no more turns
                     finally:
                         self._thinking.discard(me)
                 if self._halted():
