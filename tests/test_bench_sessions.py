@@ -280,7 +280,7 @@ def test_a_point_timeout_keeps_the_turns_that_finished(model_dir, tmp_path):
     # The warmup session is bodies 0-2; the first measured session's second turn (body 4) hangs.
     with FakeServer(policy=lambda n, body: "hang" if n == 4 else None) as srv:
         (outcome,) = run_sweep_detailed(_cfg(model_dir, tmp_path, srv.base_url, concurrency=[1], point_timeout_s=3))
-    result = json.loads(outcome.path.read_text())  # type: ignore[union-attr]
+    result = json.loads(outcome.path.read_text())
     assert result["stop_reason"].startswith("point timeout")
     assert result["completed"] == 1 and result["failed"] == 8  # the hung turn, and every turn never sent
     s = SessionSummary.model_validate(result["sessions"])
