@@ -1,9 +1,11 @@
 """Progress through a job's health wait (10-20 minutes on GPU clusters), read from its logs.
 
-The nodes log "<name> is healthy" for each server and the proxy as it gets ready, and node 0
-"every server and the proxy are ready" once the whole job is (harness.node.runtime). Until
-then a line every so often says how long the wait has lasted, who is ready, who is not, and
-the last line of a waiting server's own log (vLLM loading weights, compiling, ...).
+The nodes log "<name> is healthy" for each server and the proxy as it gets ready, "node N:
+phase P" as a later phase starts, and node 0 "every server and the proxy are ready" once a
+phase's whole job is (harness.node.runtime). Until then a line every so often says how long
+the phase's wait has lasted, who is ready, who is not, and the last line of a waiting server's
+own log (vLLM loading weights, compiling, ...). Each phase (the disaggregated servers, then an
+aggregated baseline's) has a wait of its own.
 """
 
 from __future__ import annotations
@@ -22,21 +24,29 @@ class HealthWait:
         self.run = run
         self.out = out
         self.first_s, self.every_s = first_s, every_s
-        self.start: float | None = None  # the first pump: the caller pumps once the job runs
+        self.start: float | None = None  # when the running phase's wait began (the first pump for the first)
         self.next_at = 0.0
-        self.ready = False
+        self.ready_phases = 0  # phases whose whole job is ready, in plan order
         self.healthy: set[str] = set()
         self.offsets: dict[str, int] = {}
 
-    def _gated(self) -> list[str]:
-        """The servers and proxies of the job's first phase, the ones its first health wait gates."""
+    @property
+    def ready(self) -> bool:
+        """Every phase's wait is over (or the plan cannot be read: nothing to follow)."""
+        phases = self._phases()
+        return not phases or self.ready_phases >= len(phases)
+
+    def _phases(self) -> list[tuple[str | None, list[str]]]:
+        """Each phase's servers and proxies (the ones its health wait gates), in the order they run."""
         try:
             procs = self.run.read_plan()["processes"]
         except (OSError, ValueError, KeyError):
             return []
-        gated = [p for p in procs if p.get("kind") in ("server", "proxy")]
-        first = gated[0].get("phase") if gated else None
-        return [p["name"] for p in gated if p.get("phase") == first]
+        phases: dict[str | None, list[str]] = {}
+        for p in procs:
+            if p.get("kind") in ("server", "proxy"):
+                phases.setdefault(p.get("phase"), []).append(p["name"])
+        return list(phases.items())
 
     def _read_node_logs(self) -> None:
         for path in sorted(self.run.logs.glob("node*.log")):
@@ -52,7 +62,9 @@ class HealthWait:
                 if line.endswith(" is healthy"):
                     self.healthy.add(line.rsplit(" ", 3)[-3])
                 elif line.endswith(READY):
-                    self.ready = True
+                    self.ready_phases += 1
+                    # The next phase's wait starts when its servers do, after this phase's benchmark.
+                    self.start = None
 
     def _last_line(self, name: str) -> str | None:
         try:
@@ -68,28 +80,36 @@ class HealthWait:
         return last if len(last) <= LINE_MAX else last[: LINE_MAX - 3] + "..."
 
     def pump(self) -> None:
-        """Say where the wait stands, when it is time to; nothing once the job is ready.
-        Call it while the job runs (not while it is queued)."""
-        if self.start is None:
-            self.start = time.monotonic()
-            self.next_at = self.start + self.first_s
-        if self.ready or time.monotonic() < self.next_at:
-            return
+        """Say where the running phase's wait stands, when it is time to; nothing while a phase's
+        job is ready and the next has not begun. Call it while the job runs (not while it is queued)."""
         self._read_node_logs()
         if self.ready:
             return
-        self.next_at = time.monotonic() + self.every_s
-        gated = self._gated()
+        phases = self._phases()
+        _, gated = phases[self.ready_phases]
         waiting = [n for n in gated if n not in self.healthy]
-        if not gated or not waiting:
+        if self.start is None:
+            if self.ready_phases and len(waiting) == len(gated) and not self._started(gated):
+                return  # the previous phase's benchmark is still running
+            self.start = time.monotonic()
+            self.next_at = self.start + self.first_s
+        if time.monotonic() < self.next_at:
+            return
+        self.next_at = time.monotonic() + self.every_s
+        if not waiting:
             return
         elapsed = int(time.monotonic() - self.start)
+        label = f" ({phases[self.ready_phases][0]})" if len(phases) > 1 else ""
         text = (
-            f"health wait {elapsed // 60}:{elapsed % 60:02d}: {len(gated) - len(waiting)} of {len(gated)} ready; "
-            f"waiting for {', '.join(waiting)}"
+            f"health wait{label} {elapsed // 60}:{elapsed % 60:02d}: {len(gated) - len(waiting)} of {len(gated)} "
+            f"ready; waiting for {', '.join(waiting)}"
         )
         last = self._last_line(waiting[0])
         if last is not None:
             text += f"\n  {waiting[0]}: {last}"
         self.out.write(text + "\n")
         self.out.flush()
+
+    def _started(self, names: list[str]) -> bool:
+        """Whether any of these processes has a log yet: its phase has begun."""
+        return any(self.run.log(n).exists() for n in names)
