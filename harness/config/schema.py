@@ -283,8 +283,11 @@ class ConnectorSpec(Strict):
 class ProxySpec(Strict):
     kind: Literal["pdbench"] = Field("pdbench", description="the PD proxy (pdbench's own, on node 0)")
     port: int = Field(30000, ge=1024, le=65535, description="the proxy's HTTP port on node 0 (loopback)")
-    policy: Literal["round_robin", "least_outstanding", "prefix_hash"] = Field(
-        "round_robin", description="how the proxy picks a prefill and a decode worker per request"
+    policy: Literal["round_robin", "least_outstanding", "prefix_hash", "session"] = Field(
+        "round_robin",
+        description="how the proxy picks a prefill and a decode worker per request; session: every "
+        "request with the same X-Session-Id header (else the same prompt prefix) goes to the same "
+        "instances, so their prefix caches hold the session's earlier turns",
     )
     request_timeout_s: float = Field(600, gt=0, description="seconds allowed for one upstream request")
     stream_idle_timeout_s: float = Field(300, gt=0, description="seconds a stream may go without a byte")
