@@ -34,7 +34,9 @@ def write_weka_trace(folder: Path, traces: int = 3, turns: int = 5, block: int =
     context (the prefix sharing of a real trace), from 256 tokens up, 16 tokens out."""
     folder.mkdir(parents=True)
     for k in range(traces):
-        requests, ids, length = [], [], 256
+        requests: list[dict] = []
+        ids: list[int] = []
+        length = 256
         for i in range(turns):
             while len(ids) < math.ceil(length / block):
                 ids.append(1000 * k + len(ids))
