@@ -137,6 +137,8 @@ class _Worker:
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
         loop.add_reader(self.conn.fileno(), self._readable)
+        gc.collect()
+        gc.freeze()  # what the imports made lives as long as the process: never walked again
         _send(self.conn, ("ready", os.getpid()))
         try:
             while True:
@@ -146,6 +148,8 @@ class _Worker:
                 _, self.batch_id, path, bounds, offsets, slots, timeout_s, t0, limit_s, limit_reason = msg
                 answer = await self._batch(path, bounds, offsets, slots, timeout_s, t0, limit_s, limit_reason)
                 _send(self.conn, answer)
+                del answer
+                gc.collect()  # the batch's garbage, between batches
         finally:
             loop.remove_reader(self.conn.fileno())
             for s in self.slots:
@@ -195,9 +199,8 @@ class _Worker:
             monitor = LagMonitor()
             cpu0, wall0 = time.process_time(), time.perf_counter()
             # As the single-process batch (harness.bench.sweep): no cyclic collection in the
-            # middle of the timed requests, whose pause would be every request's lateness.
-            gc.collect()
-            gc.freeze()
+            # middle of the timed requests, whose pause would be every request's lateness (the
+            # collection is after the answer, off the clock).
             gc.disable()
             monitor.start()
             try:
@@ -350,7 +353,9 @@ class WorkerPool:
                     f.write(r)
                     bounds.append(bounds[-1] + len(r))
             slots = split(max(1, min(concurrency, n)), self.n)
-            t0 = time.perf_counter() + 0.05  # every worker has the batch before offset 0
+            # Every worker has the batch and is ready before offset 0: on a loaded machine that
+            # took up to ~200 ms (a trace's first requests were that late with 50 ms).
+            t0 = time.perf_counter() + 0.25
             offs = [float(x) for x in offsets]
             for p, s in zip(self._procs, slots, strict=True):
                 _send(p.conn, ("batch", self._batch_id, path, bounds, offs, s, timeout_s, t0, limit_s, limit_reason))
