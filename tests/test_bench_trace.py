@@ -15,7 +15,7 @@ from bench_fake_server import FakeServer
 
 from harness import aio, tiny_model
 from harness.bench.client import RequestOutput, Target, build_payload
-from harness.bench.loadgen import LoadRun, Progress
+from harness.bench.loadgen import LoadRun, Progress, SendClock
 from harness.bench.tokenizer import PromptTokenizer, load_tokenizer
 from harness.bench.trace import TraceError, TraceRecord, load_trace, offsets, schedule_section, synthesize
 from harness.bench.trace_gen import TraceGenSettings, generate, write_trace
@@ -280,3 +280,31 @@ def test_generated_sessions_resend_their_history(tmp_path):
 def test_the_fixture_is_the_generators_output():
     lines = FIXTURE.read_text().splitlines()
     assert [json.loads(x) for x in lines] == generate(FIXTURE_SETTINGS)
+
+
+def test_the_send_clock_never_wakes_a_request_early():
+    """Waiters on one clock wake at or after their due times (uvloop's own timers fire up to ~1 ms
+    early), in due order; a cancelled waiter (a drain) is skipped and the others still wake."""
+
+    async def go() -> tuple[list[float], list[int], bool]:
+        clock = SendClock(asyncio.get_running_loop())
+        t0 = time.perf_counter() + 0.05
+        dues = [t0 + 0.0037 * k for k in range(40)]
+        late: list[float] = [0.0] * len(dues)
+        order: list[int] = []
+
+        async def wait(k: int) -> None:
+            await clock.until(dues[k])
+            late[k] = time.perf_counter() - dues[k]
+            order.append(k)
+
+        tasks = [asyncio.create_task(wait(k)) for k in reversed(range(len(dues)))]  # pushed latest first
+        await asyncio.sleep(0)
+        tasks[0].cancel()  # the latest one
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        clock.close()
+        return late[:-1], order, isinstance(results[0], asyncio.CancelledError)
+
+    late, order, cancelled = aio.run(go())
+    assert cancelled and order == list(range(39))
+    assert min(late) >= 0, late
