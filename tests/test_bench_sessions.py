@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from bench_fake_server import FakeServer
+from test_bench_interrupt import Terminal
 
 from benchmarks.common import free_port, start_mock_engine
 from harness import tiny_model
@@ -20,6 +21,7 @@ from harness.bench import ClientConfig, run_sweep, run_sweep_detailed
 from harness.bench.client import Slot, Target
 from harness.bench.loadgen import Progress
 from harness.bench.sessions import Conversation, SessionRun, plan_sessions, think_times
+from harness.bench.sweep import INTERRUPTED
 from harness.bench.tokenizer import load_tokenizer
 from harness.config.benchmark import SessionSettings
 from harness.rundir.schedule_summary import ScheduleSummary
@@ -325,3 +327,46 @@ def test_a_stop_fails_the_turns_in_flight_at_once(tok):
     assert [o.success for o in run.outs] == [True, False, False, True, False, False]
     assert [o.start_time is not None for o in run.outs] == [True, True, False, True, True, False]
     assert {o.error for o in run.outs if not o.success} == {"stopped"}
+
+
+def test_ctrl_c_in_a_think_time_ends_the_point_at_once(model_dir, tmp_path):
+    # `pdbench bench` on a terminal, as test_bench_interrupt runs it: ^C is SIGINT to its group.
+    config = tmp_path / "bench.json"
+    settings = {"turns": 3, "num_sessions": 4, "num_warmup_sessions": 0, "think_time_s": 20.0}
+    with FakeServer() as srv:
+        config.write_text(
+            json.dumps(
+                {
+                    "base_url": srv.base_url,
+                    "model": "tiny",
+                    "tokenizer": model_dir,
+                    "isl": 16,
+                    "osl": 4,
+                    "dataset": "sessions",
+                    "sessions": settings | {"think_time_distribution": "constant"},
+                    "result_dir": str(tmp_path / "r"),
+                }
+            )
+        )
+        term = Terminal(["--config", str(config), "--concurrency", "2,4"])
+        try:
+            # Precondition: both sessions in flight answered their first turn and think for 20 s.
+            # (A ^C that comes while an answer's last bytes are still on their way lets it finish.)
+            term.wait_for("two first turns answered", lambda: len(srv.ended) == 2)
+            assert len(srv.bodies) == 2
+            t0 = time.monotonic()
+            term.ctrl_c()
+            rc = term.exit_code(15)
+            took = time.monotonic() - t0
+        finally:
+            term.close()
+        sent = len(srv.bodies)
+    out = term.output
+    assert rc == 130 and took < 10, out  # not the 20 s think time, nor the 30 s grace
+    assert sent == 2 and "C=4: not run" in out and "Traceback" not in out
+    (path,) = (tmp_path / "r").glob("*.json")
+    result = json.loads(path.read_text())
+    assert result["stop_reason"] == INTERRUPTED and (result["completed"], result["failed"]) == (2, 10)
+    s = SessionSummary.model_validate(result["sessions"])
+    assert (s.sessions_started, s.sessions_completed) == (2, 0)
+    assert [(t.requests, t.completed) for t in s.by_turn] == [(2, 2), (0, 0), (0, 0)]
