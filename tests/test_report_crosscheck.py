@@ -5,6 +5,7 @@ TTFT explained by which client was CPU-bound."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from harness.report import output_html, output_json, output_md, output_text
 from harness.report.build import build_report
-from harness.report.crosscheck import NOISE
+from harness.report.crosscheck import NOISE, allowance
 from harness.report.model import Report, SectionTable
 from harness.rundir.paths import CLIENT_RUN, VLLM_BENCH_RESULT, RunDir
 
@@ -57,8 +58,14 @@ def _vllm(run: Path, conc: int, tpot: float, tput: float, ttft: float, cpu_share
         "failed": 0,
         "total_token_throughput": tput * 9,
         "output_throughput": tput,
+        "mean_tpot_ms": tpot,
         "median_tpot_ms": tpot,
+        "std_tpot_ms": tpot * 0.05,
         "median_ttft_ms": ttft,
+        "mean_ttft_ms": ttft,
+        "std_ttft_ms": ttft * 0.05,
+        "mean_e2el_ms": ttft + 31 * tpot,
+        "std_e2el_ms": (ttft + 31 * tpot) * 0.05,
         "p99_ttft_ms": ttft * 2,
         "median_e2el_ms": ttft + 31 * tpot,
         "random_input_len": 256,
@@ -77,10 +84,10 @@ def test_agreeing_clients_and_a_cpu_bound_one_explained(tmp_path: Path) -> None:
     run = _run(tmp_path)
     one, four = _pdbench(run, 1), _pdbench(run, 4)
     # C=1: vLLM's client agrees on TPOT and throughput (within noise) and on TTFT.
-    _vllm(run, 1, one["median_tpot_ms"] * 1.03, one["output_throughput"] * 0.97, one["median_ttft_ms"], 0.35)
+    _vllm(run, 1, one["mean_tpot_ms"] * 1.03, one["output_throughput"] * 0.97, one["median_ttft_ms"], 0.35)
     # C=4: same TPOT and throughput, but vLLM's client was CPU-bound and its TTFT is 60 % higher.
     _set_client(run, 4, [0.41])
-    _vllm(run, 4, four["median_tpot_ms"], four["output_throughput"] * 1.02, four["median_ttft_ms"] * 1.6, 0.97)
+    _vllm(run, 4, four["mean_tpot_ms"], four["output_throughput"] * 1.02, four["median_ttft_ms"] * 1.6, 0.97)
     report = build_report([run])
     t = _section(report)
     assert [r[2] for r in t.rows] == ["1", "4"]
@@ -103,12 +110,12 @@ def test_agreeing_clients_and_a_cpu_bound_one_explained(tmp_path: Path) -> None:
 def test_a_disagreement_beyond_noise_is_said(tmp_path: Path) -> None:
     run = _run(tmp_path)
     one = _pdbench(run, 1)
-    _vllm(run, 1, one["median_tpot_ms"] * (1 + 2 * NOISE), one["output_throughput"], one["median_ttft_ms"], 0.3)
+    _vllm(run, 1, one["mean_tpot_ms"] * 2.0, one["output_throughput"], one["median_ttft_ms"], 0.3)
     t = _section(build_report([run]))
     (row,) = t.rows
     assert dict(zip(t.headers, row, strict=True))["Agree"] == "no"
     (finding,) = t.findings
-    assert "TPOT p50 differs by +20%" in finding and f"beyond the {NOISE:.0%} noise allowance" in finding
+    assert re.search(r"C=1: TPOT mean differs by \+100% \(allowed: \d+%\), beyond noise$", finding), finding
 
 
 def test_a_failed_vllm_point_is_listed_not_compared(tmp_path: Path) -> None:
@@ -130,7 +137,7 @@ def test_no_cross_check_no_table_and_client_files_are_not_results(tmp_path: Path
     report = build_report([run])
     assert report.sections == [] and "Cross-check" not in output_md.render(report)
     one = _pdbench(run, 1)
-    _vllm(run, 1, one["median_tpot_ms"], one["output_throughput"], one["median_ttft_ms"], 0.3)
+    _vllm(run, 1, one["mean_tpot_ms"], one["output_throughput"], one["median_ttft_ms"], 0.3)
     report = build_report([run])
     # vLLM's file is the cross-check's, never a second point of the run's own table.
     assert len(report.table) == 2 and set(report.table["source"]) == {"pdbench"}
@@ -147,3 +154,20 @@ def test_vllm_client_cpu_is_taken_over_its_measured_window() -> None:
     assert window_share(timeline, 10.0) == pytest.approx(0.5)
     assert window_share(timeline, 15.0) == pytest.approx((25 - 15) / 15)  # 5 s of start-up in the window
     assert window_share(timeline, None) is None and window_share(timeline[:1], 5.0) is None
+
+
+def test_the_allowance_grows_with_the_points_own_spread(tmp_path: Path) -> None:
+    """Few requests with a wide spread cannot tell 15 % apart: the allowance is 3 standard errors
+    of the difference of the means when that is more than 10 %."""
+    run = _run(tmp_path)
+    one = _pdbench(run, 1)
+    _vllm(run, 1, one["mean_tpot_ms"] * 1.15, one["output_throughput"], one["median_ttft_ms"], 0.3)
+    report = build_report([run])
+    (ours,) = [p for p in report.runs[0].points if p.concurrency == 1]
+    from harness.report.client_points import vllm_points
+
+    (theirs,) = vllm_points(report.runs[0], [])
+    assert theirs.point is not None
+    wide = allowance(ours, theirs.point, "tpot")
+    se = lambda p: p.ms["std_tpot_ms"] / p.completed**0.5 / p.ms["mean_tpot_ms"]  # noqa: E731
+    assert wide == pytest.approx(max(NOISE, 3 * (se(ours) ** 2 + se(theirs.point) ** 2) ** 0.5))
