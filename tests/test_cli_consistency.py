@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import typer
+from cli_run import pdbench
 from typer.testing import CliRunner
 
 from harness import __version__
@@ -26,12 +27,6 @@ COMMANDS = sorted(CLI.commands.items())
 RECIPE_COMMANDS = ("render", "validate", "submit", "doctor")
 # A Python type where a metavar should name what to give: <str>, <int>, list[str], {recipe}.
 PYTHON_TYPE = re.compile(r"<(str|int|float|bool|path)>|list\[|\{[a-z_]+\}")
-
-
-def pdbench(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
-    )
 
 
 def invoke(*args: str):

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_run import pdbench as _cli
 from conftest import port_base
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,12 +39,6 @@ def _wait_for(pred, timeout: float, what: str) -> None:
     while not pred():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.2)
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=60, cwd=ROOT
-    )
 
 
 def test_logs_follow_prints_new_lines_until_the_job_ends(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from cli_run import pdbench as _cli
 from conftest import port_base
 
 from harness.launch.find import job_of
@@ -47,12 +48,6 @@ def _bin(bin_dir: Path) -> Path:
     for f in bin_dir.iterdir():
         f.chmod(0o755)
     return bin_dir / "python"
-
-
-def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=60, env=env, cwd=ROOT
-    )
 
 
 def _wait_for(pred, timeout: float, what: str, proc: subprocess.Popen) -> None:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_run import pdbench as _cli
 from conftest import port_base
 
 from harness.rundir import RunDir
@@ -21,12 +22,6 @@ ROOT = Path(__file__).resolve().parents[1]
 LOCAL = "local-tiny-1p1d"
 SLURM = "dsr1-fp8-1p2d"  # renders without a model or vLLM here (--skip-flag-check)
 pytestmark = pytest.mark.timeout(240)
-
-
-def _cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT
-    )
 
 
 def _runs(results: Path, recipe: str) -> list[RunDir]:

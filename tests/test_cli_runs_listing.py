@@ -9,18 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_run import pdbench as _cli
 
 from harness.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ("local-tiny-1p1d", "dsr1-fp8-h200-nixl-1p2d-wideep")  # the second: a long name
 pytestmark = pytest.mark.timeout(240)
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=120, cwd=ROOT
-    )
 
 
 def test_status_lists_the_recent_runs(tmp_path: Path) -> None:

@@ -3,26 +3,15 @@ before any run directory exists, errors that name the source of the bad value, "
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_run import pdbench
 
 from harness.config.load import PROJECT_ROOT
 
 LEAKS = ("Traceback", "Value error,", "ValidationError", "node=None")
-
-
-def pdbench(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd or PROJECT_ROOT,
-    )
 
 
 def refused(*args: str) -> str:

@@ -3,19 +3,12 @@ profile and what it set, and the notes (needs part E's cli.py change: validate -
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
+from cli_run import pdbench
 
 from harness.config.load import PROJECT_ROOT
-
-
-def pdbench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=120, cwd=PROJECT_ROOT
-    )
 
 
 def test_validate_checks_for_the_launcher_given(tmp_path: Path) -> None:
