@@ -299,3 +299,17 @@ def test_the_clients_cpu_is_sampled_each_second(tmp_path: Path) -> None:
     assert len(timeline) >= 2, timeline
     assert all(b[0] > a[0] and b[1] >= a[1] for a, b in itertools.pairwise(timeline))
     assert timeline[-1][1] > timeline[0][1]  # it burnt CPU (how much depends on the machine's load)
+
+
+def test_resume_keeps_finished_points_and_reruns_the_others(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, cross_check=["aiperf"], aiperf={"executable": str(tmp_path / "missing")})
+    run = RunDir(tmp_path)
+    first = run_external_clients(cfg)
+    # C=1 finished in that run; C=4 did not.
+    (run.client_point("aiperf", 1) / CLIENT_RUN).write_text(json.dumps({"returncode": 0, "wall_s": 1, "cpu_s": 1}))
+    again = run_external_clients(cfg.model_copy(update={"resume": True}))
+    assert [(o.concurrency, o.returncode) for o in again] == [(1, 0), (4, 127)]
+    assert again[0].point_dir == first[0].point_dir and again[0].log == first[0].log
+    (moved,) = (run.superseded / "clients" / "aiperf").iterdir()
+    assert moved.name.startswith("conc_4-") and json.loads((moved / CLIENT_RUN).read_text())["returncode"] == 127
+    assert json.loads((run.client_point("aiperf", 4) / CLIENT_RUN).read_text())["returncode"] == 127  # ran again

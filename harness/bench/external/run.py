@@ -4,12 +4,14 @@ Each point is one child process in its own session, its output in the run direct
 logs/<client>-conc_<C>.log and its command line in its point directory; it is waited for
 within the client's timeout_s, and on a timeout or Ctrl-C its whole process group is stopped
 (SIGTERM, then SIGKILL) and reaped, so nothing outlives `pdbench bench`. A point directory that
-exists already is never written over.
+exists already is never written over: with --resume a finished one is kept and an unfinished one
+moved to superseded/ first, as pdbench's own results are.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import resource
 import shlex
@@ -73,6 +75,9 @@ def run_external_clients(cfg: ClientConfig) -> list[ExternalOutcome]:
         timeout = cfg.aiperf.timeout_s if client == "aiperf" else cfg.vllm_bench.timeout_s
         for c in cfg.concurrency:
             point = run.client_point(client, c, phase)
+            if cfg.resume and (kept := _kept(run, client, c, phase)) is not None:
+                outcomes.append(kept)
+                continue
             point.mkdir(parents=True, exist_ok=False)  # never over an earlier run's artifacts
             argv = BUILDERS[client](cfg, c, point)
             atomic.write_text(point / CLIENT_COMMAND, shlex.join(argv) + "\n")
@@ -97,6 +102,26 @@ def run_external_clients(cfg: ClientConfig) -> list[ExternalOutcome]:
             print(f"{client} at C={c}: {'done' if outcome.ok else outcome.summary}", file=sys.stderr, flush=True)
             outcomes.append(outcome)
     return outcomes
+
+
+def _kept(run: RunDir, client: str, concurrency: int, phase: str) -> ExternalOutcome | None:
+    """--resume: a point that finished (exit code 0) is kept; any other is moved to superseded/ so
+    that it runs again. None: run the point."""
+    point = run.client_point(client, concurrency, phase)
+    if not point.exists():
+        return None
+    try:
+        ok = json.loads((point / CLIENT_RUN).read_text())["returncode"] == 0
+    except (OSError, ValueError, KeyError, TypeError):
+        ok = False
+    if ok:
+        print(f"{client} at C={concurrency}: kept ({point})", file=sys.stderr, flush=True)
+        return ExternalOutcome(client, concurrency, point, 0, run.client_log(client, concurrency, phase))
+    moved = run.superseded / f"{run.relative(point)}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    moved.parent.mkdir(parents=True, exist_ok=True)
+    point.rename(moved)
+    print(f"{client} at C={concurrency}: its unfinished run moved to {moved}", file=sys.stderr, flush=True)
+    return None
 
 
 def client_env(client: str, cfg: ClientConfig) -> dict[str, str]:
