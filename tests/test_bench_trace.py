@@ -308,3 +308,17 @@ def test_the_send_clock_never_wakes_a_request_early():
     late, order, cancelled = aio.run(go())
     assert cancelled and order == list(range(39))
     assert min(late) >= 0, late
+
+
+def test_the_timing_benchmarks_trace_and_alignment(tmp_path):
+    """benchmarks/bench_trace_timing.py: its trace is one pdbench reads back at the same offsets,
+    and lateness against a client's best-aligned request is >= 0 with that request at 0 (here the
+    first request is on time and every later one 3 ms late)."""
+    from benchmarks.bench_trace_timing import make_trace, relative
+
+    offs = make_trace(tmp_path / "t.jsonl", 200.0, 1.0, 0)
+    recs = load_trace(tmp_path / "t.jsonl")
+    assert len(recs) == 200 and offsets(recs, 1.0) == pytest.approx(offs, abs=1e-9)
+    starts = (100.0 + offs + np.where(np.arange(200) > 0, 0.003, 0.0)).tolist()
+    late = relative(starts, offs)
+    assert late.min() == 0 and late[0] == 0 and late[1:] == pytest.approx(0.003)
