@@ -92,8 +92,9 @@ def _load(cfg: ClientConfig, concurrency: int) -> list[str]:
     if cfg.dataset == "mooncake_trace":
         assert cfg.trace is not None and cfg.dataset_path is not None  # BenchmarkSettings sets both
         argv = ["--custom-dataset-type", "mooncake_trace", "--input-file", cfg.dataset_path, "--fixed-schedule"]
-        if cfg.trace.speed != 1.0:
-            argv += ["--replay-speedup", f"{cfg.trace.speed:g}"]
+        argv += ["--isl-block-size", str(cfg.trace.block_tokens)]
+        if cfg.trace.speed != 1.0:  # aiperf divides a trace's timestamps by it, as pdbench's speed does
+            argv += ["--synthesis-speedup-ratio", f"{cfg.trace.speed:g}"]
         if cfg.trace.max_requests is not None:
             argv += ["--request-count", str(cfg.trace.max_requests)]
         return argv
