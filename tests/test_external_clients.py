@@ -188,11 +188,8 @@ def test_aiperf_sends_sessions_and_traces(tmp_path: Path) -> None:
     assert (
         _after(argv, "--custom-dataset-type") == "mooncake_trace" and _after(argv, "--input-file") == "/traces/t.jsonl"
     )
-    assert (
-        "--fixed-schedule" in argv
-        and _after(argv, "--replay-speedup") == "2"
-        and _after(argv, "--request-count") == "50"
-    )
+    assert "--fixed-schedule" in argv and _after(argv, "--synthesis-speedup-ratio") == "2"
+    assert _after(argv, "--isl-block-size") == "512" and _after(argv, "--request-count") == "50"
 
 
 def test_aiperf_runs_inferencex_agentic_scenario_as_inferencex_does(tmp_path: Path) -> None:
