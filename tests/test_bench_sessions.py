@@ -249,7 +249,7 @@ def test_sessions_against_the_mock_engine_count_prompts_as_it_does(model_dir, tm
 # -- trace replay through the sweep (harness.bench.trace draws and times it) ---------------------
 
 
-def test_a_trace_replay_sends_the_traces_requests_at_its_times(model_dir, tmp_path):
+def test_a_trace_replay_sends_the_traces_requests_at_its_times(model_dir, tmp_path, capsys):
     trace = Path(__file__).parent / "fixtures" / "traces" / "sessions-small.jsonl"
     records = [json.loads(line) for line in trace.read_text().splitlines()][:8]
     with FakeServer() as srv:
@@ -273,6 +273,7 @@ def test_a_trace_replay_sends_the_traces_requests_at_its_times(model_dir, tmp_pa
     schedule = ScheduleSummary.model_validate(result["schedule"])
     assert (schedule.requests, schedule.sent, schedule.cap, schedule.speed) == (8, 8, 2, 4.0)
     assert schedule.span_s == pytest.approx((records[-1]["timestamp"] - records[0]["timestamp"]) / 1000 / 4)
+    assert f"1 warmups, then the trace's 8 requests over {schedule.span_s:.1f} s (speed 4)" in capsys.readouterr().err
 
 
 # -- stops: a point's time bound, a drain (the first Ctrl-C) and a stop (a dead target) ------------

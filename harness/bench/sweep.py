@@ -563,6 +563,7 @@ class _Sweep:
         """The point's result, or why it has none (stopped during its warmups)."""
         cfg, sess = self.cfg, self.cfg.sessions
         n, n_warm = self.requests_for(concurrency), cfg.num_warmups_for(concurrency)
+        offs: np.ndarray | None = None  # the trace's send times
         if sess is not None:
             n_sessions, n_warm_sessions = sess.sessions_for(concurrency), sess.warmup_sessions_for(concurrency)
             sessions = self.plan(n_sessions, concurrency, _MAIN)
@@ -571,8 +572,12 @@ class _Sweep:
         else:
             measured = self.sample(n, concurrency, _MAIN)
             rate_text = "inf" if math.isinf(cfg.request_rate) else f"{cfg.request_rate:g}/s"
+            plan = f"{n} requests at rate {rate_text}"
+            if cfg.trace is not None:
+                offs = trace_offsets(self.trace[:n], cfg.trace.speed)
+                plan = f"the trace's {n} requests over {float(offs[-1]):.1f} s (speed {cfg.trace.speed:g})"
             if self.mode == "plain":
-                log(f"C={concurrency}{self._shape_text()}: {n_warm} warmups, then {n} requests at rate {rate_text}")
+                log(f"C={concurrency}{self._shape_text()}: {n_warm} warmups, then {plan}")
         if n_warm:
             # Warmups go out all at once (limited by C) and are left out of the metrics.
             warm_label, warm_limit = (
@@ -620,7 +625,6 @@ class _Sweep:
         if sentinels is not None:
             sentinels.start()
         run: SessionRun | None = None
-        offs: np.ndarray | None = None  # the trace's send times
         if sess is not None:
             run, stopped = await self.session_batch(
                 f"C={concurrency}{self._shape_text()}",
@@ -631,11 +635,8 @@ class _Sweep:
             )
             outs: list[RequestOutput] = list(run.outs)
         else:
-            limit = cfg.point_timeout_for(n, concurrency)
-            if cfg.trace is not None:
-                # A replay lasts at least the trace's span over its speed.
-                offs = trace_offsets(self.trace[:n], cfg.trace.speed)
-                limit += float(offs[-1])
+            # A replay lasts at least the trace's span over its speed.
+            limit = cfg.point_timeout_for(n, concurrency) + (float(offs[-1]) if offs is not None else 0.0)
             outs, stopped = await self.batch(
                 f"C={concurrency}{self._shape_text()}",
                 measured,
