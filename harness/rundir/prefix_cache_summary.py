@@ -7,8 +7,9 @@ Token counts, as vLLM counts them at admission (v1/core/sched/scheduler.py):
   decode instance of a PD deployment a hit is KV decode already held (an earlier turn of the same
   session, or a shared prefix, that came to this instance), so decode loads only the rest.
 - `external_queries`/`external_hits`: what the KV connector was asked for and supplied,
-  vllm:external_prefix_cache_queries/hits. On decode these are the prompt tokens loaded from
-  prefill (every request's KV, not a cache effect); on prefill they stay 0.
+  vllm:external_prefix_cache_queries/hits; vLLM asks the connector for the tokens not found
+  locally. On decode the hits are the prompt tokens loaded from prefill (every request's KV, not
+  a cache effect); on prefill they stay 0.
 """
 
 from __future__ import annotations
