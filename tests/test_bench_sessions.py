@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 from bench_fake_server import FakeServer
 from test_bench_interrupt import Terminal
 
-from benchmarks.common import free_port, start_mock_engine
+from benchmarks.common import free_port, free_ports, start_mock_engine
 from harness import tiny_model
 from harness.bench import ClientConfig, run_sweep, run_sweep_detailed
 from harness.bench.client import Slot, Target
@@ -371,3 +372,70 @@ def test_ctrl_c_in_a_think_time_ends_the_point_at_once(model_dir, tmp_path):
     s = SessionSummary.model_validate(result["sessions"])
     assert (s.sessions_started, s.sessions_completed) == (2, 0)
     assert [(t.requests, t.completed) for t in s.by_turn] == [(2, 2), (0, 0), (0, 0)]
+
+
+def test_a_session_stays_on_one_decode_behind_the_session_policy(model_dir, tmp_path):
+    # 1 prefill and 2 decode mock engines behind `pdbench proxy --policy session --timings-dir`:
+    # each session's turns carry one X-Session-Id, so all of them land on one decode; every turn
+    # carries its timing id too, so the TTFT breakdown finds each one.
+    p_port, d1, d2, proxy_port = free_ports(4)
+    engines = [("--port", str(p_port), "--role", "prefill")] + [
+        ("--port", str(d), "--role", "decode") for d in (d1, d2)
+    ]
+    procs: list[subprocess.Popen[bytes]] = []
+    turns, sessions = 4, 3  # 12 requests: round robin would give each decode 6, no multiple of 4
+    try:
+        for i, e in enumerate(engines):
+            procs.append(
+                start_mock_engine(int(e[1]), tmp_path / f"e{i}.log", "--model", "tiny", *e[2:], "--itl-ms", "1")
+            )
+        upstream = ["--prefill", f"http://127.0.0.1:{p_port}", "--decode", f"http://127.0.0.1:{d1}"]
+        upstream += ["--decode", f"http://127.0.0.1:{d2}", "--policy", "session"]
+        proxy_args = ["proxy", "--port", str(proxy_port), *upstream, "--timings-dir", str(tmp_path / "timings")]
+        with (tmp_path / "proxy.log").open("wb") as log:
+            proxy = subprocess.Popen(
+                [sys.executable, "-m", "harness", *proxy_args], stdout=log, stderr=subprocess.STDOUT
+            )
+        procs.append(proxy)
+        _wait_ok(f"http://127.0.0.1:{proxy_port}/health", proxy)
+        settings = {"turns": turns, "num_sessions": sessions, "num_warmup_sessions": 0}
+        cfg = _cfg(
+            model_dir, tmp_path, f"http://127.0.0.1:{proxy_port}", sessions=settings, proxy_timings_dir="timings"
+        )
+        (path,) = run_sweep(cfg)
+        served = [_finished(d) for d in (d1, d2)]
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(10)
+    result = json.loads(path.read_text())
+    assert (result["completed"], result["failed"]) == (12, 0)
+    assert sum(served) == 12 and all(n % turns == 0 for n in served), served
+    b = result["ttft_breakdown"]
+    assert b["requests"] == b["of"] == 12, b
+
+
+def _wait_ok(url: str, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the proxy exited"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"{url} never answered 200")
+
+
+def _finished(port: int) -> int:
+    """The requests a mock engine finished (vllm:request_success_total, every finished_reason)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        lines = r.read().decode().splitlines()
+    return int(sum(float(line.split()[-1]) for line in lines if line.startswith("vllm:request_success_total")))
