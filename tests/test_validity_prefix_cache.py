@@ -146,3 +146,13 @@ def test_probe_keeps_the_section_and_adds_the_rule(tmp_path: Path, monkeypatch: 
     assert (inst.name, inst.url, inst.hit_rate, inst.requests) == ("agg-0", "http://a:8300", 0.6, 2)
     assert verdict.rules[-1].name == "prefix_cache"  # type: ignore[attr-defined]
     assert "hit rate 60.0% on aggregated" in verdict.rules[-1].detail  # type: ignore[attr-defined]
+
+
+def test_a_server_restarted_during_the_point_gives_unknown_counts_not_an_error() -> None:
+    # Its counters went down: the window's count is unknown, and the section is still written.
+    before, after = _counters(900, 500, 400, 400, 9), _counters(100, 20, 80, 80, 1)
+    s = summarize({"decode-0": ServerScrapes(role="decode", before=before, after=after)}, {})
+    [inst] = s.instances
+    assert (inst.queries, inst.hits, inst.external_hits, inst.requests) == (None, None, None, None)
+    assert s.text.startswith("counts unknown: the servers' prefix-cache counters went down")
+    assert rule(s).status == "not_checked"

@@ -47,17 +47,21 @@ def _enabled(text: str) -> bool | None:
     return "False" not in flags
 
 
-def _counts(b: Scrape, a: Scrape) -> dict[str, float | None]:
-    def d(pattern: str) -> float | None:
-        v = delta(b, a, pattern)
-        return None if v is None else v[0]
+def _window(b: Scrape, a: Scrape, pattern: str) -> float | None:
+    """A counter's end minus start; None when not exported, or when it went down (the server
+    restarted during the point, so the window's count is unknown)."""
+    v = delta(b, a, pattern)
+    return None if v is None or v[0] < 0 else v[0]
 
-    return {
-        "queries": d(QUERIES),
-        "hits": d(HITS),
-        "external_queries": d(EXTERNAL_QUERIES),
-        "external_hits": d(EXTERNAL_HITS),
-    }
+
+def _counts(b: Scrape, a: Scrape) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for key, queries, hits in (("", QUERIES, HITS), ("external_", EXTERNAL_QUERIES, EXTERNAL_HITS)):
+        q, h = _window(b, a, queries), _window(b, a, hits)
+        if q is not None and h is not None and h > q:  # not one consistent window: say nothing
+            q = h = None
+        out[f"{key}queries"], out[f"{key}hits"] = q, h
+    return out
 
 
 def _with_rates(c: Mapping[str, float | None]) -> dict[str, float | None]:
@@ -72,11 +76,13 @@ def summarize(servers: Mapping[str, ServerScrapes], urls: Mapping[str, str]) -> 
     """`servers`: scrape target name -> its scrapes (the proxy's are skipped); `urls`: name -> base URL."""
     instances: list[InstanceCache] = []
     enabled: list[bool] = []
+    exported = False
     for name, s in servers.items():
         if s.role not in _ROLES:
             continue
         b, a = Scrape.parse(s.before), Scrape.parse(s.after)
-        req = delta(b, a, REQUESTS)
+        exported = exported or a.total(QUERIES) is not None
+        req = _window(b, a, REQUESTS)
         running = max(
             [v for v in (s.peaks.get("running"), *(_total(x, RUNNING) for x in (b, a))) if v is not None],
             default=None,
@@ -89,7 +95,7 @@ def summarize(servers: Mapping[str, ServerScrapes], urls: Mapping[str, str]) -> 
                 name=name,
                 role=s.role,
                 url=urls.get(name, ""),
-                requests=None if req is None else req[0],
+                requests=req,
                 peak_running=running,
                 **_with_rates(_counts(b, a)),
             )
@@ -102,16 +108,21 @@ def summarize(servers: Mapping[str, ServerScrapes], urls: Mapping[str, str]) -> 
             summed = {k: _sum([getattr(i, k) for i in group]) for k in keys}
             roles[role] = CacheCounts(**_with_rates(summed))
     on = all(enabled) if enabled else None  # off where any instance says off
-    return PrefixCacheSummary(enabled=on, roles=roles, instances=instances, text=_text(on, roles, instances))
+    text = _text(on, roles, instances, exported)
+    return PrefixCacheSummary(enabled=on, roles=roles, instances=instances, text=text)
 
 
 def _pct(rate: float | None) -> str:
     return "no lookups" if rate is None else f"{rate:.1%}"
 
 
-def _text(enabled: bool | None, roles: Mapping[CacheRole, CacheCounts], instances: list[InstanceCache]) -> str:
-    if not roles or all(c.queries is None for c in roles.values()):
+def _text(
+    enabled: bool | None, roles: Mapping[CacheRole, CacheCounts], instances: list[InstanceCache], exported: bool
+) -> str:
+    if not exported:
         return "no counters: no server exports vllm:prefix_cache_queries"
+    if all(c.queries is None for c in roles.values()):
+        return "counts unknown: the servers' prefix-cache counters went down during the point (a restart)"
     if enabled is False:
         return "prefix caching off (vllm:cache_config_info enable_prefix_caching=False)"
     parts = []
