@@ -53,7 +53,10 @@ class InstanceCache(CacheCounts):
     role: CacheRole
     url: str
     requests: NonNegativeFloat | None  # requests it finished (vllm:request_success)
-    peak_running: NonNegativeFloat | None  # most requests running at once in the point's samples
+    # Most requests running at once in the point's samples (every 2 s, and its two scrapes):
+    # prefill's one-token legs are often never caught running; the proxy's /metrics has the
+    # exact legs in flight per instance (pdbench_proxy_backend_outstanding_peak).
+    peak_running: NonNegativeFloat | None
 
 
 class PrefixCacheSummary(BaseModel):
