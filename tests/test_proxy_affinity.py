@@ -121,3 +121,25 @@ def test_proxy_metrics_report_routed_legs_and_peak_in_flight_per_instance() -> N
         assert {d: peak[d] for d in decodes} == {d: 4 if d == busy else 0 for d in decodes}, peak
 
     run(body)
+
+
+def test_an_instance_leaving_moves_only_its_own_sessions() -> None:
+    # Rendezvous hashing: the sessions of the instances that stay keep their instance.
+    from harness.proxy.backends import Backend, Pool, hash64
+
+    config = ProxyConfig(prefill=["http://p:1"], decode=[f"http://d{i}:1" for i in range(3)], policy="session")
+    pool = Pool(config)
+    for url in config.decode:
+        pool.add(Backend("decode", url, healthy=True))
+    keys = [hash64(f"s{i}".encode()) for i in range(200)]
+
+    def placement() -> list[str]:
+        return [picked[0].url for k in keys if (picked := pool.pick("decode", k, 0.0)) is not None]
+
+    before = placement()
+    assert len(set(before)) == 3  # precondition: every instance has sessions
+    gone = pool.backends["decode"][1]
+    gone.healthy = False
+    after = placement()
+    assert gone.url not in after
+    assert all(a == b for a, b in zip(after, before, strict=True) if b != gone.url)
