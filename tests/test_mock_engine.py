@@ -210,8 +210,11 @@ def test_tokenizer_counts(tmp_path):
         assert body["usage"]["prompt_tokens"] == len(tok(prompt).input_ids)
         msgs = [{"role": "user", "content": prompt}]
         chat = json.loads(eng.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 1})[1])
-        ids = tok.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True)
-        assert chat["usage"]["prompt_tokens"] == len(ids["input_ids"] if isinstance(ids, dict) else ids)
+        # The templated text, encoded as it stands (the template writes any BOS itself).
+        text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        expected = len(tok(text, add_special_tokens=False).input_ids)
+        assert expected > len(tok(prompt).input_ids)  # the template adds tokens around the prompt
+        assert chat["usage"]["prompt_tokens"] == expected
 
 
 PREFILL_LEG = {

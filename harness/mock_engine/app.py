@@ -97,7 +97,8 @@ class Engine:
             if self.tokenizer is not None:
                 try:
                     ids = self.tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
-                    return len(ids["input_ids"] if isinstance(ids, dict) else ids)
+                    # A BatchEncoding (a mapping, not a dict) in recent transformers, else a list of ids.
+                    return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
                 except Exception:
                     pass
             total = 0
