@@ -12,12 +12,12 @@ from typing import Any
 
 import aiohttp
 from aiohttp.test_utils import TestServer
+from test_proxy import metrics_text, proxy_client, run, wait_health
 
 import harness.mock_engine as mock
 from harness.proxy import ProxyConfig
 from harness.rundir.session_header import SESSION_HEADER
 from harness.validity.series import Scrape
-from tests.test_proxy import metrics_text, proxy_client, run, wait_health
 
 
 @asynccontextmanager
