@@ -214,8 +214,10 @@ def test_think_time_paces_a_session(model_dir, tmp_path):
     assert firsts
 
 
-def test_sessions_against_the_mock_engine_count_prompts_as_it_does(model_dir, tmp_path):
-    # The mock engine counts each prompt with the same tokenizer; vLLM's usage.prompt_tokens is its count.
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_sessions_against_the_mock_engine_count_prompts_as_it_does(model_dir, tmp_path, endpoint):
+    # The mock engine counts each prompt with the same tokenizer (chat: through its chat template),
+    # as vLLM does; its usage.prompt_tokens is that count.
     port = free_port()
     engine = start_mock_engine(
         port, tmp_path / "engine.log", "--model", "tiny", "--tokenizer", model_dir, "--itl-ms", "1"
@@ -223,7 +225,14 @@ def test_sessions_against_the_mock_engine_count_prompts_as_it_does(model_dir, tm
     try:
         settings = {"turns": 3, "num_sessions": 4, "num_warmup_sessions": 0}
         (path,) = run_sweep(
-            _cfg(model_dir, tmp_path / "r", f"http://127.0.0.1:{port}", concurrency=[2], sessions=settings)
+            _cfg(
+                model_dir,
+                tmp_path / "r",
+                f"http://127.0.0.1:{port}",
+                concurrency=[2],
+                sessions=settings,
+                endpoint=endpoint,
+            )
         )
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
             metrics = r.read().decode()
@@ -239,8 +248,13 @@ def test_sessions_against_the_mock_engine_count_prompts_as_it_does(model_dir, tm
     s = SessionSummary.model_validate(result["sessions"])
     assert s.sessions_completed == 4
     growth = [t.prompt_tokens_mean for t in s.by_turn]
-    assert growth[0] == 32 and growth[0] < growth[1] < growth[2]
-    # Every turn's prompt, counted by the client, is what the engine counted (the sentinels are off).
+    assert growth[0] is not None and growth[0] < growth[1] < growth[2]
+    if endpoint == "completions":
+        assert growth[0] == 32  # exact: the client's own count
+    else:
+        assert growth[0] > 32  # the template's tokens, which only the server's count has
+    # Every turn's prompt length in the result is what the engine counted (the sentinels are off):
+    # completions by the client's tokenizer, chat from the server's usage.
     (served,) = [
         float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("vllm:prompt_tokens_total")
     ]
