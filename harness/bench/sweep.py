@@ -1,5 +1,10 @@
 """Run a concurrency sweep: for each point, warmups then the measured requests.
 
+What a point sends depends on the dataset: independent requests (random or from a file), at the
+request rate; multi-turn sessions (harness.bench.sessions), `concurrency` of them in flight, each
+turn built from the answer before it; or a Mooncake trace (harness.bench.trace), each request at
+its timestamp over the speed, the concurrency capping those in flight.
+
 A watchdog (harness.bench.watchdog) runs beside the load; when the target dies the
 running batch stops at once, its finished requests are kept (the point's file is
 written with `stop_reason`), and the points left are not run. `total_timeout_s`
