@@ -13,8 +13,10 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import require_vllm
 from test_external_clients import AGENTIC_READS, AGENTIC_RECORD_METRICS
@@ -77,12 +79,14 @@ def test_aiperf_and_vllm_bench_serve_run_as_the_jobs_clients(tmp_path: Path) -> 
     argv += ["--results-dir", str(results)]
     for k, v in sets.items():
         argv += ["--set", f"{k}={v}"]
+    started = time.time()
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=540, start_new_session=True)
     runs = list((results / RECIPE).iterdir()) if (results / RECIPE).is_dir() else []
     assert len(runs) == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     run = RunDir(runs[0])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + _logs(run)
     assert json.loads(run.status.read_text())["state"] == "succeeded"
+    assert _clients_left(started, run.path) == []  # aiperf's services and vLLM's client ended with the job
 
     # aiperf: InferenceX's scenario against the job's proxy, its artifacts where the aggregation reads them.
     aiperf = run.client_point("aiperf", 2)
@@ -132,6 +136,20 @@ def _run_process_agentic_result(checkout: Path, result_dir: Path, out: Path) -> 
     assert r.returncode == 0, r.stdout + r.stderr
     agg = json.loads((out / "pdbench_agentic_conc2.json").read_text())
     assert agg["num_requests_successful"] >= 4 and agg["request_metrics"]["ttft"]
+
+
+def _clients_left(since: float, run_dir: Path) -> list[str]:
+    """This job's client processes still alive: aiperf names its services `aiperf <service>`."""
+    left = []
+    for p in psutil.process_iter(["name", "cmdline", "create_time"]):
+        try:
+            words = " ".join(p.info["cmdline"] or [])
+            ours = p.info["name"].startswith("aiperf") or str(run_dir) in words
+            if ours and p.info["create_time"] >= since - 1 and p.status() != psutil.STATUS_ZOMBIE:
+                left.append(f"{p.pid} {p.info['name']} {words[:100]}")
+        except psutil.Error:
+            continue
+    return left
 
 
 def _logs(run: RunDir) -> str:
