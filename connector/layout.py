@@ -1,7 +1,7 @@
 """The paged KV of one worker, addressed by kernel block, and its zero-copy host views.
 
-vLLM hands each layer's cache as a view with blocks on dim 0 (``[B, H, N, C]`` in
-0.32). The scheduler's block may span several kernel blocks (virtual block
+vLLM 0.32 hands each layer's cache as a view with blocks on dim 0 (``[B, H, N, C]``);
+vLLM 0.20 on CUDA hands ``[2, B, N, H, C]``, shown here as ``[B, H, 2, N, C]`` (blocks_first). The scheduler's block may span several kernel blocks (virtual block
 splitting); we transfer in kernel blocks, so two instances whose scheduler block
 sizes differ still interoperate when their kernel blocks match. On the wire a
 block is its elements in C order, whatever the strides, so CPU and CUDA peers and
@@ -36,6 +36,18 @@ def _block_contiguous(t: torch.Tensor) -> bool:
 Heads = tuple[int, int]  # a range [a, b) of a rank's own KV heads
 
 
+def blocks_first(t: torch.Tensor, num_blocks: int) -> torch.Tensor:
+    """A layer's cache with blocks on dim 0 and KV heads on dim 1, as this module addresses it.
+
+    vLLM 0.20's CUDA attention backends (FlashAttention, FlashInfer, Triton) hand
+    ``[2, B, N, H, C]``: the K and V planes first. That layer is shown as the view
+    ``[B, H, 2, N, C]`` (no copy). Caches already block-first (vLLM 0.32's) are kept.
+    """
+    if t.dim() == 5 and t.shape[0] == 2 and num_blocks and t.shape[1] != 2 and t.shape[1] % num_blocks == 0:
+        return t.permute(1, 3, 0, 2, 4)
+    return t
+
+
 class PagedKV:
     def __init__(
         self,
@@ -55,7 +67,7 @@ class PagedKV:
                 continue
             seen.add(key)
             names.append(name)
-            layers.append(t)
+            layers.append(blocks_first(t, num_blocks))
         if not layers:
             raise ValueError("no KV cache layers")
         self.names, self.layers = names, layers

@@ -79,3 +79,30 @@ def test_unsupported_vllm_fails_at_load_naming_its_version(tmp_path: Path) -> No
     assert "UnsupportedVllmError" in p.stderr
     assert "this is vLLM 0.19.0" in p.stderr
     assert supported_range() in p.stderr
+
+
+def test_vllm_020_cuda_layout_is_addressed_by_block() -> None:
+    # vLLM 0.20's CUDA attention caches are [2, B, N, H, C] (K and V planes first): the
+    # connector must address blocks on dim 1 there, or a pull reads the wrong bytes.
+    import torch
+
+    from connector.layout import PagedKV, blocks_first
+
+    blocks, n, h, c = 6, 4, 2, 8
+    k_v = torch.arange(2 * blocks * n * h * c, dtype=torch.float32).reshape(2, blocks, n, h, c)
+    kv = PagedKV({"l0": k_v, "l1": k_v.clone()}, num_blocks=blocks, block_size=n)
+    assert (kv.ratio, kv.kernel_block_size, kv.heads, kv.num_layers) == (1, n, h, 2)
+    assert kv.block_bytes == [2 * n * h * c * 4] * 2
+    view = kv.layers[0]
+    assert view.shape == (blocks, h, 2, n, c) and view.data_ptr() == k_v.data_ptr()  # no copy
+    # Block 3 of the view is exactly block 3's K and V, and moving it moves nothing else.
+    assert torch.equal(view[3, :, 0], k_v[0, 3].permute(1, 0, 2))
+    assert torch.equal(view[3, :, 1], k_v[1, 3].permute(1, 0, 2))
+    dst = torch.zeros_like(k_v)
+    dview = blocks_first(dst, blocks)
+    dview.index_copy_(0, torch.tensor([1]), view.index_select(0, torch.tensor([3])))
+    assert torch.equal(dst[:, 1], k_v[:, 3])
+    assert dst[:, [0, 2, 3, 4, 5]].abs().sum() == 0
+    # A block-first cache (vLLM 0.32's [B, H, N, C]) is left as it is.
+    flat = torch.zeros(blocks, h, n, c)
+    assert blocks_first(flat, blocks) is flat
