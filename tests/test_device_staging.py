@@ -1,0 +1,134 @@
+"""scripts/device/: building the staging parts here, putting and installing them there.
+
+No network: small hand-made wheels stand in for vLLM's. stage_build's resolve and download
+steps (pip against PyPI) are not run here; its packing and planning are, and so is the
+device step end to end (put in any order, resume, install with pip --no-index).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.util
+import json
+import sys
+import zipfile
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+DEVICE = Path(__file__).resolve().parents[1] / "scripts" / "device"
+
+
+def _module(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, DEVICE / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses and the like look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+build = _module("stage_build")
+device = _module("stage_device")
+
+
+def _wheel(out: Path, name: str, version: str, payload: bytes) -> Path:
+    """A minimal valid pure-Python wheel holding module `name` (pip installs it)."""
+    files = {
+        f"{name}/__init__.py": b"DATA = " + repr(payload[:16]).encode() + b"\n",
+        f"{name}/blob.bin": payload,
+        f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{name}-{version}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = [
+        f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}"
+        for p, d in files.items()
+    ]
+    files[f"{name}-{version}.dist-info/RECORD"] = (
+        "\n".join([*record, f"{name}-{version}.dist-info/RECORD,,"]) + "\n"
+    ).encode()
+    path = out / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for p, d in files.items():
+            z.writestr(p, d)
+    return path
+
+
+@pytest.fixture
+def staged(tmp_path: Path) -> tuple[Path, dict]:
+    wheels = tmp_path / "stage" / "wheels"
+    wheels.mkdir(parents=True)
+    # Incompressible payloads, so the tar (and its parts) is as large as the wheels.
+    _wheel(wheels, "fakea", "1.0", bytes(range(256)) * 40 + hashlib.sha256(b"a").digest() * 100)
+    _wheel(wheels, "fakeb", "2.0", hashlib.sha512(b"b").digest() * 200)
+    manifest = build.pack(wheels, tmp_path / "stage", part_bytes=8192)
+    return tmp_path / "stage", manifest
+
+
+def test_pack_splits_into_parts_that_join_to_the_blob(staged: tuple[Path, dict]) -> None:
+    out, m = staged
+    parts = [out / "parts" / p["name"] for p in m["parts"]]
+    assert len(parts) >= 3 and [p.name for p in parts] == [f"part-{i:03d}" for i in range(len(parts))]
+    assert all(p.stat().st_size == 8192 for p in parts[:-1]) and 0 < parts[-1].stat().st_size <= 8192
+    blob = b"".join(p.read_bytes() for p in parts)
+    assert len(blob) == m["blob_size"] and hashlib.sha256(blob).hexdigest() == m["blob_sha256"]
+    assert [w["name"] for w in m["wheels"]] == ["fakea-1.0-py3-none-any.whl", "fakeb-2.0-py3-none-any.whl"]
+    assert json.loads((out / "manifest.json").read_text()) == m
+
+
+def test_pack_again_rewrites_nothing_and_a_changed_set_repacks(staged: tuple[Path, dict]) -> None:
+    out, m = staged
+    before = {p.name: p.stat().st_mtime_ns for p in (out / "parts").iterdir()}
+    assert build.pack(out / "wheels", out, part_bytes=8192) == m
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "parts").iterdir()} == before
+    (out / "wheels" / "fakeb-2.0-py3-none-any.whl").unlink()
+    m2 = build.pack(out / "wheels", out, part_bytes=8192)
+    assert [w["name"] for w in m2["wheels"]] == ["fakea-1.0-py3-none-any.whl"]
+    assert sorted(p.name for p in (out / "parts").iterdir()) == [p["name"] for p in m2["parts"]]  # no stale part
+
+
+def test_calls_carry_the_manifest_and_parts_within_the_budget(staged: tuple[Path, dict]) -> None:
+    out, m = staged
+    groups = build.calls(m, out, budget_bytes=2 * 8192)
+    assert all(g[0].endswith("manifest.json") and len(g) <= 3 for g in groups)
+    assert [Path(p).name for g in groups for p in g[1:]] == [p["name"] for p in m["parts"]]
+
+
+def test_device_put_resumes_skips_present_parts_and_refuses_bad_ones(staged: tuple[Path, dict], tmp_path: Path) -> None:
+    out, m = staged
+    names = [p["name"] for p in m["parts"]]
+    stage = tmp_path / "device-stage"
+    # A call that carried only the first part (the others are absent from its tree).
+    carried = tmp_path / "call1"
+    (carried / "parts").mkdir(parents=True)
+    (carried / "manifest.json").write_bytes((out / "manifest.json").read_bytes())
+    (carried / "parts" / names[0]).write_bytes((out / "parts" / names[0]).read_bytes())
+    r = device.put(carried, stage)
+    assert r == {"put": [names[0]], "kept": [], "bad": [], "missing": names[1:]}
+    # A later call with everything: the first part is kept, not copied again.
+    first = (stage / names[0]).stat().st_mtime_ns
+    r = device.put(out, stage)
+    assert r["kept"] == [names[0]] and r["put"] == names[1:] and r["missing"] == [] and r["bad"] == []
+    assert (stage / names[0]).stat().st_mtime_ns == first
+    # A corrupt carried part is refused, and the good staged copy stays.
+    (stage / names[1]).unlink()
+    bad = bytearray((out / "parts" / names[1]).read_bytes())
+    bad[0] ^= 0xFF
+    (carried / "parts" / names[1]).write_bytes(bytes(bad))
+    r = device.put(carried, stage)
+    assert r["bad"] == [names[1]] and r["missing"] == [names[1]]
+    with pytest.raises(SystemExit, match=names[1]):
+        device.install(stage, tmp_path / "site")
+
+
+def test_device_install_installs_every_wheel_once(staged: tuple[Path, dict], tmp_path: Path) -> None:
+    out, _ = staged
+    stage, site = tmp_path / "device-stage", tmp_path / "site"
+    assert device.put(out, stage)["missing"] == []
+    assert device.install(stage, site) == ["fakea-1.0", "fakeb-2.0"]
+    assert (site / "fakeb" / "blob.bin").read_bytes() == hashlib.sha512(b"b").digest() * 200
+    marker = (site / device.MARKER).stat().st_mtime_ns
+    assert device.install(stage, site) == ["fakea-1.0", "fakeb-2.0"]  # already there: nothing redone
+    assert (site / device.MARKER).stat().st_mtime_ns == marker
