@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from harness import atomic
 from harness.config.load import PROJECT_ROOT
 from harness.report.formats import Format
-from harness.report.model import Report
+
+if TYPE_CHECKING:  # the model imports pandas: only `pdbench report` and `collect` should pay for it
+    from harness.report.model import Report
 
 EXIT_USAGE = 2
 
