@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 import time
@@ -11,6 +12,7 @@ from harness.launch.health_wait import HealthWait
 from harness.launch.job import Job, JobInfo, JobState, LaunchError
 from harness.launch.log_tail import LogTail
 from harness.rundir import RunDir, read_status
+from harness.rundir.paths import CLIENTS, client_point_subdir
 from harness.submit.points import Point, PointsUnknown, planned
 
 # The job's own time limit plus this much: teardown and the launcher's polling.
@@ -49,8 +51,29 @@ def point_table(points: list[Point]) -> list[str]:
     return lines
 
 
+def external_client(run: RunDir) -> tuple[str, list[int]] | None:
+    """(client, concurrencies) when another client than pdbench's measured the run's sweep."""
+    try:
+        cfg = json.loads(run.bench_config().read_text())
+    except (OSError, ValueError):
+        return None
+    client = cfg.get("client", "pdbench")
+    return None if client == "pdbench" else (str(client), [int(c) for c in cfg.get("concurrency", [])])
+
+
 def summary(run: RunDir, rc: int) -> None:
     """The run's outcome, a line per point, and the command to read it further."""
+    if (other := external_client(run)) is not None:
+        # pdbench wrote no result files: the sweep's points are the other client's directories.
+        client, concurrency = other
+        outcome = "succeeded" if rc == 0 else f"FAILED (exit {rc})"
+        written = sum((run.path / client_point_subdir(client, c)).is_dir() for c in concurrency)
+        say(
+            f"\n{outcome}: {client} measured the sweep, {written} of {len(concurrency)} point(s) written, "
+            f"under {run.path / CLIENTS / client}/conc_<C>/"
+        )
+        _next_steps(run, rc, points_written=written > 0)
+        return
     try:
         points = planned(run)
     except PointsUnknown as e:
@@ -62,11 +85,15 @@ def summary(run: RunDir, rc: int) -> None:
     if points:
         for line in point_table(points):
             say(line)
+    _next_steps(run, rc, points_written=any(p.result is not None for p in points))
+
+
+def _next_steps(run: RunDir, rc: int, points_written: bool) -> None:
     status = read_status(run)
     if rc != 0 and status and status.get("reason"):
         say(f"reason: {status['reason']}")
     ref = run_ref(run)
-    if any(p.result is not None for p in points):
+    if points_written:
         say(f"next: pdbench report {ref}")
     if rc != 0:
         say(f"logs: pdbench logs {ref}")
