@@ -12,9 +12,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 17600
-# The job secret (see connector/auth.py) is read from `secret_file`; pdbench's node runtime
-# writes it to RUN_DIR/state/kv_secret and the renderer passes that path.
-RUN_DIR_SECRET = Path("state") / "kv_secret"
+# The job secret (see connector/auth.py) is read from `secret_file`, the path the renderer
+# passes (harness.rundir.paths.SECRET, written by pdbench's node runtime).
 MIN_SECRET_BYTES = 16
 
 
