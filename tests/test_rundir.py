@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from fnmatch import fnmatch
 from pathlib import Path
@@ -103,3 +104,17 @@ def test_every_name_of_a_run_directory_is_in_the_layout() -> None:
     assert len(names) > 15  # the module's name constants were found
     undocumented = [n for n in names if not any(fnmatch(part, d) for part in n.split("/") for d in documented)]
     assert undocumented == []
+
+
+def test_runs_made_in_one_second_are_listed_newest_first(tmp_path: Path) -> None:
+    # Two runs in the same second whose random ids sort against their order: the later one's lock
+    # (written once, by render) is what says it is newer.
+    ids = ["20261126T030000Z-ffffff", "20261126T030000Z-000000"]  # made in this order
+    for k, run_id in enumerate(ids):
+        run = RunDir(tmp_path / "tiny" / run_id)
+        run.path.mkdir(parents=True)
+        run.plan.write_text("{}")
+        run.lock.write_text("recipe: {}\n")
+        os.utime(run.lock, ns=(10**18 + k, 10**18 + k))
+    assert sorted(ids, reverse=True) == ids  # the precondition: the ids alone would list the older first
+    assert [r.run_id for r in RunDir.all_runs(tmp_path)] == list(reversed(ids))
