@@ -3,11 +3,15 @@
 One JSON per concurrency point, a superset of `vllm bench serve`'s result keys, so
 results from pdbench and from vLLM's own client can be compared directly.
 
-Modules: config (ClientConfig), dataset (random exact-length prompts, shared prefix,
-JSONL/ShareGPT files), client (keep-alive HTTP/1.1 streaming over asyncio protocols,
-SSE parsing), loadgen (arrivals, concurrency slots, stop), watchdog (target health
-and server PIDs), metrics (vLLM's definitions), results (pydantic model, write-once
-files), progress (rich bar or plain lines), sweep (points in order), cli.
+Modules: client_config (ClientConfig), dataset (random exact-length prompts, shared prefix,
+JSONL/ShareGPT files), sessions (multi-turn conversations: turn k re-sends the conversation so
+far), trace and trace_gen (Mooncake-format traces: replay with real shared blocks, generation),
+client (keep-alive HTTP/1.1 streaming over asyncio protocols, SSE parsing), loadgen (arrivals
+on a send clock, concurrency slots, stop), workers (several load processes), sentinels (greedy
+prompts checked against a reference), watchdog (target health and server PIDs), serve_metrics
+(vLLM's definitions), validity_probe (/metrics around each point), results (pydantic model,
+write-once files), progress (rich bar or plain lines), external (aiperf and `vllm bench serve`
+as the job's client), sweep (points in order), cli.
 """
 
 from __future__ import annotations
