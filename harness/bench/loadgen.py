@@ -107,6 +107,26 @@ def _wake(futures: list[asyncio.Future[None]]) -> None:
             fut.set_result(None)
 
 
+async def run_workers(
+    tasks: list[asyncio.Task[Any]], stopped: asyncio.Event, limit_s: float | None, on_limit: Callable[[], None]
+) -> None:
+    """Wait for a batch's worker tasks until they all end, `stopped` is set, or limit_s passes
+    (then on_limit() stops the batch); cancel those still running and wait for them."""
+    everything = asyncio.gather(*tasks)
+    stopper = asyncio.create_task(stopped.wait())
+    try:
+        waiters: list[asyncio.Future[Any]] = [everything, stopper]
+        await asyncio.wait(waiters, timeout=limit_s, return_when=asyncio.FIRST_COMPLETED)
+        if not everything.done():
+            if not stopped.is_set():  # the time ran out, nothing stopped the batch before
+                on_limit()
+            for t in tasks:
+                t.cancel()
+        await asyncio.gather(everything, return_exceptions=True)
+    finally:
+        stopper.cancel()
+
+
 @dataclass
 class Progress:
     """Counters a display can poll; the load generator only increments them."""
@@ -222,19 +242,14 @@ class LoadRun:
         tasks = [asyncio.create_task(self._worker(s)) for s in self._slots]
         if not tasks:
             return None
-        everything = asyncio.gather(*tasks)
-        stopper = asyncio.create_task(self._stopped.wait())
         try:
-            waiters: list[asyncio.Future[Any]] = [everything, stopper]
-            await asyncio.wait(waiters, timeout=limit_s, return_when=asyncio.FIRST_COMPLETED)
-            if not everything.done() and self.stop_reason is None:
-                self.stop(limit_reason or f"point timeout: unfinished after {limit_s:g}s")
-            if not everything.done():
-                for t in tasks:
-                    t.cancel()
-            await asyncio.gather(everything, return_exceptions=True)
+            await run_workers(
+                tasks,
+                self._stopped,
+                limit_s,
+                lambda: self.stop(limit_reason or f"point timeout: unfinished after {limit_s:g}s"),
+            )
         finally:
-            stopper.cancel()
             self._clock.close()
             if self._grace is not None:
                 self._grace.cancel()

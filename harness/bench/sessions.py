@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -32,7 +31,7 @@ from harness.bench.dataset import (
     length_bounds,
     sample_requests,
 )
-from harness.bench.loadgen import Progress
+from harness.bench.loadgen import Progress, run_workers
 from harness.bench.serve_metrics import tpot
 from harness.bench.tokenizer import PromptTokenizer
 from harness.config.benchmark import THINK_TIME_CAP, SessionSettings
@@ -229,19 +228,14 @@ class SessionRun:
         answered fails with that reason, unless it already has its own)."""
         tasks = [asyncio.create_task(self._worker(s)) for s in self.slots]
         if tasks:
-            everything = asyncio.gather(*tasks)
-            stopper = asyncio.create_task(self._stopped.wait())
             try:
-                waiters: list[asyncio.Future[Any]] = [everything, stopper]
-                await asyncio.wait(waiters, timeout=limit_s, return_when=asyncio.FIRST_COMPLETED)
-                if not everything.done() and self.stop_reason is None:
-                    self.stop(limit_reason or f"point timeout: unfinished after {limit_s:g}s")
-                if not everything.done():
-                    for t in tasks:
-                        t.cancel()
-                await asyncio.gather(everything, return_exceptions=True)
+                await run_workers(
+                    tasks,
+                    self._stopped,
+                    limit_s,
+                    lambda: self.stop(limit_reason or f"point timeout: unfinished after {limit_s:g}s"),
+                )
             finally:
-                stopper.cancel()
                 if self._grace is not None:
                     self._grace.cancel()
         reason = self.drain_reason or self.stop_reason
