@@ -21,6 +21,7 @@ PACKAGES = ("harness", "connector")
 FLOORS: tuple[tuple[str, int], ...] = (
     ("harness.cli", 7),
     ("harness.__main__", 7),
+    ("harness.search", 6),
     ("harness.report", 6),
     ("harness.submit", 6),
     ("harness.doctor", 6),
@@ -55,6 +56,8 @@ FORBIDDEN: tuple[tuple[str, str, str], ...] = (
     ("harness.evals", "harness.proxy", "lm-eval talks to the proxy over HTTP"),
     ("harness.evals", "harness.node", "the node calls the evals, never the other way"),
     ("harness.report", "harness.node", "report reads run directories, never the node's internals"),
+    ("harness.search", "harness.node", "a search submits jobs and reads their run directories"),
+    ("harness.search", "harness.bench", "a search reads result files, never the client's internals"),
     ("harness.render", "harness.node", "render prints what the plan says; names come from harness.rundir"),
     ("harness.launch", "harness.node", "a launcher starts nodes as processes"),
     ("harness.config", "harness.render", "configuration is read before anything is rendered"),
