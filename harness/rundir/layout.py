@@ -61,6 +61,19 @@ LAYOUT: tuple[Entry, ...] = (
         "report, collect, status, submit --resume, node 0's validity check",
     ),
     Entry(
+        p.SLO_SEARCH,
+        "an SLO search over the concurrency ladder (benchmark.slo_search): every step, why it ran and its "
+        "verdict per SLO, the best and first failing concurrency per SLO, the repeats; done once it ended",
+        "pdbench bench",
+        "pdbench search, report, humans",
+    ),
+    Entry(
+        p.REPEATS + "/<k>/",
+        "an SLO search's repeat k of the best points: their results, metrics/ and sentinels/ as at the top",
+        "pdbench bench",
+        "pdbench search, humans (report counts the top-level points only)",
+    ),
+    Entry(
         p.SUPERSEDED + "/", "earlier, incomplete results of points a resumed sweep ran again", "pdbench bench", "humans"
     ),
     Entry(

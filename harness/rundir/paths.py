@@ -55,6 +55,10 @@ AIPERF_ARTIFACTS = "aiperf_artifacts"  # aiperf --output-artifact-dir: profile_e
 CLIENT_COMMAND = "benchmark_command.txt"  # the exact command line of the point's run
 VLLM_BENCH_RESULT = "vllm-bench.json"  # `vllm bench serve --save-result` of the point
 CLIENT_RUN = "client_run.json"  # how the run went: exit code, wall and CPU seconds of the client
+# An SLO search inside the job (benchmark.slo_search): its steps and verdicts, and the points it
+# measured again, each repeat k under repeats/<k>/ laid out as the run directory (result, evidence).
+SLO_SEARCH = "slo_search.json"
+REPEATS = "repeats"
 
 
 def client_point_subdir(client: str, concurrency: int | str, phase: str = "disagg") -> str:
@@ -66,6 +70,11 @@ def client_point_subdir(client: str, concurrency: int | str, phase: str = "disag
 def client_log_name(client: str, concurrency: int | str, phase: str = "disagg") -> str:
     """The stdout and stderr of one external client's point, in logs/."""
     return f"{client}-conc_{concurrency}" + ("" if phase == "disagg" else f"-{phase}")
+
+
+def repeat_subdir(repeat: int) -> str:
+    """Where repeat k (1..) of an SLO search's points goes: repeats/<k>."""
+    return f"{REPEATS}/{repeat}"
 
 
 def bench_config_name(phase: str) -> str:
@@ -139,6 +148,7 @@ CONTROL_FILES = frozenset(
         LAUNCH,
         NOT_SUBMITTED,
         DOCTOR_MARKER,
+        SLO_SEARCH,
         bench_config_name("disagg"),
         bench_config_name("aggregated"),
     }
@@ -400,6 +410,15 @@ class RunDir:
 
     def client_log(self, client: str, concurrency: int, phase: str = "disagg") -> Path:
         return self.log(client_log_name(client, concurrency, phase))
+
+    @property
+    def slo_search(self) -> Path:
+        return self.path / SLO_SEARCH
+
+    def repeat(self, repeat: int) -> RunDir:
+        """Repeat k (1..) of an SLO search, laid out as a run directory of its own: the repeated
+        points' results and their evidence (metrics/, sentinels/), apart from the first measurement's."""
+        return RunDir(self.path / repeat_subdir(repeat))
 
     def results(self) -> list[Path]:
         """The result files of the run (one per point), sorted by name."""
