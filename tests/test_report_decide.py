@@ -93,6 +93,22 @@ def test_ratios_fronts_and_slo_choice(tmp_path: Path) -> None:
     assert [(p.x, p.y) for p in short.ttft_fronts["disagg"]] == [(100.0, 100.0), (300.0, 300.0)]
 
 
+def test_slo_on_a_key_outside_the_table_columns(tmp_path: Path) -> None:
+    # TTFT p90 is no column of the table; the SLO's key (harness.config.slo) adds it. Only the
+    # short shape's c1 points record it here, so only they can meet it.
+    _write_run(tmp_path / "run")
+    for f in (tmp_path / "run").glob("concurrency_1_*isl_1024*.json"):
+        data = json.loads(f.read_text())
+        f.write_text(json.dumps(data | {"p90_ttft_ms": 90.0}))
+    assert "p90_ttft_ms" not in build_report([tmp_path / "run"]).table.columns
+    report = build_report([tmp_path / "run"], slo=parse_slo("ttft_p90=100"))
+    assert "p90_ttft_ms" in report.table.columns
+    short, long_ = report.decisions
+    assert (short.best["any"]["conc"], short.best["any"]["serving"]) == (1, "disagg")
+    assert long_.best["any"] is None
+    assert not any("p90_ttft_ms" in n for n in report.notes)
+
+
 def test_invalid_points_stay_off_the_fronts(tmp_path: Path) -> None:
     _write_run(tmp_path / "run")
     f = next((tmp_path / "run").glob("concurrency_4_*isl_1024*_gpus_3_ctx_1_gen_2.json"))

@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.config.slo import result_key
 from harness.report.accuracy import accuracy_rows
 from harness.report.breakdown import breakdowns, columns
 from harness.report.crosscheck import crosscheck
@@ -63,16 +64,22 @@ def _row(run: Run, p: Point, is_baseline: bool, rel: Any) -> dict[str, Any]:
     } | columns(p.ttft_breakdown)
 
 
-def _table(runs: list[Run], base_run: Run | None, rel: Any) -> pd.DataFrame:
+def _table(runs: list[Run], base_run: Run | None, rel: Any, extra_ms: tuple[str, ...] = ()) -> pd.DataFrame:
     """The rows in reading order: by ISL, OSL and concurrency, then run, a disaggregated point
-    before its aggregated baseline."""
+    before its aggregated baseline. `extra_ms`: result keys (in ms) an SLO bounds that the
+    table's own columns lack, added after them."""
     order = {run.label: i for i, run in enumerate(runs)}
-    rows = [_row(run, p, run is base_run, rel) for run in runs for p in run.points]
+    rows = [
+        _row(run, p, run is base_run, rel) | {k: p.ms.get(k, math.nan) for k in extra_ms}
+        for run in runs
+        for p in run.points
+    ]
     checked = any(r["outputs"] is not None for r in rows)
     broken_down = any(not math.isnan(r["ttft_breakdown_requests"]) for r in rows)
     at = ID_COLUMNS.index("source")  # the outputs check goes beside the validity columns
     ids = [*ID_COLUMNS[:at], *(OUTPUT_COLUMNS if checked else ()), *ID_COLUMNS[at:]]
     names = ids + [m.column for m in METRICS] + list(BREAKDOWN_COLUMNS if broken_down else ())
+    names += [k for k in extra_ms if k not in names]
     df = pd.DataFrame(rows, columns=names)
     if not df.empty:
         df["_order"] = df["run"].map(order)
@@ -112,7 +119,7 @@ def build_report(
     base_run = loaded.runs[0] if baseline is not None else None
     if base_run is not None:
         report.baseline = base_run.label
-    df = _table(loaded.runs, base_run, report.rel)
+    df = _table(loaded.runs, base_run, report.rel, tuple(result_key(k) for k in slo or ()))
     if base_run is not None:
         df, notes = with_deltas(df)
         report.notes += notes

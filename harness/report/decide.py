@@ -20,9 +20,9 @@ import math
 
 import pandas as pd
 
+from harness.config.slo import result_key
 from harness.report.model import FrontPoint, ShapeDecision
 from harness.report.pareto import pareto_front
-from harness.report.slo import SLO_COLUMNS
 
 
 def _usable(df: pd.DataFrame) -> pd.DataFrame:
@@ -88,7 +88,10 @@ def decide(table: pd.DataFrame, slo: dict[str, float] | None = None) -> list[Sha
         if slo:
             meets = rows
             for key, bound in slo.items():
-                col = meets[SLO_COLUMNS[key]]
+                if result_key(key) not in meets:  # no point records it: none meets it
+                    meets = meets.iloc[0:0]
+                    break
+                col = meets[result_key(key)]
                 meets = meets[col.notna() & (col <= bound)]
             for kind, sub in (("any", meets), *((k, meets[meets["serving"] == k]) for k in ("disagg", "agg"))):
                 sub = sub[sub["tput_per_gpu"].notna()]

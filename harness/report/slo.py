@@ -1,5 +1,6 @@
-"""Latency bounds (`--slo ttft_p99=2000,tpot_p50=30`): their keys, the table columns they bound,
-and the parse with errors that name the key."""
+"""Latency bounds given to the report (`--slo ttft_p99=2000,tpot_p50=30`): the parse, with
+errors that name the key, and why a bound chose nothing. The keys, the result columns they bound
+and the judgement are harness.config.slo's, shared with the SLO ladder and the search."""
 
 from __future__ import annotations
 
@@ -7,19 +8,9 @@ import math
 
 import pandas as pd
 
-# --slo keys -> the report table's columns (latencies in ms)
-SLO_COLUMNS = {
-    "ttft_p50": "median_ttft_ms",
-    "ttft_p99": "p99_ttft_ms",
-    "ttft_p99.9": "p99.9_ttft_ms",
-    "tpot_p50": "median_tpot_ms",
-    "e2el_p50": "median_e2el_ms",
-    "e2el_p99": "p99_e2el_ms",
-}
+from harness.config.slo import SLOError, result_key
 
-
-class SLOError(ValueError):
-    pass
+__all__ = ["SLOError", "parse_slo", "slo_notes"]
 
 
 def parse_slo(text: str) -> dict[str, float]:
@@ -30,8 +21,12 @@ def parse_slo(text: str) -> dict[str, float]:
             continue
         key, sep, value = item.partition("=")
         key = key.strip().lower()
-        if not sep or key not in SLO_COLUMNS:
-            raise SLOError(f"--slo: {item!r}: expected KEY=MS with KEY one of {', '.join(SLO_COLUMNS)}")
+        if not sep:
+            raise SLOError(f"--slo: {item!r}: expected KEY=MS, e.g. ttft_p90=2000")
+        try:
+            result_key(key)
+        except SLOError as e:
+            raise SLOError(f"--slo: {item!r}: expected KEY=MS with KEY {e}") from None
         try:
             bound = float(value)
         except ValueError:
@@ -56,7 +51,7 @@ def slo_notes(table: pd.DataFrame, slo: dict[str, float], shapes: list[tuple[int
         ]
     rows = table[[(isl, osl) in shapes for isl, osl in zip(table["isl"], table["osl"], strict=True)]]
     return [
-        f"--slo {key}: no point of those ISL/OSLs records {SLO_COLUMNS[key]}, so none can meet it"
+        f"--slo {key}: no point of those ISL/OSLs records {result_key(key)}, so none can meet it"
         for key in slo
-        if rows[SLO_COLUMNS[key]].isna().all()
+        if result_key(key) not in rows or rows[result_key(key)].isna().all()
     ]
