@@ -58,7 +58,7 @@ def test_the_hash_follows_the_content(tmp_path: Path) -> None:
 
 
 def test_a_missing_file_lists_the_searches() -> None:
-    with pytest.raises(ConfigError, match="search file not found.*local-tiny-pd"):
+    with pytest.raises(ConfigError, match=r"search file not found.*local-tiny-pd"):
         load_search("no-such-search")
 
 
