@@ -17,10 +17,12 @@ from harness.report.result_file import NotAResult, read_point
 from harness.report.result_names import looks_like_result_name
 from harness.rundir import RunDir, read_status
 from harness.rundir.accuracy_summary import AccuracySummary
-from harness.rundir.paths import CLIENTS, CONTROL_FILES, EVALS, SENTINELS
+from harness.rundir.paths import CLIENTS, CONTROL_FILES, EVALS, REPEATS, SENTINELS
 
-# A pdbench run's folders of records whose files may be named like results but are not its points.
-RECORD_DIRS = frozenset({SENTINELS, EVALS, CLIENTS})  # other clients: the cross-check reads them
+# A pdbench run's folders of records whose files may be named like results but are not its points:
+# other clients' (the cross-check reads them) and an SLO search's repeats of a point it has already
+# (pdbench search reads them).
+RECORD_DIRS = frozenset({SENTINELS, EVALS, CLIENTS, REPEATS})
 
 
 class RunPathError(Exception):
@@ -43,8 +45,7 @@ def _not_a_result(path: Path) -> str | None:
 def candidate_files(run_path: Path) -> list[Path]:
     """A file argument is itself; a directory gives its *.json files (pdbench's control files
     excepted) and, below it, the files whose names carry a concurrency (srt-slurm nests them in
-    logs/sa-bench_*/), without entering other pdbench run directories or a run's sentinel and
-    eval records."""
+    logs/sa-bench_*/), without entering other pdbench run directories or a run's RECORD_DIRS."""
     if run_path.is_file():
         return [run_path]
     top = sorted(p for p in run_path.glob("*.json") if p.is_file() and p.name not in CONTROL_FILES)
