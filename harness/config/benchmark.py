@@ -24,6 +24,7 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    StrictFloat,
     field_validator,
     model_validator,
 )
@@ -35,6 +36,7 @@ from harness.config.external_clients import (
     VllmBenchSettings,
     check_clients,
 )
+from harness.config.slo import SLOError, check_bounds, result_key
 from harness.rundir.result_name import shape_tag
 
 
@@ -149,6 +151,54 @@ class TraceSettings(BaseModel):
         None,
         description="Replay only the trace's first N requests (null: the whole trace).",
     )
+
+
+class RepeatSettings(BaseModel):
+    """How often an SLO search measures each SLO's best concurrency again (harness.bench.slo_ladder)."""
+
+    model_config = ConfigDict(extra="forbid")
+    max: NonNegativeInt = Field(
+        2, description="At most this many more measurements of each SLO's best concurrency (0: none)."
+    )
+    ci_half_width: PositiveFloat = Field(
+        0.03,
+        description="Stop repeating once the t-interval's half-width of goodput per device is at most this "
+        "share of its mean (it needs two measurements).",
+    )
+    confidence: float = Field(0.95, gt=0, lt=1, description="Confidence of that t-interval.")
+
+
+class SloSearchSettings(BaseModel):
+    """An SLO search over the concurrency ladder (harness.bench.slo_ladder): per SLO, climb from
+    start by doubling while its bounds are met, bisect the ladder between the last point that met
+    them and the first that did not, then measure each SLO's best point again (repeats)."""
+
+    model_config = ConfigDict(extra="forbid")
+    slos: dict[str, dict[str, StrictFloat]] = Field(
+        description="Named SLOs, each a map of <metric>_<stat> (ttft, tpot, itl, e2el; p50, mean, p90, p99, "
+        "...) to an upper bound in ms. A point meets an SLO when it meets every bound, its verdict is not "
+        "invalid and no request failed.",
+        examples=[{"tight": {"ttft_p90": 800, "tpot_p90": 40}, "loose": {"ttft_p90": 3000}}],
+    )
+    start: PositiveInt | None = Field(None, description="The ladder value measured first (null: the first).")
+    repeats: RepeatSettings = Field(
+        default_factory=RepeatSettings, description="Further measurements of each SLO's best concurrency."
+    )
+
+    @model_validator(mode="after")
+    def _check_slos(self) -> SloSearchSettings:
+        if not self.slos:
+            raise ValueError("slos: no SLO given (e.g. tight: {ttft_p90: 800, tpot_p90: 40})")
+        checked: dict[str, dict[str, float]] = {}
+        for name, bounds in self.slos.items():
+            if not name or not name.replace("-", "_").isidentifier():
+                raise ValueError(f"slos.{name}: an SLO's name is a word (letters, digits, - and _)")
+            try:
+                checked[name] = check_bounds(bounds, f"slos.{name}")
+            except SLOError as e:
+                raise ValueError(str(e)) from None
+        self.slos = checked
+        return self
 
 
 ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -352,6 +402,15 @@ class BenchmarkSettings(BaseModel):
         description="Greedy sentinel prompts in every point, their answers compared token by token with a "
         "reference answered whole by one instance (validity rule outputs_match).",
     )
+    # Left out of the lock (and the fingerprint) when not set: recipes without it keep theirs.
+    slo_search: SloSearchSettings | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="Make the sweep an SLO search over the ladder `concurrency` (ascending): only the points "
+        "the search needs run, each SLO's best is measured again, and slo_search.json records every step "
+        "(docs/search.md). On the command line a JSON object.",
+        json_schema_extra=_cli(cli_format="json", cli_default="none; every concurrency is run"),
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -480,6 +539,44 @@ class BenchmarkSettings(BaseModel):
                 # Same bound as vLLM's RandomDataset.
                 raise ValueError(f"{key} must be in [0, 1) for the vllm convention")
         return self
+
+    @model_validator(mode="after")
+    def _check_slo_search(self) -> BenchmarkSettings:
+        search = self.slo_search
+        if search is None:
+            return self
+        ladder = self.concurrency
+        if ladder != sorted(ladder):
+            raise ValueError(
+                f"concurrency: with slo_search it is the ladder and must be ascending (got {', '.join(map(str, ladder))})"
+            )
+        if search.start is not None and search.start not in ladder:
+            raise ValueError(
+                f"slo_search.start: {search.start} is not a ladder value (concurrency: {', '.join(map(str, ladder))})"
+            )
+        if self.shapes:
+            raise ValueError("slo_search: one shape per search (isl and osl); shapes would need a ladder each")
+        if self.client != "pdbench" or self.cross_check:
+            raise ValueError(
+                "slo_search: the search judges pdbench's own points; client must be pdbench and cross_check empty"
+            )
+        # A percentile the results do not carry would fail every point.
+        carried = {f"p{p:g}" for p in self.percentiles} | {"p50", "mean"}
+        for name, bounds in search.slos.items():
+            for key in bounds:
+                stat = key.split("_", 1)[1]
+                if stat not in carried:
+                    raise ValueError(
+                        f"slo_search.slos.{name}.{key}: the results carry no {result_key(key)} "
+                        f"(add {stat[1:]} to benchmark.percentiles)"
+                    )
+        return self
+
+    @property
+    def search_start(self) -> int:
+        """The SLO search's first ladder value."""
+        assert self.slo_search is not None
+        return self.slo_search.start if self.slo_search.start is not None else self.concurrency[0]
 
     @property
     def multi_shape(self) -> bool:

@@ -473,3 +473,15 @@ class Recipe(Strict):
             early = " or ".join(connectors.accepting("overlap"))
             raise ValueError(f"proxy.overlap: only the {early} connector can pull early, not {self.connector.name}")
         return self
+
+    @model_validator(mode="after")
+    def _one_search_per_job(self) -> Recipe:
+        # Two sweeps in one run directory would share slo_search.json and repeats/.
+        topo = self.topology
+        if self.benchmark.slo_search is not None and topo.aggregated is not None and not topo.aggregated_only:
+            raise ValueError(
+                "benchmark.slo_search: this job runs two sweeps (the disaggregated one and the aggregated "
+                "baseline's); an SLO search measures one deployment per job (search the aggregated one with "
+                "topology.aggregated_only: true)"
+            )
+        return self
