@@ -220,6 +220,7 @@ class ReportEntry:
     reason: str
     run: Path | None
     outcome: CandidateOutcome | None
+    earlier: tuple[CandidateOutcome, ...] = ()  # earlier attempts' jobs (failed, cancelled): they spent too
 
 
 # The status of a candidate left out of the search by its constraints: not part of the grid.
