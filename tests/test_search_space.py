@@ -1,0 +1,130 @@
+"""A search's candidates: the factors' product, each planned, the excluded ones with the reason."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from harness.config.load import parse_override
+from harness.search import space
+from harness.search.spec import LoadedSearch, load_search
+
+BASE = {
+    "recipe": "local-tiny-1p2d",
+    "cluster": "local",
+    "factors": {
+        "prefill": [{"topology.prefill.workers": 1, "topology.prefill.nodes": 1}],
+        "decode": [
+            {"topology.decode.workers": 1, "topology.decode.nodes": 1},
+            {"topology.decode.workers": 2, "topology.decode.nodes": 2},
+        ],
+    },
+    "slos": {"tight": {"ttft_p90": 800}},
+    "concurrency": [1, 2, 4],
+}
+
+
+def search(tmp_path: Path, **changes) -> LoadedSearch:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({**BASE, **changes}))
+    return load_search(str(path))
+
+
+def by_name(choices: list[space.Choice]) -> dict[str, space.Choice]:
+    return {c.candidate.name: c for c in choices}
+
+
+def test_the_local_search_plans_three_candidates_and_excludes_2p2d() -> None:
+    s = load_search("local-tiny-pd")
+    choices = space.candidates(s, cluster=s.cluster(None), launcher_kind="slurm")
+    assert [c.candidate.name for c in choices] == ["1p1d", "1p2d", "2p1d", "2p2d"]
+    got = {c.candidate.name: (c.candidate.devices, c.candidate.nodes, c.excluded) for c in choices}
+    assert got["1p1d"] == (2, 2, None) and got["1p2d"] == (3, 3, None) and got["2p1d"] == (3, 3, None)
+    assert got["2p2d"][:2] == (4, 4) and got["2p2d"][2] == "4 devices > constraints.max_devices 3"
+    # The local cluster binds every prefill to core 0 and every decode to core 1: one core per role.
+    one_2p1d = by_name(choices)["2p1d"].candidate
+    assert (one_2p1d.prefill_devices, one_2p1d.decode_devices) == (2, 1)
+    assert dict(one_2p1d.capacity) == {"prefill": 1.0, "decode": 1.0}
+
+
+def test_each_candidate_carries_the_ladder_and_the_slo_search_last(tmp_path: Path) -> None:
+    s = search(tmp_path, set=["benchmark.isl=128"], start=2)
+    c = space.candidates(s, cluster="local")[1].candidate
+    assert c.overrides[0] == "benchmark.isl=128"
+    assert "topology.decode.workers=2" in c.overrides
+    keys = [parse_override(o)[0] for o in c.overrides[-2:]]
+    assert keys == [["benchmark", "concurrency"], ["benchmark", "slo_search"]]
+    assert parse_override(c.overrides[-2])[1] == [1, 2, 4]
+    slo_search = parse_override(c.overrides[-1])[1]
+    assert slo_search == {
+        "slos": {"tight": {"ttft_p90": 800.0}},
+        "start": 2,
+        "repeats": {"max": 2, "ci_half_width": 0.03, "confidence": 0.95},
+    }
+
+
+def test_a_candidate_that_does_not_plan_is_excluded_with_the_error(tmp_path: Path) -> None:
+    bad = {"topology.decode.workers": 3, "topology.decode.nodes": 2}
+    s = search(tmp_path, factors={"decode": [BASE["factors"]["decode"][0], bad]})
+    choices = by_name(space.candidates(s, cluster="local"))
+    assert choices["1p1d"].excluded is None
+    reason = choices["1p3d"].excluded
+    assert reason is not None and "topology.decode" in reason and "multiple of nodes" in reason
+    assert choices["1p3d"].candidate.devices == 0
+
+
+def test_a_candidate_the_launcher_cannot_run_is_excluded(tmp_path: Path) -> None:
+    # The local launcher runs every node on this host: two decode servers on one port collide.
+    choices = by_name(space.candidates(search(tmp_path), cluster="local", launcher_kind="local"))
+    assert choices["1p1d"].excluded is None
+    assert "port 8200" in (choices["1p2d"].excluded or "")
+
+
+def test_other_varying_factors_are_named_after_their_values(tmp_path: Path) -> None:
+    s = search(tmp_path, factors={**BASE["factors"], "shape": [{"benchmark.isl": 128}, {"benchmark.isl": 512}]})
+    names = [c.candidate.name for c in space.candidates(s, cluster="local")]
+    assert names == ["1p1d-isl128", "1p1d-isl512", "1p2d-isl128", "1p2d-isl512"]
+
+
+def test_the_max_nodes_constraint_excludes(tmp_path: Path) -> None:
+    s = search(tmp_path, constraints={"max_nodes": 2})
+    assert by_name(space.candidates(s, cluster="local"))["1p2d"].excluded == "3 nodes > constraints.max_nodes 2"
+
+
+def test_the_aggregated_baseline_uses_the_winners_devices_and_nodes(tmp_path: Path) -> None:
+    s = search(tmp_path, baseline={"set": ["topology.aggregated.port=8300"]})
+    winner = by_name(space.candidates(s, cluster="local"))["1p2d"].candidate
+    choice = space.baseline(s, winner, cluster="local", launcher_kind="slurm")
+    assert choice.excluded is None
+    b = choice.candidate
+    assert (b.name, b.kind, b.devices, b.prefill_devices, b.decode_devices, b.nodes) == ("agg3", "agg", 3, 3, 0, 3)
+    # Its three instances run on the disaggregated servers' cores: 0 and 1.
+    assert dict(b.capacity) == {"aggregated": 2.0}
+    assert b.overrides[: len(winner.overrides)] == winner.overrides
+    extra = dict(o.split("=", 1) for o in b.overrides[len(winner.overrides) :])
+    assert json.loads(extra["topology.aggregated_only"]) is True
+    assert (extra["topology.aggregated.workers"], extra["topology.aggregated.nodes"]) == ("3", "3")
+    assert extra["topology.aggregated.port"] == "8300"
+
+
+def test_a_baseline_without_a_port_is_excluded_with_the_reason(tmp_path: Path) -> None:
+    s = search(tmp_path)
+    winner = space.candidates(s, cluster="local")[0].candidate
+    choice = space.baseline(s, winner, cluster="local")
+    assert choice.candidate.name == "agg2"
+    assert "topology.aggregated.port" in (choice.excluded or "")
+
+
+def test_cores_reads_the_bind_syntax() -> None:
+    assert space.cores("0-3|6,8") == {0, 1, 2, 3, 6, 8}
+    assert space.cores("1") == {1}
+
+
+def test_one_baseline_per_device_count() -> None:
+    def c(name: str, p: int, d: int) -> space.Candidate:
+        return space.Candidate(name, "disagg", (), p, d, p + d, {})
+
+    picked = space.device_counts([c("1p2d", 1, 2), c("2p1d", 2, 1), c("1p1d", 1, 1)])
+    assert [x.name for x in picked] == ["1p2d", "1p1d"]
