@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -11,16 +12,15 @@ from harness.config.load import parse_override
 from harness.search import space
 from harness.search.spec import LoadedSearch, load_search
 
-BASE = {
+DECODE = [
+    {"topology.decode.workers": 1, "topology.decode.nodes": 1},
+    {"topology.decode.workers": 2, "topology.decode.nodes": 2},
+]
+FACTORS: dict[str, Any] = {"prefill": [{"topology.prefill.workers": 1, "topology.prefill.nodes": 1}], "decode": DECODE}
+BASE: dict[str, Any] = {
     "recipe": "local-tiny-1p2d",
     "cluster": "local",
-    "factors": {
-        "prefill": [{"topology.prefill.workers": 1, "topology.prefill.nodes": 1}],
-        "decode": [
-            {"topology.decode.workers": 1, "topology.decode.nodes": 1},
-            {"topology.decode.workers": 2, "topology.decode.nodes": 2},
-        ],
-    },
+    "factors": FACTORS,
     "slos": {"tight": {"ttft_p90": 800}},
     "concurrency": [1, 2, 4],
 }
@@ -67,7 +67,7 @@ def test_each_candidate_carries_the_ladder_and_the_slo_search_last(tmp_path: Pat
 
 def test_a_candidate_that_does_not_plan_is_excluded_with_the_error(tmp_path: Path) -> None:
     bad = {"topology.decode.workers": 3, "topology.decode.nodes": 2}
-    s = search(tmp_path, factors={"decode": [BASE["factors"]["decode"][0], bad]})
+    s = search(tmp_path, factors={"decode": [DECODE[0], bad]})
     choices = by_name(space.candidates(s, cluster="local"))
     assert choices["1p1d"].excluded is None
     reason = choices["1p3d"].excluded
@@ -83,7 +83,7 @@ def test_a_candidate_the_launcher_cannot_run_is_excluded(tmp_path: Path) -> None
 
 
 def test_other_varying_factors_are_named_after_their_values(tmp_path: Path) -> None:
-    s = search(tmp_path, factors={**BASE["factors"], "shape": [{"benchmark.isl": 128}, {"benchmark.isl": 512}]})
+    s = search(tmp_path, factors={**FACTORS, "shape": [{"benchmark.isl": 128}, {"benchmark.isl": 512}]})
     names = [c.candidate.name for c in space.candidates(s, cluster="local")]
     assert names == ["1p1d-isl128", "1p1d-isl512", "1p2d-isl128", "1p2d-isl512"]
 
