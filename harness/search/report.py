@@ -1,0 +1,223 @@
+"""A search's report: report.md for people, report.json for programs, pareto.png for the eye.
+
+Every candidate is listed, run or not, with its status and the reason for it; per SLO its best
+concurrency, goodput per device ± the half-width of its t-interval, and the side that limited it.
+Then the winner per SLO (or the tie), the aggregated baseline with its ratio, and the device-hours
+spent against the full grid's estimate (harness.search.decide says what each means). The plot
+draws every measured point (repeats too) of every candidate, throughput per device against
+interactivity, each candidate's Pareto front as a line and each SLO's winner as a star. All three
+files are written atomically; their names are harness.search.layout's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness import atomic
+from harness.report.pareto import pareto_front
+from harness.search.decide import Choice, Spend, choose_all, spend
+from harness.search.layout import PARETO, REPORT_JSON, REPORT_MD
+from harness.search.outcome import ReportEntry
+
+X_LABEL = "Interactivity (tok/s/user = 1000 / median TPOT)"
+Y_LABEL = "Total throughput per device (tok/s/device)"
+WINNER_MARKERS = ("*", "P", "D", "X")  # one per SLO
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _bounds(bounds: Mapping[str, float]) -> str:
+    return ", ".join(f"{k} <= {v:g} ms" for k, v in bounds.items())
+
+
+def _devices(e: ReportEntry) -> str:
+    c = e.candidate
+    return f"agg {c.devices}" if c.kind == "agg" else f"{c.prefill_devices}/{c.decode_devices}"
+
+
+def _slo_cells(e: ReportEntry, slo: str) -> list[str]:
+    o = e.outcome.slos.get(slo) if e.outcome else None
+    if o is None:
+        return ["", "", ""]
+    if o.best is None or o.interval is None:
+        return ["none meets", "", o.limit.text()]
+    value = f"{o.interval.text()} (n={o.interval.n})"
+    return [str(o.best), value, o.limit.text()]
+
+
+def _run(e: ReportEntry, search_dir: Path) -> str | None:
+    if e.run is None:
+        return None
+    try:
+        return str(e.run.relative_to(search_dir))
+    except ValueError:
+        return str(e.run)
+
+
+def markdown(
+    search_dir: Path,
+    ladder: Sequence[int],
+    slos: Mapping[str, Mapping[str, float]],
+    entries: Sequence[ReportEntry],
+    choices: Mapping[str, Choice],
+    spent: Spend,
+) -> str:
+    confidence = next(
+        (o.interval.confidence for e in entries if e.outcome for o in e.outcome.slos.values() if o.interval), 0.95
+    )
+    lines = [
+        f"# Search {search_dir.name}",
+        "",
+        f"Ladder: {', '.join(map(str, ladder))}. SLOs: "
+        + "; ".join(f"**{name}** {_bounds(b)}" for name, b in slos.items())
+        + ".",
+        "",
+        "Goodput per device: total token throughput / devices at the highest concurrency meeting the SLO, "
+        f"the mean of its measurements ± the half-width of their {confidence:.0%} t-interval (? when measured once).",
+        "",
+        "## Winners",
+        "",
+        *(f"- {choices[name].text()}" for name in slos),
+        "",
+        "## Candidates",
+        "",
+    ]
+    head = ["candidate", "P/D devices", "status", "reason"]
+    for name in slos:
+        head += [f"{name}: best c", f"{name}: tok/s/device", f"{name}: limit"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for e in entries:
+        row = [e.candidate.name, _devices(e), e.status, e.reason]
+        for name in slos:
+            row += _slo_cells(e, name)
+        lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
+    lines += ["", "## Cost", "", spent.text() + ".", ""]
+    notes = [(e.candidate.name, n) for e in entries if e.outcome for n in e.outcome.notes]
+    if notes:
+        lines += ["## Notes", "", *(f"- {name}: {n}" for name, n in notes), ""]
+    return "\n".join(lines)
+
+
+def as_json(
+    ladder: Sequence[int],
+    slos: Mapping[str, Mapping[str, float]],
+    entries: Sequence[ReportEntry],
+    choices: Mapping[str, Choice],
+    spent: Spend,
+    search_dir: Path,
+) -> dict[str, Any]:
+    candidates = []
+    for e in entries:
+        c = e.candidate
+        candidates.append(
+            {
+                "name": c.name,
+                "kind": c.kind,
+                "prefill_devices": c.prefill_devices,
+                "decode_devices": c.decode_devices,
+                "devices": c.devices,
+                "nodes": c.nodes,
+                "capacity": dict(c.capacity),
+                "overrides": list(c.overrides),
+                "status": e.status,
+                "reason": e.reason,
+                "run": _run(e, search_dir),
+                "outcome": e.outcome.to_json() if e.outcome else None,
+                "earlier": [o.to_json() for o in e.earlier],
+            }
+        )
+    return {
+        "search": search_dir.name,
+        "ladder": list(ladder),
+        "slos": {name: dict(b) for name, b in slos.items()},
+        "candidates": candidates,
+        "winners": {name: choice.to_json() for name, choice in choices.items()},
+        "spend": spent.to_json(),
+    }
+
+
+def plot(path: Path, entries: Sequence[ReportEntry], choices: Mapping[str, Choice], title: str) -> Path:
+    """pareto.png: every candidate's points and front, each SLO's winner starred."""
+    from matplotlib import rcParams
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9, 6), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    colours = [c["color"] for c in rcParams["axes.prop_cycle"]]
+    drawn = [(e.candidate, e.outcome) for e in entries if e.outcome and e.outcome.points]
+    for i, (c, out) in enumerate(drawn):
+        colour = colours[i % len(colours)]
+        label = c.name + (" (aggregated)" if c.kind == "agg" else "")
+        pts = [(p.interactivity, p.goodput_per_device) for p in out.points if p.interactivity is not None]
+        front = pareto_front(pts)
+        ax.plot([p[0] for p in front], [p[1] for p in front], marker="o", color=colour, label=label)
+        others = [p for p in pts if p not in front]
+        if others:
+            ax.plot([p[0] for p in others], [p[1] for p in others], "o", alpha=0.35, color=colour, label="_others")
+        for p in out.points:
+            if p.interactivity is not None and p.repeat == 0:
+                ax.annotate(
+                    f"c{p.concurrency}",
+                    (p.interactivity, p.goodput_per_device),
+                    textcoords="offset points",
+                    xytext=(4, 4),
+                    fontsize=8,
+                    color=colour,
+                )
+    by_name = {c.name: out for c, out in drawn}
+    for k, (slo, choice) in enumerate(choices.items()):
+        w = choice.winner
+        won = by_name.get(w.name) if w else None
+        if w is None or won is None:
+            continue
+        xs = [p.interactivity for p in won.points if p.concurrency == w.concurrency and p.interactivity]
+        if not xs:
+            continue
+        hw = w.interval.half_width
+        ax.errorbar(
+            [sum(xs) / len(xs)],
+            [w.interval.mean],
+            yerr=[[hw], [hw]] if math.isfinite(hw) else None,
+            marker=WINNER_MARKERS[k % len(WINNER_MARKERS)],
+            markersize=14,
+            color="black",
+            linestyle="none",
+            label=f"{slo} {'tie' if choice.ties else 'winner'}: {w.name} at c={w.concurrency} (mean ± half-width)",
+        )
+    ax.set_xlabel(X_LABEL)
+    ax.set_ylabel(Y_LABEL)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    atomic.write_with(path, lambda f: fig.savefig(f, format="png"))
+    return path
+
+
+def write_report(
+    search_dir: Path,
+    ladder: Sequence[int],
+    slos: Mapping[str, Mapping[str, float]],
+    entries: Sequence[ReportEntry],
+) -> list[Path]:
+    """Write report.md, report.json and pareto.png into the search directory; their paths."""
+    search_dir = Path(search_dir)
+    search_dir.mkdir(parents=True, exist_ok=True)
+    choices = choose_all(entries, slos)
+    spent = spend(entries, ladder)
+    md = atomic.write_text(search_dir / REPORT_MD, markdown(search_dir, ladder, slos, entries, choices, spent))
+    data = as_json(ladder, slos, entries, choices, spent, search_dir)
+    js = atomic.write_text(search_dir / REPORT_JSON, json.dumps(data, indent=2, allow_nan=False) + "\n")
+    png = plot(
+        search_dir / PARETO, entries, choices, f"Search {search_dir.name}: throughput per device vs interactivity"
+    )
+    return [md, js, png]
