@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from harness.search.outcome import CandidateOutcome, read_outcome
 from harness.search.space import Candidate
 
 LAUNCHED = 1_795_669_000.0
+STARTED = LAUNCHED + 3.0  # the job waited 3 s in the queue, then its nodes started
 TIGHT = {"ttft_p90": 800.0, "tpot_p90": 40.0}
 LOOSE = {"ttft_p90": 3000.0}
 SLOS = {"tight": TIGHT, "loose": LOOSE}
@@ -98,12 +101,17 @@ def write_run(
     finished_at: float | None = 0.0,
     slo_search: dict[str, Any] | None = None,
 ) -> Path:
-    """A run directory as a finished job leaves it: plan, launch record, results, repeats/<k>/,
-    slo_search.json and status.json (finished_at 0.0: one second after the last point)."""
+    """A run directory as a finished job leaves it: plan, launch record, the nodes' rendezvous
+    records, results, repeats/<k>/, slo_search.json and status.json (finished_at 0.0: one second
+    after the last point)."""
     path.mkdir(parents=True)
     (path / "plan.json").write_text(json.dumps({"processes": [], "num_nodes": 2, "proxy_node": 0}))
     launch = {"launcher": "slurm", "job_id": "7", "host": "vm", "time": LAUNCHED, "pid": None, "create_time": None}
     (path / "launch.json").write_text(json.dumps(launch))
+    (path / "nodes").mkdir()
+    for node, at in ((0, STARTED + 1.0), (1, STARTED)):  # each node's rendezvous record, as it starts
+        (path / "nodes" / f"{node}.json").write_text(json.dumps({"node": node, "addr": "10.77.0.11"}))
+        os.utime(path / "nodes" / f"{node}.json", (at, at))
     for data in points:
         (path / name(data["max_concurrency"], data["metadata"]["disagg"])).write_text(json.dumps(data))
     for k, pts in (repeats or {}).items():
@@ -162,14 +170,21 @@ def test_the_best_point_its_samples_and_the_decode_limit(tmp_path: Path) -> None
     assert out.notes == ()
 
 
-def test_cost_from_the_launch_to_the_end(tmp_path: Path) -> None:
+def test_cost_from_the_nodes_start_to_the_end(tmp_path: Path) -> None:
     out = read_outcome(ladder_run(tmp_path), ONE_P_ONE_D, SLOS)
-    # the last point (repeat 2) ends at +92 s, the status one second later
+    # launched at 0, nodes started at +3 s; the last point (repeat 2) ends at +92 s, the status at +93 s
     assert out.cost.points == 7
-    assert out.cost.wall_s == pytest.approx(93.0)
-    assert out.cost.device_hours == pytest.approx(2 * 93.0 / 3600)
-    assert out.cost.startup_s == pytest.approx(30.0)
+    assert out.cost.wall_s == pytest.approx(90.0)
+    assert out.cost.device_hours == pytest.approx(2 * 90.0 / 3600)
+    assert out.cost.startup_s == pytest.approx(27.0)
     assert out.cost.per_point_s == pytest.approx(63.0 / 7)
+
+
+def test_without_rendezvous_records_the_launch_starts_the_clock(tmp_path: Path) -> None:
+    run = ladder_run(tmp_path)
+    shutil.rmtree(run / "nodes")
+    out = read_outcome(run, ONE_P_ONE_D, SLOS)
+    assert out.cost.wall_s == pytest.approx(93.0) and out.cost.startup_s == pytest.approx(30.0)
 
 
 def test_every_point_for_the_plot(tmp_path: Path) -> None:
@@ -243,13 +258,14 @@ def test_a_job_killed_before_its_status(tmp_path: Path) -> None:
     out = read_outcome(run, ONE_P_ONE_D, {"tight": TIGHT})
     assert out.state is None
     newest = max(p.stat().st_mtime for p in run.rglob("*") if p.is_file())
-    assert out.cost.wall_s == pytest.approx(newest - LAUNCHED)
+    assert out.cost.wall_s == pytest.approx(newest - STARTED)
     assert out.notes == ("no finished_at in status.json: the job's end is taken as its newest file's time",)
 
 
 def test_a_run_never_launched_has_no_cost(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", [], finished_at=None)
     (run / "launch.json").unlink()
+    shutil.rmtree(run / "nodes")
     out = read_outcome(run, ONE_P_ONE_D, {"tight": TIGHT})
     assert out.cost.wall_s is None and out.cost.device_hours is None and out.cost.points == 0
     assert out.slos["tight"].limit.evidence == ("no point measured",)

@@ -18,10 +18,12 @@ above the best: the metrics it broke, prefill (ttft only), decode (tpot, itl onl
 Goodput per device = a point's total_token_throughput / its devices (metadata prefill_gpus +
 decode_gpus; an aggregated point's gpus): the one definition of issue 33.
 
-Cost: from the launch record's time (the launcher took the job) to status.json's finished_at
-(else, for a job killed before writing it, the newest file of the run directory): wall seconds,
-and device-hours = devices × wall / 3600. A Slurm job's wait in the queue counts too. Start-up
-= launch to the first point's start (result files record it); seconds per point = from the first
+Cost: from the job's start on its nodes to status.json's finished_at (else, for a job killed
+before writing it, the newest file of the run directory): wall seconds, and device-hours =
+devices × wall / 3600. The job's start is the earliest of its nodes' rendezvous records
+(nodes/<n>.json, written by each node as it starts), else the launch record's time: a Slurm job
+holds no devices while it waits in the queue, so that wait does not count. Start-up = the job's
+start to the first point's start (result files record it); seconds per point = from the first
 point's start to the end, over the points measured (repeats included).
 """
 
@@ -353,24 +355,32 @@ def _newest_mtime(run: RunDir) -> float | None:
     return max(times) if times else None
 
 
-def _cost(
-    run: RunDir, candidate: Candidate, status: Mapping[str, Any] | None, measured: Sequence[_Measured], notes: list[str]
-) -> Cost:
+def _job_start(run: RunDir, notes: list[str]) -> float | None:
+    """When the job started on its nodes: the first rendezvous record, else the launch record."""
+    rendezvous = [p.stat().st_mtime for p in run.nodes.glob("*.json")] if run.nodes.is_dir() else []
+    if rendezvous:
+        return min(rendezvous)
     try:
         record = read_record(run)
     except LaunchError as e:
         notes.append(f"{e}; its cost is unknown")
-        record = None
-    launched = record.time if record else None
+        return None
+    return record.time if record else None
+
+
+def _cost(
+    run: RunDir, candidate: Candidate, status: Mapping[str, Any] | None, measured: Sequence[_Measured], notes: list[str]
+) -> Cost:
+    began = _job_start(run, notes)
     ended = status.get("finished_at") if status else None
     if not isinstance(ended, int | float) or isinstance(ended, bool):
-        ended = _newest_mtime(run) if launched is not None else None
+        ended = _newest_mtime(run) if began is not None else None
         if ended is not None:
             notes.append("no finished_at in status.json: the job's end is taken as its newest file's time")
     starts = [m.point.started for m in measured if m.point.started is not None]
     first_start = min(starts) if starts else None
-    wall = ended - launched if launched is not None and ended is not None else None
-    startup = first_start - launched if launched is not None and first_start is not None else None
+    wall = ended - began if began is not None and ended is not None else None
+    startup = first_start - began if began is not None and first_start is not None else None
     per_point = (ended - first_start) / len(measured) if ended is not None and first_start is not None else None
     return Cost(
         wall,
