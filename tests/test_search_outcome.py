@@ -35,6 +35,7 @@ def result(
     started: float,
     repeat: int = 0,
     failed: int = 0,
+    stop_reason: str | None = None,
     verdict: str = "valid",
     disagg: bool = True,
     prefill_gpus: int = 1,
@@ -63,6 +64,7 @@ def result(
         "max_concurrency": conc,
         "random_input_len": 256,
         "random_output_len": 32,
+        "stop_reason": stop_reason,
         "duration": 2.0,
         "benchmark_start_time_unix": started,
         "benchmark_end_time_unix": started + 2.0,
@@ -209,6 +211,7 @@ def test_the_json_round_trip(tmp_path: Path) -> None:
         ({"ttft_p90": 900.0, "tpot_p90": 50.0}, "unknown", ("tpot", "ttft")),
         ({"failed": 2}, "unknown", ()),
         ({"verdict": "invalid"}, "unknown", ()),
+        ({"stop_reason": "the time limit is near"}, "unknown", ()),
     ],
 )
 def test_the_limit_side_and_its_evidence(tmp_path: Path, breaks: dict[str, Any], side: str, metrics: tuple) -> None:
@@ -222,6 +225,8 @@ def test_the_limit_side_and_its_evidence(tmp_path: Path, breaks: dict[str, Any],
         assert limit.evidence == ("2 failed requests",)
     if "verdict" in breaks:
         assert limit.evidence == ("invalid: kv",)
+    if "stop_reason" in breaks:
+        assert limit.evidence == ("cut short: the time limit is near",)
 
 
 def test_a_point_meeting_above_a_failure_is_not_the_best(tmp_path: Path) -> None:
@@ -285,3 +290,16 @@ def test_a_job_that_searched_for_other_slos(tmp_path: Path) -> None:
     out = read_outcome(run, ONE_P_ONE_D, {"tight": TIGHT})
     assert out.slos["tight"].best == 1 and out.slos["tight"].recorded_best is None
     assert len(out.notes) == 1 and out.notes[0].startswith("the job searched for other SLOs")
+
+
+def test_a_failing_start_bisected_down(tmp_path: Path) -> None:
+    """The job started at 4, which failed, and went down: 1 and 2 meet, so the best is 2."""
+    t = LAUNCHED + 10
+    pts = [
+        result(4, total=900.0, started=t, tpot_p90=41.0),
+        result(1, total=400.0, started=t + 5),
+        result(2, total=600.0, started=t + 10),
+    ]
+    tight = read_outcome(write_run(tmp_path / "run", pts), ONE_P_ONE_D, {"tight": TIGHT}).slos["tight"]
+    assert tight.best == 2 and tight.samples == (300.0,)
+    assert (tight.limit.side, tight.limit.concurrency) == ("decode", 4)

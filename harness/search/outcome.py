@@ -4,16 +4,16 @@ what it cost.
 The run's points are its result files (the top level: the first measurement of each ladder
 point; repeats/<k>/: repeat k of a best point), read with the report's reader so the file
 format has one reader, and judged again here for the search's SLOs with harness.config.slo:
-a point meets an SLO when no bound is violated, its verdict is not invalid and no request
-failed. The run's own slo_search.json is read for what the job decided (its best per SLO and
+a point meets an SLO when no bound is violated, its verdict is not invalid, no request failed
+and it was not cut short (stop_reason). The run's own slo_search.json is read for what the job decided (its best per SLO and
 whether its search ended); where the two disagree the outcome says so in its notes.
 
-Per SLO: the best concurrency is the highest one meeting the SLO below the lowest failing one
-(the ladder search's answer; a point above a failure that meets by chance does not count),
-judged on the first measurements. Its goodput-per-device samples are the first measurement and
+Per SLO: the best concurrency is the highest one at and below which every measured point meets
+the SLO (the ladder search's answer when the points agree; a point above a failure that meets by
+chance does not count), judged on the first measurements. Its goodput-per-device samples are the first measurement and
 every repeat at that concurrency. The limit side is read at the lowest failing concurrency
 above the best: the metrics it broke, prefill (ttft only), decode (tpot, itl only) or unknown
-(both, e2el, a failed or invalid point, or no failure seen on the ladder).
+(both, e2el, a failed, invalid or cut-short point, or no failure seen on the ladder).
 
 Goodput per device = a point's total_token_throughput / its devices (metadata prefill_gpus +
 decode_gpus; an aggregated point's gpus): the one definition of issue 33.
@@ -250,6 +250,8 @@ def _failures(point: Point, bounds: Mapping[str, float]) -> list[str]:
         out.append("invalid: " + ("; ".join(point.validity_reasons) or "no reason recorded"))
     if point.failed:
         out.append(f"{point.failed} failed request{'' if point.failed == 1 else 's'}")
+    if point.stop_reason:
+        out.append(f"cut short: {point.stop_reason}")  # not measured to its end: no evidence it meets
     return out
 
 
@@ -309,7 +311,7 @@ def _limit(first: Mapping[int, _Measured], best: int | None, bounds: Mapping[str
         side = "prefill"
     elif metrics and metrics <= DECODE_SIDE:
         side = "decode"
-    if point.verdict == "invalid" or point.failed:
+    if point.verdict == "invalid" or point.failed or point.stop_reason:
         side = "unknown"  # a broken point says nothing about which role ran out
     return Limit(side, c, tuple(sorted(metrics)), tuple(_failures(point, bounds)))
 
