@@ -303,3 +303,13 @@ def test_a_failing_start_bisected_down(tmp_path: Path) -> None:
     tight = read_outcome(write_run(tmp_path / "run", pts), ONE_P_ONE_D, {"tight": TIGHT}).slos["tight"]
     assert tight.best == 2 and tight.samples == (300.0,)
     assert (tight.limit.side, tight.limit.concurrency) == ("decode", 4)
+
+
+def test_a_point_without_devices_counts_the_candidates(tmp_path: Path) -> None:
+    data = result(1, total=400.0, started=LAUNCHED + 10)
+    del data["metadata"]["prefill_gpus"], data["metadata"]["decode_gpus"]
+    run = write_run(tmp_path / "run", [], finished_at=LAUNCHED + 20)
+    (run / "concurrency_1_req_rate_inf.json").write_text(json.dumps(data))
+    out = read_outcome(run, ONE_P_ONE_D, {"tight": TIGHT})
+    assert out.slos["tight"].samples == (200.0,)
+    assert out.notes == ("concurrency_1_req_rate_inf.json: records no devices; the candidate's 2 used",)

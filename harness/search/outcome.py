@@ -237,10 +237,10 @@ class _Measured:
     goodput_per_device: float
 
 
-def _devices(point: Point, candidate: Candidate) -> int:
-    if point.prefill_gpus is not None and point.decode_gpus is not None and point.prefill_gpus + point.decode_gpus > 0:
-        return point.prefill_gpus + point.decode_gpus
-    return candidate.devices
+def _devices(point: Point) -> int | None:
+    """The point's devices: its metadata's (else its file name's) prefill + decode; None if unknown."""
+    n = (point.prefill_gpus or 0) + (point.decode_gpus or 0)
+    return n or None
 
 
 def _failures(point: Point, bounds: Mapping[str, float]) -> list[str]:
@@ -278,7 +278,11 @@ def _read_points(run: RunDir, candidate: Candidate, notes: list[str]) -> list[_M
             continue
         if serving(point) != kind:
             continue  # another phase of the job (an aggregated baseline beside a disaggregated sweep)
-        found.append(_Measured(point, file, repeat, point.total_token_throughput / _devices(point, candidate)))
+        devices = _devices(point)
+        if devices is None:
+            devices = candidate.devices
+            notes.append(f"{file}: records no devices; the candidate's {devices} used")
+        found.append(_Measured(point, file, repeat, point.total_token_throughput / devices))
     notes += [f"{run.relative(n.path)}: {n.text}" for n in read_notes]
     return found
 
