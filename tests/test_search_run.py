@@ -7,13 +7,27 @@ leaves it (a fake isolates the orchestration; tests/test_search_e2e.py runs real
 from __future__ import annotations
 
 import json
+import math
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from harness import atomic
+from harness.launch.job import Job, JobInfo, JobState
+from harness.launch.launcher import Launcher
+from harness.rundir import RunDir
+from harness.rundir.result_name import ResultName
 from harness.search.layout import CandidateState, SearchDir, SearchDirError, differences
+from harness.search.run import Search, prepare
 from harness.search.space import Candidate
+from harness.submit.refused import Refused
 
 C1 = Candidate("1p1d", "disagg", ("topology.decode.workers=1",), 1, 1, 2, {"prefill": 1.0, "decode": 1.0})
 
@@ -56,3 +70,323 @@ def test_paths_of_the_search_directory(tmp_path: Path) -> None:
         "pareto.png",
     ]
     assert sdir.relative(tmp_path / "runs" / "1p2d" / "x") == "runs/1p2d/x"
+
+
+# --- the search's run, with a fake launcher ---------------------------------------------------
+
+LADDER = [1, 2, 4]
+TIGHT = {"ttft_p90": 800.0}
+SEARCH: dict[str, Any] = {
+    "recipe": "local-tiny-1p2d",
+    "cluster": "local",
+    "factors": {
+        "prefill": [
+            {"topology.prefill.workers": 1, "topology.prefill.nodes": 1},
+            {"topology.prefill.workers": 2, "topology.prefill.nodes": 2},
+        ],
+        "decode": [
+            {"topology.decode.workers": 1, "topology.decode.nodes": 1},
+            {"topology.decode.workers": 2, "topology.decode.nodes": 2},
+        ],
+    },
+    "constraints": {"max_devices": 3},
+    "slos": {"tight": TIGHT},
+    "concurrency": LADDER,
+    "repetitions": {"max": 0},
+    "baseline": {"set": ["topology.aggregated.port=8300"]},
+    "prune": {"enabled": False},
+}
+# Per candidate: total tok/s per concurrency, and the concurrency above which TTFT breaks the SLO.
+MEASURES = {"1p1d": (100.0, 2), "1p2d": (200.0, 4), "2p1d": (120.0, 2), "agg2": (90.0, 2), "agg3": (150.0, 2)}
+
+
+def point(candidate: Candidate, conc: int, started: float) -> dict[str, Any]:
+    """A result file as `pdbench bench` writes one (the keys the outcome reads, by their real names)."""
+    per_c, knee = MEASURES[candidate.name]
+    agg = candidate.kind == "agg"
+    meta: dict[str, Any] = {
+        "disagg": not agg,
+        "recipe": "local-tiny-1p2d",
+        "valid": True,
+        "validity": {"verdict": "valid", "valid": True, "reasons": []},
+    }
+    meta |= (
+        {"gpus": candidate.devices}
+        if agg
+        else {"prefill_gpus": candidate.prefill_devices, "decode_gpus": candidate.decode_devices}
+    )
+    ttft = 100.0 if conc <= knee else 2000.0
+    return {
+        "backend": "openai",
+        "model_id": "tiny",
+        "num_prompts": 8,
+        "request_rate": "inf",
+        "max_concurrency": conc,
+        "random_input_len": 256,
+        "random_output_len": 32,
+        "duration": 2.0,
+        "benchmark_start_time_unix": started,
+        "benchmark_end_time_unix": started + 2.0,
+        "completed": 8,
+        "failed": 0,
+        "total_input_tokens": 2048,
+        "total_output_tokens": 256,
+        "request_throughput": 4.0,
+        "output_throughput": per_c * conc / 9,
+        "total_token_throughput": per_c * conc,
+        "mean_ttft_ms": ttft,
+        "median_ttft_ms": ttft,
+        "p90_ttft_ms": ttft,
+        "p99_ttft_ms": ttft,
+        "median_tpot_ms": 8.0,
+        "mean_tpot_ms": 8.0,
+        "p90_tpot_ms": 10.0,
+        "p99_tpot_ms": 10.0,
+        "median_itl_ms": 8.0,
+        "p90_itl_ms": 10.0,
+        "median_e2el_ms": 400.0,
+        "p90_e2el_ms": 450.0,
+        "metadata": meta,
+    }
+
+
+class FakeJob(Job):
+    launcher = "slurm"
+
+    def __init__(self, run: RunDir, job_id: str, states: list[JobState], on_info: Callable[[int], None] | None = None):
+        super().__init__(run, job_id)
+        self.states = states
+        self.polls = 0
+        self.on_info = on_info
+
+    @property
+    def title(self) -> str:
+        return f"fake job {self.job_id}"
+
+    def info(self) -> JobInfo:
+        self.polls += 1
+        if self.on_info is not None:
+            self.on_info(self.polls)
+        state = self.states[min(self.polls, len(self.states)) - 1]
+        return JobInfo(state, state.name)
+
+    def cancel(self) -> None:
+        self.states = [JobState.CANCELLED]
+        self.polls = 0
+        atomic.write_json(self.run.status, {"state": "failed", "reason": "cancelled", "finished_at": time.time()})
+
+
+class FakeLauncher(Launcher):
+    """Writes each candidate's run directory as its finished job leaves it; its jobs answer `states`."""
+
+    name = "fake"
+
+    def __init__(
+        self,
+        states: dict[str, list[JobState]] | None = None,
+        wall_s: float = 60.0,
+        on_info: Callable[[str, int], None] | None = None,
+    ):
+        self.states = states or {}
+        self.wall_s = wall_s
+        self.on_info = on_info
+        self.launched: list[str] = []
+        self.jobs: dict[str, FakeJob] = {}
+        self.sdir: SearchDir | None = None
+
+    def dry_run(self, run: RunDir, num_nodes: int) -> str:
+        return "fake"
+
+    def launch(self, run: RunDir, num_nodes: int) -> Job:
+        name = run.path.parent.parent.name  # runs/<candidate>/<recipe>/<run id>
+        self.launched.append(name)
+        assert self.sdir is not None, "give the fake launcher the search directory"
+        candidate = self.sdir.states[name].candidate
+        end = time.time()
+        start = end - self.wall_s
+        atomic.write_json(
+            run.launch_record, {"launcher": "slurm", "job_id": str(len(self.launched)), "host": "h", "time": start}
+        )
+        for i, conc in enumerate(LADDER):
+            if candidate.kind == "agg":
+                rn = ResultName(conc, math.inf, gpus=candidate.devices)
+            else:
+                rn = ResultName(conc, math.inf, None, candidate.prefill_devices, candidate.decode_devices)
+            (run.path / rn.filename).write_text(json.dumps(point(candidate, conc, start + 10 * i)))
+        states = self.states.get(name, [JobState.RUNNING, JobState.COMPLETED])
+        if states[-1] is JobState.COMPLETED:
+            atomic.write_json(run.status, {"state": "succeeded", "exit_code": 0, "reason": None, "finished_at": end})
+        elif states[-1] is JobState.FAILED:
+            atomic.write_json(
+                run.status, {"state": "failed", "exit_code": 1, "reason": "a node failed", "finished_at": end}
+            )
+        elif states[-1] is JobState.CANCELLED:  # as `scancel` leaves it: the nodes recorded their end
+            atomic.write_json(
+                run.status, {"state": "failed", "exit_code": 1, "reason": "cancelled", "finished_at": end}
+            )
+        hook = self.on_info
+        job = FakeJob(run, str(len(self.launched)), states, (lambda n: hook(name, n)) if hook else None)
+        self.jobs[name] = job
+        return job
+
+
+def start(tmp_path: Path, fake: FakeLauncher, **changes: Any) -> Search:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({**SEARCH, **changes}, sort_keys=False))
+    s = prepare(
+        str(path),
+        search_dir=tmp_path / "search",
+        results_dir=tmp_path / "results",
+        launcher_kind="slurm",
+        cluster=None,
+        skip_flag_check=True,
+    )
+    s.make_launcher = lambda kind, rr: fake
+    s.poll_s = 0.01
+    fake.sdir = s.sdir
+    return s
+
+
+def statuses(s: Search) -> dict[str, str]:
+    return {n: st.status for n, st in SearchDir(s.sdir.path).read_state().items()}
+
+
+def test_a_search_runs_fewest_devices_first_then_the_baseline_and_reports(tmp_path: Path) -> None:
+    fake = FakeLauncher()
+    s = start(tmp_path, fake)
+    assert s.run() == 0
+    assert fake.launched == ["1p1d", "1p2d", "2p1d", "agg3"]
+    assert statuses(s) == {"1p1d": "done", "1p2d": "done", "2p1d": "done", "2p2d": "excluded", "agg3": "done"}
+    state = SearchDir(s.sdir.path).read_state()
+    # 1p2d meets the SLO up to c=4: 800 tok/s on 3 devices.
+    assert state["1p2d"].outcome is not None and state["1p2d"].outcome["slos"]["tight"]["best"] == 4
+    assert "best c=4" in state["1p2d"].reason
+    assert state["1p2d"].run is not None and (s.sdir.path / state["1p2d"].run / "status.json").is_file()
+    assert state["1p2d"].run.startswith("runs/1p2d/")
+    assert state["2p2d"].reason == "4 devices > constraints.max_devices 3"
+    assert s.sdir.report_md.is_file() and s.sdir.report_json.is_file()
+
+
+def test_the_max_jobs_budget_skips_with_the_reason(tmp_path: Path) -> None:
+    fake = FakeLauncher()
+    s = start(tmp_path, fake, budget={"max_jobs": 2})
+    assert s.run() == 0
+    assert fake.launched == ["1p1d", "1p2d"]
+    state = SearchDir(s.sdir.path).read_state()
+    assert state["2p1d"].status == "skipped" and state["2p1d"].reason == "budget.max_jobs 2 reached (2 jobs launched)"
+    assert state["agg3"].status == "skipped"
+
+
+def test_the_device_hours_budget_skips_a_job_the_estimate_says_would_pass_it(tmp_path: Path) -> None:
+    fake = FakeLauncher(wall_s=3600.0)  # every job: one hour
+    s = start(tmp_path, fake, budget={"device_hours": 4.0, "nodes_in_flight": 3})
+    assert s.run() == 0
+    # 1p1d spent 2 device-hours; 1p2d's estimate (3 devices x 1 h) would pass 4; the baseline at
+    # the winner's 2 devices just fits.
+    assert fake.launched == ["1p1d", "agg2"]
+    reason = SearchDir(s.sdir.path).read_state()["1p2d"].reason
+    assert reason.startswith("budget.device_hours 4: spent 2.000") and "estimate 3.000" in reason
+
+
+def test_jobs_fly_together_within_the_node_budget(tmp_path: Path) -> None:
+    flying: list[int] = []
+    fake = FakeLauncher(
+        states={n: [JobState.PENDING, JobState.RUNNING, JobState.RUNNING, JobState.COMPLETED] for n in MEASURES}
+    )
+
+    def count(name: str, polls: int) -> None:
+        flying.append(sum(j.polls < 4 for j in fake.jobs.values()))
+
+    fake.on_info = count
+    s = start(tmp_path, fake, budget={"nodes_in_flight": 5})
+    assert s.run() == 0
+    assert fake.launched == ["1p1d", "1p2d", "2p1d", "agg3"]
+    assert max(flying) == 2  # 1p1d (2 nodes) with 1p2d (3 nodes); never 3 jobs (8 nodes)
+
+
+def test_a_job_cancelled_outside_stops_the_search_and_a_resume_runs_it_again(tmp_path: Path) -> None:
+    fake = FakeLauncher(states={"1p2d": [JobState.RUNNING, JobState.CANCELLED]})
+    s = start(tmp_path, fake, budget={"nodes_in_flight": 3})
+    assert s.run() == 1
+    assert fake.launched == ["1p1d", "1p2d"]
+    first = SearchDir(s.sdir.path).read_state()
+    assert first["1p2d"].status == "cancelled" and "cancelled" in first["1p2d"].reason
+    assert first["2p1d"].status == "planned"
+    assert s.sdir.report_md.is_file()
+
+    again = FakeLauncher()
+    s2 = start(tmp_path, again, budget={"nodes_in_flight": 3})
+    assert s2.run() == 0
+    assert again.launched == ["1p2d", "2p1d", "agg3"]  # 1p1d kept
+    state = SearchDir(s2.sdir.path).read_state()
+    assert state["1p2d"].status == "done" and state["1p2d"].earlier_runs == (first["1p2d"].run,)
+    assert state["1p2d"].run != first["1p2d"].run
+    assert (s2.sdir.path / str(first["1p2d"].run)).is_dir()  # the old run kept
+
+
+def test_a_failed_job_is_recorded_with_its_reason_and_the_exit_says_so(tmp_path: Path) -> None:
+    fake = FakeLauncher(states={"2p1d": [JobState.RUNNING, JobState.FAILED]})
+    s = start(tmp_path, fake)
+    assert s.run() == 1
+    state = SearchDir(s.sdir.path).read_state()
+    assert state["2p1d"].status == "failed" and state["2p1d"].reason == "a node failed"
+    assert state["agg3"].status == "done"  # the others went on
+
+
+def test_resuming_another_search_is_refused_naming_the_key(tmp_path: Path) -> None:
+    s = start(tmp_path, FakeLauncher())
+    assert s.run() == 0
+    with pytest.raises(Refused, match=r"spec\.concurrency differ"):
+        start(tmp_path, FakeLauncher(), concurrency=[1, 2, 8])
+
+
+def test_a_resume_of_a_finished_search_launches_nothing(tmp_path: Path) -> None:
+    assert start(tmp_path, FakeLauncher()).run() == 0
+    fake = FakeLauncher()
+    assert start(tmp_path, fake).run() == 0
+    assert fake.launched == []
+
+
+def test_sigint_cancels_the_jobs_in_flight(tmp_path: Path) -> None:
+    def interrupt(name: str, polls: int) -> None:
+        if polls == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    fake = FakeLauncher(states={n: [JobState.RUNNING] for n in MEASURES}, on_info=interrupt)
+    s = start(tmp_path, fake, budget={"nodes_in_flight": 3})
+    assert s.run() == 130
+    assert fake.launched == ["1p1d"]
+    state = SearchDir(s.sdir.path).read_state()
+    assert state["1p1d"].status == "cancelled" and "SIGINT" in state["1p1d"].reason
+    assert fake.jobs["1p1d"].states == [JobState.CANCELLED]
+    assert s.sdir.report_md.is_file()
+
+
+def test_a_resume_re_attaches_to_a_job_left_running(tmp_path: Path) -> None:
+    """A search stopped while its local job ran: the job ended meanwhile; the resume reads it, launching nothing."""
+    s = start(tmp_path, FakeLauncher(), budget={"max_jobs": 1})
+    assert s.run() == 0
+    done = s.sdir.states["1p1d"]
+    assert done.run is not None
+    run = RunDir(s.sdir.path / done.run)
+    # As the search left it when it was killed: running, its launcher a process that is gone now.
+    record = {"launcher": "local", "job_id": "local-x", "host": socket.gethostname(), "time": time.time()}
+    atomic.write_json(run.launch_record, record | {"pid": os.getpid(), "create_time": 1.0})
+    s.sdir.put(done.update(status="running", outcome=None, ended_at=None))
+
+    fake = FakeLauncher()
+    again = start(tmp_path, fake, budget={"max_jobs": 1})
+    assert again.run() == 0
+    assert fake.launched == []
+    state = SearchDir(again.sdir.path).read_state()["1p1d"]
+    assert state.status == "done" and state.run == done.run and state.outcome is not None
+
+
+def test_pruning_gives_every_candidate_a_reason(tmp_path: Path) -> None:
+    fake = FakeLauncher()
+    s = start(tmp_path, fake, prune={"enabled": True, "slack": 1.1}, budget={"nodes_in_flight": 3})
+    assert s.run() == 0
+    state = SearchDir(s.sdir.path).read_state()
+    for name in ("1p1d", "1p2d", "2p1d"):
+        assert state[name].status in ("done", "skipped") and state[name].reason, state[name]
+    assert state["1p1d"].status == "done"  # the first has nothing to be pruned by
