@@ -7,8 +7,8 @@ shared/design/research/prior-systems.md §3):
 - nixl, pdbench: two phases. Prefill computes the prompt's KV and returns
   ``kv_transfer_params``; decode gets the original request plus those params.
 - moriio: WRITE (prefill pushes KV, legs concurrent) or READ (prefill first, decode
-  pulls with the engine and block ids copied); Gen-1 (explicit host/ports) or Gen-2
-  (peer addresses inside the request id) params; decode's token limit minus one.
+  pulls with what prefill answered, forwarded as it is); Gen-1 (explicit host/ports) or
+  Gen-2 (peer addresses inside the request id) params; decode's token limit minus one.
 - mooncake: a transfer id and the prefill's bootstrap address agreed up front, so the
   legs run concurrently.
 """
@@ -349,10 +349,11 @@ class MoriioFlow(Flow):
             if self.missing_kv(kv):
                 return out  # nothing to pull: decode recomputes the prompt (counted and logged)
             assert kv is not None
-            # Decode pulls: it needs where the KV sits on the prefill side.
-            for name in ("remote_engine_id", "remote_block_ids", "transfer_id"):
-                if kv.get(name) is not None:
-                    params[name] = kv[name]
+            # Decode pulls from where the KV sits. vLLM's prefill answers with the params its
+            # decode needs (engine, blocks, the DP rank it ran on and its pod-local DP size,
+            # addresses), to be forwarded as they are (MoRIIOConnectorScheduler.request_finished);
+            # the proxy's own fields stay for what a prefill leaves out.
+            params.update((k, v) for k, v in kv.items() if v is not None)
         out["kv_transfer_params"] = params
         return out
 
