@@ -1,5 +1,7 @@
 """The MoRI-IO, Mooncake and pdbench flows and the routing policies, against recording
-fakes; MoRI-IO instances register over real ZMQ DEALER sockets, as vLLM's connector does."""
+fakes; MoRI-IO instances register over real ZMQ DEALER sockets, as vLLM's connector does.
+The fakes steer failures and timing; what vLLM itself sends and reads is checked against
+the installed vLLM's code in tests/test_moriio_vllm.py and tests/test_mooncake_vllm.py."""
 
 from __future__ import annotations
 
@@ -417,6 +419,14 @@ def test_registration_parsing() -> None:
 # -- Mooncake --------------------------------------------------------------------------
 
 
+def engines_of(*ids: str) -> dict[str, Any]:
+    """A bootstrap /query answer in vLLM 0.32's shape (tests/test_mooncake_vllm.py runs vLLM's
+    own server): per DP rank, its engine id and its workers' {tp_rank: {pp_rank: address}}."""
+    return {
+        str(r): {"engine_id": e, "worker_addr": {"0": {"0": f"tcp://127.0.0.1:{17000 + r}"}}} for r, e in enumerate(ids)
+    }
+
+
 @asynccontextmanager
 async def bootstrap_server(engines: dict[str, Any]) -> AsyncIterator[int]:
     async def query(request: web.Request) -> web.Response:
@@ -434,7 +444,7 @@ async def bootstrap_server(engines: dict[str, Any]) -> AsyncIterator[int]:
 
 def test_mooncake_concurrent_legs_transfer_id_bootstrap_and_dp_ranks() -> None:
     async def body() -> None:
-        engines = {"0": {"engine_id": "eng-0", "world_size": 1}, "1": {"engine_id": "eng-1", "world_size": 1}}
+        engines = engines_of("eng-0", "eng-1")
         async with bootstrap_server(engines) as bport:
             d = Fake("decode")
             p = Fake("prefill", kv=None, wait_for=d)  # answers only once decode has its request
@@ -611,7 +621,7 @@ def test_affinity_key_and_parse_request() -> None:
 
 def test_static_dp_ranks_round_robin_over_flat_slots() -> None:
     async def body() -> None:
-        engines = {"0": {"engine_id": "a0"}, "1": {"engine_id": "a1"}}
+        engines = engines_of("a0", "a1")
         async with bootstrap_server(engines) as bport:
             p1, p2, d = Fake("prefill", kv=None), Fake("prefill", kv=None), Fake("decode")
             async with stack([p1, p2], [d], connector="mooncake", bootstrap_ports=[bport]) as client:
