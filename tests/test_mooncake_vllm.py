@@ -104,7 +104,7 @@ def test_mooncake_flow_against_vllms_bootstrap_server_and_hooks(bootstrap: Moonc
         # Prefill (vLLM's producer hooks): it keeps the blocks for a pull under the transfer id.
         prefill = _scheduler(producer=True)
         p_req = _request(f"cmpl-{rid}-0-p", p_params)
-        mc.MooncakeConnectorScheduler.update_state_after_alloc(prefill, p_req, SimpleNamespace(), 0)
+        mc.MooncakeConnectorScheduler.update_state_after_alloc(prefill, p_req, SimpleNamespace(), 0)  # type: ignore[arg-type]
         assert p_req.request_id in prefill._reqs_need_send  # no "Missing transfer_id" refusal
         delay_free, _ = mc.MooncakeConnectorScheduler.request_finished(prefill, p_req, ([3, 4],))
         assert delay_free is True
@@ -115,7 +115,7 @@ def test_mooncake_flow_against_vllms_bootstrap_server_and_hooks(bootstrap: Moonc
         decode = _scheduler(producer=False)
         d_req = _request(f"cmpl-{rid}-0-d", d_params)
         blocks = SimpleNamespace(get_unhashed_block_ids_all_groups=lambda: ([5, 6],))
-        mc.MooncakeConnectorScheduler.update_state_after_alloc(decode, d_req, blocks, 32)
+        mc.MooncakeConnectorScheduler.update_state_after_alloc(decode, d_req, blocks, 32)  # type: ignore[arg-type]
         assert d_req.request_id in decode._reqs_need_recv  # not "Got invalid KVTransferParams"
         pulls = mc.MooncakeConnectorMetadata()
         pulls.add_new_req(d_req.request_id, [[5, 6]], d_params)
