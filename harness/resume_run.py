@@ -104,7 +104,7 @@ def carry_over(old_run: Path, new_run: Path) -> list[str]:
 def resume_plan(old_run: Path, new_run: Path, kept: list[str]) -> tuple[list[str], int]:
     """What the resumed run keeps and what it measures, point by point, as its client will decide
     (a kept file made with other settings, such as another request count, is measured again);
-    and how many points it measures."""
+    and how many points it measures (an SLO search: how many it may, its repeats as one)."""
     points = planned(RunDir(new_run), with_results=False)
     reuse, measure = [], []
     for p in points:
@@ -114,6 +114,18 @@ def resume_plan(old_run: Path, new_run: Path, kept: list[str]) -> tuple[list[str
         else:
             measure.append(p.label + (f" ({why})" if why else ""))
     outside = len(set(kept) - {p.path.name for p in points})
+    search = json.loads(RunDir(new_run).bench_config().read_text()).get("slo_search")
+    if search is not None:
+        # The search decides which of the others it needs, and measures its best points again.
+        lines = [
+            f"resuming {old_run}: {len(kept)} finished point(s) kept (copied into the new run); the SLO search "
+            f"counts {len(reuse)} of its {len(points)} ladder point(s) as measured and measures only those "
+            "of the others it needs, then its repeats",
+            f"  reused:  {', '.join(reuse) or 'none'}",
+            f"  may measure: {', '.join(measure) or 'none'}",
+        ]
+        repeats = (search.get("repeats") or {}).get("max", 2)
+        return lines, len(measure) + (1 if repeats else 0)
     lines = [
         f"resuming {old_run}: {len(kept)} finished point(s) kept (copied into the new run); "
         f"the sweep reuses {len(reuse)} and measures {len(measure)} of its {len(points)} point(s)",

@@ -68,3 +68,33 @@ def test_the_search_reaches_the_client(tmp_path: Path) -> None:
     cfg = ClientConfig.model_validate(bench | {"result_dir": str(tmp_path)})
     assert cfg.slo_search is not None and cfg.slo_search.slos["tight"]["tpot_p90"] == 40.0
     assert cfg.search_start == 2
+
+
+def test_a_resumed_search_keeps_its_points_and_says_the_search_decides(tmp_path: Path) -> None:
+    """`pdbench submit --resume` of a search: the finished ladder points are copied and count as
+    measured; the plan says the search measures only the others it needs, then its repeats."""
+    import subprocess
+    import sys
+
+    from test_bench_results import _result
+
+    from harness.rundir import ResultName
+
+    recipe = "dsr1-fp8-1p2d"  # renders without a model or vLLM here (--skip-flag-check)
+    sets = [*SEARCH, "benchmark.concurrency=[1,2,4,8]", "benchmark.isl=1024", "benchmark.osl=1024"]
+    argv = [sys.executable, "-m", "harness", "submit", "--recipe", recipe, "--dry-run", "--skip-flag-check"]
+    argv += ["--results-dir", str(tmp_path), *(w for s in sets for w in ("--set", s))]
+    assert subprocess.run(argv, capture_output=True, text=True, timeout=120).returncode == 0
+    (old,) = (tmp_path / recipe).iterdir()
+    model = json.loads((old / "bench.json").read_text())["model"]
+    for c in (1, 2):
+        n = max(16, 10 * c)  # the defaults: min_prompts, prompts_multiplier
+        r = _result(max_concurrency=c, num_prompts=n, completed=n, random_input_len=1024, random_output_len=1024)
+        r = r.model_copy(update={"model_id": model})
+        (old / ResultName(c, float("inf"), prefill_gpus=8, decode_gpus=16).filename).write_text(r.model_dump_json())
+    r = subprocess.run([*argv, "--resume", str(old)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "the SLO search counts 2 of its 4 ladder point(s) as measured" in r.stdout, r.stdout
+    (new,) = (p for p in (tmp_path / recipe).iterdir() if p != old)
+    assert len(list(new.glob("concurrency_*.json"))) == 2
+    assert json.loads((new / "bench.json").read_text())["slo_search"]["slos"]["tight"]["ttft_p90"] == 800

@@ -20,11 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import json
 import math
 import signal
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -63,6 +65,8 @@ from harness.bench.sentinels import (
 )
 from harness.bench.serve_metrics import compute_metrics
 from harness.bench.sessions import SessionRun, SessionSpec, count_prompts, describe, plan_sessions, session_summary
+from harness.bench.slo_ladder import Ladder, repeats_stop
+from harness.bench.slo_record import SearchRecord, Verdict, goodput_per_device, judge
 from harness.bench.tokenizer import PromptTokenizer, load_tokenizer
 from harness.bench.trace import TraceRecord, load_trace, schedule_section, synthesize
 from harness.bench.trace import offsets as trace_offsets
@@ -72,7 +76,7 @@ from harness.bench.watchdog import TargetDied, Watchdog
 from harness.bench.workers import LagMonitor, LoadReport, WorkerPool, default_workers
 from harness.config.benchmark import Shape
 from harness.rundir import ResultName
-from harness.rundir.paths import SENTINEL_REFERENCE, sentinel_record_name
+from harness.rundir.paths import REPEATS, SENTINEL_REFERENCE, SLO_SEARCH, repeat_subdir, sentinel_record_name
 from harness.rundir.proxy_timings import HEADER as TIMING_HEADER
 from harness.rundir.proxy_timings import read_all as read_timings
 from harness.rundir.result_name import point_tag
@@ -157,6 +161,7 @@ class _Sweep:
         self.main: asyncio.Task[Any] | None = None  # the sweep, cancelled by a second Ctrl-C between batches
         self.point_sentinels: PointSentinels | None = None  # the running point's, which a Ctrl-C cancels
         self.unsent = 0  # the last measured batch's requests never sent (it was stopped)
+        self.repeat = 0  # an SLO search's repeat of the running point (0: its first measurement)
 
     # -- stops ----------------------------------------------------------------
 
@@ -274,7 +279,8 @@ class _Sweep:
         # shapes must not share prompt tokens (a shared start would hit the prefix cache).
         assert self.cfg.isl is not None and self.cfg.osl is not None
         shape = [self.cfg.isl, self.cfg.osl] if self.shape_tag else []
-        return [self.cfg.seed, *shape, concurrency, stream]
+        # A repeat sends prompts of its own: the first measurement's would hit the prefix cache.
+        return [self.cfg.seed, *shape, concurrency, stream, *([self.repeat] if self.repeat else [])]
 
     def _use_shape(self, shape: Shape) -> None:
         self.cfg = self.base.model_copy(
@@ -802,14 +808,17 @@ class _Sweep:
                 self.deadline = time.perf_counter() + base.total_timeout_s
             watcher = asyncio.create_task(watchdog.watch(health_session))
             try:
-                ran = 0
-                for pt in points:
-                    self._use_shape(pt.shape)
-                    if pt.kept:
-                        outcomes.append(self._kept(pt))
-                        continue
-                    outcomes.append(await self._one(ran, pt.concurrency, pt.path))
-                    ran += 1
+                if base.slo_search is not None:
+                    outcomes = await self._search(points)
+                else:
+                    ran = 0
+                    for pt in points:
+                        self._use_shape(pt.shape)
+                        if pt.kept:
+                            outcomes.append(self._kept(pt))
+                            continue
+                        outcomes.append(await self._one(ran, pt.concurrency, pt.path))
+                        ran += 1
             finally:
                 watcher.cancel()
                 if self.references is not None:
@@ -820,6 +829,145 @@ class _Sweep:
                 if self.pool is not None:
                     await self.pool.close()
         return outcomes
+
+    # -- an SLO search over the ladder (benchmark.slo_search) ---------------------
+
+    def _stopped(self) -> str | None:
+        """Why the sweep runs no more points (the target died, Ctrl-C, the total timeout); None while it may."""
+        if self.dead is not None or self.interrupted is not None:
+            return self.dead or self.interrupted
+        return self._total_reason() if time.perf_counter() >= self.deadline else None
+
+    async def _search(self, points: list[_Point]) -> list[PointOutcome]:
+        """The points the ladder asks for, then each SLO's best again (harness.bench.slo_ladder);
+        slo_search.json after every step. The search is one shape (the config refuses several)."""
+        base = self.base
+        search = base.slo_search
+        assert search is not None
+        by_c = {pt.concurrency: pt for pt in points}
+        self._use_shape(points[0].shape)
+        ladder = Ladder(base.concurrency, list(search.slos), base.search_start)
+        record = SearchRecord(Path(base.result_dir) / SLO_SEARCH, base.concurrency, search.slos, base.search_start)
+        record.write()
+        outcomes: list[PointOutcome] = []
+        goodput: dict[int, float | None] = {}  # first measurements' goodput per device
+        while (step := ladder.next()) is not None:
+            pt = by_c[step.concurrency]
+            outcome, verdicts, gpd = await self._search_point(pt, step.why, 0, record, len(outcomes))
+            outcomes.append(outcome)
+            if (why := self._stopped()) is not None:
+                return self._search_stopped(outcomes, why)
+            ladder.record(step.concurrency, {n: v.meets for n, v in verdicts.items()})
+            goodput[step.concurrency] = gpd
+        brackets = {name: ladder.bracket(name) for name in search.slos}
+        record.brackets(brackets)
+        for name, b in brackets.items():
+            log(f"SLO search: {name}: best C={b.best}, first failing C={b.first_failing}")
+        for c in dict.fromkeys(b.best for b in brackets.values() if b.best is not None):
+            samples = [g for g in [goodput[c]] if g is not None]
+            k = 0
+            rule = search.repeats
+            while (stop := repeats_stop(samples, k, rule.max, rule.ci_half_width, rule.confidence)) is None:
+                k += 1
+                outcome, _, gpd = await self._search_point(by_c[c], "repeat", k, record, len(outcomes))
+                outcomes.append(outcome)
+                if (why := self._stopped()) is not None:
+                    record.repeats(c, samples, search.repeats.confidence, None)
+                    return self._search_stopped(outcomes, why)
+                if gpd is not None:
+                    samples.append(gpd)
+                record.repeats(c, samples, search.repeats.confidence, None)
+            record.repeats(c, samples, search.repeats.confidence, stop)
+            log(f"SLO search: C={c}: {k} repeat(s), stopped: {stop}")
+        record.done()
+        for c in base.concurrency:
+            if c not in ladder.meets:
+                above = c > max(ladder.meets)
+                log(f"C={c}: not run: the SLO search {'stopped below it' if above else 'did not need it'}")
+        return outcomes
+
+    def _search_stopped(self, outcomes: list[PointOutcome], why: str) -> list[PointOutcome]:
+        """The search ended before its end: slo_search.json keeps done false."""
+        log(f"SLO search: stopped before its end ({why}); the points left are not run")
+        return outcomes
+
+    async def _search_point(
+        self, pt: _Point, why: str, repeat: int, record: SearchRecord, index: int
+    ) -> tuple[PointOutcome, dict[str, Verdict], float | None]:
+        """One measurement of the search (repeat 0: the point's first, at the top of the run
+        directory; k: under repeats/<k>/ with its own evidence), judged for every SLO and recorded."""
+        search, c = self.base.slo_search, pt.concurrency
+        assert search is not None
+        path = pt.path if repeat == 0 else Path(self.base.result_dir) / repeat_subdir(repeat) / pt.path.name
+        judged: dict[str, Any] = {}
+
+        def annotate(result: BenchResult) -> None:
+            data = result.model_dump(mode="json")
+            judged["result"] = data
+            verdicts = judge(search.slos, data)
+            result.metadata["slo_search"] = {
+                "repeat": repeat,
+                "slos": {n: {"meets": v.meets, "violations": v.violations} for n, v in verdicts.items()},
+            }
+
+        if pt.kept if repeat == 0 else path.exists() and self._keeps(path, pt.shape, c):
+            outcome = self._kept(_Point(pt.shape, c, path, True))
+            judged["result"] = json.loads(path.read_text())
+        else:
+            log(f"C={c}: SLO search: {why}" + (f" {repeat}" if repeat else ""))
+            outcome = await self._measure(index, c, path, repeat, annotate)
+        result = judged.get("result") if outcome.path is not None else None
+        verdicts = judge(search.slos, result)
+        if result is not None or self._stopped() is None:  # a point the stop kept from running is no step
+            file = str(path.relative_to(Path(self.base.result_dir))) if result is not None else None
+            record.step(c, repeat, why, file, result, verdicts)
+        return outcome, verdicts, goodput_per_device(result) if result is not None else None
+
+    async def _measure(
+        self, index: int, c: int, path: Path, repeat: int, annotate: Callable[[BenchResult], None]
+    ) -> PointOutcome:
+        """Run the point; a repeat's metrics and sentinels go under repeats/<k>/, its sentinel
+        prompts its own (their reference answered first)."""
+        if repeat == 0:
+            return await self._one(index, c, path, annotate)
+        base, shape_cfg = self.base, self.cfg
+        where = repeat_subdir(repeat)
+        self.repeat = repeat
+        self.cfg = shape_cfg.model_copy(
+            update={"metrics_dir": f"{where}/{base.metrics_dir}", "sentinels_dir": f"{where}/{base.sentinels_dir}"}
+        )
+        try:
+            try:
+                await self._repeat_sentinels(c)
+            except Exception as e:  # the repeat runs all the same, its outputs unchecked
+                self.sentinels.pop(point_tag(c, self.shape_tag), None)
+                log(f"C={c}: repeat {repeat}: no sentinels: {type(e).__name__}: {e}")
+            return await self._one(index, c, path, annotate)
+        finally:
+            self.repeat, self.cfg = 0, shape_cfg
+
+    async def _repeat_sentinels(self, c: int) -> None:
+        """A repeat's own sentinel prompts (the first measurement's would hit the prefix cache),
+        answered by the reference before its warmups, in the repeat's reference.json."""
+        reference, client = self.reference, self.sentinel_client
+        m = self.cfg.sentinels.per_point(self.requests_for(c))
+        tag = point_tag(c, self.shape_tag)
+        if reference is None or client is None or not m or self._stopped() is not None:
+            self.sentinels.pop(tag, None)
+            return
+        fresh = {tag: [Sentinel(i, r) for i, r in enumerate(self.sample(m, c, _SENTINEL))]}
+        # Bounded per request; a first Ctrl-C ends the wait (the point is then not run).
+        answering = asyncio.create_task(answer_references(client, reference, fresh, c))
+        halt = asyncio.create_task(self.halt.wait())
+        await asyncio.wait({answering, halt}, return_when=asyncio.FIRST_COMPLETED)
+        halt.cancel()
+        if not answering.done():
+            answering.cancel()
+            await asyncio.gather(answering, return_exceptions=True)
+            return
+        answering.result()
+        self.sentinels |= fresh
+        write_reference(Path(self.cfg.result_dir) / self.cfg.sentinels_dir / SENTINEL_REFERENCE, reference, fresh)
 
     def _plan_points(self) -> list[_Point]:
         """Every (shape, concurrency) point with its file; with resume, the complete ones are
@@ -833,22 +981,32 @@ class _Sweep:
                 name = ResultName(c, base.request_rate, tag, base.prefill_gpus, base.decode_gpus, base.gpus).filename
                 points.append(_Point(shape, c, result_dir / name))
         existing = [p for p in points if p.path.exists()]
-        if existing and not base.resume:
-            paths = ", ".join(str(p.path) for p in existing)
+        # An SLO search's record and repeats are results too. On resume the record is rebuilt (its
+        # kept points count as measured), the earlier one set aside; a repeat is kept if complete.
+        search = [result_dir / SLO_SEARCH, result_dir / REPEATS] if base.slo_search is not None else []
+        records = [p for p in search if p.exists()]
+        if (existing or records) and not base.resume:
+            paths = ", ".join(str(p) for p in [*(p.path for p in existing), *records])
             raise ResultExistsError(f"result files already exist, not overwriting: {paths}")
-        kept = set()
-        for p in existing:
-            why = why_not_kept(
-                p.path, p.shape.isl, p.shape.osl, p.concurrency, self.requests_for(p.concurrency), base.model
+        if base.resume and (record := result_dir / SLO_SEARCH) in records:
+            log(f"resume: the SLO search starts again from the points kept; {record.name} was {set_aside(record)}")
+        kept = {p.path for p in existing if self._keeps(p.path, p.shape, p.concurrency)}
+        if base.resume and base.slo_search is not None:
+            log(
+                f"resume: {len(kept)} of {len(points)} ladder point(s) already done; the SLO search counts them measured"
             )
-            if why is None:
-                kept.add(p.path)
-                continue
-            moved = set_aside(p.path)
-            log(f"resume: {p.path.name} is run again ({why}); the earlier file is now {moved}")
-        if base.resume:
+        elif base.resume:
             log(f"resume: {len(kept)} of {len(points)} point(s) already done, {len(points) - len(kept)} to run")
         return [_Point(p.shape, p.concurrency, p.path, p.path in kept) for p in points]
+
+    def _keeps(self, path: Path, shape: Shape, concurrency: int) -> bool:
+        """Resume: whether PATH holds this point complete; if not, it is set aside to be run again."""
+        why = why_not_kept(path, shape.isl, shape.osl, concurrency, self.requests_for(concurrency), self.base.model)
+        if why is None:
+            return True
+        moved = set_aside(path)
+        log(f"resume: {path.name} is run again ({why}); the earlier file is now {moved}")
+        return False
 
     def _kept(self, pt: _Point) -> PointOutcome:
         result = BenchResult.model_validate_json(pt.path.read_text())
@@ -902,7 +1060,10 @@ class _Sweep:
             return PointOutcome(c, None, error=f"not run: {self._total_reason()}", shape=self.shape_tag)
         return None
 
-    async def _one(self, index: int, c: int, path: Path) -> PointOutcome:
+    async def _one(
+        self, index: int, c: int, path: Path, annotate: Callable[[BenchResult], None] | None = None
+    ) -> PointOutcome:
+        """Run and write one point; `annotate` adds to its result before it is written."""
         cfg, tag = self.cfg, self.shape_tag
         if (skipped := self._not_run(c)) is not None:
             return skipped
@@ -919,6 +1080,8 @@ class _Sweep:
             if isinstance(result, str):
                 log(f"{label}: no result: {result}")
                 return PointOutcome(c, None, error=result, shape=tag, interrupted=self.interrupted is not None)
+            if annotate is not None:
+                annotate(result)
             path = write_result(result, path)
         except Exception as e:
             log(f"{label}: point could not be run: {type(e).__name__}: {e}")
