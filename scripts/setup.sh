@@ -27,7 +27,7 @@ fi
 # Nothing to do when this venv was set up from the same pyproject.toml and setup.sh (and
 # the same vLLM and aiperf choices): the stamp saves the ~15 s that pip needs to find that out.
 STAMP="$VENV/.pdbench-setup"
-want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)-${PDBENCH_NO_VLLM:+novllm}-${PDBENCH_NO_AIPERF:+noaiperf}
+want=$(cat pyproject.toml scripts/setup.sh scripts/setup_mooncake.sh | sha256sum | cut -d' ' -f1)-${PDBENCH_NO_VLLM:+novllm}-${PDBENCH_NO_AIPERF:+noaiperf}
 aiperf_ready() {
   [ -n "${PDBENCH_NO_AIPERF:-}" ] || "$AIPERF_VENV/bin/python" -c \
     "import importlib.metadata as m, sys; sys.exit(m.version('aiperf') != '$AIPERF_VERSION')" 2>/dev/null
@@ -57,6 +57,14 @@ fi
 
 # accuracy: lm-eval, so that CI runs the accuracy evals (docs/accuracy.md).
 "$VENV/bin/python" -m pip install -q -e ".[test,accuracy]"
+if [ -z "${PDBENCH_NO_VLLM:-}" ]; then
+  # Mooncake's transfer engine (CPU build) for the real Mooncake job; it needs libibverbs from
+  # apt, which only root installs: without root a missing library leaves that one test skipped.
+  if ! scripts/setup_mooncake.sh; then
+    [ "$(id -u)" != 0 ] || exit 1
+    echo "setup.sh: warning: Mooncake's transfer engine is not installed (not root); its job test skips" >&2
+  fi
+fi
 if ! aiperf_ready; then
   [ -x "$AIPERF_VENV/bin/python" ] || python3 -m venv "$AIPERF_VENV"
   echo '*' > "$AIPERF_VENV/.gitignore"  # a venv inside the checkout: git ignores it

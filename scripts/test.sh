@@ -27,6 +27,8 @@ if [ "$(id -u)" = 0 ]; then
   # As root the tests stand up a Slurm cluster in network namespaces (scripts/slurm/up.sh);
   # it must work, and one this script started is taken down again at the end.
   export PDBENCH_REQUIRE_SLURM=1
+  # setup.sh installed Mooncake's transfer engine (root installs its libibverbs).
+  export PDBENCH_REQUIRE_MOONCAKE=1
   if ! timeout 10 sinfo >/dev/null 2>&1; then
     trap 'scripts/slurm/down.sh >/dev/null 2>&1 || true' EXIT
   fi
