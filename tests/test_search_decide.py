@@ -139,3 +139,11 @@ def test_nothing_measured_has_no_grid_estimate() -> None:
     assert s.text() == (
         "0.000 device-hours over 1 job (cost not recorded: 1p1d); the full grid's estimate needs a measured job"
     )
+
+
+def test_a_winner_measured_once_ties_with_all_and_says_why() -> None:
+    choice = choose([entry(cand(1, 1), [100.0]), entry(cand(1, 2), [50.0, 51.0])], "tight")
+    assert choice.winner is not None and choice.winner.name == "1p1d" and [t.name for t in choice.ties] == ["1p2d"]
+    assert "1p1d was measured once: its interval is unknown, so it ties with every candidate meeting the SLO" in (
+        choice.notes
+    )

@@ -136,6 +136,10 @@ def choose(entries: Sequence[ReportEntry], slo: str) -> Choice:
     winner = picks[0]
     ties = tuple(p for p in picks[1:] if p.interval.overlaps(winner.interval))
     notes: list[str] = []
+    if ties and winner.interval.n == 1:
+        notes.append(
+            f"{winner.name} was measured once: its interval is unknown, so it ties with every candidate meeting the SLO"
+        )
     aggs = [e for e in entries if e.candidate.kind == "agg"]
     at_count = [p for p in _picks(entries, slo, "agg") if p.devices == winner.devices]
     baseline = at_count[0] if at_count else None

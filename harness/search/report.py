@@ -5,8 +5,9 @@ concurrency, goodput per device ± the half-width of its t-interval, and the sid
 Then the winner per SLO (or the tie), the aggregated baseline with its ratio, and the device-hours
 spent against the full grid's estimate (harness.search.decide says what each means). The plot
 draws every measured point (repeats too) of every candidate, throughput per device against
-interactivity, each candidate's Pareto front as a line and each SLO's winner as a star. All three
-files are written atomically; their names are harness.search.layout's.
+interactivity, each candidate's Pareto front as a line, a cross over each point meeting no SLO,
+and each SLO's winner as a star with its interval. All three files are written atomically; their
+names are harness.search.layout's.
 """
 
 from __future__ import annotations
@@ -153,6 +154,7 @@ def plot(path: Path, entries: Sequence[ReportEntry], choices: Mapping[str, Choic
     ax = fig.add_subplot()
     colours = [c["color"] for c in rcParams["axes.prop_cycle"]]
     drawn = [(e.candidate, e.outcome) for e in entries if e.outcome and e.outcome.points]
+    any_failing = False
     for i, (c, out) in enumerate(drawn):
         colour = colours[i % len(colours)]
         label = c.name + (" (aggregated)" if c.kind == "agg" else "")
@@ -162,6 +164,21 @@ def plot(path: Path, entries: Sequence[ReportEntry], choices: Mapping[str, Choic
         others = [p for p in pts if p not in front]
         if others:
             ax.plot([p[0] for p in others], [p[1] for p in others], "o", alpha=0.35, color=colour, label="_others")
+        failing = [
+            (p.interactivity, p.goodput_per_device)
+            for p in out.points
+            if p.interactivity is not None and not any(p.meets.values())
+        ]
+        if failing:
+            ax.plot(
+                [x for x, _ in failing],
+                [y for _, y in failing],
+                "x",
+                markersize=9,
+                color=colour,
+                label="_failing",
+            )
+            any_failing = True
         for p in out.points:
             if p.interactivity is not None and p.repeat == 0:
                 ax.annotate(
@@ -172,6 +189,8 @@ def plot(path: Path, entries: Sequence[ReportEntry], choices: Mapping[str, Choic
                     fontsize=8,
                     color=colour,
                 )
+    if any_failing:  # one neutral legend entry for the crosses of every candidate
+        ax.plot([], [], "x", markersize=9, color="black", label="meets no SLO")
     by_name = {c.name: out for c, out in drawn}
     for k, (slo, choice) in enumerate(choices.items()):
         w = choice.winner
