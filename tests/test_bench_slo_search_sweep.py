@@ -185,3 +185,45 @@ def test_an_interrupted_search_is_not_done(model_dir: str, tmp_path: Path) -> No
     assert doc["done"] is False and doc["best"] == {"tight": None, "loose": None}
     assert [s["concurrency"] for s in doc["steps"]][:1] == [1]
     assert "SLO search: stopped before its end" in text and "written as interrupted" in text
+
+
+def test_a_repeat_has_evidence_and_sentinels_of_its_own(model_dir: str, tmp_path: Path) -> None:
+    """A repeat's /metrics scrapes and sentinel records go under repeats/<k>/; its sentinel prompts
+    are new ones, answered by the reference just before it, not the first measurement's again."""
+    with FakeServer(token_delay=0.001) as ref, SaturatingServer(per_s=0.001) as target:
+        settings = _settings(
+            model_dir,
+            tmp_path,
+            target.base_url,
+            {"slos": {"any": {"ttft_p90": 60_000}}, "repeats": {"max": 1, "ci_half_width": 1e-9}},
+            concurrency=[1, 2, 3, 4],
+            num_prompts=20,
+            scrape=[f"prefill-0=prefill@{ref.base_url}"],
+        )
+        outcomes = run_sweep_detailed(ClientConfig(**settings))
+        reference_prompts = [b["prompt"] for b in ref.bodies]
+    assert all(o.ok for o in outcomes), [o.error for o in outcomes]
+    record = json.loads((tmp_path / "slo_search.json").read_text())
+    # Precondition: every point meets, so the search climbs 1, 2, 4 (the top) and repeats 4 once.
+    assert [(s["concurrency"], s["repeat"]) for s in record["steps"]] == [(1, 0), (2, 0), (4, 0), (4, 1)]
+    first, again = (tmp_path / "sentinels", tmp_path / "repeats" / "1" / "sentinels")
+    assert sorted(p.name for p in first.iterdir()) == [
+        "concurrency_1.json",
+        "concurrency_2.json",
+        "concurrency_4.json",
+        "reference.json",
+    ]
+    assert sorted(p.name for p in again.iterdir()) == ["concurrency_4.json", "reference.json"]
+    assert (tmp_path / "repeats" / "1" / "metrics" / "concurrency_4").is_dir()
+    assert (tmp_path / "metrics" / "concurrency_4").is_dir()
+    repeat = json.loads((tmp_path / record["steps"][-1]["file"]).read_text())
+    assert repeat["sentinels"]["record"] == "repeats/1/sentinels/concurrency_4.json"
+    assert repeat["sentinels"]["matched"] == repeat["sentinels"]["sent"] == 4
+
+    def prompts(path: Path) -> set[str]:
+        return {s["prompt"] for s in json.loads(path.read_text())["sentinels"]}
+
+    assert not prompts(first / "concurrency_4.json") & prompts(again / "concurrency_4.json")
+    # The reference answered every ladder point's sentinels before the sweep (3 was never run),
+    # then the repeat's: 4 points x 4, and 4 more.
+    assert len(reference_prompts) == 4 * 4 + 4
