@@ -227,3 +227,18 @@ def test_a_repeat_has_evidence_and_sentinels_of_its_own(model_dir: str, tmp_path
     # The reference answered every ladder point's sentinels before the sweep (3 was never run),
     # then the repeat's: 4 points x 4, and 4 more.
     assert len(reference_prompts) == 4 * 4 + 4
+
+
+def test_a_search_past_its_total_timeout_is_not_done(model_dir: str, tmp_path: Path) -> None:
+    """total_timeout_s cuts the running point short (written, stop_reason): it meets no SLO, the
+    points left are not run and slo_search.json keeps done false."""
+    with SaturatingServer() as srv:
+        # C=1 sends 60 requests of about 50 ms each: 3 s, cut at 1 s.
+        cfg = ClientConfig(**_settings(model_dir, tmp_path, srv.base_url, num_prompts=60, total_timeout_s=1.0))
+        outcomes = run_sweep_detailed(cfg)
+    assert len(outcomes) == 1 and outcomes[0].error is not None and "total timeout" in outcomes[0].error
+    record = json.loads((tmp_path / "slo_search.json").read_text())
+    (step,) = record["steps"]
+    assert step["concurrency"] == 1 and step["meets"] == {"tight": False, "loose": False}
+    assert step["violations"]["tight"][-1].startswith("cut short: total timeout")
+    assert record["done"] is False and record["best"] == {"tight": None, "loose": None}
