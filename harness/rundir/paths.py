@@ -415,11 +415,6 @@ class RunDir:
     def slo_search(self) -> Path:
         return self.path / SLO_SEARCH
 
-    def repeat(self, repeat: int) -> RunDir:
-        """Repeat k (1..) of an SLO search, laid out as a run directory of its own: the repeated
-        points' results and their evidence (metrics/, sentinels/), apart from the first measurement's."""
-        return RunDir(self.path / repeat_subdir(repeat))
-
     def results(self) -> list[Path]:
         """The result files of the run (one per point), sorted by name."""
         return sorted(self.path.glob(ResultName.GLOB))
