@@ -11,7 +11,9 @@ its message code runs here as it runs on a cluster:
 - READ: vLLM's prefill answer is `MoRIIOConnectorScheduler.request_finished` on the params the
   proxy sent, and decode must get it as vLLM's router contract says: forwarded as it is;
 - WRITE: vLLM's decode-side `update_state_after_alloc` runs on the params and request id the
-  proxy sent decode, and must notify the prefill rank that took the prefill leg.
+  proxy sent decode, and must notify the prefill rank that took the prefill leg;
+- configuration: each server's rendered kv-transfer-config, read by vLLM's `MoRIIOConfig`,
+  points at the proxy's registration socket in the proxy's mode.
 
 The vLLM objects these functions belong to need a model and a device; the tests hand them
 namespaces carrying only the attributes the functions read, so a vLLM that reads (or sends)
@@ -27,13 +29,20 @@ from dataclasses import dataclass, field
 from types import MethodType, SimpleNamespace
 from typing import Any
 
+import pytest
 from aiohttp import web
 from conftest import require_vllm
 from test_proxy import CHUNKS, COMPLETION, DONE, Fake, read_all, run, wait_health
 from test_proxy_connectors import moriio_stack
 
+from harness.config import load_recipe
+from harness.render.commands import concrete, kv_transfer_config, node_addr, proxy_argv
+from harness.render.preflight_spec import preflight_spec
+from harness.topology import plan
+
 require_vllm(module_level=True)
 
+from vllm.config import KVTransferConfig  # noqa: E402
 from vllm.distributed.kv_transfer.kv_connector.v1.moriio import moriio_common as common  # noqa: E402
 from vllm.distributed.kv_transfer.kv_connector.v1.moriio import moriio_connector as connector  # noqa: E402
 from vllm.v1.request import RequestStatus  # noqa: E402
@@ -75,13 +84,13 @@ def vllm_heartbeat(inst: Instance, fake: Fake, mode: MoRIIOMode, endpoint: str) 
     return connector.MoRIIOConnectorWorker._start_heartbeat(worker)  # type: ignore[arg-type]
 
 
-def engine_request_id(x_request_id: str, chat: bool = False) -> str:
+def engine_request_id(x_request_id: str, chat: bool = False, randomized: bool = True) -> str:
     """The id vLLM's engine gives a request from its X-Request-Id: `cmpl-{id}` (chat:
-    `chatcmpl-{id}`), `-{index}` per prompt for completions, then `-{8 hex}` (vLLM's
-    serving.py and input_processor.py)."""
-    if chat:
-        return f"chatcmpl-{x_request_id}-{uuid.uuid4().hex[:8]}"
-    return f"cmpl-{x_request_id}-0-{uuid.uuid4().hex[:8]}"
+    `chatcmpl-{id}`), `-{index}` per prompt for completions, then `-{8 hex}` unless
+    VLLM_DISABLE_REQUEST_ID_RANDOMIZATION (the MI355X model env sets it) (vLLM's serving.py
+    and input_processor.py)."""
+    rid = f"chatcmpl-{x_request_id}" if chat else f"cmpl-{x_request_id}-0"
+    return f"{rid}-{uuid.uuid4().hex[:8]}" if randomized else rid
 
 
 def vllm_prefill_answer(inst: Instance, dp_rank: int, request_id: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -174,12 +183,15 @@ def test_read_flow_against_vllms_heartbeat_answer_and_parser() -> None:
     ranks = []
     for (ph, pb), (dh, db), answer in zip(p.received, d.received, p.answers, strict=True):
         assert ph["X-Request-Id"] == dh["X-Request-Id"]
-        p_rid, d_rid = engine_request_id(ph["X-Request-Id"]), engine_request_id(dh["X-Request-Id"])
+        d_rid = engine_request_id(dh["X-Request-Id"])
         rank = int(ph["X-data-parallel-rank"])
         ranks.append(rank)
         # Each side finds its peer in the request id, as vLLM parses it.
-        assert common.get_peer_zmq_from_request_id(p_rid, is_producer=True) == D.zmq_address()
-        assert common.get_peer_zmq_from_request_id(d_rid, is_producer=False) == P.zmq_address()
+        for randomized in (True, False):
+            for chat in (True, False):
+                rid_as_engine = engine_request_id(ph["X-Request-Id"], chat, randomized)
+                assert common.get_peer_zmq_from_request_id(rid_as_engine, is_producer=True) == D.zmq_address()
+                assert common.get_peer_zmq_from_request_id(rid_as_engine, is_producer=False) == P.zmq_address()
         assert common.parse_moriio_zmq_address(P.zmq_address()) == ("127.0.0.1", 6301, 61005)
         # Decode gets vLLM's prefill answer as it is (vLLM's router contract) ...
         params = db["kv_transfer_params"]
@@ -279,3 +291,42 @@ def _vllm_write_decode() -> Any:
     decode.map_request_id = MethodType(Scheduler.map_request_id, decode)
     decode.send_notify_block = lambda **kw: decode.notified.append(kw)
     return decode
+
+
+def test_rendered_extra_config_is_what_vllms_moriio_config_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each server's rendered kv-transfer-config, read by vLLM's MoRIIOConfig as every TP rank
+    reads it: the proxy's registration address and mode, the server's HTTP port, and ports
+    that no two ranks on a node share and every node's preflight checks free."""
+    rr = load_recipe("dsr1-fp8-1p2d")
+    p = plan(rr)
+    argv = [a if isinstance(a, str) else a.text for a in proxy_argv(rr, p)]
+    proxy_port, proxy_mode = int(argv[argv.index("--moriio-port") + 1]), argv[argv.index("--moriio-mode") + 1]
+    free = preflight_spec(rr, p, "/opt/pdbench").ports
+    taken: dict[int, list[int]] = {}
+    for w in [*p.role("prefill"), *p.role("decode")]:
+        rendered = kv_transfer_config(rr, w)
+        extra = {
+            k: v if isinstance(v, (bool, int)) else concrete(v)
+            for k, v in rendered["kv_connector_extra_config"].items()
+        }
+        config = KVTransferConfig(
+            kv_connector=rendered["kv_connector"], kv_role=rendered["kv_role"], kv_connector_extra_config=extra
+        )
+        assert common.get_moriio_mode(config).value == proxy_mode
+        tp = getattr(rr.recipe.topology, w.role).tp
+        monkeypatch.setattr(common, "get_tensor_model_parallel_world_size", lambda tp=tp: tp)
+        for rank in range(tp):
+            monkeypatch.setattr(common, "get_tensor_model_parallel_rank", lambda rank=rank: rank)
+            parallel = SimpleNamespace(data_parallel_rank=0, data_parallel_size_local=1, data_parallel_size=1)
+            mori = common.MoRIIOConfig.from_vllm_config(
+                SimpleNamespace(kv_transfer_config=config, parallel_config=parallel)  # type: ignore[arg-type]
+            )
+            assert (mori.proxy_ip, mori.proxy_ping_port) == (concrete(node_addr(0)), proxy_port)
+            assert mori.http_port == w.port and mori.read_mode == (proxy_mode == "read")
+            # The ports this rank binds: handshake (MoRIIOConnectorWorker) and notify.
+            taken.setdefault(w.node, []).extend(
+                [mori.handshake_port + common.get_port_offset(mori.dp_rank, mori.tp_rank), mori.notify_port]
+            )
+    for node, ports in taken.items():
+        assert len(ports) == len(set(ports)), (node, sorted(ports))
+        assert set(ports) <= set(free[node]), (node, sorted(set(ports) - set(free[node])))
