@@ -390,3 +390,28 @@ def test_pruning_gives_every_candidate_a_reason(tmp_path: Path) -> None:
     for name in ("1p1d", "1p2d", "2p1d"):
         assert state[name].status in ("done", "skipped") and state[name].reason, state[name]
     assert state["1p1d"].status == "done"  # the first has nothing to be pruned by
+
+
+class ForegroundLauncher(FakeLauncher):
+    """As the local launcher: launch() returns once the job has ended."""
+
+    foreground = True
+
+
+def test_a_foreground_launcher_runs_one_job_at_a_time_to_its_end(tmp_path: Path) -> None:
+    fake = ForegroundLauncher(states={n: [JobState.COMPLETED] for n in MEASURES})
+    s = start(tmp_path, fake, budget={"nodes_in_flight": 8})
+    assert s.run() == 0
+    assert fake.launched == ["1p1d", "1p2d", "2p1d", "agg3"]
+    assert all(j.polls == 1 for j in fake.jobs.values())  # each read once, after it ended
+    assert statuses(s)["2p1d"] == "done"
+
+
+def test_a_job_past_its_time_limit_is_cancelled_and_recorded(tmp_path: Path) -> None:
+    fake = FakeLauncher(states={n: [JobState.RUNNING] for n in MEASURES})
+    s = start(tmp_path, fake, budget={"max_jobs": 1})
+    s.margin_s = -1800.0  # the recipe's timeouts.job_s is 1800: no time left once it runs
+    assert s.run() == 1
+    state = SearchDir(s.sdir.path).read_state()["1p1d"]
+    assert state.status == "failed" and "timeouts.job_s" in state.reason and state.reason.endswith("cancelled")
+    assert fake.jobs["1p1d"].states == [JobState.CANCELLED]
