@@ -158,6 +158,7 @@ class FakeJob(Job):
         self.states = states
         self.polls = 0
         self.on_info = on_info
+        self.returncode: int | None = None
 
     @property
     def title(self) -> str:
@@ -168,7 +169,7 @@ class FakeJob(Job):
         if self.on_info is not None:
             self.on_info(self.polls)
         state = self.states[min(self.polls, len(self.states)) - 1]
-        return JobInfo(state, state.name)
+        return JobInfo(state, state.name, returncode=self.returncode)
 
     def cancel(self) -> None:
         self.states = [JobState.CANCELLED]
@@ -193,6 +194,7 @@ class FakeLauncher(Launcher):
         self.launched: list[str] = []
         self.jobs: dict[str, FakeJob] = {}
         self.sdir: SearchDir | None = None
+        self.returncodes: dict[str, int] = {}  # a foreground job's exit status
 
     def dry_run(self, run: RunDir, num_nodes: int) -> str:
         return "fake"
@@ -226,6 +228,7 @@ class FakeLauncher(Launcher):
             )
         hook = self.on_info
         job = FakeJob(run, str(len(self.launched)), states, (lambda n: hook(name, n)) if hook else None)
+        job.returncode = self.returncodes.get(name)
         self.jobs[name] = job
         return job
 
@@ -415,3 +418,23 @@ def test_a_job_past_its_time_limit_is_cancelled_and_recorded(tmp_path: Path) -> 
     state = SearchDir(s.sdir.path).read_state()["1p1d"]
     assert state.status == "failed" and "timeouts.job_s" in state.reason and state.reason.endswith("cancelled")
     assert fake.jobs["1p1d"].states == [JobState.CANCELLED]
+
+
+def test_sigterm_taken_by_a_foreground_launcher_stops_the_search(tmp_path: Path) -> None:
+    """The local launcher handles SIGTERM itself while its job runs (exit 143): unless it was
+    `pdbench cancel` (the job then reads cancelled), the signal was for the search."""
+    fake = ForegroundLauncher(states={"1p1d": [JobState.FAILED]})
+    fake.returncodes["1p1d"] = 128 + signal.SIGTERM
+    s = start(tmp_path, fake)
+    assert s.run() == 130
+    assert fake.launched == ["1p1d"]
+    state = SearchDir(s.sdir.path).read_state()
+    assert state["1p1d"].status == "cancelled" and "SIGTERM" in state["1p1d"].reason
+    assert state["1p2d"].status == "planned"
+
+
+def test_a_second_search_process_in_the_directory_is_refused(tmp_path: Path) -> None:
+    s = start(tmp_path, FakeLauncher())
+    with s.sdir.locked(), pytest.raises(Refused, match=f"a search runs in it already \\(pid {os.getpid()}\\)"):
+        start(tmp_path, FakeLauncher()).run()
+    assert s.run() == 0  # released

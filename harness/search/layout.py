@@ -10,10 +10,13 @@ report.md, report.json, pareto.png   the report (harness.search.report writes th
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
@@ -23,6 +26,7 @@ import yaml
 from harness import atomic
 from harness.search.space import Candidate
 
+LOCK_FILE = ".lock"
 SEARCH_FILE = "search.yaml"
 STATE_FILE = "state.json"
 RUNS = "runs"
@@ -149,6 +153,29 @@ class SearchDir:
 
     def relative(self, run: Path) -> str:
         return str(Path(run).resolve().relative_to(self.path.resolve()))
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Held while a search process works in the directory: a second one (a resume started while
+        the first still runs) would launch and follow the same jobs twice."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        with open(self.path / LOCK_FILE, "a+") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.seek(0)
+                holder = f.read().strip() or "another process"
+                raise SearchDirError(
+                    f"{self.path}: a search runs in it already ({holder}); wait for it or stop it"
+                ) from None
+            f.seek(0)
+            f.truncate()
+            f.write(f"pid {os.getpid()}")
+            f.flush()
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
 
     def begin(self, definition: Mapping[str, Any]) -> bool:
         """Record the search's definition, or check it is the one recorded. True when resuming."""

@@ -157,6 +157,14 @@ class Search:
     # --- the plan -------------------------------------------------------------------------
 
     def run(self) -> int:
+        try:
+            with self.sdir.locked():
+                return self._run()
+        except SearchDirError as e:
+            raise Refused(str(e)) from None
+
+    def _run(self) -> int:
+        self.sdir.states = self.sdir.read_state()  # as the last process left them
         choices = space.candidates(self.loaded, cluster=self.spec.cluster, launcher_kind=self.launcher_kind)
         self.merge(choices)
         with self._signals():
