@@ -26,8 +26,13 @@ import pytest
 from conftest import require_vllm
 from test_proxy import CHUNKS, COMPLETION, DONE, Fake, read_all, run, stack
 
+from harness.config import load_recipe
+from harness.render.commands import concrete, kv_transfer_config, proxy_argv, server_env
+from harness.topology import plan
+
 require_vllm(module_level=True)
 
+from vllm.config import KVTransferConfig  # noqa: E402
 from vllm.distributed.kv_transfer.kv_connector.v1.mooncake import mooncake_connector as mc  # noqa: E402
 from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.mooncake_utils import MooncakeBootstrapServer  # noqa: E402
 from vllm.v1.request import RequestStatus  # noqa: E402
@@ -139,3 +144,32 @@ def test_mooncake_flow_against_vllms_bootstrap_server_and_hooks(bootstrap: Moonc
 async def _arrived(p: Fake, n: int) -> None:
     while len(p.received) < n:  # the prefill leg runs beside decode's
         await asyncio.sleep(0.01)
+
+
+def test_rendered_job_points_decode_and_proxy_at_vllms_bootstrap_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The H200 recipe as rendered: the prefill's vLLM starts its bootstrap server (TP and PP
+    rank 0 of DP rank 0) on the port the proxy is told, and reads the transfer protocol."""
+    rr = load_recipe("dsr1-fp8-1p2d-mooncake", ["connector.side_channel_port=9123"])  # not vLLM's default
+    p = plan(rr)
+    argv = [a if isinstance(a, str) else a.text for a in proxy_argv(rr, p)]
+    told = [int(argv[i + 1]) for i, a in enumerate(argv) if a == "--bootstrap-port"]
+    monkeypatch.setattr(mc, "get_tensor_model_parallel_rank", lambda: 0)
+    monkeypatch.setattr(mc, "get_pp_group", lambda: SimpleNamespace(rank_in_group=0))
+    ports = []
+    for w in p.role("prefill"):
+        monkeypatch.setenv("VLLM_MOONCAKE_BOOTSTRAP_PORT", concrete(server_env(rr, w)["VLLM_MOONCAKE_BOOTSTRAP_PORT"]))
+        rendered = kv_transfer_config(rr, w)
+        config = SimpleNamespace(
+            kv_transfer_config=KVTransferConfig(**rendered),
+            parallel_config=SimpleNamespace(
+                local_engines_only=False, nnodes_within_dp=1, data_parallel_master_ip="10.0.0.1", data_parallel_index=0
+            ),
+        )
+        assert mc.should_launch_bootstrap_server(config)  # type: ignore[arg-type]
+        _, port = mc.get_mooncake_bootstrap_addr(config)  # type: ignore[arg-type]
+        ports.append(port)
+        assert config.kv_transfer_config.kv_connector_extra_config.get("mooncake_protocol", "rdma") == "rdma"
+    assert ports == told == [9123]
+    for w in p.role("decode"):
+        assert KVTransferConfig(**kv_transfer_config(rr, w)).kv_role == "kv_consumer"  # no server of its own
+        assert "VLLM_MOONCAKE_BOOTSTRAP_PORT" not in server_env(rr, w)
