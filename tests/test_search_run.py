@@ -195,6 +195,7 @@ class FakeLauncher(Launcher):
         self.jobs: dict[str, FakeJob] = {}
         self.sdir: SearchDir | None = None
         self.returncodes: dict[str, int] = {}  # a foreground job's exit status
+        self.done: set[str] = set()  # candidates whose slo_search.json says the ladder search ended
 
     def dry_run(self, run: RunDir, num_nodes: int) -> str:
         return "fake"
@@ -215,6 +216,9 @@ class FakeLauncher(Launcher):
             else:
                 rn = ResultName(conc, math.inf, None, candidate.prefill_devices, candidate.decode_devices)
             (run.path / rn.filename).write_text(json.dumps(point(candidate, conc, start + 10 * i)))
+        if name in self.done:
+            slos = {"tight": TIGHT}
+            atomic.write_json(run.slo_search, {"ladder": LADDER, "slos": slos, "best": {"tight": 2}, "done": True})
         states = self.states.get(name, [JobState.RUNNING, JobState.COMPLETED])
         if states[-1] is JobState.COMPLETED:
             atomic.write_json(run.status, {"state": "succeeded", "exit_code": 0, "reason": None, "finished_at": end})
@@ -438,3 +442,15 @@ def test_a_second_search_process_in_the_directory_is_refused(tmp_path: Path) -> 
     with s.sdir.locked(), pytest.raises(Refused, match=f"a search runs in it already \\(pid {os.getpid()}\\)"):
         start(tmp_path, FakeLauncher()).run()
     assert s.run() == 0  # released
+
+
+def test_a_job_that_failed_after_its_ladder_search_ended_counts_as_done(tmp_path: Path) -> None:
+    """The client exits 1 when a measured point had failed requests: the job fails, but the
+    ladder search's answer (slo_search.json done) stands."""
+    fake = FakeLauncher(states={"1p1d": [JobState.RUNNING, JobState.FAILED]})
+    fake.done = {"1p1d"}
+    s = start(tmp_path, fake, budget={"max_jobs": 1})
+    assert s.run() == 0
+    state = SearchDir(s.sdir.path).read_state()["1p1d"]
+    assert state.status == "done" and state.reason.endswith("the job then failed: a node failed)")
+    assert "best c=2" in state.reason

@@ -395,17 +395,21 @@ class Search:
         status = self._settled_status(run)
         outcome = read_outcome(run.path, state.candidate, self.slos, confidence=self.spec.repetitions.confidence)
         succeeded = status is not None and status.get("state") == "succeeded"
+        # The job's ladder search ended normally: its answer stands even where the job then exited
+        # failed (the client exits 1 when a measured point had failed requests, as a fixed sweep does).
+        measured = succeeded or outcome.done
+        why_failed = str((status or {}).get("reason") or f"{flight.job.title} ended {info.detail}")
         if info.state is JobState.CANCELLED and self.interrupted is None:
             self.stop_reason = f"{flight.job.title} of {flight.name} was cancelled outside the search"
             self.end(state, "cancelled", f"{flight.job.title} was cancelled ({info.detail})", outcome)
-        elif self.interrupted is not None and not succeeded:
+        elif self.interrupted is not None and not measured:
             why = f"the search was stopped by {signal.Signals(self.interrupted).name}"
             self.end(state, "cancelled", why, outcome)
-        elif succeeded and info.state in (JobState.COMPLETED, JobState.UNKNOWN):
-            self.end(state, "done", _summary(outcome), outcome)
+        elif measured:
+            note = "" if succeeded else f" (its SLO search ended; the job then failed: {why_failed})"
+            self.end(state, "done", _summary(outcome) + note, outcome)
         else:
-            reason = (status or {}).get("reason") or f"{flight.job.title} ended {info.detail}"
-            self.end(state, "failed", str(reason), outcome)
+            self.end(state, "failed", why_failed, outcome)
 
     def end(self, state: CandidateState, status: Status, reason: str, outcome: CandidateOutcome | None = None) -> None:
         self.sdir.put(
