@@ -87,12 +87,13 @@ def test_bad_ladders_are_refused() -> None:
 
 
 def test_repeats_stop_when_tight_or_at_max() -> None:
-    assert repeats_stop([100.0], 2, 0.03, 0.95) is None  # one sample: no interval yet
-    assert repeats_stop([100.0, 100.2], 2, 0.03, 0.95) == "tight"  # 1.3 % of the mean
-    assert repeats_stop([100.0, 130.0], 2, 0.03, 0.95) is None  # wide, one repeat of two made
-    assert repeats_stop([100.0, 130.0, 70.0], 2, 0.03, 0.95) == "max"
-    assert repeats_stop([100.0], 0, 0.03, 0.95) == "max"  # no repeats asked for
-    assert repeats_stop([0.0, 0.0], 1, 0.03, 0.95) == "max"  # nothing served: never tight
+    assert repeats_stop([100.0], 0, 2, 0.03, 0.95) is None  # one sample: no interval yet
+    assert repeats_stop([100.0, 100.2], 1, 2, 0.03, 0.95) == "tight"  # 1.3 % of the mean
+    assert repeats_stop([100.0, 130.0], 1, 2, 0.03, 0.95) is None  # wide, one repeat of two made
+    assert repeats_stop([100.0, 130.0, 70.0], 2, 2, 0.03, 0.95) == "max"
+    assert repeats_stop([100.0], 0, 0, 0.03, 0.95) == "max"  # no repeats asked for
+    assert repeats_stop([0.0, 0.0], 1, 1, 0.03, 0.95) == "max"  # nothing served: never tight
+    assert repeats_stop([], 2, 2, 0.03, 0.95) == "max"  # no goodput known (devices unknown): bounded all the same
 
 
 def test_the_interval_is_students_t() -> None:
@@ -103,3 +104,29 @@ def test_the_interval_is_students_t() -> None:
     one = interval([5.0], 0.95)
     assert (one.mean, one.half_width, one.relative) == (5.0, None, None)
     assert interval([0.0, 0.0], 0.95).relative == math.inf
+
+
+def test_an_invalid_point_or_one_with_failed_requests_meets_no_slo() -> None:
+    from harness.bench.slo_record import goodput_per_device, judge
+
+    slos = {"tight": {"ttft_p90": 100.0}, "loose": {"ttft_p90": 1000.0}}
+    fine = {
+        "p90_ttft_ms": 50.0,
+        "failed": 0,
+        "total_token_throughput": 300.0,
+        "metadata": {"valid": True, "prefill_gpus": 1, "decode_gpus": 2},
+    }
+    assert {n: v.meets for n, v in judge(slos, fine).items()} == {"tight": True, "loose": True}
+    assert goodput_per_device(fine) == 100.0
+    slow = fine | {"p90_ttft_ms": 500.0}
+    assert judge(slos, slow)["tight"].violations == ["ttft_p90 500.0 ms > 100 ms"] and judge(slos, slow)["loose"].meets
+    invalid = fine | {"metadata": {"valid": False, "validity": {"reasons": ["decode computed the prompts"]}}}
+    failed = fine | {"failed": 2}
+    cut = fine | {"stop_reason": "total timeout: the sweep ran past total_timeout_s=5"}
+    for point, word in ((invalid, "invalid: decode computed"), (failed, "2 request(s) failed"), (cut, "cut short")):
+        verdicts = judge(slos, point)
+        assert not any(v.meets for v in verdicts.values()) and verdicts["loose"].violations[0].startswith(word)
+    assert judge(slos, fine | {"metadata": {"valid": None, "gpus": 4}})["tight"].meets  # unverified is not invalid
+    assert goodput_per_device(fine | {"metadata": {"gpus": 4}}) == 75.0  # an aggregated point
+    assert goodput_per_device(fine | {"metadata": {}}) is None  # devices unknown
+    assert not judge(slos, None)["loose"].meets  # no result
