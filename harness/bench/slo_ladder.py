@@ -111,13 +111,15 @@ def interval(samples: Sequence[float], confidence: float) -> Interval:
     return Interval(mean, half, half / mean if mean > 0 else math.inf)
 
 
-def repeats_stop(samples: Sequence[float], max_repeats: int, ci_half_width: float, confidence: float) -> str | None:
+def repeats_stop(
+    samples: Sequence[float], repeats: int, max_repeats: int, ci_half_width: float, confidence: float
+) -> str | None:
     """Why a point's repeats stop ("tight": the interval is narrow enough; "max": max_repeats
-    more measurements were made), or None to measure it again. `samples` holds every
-    measurement of the point so far, the first included."""
+    repeats were made), or None to measure it again. `samples`: every measurement of the point
+    that gave one, the first included; `repeats`: the repeats made so far."""
     rel = interval(samples, confidence).relative
     if rel is not None and rel <= ci_half_width:
         return "tight"
-    if len(samples) - 1 >= max_repeats:
+    if repeats >= max_repeats:
         return "max"
     return None
