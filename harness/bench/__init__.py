@@ -11,7 +11,9 @@ on a send clock, concurrency slots, stop), workers (several load processes), sen
 prompts checked against a reference), watchdog (target health and server PIDs), serve_metrics
 (vLLM's definitions), validity_probe (/metrics around each point), results (pydantic model,
 write-once files), progress (rich bar or plain lines), external (aiperf and `vllm bench serve`
-as the job's client), sweep (points in order), cli.
+as the job's client), slo_ladder (the SLO search's next point and its repeats, pure) and
+slo_record (each point judged against the SLOs, slo_search.json), sweep (points in order, or up
+the ladder), cli.
 """
 
 from __future__ import annotations

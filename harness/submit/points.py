@@ -77,20 +77,36 @@ def _read(path: Path) -> tuple[BenchResult | None, str | None]:
     return result, incomplete(result)
 
 
+def _searched(run: RunDir, cfg: ClientConfig) -> set[int] | None:
+    """With an SLO search over the ladder, the concurrencies its record says it measured (the
+    others were never needed, not missing); None for a plain sweep or a search not yet begun."""
+    if cfg.slo_search is None or not run.slo_search.is_file():
+        return None
+    try:
+        steps = json.loads(run.slo_search.read_text()).get("steps", [])
+        return {int(s["concurrency"]) for s in steps}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None  # an unreadable record: every ladder point is shown, none hidden
+
+
 def planned(run: RunDir, with_results: bool = True) -> list[Point]:
-    """Every point the run's client configs plan, in the order the client runs them."""
+    """Every point the run's client configs plan, in the order the client runs them. A ladder
+    point that the run's SLO search skipped is not planned, unless it has a result file."""
     points = []
     for phase in PHASES:
         path = run.path / bench_config_name(phase)
         if not path.is_file():
             continue
         cfg = _config(path)
+        searched = _searched(run, cfg)
         for shape in cfg.shape_list():
             tag = shape.tag if cfg.multi_shape else None
             for c in cfg.concurrency:
                 name = ResultName(c, cfg.request_rate, tag, cfg.prefill_gpus, cfg.decode_gpus, cfg.gpus).filename
                 file = Path(cfg.result_dir) / name
                 file = file if file.is_absolute() else run.path / file
+                if searched is not None and c not in searched and not file.is_file():
+                    continue
                 result, problem = _read(file) if with_results else (None, None)
                 shown = f"{shape.isl}/{shape.osl}" if cfg.multi_shape else None
                 n = cfg.num_prompts_for(c)
