@@ -59,6 +59,7 @@ def test_the_three_files(written: list[Path]) -> None:
 
 def test_report_md(written: list[Path]) -> None:
     md = written[0].read_text()
+    assert md.startswith("# Search search\n")  # no title given: the directory's name
     assert (
         "Ladder: 1, 2, 4, 6, 8. SLOs: **tight** ttft_p90 <= 800 ms, tpot_p90 <= 40 ms; **loose** ttft_p90 <= 3000 ms."
         in md
@@ -102,8 +103,10 @@ def test_pareto_png(written: list[Path]) -> None:
 
 
 def test_a_search_with_nothing_run_yet(tmp_path: Path) -> None:
-    paths = write_report(tmp_path, LADDER, SLOS, [ReportEntry(ONE_P_ONE_D, "planned", "", None, None)])
+    paths = write_report(tmp_path, LADDER, SLOS, [ReportEntry(ONE_P_ONE_D, "planned", "", None, None)], title="pd")
     md = paths[0].read_text()
+    assert md.startswith("# Search pd\n")
+    assert json.loads(paths[1].read_text())["search"] == "pd"
     assert "- tight: no winner: no disaggregated candidate meets it at any measured concurrency" in md
     assert "0.000 device-hours over 0 jobs; the full grid's estimate needs a measured job." in md
     assert json.loads(paths[1].read_text())["winners"]["tight"]["winner"] is None

@@ -62,7 +62,7 @@ def _run(e: ReportEntry, search_dir: Path) -> str | None:
 
 
 def markdown(
-    search_dir: Path,
+    title: str,
     ladder: Sequence[int],
     slos: Mapping[str, Mapping[str, float]],
     entries: Sequence[ReportEntry],
@@ -73,7 +73,7 @@ def markdown(
         (o.interval.confidence for e in entries if e.outcome for o in e.outcome.slos.values() if o.interval), 0.95
     )
     lines = [
-        f"# Search {search_dir.name}",
+        f"# Search {title}",
         "",
         f"Ladder: {', '.join(map(str, ladder))}. SLOs: "
         + "; ".join(f"**{name}** {_bounds(b)}" for name, b in slos.items())
@@ -106,6 +106,7 @@ def markdown(
 
 
 def as_json(
+    title: str,
     ladder: Sequence[int],
     slos: Mapping[str, Mapping[str, float]],
     entries: Sequence[ReportEntry],
@@ -134,7 +135,7 @@ def as_json(
             }
         )
     return {
-        "search": search_dir.name,
+        "search": title,
         "ladder": list(ladder),
         "slos": {name: dict(b) for name, b in slos.items()},
         "candidates": candidates,
@@ -227,16 +228,18 @@ def write_report(
     ladder: Sequence[int],
     slos: Mapping[str, Mapping[str, float]],
     entries: Sequence[ReportEntry],
+    *,
+    title: str | None = None,
 ) -> list[Path]:
-    """Write report.md, report.json and pareto.png into the search directory; their paths."""
+    """Write report.md, report.json and pareto.png into the search directory; their paths.
+    `title` names the search (its name); the directory's name by default."""
     search_dir = Path(search_dir)
+    title = title or search_dir.name
     search_dir.mkdir(parents=True, exist_ok=True)
     choices = choose_all(entries, slos)
     spent = spend(entries, ladder)
-    md = atomic.write_text(search_dir / REPORT_MD, markdown(search_dir, ladder, slos, entries, choices, spent))
-    data = as_json(ladder, slos, entries, choices, spent, search_dir)
+    md = atomic.write_text(search_dir / REPORT_MD, markdown(title, ladder, slos, entries, choices, spent))
+    data = as_json(title, ladder, slos, entries, choices, spent, search_dir)
     js = atomic.write_text(search_dir / REPORT_JSON, json.dumps(data, indent=2, allow_nan=False) + "\n")
-    png = plot(
-        search_dir / PARETO, entries, choices, f"Search {search_dir.name}: throughput per device vs interactivity"
-    )
+    png = plot(search_dir / PARETO, entries, choices, f"Search {title}: throughput per device vs interactivity")
     return [md, js, png]
