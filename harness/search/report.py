@@ -4,9 +4,9 @@ Every candidate is listed, run or not, with its status and the reason for it; pe
 concurrency, goodput per device ± the half-width of its t-interval, and the side that limited it.
 Then the winner per SLO (or the tie), the aggregated baseline with its ratio, and the device-hours
 spent against the full grid's estimate (harness.search.decide says what each means). The plot
-draws every measured point (repeats too) of every candidate, throughput per device against
-interactivity, each candidate's Pareto front as a line, a cross over each point meeting no SLO,
-and each SLO's winner as a star with its interval. All three files are written atomically; their
+draws every measured point of every candidate, throughput per device against interactivity:
+each candidate's Pareto front over its ladder points as a line, repeats as small rings, a cross
+over each point meeting no SLO, and each SLO's winner as a star with its interval. All three files are written atomically; their
 names are harness.search.layout's.
 """
 
@@ -155,16 +155,29 @@ def plot(path: Path, entries: Sequence[ReportEntry], choices: Mapping[str, Choic
     ax = fig.add_subplot()
     colours = [c["color"] for c in rcParams["axes.prop_cycle"]]
     drawn = [(e.candidate, e.outcome) for e in entries if e.outcome and e.outcome.points]
-    any_failing = False
+    any_failing = any_repeat = False
     for i, (c, out) in enumerate(drawn):
         colour = colours[i % len(colours)]
         label = c.name + (" (aggregated)" if c.kind == "agg" else "")
-        pts = [(p.interactivity, p.goodput_per_device) for p in out.points if p.interactivity is not None]
+        # The front runs through the ladder's first measurements; a lucky repeat must not make it.
+        pts = [(p.interactivity, p.goodput_per_device) for p in out.points if p.interactivity and p.repeat == 0]
         front = pareto_front(pts)
         ax.plot([p[0] for p in front], [p[1] for p in front], marker="o", color=colour, label=label)
         others = [p for p in pts if p not in front]
         if others:
             ax.plot([p[0] for p in others], [p[1] for p in others], "o", alpha=0.35, color=colour, label="_others")
+        repeats = [(p.interactivity, p.goodput_per_device) for p in out.points if p.interactivity and p.repeat]
+        if repeats:
+            ax.plot(
+                [x for x, _ in repeats],
+                [y for _, y in repeats],
+                "o",
+                markersize=4,
+                markerfacecolor="none",
+                color=colour,
+                label="_repeats",
+            )
+            any_repeat = True
         failing = [
             (p.interactivity, p.goodput_per_device)
             for p in out.points
@@ -192,6 +205,8 @@ def plot(path: Path, entries: Sequence[ReportEntry], choices: Mapping[str, Choic
                 )
     if any_failing:  # one neutral legend entry for the crosses of every candidate
         ax.plot([], [], "x", markersize=9, color="black", label="meets no SLO")
+    if any_repeat:
+        ax.plot([], [], "o", markersize=4, markerfacecolor="none", color="black", label="a repeat of a best point")
     by_name = {c.name: out for c, out in drawn}
     for k, (slo, choice) in enumerate(choices.items()):
         w = choice.winner
