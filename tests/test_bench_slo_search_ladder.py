@@ -3,12 +3,11 @@ verdicts a test fixes: a point meets an SLO below a concurrency the test chooses
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import pytest
 
-from harness.bench.slo_ladder import Bracket, Ladder, interval, repeats_stop
+from harness.bench.slo_ladder import Bracket, Ladder, repeats_stop
 
 LADDER = [1, 2, 3, 4, 6, 8]
 
@@ -94,16 +93,6 @@ def test_repeats_stop_when_tight_or_at_max() -> None:
     assert repeats_stop([100.0], 0, 0, 0.03, 0.95) == "max"  # no repeats asked for
     assert repeats_stop([0.0, 0.0], 1, 1, 0.03, 0.95) == "max"  # nothing served: never tight
     assert repeats_stop([], 2, 2, 0.03, 0.95) == "max"  # no goodput known (devices unknown): bounded all the same
-
-
-def test_the_interval_is_students_t() -> None:
-    iv = interval([10.0, 12.0], 0.95)
-    # t(0.975, 1) = 12.706; sd = sqrt(2); half = 12.706 * sqrt(2) / sqrt(2).
-    assert iv.mean == 11.0 and iv.half_width == pytest.approx(12.7062, rel=1e-4)
-    assert iv.relative == pytest.approx(12.7062 / 11, rel=1e-4)
-    one = interval([5.0], 0.95)
-    assert (one.mean, one.half_width, one.relative) == (5.0, None, None)
-    assert interval([0.0, 0.0], 0.95).relative == math.inf
 
 
 def test_an_invalid_point_or_one_with_failed_requests_meets_no_slo() -> None:

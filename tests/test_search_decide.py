@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.interval import Interval, t_interval
 from harness.search.decide import choose, spend
 from harness.search.outcome import EXCLUDED, CandidateOutcome, Cost, Limit, ReportEntry, SLOOutcome
 from harness.search.space import Candidate
-from harness.search.stats import Interval, t_interval
 
 
 def test_the_t_interval_of_a_few_samples() -> None:

@@ -7,10 +7,10 @@ import math
 
 import pytest
 
+from harness.interval import t_interval
 from harness.search.outcome import CandidateOutcome, Cost, Limit, SLOOutcome
 from harness.search.prune import ASSUMPTION, next_decision
 from harness.search.space import Candidate
-from harness.search.stats import t_interval
 
 SLOS = {"tight": {"tpot_p90": 40.0}}
 

@@ -11,10 +11,11 @@ down the same way. Best: the highest meeting value so found (None when none meet
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from harness.interval import t_interval
 
 Why = Literal["start", "up", "bisect"]
 
@@ -90,35 +91,13 @@ class Ladder:
         return None, Bracket(ladder[lo] if lo >= 0 else None, ladder[hi])
 
 
-@dataclass(frozen=True)
-class Interval:
-    """The t-interval of a point's samples (goodput per device): mean, half-width and their ratio."""
-
-    mean: float
-    half_width: float | None  # None below two samples
-    relative: float | None  # half_width / mean; None below two samples (inf at a mean of 0)
-
-
-def interval(samples: Sequence[float], confidence: float) -> Interval:
-    n = len(samples)
-    mean = math.fsum(samples) / n if n else 0.0
-    if n < 2:
-        return Interval(mean, None, None)
-    from scipy import stats  # only a search with repeats pays for its import
-
-    sd = math.sqrt(math.fsum((x - mean) ** 2 for x in samples) / (n - 1))
-    half = float(stats.t.ppf((1 + confidence) / 2, n - 1)) * sd / math.sqrt(n)
-    return Interval(mean, half, half / mean if mean > 0 else math.inf)
-
-
 def repeats_stop(
     samples: Sequence[float], repeats: int, max_repeats: int, ci_half_width: float, confidence: float
 ) -> str | None:
     """Why a point's repeats stop ("tight": the interval is narrow enough; "max": max_repeats
     repeats were made), or None to measure it again. `samples`: every measurement of the point
     that gave one, the first included; `repeats`: the repeats made so far."""
-    rel = interval(samples, confidence).relative
-    if rel is not None and rel <= ci_half_width:
+    if samples and t_interval(samples, confidence).relative <= ci_half_width:
         return "tight"
     if repeats >= max_repeats:
         return "max"

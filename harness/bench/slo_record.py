@@ -4,15 +4,15 @@ what it found (`done` false until the search ended normally)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness import atomic
-from harness.bench.slo_ladder import Bracket, interval
+from harness.bench.slo_ladder import Bracket
 from harness.config.slo import violated_metrics, violations
+from harness.interval import t_interval
 
 
 @dataclass(frozen=True)
@@ -116,12 +116,12 @@ class SearchRecord:
     def repeats(self, concurrency: int, samples: Sequence[float], confidence: float, stopped: str | None) -> None:
         """A repeated point's goodput-per-device samples (the first measurement's included) and
         their t-interval; `stopped` is why the repeats ended (tight | max), None while they go on."""
-        iv = interval(samples, confidence)
+        iv = t_interval(samples, confidence).to_json() if samples else {"mean": 0.0, "half_width": None}
         self.doc["repeats"][str(concurrency)] = {
             "samples": list(samples),
-            "mean": iv.mean,
-            "half_width": iv.half_width,
-            "relative": iv.relative if iv.relative is None or math.isfinite(iv.relative) else None,  # strict JSON
+            "mean": iv["mean"],
+            "half_width": iv["half_width"],  # null below two samples (strict JSON: no infinity)
+            "relative": iv.get("relative"),
             "stopped": stopped,
         }
         self.write()

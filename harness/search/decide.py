@@ -22,8 +22,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness.interval import Interval
 from harness.search.outcome import EXCLUDED, CandidateOutcome, ReportEntry
-from harness.search.stats import Interval
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from harness.config.slo import DECODE_SIDE, PREFILL_SIDE, violated_metrics, violations
+from harness.interval import Interval, t_interval
 from harness.launch.job import LaunchError
 from harness.launch.record import read_record
 from harness.report.points import Note, Point, serving
@@ -45,7 +46,6 @@ from harness.rundir import RunDir, read_status
 from harness.rundir.paths import REPEATS
 from harness.rundir.result_name import ResultName
 from harness.search.space import Candidate
-from harness.search.stats import Interval, t_interval
 
 Side = Literal["prefill", "decode", "unknown"]
 

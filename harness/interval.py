@@ -1,7 +1,9 @@
-"""The confidence interval of a candidate's goodput per device: Student's t over its samples.
+"""The confidence interval of a mean over a few samples: Student's t. One owner for the SLO
+ladder inside a job (when a point's repeats are tight enough) and the search (a candidate's
+goodput per device, ties, pruning).
 
-A search measures a candidate's best point a few times (the first measurement and its repeats);
-the samples are few, so the interval is the t-interval mean ± t(confidence, n-1) · s / √n, with
+A point is measured a few times (the first measurement and its repeats); the samples are few,
+so the interval is the t-interval mean ± t(confidence, n-1) · s / √n, with
 s the sample standard deviation. One sample says nothing about the spread: its half-width is
 infinite (unknown), and it overlaps every interval.
 """
@@ -79,7 +81,7 @@ def t_interval(samples: Sequence[float], confidence: float = 0.95) -> Interval:
     mean = sum(values) / n
     if n == 1:
         return Interval(1, mean, math.inf, confidence)
-    from scipy.stats import t  # imported here: only a search's report needs scipy
+    from scipy.stats import t  # imported here: only a point with repeats needs scipy
 
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
     return Interval(n, mean, float(t.ppf((1 + confidence) / 2, n - 1)) * sd / math.sqrt(n), confidence)
