@@ -516,7 +516,7 @@ class Search:
         ]
 
     def report(self) -> None:
-        paths = write_report(self.sdir.path, self.spec.concurrency, self.slos, self.entries())
+        paths = write_report(self.sdir.path, self.spec.concurrency, self.slos, self.entries(), title=self.loaded.name)
         say(f"report: {', '.join(str(p) for p in paths)}")
 
     def exit_code(self) -> int:
