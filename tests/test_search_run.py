@@ -331,6 +331,23 @@ def test_a_job_cancelled_outside_stops_the_search_and_a_resume_runs_it_again(tmp
     assert (s2.sdir.path / str(first["1p2d"].run)).is_dir()  # the old run kept
 
 
+def test_a_cancelled_baseline_runs_again_and_its_first_run_still_counts(tmp_path: Path) -> None:
+    fake = FakeLauncher(states={"agg3": [JobState.RUNNING, JobState.CANCELLED]})
+    s = start(tmp_path, fake, budget={"nodes_in_flight": 3})
+    assert s.run() == 1
+    first = SearchDir(s.sdir.path).read_state()["agg3"]
+    assert first.status == "cancelled" and first.run is not None and first.outcome is not None
+
+    s2 = start(tmp_path, FakeLauncher(), budget={"nodes_in_flight": 3})
+    assert s2.run() == 0
+    state = SearchDir(s2.sdir.path).read_state()["agg3"]
+    assert state.status == "done" and state.run != first.run
+    assert state.earlier_runs == (first.run,) and len(state.earlier_outcomes) == 1
+    # The cancelled job's devices were held: the report counts its cost as spent.
+    entry = next(e for e in s2.entries() if e.candidate.name == "agg3")
+    assert len(entry.earlier) == 1
+
+
 def test_a_failed_job_is_recorded_with_its_reason_and_the_exit_says_so(tmp_path: Path) -> None:
     fake = FakeLauncher(states={"2p1d": [JobState.RUNNING, JobState.FAILED]})
     s = start(tmp_path, fake)

@@ -246,7 +246,9 @@ class Search:
                 self.sdir.put(CandidateState(choice.candidate, "excluded", choice.excluded, planned_at=time.time()))
                 say(f"{name}: excluded: {choice.excluded}")
                 continue
-            self.sdir.put(CandidateState(choice.candidate, "planned", planned_at=time.time()))
+            if old is None:
+                self.sdir.put(CandidateState(choice.candidate, "planned", planned_at=time.time()))
+            # else planned again by merge() after a failure: its earlier runs and their cost stay
             names.append(name)
         return names
 
