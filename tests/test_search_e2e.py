@@ -1,0 +1,153 @@
+"""On the local three-node Slurm cluster with real vLLM, `pdbench search local-tiny-pd`
+(searches/local-tiny-pd.yaml: 1P1D, 1P2D, 2P1D and the aggregated baseline) against the full
+grid run by hand:
+
+- a `scancel` of a running candidate's job stops the search (exit 1, resume command printed);
+  running it again keeps every finished candidate and runs the cancelled one anew;
+- its winner is the grid's: every candidate's recipe submitted over the whole ladder, then
+  `pdbench report --slo` (the report's own choice, not the search's code) names the best point;
+- it spends fewer device-hours than that grid did, measured on the grid's own run directories,
+  and than the grid estimate its report prints.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import require_vllm
+from slurm_cluster import daemon_problems, processes_in_node_namespaces, require_cluster
+
+from harness.rundir import RunDir, read_status
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(2400)]
+
+ROOT = Path(__file__).resolve().parents[1]
+SEARCH = ROOT / "searches" / "local-tiny-pd.yaml"
+PDBENCH = [sys.executable, "-m", "harness"]
+
+
+def _state(search_dir: Path) -> dict[str, dict[str, Any]]:
+    path = search_dir / "state.json"
+    if not path.exists():
+        return {}
+    return {c["name"]: c for c in json.loads(path.read_text())["candidates"]}
+
+
+def _finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.terminate()  # the search cancels its jobs in flight
+        out, _ = proc.communicate(timeout=150)
+        pytest.fail(f"pdbench search did not end within {timeout} s:\n{out[-4000:]}")
+    return proc.returncode, out
+
+
+def _search(search_dir: Path, results: Path) -> subprocess.Popen:
+    args = [*PDBENCH, "search", "local-tiny-pd", "--search-dir", str(search_dir), "--results-dir", str(results)]
+    return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _runs(search_dir: Path, name: str) -> list[Path]:
+    """The candidate's run directories (its results root also holds the jobs' tokenizer cache)."""
+    return sorted(p for p in (search_dir / "runs" / name).glob("*/*") if RunDir.is_run_dir(p))
+
+
+def _device_hours(run: Path, devices: int) -> float:
+    """Devices x the job's time on its nodes: from the first node's start record to the end the
+    nodes recorded, read here from the run directory, independently of the search's own costing."""
+    started = min(p.stat().st_mtime for p in (run / "nodes").glob("*.json"))
+    status = read_status(RunDir(run))
+    assert status is not None and status.get("finished_at"), f"{run}: no end recorded"
+    return devices * (status["finished_at"] - started) / 3600
+
+
+def test_search_resumes_after_scancel_picks_the_grid_winner_and_costs_less(tmp_path: Path) -> None:
+    require_vllm()
+    require_cluster(3)
+    assert daemon_problems() == [], "the nodes' daemons were broken before this test"
+    spec = yaml.safe_load(SEARCH.read_text())
+    (slo_name, bounds), *_ = spec["slos"].items()
+    search_dir, results = tmp_path / "search", tmp_path / "results"
+
+    # 1. Run the search until the aggregated baseline, its last job, is running; then scancel it.
+    proc = _search(search_dir, results)
+    deadline = time.monotonic() + 1200
+    baseline: dict[str, Any] | None = None
+    while baseline is None:
+        if proc.poll() is not None:
+            pytest.fail(f"the search ended before its baseline ran:\n{proc.communicate()[0][-4000:]}")
+        if time.monotonic() > deadline:
+            proc.terminate()
+            pytest.fail(f"no baseline job within 1200 s:\n{proc.communicate(timeout=150)[0][-4000:]}")
+        running = [c for c in _state(search_dir).values() if c["kind"] == "agg" and c["status"] == "running"]
+        baseline = running[0] if running and running[0].get("job_id") else None
+        time.sleep(1)
+    state = _state(search_dir)
+    disagg = {n: c for n, c in state.items() if c["kind"] == "disagg"}
+    # The precondition of the resume check: a finished candidate, and every other one decided.
+    assert disagg["1p1d"]["status"] == "done", disagg["1p1d"]
+    assert {c["status"] for c in disagg.values()} <= {"done", "skipped", "excluded"}, state
+    assert disagg["2p2d"]["status"] == "excluded" and "max_devices" in disagg["2p2d"]["reason"]
+    finished_runs = {n: _runs(search_dir, n) for n, c in disagg.items() if c["status"] == "done"}
+    kept_files = {p: p.stat().st_mtime_ns for runs in finished_runs.values() for p in runs[0].glob("*.json")}
+    assert kept_files
+    subprocess.run(["scancel", baseline["job_id"]], check=True, timeout=60)
+    rc, out = _finish(proc, 600)
+    assert rc == 1, out[-4000:]
+    assert "pdbench search local-tiny-pd" in out and "--search-dir" in out, out[-3000:]  # how to resume
+    assert _state(search_dir)[baseline["name"]]["status"] == "cancelled"
+
+    # 2. Resume: the finished candidates are kept as they are; the baseline runs again.
+    rc, out = _finish(_search(search_dir, results), 1200)
+    assert rc == 0, out[-4000:]
+    for name, runs in finished_runs.items():
+        assert _runs(search_dir, name) == runs, f"{name} ran again:\n{out[-3000:]}"
+        assert f"{name}: launching" not in out
+    assert all(p.stat().st_mtime_ns == t for p, t in kept_files.items())
+    assert len(_runs(search_dir, baseline["name"])) == 2 and _state(search_dir)[baseline["name"]]["status"] == "done"
+    report = json.loads((search_dir / "report.json").read_text())
+    assert (search_dir / "report.md").is_file() and (search_dir / "pareto.png").stat().st_size > 0
+    assert all(c["reason"] for c in report["candidates"]), "every candidate says why it ran or not"
+    choice = report["winners"][slo_name]
+    assert choice["winner"] is not None, report
+    contenders = {choice["winner"]["candidate"], *(t["candidate"] for t in choice["ties"])}
+    spent = report["spend"]["device_hours"]
+    assert spent < report["spend"]["grid_device_hours"], report["spend"]
+
+    # 3. The full grid by hand: each candidate the search did not exclude, over the whole ladder,
+    #    with the search's own settings and no SLO search; then the report's SLO choice.
+    grid = tmp_path / "grid"
+    labels, runs, grid_hours = [], [], 0.0
+    for c in report["candidates"]:
+        if c["status"] == "excluded":
+            continue
+        sets = [s for s in c["overrides"] if not s.startswith("benchmark.slo_search")]
+        args = [*PDBENCH, "submit", spec["recipe"], "--cluster", spec["cluster"], "--results-dir", str(grid)]
+        args += [x for s in sets for x in ("--set", s)] + ["--wait"]
+        before = {p for p in grid.glob("*/*") if RunDir.is_run_dir(p)}
+        r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=1200)
+        assert r.returncode == 0, f"grid job {c['name']}:\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}"
+        (run,) = {p for p in grid.glob("*/*") if RunDir.is_run_dir(p)} - before
+        labels.append(c["name"])
+        runs.append(run)
+        grid_hours += _device_hours(run, c["devices"])
+    slo_arg = ",".join(f"{k}={v}" for k, v in bounds.items())
+    out_json = tmp_path / "grid-report.json"
+    cmd = [*PDBENCH, "report", *map(str, runs), "--slo", slo_arg, "--out", str(out_json)]
+    cmd += [x for label in labels for x in ("--label", label)]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    (decision,) = json.loads(out_json.read_text())["decisions"]
+    best = decision["best"]["disagg"]
+    assert best is not None, decision
+    assert best["run"] in contenders, f"the grid picks {best['run']}, the search {contenders}"
+    assert spent < grid_hours, f"the search spent {spent:.4f} device-hours, the grid by hand {grid_hours:.4f}"
+    assert not any(processes_in_node_namespaces().values())
