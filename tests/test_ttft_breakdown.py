@@ -17,7 +17,8 @@ from benchmarks.common import free_ports
 from harness import tiny_model
 from harness.bench import ClientConfig, run_sweep_detailed
 from harness.bench.client import RequestOutput
-from harness.bench.ttft_breakdown import ttft_breakdown
+from harness.bench.ttft_breakdown import ADDS_UP_WITHIN, ttft_breakdown
+from harness.rundir.bottleneck_summary import RoleTiming
 
 pytestmark = pytest.mark.timeout(180)
 # The mock decode answers a request whose KV came from prefill after one inter-token gap.
@@ -118,6 +119,8 @@ def test_parts_sit_where_the_latency_is_and_add_up(aggregated: bool, model_dir: 
         # What the proxy itself adds, and what lies outside it, are small next to the engines' time.
         assert b["router_ms"]["median"] < SLACK_MS and 0 <= b["client_ms"]["median"] < SLACK_MS, b
         assert "kv_transfer_ms" not in b  # nothing scraped: no transfer histogram to read
+        assert b["adds_up"]["share"] == 1.0 and b["adds_up"]["requests"] == 12, b
+        assert r["bottleneck"]["evidence"]["shares"] and r["bottleneck"]["verdict"], r["bottleneck"]
     assert len(list(timings.glob("proxy-timings-*.jsonl"))) == 1
 
 
@@ -132,3 +135,20 @@ def test_requests_the_proxy_did_not_record_are_counted_out() -> None:
     assert b["kv_transfer_ms"]["mean"] == 12.0 and b["decode_first_token_ms"]["median"] == 28.0
     none = ttft_breakdown([ok], ["x"], {}, None)
     assert none["requests"] == 0 and "recorded none" in none["note"]
+
+
+def test_parts_add_up_per_request_and_server_means_are_labelled_point_means() -> None:
+    outs = []
+    for ttft in (0.1, 0.2):
+        o = RequestOutput(10, 4)
+        o.success, o.ttft = True, ttft
+        outs.append(o)
+    exact = {"router_ms": 1.0, "prefill_ms": 50.0, "decode_ms": 40.0, "first_byte_ms": 91.0}
+    # A gap between the proxy's legs (decode sent 10 ms after prefill answered) is in no part.
+    gap = {"router_ms": 1.0, "prefill_ms": 100.0, "decode_ms": 50.0, "first_byte_ms": 161.0}
+    servers = {"prefill": RoleTiming(requests=2, queue_ms=3.0, compute_ms=45.0, tpot_ms=0.0)}
+    b = ttft_breakdown(outs, ["a", "b"], {"a": exact, "b": gap}, None, servers)
+    assert b["adds_up"] == {"within": ADDS_UP_WITHIN, "requests": 1, "of": 2, "share": 0.5}
+    assert b["server_means"] == {"prefill": {"requests": 2, "queue_ms": 3.0, "compute_ms": 45.0, "tpot_ms": 0.0}}
+    assert "per request" in b["per_request"] and "server_means" in b["point_means"]
+    assert "not per request" in b["point_means"] and "kv_transfer_ms" in b["point_means"]

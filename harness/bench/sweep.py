@@ -70,12 +70,13 @@ from harness.bench.slo_record import SearchRecord, Verdict, goodput_per_device, 
 from harness.bench.tokenizer import PromptTokenizer, load_tokenizer
 from harness.bench.trace import TraceRecord, load_trace, schedule_section, synthesize
 from harness.bench.trace import offsets as trace_offsets
-from harness.bench.ttft_breakdown import kv_transfer_ms, ttft_breakdown
+from harness.bench.ttft_breakdown import judge_point, kv_transfer_ms, read_role_timings, ttft_breakdown
 from harness.bench.validity_probe import PointProbe
 from harness.bench.watchdog import TargetDied, Watchdog
 from harness.bench.workers import LagMonitor, LoadReport, WorkerPool, default_workers
 from harness.config.benchmark import Shape
 from harness.rundir import ResultName
+from harness.rundir.bottleneck_summary import Baseline
 from harness.rundir.paths import REPEATS, SENTINEL_REFERENCE, SLO_SEARCH, repeat_subdir, sentinel_record_name
 from harness.rundir.proxy_timings import HEADER as TIMING_HEADER
 from harness.rundir.proxy_timings import read_all as read_timings
@@ -162,6 +163,7 @@ class _Sweep:
         self.point_sentinels: PointSentinels | None = None  # the running point's, which a Ctrl-C cancels
         self.unsent = 0  # the last measured batch's requests never sent (it was stopped)
         self.repeat = 0  # an SLO search's repeat of the running point (0: its first measurement)
+        self.bottleneck_bases: dict[str | None, Baseline] = {}  # per shape: the bottleneck's growth baseline
 
     # -- stops ----------------------------------------------------------------
 
@@ -707,10 +709,21 @@ class _Sweep:
             log(f"C={concurrency}{self._shape_text()}: {verdict.verdict.upper()} point: {'; '.join(verdict.reasons)}")
         metrics = compute_metrics(outs, cfg.percentiles, {str(k): v for k, v in cfg.goodput.items()})
         extra["client"] = self._client_section(concurrency)
+        kv = kv_transfer_ms(verdict if probe is not None else None)
+        servers = read_role_timings(probe.targets, probe.out_dir) if probe is not None else {}
         if cfg.proxy_timings_dir:
             records = await self._proxy_records(Path(cfg.result_dir) / cfg.proxy_timings_dir, outs)
-            kv = kv_transfer_ms(verdict if probe is not None else None)
-            extra["ttft_breakdown"] = ttft_breakdown(outs, self.request_ids, records, kv)
+            extra["ttft_breakdown"] = ttft_breakdown(outs, self.request_ids, records, kv, servers)
+        extra["bottleneck"] = judge_point(
+            concurrency,
+            extra.get("ttft_breakdown"),
+            servers,
+            kv,
+            metrics.get("mean_tpot_ms"),
+            extra["client"],
+            self.bottleneck_bases,
+            self.shape_tag,
+        )
         sent_at = [o.start_time for o in outs if o.start_time is not None and o.end_time is not None]
         start_unix = min(sent_at) + wall_offset if sent_at else None
         return BenchResult(

@@ -12,18 +12,38 @@ parts add up to each request's TTFT; medians and p99s of the parts are over the 
 The KV transfer inside decode_ms comes from the decode servers' own histograms over the
 point (their mean: no per-request values), `decode_first_token_ms` is the median decode leg
 less that mean, an estimate labelled as such.
+
+Beside the per-request parts, `server_means` gives each role's queue and compute per request
+from vLLM's own histograms (vllm:request_queue_time_seconds, vllm:request_prefill_time_seconds,
+vllm:request_time_per_output_token_seconds) as before/after deltas over the point: means over the
+point, not per request (harness.rundir.bottleneck_summary.RoleTiming says what each one counts).
+`adds_up` checks per request that router + prefill + decode + client is the client's TTFT within
+ADDS_UP_WITHIN (a gap between the proxy's legs is the only time the parts leave out).
+`judge_point` gives the point's `bottleneck` section (harness.validity.bottleneck).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from harness.bench.client import RequestOutput
+from harness.rundir.bottleneck_summary import Baseline, RoleTiming
 from harness.validity import PointValidity
+from harness.validity.bottleneck import judge
+from harness.validity.series import Scrape, delta
 
 PARTS = ("router_ms", "prefill_ms", "decode_ms", "client_ms")
+ADDS_UP_WITHIN = 0.02
+PER_REQUEST = "per request: ttft_ms and its parts router_ms, prefill_ms, decode_ms, client_ms"
+POINT_MEANS = "point means, not per request: kv_transfer_ms, server_means (vLLM's histograms over the point)"
+_HIST = {
+    "queue_ms": r"vllm:request_queue_time_seconds",
+    "compute_ms": r"vllm:request_prefill_time_seconds",
+    "tpot_ms": r"vllm:request_time_per_output_token_seconds",
+}
 
 
 def kv_transfer_ms(verdict: PointValidity | None) -> tuple[float, int] | None:
@@ -34,6 +54,41 @@ def kv_transfer_ms(verdict: PointValidity | None) -> tuple[float, int] | None:
     if decode is None or not decode.transfer_seconds or not decode.transfer_count:
         return None
     return decode.transfer_seconds / decode.transfer_count * 1000.0, int(decode.transfer_count)
+
+
+def role_timings(scrapes: list[tuple[str, str, str]]) -> dict[str, RoleTiming]:
+    """Each role's means over the point from (role, before, after) scrape texts of its servers,
+    summed over instances; a role whose servers export none of the histograms is left out."""
+    sums: dict[str, dict[str, tuple[float, float]]] = {}
+    for role, before, after in scrapes:
+        if role == "proxy" or not after:
+            continue
+        b, a = Scrape.parse(before), Scrape.parse(after)
+        acc = sums.setdefault(role, {})
+        for key, name in _HIST.items():
+            total, count = delta(b, a, f"{name}_sum"), delta(b, a, f"{name}_count")
+            if total is not None and count is not None:
+                t0, c0 = acc.get(key, (0.0, 0.0))
+                acc[key] = (t0 + total[0], c0 + count[0])
+    out = {}
+    for role, acc in sums.items():
+        if not acc:
+            continue
+        mean = {k: round(t / c * 1000.0, 4) if c > 0 else None for k, (t, c) in acc.items()}
+        requests = int(max(c for _, c in acc.values()))
+        out[role] = RoleTiming(requests=requests, **mean)
+    return out
+
+
+def read_role_timings(targets: list[tuple[str, str, str]], directory: Path) -> dict[str, RoleTiming]:
+    """role_timings of the point's scrapes as the probe saved them: <directory>/<name>.{before,after}.prom;
+    `targets`: (name, role, url) as the probe parsed them. A missing file counts as no scrape."""
+
+    def text(name: str, phase: str) -> str:
+        path = directory / f"{name}.{phase}.prom"
+        return path.read_text(errors="replace") if path.is_file() else ""
+
+    return role_timings([(role, text(name, "before"), text(name, "after")) for name, role, _ in targets])
 
 
 def _stats(values: list[float]) -> dict[str, float]:
@@ -50,9 +105,12 @@ def ttft_breakdown(
     ids: list[str],
     records: dict[str, dict[str, Any]],
     kv: tuple[float, int] | None,
+    servers: dict[str, RoleTiming] | None = None,
 ) -> dict[str, Any]:
-    """The point's breakdown: per part mean/median/p99 over the successful requests the proxy recorded."""
+    """The point's breakdown: per part mean/median/p99 over the successful requests the proxy
+    recorded, and each role's point means (`servers`, from role_timings) beside them."""
     parts: dict[str, list[float]] = {p: [] for p in ("ttft_ms", *PARTS)}
+    within = 0
     for o, rid in zip(outs, ids, strict=True):
         rec = records.get(rid)
         if rec is None or not o.success or not o.ttft:
@@ -64,12 +122,17 @@ def ttft_breakdown(
             parts["prefill_ms"].append(rec["prefill_ms"])
         parts["decode_ms"].append(rec["decode_ms"])
         parts["client_ms"].append(ttft - rec["first_byte_ms"])
+        total = rec["router_ms"] + rec.get("prefill_ms", 0.0) + rec["decode_ms"] + parts["client_ms"][-1]
+        within += abs(total - ttft) <= ADDS_UP_WITHIN * ttft
     done = sum(1 for o in outs if o.success)
     out: dict[str, Any] = {"requests": len(parts["ttft_ms"]), "of": done}
     if not parts["ttft_ms"]:
         out["note"] = "the proxy recorded none of this point's requests"
         return out
+    out["per_request"], out["point_means"] = PER_REQUEST, POINT_MEANS
     out.update({k: _stats(v) for k, v in parts.items() if v})
+    n = len(parts["ttft_ms"])
+    out["adds_up"] = {"within": ADDS_UP_WITHIN, "requests": within, "of": n, "share": round(within / n, 4)}
     if kv is not None:
         mean, count = kv
         out["kv_transfer_ms"] = {"mean": round(mean, 4), "transfers": count, "source": "decode servers' /metrics"}
@@ -77,4 +140,39 @@ def ttft_breakdown(
             "median": round(max(0.0, out["decode_ms"]["median"] - mean), 4),
             "estimate": "median decode leg - mean KV transfer",
         }
+    if servers:
+        out["server_means"] = {role: t.model_dump(mode="json") for role, t in servers.items()}
     return out
+
+
+def _means(b: dict[str, Any] | None) -> dict[str, float] | None:
+    if not b or not b.get("requests"):
+        return None
+    return {k: float(b[k]["mean"]) for k in ("ttft_ms", *PARTS) if isinstance(b.get(k), dict)}
+
+
+def judge_point(
+    concurrency: int,
+    breakdown: dict[str, Any] | None,
+    servers: dict[str, RoleTiming],
+    kv: tuple[float, int] | None,
+    tpot_ms: float | None,
+    client: dict[str, Any] | None,
+    bases: dict[str | None, Baseline],
+    shape: str | None,
+) -> dict[str, Any]:
+    """The point's `bottleneck` section; `bases` keeps, per shape, the lowest-concurrency point
+    measured so far: growth is against it, and this point replaces it when lower."""
+    base = bases.get(shape)
+    kv_ms = kv[0] if kv is not None else None
+    summary = judge(
+        _means(breakdown),
+        servers,
+        kv_ms,
+        tpot_ms,
+        client,
+        base if base is not None and base.concurrency < concurrency else None,
+    )
+    if base is None or concurrency < base.concurrency:
+        bases[shape] = Baseline(concurrency=concurrency, roles=servers, kv_transfer_ms=kv_ms)
+    return summary.model_dump(mode="json")

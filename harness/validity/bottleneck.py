@@ -1,0 +1,192 @@
+"""A point's bottleneck verdict: which part of TTFT dominates and which resource is saturated.
+
+Pure rules over numbers the point already has (no I/O). The parts' shares come from the TTFT
+breakdown's per-request parts (their means over the requests, as shares of the mean TTFT); the
+roles' queue and compute times are point means of vLLM's own histograms; growth is against the
+sweep's lowest-concurrency point of the same shape (`Baseline`), absent at that point itself.
+
+A resource is saturated when (thresholds below, each with its why):
+- client: the client's own load section warned (a load process over its CPU bound, or event-loop
+  lag over its bound: the sweep's thresholds), or the client's part is >= CLIENT_SHARE of TTFT.
+- router: the proxy's own time is >= ROUTER_SHARE of TTFT.
+- prefill: prefill's queue mean >= QUEUE_OVER_COMPUTE x its compute mean, or its queue + compute
+  per request grew >= GROWTH x over the baseline.
+- decode: its TPOT (else its queue + first step less the KV transfer's mean) grew >= GROWTH x. Its
+  queue alone says little: vLLM counts the whole wait for the remote KV (the connector's handshake,
+  polling and transfer) as decode's queue, already as long as its first step at C=1 on CPU.
+- transfer: the KV transfer's mean grew >= GROWTH x and its share of TTFT is >= MIN_SHARE.
+The verdict: client-bound first (the point's latencies then include the client's delay), then
+router-bound, then of prefill / transfer / decode the saturated one with the largest share of TTFT
+(without the proxy's parts, the largest growth); "not saturated" when no rule fired.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.rundir.bottleneck_summary import Baseline, BottleneckSummary, Evidence, Resource, RoleTiming, Verdict
+
+# A client part of a fifth of TTFT is time spent in the client's send and read, not the servers'.
+CLIENT_SHARE = 0.2
+# A proxy adds milliseconds; a fifth of TTFT spent in it means requests wait for the proxy itself.
+ROUTER_SHARE = 0.2
+# vLLM's chunked prefill schedules a waiting prompt as soon as its token budget allows, so at low
+# load queue time is ~0 against tens of ms of compute; half the compute spent waiting means
+# arrivals outrun what the role's batches take.
+QUEUE_OVER_COMPUTE = 0.5
+# A role that batches absorbs load by sharing its steps: its compute per request grows instead of
+# its queue. Doubling over the sweep's lowest concurrency is beyond run-to-run noise on CPU (the
+# 1P1D/1P2D/2P1D grids vary < 1.7x at C <= 4) and what a role whose steps are full shows.
+GROWTH = 2.0
+# A part under a tenth of TTFT cannot be what limits TTFT, whatever its growth.
+MIN_SHARE = 0.1
+
+_ORDER: tuple[Resource, ...] = ("prefill", "transfer", "decode")
+
+
+def shares(parts: dict[str, float] | None, kv_ms: float | None) -> tuple[float | None, dict[str, float]]:
+    """(mean TTFT, each part's share of it) from the breakdown's per-request means (ms): router_ms,
+    prefill_ms, decode_ms, client_ms, ttft_ms. The decode leg is split into the KV transfer's mean
+    and the rest when the transfer's mean is known."""
+    if not parts or not parts.get("ttft_ms"):
+        return None, {}
+    ttft = parts["ttft_ms"]
+    decode = parts.get("decode_ms", 0.0)
+    kv = min(kv_ms, decode) if kv_ms is not None else None
+    ms = {
+        "proxy": parts.get("router_ms", 0.0),
+        "prefill": parts.get("prefill_ms", 0.0),
+        **({"kv_transfer": kv} if kv is not None else {}),
+        "decode": decode - (kv or 0.0),
+        "client": max(0.0, parts.get("client_ms", 0.0)),
+    }
+    return ttft, {k: round(v / ttft, 4) for k, v in ms.items()}
+
+
+def _role_time(r: RoleTiming | None, minus: float = 0.0) -> float | None:
+    if r is None or r.queue_ms is None or r.compute_ms is None:
+        return None
+    return max(0.0, r.queue_ms - minus) + r.compute_ms
+
+
+def _ratio(now: float | None, base: float | None) -> float | None:
+    if now is None or base is None or base <= 0:
+        return None
+    return round(now / base, 3)
+
+
+def _growth(roles: dict[str, RoleTiming], kv: float | None, base: Baseline | None) -> dict[str, float]:
+    if base is None:
+        return {}
+    out: dict[str, float | None] = {}
+    for role, r in roles.items():
+        b = base.roles.get(role)
+        if role == "decode" and r.tpot_ms is not None and b is not None and b.tpot_ms:
+            out[role] = _ratio(r.tpot_ms, b.tpot_ms)
+        else:
+            minus, base_minus = (kv or 0.0, base.kv_transfer_ms or 0.0) if role == "decode" else (0.0, 0.0)
+            out[role] = _ratio(_role_time(r, minus), _role_time(b, base_minus))
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _client(section: dict[str, Any] | None) -> tuple[float | None, float | None, list[str]]:
+    if not section:
+        return None, None, []
+    busy = [float(b) for b in section.get("cpu_busy") or []]
+    lag = (section.get("loop_lag_ms") or {}).get("p99")
+    return (max(busy) if busy else None), (None if lag is None else float(lag)), list(section.get("warnings") or [])
+
+
+def judge(
+    parts: dict[str, float] | None,
+    roles: dict[str, RoleTiming],
+    kv_transfer_ms: float | None,
+    tpot_ms: float | None,
+    client: dict[str, Any] | None,
+    baseline: Baseline | None,
+) -> BottleneckSummary:
+    """The verdict of one point. `parts`: the breakdown's per-request means (ms; None without the
+    proxy); `roles`: vLLM's histogram means per role; `client`: the result's `client` section."""
+    ttft, share = shares(parts, kv_transfer_ms)
+    growth = _growth(roles, kv_transfer_ms, baseline)
+    kv_growth = _ratio(kv_transfer_ms, baseline.kv_transfer_ms if baseline else None)
+    busy, lag, warnings = _client(client)
+    saturated: list[Resource] = []
+    reasons: list[str] = []
+
+    def fired(resource: Resource, why: str) -> None:
+        if resource not in saturated:
+            saturated.append(resource)
+        reasons.append(f"{resource}: {why}")
+
+    if warnings:
+        fired("client", f"the client's load section warned: {warnings[0]}")
+    if share.get("client", 0.0) >= CLIENT_SHARE:
+        fired("client", f"client part {share['client']:.0%} of TTFT (>= {CLIENT_SHARE:.0%})")
+    if share.get("proxy", 0.0) >= ROUTER_SHARE:
+        fired("router", f"proxy's own time {share['proxy']:.0%} of TTFT (>= {ROUTER_SHARE:.0%})")
+    # Growth is only measured against a baseline, so where there is one this is its concurrency.
+    base_c = baseline.concurrency if baseline is not None else 0
+    for role in ("prefill", "decode"):
+        r = roles.get(role)
+        if r is None:
+            continue
+        queued = r.queue_ms is not None and r.compute_ms and r.queue_ms >= QUEUE_OVER_COMPUTE * r.compute_ms
+        if role == "prefill" and queued:
+            fired(role, f"queue {r.queue_ms:.1f} ms >= {QUEUE_OVER_COMPUTE:g} x compute {r.compute_ms:.1f} ms (means)")
+        g = growth.get(role)
+        if g is not None and g >= GROWTH:
+            what = "TPOT" if role == "decode" and r.tpot_ms is not None else "queue + compute"
+            fired(role, f"{what} grew {g:.1f}x over C={base_c} (>= {GROWTH:g}x)")
+    kv_share = share.get("kv_transfer")
+    kv_grew = kv_growth is not None and kv_growth >= GROWTH
+    if kv_grew and (kv_share is None or kv_share >= MIN_SHARE):
+        shown = "" if kv_share is None else f", {kv_share:.0%} of TTFT"
+        fired("transfer", f"KV transfer mean grew {kv_growth:.1f}x over C={base_c}{shown}")
+
+    verdict = _verdict(saturated, share, growth, kv_growth)
+    dominant = max(share, key=lambda k: share[k]) if share else None
+    return BottleneckSummary(
+        verdict=verdict,
+        dominant=dominant,
+        saturated=saturated,
+        reasons=reasons,
+        evidence=Evidence(
+            ttft_ms=None if ttft is None else round(ttft, 4),
+            shares=share,
+            roles=roles,
+            growth=growth,
+            kv_transfer_ms=None if kv_transfer_ms is None else round(kv_transfer_ms, 4),
+            kv_growth=kv_growth,
+            tpot_ms=tpot_ms,
+            proxy_ms=None if not parts or "router_ms" not in parts else round(parts["router_ms"], 4),
+            client_cpu_busy=busy,
+            client_loop_lag_p99_ms=lag,
+            client_warnings=warnings,
+            baseline_concurrency=None if baseline is None else baseline.concurrency,
+        ),
+    )
+
+
+def _verdict(
+    saturated: list[Resource], share: dict[str, float], growth: dict[str, float], kv_growth: float | None
+) -> Verdict:
+    if "client" in saturated:
+        return "client-bound"
+    if "router" in saturated:
+        return "router-bound"
+    servers = [r for r in _ORDER if r in saturated]
+    if not servers:
+        return "not saturated"
+    part = {"prefill": "prefill", "transfer": "kv_transfer", "decode": "decode"}
+    if share:
+        weight = {r: share.get(part[r], 0.0) for r in servers}
+    else:
+        weight = {r: (kv_growth if r == "transfer" else growth.get(r)) or 0.0 for r in servers}
+    best = max(servers, key=lambda r: weight[r])  # ties: the first in _ORDER
+    verdicts: dict[Resource, Verdict] = {
+        "prefill": "prefill-bound",
+        "transfer": "transfer-bound",
+        "decode": "decode-bound",
+    }
+    return verdicts[best]

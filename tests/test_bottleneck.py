@@ -1,0 +1,184 @@
+"""The bottleneck verdict's rules (harness.validity.bottleneck) from synthetic inputs, one test per
+verdict, and the bench side that feeds them: each role's point means from real vLLM 0.32 scrapes
+and the sweep's growth baseline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from harness.bench.ttft_breakdown import judge_point, role_timings
+from harness.rundir.bottleneck_summary import Baseline, BottleneckSummary, RoleTiming
+from harness.validity.bottleneck import CLIENT_SHARE, GROWTH, QUEUE_OVER_COMPUTE, ROUTER_SHARE, judge
+
+pytestmark = pytest.mark.timeout(30)
+
+QUIET_CLIENT: dict[str, Any] = {"cpu_busy": [0.2], "loop_lag_ms": {"median": 0.1, "p99": 0.5}, "warnings": []}
+# Per-request means (ms) of a 1P1D point at low load: prefill leg 60, decode leg 40 (10 of it KV).
+LOW = {"ttft_ms": 102.0, "router_ms": 1.0, "prefill_ms": 60.0, "decode_ms": 40.0, "client_ms": 1.0}
+ROLES_LOW = {
+    "prefill": RoleTiming(requests=12, queue_ms=0.5, compute_ms=50.0, tpot_ms=0.0),
+    "decode": RoleTiming(requests=12, queue_ms=20.0, compute_ms=15.0, tpot_ms=12.0),
+}
+BASE = Baseline(concurrency=1, roles=ROLES_LOW, kv_transfer_ms=10.0)
+
+
+def _judge(
+    parts: dict[str, float] | None = LOW,
+    roles: dict[str, RoleTiming] = ROLES_LOW,
+    kv: float | None = 10.0,
+    client: dict[str, Any] = QUIET_CLIENT,
+    baseline: Baseline | None = BASE,
+) -> BottleneckSummary:
+    return judge(parts, roles, kv, 12.0, client, baseline)
+
+
+def test_low_load_is_not_saturated_and_names_the_dominant_part() -> None:
+    b = _judge(baseline=None)
+    assert b.verdict == "not saturated" and b.saturated == [] and b.reasons == []
+    assert b.dominant == "prefill"
+    shares = b.evidence.shares
+    assert shares["prefill"] == pytest.approx(60 / 102, abs=1e-4)
+    assert shares["kv_transfer"] == pytest.approx(10 / 102, abs=1e-4)
+    assert shares["decode"] == pytest.approx(30 / 102, abs=1e-4)  # the decode leg less the KV mean
+    assert sum(shares.values()) == pytest.approx(1.0, abs=1e-3)
+    # The same numbers against themselves as a baseline: growth 1x, still nothing fires.
+    same = _judge()
+    assert same.verdict == "not saturated" and same.evidence.growth == {"prefill": 1.0, "decode": 1.0}
+
+
+def test_prefill_bound_by_its_queue_without_a_baseline() -> None:
+    queued = ROLES_LOW | {"prefill": RoleTiming(requests=12, queue_ms=QUEUE_OVER_COMPUTE * 50.0, compute_ms=50.0)}
+    b = _judge(roles=queued, baseline=None)
+    assert b.verdict == "prefill-bound" and b.saturated == ["prefill"]
+    assert "queue 25.0 ms >= 0.5 x compute 50.0 ms" in b.reasons[0]
+    just_under = ROLES_LOW | {"prefill": RoleTiming(requests=12, queue_ms=24.9, compute_ms=50.0)}
+    assert _judge(roles=just_under, baseline=None).verdict == "not saturated"
+
+
+def test_prefill_bound_by_growth_when_batching_hides_the_queue() -> None:
+    # vLLM batches the prompts: queue stays ~0, compute per request grows (1P2D on CPU: 101 -> 434 ms).
+    roles = ROLES_LOW | {"prefill": RoleTiming(requests=36, queue_ms=0.5, compute_ms=GROWTH * 50.5 - 0.5)}
+    parts = LOW | {"ttft_ms": 142.0, "prefill_ms": 100.0}
+    b = _judge(parts=parts, roles=roles)
+    assert b.verdict == "prefill-bound" and b.evidence.growth["prefill"] == 2.0
+    assert "queue + compute grew 2.0x over C=1" in b.reasons[0] and b.evidence.baseline_concurrency == 1
+    under = ROLES_LOW | {"prefill": RoleTiming(requests=36, queue_ms=0.5, compute_ms=GROWTH * 50.5 - 1.0)}
+    assert _judge(parts=parts, roles=under).verdict == "not saturated"
+
+
+def test_decode_bound_by_tpot_growth() -> None:
+    roles = ROLES_LOW | {"decode": RoleTiming(requests=36, queue_ms=20.0, compute_ms=40.0, tpot_ms=30.0)}
+    parts = LOW | {"ttft_ms": 132.0, "decode_ms": 70.0}
+    b = _judge(parts=parts, roles=roles)
+    assert b.verdict == "decode-bound" and b.saturated == ["decode"]
+    assert b.evidence.growth["decode"] == 2.5 and "TPOT grew 2.5x over C=1" in b.reasons[0]
+
+
+def test_transfer_bound_when_the_kv_transfer_grows_and_matters() -> None:
+    parts = LOW | {"ttft_ms": 132.0, "decode_ms": 70.0}
+    b = _judge(parts=parts, kv=40.0)
+    assert b.verdict == "transfer-bound" and b.saturated == ["transfer"]
+    assert b.evidence.kv_growth == 4.0 and b.dominant == "prefill"
+    # The same growth in a transfer under a tenth of TTFT is not what limits TTFT.
+    small = _judge(parts=LOW | {"ttft_ms": 1002.0, "prefill_ms": 900.0, "decode_ms": 100.0}, kv=40.0)
+    assert "transfer" not in small.saturated
+
+
+def test_of_several_saturated_servers_the_largest_part_of_ttft_wins() -> None:
+    roles = {
+        "prefill": RoleTiming(requests=36, queue_ms=0.5, compute_ms=160.0),
+        "decode": RoleTiming(requests=36, queue_ms=20.0, compute_ms=40.0, tpot_ms=36.0),
+    }
+    prefill_heavy = _judge(parts=LOW | {"ttft_ms": 272.0, "prefill_ms": 200.0, "decode_ms": 70.0}, roles=roles)
+    assert prefill_heavy.saturated == ["prefill", "decode"] and prefill_heavy.verdict == "prefill-bound"
+    decode_heavy = _judge(parts=LOW | {"ttft_ms": 272.0, "prefill_ms": 70.0, "decode_ms": 200.0}, roles=roles)
+    assert decode_heavy.verdict == "decode-bound"
+    # Without the proxy's parts the largest growth decides: prefill 3.2x, decode TPOT 3x -> prefill.
+    assert _judge(parts=None, roles=roles).verdict == "prefill-bound"
+    assert _judge(parts=None, roles=roles).dominant is None
+
+
+def test_router_bound_when_the_proxy_takes_its_share() -> None:
+    parts = LOW | {"ttft_ms": 102.0 + 30.0, "router_ms": 31.0}
+    assert ROUTER_SHARE <= 31.0 / 132.0
+    b = _judge(parts=parts)
+    assert b.verdict == "router-bound" and "proxy's own time 23% of TTFT" in b.reasons[0]
+    assert b.evidence.proxy_ms == 31.0
+
+
+def test_client_bound_by_its_warnings_or_its_share_and_first_of_all() -> None:
+    busy = QUIET_CLIENT | {"cpu_busy": [0.95], "warnings": ["load process 0 at 95% CPU: the client may have been"]}
+    roles = ROLES_LOW | {"prefill": RoleTiming(requests=12, queue_ms=40.0, compute_ms=50.0)}
+    b = _judge(roles=roles, client=busy)
+    assert b.saturated == ["client", "prefill"] and b.verdict == "client-bound"  # the client's delay is in TTFT
+    assert b.evidence.client_cpu_busy == 0.95 and b.evidence.client_warnings == busy["warnings"]
+    share = _judge(parts=LOW | {"ttft_ms": 132.0, "client_ms": 31.0})
+    assert CLIENT_SHARE <= 31.0 / 132.0 and share.verdict == "client-bound"
+
+
+# Real vLLM 0.32 (CPU) lines of a 1P2D point: before/after of prefill-0, decode-0, decode-1.
+def _prom(queue: tuple[float, float], prefill: tuple[float, float], tpot: tuple[float, float]) -> str:
+    lines = []
+    for name, (s, c) in (
+        ("request_queue_time_seconds", queue),
+        ("request_prefill_time_seconds", prefill),
+        ("request_time_per_output_token_seconds", tpot),
+    ):
+        lines += [
+            f"# TYPE vllm:{name} histogram",
+            f'vllm:{name}_sum{{engine="0",model_name="tiny"}} {s}',
+            f'vllm:{name}_count{{engine="0",model_name="tiny"}} {c}',
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def test_role_timings_are_point_means_of_vllms_histograms_over_instances() -> None:
+    scrapes = [
+        (
+            "prefill",
+            _prom((4.128462543994829, 82), (18.09585445900302, 82), (0.7458093107732916, 82)),
+            _prom((7.770415681960003, 118), (33.72633762205078, 118), (0.7458093107732916, 118)),
+        ),
+        (
+            "decode",
+            _prom((1.5942385659946012, 31), (0.892123169011029, 31), (0.636080408807292, 31)),
+            _prom((2.5441892719827592, 49), (1.557681054022396, 49), (1.1492675211625138, 49)),
+        ),
+        (
+            "decode",
+            _prom((1.0042068189795827, 31), (0.8316197379899677, 31), (0.6276947343872198, 31)),
+            _prom((2.555390956978954, 49), (1.5165921000079834, 49), (1.16282685845128, 49)),
+        ),
+        ("proxy", "", "pdbench_proxy_requests_total 3\n"),
+    ]
+    t = role_timings(scrapes)
+    assert set(t) == {"prefill", "decode"}
+    assert t["prefill"].requests == 36
+    assert t["prefill"].queue_ms == pytest.approx(101.2, abs=0.1)
+    assert t["prefill"].compute_ms == pytest.approx(434.2, abs=0.1)
+    assert t["prefill"].tpot_ms == 0.0  # one token per prefill request
+    assert t["decode"].requests == 36  # both instances summed
+    assert t["decode"].queue_ms == pytest.approx((0.950 + 1.551) / 36 * 1000, abs=0.1)
+    assert t["decode"].tpot_ms == pytest.approx((0.513 + 0.535) / 36 * 1000, abs=0.2)
+    # A server that exports none of the histograms gives no role at all, never zeros.
+    assert role_timings([("decode", "", "vllm:num_requests_running 0\n")]) == {}
+
+
+def test_growth_is_against_the_lowest_concurrency_measured_so_far_per_shape() -> None:
+    bases: dict[str | None, Baseline] = {}
+    low = {"decode": RoleTiming(requests=12, queue_ms=20.0, compute_ms=15.0, tpot_ms=12.0)}
+    high = {"decode": RoleTiming(requests=36, queue_ms=20.0, compute_ms=15.0, tpot_ms=30.0)}
+
+    def point(c: int, roles: dict[str, RoleTiming], shape: str | None = None) -> dict[str, Any]:
+        return judge_point(c, None, roles, (10.0, 12), 12.0, QUIET_CLIENT, bases, shape)
+
+    first = point(4, low)
+    assert first["evidence"]["baseline_concurrency"] is None and first["verdict"] == "not saturated"
+    assert point(16, high)["verdict"] == "decode-bound"  # against C=4
+    assert point(2, high)["evidence"]["baseline_concurrency"] is None  # lower than the baseline: none
+    assert bases[None].concurrency == 2
+    assert point(16, high)["verdict"] == "not saturated"  # against C=2, same TPOT
+    assert point(8, high, "shape-b")["evidence"]["baseline_concurrency"] is None  # another shape
+    BottleneckSummary.model_validate(first)  # the section is the report's model
