@@ -12,6 +12,7 @@ import pandas as pd
 
 from harness.config.slo import result_key
 from harness.report.accuracy import accuracy_rows
+from harness.report.bottleneck import bottleneck_table
 from harness.report.breakdown import breakdowns, columns
 from harness.report.crosscheck import crosscheck
 from harness.report.decide import decide
@@ -134,7 +135,12 @@ def build_report(
     report.accuracy, accuracy_notes = accuracy_rows(loaded.runs)
     report.notes += accuracy_notes
     client_notes: list[Note] = []
-    tables = (sessions_table(loaded.runs), schedule_table(loaded.runs), prefix_cache_table(loaded.runs))
+    tables = (
+        sessions_table(loaded.runs),
+        schedule_table(loaded.runs),
+        prefix_cache_table(loaded.runs),
+        bottleneck_table(loaded.runs),
+    )
     report.sections = [t for t in (*tables, crosscheck(loaded.runs, client_notes)) if t is not None]
     report.notes += [f"{report.rel(n.path)}: {n.text}" for n in client_notes]
     return report

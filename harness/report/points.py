@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.rundir.accuracy_summary import AccuracySummary
+from harness.rundir.bottleneck_summary import BottleneckSummary
 from harness.rundir.prefix_cache_summary import PrefixCacheSummary
 from harness.rundir.schedule_summary import ScheduleSummary
 from harness.rundir.sentinel_summary import SentinelSummary
@@ -68,6 +69,7 @@ class Point:
     schedule: ScheduleSummary | None = None  # pdbench: a trace replay's timing against the trace
     prefix_cache: PrefixCacheSummary | None = None  # pdbench: what each role's prefix cache found
     client: dict[str, Any] | None = None  # pdbench: its own load (cpu_busy, loop_lag_ms, warnings)
+    bottleneck: BottleneckSummary | None = None  # pdbench: what limits the point, with its evidence
 
 
 @dataclass

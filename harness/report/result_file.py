@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from harness.report.points import Note, Point
 from harness.report.result_names import ISL_OSL, NameParts, is_srt_slurm_name, parse_name
+from harness.rundir.bottleneck_summary import BottleneckSummary
 from harness.rundir.prefix_cache_summary import PrefixCacheSummary
 from harness.rundir.schedule_summary import ScheduleSummary
 from harness.rundir.sentinel_summary import SentinelSummary
@@ -177,6 +178,7 @@ SECTIONS: dict[str, tuple[type[BaseModel], str]] = {
     "sessions": (SessionSummary, "its per-turn table is not shown"),
     "schedule": (ScheduleSummary, "its trace timing is not shown"),
     "prefix_cache": (PrefixCacheSummary, "its prefix-cache hits are not shown"),
+    "bottleneck": (BottleneckSummary, "its bottleneck verdict is not shown"),
 }
 
 
