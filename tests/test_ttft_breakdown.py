@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from test_inferencex_contract import assert_inferencex_contract
 
 from benchmarks.common import free_ports
 from harness import tiny_model
@@ -121,6 +122,7 @@ def test_parts_sit_where_the_latency_is_and_add_up(aggregated: bool, model_dir: 
         assert "kv_transfer_ms" not in b  # nothing scraped: no transfer histogram to read
         assert b["adds_up"]["share"] == 1.0 and b["adds_up"]["requests"] == 12, b
         assert r["bottleneck"]["evidence"]["shares"] and r["bottleneck"]["verdict"], r["bottleneck"]
+        assert_inferencex_contract(o.path)  # the new sections keep the file ingestible
     assert len(list(timings.glob("proxy-timings-*.jsonl"))) == 1
 
 
