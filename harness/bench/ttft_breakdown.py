@@ -3,7 +3,7 @@ clock, into the proxy's own time, the prefill leg, the decode leg up to its firs
 rest (the client's send and the proxy's relay back).
 
 Per request (the proxy's record of it, matched by X-Pdbench-Id; see harness.rundir.proxy_timings):
-    router_ms   arrival at the proxy -> first leg sent, plus any gap between the legs
+    router_ms   arrival at the proxy -> first leg sent
     prefill_ms  prefill queue and compute (absent for an aggregated instance)
     decode_ms   decode leg -> first byte: KV transfer, decode scheduling, first token
     client_ms   the client's TTFT - the proxy's arrival-to-first-byte time
