@@ -4,10 +4,14 @@ and the sweep's growth baseline."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
+from harness.bench.results import BenchResult
 from harness.bench.ttft_breakdown import judge_point, role_timings
 from harness.rundir.bottleneck_summary import Baseline, BottleneckSummary, RoleTiming
 from harness.validity.bottleneck import CLIENT_SHARE, GROWTH, QUEUE_OVER_COMPUTE, ROUTER_SHARE, judge
@@ -182,3 +186,13 @@ def test_growth_is_against_the_lowest_concurrency_measured_so_far_per_shape() ->
     assert point(16, high)["verdict"] == "not saturated"  # against C=2, same TPOT
     assert point(8, high, "shape-b")["evidence"]["baseline_concurrency"] is None  # another shape
     BottleneckSummary.model_validate(first)  # the section is the report's model
+
+
+def test_a_result_takes_the_section_only_in_its_format() -> None:
+    fixture = Path(__file__).parent / "fixtures" / "results" / "local-tiny-1p1d" / "20261122T032441Z-e8da34"
+    (path,) = fixture.glob("concurrency_1_*.json")
+    data = json.loads(path.read_text())
+    section = judge(LOW, ROLES_LOW, 10.0, 12.0, QUIET_CLIENT, None).model_dump(mode="json")
+    assert BenchResult.model_validate(data | {"bottleneck": section}).bottleneck is not None
+    with pytest.raises(ValidationError, match=r"bottleneck\.verdict"):
+        BenchResult.model_validate(data | {"bottleneck": section | {"verdict": "gpu-bound"}})

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from harness import atomic
+from harness.rundir.bottleneck_summary import BottleneckSummary
 
 
 class ResultExistsError(FileExistsError):
@@ -93,6 +94,8 @@ class BenchResult(BaseModel):
     itls: list[list[float]]
     errors: list[str]
     zero_per_token_stats: dict[str, float] = {}
+    # What limits the point, with its evidence (harness.validity.bottleneck); checked on creation.
+    bottleneck: BottleneckSummary | None = None
     metadata: dict[str, Any] = {}
 
     @model_validator(mode="before")
