@@ -112,14 +112,22 @@ def test_router_bound_when_the_proxy_takes_its_share() -> None:
     assert b.evidence.proxy_ms == 31.0
 
 
-def test_client_bound_by_its_warnings_or_its_share_and_first_of_all() -> None:
-    busy = QUIET_CLIENT | {"cpu_busy": [0.95], "warnings": ["load process 0 at 95% CPU: the client may have been"]}
+def test_client_bound_by_its_cpu_its_lag_or_its_share_and_first_of_all() -> None:
+    busy = QUIET_CLIENT | {"cpu_busy": [0.5, 0.95], "warnings": ["load process 1 at 95% CPU: the client may have been"]}
     roles = ROLES_LOW | {"prefill": RoleTiming(requests=12, queue_ms=40.0, compute_ms=50.0)}
     b = _judge(roles=roles, client=busy)
     assert b.saturated == ["client", "prefill"] and b.verdict == "client-bound"  # the client's delay is in TTFT
+    assert "a load process at 95% CPU (>= 90%)" in b.reasons[0]
     assert b.evidence.client_cpu_busy == 0.95 and b.evidence.client_warnings == busy["warnings"]
     share = _judge(parts=LOW | {"ttft_ms": 132.0, "client_ms": 31.0})
     assert CLIENT_SHARE <= 31.0 / 132.0 and share.verdict == "client-bound"
+    # A lag the client section warns about (p99 over 5 ms) flags the measurement, not the limit ...
+    warned = QUIET_CLIENT | {"loop_lag_ms": {"median": 1.0, "p99": 5.7}, "warnings": ["event-loop lag p99 5.7 ms"]}
+    assert _judge(client=warned).verdict == "not saturated"
+    # ... until it is a tenth of TTFT.
+    lagging = warned | {"loop_lag_ms": {"median": 3.0, "p99": 10.3}}
+    lag = _judge(client=lagging)
+    assert lag.verdict == "client-bound" and "event-loop lag p99 10.3 ms, 10% of TTFT" in lag.reasons[0]
 
 
 # Real vLLM 0.32 (CPU) lines of a 1P2D point: before/after of prefill-0, decode-0, decode-1.
