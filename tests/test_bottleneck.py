@@ -130,6 +130,21 @@ def test_client_bound_by_its_cpu_its_lag_or_its_share_and_first_of_all() -> None
     assert lag.verdict == "client-bound" and "event-loop lag p99 10.3 ms, 10% of TTFT" in lag.reasons[0]
 
 
+def test_an_aggregated_instance_is_judged_as_both_sides() -> None:
+    low = {"aggregated": RoleTiming(requests=12, queue_ms=0.5, compute_ms=60.0, tpot_ms=10.0)}
+    base = Baseline(concurrency=1, roles=low)
+    parts = {"ttft_ms": 100.0, "router_ms": 1.0, "decode_ms": 98.0, "client_ms": 1.0}  # one leg: all "decode"
+    assert judge(parts, low, None, 10.0, QUIET_CLIENT, base).verdict == "not saturated"
+    busy_decode = {"aggregated": RoleTiming(requests=36, queue_ms=0.5, compute_ms=60.0, tpot_ms=25.0)}
+    b = judge(parts, busy_decode, None, 25.0, QUIET_CLIENT, base)
+    assert b.verdict == "decode-bound" and b.evidence.growth == {"prefill": 1.0, "decode": 2.5}
+    # Its queue + compute is the part of the leg before the first token: prefill's, and it dominates.
+    busy_prefill = {"aggregated": RoleTiming(requests=36, queue_ms=40.0, compute_ms=150.0, tpot_ms=25.0)}
+    b = judge(parts | {"ttft_ms": 230.0, "decode_ms": 228.0}, busy_prefill, None, 25.0, QUIET_CLIENT, base)
+    assert b.saturated == ["prefill", "decode"] and b.verdict == "prefill-bound"
+    assert b.dominant == "decode"  # the parts as measured: the proxy sees one leg
+
+
 # Real vLLM 0.32 (CPU) lines of a 1P2D point: before/after of prefill-0, decode-0, decode-1.
 def _prom(queue: tuple[float, float], prefill: tuple[float, float], tpot: tuple[float, float]) -> str:
     lines = []

@@ -42,7 +42,7 @@ def _prefill(r: RoleTiming | None, growth: float | None) -> str:
 
 def _row(run: Run, p: Point, b: BottleneckSummary) -> tuple[str, ...]:
     e = b.evidence
-    decode = e.roles.get("decode")
+    decode = e.roles.get("decode") or e.roles.get("aggregated")  # an aggregated instance does both
     dominant = "–" if b.dominant is None else f"{b.dominant} {e.shares[b.dominant]:.0%}"
     return (
         run.label,
@@ -52,7 +52,7 @@ def _row(run: Run, p: Point, b: BottleneckSummary) -> tuple[str, ...]:
         str(p.concurrency),
         b.verdict,
         dominant,
-        _prefill(e.roles.get("prefill"), e.growth.get("prefill")),
+        _prefill(e.roles.get("prefill") or e.roles.get("aggregated"), e.growth.get("prefill")),
         _grown(_ms(decode.tpot_ms if decode else None), e.growth.get("decode")),
         _grown(_ms(e.kv_transfer_ms), e.kv_growth),
         "–" if e.client_cpu_busy is None else f"{e.client_cpu_busy:.0%}",

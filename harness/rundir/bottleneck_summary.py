@@ -45,7 +45,8 @@ class Evidence(BaseModel):
     # servers' point mean), decode (the decode leg less that mean), client. Empty without the proxy.
     shares: dict[str, float] = {}
     roles: dict[str, RoleTiming] = {}  # point means of vLLM's histograms, per role
-    # Per role: this point's queue + compute (decode: TPOT where exported) over the baseline's.
+    # Per role: this point's queue + compute (decode: TPOT where exported) over the baseline's; an
+    # aggregated instance's queue + compute under "prefill", its TPOT under "decode".
     growth: dict[str, float] = {}
     kv_transfer_ms: NonNegativeFloat | None = None  # the decode servers' mean per transfer
     kv_growth: float | None = None

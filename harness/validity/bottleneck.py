@@ -16,6 +16,8 @@ A resource is saturated when (thresholds below, each with its why):
   queue alone says little: vLLM counts the whole wait for the remote KV (the connector's handshake,
   polling and transfer) as decode's queue, already as long as its first step at C=1 on CPU.
 - transfer: the KV transfer's mean grew >= GROWTH x and its share of TTFT is >= MIN_SHARE.
+An aggregated instance (no prefill or decode role) is judged as both: its queue and compute as
+prefill's, its TPOT as decode's (growth keys "prefill" and "decode" then name those sides).
 The verdict: client-bound first (the point's latencies then include the client's delay), then
 router-bound, then of prefill / transfer / decode the saturated one with the largest share of TTFT
 (without the proxy's parts, the largest growth); "not saturated" when no rule fired.
@@ -93,6 +95,18 @@ def _growth(roles: dict[str, RoleTiming], kv: float | None, base: Baseline | Non
     return {k: v for k, v in out.items() if v is not None}
 
 
+def _as_pd(roles: dict[str, RoleTiming]) -> dict[str, RoleTiming]:
+    """An aggregated instance does both jobs: its queue and compute (scheduled -> first token) are
+    the prefill side, its TPOT the decode side, judged by the same rules."""
+    agg = roles.get("aggregated")
+    if agg is None or "prefill" in roles or "decode" in roles:
+        return roles
+    return {
+        "prefill": RoleTiming(requests=agg.requests, queue_ms=agg.queue_ms, compute_ms=agg.compute_ms),
+        "decode": RoleTiming(requests=agg.requests, tpot_ms=agg.tpot_ms),
+    }
+
+
 def _client(section: dict[str, Any] | None) -> tuple[float | None, float | None, list[str]]:
     if not section:
         return None, None, []
@@ -112,7 +126,10 @@ def judge(
     """The verdict of one point. `parts`: the breakdown's per-request means (ms; None without the
     proxy); `roles`: vLLM's histogram means per role; `client`: the result's `client` section."""
     ttft, share = shares(parts, kv_transfer_ms)
-    growth = _growth(roles, kv_transfer_ms, baseline)
+    judged = _as_pd(roles)
+    aggregated = judged is not roles
+    base = None if baseline is None else baseline.model_copy(update={"roles": _as_pd(baseline.roles)})
+    growth = _growth(judged, kv_transfer_ms, base)
     kv_growth = _ratio(kv_transfer_ms, baseline.kv_transfer_ms if baseline else None)
     busy, lag, warnings = _client(client)
     saturated: list[Resource] = []
@@ -134,7 +151,7 @@ def judge(
     # Growth is only measured against a baseline, so where there is one this is its concurrency.
     base_c = baseline.concurrency if baseline is not None else 0
     for role in ("prefill", "decode"):
-        r = roles.get(role)
+        r = judged.get(role)
         if r is None:
             continue
         queued = r.queue_ms is not None and r.compute_ms and r.queue_ms >= QUEUE_OVER_COMPUTE * r.compute_ms
@@ -150,7 +167,14 @@ def judge(
         shown = "" if kv_share is None else f", {kv_share:.0%} of TTFT"
         fired("transfer", f"KV transfer mean grew {kv_growth:.1f}x over C={base_c}{shown}")
 
-    verdict = _verdict(saturated, share, growth, kv_growth)
+    weights = dict(share)
+    if aggregated and share and ttft:
+        # The aggregated leg is all "decode" on the proxy's clock: its queue + compute is prefill's.
+        p = judged["prefill"]
+        before_first = min((p.queue_ms or 0.0) + (p.compute_ms or 0.0), share["decode"] * ttft)
+        weights["prefill"] = before_first / ttft
+        weights["decode"] = share["decode"] - weights["prefill"]
+    verdict = _verdict(saturated, weights, growth, kv_growth)
     dominant = max(share, key=lambda k: share[k]) if share else None
     return BottleneckSummary(
         verdict=verdict,
