@@ -41,8 +41,9 @@ ROUTER_SHARE = 0.2
 # arrivals outrun what the role's batches take.
 QUEUE_OVER_COMPUTE = 0.5
 # A role that batches absorbs load by sharing its steps: its compute per request grows instead of
-# its queue. Doubling over the sweep's lowest concurrency is beyond run-to-run noise on CPU (the
-# 1P1D/1P2D/2P1D grids vary < 1.7x at C <= 4) and what a role whose steps are full shows.
+# its queue. Doubling over the sweep's lowest concurrency is beyond what two requests sharing the
+# role's steps cost (C=2 on the 1P1D/1P2D/2P1D CPU grids: 1.0-1.6x) and what a role whose steps
+# are full shows (C=16: 3.5-5.3x).
 GROWTH = 2.0
 # A part under a tenth of TTFT cannot be what limits TTFT, whatever its growth.
 MIN_SHARE = 0.1
