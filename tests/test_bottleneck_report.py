@@ -75,6 +75,19 @@ def test_limit_line_spans_and_a_steady_sweep(tmp_path: Path) -> None:
     assert line is not None and line.endswith("not saturated at every concurrency (C=1–4)")
 
 
+def test_a_breakdown_that_does_not_add_up_is_a_finding(tmp_path: Path) -> None:
+    low, high = _sections()
+    run = _run(tmp_path, {1: low, 4: high})
+    (f,) = run.glob("concurrency_4_*.json")
+    adds_up = {"within": 0.02, "requests": 9, "of": 10, "share": 0.9}
+    f.write_text(json.dumps(json.loads(f.read_text()) | {"ttft_breakdown": {"requests": 10, "adds_up": adds_up}}))
+    (table,) = [t for t in build_report([run]).sections if t.title == "Bottleneck per point"]
+    assert table.findings[-1].endswith(
+        "C=4): the TTFT parts add up within 2% for 9 of 10 requests (90%; the bar is 95%)"
+    )
+    assert len(table.findings) == 2  # the sweep's line, then this
+
+
 def test_a_malformed_section_is_named_and_left_out(tmp_path: Path) -> None:
     low, _ = _sections()
     report = build_report([_run(tmp_path, {1: low | {"verdict": "gpu-bound"}})])

@@ -79,6 +79,21 @@ def limit_line(run: Run, points: list[Point]) -> str | None:
     return f"{where}: {', '.join(parts)}; {spans[-1][0]} from C={spans[-1][1][0]}"
 
 
+# The issue's bar for the breakdown: its parts add up to TTFT within 2 % for 95 % of requests.
+ADDS_UP_SHARE = 0.95
+
+
+def adds_up_finding(run: Run, p: Point) -> str | None:
+    """A finding when fewer than ADDS_UP_SHARE of the point's requests have parts that add up."""
+    a = (p.ttft_breakdown or {}).get("adds_up")
+    if not isinstance(a, dict) or a.get("share") is None or a["share"] >= ADDS_UP_SHARE:
+        return None
+    return (
+        f"{run.label} ({serving(p)}, C={p.concurrency}): the TTFT parts add up within {a['within']:.0%} "
+        f"for {a['requests']} of {a['of']} requests ({a['share']:.0%}; the bar is {ADDS_UP_SHARE:.0%})"
+    )
+
+
 def bottleneck_table(runs: list[Run]) -> SectionTable | None:
     found = sorted(
         ((run, p) for run in runs for p in run.points if p.bottleneck is not None),
@@ -96,6 +111,7 @@ def bottleneck_table(runs: list[Run]) -> SectionTable | None:
         line = limit_line(sweep[0][0], [p for _, p in sweep])
         if line is not None:
             lines.append(line)
+    lines += [f for run, p in found if (f := adds_up_finding(run, p)) is not None]
     return SectionTable(
         "Bottleneck per point",
         HEADERS,
