@@ -191,6 +191,9 @@ def test_role_timings_are_point_means_of_vllms_histograms_over_instances() -> No
     assert t["decode"].tpot_ms == pytest.approx((0.513 + 0.535) / 36 * 1000, abs=0.2)
     # A server that exports none of the histograms gives no role at all, never zeros.
     assert role_timings([("decode", "", "vllm:num_requests_running 0\n")]) == {}
+    # One restarted during the point (its counters below the first scrape's) gives none either.
+    restarted = _prom((2.5, 49), (1.5, 49), (1.1, 49)), _prom((0.1, 2), (0.05, 2), (0.02, 2))
+    assert role_timings([("decode", *restarted)]) == {}
 
 
 def test_growth_is_against_the_lowest_concurrency_measured_so_far_per_shape() -> None:

@@ -67,7 +67,8 @@ def role_timings(scrapes: list[tuple[str, str, str]]) -> dict[str, RoleTiming]:
         acc = sums.setdefault(role, {})
         for key, name in _HIST.items():
             total, count = delta(b, a, f"{name}_sum"), delta(b, a, f"{name}_count")
-            if total is not None and count is not None:
+            # A server restarted during the point counts from zero again: its deltas say nothing.
+            if total is not None and count is not None and total[0] >= 0 and count[0] > 0:
                 t0, c0 = acc.get(key, (0.0, 0.0))
                 acc[key] = (t0 + total[0], c0 + count[0])
     out = {}
@@ -164,7 +165,7 @@ def judge_point(
     """The point's `bottleneck` section; `bases` keeps, per shape, the lowest-concurrency point
     measured so far: growth is against it, and this point replaces it when lower."""
     base = bases.get(shape)
-    kv_ms = kv[0] if kv is not None else None
+    kv_ms = kv[0] if kv is not None and kv[0] >= 0 else None
     summary = judge(
         _means(breakdown),
         servers,
