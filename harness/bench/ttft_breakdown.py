@@ -7,11 +7,13 @@ Per request (the proxy's record of it, matched by X-Pdbench-Id; see harness.rund
     prefill_ms  prefill queue and compute (absent for an aggregated instance)
     decode_ms   decode leg -> first byte: KV transfer, decode scheduling, first token
     client_ms   the client's TTFT - the proxy's arrival-to-first-byte time
-router + prefill + decode is the proxy's arrival-to-first-byte time, so with client_ms the
-parts add up to each request's TTFT; medians and p99s of the parts are over the requests.
+router + prefill + decode is the proxy's arrival-to-first-byte time less any gap between the
+legs (decode sent after prefill answered), so with client_ms the parts add up to each request's
+TTFT; medians and p99s of the parts are over the requests.
 The KV transfer inside decode_ms comes from the decode servers' own histograms over the
 point (their mean: no per-request values), `decode_first_token_ms` is the median decode leg
-less that mean, an estimate labelled as such.
+less that mean, an estimate labelled as such (decode's first step as vLLM measured it is
+`server_means.decode.compute_ms`, a point mean).
 
 Beside the per-request parts, `server_means` gives each role's queue and compute per request
 from vLLM's own histograms (vllm:request_queue_time_seconds, vllm:request_prefill_time_seconds,
