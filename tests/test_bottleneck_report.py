@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.report import output_md
-from harness.report.breakdown import limit_line
+from harness.report.bottleneck import limit_line
 from harness.report.build import build_report
 from harness.report.load import load_runs
 from harness.rundir.bottleneck_summary import Baseline, RoleTiming

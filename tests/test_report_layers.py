@@ -17,6 +17,7 @@ LAYERS = {
         "deltas",
         "explain",
         "breakdown",
+        "bottleneck",
         "decide",
         "outputs_check",
         "accuracy",

@@ -12,7 +12,8 @@ import pandas as pd
 
 from harness.config.slo import result_key
 from harness.report.accuracy import accuracy_rows
-from harness.report.breakdown import bottleneck_table, breakdowns, columns
+from harness.report.bottleneck import bottleneck_table
+from harness.report.breakdown import breakdowns, columns
 from harness.report.crosscheck import crosscheck
 from harness.report.decide import decide
 from harness.report.deltas import with_deltas
