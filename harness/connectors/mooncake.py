@@ -18,7 +18,14 @@ ENTRY = Connector(
     ports=(PortRange(Value.SIDE_CHANNEL_PORT, per_rank=False, roles=("prefill",), with_kv_transfer=False),),
     rdma=True,
     image_modules=("mooncake.engine",),
-    packages=(Package("mooncake-transfer-engine", ("mooncake-transfer-engine",), "mooncake"),),
+    # The CPU build (scripts/setup_mooncake.sh) is another distribution of the same module.
+    packages=(
+        Package(
+            "mooncake-transfer-engine",
+            ("mooncake-transfer-engine", "mooncake-transfer-engine-non-cuda"),
+            "mooncake",
+        ),
+    ),
     # vLLM's VLLM_MOONCAKE_BOOTSTRAP_PORT default.
     proxy=ProxyUse(flow="mooncake", settings=frozenset({"bootstrap_ports"}), bootstrap_port=8998),
     evidence=KvEvidence(
