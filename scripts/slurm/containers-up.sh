@@ -56,6 +56,11 @@ default_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]
 runtime = "runc"
 CONFEOF
 fi
+# Earlier builds of the CI image are superseded: removed before the new one comes in, so that
+# the disk holds one build per store (a build is about 3.5 GB; a full disk fails the import).
+# shellcheck disable=SC2016  # Go templates, not shell
+fmt='{{.Repository}}:{{.Tag}}'
+timeout 60 podman images --format "$fmt" | grep '^localhost/pdbench-ci:' | grep -vxF "$TAG" | xargs -r timeout 300 podman rmi -f >/dev/null 2>&1 || true
 if ! timeout 60 podman image exists "$TAG"; then
   log "podman: importing $TAG"
   timeout 1800 podman import "${CHANGES[@]}" "$TARBALL" "$TAG" >/dev/null
@@ -82,6 +87,10 @@ for n in "${NODES[@]}"; do
   for _ in $(seq 120); do answers "$n" && break; sleep 0.5; done
   answers "$n" || { tail -20 "$RUN/$n.log" >&2; die "dockerd of $n does not answer on $RUN/$n.sock"; }
 done
+for n in "${NODES[@]}"; do
+  timeout 60 docker -H "unix://$RUN/$n.sock" images --format "$fmt" | grep '^localhost/pdbench-ci:' | grep -vxF "$TAG" \
+    | xargs -r timeout 300 docker -H "unix://$RUN/$n.sock" rmi -f >/dev/null 2>&1 || true
+done
 # One image, one id on every node, as a registry pull gives: imported once (an import is a new
 # image each time: its creation time is part of its id), then copied to the other nodes.
 image_id() { timeout 60 docker -H "unix://$RUN/$1.sock" image inspect --format '{{.Id}}' "$TAG" 2>/dev/null; }
@@ -104,13 +113,5 @@ done
 for p in "${pids[@]}"; do wait "$p" || die "copying $TAG to a node's dockerd failed"; done
 for n in "${NODES[@]}"; do
   [ "$(image_id "$n" || true)" = "$ref" ] || die "docker on $n does not have $TAG as $ref"
-done
-# Earlier builds of the CI image are superseded: keep the nodes' disks bounded.
-# shellcheck disable=SC2016  # Go templates, not shell
-fmt='{{.Repository}}:{{.Tag}}'
-timeout 60 podman images --format "$fmt" | grep '^localhost/pdbench-ci:' | grep -vxF "$TAG" | xargs -r timeout 300 podman rmi -f >/dev/null 2>&1 || true
-for n in "${NODES[@]}"; do
-  timeout 60 docker -H "unix://$RUN/$n.sock" images --format "$fmt" | grep '^localhost/pdbench-ci:' | grep -vxF "$TAG" \
-    | xargs -r timeout 300 docker -H "unix://$RUN/$n.sock" rmi -f >/dev/null 2>&1 || true
 done
 log "image $TAG is on podman and on the dockerd of ${NODES[*]}"
