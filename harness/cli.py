@@ -326,10 +326,10 @@ def search(
     recipe key) as jobs, each up its concurrency ladder to the highest point that meets the SLO, and
     report the winner per SLO with its confidence interval, the aggregated baseline and the cost.
     Running it again resumes: finished candidates are kept."""
-    from harness.search.run import search as run_search
+    from harness.search.run import prepare
 
     rc = _delegate(
-        lambda: run_search(
+        lambda: prepare(
             name,
             search_dir=directory,
             results_dir=results_dir,
@@ -337,7 +337,7 @@ def search(
             cluster=cluster,
             overrides=list(set_ or []),
             skip_flag_check=skip_flag_check,
-        )
+        ).run()
     )
     raise typer.Exit(rc)
 

@@ -56,30 +56,6 @@ def default_search_dir(results_dir: Path, name: str) -> Path:
     return results_dir / SEARCHES / name
 
 
-def search(
-    ref: str,
-    *,
-    search_dir: Path | None,
-    results_dir: Path,
-    launcher_kind: str,
-    cluster: str | None,
-    overrides: Sequence[str] = (),
-    skip_flag_check: bool = False,
-) -> int:
-    """Run (or resume) the search REF (a name in searches/ or a path); the exit code: 0 when
-    every candidate ended as planned, 1 when one failed or was cancelled (resume to retry it),
-    130 when the search was interrupted. Refused for a search that cannot start."""
-    return prepare(
-        ref,
-        search_dir=search_dir,
-        results_dir=results_dir,
-        launcher_kind=launcher_kind,
-        cluster=cluster,
-        overrides=overrides,
-        skip_flag_check=skip_flag_check,
-    ).run()
-
-
 def prepare(
     ref: str,
     *,
@@ -90,7 +66,8 @@ def prepare(
     overrides: Sequence[str] = (),
     skip_flag_check: bool = False,
 ) -> Search:
-    """The search loaded and its directory begun (or checked, when resuming)."""
+    """The search REF (a name in searches/ or a path) loaded and its directory begun (or checked,
+    when resuming); Refused for a search that cannot start. Its run() runs it, see there."""
     try:
         loaded = load_search(ref)
     except ConfigError as e:
@@ -157,6 +134,8 @@ class Search:
     # --- the plan -------------------------------------------------------------------------
 
     def run(self) -> int:
+        """Run (or resume) the search; the exit code: 0 when every candidate ended as planned, 1
+        when one failed or was cancelled (resume to retry it), 130 when it was interrupted."""
         try:
             with self.sdir.locked():
                 return self._run()
