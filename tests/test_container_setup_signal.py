@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -146,7 +147,10 @@ exit 0
         (signal.SIGUSR2, TIME_LIMIT_WARNING),
         (
             signal.SIGTERM,
-            "received SIGTERM while the container started, before pdbench's node runtime ran (exit code 143)",
+            # 143 from the killed container, or "unknown" when bash's wait lost the status
+            # of a child reaped while the trap ran (it answers -1; seen once in CI).
+            r"received SIGTERM while the container started, before pdbench's node runtime ran "
+            r"\(exit code (143|unknown)\)",
         ),
     ],
 )
@@ -158,7 +162,8 @@ def test_signal_before_node_runtime_is_recorded(tmp_path: Path, sig: signal.Sign
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 1, err
     failure = json.loads((run_dir / "state" / "root_cause").read_text())
-    assert failure["cause"] == cause and failure["node"] == 1, failure
+    expected = re.escape(cause) if sig == signal.SIGUSR2 else cause
+    assert re.fullmatch(expected, failure["cause"]) and failure["node"] == 1, failure
     assert (run_dir / "state" / "slurm-job-node1").read_text().startswith("JobId=7 JobState=RUNNING")
     status = read_status(RunDir(run_dir))
     assert status is not None and status["state"] == ("timeout" if sig == signal.SIGUSR2 else "failed"), status

@@ -182,12 +182,16 @@ while kill -0 "$cpid" 2>/dev/null; do
 done
 rc=0
 wait "$cpid" || rc=$?
+# bash's wait answers -1 when the container was reaped while a trap ran and its status is
+# lost; that is a failure whose code is unknown, never a code to pass on.
+code=$rc
+if [ "$rc" -lt 0 ]; then code=unknown; rc=1; fi
 timeout 60 "$RUNTIME" rm -f "$NAME" >/dev/null 2>&1 || true
 if [ "$rc" != 0 ] && [ ! -e "$STATE/exit-node$NODE.json" ] && [ ! -e "$STATE/abort" ]; then
   case $relayed in
-    "") fail "the container exited with code $rc before pdbench's node runtime ran" "$LOG" ;;
+    "") fail "the container exited with code $code before pdbench's node runtime ran" "$LOG" ;;
     USR2) fail 'Slurm warned that the job'"'"'s time limit is near (sbatch --signal=USR2): the sweep was stopped before it; the points finished so far are kept' ;;
-    *) fail "received SIG$relayed while the container started, before pdbench's node runtime ran (exit code $rc)" "$LOG" ;;
+    *) fail "received SIG$relayed while the container started, before pdbench's node runtime ran (exit code $code)" "$LOG" ;;
   esac
 fi
 exit "$rc"
