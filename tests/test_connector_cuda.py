@@ -5,6 +5,8 @@ Runs on the device machine: `PDBENCH_REQUIRE_CUDA=1 python3 tests/test_connector
 (no pytest needed; exit 0 only if every test passed) or under pytest. Without CUDA the
 tests are skipped, unless PDBENCH_REQUIRE_CUDA is set (not "" or "0"): then the script
 exits 1 and every test fails, so a machine that should have a GPU cannot pass by skipping.
+The peer case (prefill on GPU 1, decode on GPU 0) needs two GPUs with peer access: it is
+skipped on one GPU unless PDBENCH_REQUIRE_CUDA is 2 or more (the GPUs the machine must have).
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ from connector.layout import PagedKV
 from connector.staging import Stager
 from connector.transport import Completions, IOLoop, KVClient, KVServer, PullJob, TransferStats
 
-REQUIRE_CUDA = os.environ.get("PDBENCH_REQUIRE_CUDA", "") not in ("", "0")
+_REQUIRE = os.environ.get("PDBENCH_REQUIRE_CUDA", "")
+REQUIRE_CUDA = _REQUIRE not in ("", "0")
+REQUIRED_GPUS = int(_REQUIRE) if _REQUIRE.isdigit() else int(REQUIRE_CUDA)  # any other value: one
 HAVE_CUDA = torch.cuda.is_available()
 NO_CUDA = (
     f"PDBENCH_REQUIRE_CUDA is set but torch {torch.__version__} sees no CUDA device "
@@ -50,8 +54,12 @@ try:
         if not HAVE_CUDA:  # only reached when required: fail with the reason, not a CUDA error
             pytest.fail(NO_CUDA, pytrace=False)
 
+    _Skip: type[BaseException] = pytest.skip.Exception
 except ImportError:  # the device image may lack pytest
     pytest = None  # type: ignore[assignment]
+
+    class _Skip(Exception):  # type: ignore[no-redef]
+        """A test this machine cannot run; main() reports it as skipped."""
 
 
 def _caches(device: str, n_blocks: int, seed: int | None, strided: bool = True) -> dict[str, torch.Tensor]:
@@ -180,9 +188,12 @@ N_SRC, N_DST, SEED = 64, 80, 11
 SRC_BLOCKS = list(range(5, 55))  # the request's blocks at prefill
 
 
-def _prefill_main(port: int, cfg: dict[str, Any], reqs: list[str], strided: bool, up: Any, stop: Any, out: Any) -> None:
-    """Child process: a prefill worker holding `reqs` (all on SRC_BLOCKS) until `stop`."""
-    kv = PagedKV(_caches("cuda", N_SRC, SEED, strided), N_SRC, 16)
+def _prefill_main(
+    port: int, cfg: dict[str, Any], reqs: list[str], strided: bool, device: str, up: Any, stop: Any, out: Any
+) -> None:
+    """Child process: a prefill worker on `device` holding `reqs` (all on SRC_BLOCKS) until `stop`."""
+    torch.cuda.set_device(device)  # its events and streams belong to its KV's GPU
+    kv = PagedKV(_caches(device, N_SRC, SEED, strided), N_SRC, 16)
     c = PdbenchConfig(port=port, chunk_bytes=1 << 14, **cfg)
     done = Completions()
     io = IOLoop("p")
@@ -200,11 +211,13 @@ def _prefill_main(port: int, cfg: dict[str, Any], reqs: list[str], strided: bool
 
 
 @contextmanager
-def _prefill(port: int, reqs: list[str], strided: bool = True, **cfg: Any) -> Iterator[dict[str, Any]]:
+def _prefill(
+    port: int, reqs: list[str], strided: bool = True, device: str = "cuda:0", **cfg: Any
+) -> Iterator[dict[str, Any]]:
     """A prefill child; yields a dict that holds its (offered IPC, sent ids, stats) on exit."""
     ctx = mp.get_context("spawn")
     up, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
-    proc = ctx.Process(target=_prefill_main, args=(port, cfg, reqs, strided, up, stop, out), daemon=True)
+    proc = ctx.Process(target=_prefill_main, args=(port, cfg, reqs, strided, device, up, stop, out), daemon=True)
     proc.start()
     result: dict[str, Any] = {}
     try:
@@ -261,12 +274,17 @@ def _decode_pull(
 
 
 def _assert_bit_exact(
-    dst: dict[str, torch.Tensor], src_blocks: list[int], dst_blocks: list[int], strided: bool = True
+    dst: dict[str, torch.Tensor],
+    src_blocks: list[int],
+    dst_blocks: list[int],
+    strided: bool = True,
+    src_device: str = "cuda:0",
 ) -> None:
-    expected = _caches("cuda", N_SRC, SEED, strided)  # what the child holds (same seed, same GPU)
+    expected = _caches(src_device, N_SRC, SEED, strided)  # what the child holds (same seed, same GPU)
     untouched = sorted(set(range(N_DST)) - set(dst_blocks))
     for n in expected:
-        assert torch.equal(dst[n][dst_blocks].view(torch.int16), expected[n][src_blocks].view(torch.int16)), n
+        want = expected[n][src_blocks].to(dst[n].device)
+        assert torch.equal(dst[n][dst_blocks].view(torch.int16), want.view(torch.int16)), n
         assert not dst[n][untouched].any()
 
 
@@ -292,6 +310,27 @@ def test_ipc_pull_two_processes_bit_exact() -> None:
     assert p.kernel == _has_triton() and not q.kernel
     assert res["offered"] and res["sent"] == ["r", "torch-path"]
     assert (res["stats"]["send_ipc"], res["stats"]["send_tcp"]) == (2, 0)
+
+
+def test_ipc_pull_from_a_peer_gpu_bit_exact() -> None:
+    """Prefill on GPU 1, decode on GPU 0 (the two-GPU 1P1D's layout): decode opens prefill's
+    blocks on its own GPU as a peer and copies them over NVLink/PCIe, never through TCP."""
+    gpus = torch.cuda.device_count()
+    if gpus < 2 or not torch.cuda.can_device_access_peer(0, 1):
+        why = f"needs 2 GPUs with peer access; {gpus} visible"
+        if REQUIRED_GPUS >= 2:
+            raise AssertionError(f"PDBENCH_REQUIRE_CUDA={_REQUIRE} but {why}")
+        raise _Skip(why + " (PDBENCH_REQUIRE_CUDA=2 makes that a failure)")
+    port = 15736
+    d_blocks = list(range(N_DST - 1, N_DST - 46, -1))
+    with _prefill(port, ["r"], device="cuda:1") as res:
+        p = _decode_pull(port, "r", 5, d_blocks)
+    assert p.ok and p.stats is not None
+    assert (p.stats.recv_ipc, p.stats.recv_tcp) == (1, 0)
+    assert all(t.device == torch.device("cuda:0") for t in p.dst.values())
+    _assert_bit_exact(p.dst, SRC_BLOCKS[5:], d_blocks, src_device="cuda:1")
+    assert res["offered"] and res["sent"] == ["r"]
+    assert (res["stats"]["send_ipc"], res["stats"]["send_tcp"]) == (1, 0)
 
 
 def test_ipc_off_or_another_host_falls_back_to_tcp_bit_exact() -> None:
@@ -393,20 +432,23 @@ def main() -> int:
             return 1
         print("no CUDA: skipped (PDBENCH_REQUIRE_CUDA=1 makes that a failure)")
         return 0
-    failed = ran = 0
+    failed = ran = skipped = 0
     for name, fn in list(globals().items()):
         if name.startswith("test_") and callable(fn):
             ran += 1
             t0 = time.perf_counter()
             try:
                 fn()
+            except _Skip as why:
+                skipped += 1
+                print(f"SKIP {name}: {why}", flush=True)
             except Exception:
                 failed += 1
                 traceback.print_exc()
                 print(f"FAIL {name} ({time.perf_counter() - t0:.2f}s)", flush=True)
             else:
                 print(f"PASS {name} ({time.perf_counter() - t0:.2f}s)", flush=True)
-    print(f"{ran - failed} of {ran} passed on {torch.cuda.get_device_name()}")
+    print(f"{ran - failed - skipped} of {ran} passed, {skipped} skipped on {torch.cuda.get_device_name()}")
     return 1 if failed or not ran else 0
 
 
