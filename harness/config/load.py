@@ -240,11 +240,12 @@ def _validation_error(
     first = err.errors()[0]
     loc = list(first["loc"])
     msg = first["msg"].removeprefix("Value error, ") if first["type"] == "value_error" else first["msg"]
-    # A check across a section's keys says which key it is about ("proxy.workers: ..."): that key is
-    # the one to name, and its source the one to blame.
-    about = re.match(r"([a-z_]+(?:\.[a-z_]+)*): ", msg) if first["type"] == "value_error" else None
+    # A check across a section's keys says which key it is about ("proxy.workers: ...",
+    # "slos.tight.ttft_p99.9: ..."): that key, whole, is the one to name, and its source the one
+    # to blame. It is the message's first word, whatever its characters (digits, '.', '-').
+    about = re.match(r"(\S+): ", msg) if first["type"] == "value_error" else None
     if about and about.group(1).split(".")[0] in _keys_at(model, loc):
-        loc += about.group(1).split(".")
+        loc.append(about.group(1))
         msg = msg[about.end() :]
     key = ".".join(str(p) for p in loc)
     if provenance:
