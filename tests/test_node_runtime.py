@@ -830,3 +830,29 @@ def test_aggregated_only_job_runs_just_the_aggregated_servers(make_job) -> None:
     ]
     assert not (job.run_dir / "bench.json").exists() and (job.run_dir / "bench-aggregated.json").is_file()
     job.assert_nothing_left()
+
+
+def test_an_invalid_repeat_of_an_slo_search_fails_the_job(make_job) -> None:
+    """An SLO search measures its best points again under repeats/<k>/: a repeat judged invalid
+    fails the job as an invalid top-level point does, named by its path in the run."""
+    job = make_job()
+    repeat = job.run_dir / "repeats" / "2" / RESULT_NAME
+    repeat.parent.mkdir(parents=True)
+    validity = {"verdict": "invalid", "reasons": ["no KV transfer seen on decode-0"]}
+    repeat.write_text(json.dumps({"completed": 1, "metadata": {"valid": False, "validity": validity}}))
+    unverified = job.run_dir / "repeats" / "1" / RESULT_NAME
+    unverified.parent.mkdir(parents=True)
+    unverified.write_text(
+        json.dumps({"completed": 1, "metadata": {"valid": None, "validity": {"verdict": "unverified"}}})
+    )
+    rc, _took = job.run()
+    assert rc != 0, job.logs()
+    status = job.status()
+    # The sweep's own point is there and not judged invalid (the fake bench writes no verdict).
+    assert status["results"] == [RESULT_NAME] and "metadata" not in json.loads((job.run_dir / RESULT_NAME).read_text())
+    assert status["state"] == "failed"
+    assert (
+        status["reason"] == f"node 0: invalid result point(s): repeats/2/{RESULT_NAME}: no KV transfer seen on decode-0"
+    )
+    assert f"without validity evidence (no server /metrics): repeats/1/{RESULT_NAME}" in job.log("node0")
+    job.assert_nothing_left()

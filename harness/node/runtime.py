@@ -31,7 +31,8 @@ from harness.node.probes import is_healthy, smoke_request
 from harness.node.secrets import ensure_job_secret
 from harness.node.signal_cause import describe_signal
 from harness.node.versions import record_servers
-from harness.rundir import TIME_LIMIT_WARNING, Failure, RunDir, write_status
+from harness.rundir import TIME_LIMIT_WARNING, Failure, ResultName, RunDir, write_status
+from harness.rundir.paths import REPEATS
 from harness.supervisor import Supervisor
 from harness.topology import Phase, PlanFile, Process, bench_name
 from harness.validity.scrape import scrape_all
@@ -304,31 +305,39 @@ def _run_phase(
         raise Failed(Failure(ctx.node_id, "invalid result point(s): " + "; ".join(invalid)))
 
 
+def _point_results(run_dir: Path) -> list[tuple[str, Path]]:
+    """(name, file) of every point's result: the sweep's at the top, then an SLO search's repeats
+    under repeats/<k>/ (named by their path in the run, as they measure the same points again)."""
+    run = RunDir(run_dir)
+    repeats = sorted((run_dir / REPEATS).glob(f"*/{ResultName.GLOB}"))
+    return [(f.name, f) for f in run.results()] + [(str(f.relative_to(run_dir)), f) for f in repeats]
+
+
 def _invalid_points(run_dir: Path) -> list[str]:
     """Points whose result says they did not measure disaggregated serving (metadata.valid)."""
     out = []
-    for f in RunDir(run_dir).results():
+    for name, f in _point_results(run_dir):
         try:
             meta = json.loads(f.read_text()).get("metadata") or {}
         except (OSError, ValueError):
-            out.append(f"{f.name}: unreadable")
+            out.append(f"{name}: unreadable")
             continue
         if meta.get("valid") is False:
             reasons = (meta.get("validity") or {}).get("reasons") or ["no reason recorded"]
-            out.append(f"{f.name}: {', '.join(reasons)}")
+            out.append(f"{name}: {', '.join(reasons)}")
     return out
 
 
 def _unverified_points(run_dir: Path) -> list[str]:
     """Points whose validity rules had no server metrics to judge (metadata.valid is null)."""
     out = []
-    for f in RunDir(run_dir).results():
+    for name, f in _point_results(run_dir):
         try:
             meta = json.loads(f.read_text()).get("metadata") or {}
         except (OSError, ValueError):
             continue
         if (meta.get("validity") or {}).get("verdict") == "unverified":
-            out.append(f.name)
+            out.append(name)
     return out
 
 
