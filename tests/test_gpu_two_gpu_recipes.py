@@ -1,0 +1,52 @@
+"""The two-GPU 1P1D recipes (issue 36's layout, for the device kind nvidia-h200-x2) put prefill on
+GPU 1 and decode on GPU 0 while each server still sees the other GPU: vLLM takes device 0 of
+CUDA_VISIBLE_DEVICES, and the bundled connector opens prefill's blocks on decode's GPU as a peer
+only if decode can see prefill's GPU (connector/ipc.py finds it by UUID)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _render(recipe: str, out: Path) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "render", recipe, "--out", str(out), "--skip-flag-check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return (out / "server.sh").read_text()
+
+
+def _visible(script: str, proc: str) -> str:
+    body = re.search(rf"^proc_{proc}\(\) {{\n(.*?)^}}", script, re.M | re.S)
+    assert body is not None, f"no proc_{proc} in server.sh"
+    found = re.findall(r"^\s*export CUDA_VISIBLE_DEVICES=(\S+)$", body.group(1), re.M)
+    assert len(found) == 1, body.group(1)
+    return found[0]
+
+
+@pytest.mark.parametrize("connector", ["pdbench", "nixl"])
+def test_prefill_on_gpu_1_and_decode_on_gpu_0_each_seeing_both(tmp_path: Path, connector: str) -> None:
+    recipe = f"gpu-h200x2-8b-1p1d-{connector}"
+    script = _render(recipe, tmp_path)
+    assert _visible(script, "prefill_0") == "1,0"
+    assert _visible(script, "decode_0") == "0,1"
+    lock = yaml.safe_load((tmp_path / "recipe.lock.yaml").read_text())
+    assert lock["recipe"]["topology"]["gpus_per_node"] == 2
+    assert lock["recipe"]["connector"]["name"] == connector
+    # Same model and prompts as the one-GPU recipe, whose single instance is the reference.
+    one = yaml.safe_load((ROOT / "recipes" / f"gpu-h200-8b-1p1d-{connector}.yaml").read_text())
+    two = yaml.safe_load((ROOT / "recipes" / f"{recipe}.yaml").read_text())
+    assert two["model"] == one["model"] and two["benchmark"] == one["benchmark"]
