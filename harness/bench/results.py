@@ -6,10 +6,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harness import atomic
 from harness.rundir.bottleneck_summary import BottleneckSummary
+from harness.rundir.profile_summary import ProfileSummary
 
 
 class ResultExistsError(FileExistsError):
@@ -96,6 +97,8 @@ class BenchResult(BaseModel):
     zero_per_token_stats: dict[str, float] = {}
     # What limits the point, with its evidence (harness.validity.bottleneck); checked on creation.
     bottleneck: BottleneckSummary | None = None
+    # A profiled point's traces and the profiler's cost (harness.bench.profile); absent otherwise.
+    profile: ProfileSummary | None = Field(None, exclude_if=lambda v: v is None)
     metadata: dict[str, Any] = {}
 
     @model_validator(mode="before")

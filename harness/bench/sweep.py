@@ -47,6 +47,7 @@ from harness.bench.dataset import (
     sample_requests,
 )
 from harness.bench.loadgen import LoadRun, Progress, arrival_offsets
+from harness.bench.profile import PointProfiler, perturbation, window_figures
 from harness.bench.progress import Display, log, pick_mode
 from harness.bench.results import (
     BenchResult,
@@ -71,13 +72,14 @@ from harness.bench.tokenizer import PromptTokenizer, load_tokenizer
 from harness.bench.trace import TraceRecord, load_trace, schedule_section, synthesize
 from harness.bench.trace import offsets as trace_offsets
 from harness.bench.ttft_breakdown import judge_point, kv_transfer_ms, read_role_timings, ttft_breakdown
-from harness.bench.validity_probe import PointProbe
+from harness.bench.validity_probe import PointProbe, parse_target
 from harness.bench.watchdog import TargetDied, Watchdog
 from harness.bench.workers import LagMonitor, LoadReport, WorkerPool, default_workers
 from harness.config.benchmark import Shape
 from harness.rundir import ResultName
 from harness.rundir.bottleneck_summary import Baseline
 from harness.rundir.paths import REPEATS, SENTINEL_REFERENCE, SLO_SEARCH, repeat_subdir, sentinel_record_name
+from harness.rundir.profile_summary import ProfileSummary
 from harness.rundir.proxy_timings import HEADER as TIMING_HEADER
 from harness.rundir.proxy_timings import read_all as read_timings
 from harness.rundir.result_name import point_tag
@@ -87,8 +89,9 @@ from harness.validity.outputs import OutputsCheck, with_outputs_check
 # Sub-streams of the seed per point, so a point's prompts do not depend on which
 # other points are in the sweep, and points never repeat each other's prompts
 # (a repeat would hit the server's prefix cache and flatter TTFT). The shared
-# prefix uses concurrency 0, which no point has.
-_MAIN, _WARMUP, _ARRIVALS, _PREFIX, _SENTINEL = 0, 1, 2, 3, 4
+# prefix uses concurrency 0, which no point has. A profiled window's prompts are its own
+# (_PROFILE): the measured ones again would hit the prefix cache.
+_MAIN, _WARMUP, _ARRIVALS, _PREFIX, _SENTINEL, _PROFILE = 0, 1, 2, 3, 4, 5
 
 # The client warns that it may have been the limit when its event loop's timer fired this
 # late at the 99th percentile, or a load process used this share of one core.
@@ -633,6 +636,10 @@ class _Sweep:
                 on_invalid=lambda why: self._stop_invalid(concurrency, why),
             )
             await probe.start()
+        profiler = self._profiler(concurrency)
+        in_window = profiler is not None and cfg.profile is not None and not cfg.profile.perturbation
+        if in_window and profiler is not None:
+            await profiler.start()
         progress = Progress()
         sentinels = self.point_sentinels = self._point_sentinels(concurrency, n, progress)
         if sentinels is not None:
@@ -664,6 +671,7 @@ class _Sweep:
             # After a Ctrl-C the sentinels still out are not waited for, even if the batch ended.
             await sentinels.finish(stopped is not None or self.interrupted is not None)
             self.point_sentinels = None
+        traces = await profiler.stop() if in_window and profiler is not None else None
         self.unsent = sum(o.start_time is None for o in outs)
         if self.interrupted is not None and self.unsent == len(outs):
             if probe is not None:
@@ -724,6 +732,14 @@ class _Sweep:
             self.bottleneck_bases,
             self.shape_tag,
         )
+        if profiler is not None and cfg.profile is not None:
+            figures = window_figures(metrics)
+            if traces is not None:  # the measured window was the profiled one
+                extra["profile"] = ProfileSummary(
+                    tool=cfg.profile.tool, window="measured", profiled=figures, servers=traces, errors=profiler.errors
+                )
+            else:
+                extra["profile"] = await self._profiled_window(profiler, concurrency, n, stopped, figures, offs)
         sent_at = [o.start_time for o in outs if o.start_time is not None and o.end_time is not None]
         start_unix = min(sent_at) + wall_offset if sent_at else None
         return BenchResult(
@@ -750,6 +766,73 @@ class _Sweep:
             metadata=metadata,
             **metrics,
             **extra,
+        )
+
+    # -- profiles (benchmark.profile) ---------------------------------------------
+
+    def _profiler(self, concurrency: int) -> PointProfiler | None:
+        """The point's profiler when it is one of profile.points (an SLO search's repeats are not)."""
+        prof = self.cfg.profile
+        if prof is None or concurrency not in prof.points or self.repeat:
+            return None
+        targets = [parse_target(t) for t in self.cfg.scrape]
+        tag = point_tag(concurrency, self.shape_tag)
+        return PointProfiler(prof, targets, Path(self.cfg.result_dir), tag, log)
+
+    async def _profiled_window(
+        self,
+        profiler: PointProfiler,
+        concurrency: int,
+        n: int,
+        stopped: str | None,
+        unprofiled: Any,
+        offs: np.ndarray | None,
+    ) -> ProfileSummary | None:
+        """After the point's measured window: the same number of requests of the same shape, rate
+        and arrival times (prompts of their own), profiled; None when the sweep stops."""
+        cfg, sess = self.cfg, self.cfg.sessions
+        assert cfg.profile is not None
+        label = f"C={concurrency}{self._shape_text()} profiled"
+        if stopped is not None or self._stopped() is not None:
+            why = stopped or self._stopped()
+            log(f"{label}: not run: the measured window stopped ({why})")
+            return None
+        limit = cfg.point_timeout_for(n, concurrency) + (float(offs[-1]) if offs is not None else 0.0)
+        await profiler.start()
+        try:
+            if sess is not None:
+                specs = self.plan(sess.sessions_for(concurrency), concurrency, _PROFILE)
+                run, _ = await self.session_batch(label, specs, concurrency, limit)
+                outs: list[RequestOutput] = list(run.outs)
+            else:
+                outs, _ = await self.batch(
+                    label,
+                    self.sample(n, concurrency, _PROFILE),
+                    concurrency,
+                    cfg.request_rate,
+                    limit,
+                    np.random.default_rng(self._seed_key(concurrency, _ARRIVALS)),  # the measured window's gaps
+                    None,
+                    offs,
+                )
+        finally:
+            traces = await profiler.stop()
+        metrics = compute_metrics(outs, cfg.percentiles, {str(k): v for k, v in cfg.goodput.items()})
+        profiled = window_figures(metrics)
+        ratios = perturbation(profiled, unprofiled)
+        log(
+            f"{label}: output {profiled.output_throughput:.1f} tok/s, median TTFT {profiled.median_ttft_ms:.1f} ms, "
+            f"median TPOT {profiled.median_tpot_ms:.2f} ms; profiled/unprofiled: "
+            + ", ".join(f"{k} {v:.3f}" if v is not None else f"{k} -" for k, v in ratios.items())
+        )
+        return ProfileSummary(
+            tool=cfg.profile.tool,
+            window="second",
+            profiled=profiled,
+            unprofiled=unprofiled,
+            perturbation=ratios,
+            servers=traces,
+            errors=profiler.errors,
         )
 
     # -- the sweep ----------------------------------------------------------------

@@ -201,6 +201,78 @@ class SloSearchSettings(BaseModel):
         return self
 
 
+ProfileRole = Literal["prefill", "decode", "aggregated"]
+
+
+class ProfileSettings(BaseModel):
+    """Profiles of the measured window of chosen points on chosen roles (harness.bench.profile,
+    docs/profiling.md): the servers of those roles start with vLLM's profiler configured, and the
+    sweep calls their /start_profile and /stop_profile around the point's measured requests."""
+
+    model_config = ConfigDict(extra="forbid")
+    roles: list[ProfileRole] = Field(
+        default_factory=lambda: list[ProfileRole](["prefill", "decode"]),
+        min_length=1,
+        description="Roles whose servers are profiled: prefill, decode, or aggregated (an aggregated "
+        "instance, as the topology calls it); every instance of a role is profiled.",
+    )
+    points: list[PositiveInt] = Field(
+        min_length=1,
+        description="Concurrencies to profile, each one of `concurrency`; the other points get no traces.",
+        examples=[[8]],
+    )
+    tool: Literal["torch", "nsys"] = Field(
+        "torch",
+        description="torch: vLLM's torch profiler, Chrome-trace JSON per process (runs anywhere); nsys: the "
+        "servers run under `nsys profile` with a capture range that the same endpoints start and stop "
+        "(vLLM's cuda profiler), one .nsys-rep per capture (GPU sites).",
+    )
+    perturbation: bool = Field(
+        True,
+        description="true: the point's measured requests run unprofiled (its result), then a second window "
+        "of the same size and shape runs profiled, and the result reports both medians and their ratios; "
+        "false: the measured window itself is profiled (half the time; the result then carries the "
+        "profiler's cost).",
+    )
+    max_iterations: PositiveInt | None = Field(
+        None,
+        description="Engine steps recorded per start at most (vLLM's max_iterations of /start_profile); "
+        "null: the whole window. Bounds a trace's size on long windows.",
+    )
+    profiler_config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="More keys of vLLM's --profiler-config for the profiled servers (e.g. "
+        "torch_profiler_record_shapes: true, torch_profiler_with_stack: false); checked by vLLM's parser "
+        "when the job is rendered. `profiler` and `torch_profiler_dir` are pdbench's.",
+        examples=[{"torch_profiler_with_stack": False}],
+    )
+    nsys_args: list[str] = Field(
+        default_factory=list,
+        description="Extra arguments of `nsys profile` (tool nsys), after pdbench's and before -o.",
+        examples=[["--stats=true"]],
+    )
+    start_timeout_s: PositiveFloat = Field(60.0, description="Seconds one /start_profile call may take.")
+    stop_timeout_s: PositiveFloat = Field(
+        600.0,
+        description="Seconds one /stop_profile call and the trace files' writing may take together (a CPU "
+        "trace of a long window takes minutes to write).",
+    )
+
+    @field_validator("profiler_config")
+    @classmethod
+    def _check_profiler_config(cls, v: dict[str, Any]) -> dict[str, Any]:
+        if ours := sorted({"profiler", "torch_profiler_dir"} & v.keys()):
+            raise ValueError(f"{', '.join(ours)}: set by pdbench from tool and the run directory; leave out")
+        return v
+
+    @field_validator("roles", "points")
+    @classmethod
+    def _unique(cls, v: list[Any]) -> list[Any]:
+        if len(set(v)) != len(v):
+            raise ValueError("each value may appear once")
+        return v
+
+
 ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 
@@ -403,6 +475,14 @@ class BenchmarkSettings(BaseModel):
         "reference answered whole by one instance (validity rule outputs_match).",
     )
     # Left out of the lock (and the fingerprint) when not set: recipes without it keep theirs.
+    profile: ProfileSettings | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="Profiles of the measured window on chosen roles and points (docs/profiling.md); on the "
+        'command line a JSON object, e.g. {"points": [8], "roles": ["decode"]}.',
+        json_schema_extra=_cli(cli_format="json", cli_default="none; no profiles"),
+    )
+    # Left out of the lock (and the fingerprint) when not set: recipes without it keep theirs.
     slo_search: SloSearchSettings | None = Field(
         None,
         exclude_if=lambda v: v is None,
@@ -570,6 +650,17 @@ class BenchmarkSettings(BaseModel):
                         f"slo_search.slos.{name}.{key}: the results carry no {result_key(key)} "
                         f"(add {stat[1:]} to benchmark.percentiles)"
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _check_profile(self) -> BenchmarkSettings:
+        if self.profile is None:
+            return self
+        if missing := [p for p in self.profile.points if p not in self.concurrency]:
+            raise ValueError(
+                f"profile.points: {', '.join(map(str, missing))} not among the sweep's concurrency values "
+                f"({', '.join(map(str, self.concurrency))}); a profiled point is one the sweep measures"
+            )
         return self
 
     @property

@@ -18,6 +18,7 @@ from harness.config.load import ResolvedRecipe
 from harness.config.schema import Flags
 from harness.connectors.entry import Setting, Value
 from harness.rundir.paths import PROXY_TIMINGS, SECRET, STATE, bench_config_name, metrics_subdir, sentinels_subdir
+from harness.rundir.profile_summary import capture_dir
 from harness.topology import JobPlan, Phase, Worker
 
 
@@ -209,7 +210,54 @@ def server_argv(rr: ResolvedRecipe, worker: Worker, root: str | None = None, ran
     argv += flag_words({**model_flags, **role.flags})
     if role.kv_transfer and worker.role != "aggregated":
         argv += ["--kv-transfer-config", json_word(kv_transfer_config(rr, worker))]
-    return argv
+    profile = rr.recipe.benchmark.profile
+    if profile is None or worker.role not in profile.roles:
+        return argv
+    argv += ["--profiler-config", json_word(profiler_config(rr, worker))]
+    return nsys_prefix(rr, worker, rank) + argv if profile.tool == "nsys" else argv
+
+
+def profiler_config(rr: ResolvedRecipe, worker: Worker) -> dict[str, Any]:
+    """vLLM's --profiler-config of a profiled worker: torch traces into its capture directory, or
+    cuda (cudaProfilerStart/Stop, the capture range of the nsys around it)."""
+    profile = rr.recipe.benchmark.profile
+    assert profile is not None
+    if profile.tool == "nsys":
+        return {"profiler": "cuda", **profile.profiler_config}
+    where = Shell(f"${{RUN_DIR}}/{capture_dir(worker.name)}")
+    return {"profiler": "torch", "torch_profiler_dir": where, **profile.profiler_config}
+
+
+def nsys_prefix(rr: ResolvedRecipe, worker: Worker, rank: int) -> list[Word]:
+    """`nsys profile` around a worker's server on one node, as NVIDIA/srt-slurm wraps its workers:
+    CUDA and NVTX, CUDA graphs per node, capturing only between cudaProfilerStart and Stop, which
+    vLLM's cuda profiler calls on /start_profile and /stop_profile. `repeat`: one report per
+    profiled window (numbered by nsys), each point's; the engine's workers are forked children."""
+    profile = rr.recipe.benchmark.profile
+    assert profile is not None
+    where = Shell(f"${{RUN_DIR}}/{capture_dir(worker.name)}")
+    return [
+        # The capture directory first: nsys writes into -o's directory but does not make it.
+        "sh",
+        "-c",
+        'mkdir -p "$0" && exec "$@"',
+        where,
+        "nsys",
+        "profile",
+        "-t",
+        "cuda,nvtx",
+        "--cuda-graph-trace=node",
+        "--trace-fork-before-exec=true",
+        "-c",
+        "cudaProfilerApi",
+        "--capture-range-end",
+        "repeat",
+        "--force-overwrite",
+        "true",
+        *profile.nsys_args,
+        "-o",
+        Shell(f"{where.text}/{worker.process_name(rank)}"),
+    ]
 
 
 def _span_flags(rr: ResolvedRecipe, worker: Worker, rank: int) -> list[Word]:
@@ -432,6 +480,7 @@ def serve_lines(rr: ResolvedRecipe, plan: JobPlan) -> list[tuple[str, list[str],
             "--enable-expert-parallel": f"topology.{role}.ep",
             "--port": f"topology.{role}.port",
             "--kv-transfer-config": "connector",
+            "--profiler-config": "benchmark.profile",
         }
         flags_key = role if role != "aggregated" or rr.model.aggregated_flags is not None else "decode"
         for key in model_role_flags(rr, role):
@@ -444,7 +493,8 @@ def serve_lines(rr: ResolvedRecipe, plan: JobPlan) -> list[tuple[str, list[str],
                 src = rr.blame(key) if src == "--set" else src  # `--set KEY`, as the user typed it
                 origins[flag] = src if src == f"--set {key}" else f"{src}: {key}"
         for rank, _node in enumerate(w.nodes):
-            argv = [concrete(x) for x in server_argv(rr, w, None, rank)][2:]
+            words = [concrete(x) for x in server_argv(rr, w, None, rank)]
+            argv = words[words.index("serve") + 1 :]  # past `vllm serve` (and an nsys around it)
             if tuple(argv) not in seen:
                 seen.add(tuple(argv))
                 out.append((w.process_name(rank), argv, origins))

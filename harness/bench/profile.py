@@ -1,0 +1,188 @@
+"""Profiles of a point's measured window (benchmark.profile, docs/profiling.md).
+
+The profiled roles' servers were started with vLLM's profiler configured (harness.render.commands:
+--profiler-config, and `nsys profile` around them for tool nsys). Around a window of requests,
+`/start_profile` is called on each of them just before and `/stop_profile` just after; each server
+writes its traces into its capture directory, and the window's new files are then moved to
+`profiles/<point tag>/<instance>/` (harness.rundir.profile_summary).
+
+Order, when perturbation is measured: the point's measured requests run unprofiled first (its
+result, what InferenceX ingests), then a second window of the same size, rate and shape runs
+profiled. Unprofiled first, so that nothing of the profiler (a trace being written, its memory)
+can reach the result. Same distribution, not the same requests: the same prompts again would hit
+the prefix cache and make the profiled TTFT incomparably short.
+
+Every call is bounded; a failure (no profiler on the server: 404, a timeout, no trace written)
+is recorded in words in the point's `profile` section and the log, never a lost point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from harness.config.benchmark import ProfileSettings
+from harness.rundir.profile_summary import ServerTraces, WindowFigures, capture_dir, point_dir
+
+# A trace is complete when its file's size has not moved for this long after /stop_profile.
+SETTLE_S = 0.5
+POLL_S = 0.2
+TRACE_SUFFIXES = {"torch": (".pt.trace.json", ".pt.trace.json.gz"), "nsys": (".nsys-rep",)}
+
+
+@dataclass
+class _Server:
+    instance: str
+    role: str
+    url: str
+    before: set[str] = field(default_factory=set)  # capture directory's files before the start
+    started: bool = False
+    error: str | None = None
+
+
+def _files(directory: Path) -> dict[str, int]:
+    """File name -> size of the capture directory's files (none yet: {})."""
+    try:
+        return {e.name: e.stat().st_size for e in os.scandir(directory) if e.is_file()}
+    except FileNotFoundError:
+        return {}
+
+
+def window_figures(metrics: dict[str, Any]) -> WindowFigures:
+    """The figures the profile compares, from compute_metrics' output."""
+    return WindowFigures(
+        completed=int(metrics["completed"]),
+        failed=int(metrics.get("failed", 0)),
+        output_throughput=float(metrics["output_throughput"]),
+        median_ttft_ms=float(metrics["median_ttft_ms"]),
+        median_tpot_ms=float(metrics.get("median_tpot_ms", 0.0)),
+    )
+
+
+def perturbation(profiled: WindowFigures, unprofiled: WindowFigures) -> dict[str, float | None]:
+    """profiled / unprofiled per figure (None where the unprofiled one is 0)."""
+    out: dict[str, float | None] = {}
+    for key in ("output_throughput", "median_ttft_ms", "median_tpot_ms"):
+        base = getattr(unprofiled, key)
+        out[key] = round(getattr(profiled, key) / base, 4) if base else None
+    return out
+
+
+class PointProfiler:
+    """Starts and stops the profiler of every server of the chosen roles around one window."""
+
+    def __init__(
+        self,
+        settings: ProfileSettings,
+        targets: list[tuple[str, str, str]],
+        run_dir: Path,
+        tag: str,
+        log: Callable[[str], None],
+    ) -> None:
+        self.settings, self.run_dir, self.tag, self.log = settings, run_dir, tag, log
+        self.servers = [_Server(name, role, url) for name, role, url in targets if role in settings.roles]
+        self.errors: list[str] = []
+        if not self.servers:
+            roles = ", ".join(settings.roles)
+            self.errors.append(f"no server of the profiled role(s) {roles} among the scrape targets")
+
+    async def start(self) -> None:
+        """/start_profile on every server at once; a server that refuses keeps its error."""
+        for s in self.servers:
+            s.before = set(_files(self.run_dir / capture_dir(s.instance)))
+        body: dict[str, Any] = {"profile_prefix": self.tag}
+        if self.settings.max_iterations is not None:
+            body["max_iterations"] = self.settings.max_iterations
+        async with aiohttp.ClientSession() as session:
+            await asyncio.gather(*(self._start(session, s, body) for s in self.servers))
+        for s in self.servers:
+            if s.error is not None:
+                self.log(f"{self.tag}: profile: {s.instance}: {s.error}")
+
+    async def _start(self, session: aiohttp.ClientSession, s: _Server, body: dict[str, Any]) -> None:
+        timeout = self.settings.start_timeout_s
+        try:
+            async with session.post(
+                f"{s.url}/start_profile", json=body, timeout=aiohttp.ClientTimeout(total=timeout)
+            ) as r:
+                text = (await r.text())[:300]
+                if r.status == 404:
+                    s.error = (
+                        "/start_profile answered 404: the server was started without vLLM's profiler "
+                        "(its role must be in benchmark.profile.roles when the job is rendered)"
+                    )
+                elif r.status != 200:
+                    s.error = f"/start_profile answered {r.status}: {text}"
+                else:
+                    s.started = True
+        except TimeoutError:
+            s.error = f"/start_profile did not answer within start_timeout_s={timeout:g}"
+            s.started = True  # it may have started all the same: stop it
+        except aiohttp.ClientError as e:
+            s.error = f"/start_profile failed: {type(e).__name__}: {e}"
+
+    async def stop(self) -> list[ServerTraces]:
+        """/stop_profile on every started server, then each one's new trace files moved to the
+        point's directory; bounded by stop_timeout_s in all."""
+        deadline = time.monotonic() + self.settings.stop_timeout_s
+        async with aiohttp.ClientSession() as session:
+            await asyncio.gather(*(self._stop(session, s, deadline) for s in self.servers if s.started))
+        traces = await asyncio.gather(*(self._collect(s, deadline) for s in self.servers))
+        for t in traces:
+            if t.error is not None:
+                self.log(f"{self.tag}: profile: {t.instance}: {t.error}")
+            else:
+                self.log(
+                    f"{self.tag}: profile: {t.instance}: {len(t.files)} file(s) in {point_dir(self.tag, t.instance)}"
+                )
+        return list(traces)
+
+    async def _stop(self, session: aiohttp.ClientSession, s: _Server, deadline: float) -> None:
+        left = max(1.0, deadline - time.monotonic())
+        try:
+            async with session.post(f"{s.url}/stop_profile", timeout=aiohttp.ClientTimeout(total=left)) as r:
+                if r.status != 200:
+                    s.error = s.error or f"/stop_profile answered {r.status}: {(await r.text())[:300]}"
+        except TimeoutError:
+            s.error = s.error or f"/stop_profile did not answer within stop_timeout_s={self.settings.stop_timeout_s:g}"
+        except aiohttp.ClientError as e:
+            s.error = s.error or f"/stop_profile failed: {type(e).__name__}: {e}"
+
+    async def _collect(self, s: _Server, deadline: float) -> ServerTraces:
+        """Wait (bounded) until a trace file of the window is there and no new file's size moves
+        for SETTLE_S, then move the window's files to the point's directory."""
+        out = ServerTraces(instance=s.instance, role=s.role, error=s.error)
+        if not s.started:
+            return out
+        source = self.run_dir / capture_dir(s.instance)
+        suffixes = TRACE_SUFFIXES[self.settings.tool]
+        seen: dict[str, int] = {}
+        settled_at = time.monotonic()
+        while True:
+            now = {n: size for n, size in _files(source).items() if n not in s.before}
+            if now != seen:
+                seen, settled_at = now, time.monotonic()
+            has_trace = any(n.endswith(suffixes) for n in seen)
+            if has_trace and time.monotonic() - settled_at >= SETTLE_S:
+                break
+            if time.monotonic() >= deadline:
+                why = "no trace file" if not has_trace else "trace files still growing"
+                out.error = (
+                    f"{why} in {capture_dir(s.instance)} within stop_timeout_s={self.settings.stop_timeout_s:g}"
+                    + (f" ({s.error})" if s.error else "")
+                )
+                break
+            await asyncio.sleep(POLL_S)
+        target = self.run_dir / point_dir(self.tag, s.instance)
+        target.mkdir(parents=True, exist_ok=True)
+        for name in sorted(seen):
+            os.replace(source / name, target / name)
+            out.files.append(f"{point_dir(self.tag, s.instance)}/{name}")
+        return out

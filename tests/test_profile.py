@@ -1,0 +1,282 @@
+"""benchmark.profile: the loader's checks, the rendered profiler flags and nsys wrap (checked by
+the installed vLLM's own parser), and PointProfiler's calls, waits and failures against small
+HTTP servers that answer /start_profile and /stop_profile as vLLM's router does."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from conftest import require_vllm
+
+from harness.bench.profile import PointProfiler, perturbation
+from harness.config import load_recipe
+from harness.config.benchmark import ProfileSettings
+from harness.config.load import ConfigError, ResolvedRecipe
+from harness.render import RenderContext, render_job
+from harness.render.commands import concrete, serve_lines, server_argv
+from harness.rundir.profile_summary import WindowFigures, capture_dir, point_dir
+from harness.topology import plan
+
+CTX = RenderContext(
+    run_dir="/shared/results/RUN", root="/opt/pdbench", python="/opt/pdbench/.venv/bin/python", git_commit="0123abcd"
+)
+
+
+# --- the loader --------------------------------------------------------------------------
+
+
+def test_a_point_outside_the_sweep_is_a_loader_error_naming_the_key() -> None:
+    with pytest.raises(ConfigError) as e:
+        load_recipe("local-tiny-1p1d", ["benchmark.profile={points: [3]}"])
+    assert "benchmark.profile.points" in str(e.value) and "(1, 4)" in str(e.value), str(e.value)
+
+
+def test_the_profilers_kind_and_directory_are_pdbench_s() -> None:
+    with pytest.raises(ConfigError) as e:
+        load_recipe("local-tiny-1p1d", ["benchmark.profile={points: [4], profiler_config: {profiler: cuda}}"])
+    assert "benchmark.profile.profiler_config" in str(e.value) and "profiler" in str(e.value)
+
+
+def test_no_profile_leaves_the_servers_and_the_bench_config_as_they_were() -> None:
+    rr = load_recipe("local-tiny-1p1d")
+    assert rr.recipe.benchmark.profile is None
+    assert "profile" not in json.loads(rr.recipe.benchmark.model_dump_json())
+    assert all("--profiler-config" not in server_argv(rr, w) for w in plan(rr).workers)
+
+
+# --- rendering ---------------------------------------------------------------------------
+
+
+def _words(rr: ResolvedRecipe, role: str) -> list[str]:
+    (w,) = [w for w in plan(rr).workers if w.role == role]
+    return [concrete(x) for x in server_argv(rr, w)]
+
+
+def test_torch_profiles_render_the_flag_only_for_the_chosen_roles() -> None:
+    rr = load_recipe("local-tiny-1p1d", ["benchmark.profile={points: [4], roles: [decode]}"])
+    decode, prefill = _words(rr, "decode"), _words(rr, "prefill")
+    assert "--profiler-config" not in prefill
+    assert decode[:2] == ["vllm", "serve"]  # no wrapper with torch
+    cfg = json.loads(decode[decode.index("--profiler-config") + 1])
+    # concrete() puts /run for ${RUN_DIR}: an absolute directory under the run directory, as vLLM asks.
+    assert cfg == {"profiler": "torch", "torch_profiler_dir": "/run/profiles/.capture/decode-0"}
+    assert cfg["torch_profiler_dir"] == f"/run/{capture_dir('decode-0')}"
+
+
+def test_nsys_wraps_the_profiled_server_as_srt_slurm_does(tmp_path: Path) -> None:
+    rr = load_recipe(
+        "dsr1-fp8-h200-nixl-1p2d",
+        ["benchmark.profile={points: [8], roles: [prefill], tool: nsys, nsys_args: [--stats=false]}"],
+        cluster="example-h200-nixl",
+    )
+    workers = plan(rr).workers
+    prefill = [w for w in workers if w.role == "prefill"]
+    for w in workers:
+        words = [concrete(x) for x in server_argv(rr, w)]
+        if w.role != "prefill":
+            assert words[:2] == ["vllm", "serve"] and "--profiler-config" not in words
+            continue
+        serve = words.index("vllm")
+        wrap, line = words[:serve], words[serve:]
+        where = f"/run/profiles/.capture/{w.name}"
+        # The output directory made first (nsys does not make it), then nsys exec'd with the server.
+        assert wrap[:4] == ["sh", "-c", 'mkdir -p "$0" && exec "$@"', where]
+        nsys = wrap[4:]
+        assert nsys[:2] == ["nsys", "profile"]
+        pairs = dict(itertools.pairwise(nsys))
+        assert pairs["-t"] == "cuda,nvtx" and pairs["-c"] == "cudaProfilerApi"
+        assert pairs["--capture-range-end"] == "repeat"  # one report per profiled point
+        assert pairs["-o"] == f"{where}/{w.name}" and nsys[-2] == "-o"
+        assert "--cuda-graph-trace=node" in nsys and "--trace-fork-before-exec=true" in nsys
+        assert nsys.index("--stats=false") < nsys.index("-o")  # the user's arguments before -o
+        assert line[:2] == ["vllm", "serve"]
+        assert json.loads(line[line.index("--profiler-config") + 1]) == {"profiler": "cuda"}
+    assert prefill
+    # The rendered node script carries the wrap, and bash reads it.
+    out = tmp_path / "job"
+    out.mkdir()
+    render_job(rr, out, CTX)
+    script = (out / "server.sh").read_text()
+    assert script.count("nsys profile") == len(prefill) and "--capture-range-end repeat" in script
+    assert '"${RUN_DIR}/profiles/.capture/prefill-0/prefill-0"' in script
+    r = subprocess.run(["bash", "-n", str(out / "server.sh")], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    if (exe := shutil.which("shellcheck")) is not None:
+        r = subprocess.run([exe, "-x", str(out / "server.sh")], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stdout
+
+
+@pytest.mark.parametrize(
+    "profile",
+    [
+        "{points: [4], profiler_config: {torch_profiler_with_stack: false, torch_profiler_use_gzip: false}}",
+        "{points: [4], tool: nsys}",
+    ],
+)
+def test_vllm_s_parser_accepts_the_rendered_profiler_flags(profile: str) -> None:
+    require_vllm()
+    from harness.render.vllm_flags import check_many
+
+    rr = load_recipe("local-tiny-1p1d", [f"benchmark.profile={profile}"])
+    lines = serve_lines(rr, plan(rr))
+    assert all("--profiler-config" in argv for _, argv, _ in lines)  # past the nsys words: vllm serve's own
+    assert check_many([a for _, a, _ in lines], [o for _, _, o in lines]) == []
+
+
+def test_vllm_s_parser_names_a_misspelt_profiler_key() -> None:
+    require_vllm()
+    from harness.render.vllm_flags import check_many
+
+    rr = load_recipe(
+        "local-tiny-1p1d", ["benchmark.profile={points: [4], profiler_config: {torch_profiler_with_stak: 1}}"]
+    )
+    lines = serve_lines(rr, plan(rr))
+    problems = [str(p) for p in check_many([a for _, a, _ in lines], [o for _, _, o in lines])]
+    assert problems and all("torch_profiler_with_stak" in p and "benchmark.profile" in p for p in problems), problems
+
+
+# --- PointProfiler against servers with vLLM's endpoints ---------------------------------
+
+
+class _Server:
+    """/start_profile and /stop_profile as vLLM's router answers them; on stop, `writes` the trace
+    files into the capture directory (after `delay` s), or none."""
+
+    def __init__(self, capture: Path, writes: list[str], delay: float = 0.0, mounted: bool = True) -> None:
+        self.capture, self.writes, self.delay, self.mounted = capture, writes, delay, mounted
+        self.calls: list[tuple[str, dict]] = []
+        self.url = ""
+
+    async def _start(self, request: web.Request) -> web.Response:
+        self.calls.append(("start", await request.json()))
+        return web.Response(status=200)
+
+    async def _stop(self, request: web.Request) -> web.Response:
+        self.calls.append(("stop", {}))
+        await asyncio.sleep(self.delay)
+        self.capture.mkdir(parents=True, exist_ok=True)
+        for name in self.writes:
+            (self.capture / name).write_text("{}")
+        return web.Response(status=200)
+
+    async def __aenter__(self) -> _Server:
+        app = web.Application()
+        if self.mounted:
+            app.router.add_post("/start_profile", self._start)
+            app.router.add_post("/stop_profile", self._stop)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.runner.cleanup()
+
+
+def _settings(**kw: object) -> ProfileSettings:
+    return ProfileSettings.model_validate({"points": [2], "stop_timeout_s": 5, "start_timeout_s": 5, **kw})
+
+
+def test_traces_of_the_window_are_moved_to_the_point_per_instance(tmp_path: Path) -> None:
+    async def go() -> None:
+        old = tmp_path / capture_dir("decode-0") / "concurrency_1_rank0.1.pt.trace.json.gz"
+        old.parent.mkdir(parents=True)
+        old.write_text("{}")  # an earlier point's file stays where it is
+        prefill = _Server(tmp_path / capture_dir("prefill-0"), ["concurrency_2_rank0.9.pt.trace.json.gz"])
+        decode = _Server(
+            tmp_path / capture_dir("decode-0"),
+            ["concurrency_2_rank0.9.pt.trace.json.gz", "concurrency_2_rank0.profiler_out.txt"],
+            delay=0.3,
+        )
+        async with prefill, decode:
+            targets = [
+                ("prefill-0", "prefill", prefill.url),
+                ("decode-0", "decode", decode.url),
+                ("proxy", "proxy", "http://127.0.0.1:9"),  # not a profiled role: never called
+            ]
+            profiler = PointProfiler(_settings(max_iterations=50), targets, tmp_path, "concurrency_2", print)
+            await profiler.start()
+            traces = await profiler.stop()
+        assert prefill.calls[0] == ("start", {"profile_prefix": "concurrency_2", "max_iterations": 50})
+        assert [c for c, _ in decode.calls] == ["start", "stop"]
+        by = {t.instance: t for t in traces}
+        assert set(by) == {"prefill-0", "decode-0"} and all(t.error is None for t in traces)
+        assert by["decode-0"].files == [
+            f"{point_dir('concurrency_2', 'decode-0')}/concurrency_2_rank0.9.pt.trace.json.gz",
+            f"{point_dir('concurrency_2', 'decode-0')}/concurrency_2_rank0.profiler_out.txt",
+        ]
+        assert all((tmp_path / f).is_file() for t in traces for f in t.files)
+        assert old.is_file() and not (tmp_path / point_dir("concurrency_2", "decode-0") / old.name).exists()
+
+    asyncio.run(go())
+
+
+def test_a_server_without_the_profiler_is_named_and_nothing_hangs(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with _Server(tmp_path / capture_dir("decode-0"), [], mounted=False) as s:
+            profiler = PointProfiler(_settings(), [("decode-0", "decode", s.url)], tmp_path, "concurrency_2", print)
+            await profiler.start()
+            (t,) = await profiler.stop()
+        assert t.files == [] and t.error is not None and "404" in t.error and "without vLLM's profiler" in t.error
+
+    asyncio.run(go())
+
+
+def test_no_trace_written_ends_at_the_stop_bound_with_a_reason(tmp_path: Path) -> None:
+    async def go() -> float:
+        async with _Server(tmp_path / capture_dir("decode-0"), []) as s:
+            settings = _settings(stop_timeout_s=1)
+            profiler = PointProfiler(settings, [("decode-0", "decode", s.url)], tmp_path, "concurrency_2", print)
+            await profiler.start()
+            t0 = asyncio.get_running_loop().time()
+            (t,) = await profiler.stop()
+            took = asyncio.get_running_loop().time() - t0
+        assert t.files == [] and t.error is not None
+        assert t.error.startswith("no trace file in profiles/.capture/decode-0 within stop_timeout_s=1"), t.error
+        return took
+
+    assert asyncio.run(go()) < 3
+
+
+def test_no_server_of_the_role_is_an_error_of_the_point() -> None:
+    profiler = PointProfiler(_settings(roles=["aggregated"]), [("decode-0", "decode", "u")], Path("."), "c", print)
+    assert profiler.servers == [] and profiler.errors == [
+        "no server of the profiled role(s) aggregated among the scrape targets"
+    ]
+
+
+def test_perturbation_is_profiled_over_unprofiled() -> None:
+    def fig(tput: float, ttft: float, tpot: float) -> WindowFigures:
+        return WindowFigures(completed=8, failed=0, output_throughput=tput, median_ttft_ms=ttft, median_tpot_ms=tpot)
+
+    assert perturbation(fig(80, 30, 12), fig(100, 20, 10)) == {
+        "output_throughput": 0.8,
+        "median_ttft_ms": 1.5,
+        "median_tpot_ms": 1.2,
+    }
+    assert perturbation(fig(80, 30, 12), fig(100, 20, 0))["median_tpot_ms"] is None
+
+
+def test_shlex_round_trip_of_the_rendered_torch_flag(tmp_path: Path) -> None:
+    # The flag's JSON holds ${RUN_DIR}: a double-quoted word bash expands, JSON once expanded.
+    rr = load_recipe("local-tiny-1p1d", ["benchmark.profile={points: [4]}"])
+    out = tmp_path / "job"
+    out.mkdir()
+    render_job(rr, out, CTX)
+    line = next(x for x in (out / "server.sh").read_text().splitlines() if "--profiler-config" in x)
+    word = line.split("--profiler-config", 1)[1].strip().rstrip("\\").strip()
+    r = subprocess.run(
+        ["bash", "-c", f"RUN_DIR=/r; printf %s {word}"], capture_output=True, text=True, timeout=30, check=True
+    )
+    assert json.loads(r.stdout)["torch_profiler_dir"].startswith("/r/profiles/.capture/"), shlex.quote(r.stdout)
