@@ -63,6 +63,10 @@ class PdbenchConfig:
     # Same host, CUDA caches on both sides: pull GPU to GPU through CUDA IPC (TCP only
     # carries pull/ok/ack). Either side can turn it off; a mismatch falls back to TCP.
     ipc: bool = True
+    # Decode: where to write per-request load timings (connector/timings.py), for requests
+    # whose kv_transfer_params carry a pdbench_id; None: none recorded. pdbench jobs give the
+    # run directory's timings directory, beside the proxy's records.
+    timings_dir: str | None = None
     # Test only: zero the last received block of every layer (the most recent
     # tokens), to prove the correctness test sees corrupted KV; and slow each
     # received chunk down, to kill a peer in the middle of a transfer.

@@ -30,6 +30,9 @@ class RecvSpec:
     num_tokens: int
     block_ids: list[int]  # local blocks for tokens first_token.. (unhashed, owned)
     early: bool = False  # sent before prefill finished (pull_key): the pull may wait for it
+    # Timed requests only (connector/timings.py): the proxy's id, the scheduler's queue_ms.
+    pdbench_id: str | None = None
+    queue_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -43,9 +46,18 @@ class ReleaseSpec:
     remote_tp_size: int = 1
 
 
+@dataclass(frozen=True)
+class FirstStep:
+    """Decode, timed requests: this step is the request's first; the scheduler's durations (ms)."""
+
+    load_ms: float  # blocks allocated -> load reported finished
+    ready_ms: float  # load reported finished -> this step scheduled
+
+
 @dataclass
 class PdbenchMetadata(KVConnectorMetadata):
     sends: list[SendSpec] = field(default_factory=list)
     recvs: list[RecvSpec] = field(default_factory=list)
     releases: list[ReleaseSpec] = field(default_factory=list)
+    first_steps: dict[str, FirstStep] = field(default_factory=dict)  # by vLLM request id
     idle: bool = False  # the step runs no forward pass: the worker may wait for its pulls

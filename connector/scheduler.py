@@ -12,20 +12,37 @@ failure policy) is the engine's own, driven by what the worker reports.
 from __future__ import annotations
 
 import logging
+import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from connector.config import PdbenchConfig
-from connector.metadata import PdbenchMetadata, RecvSpec, ReleaseSpec, SendSpec
+from connector.metadata import FirstStep, PdbenchMetadata, RecvSpec, ReleaseSpec, SendSpec
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks
     from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.outputs import KVConnectorOutput
     from vllm.v1.request import Request
 
 log = logging.getLogger(__name__)
 
 _REMOTE_KEYS = ("remote_engine_id", "remote_request_id", "remote_host", "remote_port")
+
+
+def _ms(a: float, b: float) -> float:
+    return round((b - a) * 1000.0, 4)
+
+
+@dataclass
+class _Timed:
+    """A timed request's moments on this process's clock (connector/timings.py)."""
+
+    pdbench_id: str
+    seen: float  # first asked for its remote tokens
+    alloc: float | None = None  # its blocks allocated, the load handed to the worker
+    ready: float | None = None  # the worker reported the load finished
 
 
 class PdbenchScheduler:
@@ -40,6 +57,8 @@ class PdbenchScheduler:
         self.host = cfg.advertised_host()
         self.port = cfg.listen_port(par.data_parallel_index, par.tensor_parallel_size, 0)
         self._meta = PdbenchMetadata()
+        # Timed requests by vLLM id, from the first ask until their first step (or their end).
+        self._timed: dict[str, _Timed] = {}
 
     # -- decode: loads ------------------------------------------------------------
 
@@ -64,17 +83,26 @@ class PdbenchScheduler:
         if isinstance(remote, int) and remote >= 0:
             available = min(available, remote)
         count = available - num_computed_tokens
-        return (count, True) if count > 0 else (0, False)
+        if count <= 0:
+            return 0, False
+        tag = p.get("pdbench_id")
+        if self.cfg.timings_dir and isinstance(tag, str) and request.request_id not in self._timed:
+            self._timed[request.request_id] = _Timed(tag, time.perf_counter())
+        return count, True
 
     def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int) -> None:
         p = self._remote(request)
         if p is None:
             return
         p["do_remote_prefill"] = False  # one transfer per request, even if called again
+        timed = self._timed.get(request.request_id)
         if num_external_tokens <= 0:
             # Everything is cached here already: prefill can drop its copy now.
             self._meta.releases.append(self._release_spec(p))
+            self._timed.pop(request.request_id, None)  # no load to time
             return
+        if timed is not None:
+            timed.alloc = time.perf_counter()
         group = blocks.blocks[0]
         cached = sum(1 for b in group if b.block_hash is not None)
         first_token = cached * self.block_size
@@ -93,8 +121,20 @@ class PdbenchScheduler:
                 num_tokens=num_tokens,
                 block_ids=new_ids[:need],
                 early=bool(p.get("pull_key")),
+                pdbench_id=None if timed is None else timed.pdbench_id,
+                queue_ms=None if timed is None or timed.alloc is None else _ms(timed.seen, timed.alloc),
             )
         )
+
+    def update_connector_output(self, output: KVConnectorOutput) -> None:
+        """Notes when a timed request's load was reported finished (the worker's last step)."""
+        if not self._timed:
+            return
+        now = time.perf_counter()
+        for req_id in output.finished_recving or ():
+            timed = self._timed.get(req_id)
+            if timed is not None and timed.alloc is not None and timed.ready is None:
+                timed.ready = now
 
     @staticmethod
     def _release_spec(p: dict[str, Any]) -> ReleaseSpec:
@@ -111,6 +151,7 @@ class PdbenchScheduler:
     def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         from vllm.v1.request import RequestStatus
 
+        self._timed.pop(request.request_id, None)  # ended before its first step (abort)
         p = request.kv_transfer_params
         if not p:
             return False, None
@@ -150,4 +191,11 @@ class PdbenchScheduler:
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> PdbenchMetadata:
         meta, self._meta = self._meta, PdbenchMetadata()
         meta.idle = scheduler_output.total_num_scheduled_tokens == 0
+        if self._timed:
+            now, scheduled = time.perf_counter(), scheduler_output.num_scheduled_tokens
+            for req_id, t in list(self._timed.items()):
+                if t.ready is not None and t.alloc is not None and req_id in scheduled:
+                    # Its first step since the load: the worker times it and writes the line.
+                    meta.first_steps[req_id] = FirstStep(_ms(t.alloc, t.ready), _ms(t.ready, now))
+                    del self._timed[req_id]
         return meta

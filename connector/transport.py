@@ -78,6 +78,16 @@ class TransferStats:
         setattr(self, name, getattr(self, name) + 1)
 
 
+@dataclass(frozen=True)
+class PullTiming:
+    """One pull on the decode worker's clock (connector/timings.py)."""
+
+    nbytes: int
+    pull_s: float  # pull request sent -> ack sent
+    wait_s: float  # pull request sent -> prefill's answer
+    via_ipc: bool
+
+
 class Completions:
     """Thread-safe hand-off of finished transfers from the IO thread to the model thread."""
 
@@ -87,15 +97,18 @@ class Completions:
         self._recvd: set[str] = set()
         self._failed: set[str] = set()
         self._bad_blocks: set[int] = set()
+        self._pulled: dict[str, tuple[bool, list[PullTiming]]] = {}
         self.stats = TransferStats()
 
     def sent(self, req_id: str) -> None:
         with self._lock:
             self._sent.add(req_id)
 
-    def received(self, req_id: str, ok: bool, block_ids: list[int]) -> None:
+    def received(self, req_id: str, ok: bool, block_ids: list[int], timings: list[PullTiming] | None = None) -> None:
         with self._lock:
             self._recvd.add(req_id)
+            if timings is not None:
+                self._pulled[req_id] = (ok, timings)
             if not ok:
                 self._failed.add(req_id)
                 self._bad_blocks.update(block_ids)
@@ -108,6 +121,12 @@ class Completions:
         with self._lock:
             out = (self._sent, self._recvd, self._failed, self._bad_blocks)
             self._sent, self._recvd, self._failed, self._bad_blocks = set(), set(), set(), set()
+            return out
+
+    def drain_pulls(self) -> dict[str, tuple[bool, list[PullTiming]]]:
+        """Each finished load's outcome and the timings of its successful pulls."""
+        with self._lock:
+            out, self._pulled = self._pulled, {}
             return out
 
     def drain_stats(self) -> TransferStats | None:
@@ -606,17 +625,19 @@ class KVClient:
     async def pull_all(self, jobs: list[PullJob]) -> bool:
         """The pulls of one request from several prefill ranks (differing TP), side by side;
         reported once, received only if every one succeeded."""
-        ok = False
+        got: list[PullTiming | None] = []
         try:
-            ok = all(await asyncio.gather(*(self._attempt(j) for j in jobs)))
+            got = list(await asyncio.gather(*(self._attempt(j) for j in jobs)))
         finally:
-            self.done.received(jobs[0].req_id, ok, jobs[0].block_ids)
+            timings = [t for t in got if t is not None]
+            ok = bool(got) and len(timings) == len(got)
+            self.done.received(jobs[0].req_id, ok, jobs[0].block_ids, timings)
         return ok
 
-    async def _attempt(self, job: PullJob) -> bool:
+    async def _attempt(self, job: PullJob) -> PullTiming | None:
+        """The pull's timing, or None when it failed (logged and counted)."""
         try:
-            await self._pull(job)
-            return True
+            return await self._pull(job)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -628,7 +649,7 @@ class KVClient:
                 f"{type(exc).__name__}: {exc}",
             )
             self.done.record(lambda s: setattr(s, "failed_recv", s.failed_recv + 1))
-            return False
+            return None
 
     def _pull_msg(self, job: PullJob, remote: ipc.Remote | None) -> dict[str, Any]:
         msg = {
@@ -668,7 +689,7 @@ class KVClient:
                 raise
         raise AssertionError("unreachable")
 
-    async def _pull(self, job: PullJob) -> None:
+    async def _pull(self, job: PullJob) -> PullTiming:
         cfg = self.cfg
         t0 = time.perf_counter()
         conn, resp = await self._request(job)
@@ -704,6 +725,7 @@ class KVClient:
                 s.count_path("recv", via_ipc),
             )
         )
+        return PullTiming(got, t2 - t0, t1 - t0, via_ipc)
 
     async def _copy_ipc(self, remote: ipc.Remote, blocks: Any, job: PullJob) -> int:
         """Prefill's blocks straight into ours; returns once they landed (then we may ack)."""

@@ -11,22 +11,27 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-from typing import TYPE_CHECKING
+import time
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from connector import heads
 from connector.config import PdbenchConfig
 from connector.layout import PagedKV
-from connector.metadata import PdbenchMetadata, RecvSpec
+from connector.metadata import FirstStep, PdbenchMetadata, RecvSpec
 from connector.staging import Stager
-from connector.transport import Completions, IOLoop, KVClient, KVServer, PullJob, TransferStats
+from connector.timings import TimingsFile
+from connector.transport import Completions, IOLoop, KVClient, KVServer, PullJob, PullTiming, TransferStats
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
     from vllm.v1.kv_cache_interface import KVCacheConfig
 
 log = logging.getLogger(__name__)
+
+_TIMED_MAX = 4096  # timed loads awaiting their first step (an aborted one never has it)
 
 
 class PdbenchWorker:
@@ -56,6 +61,12 @@ class PdbenchWorker:
         self.stager: Stager | None = None
         self._pulls: set[concurrent.futures.Future[bool]] = set()
         self._idle = False
+        # Per-request timings (connector/timings.py): decode's rank 0 writes them.
+        self.timings: TimingsFile | None = None
+        self._timed: OrderedDict[str, RecvSpec] = OrderedDict()  # timed loads by vLLM id
+        self._loaded: dict[str, tuple[bool, list[PullTiming]]] = {}  # their outcomes
+        self._step_start = 0.0
+        self._first_steps: dict[str, FirstStep] = {}
 
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
         kv = PagedKV(kv_caches, self.num_blocks, self.block_size, self.total_heads)
@@ -72,6 +83,8 @@ class PdbenchWorker:
             self.io.submit(self.server.start()).result(30)
         if self.consumer:
             self.client = KVClient(kv, self.stager, self.cfg, self.done)
+            if cfg.timings_dir and self.tp_rank == 0:
+                self.timings = TimingsFile(cfg.timings_dir)
         log.info(
             "pdbench connector rank %d: %d layers, kernel block %d tokens, %s path, %s",
             self.tp_rank,
@@ -86,6 +99,8 @@ class PdbenchWorker:
     def start(self, meta: PdbenchMetadata) -> None:
         """Hand this step's sends, pulls and releases to the IO thread (non-blocking)."""
         self._idle = meta.idle
+        if self.timings is not None:
+            self._step_start, self._first_steps = time.perf_counter(), meta.first_steps
         if self.io is None or self.kv is None:
             return
         if meta.sends:
@@ -146,6 +161,10 @@ class PdbenchWorker:
             self.done.received(r.req_id, False, r.block_ids)
             return
         assert self.client is not None
+        if self.timings is not None and r.pdbench_id is not None:
+            self._timed[r.req_id] = r
+            while len(self._timed) > _TIMED_MAX:
+                self._loaded.pop(self._timed.popitem(last=False)[0], None)
         kbs = self.kv.kernel_block_size
         first = r.first_token // kbs
         count = -(-r.num_tokens // kbs) - first
@@ -175,6 +194,7 @@ class PdbenchWorker:
         self._pulls.add(self.io.submit(self.client.pull_all(jobs)))
 
     def results(self) -> tuple[set[str], set[str], set[str], set[int]]:
+        step_end = time.perf_counter()  # after the step's forward (vLLM calls this then)
         if self._idle and self._pulls and self.cfg.idle_wait_s > 0:
             # Nothing else to do this step: block (GIL released) until a pull ends, so it is
             # reported now rather than a step later, and vLLM's model thread, which otherwise
@@ -182,9 +202,22 @@ class PdbenchWorker:
             concurrent.futures.wait(self._pulls, self.cfg.idle_wait_s, concurrent.futures.FIRST_COMPLETED)
         self._pulls = {f for f in self._pulls if not f.done()}
         sent, recvd, failed, bad = self.done.drain()
+        pulled = self.done.drain_pulls()
+        if self.timings is not None:
+            self._record(pulled, step_end)
         # Block ids only identify a block within one KV cache group; with several,
         # the per-request `failed` set alone carries the failure.
         return sent, recvd, failed, bad if self.single_group else set()
+
+    def _record(self, pulled: dict[str, tuple[bool, list[PullTiming]]], step_end: float) -> None:
+        """Keeps the timed loads' outcomes; writes the line of each request whose first step ran."""
+        assert self.timings is not None
+        self._loaded.update((req_id, v) for req_id, v in pulled.items() if req_id in self._timed)
+        for req_id, first in self._first_steps.items():
+            spec, loaded = self._timed.pop(req_id, None), self._loaded.pop(req_id, None)
+            if spec is not None and loaded is not None:
+                self.timings.write(timing_line(spec, first, loaded, step_end - self._step_start))
+        self._first_steps = {}
 
     def stats(self) -> TransferStats | None:
         return self.done.drain_stats()
@@ -197,3 +230,27 @@ class PdbenchWorker:
             self.client.close()
         if self.stager is not None:
             self.stager.close()
+        if self.timings is not None:
+            self.timings.close()
+
+
+def timing_line(
+    spec: RecvSpec, first: FirstStep, loaded: tuple[bool, list[PullTiming]], step_s: float
+) -> dict[str, Any]:
+    """One request's line (fields: connector/timings.py); the pulls' fields are None if all failed."""
+    ok, pulls = loaded
+    ms = lambda s: round(s * 1000.0, 4)  # noqa: E731
+    return {
+        "id": spec.pdbench_id,
+        "req": spec.req_id,
+        "queue_ms": spec.queue_ms,
+        "load_ms": first.load_ms,
+        "pull_ms": ms(max(p.pull_s for p in pulls)) if pulls else None,
+        "pull_wait_ms": ms(max(p.wait_s for p in pulls)) if pulls else None,
+        "ready_ms": first.ready_ms,
+        "first_step_ms": ms(step_s),
+        "bytes": sum(p.nbytes for p in pulls),
+        "blocks": len(spec.block_ids),
+        "path": "ipc" if pulls and all(p.via_ipc for p in pulls) else "tcp",
+        "ok": ok,
+    }

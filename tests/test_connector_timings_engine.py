@@ -1,0 +1,56 @@
+"""Decode writes one timing line per request the proxy tagged (connector/timings.py): real
+schedulers and worker connectors in one process, real pulls over loopback, a fake forward
+(test_connector_worker.Engine)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from conftest import require_vllm
+
+require_vllm(module_level=True)  # CI sets PDBENCH_REQUIRE_VLLM: a missing vLLM fails, never skips
+
+from test_connector_scheduler import BS, make_request, model_dir  # noqa: E402, F401  (fixture)
+from test_connector_worker import LAYERS, TOTAL_HEADS, C, engines, prefill_and_params  # noqa: E402, F401
+from vllm.v1.request import RequestStatus  # noqa: E402
+
+from connector.timings import PREFIX  # noqa: E402
+
+
+def wait_lines(directory: Path, n: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+    """The timings files' lines once they hold `n` (the writer thread flushes after each batch)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        files = sorted(directory.glob(f"{PREFIX}*.jsonl"))
+        lines = [json.loads(x) for f in files for x in f.read_text().splitlines()]
+        if len(lines) >= n or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.01)
+
+
+def test_a_tagged_load_gets_one_line_with_its_pull_and_first_step(engines: Any, tmp_path: Path) -> None:  # noqa: F811
+    p = engines("kv_producer")
+    d = engines("kv_consumer", timings_dir=str(tmp_path))
+    _, params = prefill_and_params(p, 40)
+    tagged = make_request(40, params={**params, "pdbench_id": "bench-3"}, max_tokens=2)
+    d.s.add_request(tagged)
+    d.run_until(lambda f: tagged.is_finished(), timeout=10)
+    _, params = prefill_and_params(p, 40)
+    untagged = make_request(40, params=params, max_tokens=2)
+    d.s.add_request(untagged)
+    d.run_until(lambda f: untagged.is_finished(), timeout=10)
+    assert tagged.status == untagged.status == RequestStatus.FINISHED_LENGTH_CAPPED
+    (line,) = wait_lines(tmp_path, 1)
+    d.close()  # stops the writer: a line for the untagged request would be in by now
+    assert wait_lines(tmp_path, 2, timeout=0) == [line]
+    assert line["id"] == "bench-3" and line["req"] == tagged.request_id and line["ok"] is True
+    assert line["blocks"] == 3 and line["bytes"] == 3 * LAYERS * TOTAL_HEADS * BS * C * 4 and line["path"] == "tcp"
+    # Each duration is one process's clock; the pull lies inside the scheduler's load.
+    assert 0 < line["pull_wait_ms"] <= line["pull_ms"] < line["load_ms"], line
+    assert line["queue_ms"] >= 0 and line["ready_ms"] >= 0 and line["first_step_ms"] > 0, line
+    # Nothing of either request is left in the connector (its state is bounded by the requests).
+    worker = d.workers[0]._worker
+    assert not d.s.connector._sched._timed and not worker._timed and not worker._loaded
