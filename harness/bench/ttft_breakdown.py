@@ -10,9 +10,17 @@ Per request (the proxy's record of it, matched by X-Pdbench-Id; see harness.rund
 router + prefill + decode is the proxy's arrival-to-first-byte time less any gap between the
 legs (decode sent after prefill answered), so with client_ms the parts add up to each request's
 TTFT; medians and p99s of the parts are over the requests.
-The KV transfer inside decode_ms comes from the decode servers' own histograms over the
-point (their mean: no per-request values), `decode_first_token_ms` is the median decode leg
-less that mean, an estimate labelled as such (decode's first step as vLLM measured it is
+
+decode_ms is split, never added to. Where the bundled connector recorded the request (its line
+joined to the proxy's record, harness.rundir.proxy_timings; fields in connector/timings.py):
+    kv_transfer_ms        the pull: request sent -> ack (decode worker's clock)
+    decode_first_step_ms  decode's first step after the load: metadata bound -> forward returned
+    decode_other_ms       decode_ms less both: decode's front end and queue, the load's hand-off
+                          and report, sampling and the relay of the first token
+per request, with their mean/median/p99 and the requests they cover (`requests`). Otherwise (other
+connectors) the KV transfer comes from the decode servers' own histograms over the point (their
+mean, labelled a point mean), and `decode_first_token_ms` is the median decode leg less that
+mean, an estimate labelled as such (decode's first step as vLLM measured it is
 `server_means.decode.compute_ms`, a point mean).
 
 Beside the per-request parts, `server_means` gives each role's queue and compute per request
@@ -38,9 +46,17 @@ from harness.validity.bottleneck import judge
 from harness.validity.series import Scrape, delta
 
 PARTS = ("router_ms", "prefill_ms", "decode_ms", "client_ms")
+DECODE_SPLIT = ("kv_transfer_ms", "decode_first_step_ms", "decode_other_ms")  # of decode_ms, per request
 ADDS_UP_WITHIN = 0.02
 PER_REQUEST = "per request: ttft_ms and its parts router_ms, prefill_ms, decode_ms, client_ms"
+PER_REQUEST_SPLIT = f"{PER_REQUEST}; decode_ms split into {', '.join(DECODE_SPLIT)} (the bundled connector's records)"
 POINT_MEANS = "point means, not per request: kv_transfer_ms, server_means (vLLM's histograms over the point)"
+POINT_MEANS_SPLIT = "point means, not per request: server_means (vLLM's histograms over the point)"
+SPLIT_SOURCE = {
+    "kv_transfer_ms": "per request: the bundled connector's pull, request -> ack (decode worker)",
+    "decode_first_step_ms": "per request: decode's first step, metadata bound -> forward returned (decode worker)",
+    "decode_other_ms": "per request: decode_ms - kv_transfer_ms - decode_first_step_ms",
+}
 _HIST = {
     "queue_ms": r"vllm:request_queue_time_seconds",
     "compute_ms": r"vllm:request_prefill_time_seconds",
@@ -94,6 +110,18 @@ def read_role_timings(targets: list[tuple[str, str, str]], directory: Path) -> d
     return role_timings([(role, text(name, "before"), text(name, "after")) for name, role, _ in targets])
 
 
+def decode_split(rec: dict[str, Any]) -> tuple[float, float, float] | None:
+    """(kv_transfer_ms, decode_first_step_ms, decode_other_ms) of a proxy record whose request
+    the bundled connector recorded with a successful pull; None otherwise."""
+    line = rec.get("connector")
+    if not isinstance(line, dict) or line.get("ok") is not True:
+        return None
+    pull, first = line.get("pull_ms"), line.get("first_step_ms")
+    if not isinstance(pull, (int, float)) or not isinstance(first, (int, float)):
+        return None
+    return float(pull), float(first), rec["decode_ms"] - pull - first
+
+
 def _stats(values: list[float]) -> dict[str, float]:
     a = np.asarray(values, dtype=float)
     return {
@@ -112,7 +140,7 @@ def ttft_breakdown(
 ) -> dict[str, Any]:
     """The point's breakdown: per part mean/median/p99 over the successful requests the proxy
     recorded, and each role's point means (`servers`, from role_timings) beside them."""
-    parts: dict[str, list[float]] = {p: [] for p in ("ttft_ms", *PARTS)}
+    parts: dict[str, list[float]] = {p: [] for p in ("ttft_ms", *PARTS, *DECODE_SPLIT)}
     within = 0
     for o, rid in zip(outs, ids, strict=True):
         rec = records.get(rid)
@@ -124,6 +152,10 @@ def ttft_breakdown(
         if "prefill_ms" in rec:
             parts["prefill_ms"].append(rec["prefill_ms"])
         parts["decode_ms"].append(rec["decode_ms"])
+        split = decode_split(rec)
+        if split is not None:
+            for key, value in zip(DECODE_SPLIT, split, strict=True):
+                parts[key].append(value)
         parts["client_ms"].append(ttft - rec["first_byte_ms"])
         total = rec["router_ms"] + rec.get("prefill_ms", 0.0) + rec["decode_ms"] + parts["client_ms"][-1]
         within += abs(total - ttft) <= ADDS_UP_WITHIN * ttft
@@ -132,13 +164,22 @@ def ttft_breakdown(
     if not parts["ttft_ms"]:
         out["note"] = "the proxy recorded none of this point's requests"
         return out
-    out["per_request"], out["point_means"] = PER_REQUEST, POINT_MEANS
-    out.update({k: _stats(v) for k, v in parts.items() if v})
+    per_request = bool(parts["kv_transfer_ms"])
+    out["per_request"] = PER_REQUEST_SPLIT if per_request else PER_REQUEST
+    out["point_means"] = POINT_MEANS_SPLIT if per_request else POINT_MEANS
+    out.update({k: _stats(v) for k, v in parts.items() if v and k not in DECODE_SPLIT})
     n = len(parts["ttft_ms"])
     out["adds_up"] = {"within": ADDS_UP_WITHIN, "requests": within, "of": n, "share": round(within / n, 4)}
-    if kv is not None:
+    if per_request:
+        for key in DECODE_SPLIT:
+            out[key] = {**_stats(parts[key]), "requests": len(parts[key]), "source": SPLIT_SOURCE[key]}
+    elif kv is not None:
         mean, count = kv
-        out["kv_transfer_ms"] = {"mean": round(mean, 4), "transfers": count, "source": "decode servers' /metrics"}
+        out["kv_transfer_ms"] = {
+            "mean": round(mean, 4),
+            "transfers": count,
+            "source": "point mean: the decode servers' /metrics (no per-request records)",
+        }
         out["decode_first_token_ms"] = {
             "median": round(max(0.0, out["decode_ms"]["median"] - mean), 4),
             "estimate": "median decode leg - mean KV transfer",

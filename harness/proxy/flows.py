@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from harness import connectors
 from harness.proxy.backends import Backend, hash64
+from harness.rundir.proxy_timings import CURRENT_ID
 
 try:  # orjson is several times faster; the stdlib is the fallback.
     import orjson
@@ -259,8 +260,13 @@ class PdbenchFlow(TwoPhaseFlow):
                 "remote_request_id": tid,
                 "pull_key": tid,  # tells decode's connector the pull may wait for prefill
             }
-            return out
-        return super().decode(body, p, rank, d, tid, kv)
+        else:
+            out = super().decode(body, p, rank, d, tid, kv)
+        tag, params = CURRENT_ID.get(), out.get("kv_transfer_params")
+        if tag is not None and isinstance(params, dict):
+            # Decode's connector keys its per-request load timings by the client's id.
+            out["kv_transfer_params"] = {**params, "pdbench_id": tag}
+        return out
 
     def prefill_answered(self, p: Backend, kv: Any) -> None:
         # Every answer, so a restarted prefill (a new engine id) is followed.

@@ -1,8 +1,9 @@
 """The TTFT breakdown of each point (see harness.bench.ttft_breakdown): which points have one, and
 the median of each part of TTFT in the order a request meets them.
 
-The decode leg is split into the decode servers' mean KV transfer and the rest (an estimate: the
-transfer has no per-request values) when the point has a transfer figure.
+The decode leg is split into the KV transfer and the rest when the point has a transfer figure:
+the median of the per-request pulls where the bundled connector recorded them, else the decode
+servers' mean over the point (an estimate: that transfer has no per-request values).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ def median(b: dict[str, Any], key: str) -> float | None:
 def parts(b: dict[str, Any]) -> dict[str, float]:
     """Bar segments in ms (medians), in the order a request meets them."""
     decode = median(b, "decode_ms") or 0.0
-    kv = b.get("kv_transfer_ms", {}).get("mean") if isinstance(b.get("kv_transfer_ms"), dict) else None
+    kv_part = b.get("kv_transfer_ms")
+    kv = kv_part.get("median", kv_part.get("mean")) if isinstance(kv_part, dict) else None
     out = {"Proxy": median(b, "router_ms") or 0.0, "Prefill": median(b, "prefill_ms") or 0.0}
     if kv is not None:
         out["KV transfer"] = min(float(kv), decode)

@@ -11,6 +11,11 @@ ms from the request's arrival, all on this process's monotonic clock:
     decode_ms        decode leg sent (or the prefill's answer, if later) -> its first byte:
                      the KV transfer, the decode's scheduling and its first token
     first_byte_ms    arrival -> the decode's first byte, which the proxy relays at once
+
+The bundled connector's decode side writes its own lines into the same directory
+(`connector-timings-<pid>.jsonl`, fields in connector/timings.py), keyed by the same id, which
+the proxy passes on in decode's kv_transfer_params; `read_all` joins them to the proxy's
+record as its `connector` entry.
 """
 
 from __future__ import annotations
@@ -18,10 +23,17 @@ from __future__ import annotations
 import json
 import os
 import time
+from contextvars import ContextVar
 from pathlib import Path
 from typing import IO, Any
 
+from connector.timings import PREFIX as CONNECTOR_PREFIX
+
 HEADER = "X-Pdbench-Id"
+# The X-Pdbench-Id of the request the current asyncio task serves (the proxy runs each request
+# in a task of its own), set when its Stamps are made: the bundled connector's flow passes it on
+# to decode in kv_transfer_params (harness.proxy.flows.PdbenchFlow), whose timings it keys.
+CURRENT_ID: ContextVar[str | None] = ContextVar("pdbench_id", default=None)
 
 
 class Stamps:
@@ -32,6 +44,7 @@ class Stamps:
     def __init__(self, request_id: str) -> None:
         self.id = request_id
         self.t0 = time.perf_counter()
+        CURRENT_ID.set(request_id)
         self.prefill_sent: float | None = None
         self.prefill_done: float | None = None
         self.decode_sent: float | None = None
@@ -76,10 +89,9 @@ class TimingLog:
             self._file = None
 
 
-def read_all(directory: Path, ids: set[str]) -> dict[str, dict[str, Any]]:
-    """Every record of `ids` in the proxy processes' files of `directory`."""
+def _lines(directory: Path, prefix: str, ids: set[str]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
-    for f in sorted(Path(directory).glob("proxy-timings-*.jsonl")):
+    for f in sorted(Path(directory).glob(f"{prefix}*.jsonl")):
         with open(f) as fh:
             for line in fh:
                 try:
@@ -88,4 +100,13 @@ def read_all(directory: Path, ids: set[str]) -> dict[str, dict[str, Any]]:
                     continue  # a line being written
                 if isinstance(rec, dict) and rec.get("id") in ids:
                     out[rec["id"]] = rec
+    return out
+
+
+def read_all(directory: Path, ids: set[str]) -> dict[str, dict[str, Any]]:
+    """Every record of `ids` in the proxy processes' files of `directory`, each with the bundled
+    connector's line of the request, where there is one, as its `connector` entry."""
+    out = _lines(directory, "proxy-timings-", ids)
+    for rid, line in _lines(directory, CONNECTOR_PREFIX, set(out)).items():
+        out[rid]["connector"] = line
     return out
