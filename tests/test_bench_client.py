@@ -332,3 +332,56 @@ def test_malformed_framing_fails_naming_the_read(feeds, names):
     with pytest.raises(RequestFailed) as err:
         _run([(f, 10.1) for f in feeds])
     assert all(n in str(err.value) for n in names), str(err.value)
+
+
+def test_a_cancel_that_lands_as_the_connection_opens_sends_nothing(monkeypatch):
+    """A stop cancels the batch's tasks; when the cancel lands just as a new connection opens,
+    Python 3.11's wait_for returns the connection and drops the cancel. The request must not go
+    out (it would hang on a server that never answers, long after the stop)."""
+    from harness import aio
+    from harness.bench.client import Slot
+
+    received: list[bytes] = []
+
+    async def go() -> tuple[bool, float]:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            received.append(await reader.read(1 << 16))  # never answers
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        slot = Slot(Target.from_url(f"http://127.0.0.1:{port}/v1/completions"), False)
+        real = Slot._connect
+
+        async def connect_then_swallow_a_cancel(self, timeout_s):
+            conn = await real(self, timeout_s)
+            me = asyncio.current_task()
+            me.cancel()
+            try:
+                await asyncio.sleep(0)  # the cancel arrives here...
+            except asyncio.CancelledError:
+                pass  # ...and is dropped, as wait_for does when its connection is done
+            assert me.cancelling() == 1  # precondition: the task is still being cancelled
+            return conn
+
+        monkeypatch.setattr(Slot, "_connect", connect_then_swallow_a_cancel)
+        body = {"model": "m", "prompt": "x", "max_tokens": 2, "stream": True}
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        task = asyncio.create_task(slot.send(slot.target.request_bytes(body), RequestOutput(1, 2), 10.0))
+        try:
+            await asyncio.wait_for(asyncio.shield(task), 5)
+            cancelled = False
+        except asyncio.CancelledError:
+            cancelled = True
+        took = loop.time() - t0
+        slot.close()  # the server's read ends: with the request's bytes if any were written
+        deadline = loop.time() + 5
+        while not received and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        server.close()
+        await server.wait_closed()
+        return cancelled, took
+
+    cancelled, took = aio.run(go())
+    assert cancelled and took < 2.0
+    assert received == [b""]  # the connection opened and closed; no request was written on it

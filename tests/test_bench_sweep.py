@@ -234,11 +234,11 @@ def test_target_death_by_server_pid_stops_at_once(model_dir, tmp_path, workers):
             threading.Timer(0.5, server.kill).start()  # a zombie until reaped: still "exited"
             t0 = time.monotonic()
             (out,) = run_sweep_detailed(cfg)
-            # One load process stops at once. With two, under the full suite's load, one of them
-            # has twice (2026-11-26) gone on about 30 s after the stop was sent and logged, with a
-            # request hanging; the cause is not found yet. The bound still fails a stop that never
-            # arrives (the requests' own timeout is 60 s).
-            assert time.monotonic() - t0 < (10 if workers == 1 else 45)
+            # With two load processes, one of them twice went on ~30 s after the stop, a request
+            # hanging: a cancel that landed as its connection opened was dropped by Python 3.11's
+            # wait_for (fixed in Slot.send; tests/test_bench_client.py reproduces it). Two
+            # processes start slower on a loaded machine, hence their wider bound.
+            assert time.monotonic() - t0 < (10 if workers == 1 else 15)
             assert f"server process {server.pid} exited" in out.error
             server.wait()
             # A PID already gone: refused before any load.

@@ -588,6 +588,12 @@ class Slot:
                 if conn is not None and conn.open:
                     conn.transport.close()  # type: ignore[union-attr]
                 conn = self.conn = await self._connect(timeout_s)
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # Python 3.11's wait_for returns a connection that completed just as the
+                    # task was cancelled and drops the cancellation: a stopped batch's request
+                    # would go out and hang. Honour it here.
+                    raise asyncio.CancelledError
                 if fut.done():  # timed out while connecting
                     conn.abort(out.error)
                     return out
