@@ -22,6 +22,8 @@ worker in the step's metadata.
                    launches: kernels may still run)
     bytes, blocks  what the pull moved (this rank's shard), into how many blocks
     path           "ipc" (CUDA IPC, same host) or "tcp"
+    early          decode had the request before prefill finished (the proxy's overlapped flow):
+                   pull_wait_ms then includes waiting for prefill's compute
     ok             the pull succeeded (else the request recomputed its prompt)
 
 Writing never blocks the engine: lines go through a bounded queue to a writer thread, which

@@ -252,5 +252,6 @@ def timing_line(
         "bytes": sum(p.nbytes for p in pulls),
         "blocks": len(spec.block_ids),
         "path": "ipc" if pulls and all(p.via_ipc for p in pulls) else "tcp",
+        "early": spec.early,
         "ok": ok,
     }

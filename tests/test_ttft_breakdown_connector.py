@@ -57,6 +57,10 @@ def test_requests_without_a_successful_pull_are_left_out_of_the_split_only() -> 
     assert decode_split(_rec(60.0, _line(30.0, 6.0, ok=False))) is None
     assert decode_split(_rec(60.0, {"ok": True, "pull_ms": None, "first_step_ms": 2.0})) is None
     assert decode_split(_rec(60.0, _line(30.0, 6.0))) == (30.0, 6.0, 24.0)
+    # Decode asked before prefill finished (overlapped flow): the wait for prefill is not the transfer.
+    early = _line(30.0, 6.0) | {"early": True, "pull_wait_ms": 25.0}
+    assert decode_split(_rec(60.0, early)) == (5.0, 6.0, 49.0)
+    assert decode_split(_rec(60.0, early | {"pull_wait_ms": None})) is None
 
 
 def test_other_connectors_keep_the_point_mean_labelled_as_such() -> None:

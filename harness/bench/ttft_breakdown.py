@@ -13,7 +13,9 @@ TTFT; medians and p99s of the parts are over the requests.
 
 decode_ms is split, never added to. Where the bundled connector recorded the request (its line
 joined to the proxy's record, harness.rundir.proxy_timings; fields in connector/timings.py):
-    kv_transfer_ms        the pull: request sent -> ack (decode worker's clock)
+    kv_transfer_ms        the pull: request sent -> ack (decode worker's clock); from prefill's
+                          answer on where decode asked before prefill finished (overlapped flow:
+                          the wait lies in prefill_ms)
     decode_first_step_ms  decode's first step after the load: metadata bound -> forward returned
     decode_other_ms       decode_ms less both: decode's front end and queue, the load's hand-off
                           and report, sampling and the relay of the first token
@@ -116,9 +118,13 @@ def decode_split(rec: dict[str, Any]) -> tuple[float, float, float] | None:
     line = rec.get("connector")
     if not isinstance(line, dict) or line.get("ok") is not True:
         return None
-    pull, first = line.get("pull_ms"), line.get("first_step_ms")
+    pull, first, wait = line.get("pull_ms"), line.get("first_step_ms"), line.get("pull_wait_ms")
     if not isinstance(pull, (int, float)) or not isinstance(first, (int, float)):
         return None
+    if line.get("early") is True:  # the overlapped flow: its wait for prefill is in prefill_ms
+        if not isinstance(wait, (int, float)):
+            return None
+        pull -= wait
     return float(pull), float(first), rec["decode_ms"] - pull - first
 
 
