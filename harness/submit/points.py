@@ -14,7 +14,8 @@ from pydantic import ValidationError
 
 from harness.bench.client_config import ClientConfig
 from harness.bench.results import BenchResult
-from harness.bench.resume import incomplete
+from harness.bench.resume import TraceReplay, incomplete, replay_of
+from harness.bench.trace import TraceError, TraceRecord, load_trace
 from harness.rundir import ResultName, RunDir
 from harness.rundir.paths import bench_config_name
 
@@ -31,8 +32,9 @@ class Point:
     path: Path
     isl: int
     osl: int
-    num_prompts: int
+    num_prompts: int | None  # None: a trace replay whose trace cannot be read here
     model: str
+    trace: TraceReplay | None = None  # what a trace replay point replays
     result: BenchResult | None = None
     problem: str | None = None  # why the result is not a complete, valid point (None: it is)
 
@@ -77,6 +79,16 @@ def _read(path: Path) -> tuple[BenchResult | None, str | None]:
     return result, incomplete(result)
 
 
+def _trace(cfg: ClientConfig) -> list[TraceRecord] | None:
+    """The requests each point of a trace replay sends, as the sweep loads them (the trace's first
+    trace.max_requests); None when the trace cannot be read here (it is read where the job runs)."""
+    assert cfg.trace is not None and cfg.dataset_path is not None
+    try:
+        return load_trace(cfg.dataset_path)[: cfg.trace.max_requests]
+    except TraceError:
+        return None
+
+
 def _searched(run: RunDir, cfg: ClientConfig) -> set[int] | None:
     """With an SLO search over the ladder, the concurrencies its record says it measured (the
     others were never needed, not missing); None for a plain sweep or a search not yet begun."""
@@ -99,6 +111,8 @@ def planned(run: RunDir, with_results: bool = True) -> list[Point]:
             continue
         cfg = _config(path)
         searched = _searched(run, cfg)
+        records = _trace(cfg) if cfg.trace is not None else None
+        trace = replay_of(cfg, records)
         for shape in cfg.shape_list():
             tag = shape.tag if cfg.multi_shape else None
             for c in cfg.concurrency:
@@ -109,6 +123,9 @@ def planned(run: RunDir, with_results: bool = True) -> list[Point]:
                     continue
                 result, problem = _read(file) if with_results else (None, None)
                 shown = f"{shape.isl}/{shape.osl}" if cfg.multi_shape else None
-                n = cfg.num_prompts_for(c)
-                points.append(Point(phase, c, shown, file, shape.isl, shape.osl, n, cfg.model, result, problem))
+                if trace is None:
+                    n: int | None = cfg.num_prompts_for(c)
+                else:  # a trace replay point sends the trace's requests, whatever its concurrency
+                    n = len(records) if records is not None else None
+                points.append(Point(phase, c, shown, file, shape.isl, shape.osl, n, cfg.model, trace, result, problem))
     return points
