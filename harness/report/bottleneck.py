@@ -94,23 +94,34 @@ def adds_up_finding(run: Run, p: Point) -> str | None:
     )
 
 
-def bottleneck_table(runs: list[Run]) -> SectionTable | None:
-    found = sorted(
+def _judged(runs: list[Run]) -> list[tuple[Run, Point]]:
+    """Every point with a verdict, by sweep (run, serving kind, ISL, OSL), then concurrency."""
+    return sorted(
         ((run, p) for run in runs for p in run.points if p.bottleneck is not None),
         key=lambda rp: (*_key(*rp), rp[1].concurrency),
     )
+
+
+def limit_lines(runs: list[Run]) -> list[str]:
+    """limit_line for every sweep of the runs that has one, in the table's order."""
+    lines = []
+    for _, grp in groupby(_judged(runs), key=lambda rp: _key(*rp)):
+        sweep = list(grp)
+        line = limit_line(sweep[0][0], [p for _, p in sweep])
+        if line is not None:
+            lines.append(line)
+    return lines
+
+
+def bottleneck_table(runs: list[Run]) -> SectionTable | None:
+    found = _judged(runs)
     if not found:
         return None
     rows = []
     for run, p in found:
         assert p.bottleneck is not None
         rows.append(_row(run, p, p.bottleneck))
-    lines = []
-    for _, grp in groupby(found, key=lambda rp: _key(*rp)):
-        sweep = list(grp)
-        line = limit_line(sweep[0][0], [p for _, p in sweep])
-        if line is not None:
-            lines.append(line)
+    lines = limit_lines(runs)
     lines += [f for run, p in found if (f := adds_up_finding(run, p)) is not None]
     return SectionTable(
         "Bottleneck per point",

@@ -8,6 +8,10 @@ draws every measured point of every candidate, throughput per device against int
 each candidate's Pareto front over its ladder points as a line, repeats as small rings, a cross
 over each point meeting no SLO, and each SLO's winner as a star with its interval. All three files are written atomically; their
 names are harness.search.layout's.
+
+Where the limit moves: from each candidate's run directory, read as `pdbench report` reads it,
+the report's own line per sweep (harness.report.bottleneck.limit_lines) and, per SLO, the
+verdict of the candidate's best point (its first measurement, the run's top-level file).
 """
 
 from __future__ import annotations
@@ -15,10 +19,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness import atomic
+from harness.report.bottleneck import limit_lines
+from harness.report.load import load_runs
 from harness.report.pareto import pareto_front
 from harness.search.decide import Choice, Spend, choose_all, spend
 from harness.search.layout import PARETO, REPORT_JSON, REPORT_MD
@@ -27,6 +34,63 @@ from harness.search.outcome import ReportEntry
 X_LABEL = "Interactivity (tok/s/user = 1000 / median TPOT)"
 Y_LABEL = "Total throughput per device (tok/s/device)"
 WINNER_MARKERS = ("*", "P", "D", "X")  # one per SLO
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A candidate's bottleneck verdicts, read from its run directory's points."""
+
+    lines: tuple[str, ...]  # the run report's line per sweep: where the limit moves
+    at_best: Mapping[str, tuple[int, str | None]]  # per SLO with a best point: (c, its verdict or None)
+
+    def best_text(self, slo: str, name: str) -> str | None:
+        if slo not in self.at_best:
+            return None
+        c, verdict = self.at_best[slo]
+        return f"{name} {verdict or 'no verdict recorded'} at c={c}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "lines": list(self.lines),
+            "at_best": {slo: {"concurrency": c, "verdict": v} for slo, (c, v) in self.at_best.items()},
+        }
+
+
+def read_limits(e: ReportEntry) -> Limits | None:
+    """The candidate's verdicts from its run directory; None before it has one. The run is
+    labelled by the candidate's name, so its lines name the candidate."""
+    if e.run is None or not e.run.is_dir():
+        return None
+    runs = load_runs([e.run], labels={e.run: e.candidate.name}).runs
+    at_best: dict[str, tuple[int, str | None]] = {}
+    for slo, o in (e.outcome.slos if e.outcome else {}).items():
+        if o.best is None:
+            continue
+        found = [p.bottleneck for run in runs for p in run.points if p.concurrency == o.best and p.bottleneck]
+        at_best[slo] = (o.best, found[0].verdict if found else None)
+    return Limits(tuple(limit_lines(runs)), at_best)
+
+
+def _limit_section(
+    slos: Mapping[str, Mapping[str, float]], entries: Sequence[ReportEntry], limits: Mapping[str, Limits | None]
+) -> list[str]:
+    found = [(e.candidate.name, lim) for e in entries if (lim := limits.get(e.candidate.name)) is not None]
+    if not any(lim.lines or any(v for _, v in lim.at_best.values()) for _, lim in found):
+        return []  # results written before the verdict existed
+    lines = [f"- {line}" for _, lim in found for line in lim.lines]
+    for slo in slos:
+        best = [t for name, lim in found if (t := lim.best_text(slo, name)) is not None]
+        if best:
+            lines.append(f"- **{slo}**, at each candidate's best point: " + "; ".join(best))
+    return [
+        "## Where the limit moves",
+        "",
+        "Per candidate, its run's line of `pdbench report`'s bottleneck table (docs/decide.md gives the rules); "
+        "then per SLO, the limit each candidate met at its best point.",
+        "",
+        *lines,
+        "",
+    ]
 
 
 def _cell(text: object) -> str:
@@ -68,6 +132,7 @@ def markdown(
     entries: Sequence[ReportEntry],
     choices: Mapping[str, Choice],
     spent: Spend,
+    limits: Mapping[str, Limits | None],
 ) -> str:
     confidence = next(
         (o.interval.confidence for e in entries if e.outcome for o in e.outcome.slos.values() if o.interval), 0.95
@@ -98,7 +163,8 @@ def markdown(
         for name in slos:
             row += _slo_cells(e, name)
         lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
-    lines += ["", "## Cost", "", spent.text() + ".", ""]
+    lines += ["", *_limit_section(slos, entries, limits)]
+    lines += ["## Cost", "", spent.text() + ".", ""]
     notes = [(e.candidate.name, n) for e in entries if e.outcome for n in e.outcome.notes]
     if notes:
         lines += ["## Notes", "", *(f"- {name}: {n}" for name, n in notes), ""]
@@ -113,6 +179,7 @@ def as_json(
     choices: Mapping[str, Choice],
     spent: Spend,
     search_dir: Path,
+    limits: Mapping[str, Limits | None],
 ) -> dict[str, Any]:
     candidates = []
     for e in entries:
@@ -131,6 +198,7 @@ def as_json(
                 "reason": e.reason,
                 "run": _run(e, search_dir),
                 "outcome": e.outcome.to_json() if e.outcome else None,
+                "limits": lim.to_json() if (lim := limits.get(c.name)) else None,
                 "earlier": [o.to_json() for o in e.earlier],
             }
         )
@@ -253,8 +321,9 @@ def write_report(
     search_dir.mkdir(parents=True, exist_ok=True)
     choices = choose_all(entries, slos)
     spent = spend(entries, ladder)
-    md = atomic.write_text(search_dir / REPORT_MD, markdown(title, ladder, slos, entries, choices, spent))
-    data = as_json(title, ladder, slos, entries, choices, spent, search_dir)
+    limits = {e.candidate.name: read_limits(e) for e in entries}
+    md = atomic.write_text(search_dir / REPORT_MD, markdown(title, ladder, slos, entries, choices, spent, limits))
+    data = as_json(title, ladder, slos, entries, choices, spent, search_dir, limits)
     js = atomic.write_text(search_dir / REPORT_JSON, json.dumps(data, indent=2, allow_nan=False) + "\n")
     png = plot(search_dir / PARETO, entries, choices, f"Search {title}: throughput per device vs interactivity")
     return [md, js, png]
