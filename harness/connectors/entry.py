@@ -23,6 +23,7 @@ class Value(Enum):
     NODE_ADDR = "node_addr"  # the worker's node, known only inside the job
     PROXY_ADDR = "proxy_addr"  # node 0, where the proxy runs
     SECRET_FILE = "secret_file"  # the job's KV secret in the run directory
+    TIMINGS_DIR = "timings_dir"  # the run directory's per-request timings (proxy and connector)
     HTTP_PORT = "http_port"  # the worker's vLLM HTTP port
     SIDE_CHANNEL_PORT = "side_channel_port"  # the worker's base of connector.side_channel_port's range
     NOTIFY_PORT = "notify_port"  # the worker's base of connector.notify_port's range

@@ -21,6 +21,7 @@ ENTRY = Connector(
         "host": Setting(Value.NODE_ADDR),
         "port": Setting(Value.SIDE_CHANNEL_PORT),
         "secret_file": Setting(Value.SECRET_FILE),
+        "timings_dir": Setting(Value.TIMINGS_DIR),
     },
     extra_keys=ACCEPTED_KEYS,
     ports=(PortRange(Value.SIDE_CHANNEL_PORT),),

@@ -75,6 +75,8 @@ def job_value(rr: ResolvedRecipe, value: Value, worker: Worker | None = None) ->
         return node_addr(0)  # the proxy's node, whose address is known only in the job
     if value is Value.SECRET_FILE:
         return Shell(f"${{RUN_DIR}}/{SECRET}")
+    if value is Value.TIMINGS_DIR:
+        return Shell(f"${{RUN_DIR}}/{PROXY_TIMINGS}")
     assert worker is not None, f"{value} is a worker's"
     if value is Value.HTTP_PORT:
         return worker.port
