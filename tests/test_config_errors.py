@@ -1,8 +1,9 @@
 """The loader's errors name the whole key, digits and dots included (`ttft_p90`, `ttft_p99.9`),
-whether the value came from the recipe file or from `--set`."""
+whether the value came from the recipe file or from `--set`, and where a run's client config is read."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,19 @@ def test_a_check_across_the_section_names_the_key_it_is_about() -> None:
         load_recipe("local-tiny-1p1d", [f"{SEARCH}.slos.tight.ttft_p90=800", "benchmark.concurrency=[4,1]"])
     assert e.value.key == "benchmark.concurrency"
     assert e.value.expected.startswith("with slo_search it is the ladder and must be ascending")
+
+
+def test_a_runs_unreadable_client_config_names_the_whole_key(tmp_path: Path) -> None:
+    """`pdbench status` and submit's plan read a run's bench.json: its error names the key too."""
+    from harness.rundir import RunDir
+    from harness.submit.points import PointsUnknown, planned
+
+    bench = {"base_url": "http://x:1", "model": "m", "tokenizer": "t", "result_dir": ".", "isl": 8, "osl": 8}
+    bench |= {"concurrency": [1], "slo_search": {"slos": {"tight": {"ttft_p90": -5.0}}}}
+    (tmp_path / "bench.json").write_text(json.dumps(bench))
+    with pytest.raises(PointsUnknown) as e:
+        planned(RunDir(tmp_path))
+    assert str(e.value) == (
+        f"{tmp_path / 'bench.json'}: not a readable client config (slo_search.slos.tight.ttft_p90: "
+        "the bound must be a positive number of milliseconds, got -5.0)"
+    )

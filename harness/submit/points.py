@@ -16,6 +16,7 @@ from harness.bench.client_config import ClientConfig
 from harness.bench.results import BenchResult
 from harness.bench.resume import TraceReplay, incomplete, replay_of
 from harness.bench.trace import TraceError, TraceRecord, load_trace
+from harness.config.load import _validation_error
 from harness.rundir import ResultName, RunDir
 from harness.rundir.paths import bench_config_name
 
@@ -64,9 +65,11 @@ class PointsUnknown(Exception):
 def _config(path: Path) -> ClientConfig:
     try:
         return ClientConfig.model_validate(json.loads(path.read_text()))
-    except (OSError, ValueError, ValidationError) as e:
-        reason = e.errors()[0]["msg"] if isinstance(e, ValidationError) else str(e)
-        raise PointsUnknown(f"{path}: not a readable client config ({reason})") from None
+    except ValidationError as e:  # (a ValueError too) the loader's reading: the whole key, what is wrong
+        err = _validation_error(ClientConfig, path, e)
+        raise PointsUnknown(f"{path}: not a readable client config ({err.key}: {err.expected})") from None
+    except (OSError, ValueError) as e:
+        raise PointsUnknown(f"{path}: not a readable client config ({e})") from None
 
 
 def _read(path: Path) -> tuple[BenchResult | None, str | None]:
