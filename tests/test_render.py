@@ -42,6 +42,11 @@ VARIANTS = {
     # read-only, offline, GPU request style, node interface) and on the local cluster's.
     "dsr1-fp8-1p2d@example-mi355x-mori": ("dsr1-fp8-1p2d", [], "example-mi355x-mori"),
     "dsr1-fp8-h200-nixl-1p2d@example-h200-nixl": ("dsr1-fp8-h200-nixl-1p2d", [], "example-h200-nixl"),
+    "dsr1-fp8-h200-nixl-1p2d--nsys-profile@example-h200-nixl": (
+        "dsr1-fp8-h200-nixl-1p2d",
+        ["benchmark.profile={roles: [prefill, decode], points: [8], tool: nsys}"],
+        "example-h200-nixl",
+    ),
     "local-tiny-1p2d@local": ("local-tiny-1p2d", [], "local"),
     "local-tiny-1p2d-vs-aggregated@local": ("local-tiny-1p2d-vs-aggregated", [], "local"),
     "dsr1-fp8-1p2d--decode-dp16-over-2-nodes": (
