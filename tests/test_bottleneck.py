@@ -104,6 +104,54 @@ def test_of_several_saturated_servers_the_largest_part_of_ttft_wins() -> None:
     assert _judge(parts=None, roles=roles).dominant is None
 
 
+# Real vLLM, local-tiny-1p1d (prefill on core 0, decode on core 1), 2026-11-26: the point means
+# the verdict read at C=32 of ISL 16 / OSL 256 (decode's TPOT 6.0 -> 16.5 ms) and at C=8 of
+# ISL 2048 / OSL 2, each against its C=1.
+LONG_OUT_C1 = {
+    "prefill": RoleTiming(requests=8, queue_ms=0.0, compute_ms=8.2, tpot_ms=0.0),
+    "decode": RoleTiming(requests=8, queue_ms=11.3, compute_ms=8.5, tpot_ms=6.0),
+}
+LONG_OUT_C32 = {
+    "prefill": RoleTiming(requests=68, queue_ms=0.04, compute_ms=36.3, tpot_ms=0.0),
+    "decode": RoleTiming(requests=68, queue_ms=26.3, compute_ms=24.1, tpot_ms=16.5),
+}
+LONG_OUT_PARTS = {"ttft_ms": 222.9, "router_ms": 0.02, "prefill_ms": 97.9, "decode_ms": 124.1, "client_ms": 0.9}
+LONG_IN_C1 = {
+    "prefill": RoleTiming(requests=12, queue_ms=32.1, compute_ms=265.8, tpot_ms=0.0),
+    "decode": RoleTiming(requests=12, queue_ms=27.1, compute_ms=21.9, tpot_ms=23.9),
+}
+LONG_IN_C8 = {
+    "prefill": RoleTiming(requests=36, queue_ms=2117.5, compute_ms=814.3, tpot_ms=0.0),
+    "decode": RoleTiming(requests=36, queue_ms=28.9, compute_ms=20.8, tpot_ms=20.9),
+}
+LONG_IN_PARTS = {"ttft_ms": 3369.6, "router_ms": 0.1, "prefill_ms": 3293.5, "decode_ms": 74.6, "client_ms": 1.4}
+
+
+def test_a_long_output_job_is_decode_bound_by_the_requests_whole_time() -> None:
+    """Prefill's growth rule fires too (the closed loop's prompts arrive together), and by TTFT's
+    shares alone decode wins by a hair; a request's time after its first token is decode's, and
+    with it decode wins by a mile."""
+    base = Baseline(concurrency=1, roles=LONG_OUT_C1, kv_transfer_ms=3.2)
+    args = (LONG_OUT_PARTS, LONG_OUT_C32, 5.2, 16.5, QUIET_CLIENT, base)
+    b = judge(*args, e2el_ms=4425.0)
+    assert b.saturated == ["prefill", "decode"] and b.verdict == "decode-bound"
+    assert b.evidence.growth == {"prefill": pytest.approx(4.43, abs=0.01), "decode": 2.75}
+    shares = b.evidence.shares
+    assert shares["decode"] - shares["prefill"] < 0.1  # TTFT alone: 0.53 against 0.44
+    # Had prefill's share of TTFT been the larger, the request's whole time still says decode.
+    swapped = LONG_OUT_PARTS | {"prefill_ms": 124.1, "decode_ms": 97.9}
+    assert judge(swapped, *args[1:], e2el_ms=4425.0).verdict == "decode-bound"
+    assert judge(swapped, *args[1:]).verdict == "prefill-bound"  # without E2EL: TTFT's shares
+
+
+def test_a_long_prompt_job_is_prefill_bound_whatever_its_outputs() -> None:
+    base = Baseline(concurrency=1, roles=LONG_IN_C1, kv_transfer_ms=15.5)
+    b = judge(LONG_IN_PARTS, LONG_IN_C8, 18.1, 17.5, QUIET_CLIENT, base, e2el_ms=3387.0)
+    assert b.saturated == ["prefill"] and b.verdict == "prefill-bound" and b.dominant == "prefill"
+    assert b.evidence.growth == {"prefill": pytest.approx(9.84, abs=0.01), "decode": pytest.approx(0.87, abs=0.01)}
+    assert "queue 2117.5 ms >= 0.5 x compute 814.3 ms" in b.reasons[0]
+
+
 def test_router_bound_when_the_proxy_takes_its_share() -> None:
     parts = LOW | {"ttft_ms": 102.0 + 30.0, "router_ms": 31.0}
     assert ROUTER_SHARE <= 31.0 / 132.0

@@ -19,8 +19,14 @@ A resource is saturated when (thresholds below, each with its why):
 An aggregated instance (no prefill or decode role) is judged as both: its queue and compute as
 prefill's, its TPOT as decode's (growth keys "prefill" and "decode" then name those sides).
 The verdict: client-bound first (the point's latencies then include the client's delay), then
-router-bound, then of prefill / transfer / decode the saturated one with the largest share of TTFT
-(without the proxy's parts, the largest growth); "not saturated" when no rule fired.
+router-bound, then of prefill / transfer / decode the saturated one in which a request spends the
+most time: its part of TTFT, and for decode also the rest of the request (mean E2EL - mean TTFT,
+every token after the first), which TTFT's shares leave out. By TTFT alone a long-output job on
+real vLLM (1P1D, ISL 16 / OSL 256, decode on one core) was a coin toss: prefill's growth rule
+fires too there (the C prompts of a closed loop arrive together: 3-7x on a 16-token prefill), and
+decode's share of TTFT was 0.53-0.72 against prefill's 0.25-0.44 at C=16-64, although a request
+spent 2-9 s in decode against 0.05-0.16 s in prefill. Without the proxy's parts, the largest growth decides;
+"not saturated" when no rule fired.
 """
 
 from __future__ import annotations
@@ -123,9 +129,11 @@ def judge(
     tpot_ms: float | None,
     client: dict[str, Any] | None,
     baseline: Baseline | None,
+    e2el_ms: float | None = None,
 ) -> BottleneckSummary:
     """The verdict of one point. `parts`: the breakdown's per-request means (ms; None without the
-    proxy); `roles`: vLLM's histogram means per role; `client`: the result's `client` section."""
+    proxy); `roles`: vLLM's histogram means per role; `client`: the result's `client` section;
+    `e2el_ms`: the client's mean E2EL (the request's whole time)."""
     ttft, share = shares(parts, kv_transfer_ms)
     judged = _as_pd(roles)
     aggregated = judged is not roles
@@ -175,6 +183,9 @@ def judge(
         before_first = min((p.queue_ms or 0.0) + (p.compute_ms or 0.0), share["decode"] * ttft)
         weights["prefill"] = before_first / ttft
         weights["decode"] = share["decode"] - weights["prefill"]
+    if weights and ttft and e2el_ms is not None:
+        # Every token after the first is decode's time too: in TTFT's units, a share of it.
+        weights["decode"] = weights.get("decode", 0.0) + max(0.0, e2el_ms - ttft) / ttft
     verdict = _verdict(saturated, weights, growth, kv_growth)
     dominant = max(share, key=lambda k: share[k]) if share else None
     return BottleneckSummary(
