@@ -210,9 +210,11 @@ def judge_point(
     client: dict[str, Any] | None,
     bases: dict[str | None, Baseline],
     shape: str | None,
+    e2el_ms: float | None = None,
 ) -> dict[str, Any]:
     """The point's `bottleneck` section; `bases` keeps, per shape, the lowest-concurrency point
-    measured so far: growth is against it, and this point replaces it when lower."""
+    measured so far: growth is against it, and this point replaces it when lower. `e2el_ms`: the
+    client's mean E2EL (None: not measured), by which the verdict weighs each role's time."""
     base = bases.get(shape)
     kv_ms = kv[0] if kv is not None and kv[0] >= 0 else None
     summary = judge(
@@ -222,6 +224,7 @@ def judge_point(
         tpot_ms,
         client,
         base if base is not None and base.concurrency < concurrency else None,
+        e2el_ms=e2el_ms,
     )
     if base is None or concurrency < base.concurrency:
         bases[shape] = Baseline(concurrency=concurrency, roles=servers, kv_transfer_ms=kv_ms)

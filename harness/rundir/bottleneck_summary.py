@@ -51,6 +51,7 @@ class Evidence(BaseModel):
     kv_transfer_ms: NonNegativeFloat | None = None  # the decode servers' mean per transfer
     kv_growth: float | None = None
     tpot_ms: NonNegativeFloat | None = None  # the client's mean TPOT
+    e2el_ms: NonNegativeFloat | None = None  # the client's mean E2EL: the request's whole time
     proxy_ms: NonNegativeFloat | None = None  # the proxy's own time, mean per request
     client_cpu_busy: NonNegativeFloat | None = None  # the busiest load process's CPU share
     client_loop_lag_p99_ms: NonNegativeFloat | None = None
