@@ -6,6 +6,8 @@ job's secret. It rejects unknown extra_config keys at start-up, so a recipe is c
 them before the job queues. Its counters (`connector/stats.py`): `vllm:pdbench_kv_recv_seconds`
 once per completed pull on decode; `vllm:pdbench_kv_failed_recv`, `_failed_send`, `_expired`.
 The proxy may send decode's leg with prefill's (overlap): decode's pull waits at prefill.
+Decode writes each request's load timings (`timings_dir`: the run directory's proxy-timings/,
+keyed by the client's X-Pdbench-Id that the proxy passes on) for the per-request TTFT breakdown.
 """
 
 from connector.config import ACCEPTED_KEYS
