@@ -10,12 +10,16 @@ import json
 import shlex
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 from aiohttp import web
+from bench_fake_server import FakeServer
 from conftest import require_vllm
 
+from harness import tiny_model
+from harness.bench import ClientConfig, run_sweep
 from harness.bench.profile import PointProfiler, perturbation
 from harness.config import load_recipe
 from harness.config.benchmark import ProfileSettings
@@ -249,11 +253,11 @@ def test_no_trace_written_ends_at_the_stop_bound_with_a_reason(tmp_path: Path) -
     assert asyncio.run(go()) < 3
 
 
-def test_no_server_of_the_role_is_an_error_of_the_point() -> None:
-    profiler = PointProfiler(_settings(roles=["aggregated"]), [("decode-0", "decode", "u")], Path("."), "c", print)
-    assert profiler.servers == [] and profiler.errors == [
-        "no server of the profiled role(s) aggregated among the scrape targets"
-    ]
+def test_only_servers_of_the_profiled_roles_are_profiled() -> None:
+    targets = [("decode-0", "decode", "u"), ("aggregated-0", "aggregated", "v"), ("proxy", "proxy", "w")]
+    profiler = PointProfiler(_settings(roles=["aggregated"]), targets, Path("."), "c", print)
+    assert [s.instance for s in profiler.servers] == ["aggregated-0"]
+    assert PointProfiler(_settings(roles=["prefill"]), targets, Path("."), "c", print).servers == []
 
 
 def test_perturbation_is_profiled_over_unprofiled() -> None:
@@ -280,3 +284,127 @@ def test_shlex_round_trip_of_the_rendered_torch_flag(tmp_path: Path) -> None:
         ["bash", "-c", f"RUN_DIR=/r; printf %s {word}"], capture_output=True, text=True, timeout=30, check=True
     )
     assert json.loads(r.stdout)["torch_profiler_dir"].startswith("/r/profiles/.capture/"), shlex.quote(r.stdout)
+
+
+# --- the sweep: which window is profiled, and what the result keeps ------------------------
+
+
+class _ProfiledFake(FakeServer):
+    """The bench tests' fake server (tests/bench_fake_server.py) with vLLM's profiler endpoints:
+    each call's perf_counter time recorded; on stop a trace file written into `capture`."""
+
+    def __init__(self, capture: Path, mounted: bool = True) -> None:
+        super().__init__(token_delay=0.002)
+        self.capture, self.mounted = capture, mounted
+        self.profile_calls: list[tuple[str, float, dict]] = []
+
+    async def _start(self) -> None:
+        self._stopping = asyncio.Event()
+        app = web.Application()
+        app.router.add_post("/v1/completions", self._handle)
+        if self.mounted:
+            app.router.add_post("/start_profile", self._start_profile)
+            app.router.add_post("/stop_profile", self._stop_profile)
+        self._runner = web.AppRunner(app, shutdown_timeout=1.0)
+        await self._runner.setup()
+        await web.SockSite(self._runner, self._sock).start()
+
+    async def _start_profile(self, request: web.Request) -> web.Response:
+        self.profile_calls.append(("start", time.perf_counter(), await request.json()))
+        return web.Response(status=200)
+
+    async def _stop_profile(self, request: web.Request) -> web.Response:
+        self.profile_calls.append(("stop", time.perf_counter(), {}))
+        prefix = next(b for c, _, b in reversed(self.profile_calls) if c == "start")["profile_prefix"]
+        self.capture.mkdir(parents=True, exist_ok=True)
+        (self.capture / f"{prefix}_rank0.1.pt.trace.json.gz").write_bytes(b"{}")
+        return web.Response(status=200)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tiny_model.build(tmp_path_factory.mktemp("tok") / "m"))
+
+
+N = 6  # measured requests per point
+
+
+def _sweep(model_dir: str, out: Path, srv: _ProfiledFake, **profile: object) -> dict[int, dict]:
+    cfg = ClientConfig(
+        base_url=srv.base_url,
+        model="tiny",
+        tokenizer=model_dir,
+        isl=16,
+        osl=4,
+        concurrency=[1, 2],
+        num_prompts=N,
+        num_warmups=1,
+        result_dir=str(out),
+        health_check_interval_s=0,
+        sentinels={"enabled": False},
+        scrape=[f"decode-0=decode@{srv.base_url}"],  # no /metrics: the points are not checked
+        profile={"points": [2], "roles": ["decode"], "stop_timeout_s": 10, **profile},
+    )
+    return {json.loads(p.read_text())["max_concurrency"]: json.loads(p.read_text()) for p in run_sweep(cfg)}
+
+
+def test_the_second_window_alone_is_profiled_and_the_result_stays_unprofiled(model_dir: str, tmp_path: Path) -> None:
+    srv = _ProfiledFake(tmp_path / capture_dir("decode-0"))
+    with srv:
+        results = _sweep(model_dir, tmp_path, srv)
+    calls = srv.profile_calls
+    assert [c for c, _, _ in calls] == ["start", "stop"] and calls[0][2] == {"profile_prefix": "concurrency_2"}
+    assert "profile" not in results[1]
+    r = results[2]
+    # C=1: 1 warmup + N; C=2: 1 warmup, N measured, then N more between the start and the stop.
+    assert len(srv.bodies) == (1 + N) + (1 + N + N)
+    c2 = range(1 + N, len(srv.bodies))
+    measured, profiled = list(c2)[1 : 1 + N], list(c2)[1 + N :]
+    started, stopped = calls[0][1], calls[1][1]
+    assert max(srv.ended[i] for i in measured) < started < min(srv.arrived[i] for i in profiled)
+    assert max(srv.ended[i] for i in profiled) < stopped
+    # Fresh prompts of the same shape: none of the measured ones again (the prefix cache).
+    prompts = [srv.bodies[i]["prompt"] for i in measured], [srv.bodies[i]["prompt"] for i in profiled]
+    assert not set(prompts[0]) & set(prompts[1])
+    assert {srv.bodies[i]["max_tokens"] for i in c2} == {4}
+    prof = r["profile"]
+    assert prof["window"] == "second" and prof["errors"] == [] and r["completed"] == N
+    assert prof["unprofiled"]["median_ttft_ms"] == pytest.approx(r["median_ttft_ms"])
+    assert prof["profiled"]["completed"] == N and set(prof["perturbation"]) == {
+        "output_throughput",
+        "median_ttft_ms",
+        "median_tpot_ms",
+    }
+    (server,) = prof["servers"]
+    assert server == {
+        "instance": "decode-0",
+        "role": "decode",
+        "files": ["profiles/concurrency_2/decode-0/concurrency_2_rank0.1.pt.trace.json.gz"],
+        "error": None,
+    }
+    assert (tmp_path / server["files"][0]).is_file()
+
+
+def test_without_perturbation_the_measured_window_itself_is_profiled(model_dir: str, tmp_path: Path) -> None:
+    srv = _ProfiledFake(tmp_path / capture_dir("decode-0"))
+    with srv:
+        results = _sweep(model_dir, tmp_path, srv, perturbation=False)
+    assert len(srv.bodies) == (1 + N) * 2  # no second window
+    measured = range(len(srv.bodies) - N, len(srv.bodies))
+    (start, t0, _), (stop, t1, _) = srv.profile_calls
+    assert (start, stop) == ("start", "stop")
+    assert t0 < min(srv.arrived[i] for i in measured) and max(srv.ended[i] for i in measured) < t1
+    prof = results[2]["profile"]
+    assert prof["window"] == "measured" and prof["unprofiled"] is None and prof["perturbation"] is None
+    assert prof["profiled"]["median_ttft_ms"] == pytest.approx(results[2]["median_ttft_ms"])
+    assert prof["servers"][0]["files"] == ["profiles/concurrency_2/decode-0/concurrency_2_rank0.1.pt.trace.json.gz"]
+
+
+def test_a_server_without_the_profiler_costs_the_point_nothing(model_dir: str, tmp_path: Path) -> None:
+    srv = _ProfiledFake(tmp_path / capture_dir("decode-0"), mounted=False)
+    with srv:
+        results = _sweep(model_dir, tmp_path, srv)
+    r = results[2]
+    assert r["completed"] == N and r["failed"] == 0  # the point is kept
+    (server,) = r["profile"]["servers"]
+    assert server["files"] == [] and "404" in server["error"] and "without vLLM's profiler" in server["error"]

@@ -88,10 +88,6 @@ class PointProfiler:
     ) -> None:
         self.settings, self.run_dir, self.tag, self.log = settings, run_dir, tag, log
         self.servers = [_Server(name, role, url) for name, role, url in targets if role in settings.roles]
-        self.errors: list[str] = []
-        if not self.servers:
-            roles = ", ".join(settings.roles)
-            self.errors.append(f"no server of the profiled role(s) {roles} among the scrape targets")
 
     async def start(self) -> None:
         """/start_profile on every server at once; a server that refuses keeps its error."""

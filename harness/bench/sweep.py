@@ -735,8 +735,9 @@ class _Sweep:
         if profiler is not None and cfg.profile is not None:
             figures = window_figures(metrics)
             if traces is not None:  # the measured window was the profiled one
+                errors = [f"the window stopped: {stopped}"] if stopped is not None else []
                 extra["profile"] = ProfileSummary(
-                    tool=cfg.profile.tool, window="measured", profiled=figures, servers=traces, errors=profiler.errors
+                    tool=cfg.profile.tool, window="measured", profiled=figures, servers=traces, errors=errors
                 )
             else:
                 extra["profile"] = await self._profiled_window(profiler, concurrency, n, stopped, figures, offs)
@@ -771,13 +772,23 @@ class _Sweep:
     # -- profiles (benchmark.profile) ---------------------------------------------
 
     def _profiler(self, concurrency: int) -> PointProfiler | None:
-        """The point's profiler when it is one of profile.points (an SLO search's repeats are not)."""
+        """The point's profiler when it is one of profile.points (an SLO search's repeats are not)
+        and servers of the profiled roles are among the scrape targets (a job's aggregated baseline
+        has none of prefill's and decode's)."""
         prof = self.cfg.profile
         if prof is None or concurrency not in prof.points or self.repeat:
             return None
         targets = [parse_target(t) for t in self.cfg.scrape]
         tag = point_tag(concurrency, self.shape_tag)
-        return PointProfiler(prof, targets, Path(self.cfg.result_dir), tag, log)
+        profiler = PointProfiler(prof, targets, Path(self.cfg.result_dir), tag, log)
+        if not profiler.servers:
+            scraped = ", ".join(f"{name} ({role})" for name, role, _ in targets) or "none"
+            log(
+                f"C={concurrency}{self._shape_text()}: not profiled: no server of the profiled role(s) "
+                f"{', '.join(prof.roles)} among the scrape targets ({scraped})"
+            )
+            return None
+        return profiler
 
     async def _profiled_window(
         self,
@@ -802,10 +813,10 @@ class _Sweep:
         try:
             if sess is not None:
                 specs = self.plan(sess.sessions_for(concurrency), concurrency, _PROFILE)
-                run, _ = await self.session_batch(label, specs, concurrency, limit)
+                run, halted = await self.session_batch(label, specs, concurrency, limit)
                 outs: list[RequestOutput] = list(run.outs)
             else:
-                outs, _ = await self.batch(
+                outs, halted = await self.batch(
                     label,
                     self.sample(n, concurrency, _PROFILE),
                     concurrency,
@@ -832,7 +843,7 @@ class _Sweep:
             unprofiled=unprofiled,
             perturbation=ratios,
             servers=traces,
-            errors=profiler.errors,
+            errors=[f"the profiled window stopped: {halted}"] if halted is not None else [],
         )
 
     # -- the sweep ----------------------------------------------------------------
