@@ -79,7 +79,7 @@ from harness.config.benchmark import Shape
 from harness.rundir import ResultName
 from harness.rundir.bottleneck_summary import Baseline
 from harness.rundir.paths import REPEATS, SENTINEL_REFERENCE, SLO_SEARCH, repeat_subdir, sentinel_record_name
-from harness.rundir.profile_summary import ProfileSummary
+from harness.rundir.profile_summary import ProfileSummary, WindowFigures
 from harness.rundir.proxy_timings import HEADER as TIMING_HEADER
 from harness.rundir.proxy_timings import read_all as read_timings
 from harness.rundir.result_name import point_tag
@@ -731,6 +731,7 @@ class _Sweep:
             extra["client"],
             self.bottleneck_bases,
             self.shape_tag,
+            e2el_ms=metrics.get("mean_e2el_ms"),
         )
         if profiler is not None and cfg.profile is not None:
             figures = window_figures(metrics)
@@ -796,7 +797,7 @@ class _Sweep:
         concurrency: int,
         n: int,
         stopped: str | None,
-        unprofiled: Any,
+        unprofiled: WindowFigures,
         offs: np.ndarray | None,
     ) -> ProfileSummary | None:
         """After the point's measured window: the same number of requests of the same shape, rate
@@ -826,8 +827,12 @@ class _Sweep:
                     None,
                     offs,
                 )
-        finally:
-            traces = await profiler.stop()
+        except asyncio.CancelledError:
+            raise  # a second Ctrl-C: the job stops its servers now; no trace is waited for
+        except Exception:
+            await profiler.stop()  # a profiler left on would refuse the next point's start
+            raise
+        traces = await profiler.stop()
         metrics = compute_metrics(outs, cfg.percentiles, {str(k): v for k, v in cfg.goodput.items()})
         profiled = window_figures(metrics)
         ratios = perturbation(profiled, unprofiled)
