@@ -54,7 +54,7 @@ from harness.bench.results import (
     ResultExistsError,
     write_result,
 )
-from harness.bench.resume import set_aside, why_not_kept
+from harness.bench.resume import replay_of, set_aside, why_not_kept
 from harness.bench.runtime_info import runtime_metadata
 from harness.bench.sentinels import (
     PointSentinels,
@@ -1113,7 +1113,15 @@ class _Sweep:
 
     def _keeps(self, path: Path, shape: Shape, concurrency: int) -> bool:
         """Resume: whether PATH holds this point complete; if not, it is set aside to be run again."""
-        why = why_not_kept(path, shape.isl, shape.osl, concurrency, self.requests_for(concurrency), self.base.model)
+        why = why_not_kept(
+            path,
+            shape.isl,
+            shape.osl,
+            concurrency,
+            self.requests_for(concurrency),
+            self.base.model,
+            trace=replay_of(self.base, self.trace),
+        )
         if why is None:
             return True
         moved = set_aside(path)
