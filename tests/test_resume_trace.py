@@ -124,3 +124,22 @@ def test_bench_resume_keeps_a_trace_point_of_the_same_trace_and_speed(model_dir,
     )
     slower = [replace(r, timestamp_ms=r.timestamp_ms * 2) for r in records]
     assert why(slower) == "made with other settings: trace span 0.20125 s (now 0.4025 s)"
+
+
+def test_bench_resume_runs_a_trace_point_of_another_speed_again(model_dir, tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    shutil.copy(FIXTURE, trace)
+    out = tmp_path / "out"
+    kw = dict(dataset="mooncake_trace", dataset_path=str(trace), num_prompts=None, num_warmups=0, concurrency=[2])
+    with FakeServer() as srv:
+        (first,) = run_sweep_detailed(_cfg(model_dir, out, srv.base_url, trace={"speed": 4.0, "max_requests": 4}, **kw))
+    assert first.ok and json.loads(first.path.read_text())["schedule"]["speed"] == 4.0
+    with FakeServer() as srv:
+        (again,) = run_sweep_detailed(
+            _cfg(model_dir, out, srv.base_url, trace={"speed": 8.0, "max_requests": 4}, resume=True, **kw)
+        )
+        assert len(srv.bodies) == 4  # the trace's requests, sent again
+    assert again.ok and not again.kept
+    assert json.loads(again.path.read_text())["schedule"]["speed"] == 8.0
+    (moved,) = (out / "superseded").iterdir()
+    assert json.loads(moved.read_text())["schedule"]["speed"] == 4.0  # set aside, not overwritten
