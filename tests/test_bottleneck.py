@@ -49,7 +49,11 @@ def test_low_load_is_not_saturated_and_names_the_dominant_part() -> None:
     assert sum(shares.values()) == pytest.approx(1.0, abs=1e-3)
     # The same numbers against themselves as a baseline: growth 1x, still nothing fires.
     same = _judge()
-    assert same.verdict == "not saturated" and same.evidence.growth == {"prefill": 1.0, "decode": 1.0}
+    assert same.verdict == "not saturated" and same.evidence.growth == {
+        "prefill": 1.0,
+        "decode": 1.0,
+        "decode_wait": 1.0,
+    }
 
 
 def test_prefill_bound_by_its_queue_without_a_baseline() -> None:
@@ -133,22 +137,40 @@ def test_a_long_output_job_is_decode_bound_by_the_requests_whole_time() -> None:
     with it decode wins by a mile."""
     base = Baseline(concurrency=1, roles=LONG_OUT_C1, kv_transfer_ms=3.2)
     args = (LONG_OUT_PARTS, LONG_OUT_C32, 5.2, 16.5, QUIET_CLIENT, base)
-    b = judge(*args, e2el_ms=4425.0)
+    b = judge(*args, e2el_ms=4435.0)
     assert b.saturated == ["prefill", "decode"] and b.verdict == "decode-bound"
-    assert b.evidence.growth == {"prefill": pytest.approx(4.43, abs=0.01), "decode": 2.75}
+    assert b.evidence.growth == {"prefill": pytest.approx(4.43, abs=0.01), "decode": 2.75, "decode_wait": 2.723}
     shares = b.evidence.shares
     assert shares["decode"] - shares["prefill"] < 0.1  # TTFT alone: 0.53 against 0.44
     # Had prefill's share of TTFT been the larger, the request's whole time still says decode.
     swapped = LONG_OUT_PARTS | {"prefill_ms": 124.1, "decode_ms": 97.9}
-    assert judge(swapped, *args[1:], e2el_ms=4425.0).verdict == "decode-bound"
+    assert judge(swapped, *args[1:], e2el_ms=4435.0).verdict == "decode-bound"
     assert judge(swapped, *args[1:]).verdict == "prefill-bound"  # without E2EL: TTFT's shares
+
+
+def test_decode_bound_by_the_wait_for_its_full_steps() -> None:
+    """Real vLLM, ISL 16 / OSL 256, C=64 against C=1 on a loaded machine: TPOT grew 3.6x, the wait
+    beyond the KV transfer 5.1x; the wait alone says decode is full when TPOT grows less."""
+    c1 = LONG_OUT_C1 | {"decode": RoleTiming(requests=4, queue_ms=15.2, compute_ms=12.6, tpot_ms=7.9)}
+    c64 = LONG_OUT_C32 | {"decode": RoleTiming(requests=128, queue_ms=65.5, compute_ms=48.8, tpot_ms=28.7)}
+    base = Baseline(concurrency=1, roles=c1, kv_transfer_ms=8.8)
+    b = judge(LONG_OUT_PARTS, c64, 16.9, 28.7, QUIET_CLIENT, base, e2el_ms=7701.0)
+    assert b.verdict == "decode-bound" and b.evidence.growth["decode_wait"] == pytest.approx(5.13, abs=0.01)
+    assert "decode: queue + first step less the KV mean grew 5.1x over C=1 (>= 2x)" in b.reasons
+    slow_tpot = c64 | {"decode": RoleTiming(requests=128, queue_ms=65.5, compute_ms=48.8, tpot_ms=GROWTH * 7.9 - 0.1)}
+    only_wait = judge(LONG_OUT_PARTS, slow_tpot, 16.9, 15.7, QUIET_CLIENT, base, e2el_ms=4000.0)
+    assert "decode" in only_wait.saturated and not any("TPOT" in x for x in only_wait.reasons)
 
 
 def test_a_long_prompt_job_is_prefill_bound_whatever_its_outputs() -> None:
     base = Baseline(concurrency=1, roles=LONG_IN_C1, kv_transfer_ms=15.5)
     b = judge(LONG_IN_PARTS, LONG_IN_C8, 18.1, 17.5, QUIET_CLIENT, base, e2el_ms=3387.0)
     assert b.saturated == ["prefill"] and b.verdict == "prefill-bound" and b.dominant == "prefill"
-    assert b.evidence.growth == {"prefill": pytest.approx(9.84, abs=0.01), "decode": pytest.approx(0.87, abs=0.01)}
+    assert b.evidence.growth == {
+        "prefill": pytest.approx(9.84, abs=0.01),
+        "decode": pytest.approx(0.87, abs=0.01),
+        "decode_wait": 0.943,
+    }
     assert "queue 2117.5 ms >= 0.5 x compute 814.3 ms" in b.reasons[0]
 
 

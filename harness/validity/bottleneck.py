@@ -12,9 +12,13 @@ A resource is saturated when (thresholds below, each with its why):
 - router: the proxy's own time is >= ROUTER_SHARE of TTFT.
 - prefill: prefill's queue mean >= QUEUE_OVER_COMPUTE x its compute mean, or its queue + compute
   per request grew >= GROWTH x over the baseline.
-- decode: its TPOT (else its queue + first step less the KV transfer's mean) grew >= GROWTH x. Its
-  queue alone says little: vLLM counts the whole wait for the remote KV (the connector's handshake,
-  polling and transfer) as decode's queue, already as long as its first step at C=1 on CPU.
+- decode: its TPOT, or its queue + first step less the KV transfer's mean (growth key
+  DECODE_WAIT), grew >= GROWTH x. Its queue alone says little: vLLM counts the whole wait for the
+  remote KV (the connector's handshake, polling and transfer) as decode's queue, already as long
+  as its first step at C=1 on CPU; but its growth beyond the transfer's is the wait for a place
+  in decode's full steps. On real vLLM (ISL 16 / OSL 256, 64 streams on decode's one core) TPOT
+  grew 2.6-5.9x from run to run, that wait 5.1-18.5x; with long prompts (ISL 2048 / OSL 2, C=8,
+  prefill-bound) the wait stayed at 0.9x.
 - transfer: the KV transfer's mean grew >= GROWTH x and its share of TTFT is >= MIN_SHARE.
 An aggregated instance (no prefill or decode role) is judged as both: its queue and compute as
 prefill's, its TPOT as decode's (growth keys "prefill" and "decode" then name those sides).
@@ -53,6 +57,8 @@ QUEUE_OVER_COMPUTE = 0.5
 GROWTH = 2.0
 # A part under a tenth of TTFT cannot be what limits TTFT, whatever its growth.
 MIN_SHARE = 0.1
+# Growth's key for decode's queue + first step less the KV transfer's mean, beside its TPOT's.
+DECODE_WAIT = "decode_wait"
 
 _ORDER: tuple[Resource, ...] = ("prefill", "transfer", "decode")
 
@@ -96,6 +102,8 @@ def _growth(roles: dict[str, RoleTiming], kv: float | None, base: Baseline | Non
         b = base.roles.get(role)
         if role == "decode" and r.tpot_ms is not None and b is not None and b.tpot_ms:
             out[role] = _ratio(r.tpot_ms, b.tpot_ms)
+            kv_base = base.kv_transfer_ms or 0.0
+            out[DECODE_WAIT] = _ratio(_role_time(r, kv or 0.0), _role_time(b, kv_base))
         else:
             minus, base_minus = (kv or 0.0, base.kv_transfer_ms or 0.0) if role == "decode" else (0.0, 0.0)
             out[role] = _ratio(_role_time(r, minus), _role_time(b, base_minus))
@@ -168,8 +176,11 @@ def judge(
             fired(role, f"queue {r.queue_ms:.1f} ms >= {QUEUE_OVER_COMPUTE:g} x compute {r.compute_ms:.1f} ms (means)")
         g = growth.get(role)
         if g is not None and g >= GROWTH:
-            what = "TPOT" if role == "decode" and r.tpot_ms is not None else "queue + compute"
+            what = "TPOT" if role == "decode" and DECODE_WAIT in growth else "queue + compute"
             fired(role, f"{what} grew {g:.1f}x over C={base_c} (>= {GROWTH:g}x)")
+    wait = growth.get(DECODE_WAIT)
+    if wait is not None and wait >= GROWTH:
+        fired("decode", f"queue + first step less the KV mean grew {wait:.1f}x over C={base_c} (>= {GROWTH:g}x)")
     kv_share = share.get("kv_transfer")
     kv_grew = kv_growth is not None and kv_growth >= GROWTH
     if kv_grew and (kv_share is None or kv_share >= MIN_SHARE):
