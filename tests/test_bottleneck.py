@@ -35,7 +35,7 @@ def _judge(
     client: dict[str, Any] = QUIET_CLIENT,
     baseline: Baseline | None = BASE,
 ) -> BottleneckSummary:
-    return judge(parts, roles, kv, 12.0, client, baseline)
+    return judge(parts, roles, kv, 12.0, client, baseline, e2el_ms=None)  # TTFT's parts alone
 
 
 def test_low_load_is_not_saturated_and_names_the_dominant_part() -> None:
@@ -145,7 +145,8 @@ def test_a_long_output_job_is_decode_bound_by_the_requests_whole_time() -> None:
     # Had prefill's share of TTFT been the larger, the request's whole time still says decode.
     swapped = LONG_OUT_PARTS | {"prefill_ms": 124.1, "decode_ms": 97.9}
     assert judge(swapped, *args[1:], e2el_ms=4435.0).verdict == "decode-bound"
-    assert judge(swapped, *args[1:]).verdict == "prefill-bound"  # without E2EL: TTFT's shares
+    assert judge(swapped, *args[1:], e2el_ms=None).verdict == "prefill-bound"  # without E2EL: TTFT's shares
+    assert b.evidence.e2el_ms == 4435.0
 
 
 def test_decode_bound_by_the_wait_for_its_full_steps() -> None:
@@ -204,13 +205,15 @@ def test_an_aggregated_instance_is_judged_as_both_sides() -> None:
     low = {"aggregated": RoleTiming(requests=12, queue_ms=0.5, compute_ms=60.0, tpot_ms=10.0)}
     base = Baseline(concurrency=1, roles=low)
     parts = {"ttft_ms": 100.0, "router_ms": 1.0, "decode_ms": 98.0, "client_ms": 1.0}  # one leg: all "decode"
-    assert judge(parts, low, None, 10.0, QUIET_CLIENT, base).verdict == "not saturated"
+    assert judge(parts, low, None, 10.0, QUIET_CLIENT, base, e2el_ms=None).verdict == "not saturated"
     busy_decode = {"aggregated": RoleTiming(requests=36, queue_ms=0.5, compute_ms=60.0, tpot_ms=25.0)}
-    b = judge(parts, busy_decode, None, 25.0, QUIET_CLIENT, base)
+    b = judge(parts, busy_decode, None, 25.0, QUIET_CLIENT, base, e2el_ms=None)
     assert b.verdict == "decode-bound" and b.evidence.growth == {"prefill": 1.0, "decode": 2.5}
     # Its queue + compute is the part of the leg before the first token: prefill's, and it dominates.
     busy_prefill = {"aggregated": RoleTiming(requests=36, queue_ms=40.0, compute_ms=150.0, tpot_ms=25.0)}
-    b = judge(parts | {"ttft_ms": 230.0, "decode_ms": 228.0}, busy_prefill, None, 25.0, QUIET_CLIENT, base)
+    b = judge(
+        parts | {"ttft_ms": 230.0, "decode_ms": 228.0}, busy_prefill, None, 25.0, QUIET_CLIENT, base, e2el_ms=None
+    )
     assert b.saturated == ["prefill", "decode"] and b.verdict == "prefill-bound"
     assert b.dominant == "decode"  # the parts as measured: the proxy sees one leg
 
@@ -288,7 +291,7 @@ def test_a_result_takes_the_section_only_in_its_format() -> None:
     fixture = Path(__file__).parent / "fixtures" / "results" / "local-tiny-1p1d" / "20261122T032441Z-e8da34"
     (path,) = fixture.glob("concurrency_1_*.json")
     data = json.loads(path.read_text())
-    section = judge(LOW, ROLES_LOW, 10.0, 12.0, QUIET_CLIENT, None).model_dump(mode="json")
+    section = judge(LOW, ROLES_LOW, 10.0, 12.0, QUIET_CLIENT, None, e2el_ms=None).model_dump(mode="json")
     assert BenchResult.model_validate(data | {"bottleneck": section}).bottleneck is not None
     with pytest.raises(ValidationError, match=r"bottleneck\.verdict"):
         BenchResult.model_validate(data | {"bottleneck": section | {"verdict": "gpu-bound"}})

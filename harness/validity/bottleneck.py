@@ -137,11 +137,12 @@ def judge(
     tpot_ms: float | None,
     client: dict[str, Any] | None,
     baseline: Baseline | None,
-    e2el_ms: float | None = None,
+    *,
+    e2el_ms: float | None,
 ) -> BottleneckSummary:
     """The verdict of one point. `parts`: the breakdown's per-request means (ms; None without the
     proxy); `roles`: vLLM's histogram means per role; `client`: the result's `client` section;
-    `e2el_ms`: the client's mean E2EL (the request's whole time)."""
+    `e2el_ms`: the client's mean E2EL (the request's whole time; None: TTFT's parts alone)."""
     ttft, share = shares(parts, kv_transfer_ms)
     judged = _as_pd(roles)
     aggregated = judged is not roles
@@ -212,6 +213,7 @@ def judge(
             kv_transfer_ms=None if kv_transfer_ms is None else round(kv_transfer_ms, 4),
             kv_growth=kv_growth,
             tpot_ms=tpot_ms,
+            e2el_ms=None if e2el_ms is None else round(e2el_ms, 4),
             proxy_ms=None if not parts or "router_ms" not in parts else round(parts["router_ms"], 4),
             client_cpu_busy=busy,
             client_loop_lag_p99_ms=lag,
