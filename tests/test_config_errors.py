@@ -80,3 +80,16 @@ def test_a_runs_unreadable_client_config_names_the_whole_key(tmp_path: Path) -> 
         f"{tmp_path / 'bench.json'}: not a readable client config (slo_search.slos.tight.ttft_p90: "
         "the bound must be a positive number of milliseconds, got -5.0)"
     )
+
+
+def test_a_set_key_with_a_decimal_point_is_named_whole_with_the_way_to_set_it() -> None:
+    """`--set` splits its key at every '.': `...ttft_p99.9=800` gives ttft_p99 a mapping {9: 800}.
+    The error names the key meant and a --set that sets it, which then loads."""
+    with pytest.raises(ConfigError) as e:
+        load_recipe("local-tiny-1p1d", [f"{SEARCH}.slos.tight.ttft_p99.9=800"])
+    assert e.value.key == f"{SEARCH}.slos.tight.ttft_p99.9"
+    fix = f"--set '{SEARCH}.slos.tight={{ttft_p99.9: 800}}'"
+    assert e.value.expected.endswith(fix), str(e.value)
+    rr = load_recipe("local-tiny-1p1d", [fix.removeprefix("--set ").strip("'")])
+    assert rr.recipe.benchmark.slo_search is not None
+    assert rr.recipe.benchmark.slo_search.slos == {"tight": {"ttft_p99.9": 800.0}}

@@ -248,10 +248,14 @@ def _validation_error(
         loc.append(about.group(1))
         msg = msg[about.end() :]
     key = ".".join(str(p) for p in loc)
+    split = None
     if provenance:
         # Name what gave the offending value: the recipe, the cluster profile or `--set KEY`.
         path = blame(provenance, key, files or {}, path)
-    if first["type"] == "extra_forbidden":
+        split = _split_at_decimal(str(path), key, first.get("input"))
+    if split is not None:
+        key, msg = split
+    elif first["type"] == "extra_forbidden":
         msg = "unknown key" + did_you_mean(str(first["loc"][-1]), _keys_at(model, first["loc"][:-1]))
     elif first["type"] == "missing":
         msg = "required key is missing"
@@ -265,6 +269,23 @@ def _validation_error(
     if more:
         msg += f" (and {more} more error{'s' if more > 1 else ''})"
     return ConfigError(path, key or "(top level)", msg)
+
+
+def _split_at_decimal(source: str, key: str, given: Any) -> tuple[str, str] | None:
+    """(the key meant, how to set it) when `--set ....ttft_p99.9=V` split a key with a decimal
+    point at it: the loader then saw ttft_p99 holding {9: V}. None for any other error."""
+    meant = source.removeprefix("--set ")
+    digits = meant.removeprefix(key + ".")
+    if meant == source or digits == meant or "." not in key or not key[-1].isdigit():
+        return None
+    if not digits.isdigit() or not isinstance(given, dict) or digits not in given:
+        return None
+    parent, leaf = key.rsplit(".", 1)
+    value = json.dumps(given[digits])
+    return meant, (
+        f"--set splits a key at every '.', so {leaf}.{digits} became {leaf} holding {{{digits}: {value}}}; "
+        f"give a key with a '.' in its mapping (the whole mapping): --set '{parent}={{{leaf}.{digits}: {value}}}'"
+    )
 
 
 def _validate(model: type[BaseModel], data: Any, path: Path, provenance=None, files=None) -> Any:
