@@ -408,3 +408,7 @@ def test_a_server_without_the_profiler_costs_the_point_nothing(model_dir: str, t
     assert r["completed"] == N and r["failed"] == 0  # the point is kept
     (server,) = r["profile"]["servers"]
     assert server["files"] == [] and "404" in server["error"] and "without vLLM's profiler" in server["error"]
+    # No profiler ran: no second window, whose figures would pass for the profiler's cost.
+    assert len(srv.bodies) == (1 + N) * 2
+    assert r["profile"]["profiled"] is None and r["profile"]["perturbation"] is None
+    assert r["profile"]["errors"] == ["not profiled: no server's profiler started"]

@@ -89,8 +89,9 @@ class PointProfiler:
         self.settings, self.run_dir, self.tag, self.log = settings, run_dir, tag, log
         self.servers = [_Server(name, role, url) for name, role, url in targets if role in settings.roles]
 
-    async def start(self) -> None:
-        """/start_profile on every server at once; a server that refuses keeps its error."""
+    async def start(self) -> bool:
+        """/start_profile on every server at once; a server that refuses keeps its error. Whether
+        any server's profiler may be running (else a window would measure no profiler at all)."""
         for s in self.servers:
             s.before = set(_files(self.run_dir / capture_dir(s.instance)))
         body: dict[str, Any] = {"profile_prefix": self.tag}
@@ -101,6 +102,11 @@ class PointProfiler:
         for s in self.servers:
             if s.error is not None:
                 self.log(f"{self.tag}: profile: {s.instance}: {s.error}")
+        return any(s.started for s in self.servers)
+
+    def refused(self) -> list[ServerTraces]:
+        """Every server's entry when none started: its error, no files."""
+        return [ServerTraces(instance=s.instance, role=s.role, error=s.error) for s in self.servers]
 
     async def _start(self, session: aiohttp.ClientSession, s: _Server, body: dict[str, Any]) -> None:
         timeout = self.settings.start_timeout_s

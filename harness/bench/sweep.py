@@ -79,7 +79,7 @@ from harness.config.benchmark import Shape
 from harness.rundir import ResultName
 from harness.rundir.bottleneck_summary import Baseline
 from harness.rundir.paths import REPEATS, SENTINEL_REFERENCE, SLO_SEARCH, repeat_subdir, sentinel_record_name
-from harness.rundir.profile_summary import ProfileSummary, WindowFigures
+from harness.rundir.profile_summary import ProfileSummary, ServerTraces, WindowFigures
 from harness.rundir.proxy_timings import HEADER as TIMING_HEADER
 from harness.rundir.proxy_timings import read_all as read_timings
 from harness.rundir.result_name import point_tag
@@ -639,7 +639,7 @@ class _Sweep:
         profiler = self._profiler(concurrency)
         in_window = profiler is not None and cfg.profile is not None and not cfg.profile.perturbation
         if in_window and profiler is not None:
-            await profiler.start()
+            await profiler.start()  # a refusal is in its server's entry; the point runs all the same
         progress = Progress()
         sentinels = self.point_sentinels = self._point_sentinels(concurrency, n, progress)
         if sentinels is not None:
@@ -799,18 +799,30 @@ class _Sweep:
         stopped: str | None,
         unprofiled: WindowFigures,
         offs: np.ndarray | None,
-    ) -> ProfileSummary | None:
+    ) -> ProfileSummary:
         """After the point's measured window: the same number of requests of the same shape, rate
-        and arrival times (prompts of their own), profiled; None when the sweep stops."""
+        and arrival times (prompts of their own), profiled. Not run when the measured window or the
+        sweep stopped, or no server's profiler started; the section then says why."""
         cfg, sess = self.cfg, self.cfg.sessions
         assert cfg.profile is not None
-        label = f"C={concurrency}{self._shape_text()} profiled"
-        if stopped is not None or self._stopped() is not None:
-            why = stopped or self._stopped()
-            log(f"{label}: not run: the measured window stopped ({why})")
-            return None
+        label, tool = f"C={concurrency}{self._shape_text()} profiled", cfg.profile.tool
+
+        def not_run(why: str, servers: list[ServerTraces]) -> ProfileSummary:
+            log(f"{label}: not run: {why}")
+            return ProfileSummary(
+                tool=tool,
+                window="second",
+                profiled=None,
+                unprofiled=unprofiled,
+                servers=servers,
+                errors=[f"not profiled: {why}"],
+            )
+
+        if (why := stopped or self._stopped()) is not None:
+            return not_run(f"the measured window stopped ({why})", [])
+        if not await profiler.start():
+            return not_run("no server's profiler started", profiler.refused())
         limit = cfg.point_timeout_for(n, concurrency) + (float(offs[-1]) if offs is not None else 0.0)
-        await profiler.start()
         try:
             if sess is not None:
                 specs = self.plan(sess.sessions_for(concurrency), concurrency, _PROFILE)
@@ -842,7 +854,7 @@ class _Sweep:
             + ", ".join(f"{k} {v:.3f}" if v is not None else f"{k} -" for k, v in ratios.items())
         )
         return ProfileSummary(
-            tool=cfg.profile.tool,
+            tool=tool,
             window="second",
             profiled=profiled,
             unprofiled=unprofiled,

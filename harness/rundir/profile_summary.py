@@ -52,11 +52,12 @@ class ProfileSummary(BaseModel):
     # second: a window of its own after the unprofiled one (the point's result); measured: the
     # point's measured window itself was profiled (perturbation false).
     window: Literal["second", "measured"]
-    profiled: WindowFigures
+    # None when no window ran profiled (the measured one stopped, or no server's profiler started).
+    profiled: WindowFigures | None
     unprofiled: WindowFigures | None = None  # the point's result; None when window is measured
     # profiled / unprofiled of each figure: 1.0 is no cost; throughput below 1 and TTFT or TPOT
     # above 1 are the profiler's. None when a figure is 0 or the window is the measured one.
     perturbation: dict[str, float | None] | None = None
     servers: list[ServerTraces]
-    # The window's own trouble (it stopped early), in words; each server's is in its entry.
+    # The window's own trouble (not run, stopped early), in words; each server's is in its entry.
     errors: list[str] = Field(default_factory=list)
