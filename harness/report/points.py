@@ -13,6 +13,7 @@ from typing import Any
 from harness.rundir.accuracy_summary import AccuracySummary
 from harness.rundir.bottleneck_summary import BottleneckSummary
 from harness.rundir.prefix_cache_summary import PrefixCacheSummary
+from harness.rundir.profile_summary import ProfileSummary
 from harness.rundir.schedule_summary import ScheduleSummary
 from harness.rundir.sentinel_summary import SentinelSummary
 from harness.rundir.session_summary import SessionSummary
@@ -70,6 +71,7 @@ class Point:
     prefix_cache: PrefixCacheSummary | None = None  # pdbench: what each role's prefix cache found
     client: dict[str, Any] | None = None  # pdbench: its own load (cpu_busy, loop_lag_ms, warnings)
     bottleneck: BottleneckSummary | None = None  # pdbench: what limits the point, with its evidence
+    profile: ProfileSummary | None = None  # pdbench: a profiled point's traces and the profiler's cost
 
 
 @dataclass

@@ -21,6 +21,7 @@ from harness.report.points import Note, Point
 from harness.report.result_names import ISL_OSL, NameParts, is_srt_slurm_name, parse_name
 from harness.rundir.bottleneck_summary import BottleneckSummary
 from harness.rundir.prefix_cache_summary import PrefixCacheSummary
+from harness.rundir.profile_summary import ProfileSummary
 from harness.rundir.schedule_summary import ScheduleSummary
 from harness.rundir.sentinel_summary import SentinelSummary
 from harness.rundir.session_summary import SessionSummary
@@ -179,6 +180,7 @@ SECTIONS: dict[str, tuple[type[BaseModel], str]] = {
     "schedule": (ScheduleSummary, "its trace timing is not shown"),
     "prefix_cache": (PrefixCacheSummary, "its prefix-cache hits are not shown"),
     "bottleneck": (BottleneckSummary, "its bottleneck verdict is not shown"),
+    "profile": (ProfileSummary, "its profile is not shown"),
 }
 
 

@@ -90,8 +90,9 @@ LAYOUT: tuple[Entry, ...] = (
     ),
     Entry(
         p.PROXY_TIMINGS + "/",
-        "the proxy's per-request timings (proxy-timings-<pid>.jsonl)",
-        "pdbench proxy",
+        "per-request timings: the proxy's (proxy-timings-<pid>.jsonl) and the bundled connector's decode "
+        "loads (connector-timings-<pid>.jsonl, connector/README.md), joined by the client's X-Pdbench-Id",
+        "pdbench proxy, decode's bundled connector",
         "pdbench bench (TTFT breakdown)",
     ),
     Entry(
