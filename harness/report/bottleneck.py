@@ -127,7 +127,8 @@ def bottleneck_table(runs: list[Run]) -> SectionTable | None:
         "Bottleneck per point",
         BOTTLENECK_HEADERS,
         tuple(rows),
-        "Verdict: the saturated resource whose part of TTFT is largest (client and router first), or "
+        "Verdict: the saturated resource in which a request spends the most time (its part of TTFT; decode's "
+        "also every token after the first; client and router first), or "
         "'not saturated' (docs/decide.md gives the rules and thresholds). Dominant: the part of TTFT with "
         "the largest share of the per-request means. Prefill queue/compute, Decode TPOT and KV transfer "
         "are point means of vLLM's own histograms in ms, not per request; (Nx): growth over the sweep's "

