@@ -275,7 +275,7 @@ def test_growth_is_against_the_lowest_concurrency_measured_so_far_per_shape() ->
     high = {"decode": RoleTiming(requests=36, queue_ms=20.0, compute_ms=15.0, tpot_ms=30.0)}
 
     def point(c: int, roles: dict[str, RoleTiming], shape: str | None = None) -> dict[str, Any]:
-        return judge_point(c, None, roles, (10.0, 12), 12.0, QUIET_CLIENT, bases, shape)
+        return judge_point(c, None, roles, (10.0, 12), 12.0, QUIET_CLIENT, bases, shape, e2el_ms=400.0)
 
     first = point(4, low)
     assert first["evidence"]["baseline_concurrency"] is None and first["verdict"] == "not saturated"
