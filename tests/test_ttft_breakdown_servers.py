@@ -132,6 +132,6 @@ def test_server_means_and_growth_reach_the_result(metrics_ports: tuple[int, int]
     first, second = (r["bottleneck"] for r in results)
     assert first["evidence"]["baseline_concurrency"] is None and first["evidence"]["growth"] == {}
     assert second["evidence"]["baseline_concurrency"] == 1
-    assert second["evidence"]["growth"] == {"prefill": 1.0, "decode": 1.0}
+    assert second["evidence"]["growth"] == {"prefill": 1.0, "decode": 1.0, "decode_wait": 1.0}
     # Queue 30 ms >= 0.5 x compute 40 ms on prefill: saturated by its queue at both points.
     assert first["saturated"] == second["saturated"] == ["prefill"] and second["verdict"] == "prefill-bound"
