@@ -18,6 +18,7 @@ LAYERS = {
         "explain",
         "breakdown",
         "bottleneck",
+        "profile",
         "decide",
         "outputs_check",
         "accuracy",

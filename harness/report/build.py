@@ -23,6 +23,7 @@ from harness.report.model import BREAKDOWN_COLUMNS, ID_COLUMNS, METRICS, OUTPUT_
 from harness.report.normalise import interactivity, per_gpu
 from harness.report.outputs_check import drifts, outputs_text
 from harness.report.points import Note, Point, Run, serving
+from harness.report.profile import profile_table
 from harness.report.slo import slo_notes
 from harness.report.workloads import prefix_cache_table, schedule_table, sessions_table
 
@@ -140,6 +141,7 @@ def build_report(
         schedule_table(loaded.runs),
         prefix_cache_table(loaded.runs),
         bottleneck_table(loaded.runs),
+        profile_table(loaded.runs),
     )
     report.sections = [t for t in (*tables, crosscheck(loaded.runs, client_notes)) if t is not None]
     report.notes += [f"{report.rel(n.path)}: {n.text}" for n in client_notes]
