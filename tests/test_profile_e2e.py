@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import require_vllm
 from test_e2e_vllm import _assert_nothing_left, _finish, _launch
+from test_inferencex_contract import assert_inferencex_contract
 
 pytestmark = pytest.mark.vllm
 
@@ -64,6 +65,8 @@ def test_profiles_of_one_point_for_prefill_and_decode(tmp_path: Path) -> None:
         assert ratio is not None and math.isfinite(ratio) and ratio > 0
         assert ratio == pytest.approx(prof["profiled"][key] / r[key], rel=1e-3)
     assert prof["profiled"]["completed"] == 8 and prof["profiled"]["failed"] == 0
+    # InferenceX ingests both points' files as they are, the profile section included.
+    assert len(assert_inferencex_contract(run_dir)) == 2
 
     # Traces of both roles, under the point's directory per instance, named after the point.
     servers = {s["instance"]: s for s in prof["servers"]}
