@@ -87,7 +87,7 @@ def test_long_outputs_on_one_decode_core_are_decode_bound(tmp_path: Path) -> Non
     assert g["decode"] == pytest.approx(loaded["tpot_ms"] / base["tpot_ms"], rel=1e-3)
     assert any(x.startswith("decode: ") and "grew" in x for x in b["reasons"]), b["reasons"]
     # The verdict's weights: a request's time in each role. Decode's part of TTFT and every token
-    # after the first against prefill's part of TTFT: decode's by far (4.7-9.5 s against 0.13-0.16 s
+    # after the first against prefill's part of TTFT: decode's by far (4.7-9.5 s against 0.13-0.17 s
     # measured), whatever prefill's growth (its C prompts arrive together: 4.6-7.2x) and whichever
     # share of TTFT is the larger (prefill's 0.49 against decode's 0.45 in one run).
     ttft, shares = e["ttft_ms"], e["shares"]
@@ -120,7 +120,7 @@ def test_long_prompts_on_one_prefill_core_are_prefill_bound(tmp_path: Path) -> N
     p = e["roles"]["prefill"]
     assert p["queue_ms"] >= 1.0 * p["compute_ms"], p  # 2.6-4.4x measured, 0.5x is the threshold
     assert any(x.startswith("prefill: queue") for x in b["reasons"]), b["reasons"]
-    assert e["growth"]["prefill"] >= 3.0, e["growth"]  # 5.8-9.8x measured
+    assert e["growth"]["prefill"] >= 3.0, e["growth"]  # 5.6-9.8x measured
     assert e["growth"]["decode"] < 2.0, e["growth"]  # decode's TPOT barely moved: 0.87-1.18x measured
     assert b["dominant"] == "prefill" and e["shares"]["prefill"] >= 0.8, e["shares"]
     assert _limit_lines(run_dir) == [
