@@ -108,7 +108,11 @@ def resume_plan(old_run: Path, new_run: Path, kept: list[str]) -> tuple[list[str
     points = planned(RunDir(new_run), with_results=False)
     reuse, measure = [], []
     for p in points:
-        why = why_not_kept(p.path, p.isl, p.osl, p.concurrency, p.num_prompts, p.model) if p.path.is_file() else None
+        why = (
+            why_not_kept(p.path, p.isl, p.osl, p.concurrency, p.num_prompts, p.model, trace=p.trace)
+            if p.path.is_file()
+            else None
+        )
         if p.path.name in kept and why is None:
             reuse.append(p.label)
         else:

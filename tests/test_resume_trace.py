@@ -19,7 +19,7 @@ from test_bench_sweep import _cfg
 from harness import tiny_model
 from harness.bench import run_sweep_detailed
 from harness.bench.resume import replay_of, why_not_kept
-from harness.bench.trace import load_trace
+from harness.bench.trace import load_trace, offsets
 from harness.rundir import ResultName
 
 pytestmark = pytest.mark.timeout(120)
@@ -35,8 +35,9 @@ def _submit(results: Path, trace: Path, *args: str) -> subprocess.CompletedProce
 
 
 def _finished(run: Path, concurrency: int, trace: Path, requests: int) -> None:
-    """A complete, valid result of this trace point, as the job's client writes it."""
-    schedule = {"requests": requests, "sent": requests, "speed": 1.0, "span_s": 4.335, "cap": concurrency}
+    """A complete, valid result of this trace point at speed 1, as the job's client writes it."""
+    span = round(float(offsets(load_trace(trace), 1.0)[-1]), 6)
+    schedule = {"requests": requests, "sent": requests, "speed": 1.0, "span_s": span, "cap": concurrency}
     schedule |= {"in_flight_max": 1, "cap_delayed": 0, "lateness_ms": None, "client_lateness_ms": None}
     result = _result(
         model_id="deepseek-r1-0528-fp8",
@@ -71,7 +72,14 @@ def test_submit_resume_keeps_finished_trace_points(tmp_path: Path) -> None:
     assert "the sweep reuses 2 and measures 0 of its 2 point(s)" in r.stdout, r.stdout
     assert "nothing to measure: every point of the sweep is kept; nothing submitted" in r.stdout
 
-    # Another trace at the same path (fewer requests): both points are measured again.
+    # Another trace at the same path, as many requests at other times: both are measured again.
+    lines = [json.loads(line) for line in FIXTURE.read_text().splitlines()]
+    trace.write_text("".join(json.dumps(r | {"timestamp": 2 * r["timestamp"]}) + "\n" for r in lines))
+    r = _submit(results, trace, "--resume", str(old))
+    assert r.returncode == 0, r.stderr
+    assert "the sweep reuses 0 and measures 2 of its 2 point(s)" in r.stdout, r.stdout
+    assert "trace span 4.692 s (now 9.384 s)" in r.stdout, r.stdout
+    # Another trace at the same path, fewer requests: both are measured again.
     trace.write_text("".join(FIXTURE.read_text().splitlines(keepends=True)[:12]))
     r = _submit(results, trace, "--resume", str(old))
     assert r.returncode == 0, r.stderr
