@@ -96,7 +96,8 @@ class ClientConfig(BenchmarkSettings):
     resume: bool = Field(
         False,
         description="Keep each point whose result file is already there, complete and valid (same shape, "
-        "concurrency and request count, no failure, not judged invalid) and run only the others; an "
+        "concurrency and request count, for a trace replay the same trace, speed and span; no failure, "
+        "not judged invalid) and run only the others; an "
         "incomplete file is moved to superseded/ first. Without it, any existing file stops the sweep.",
     )
     progress: Literal["auto", "rich", "plain"] = Field(
