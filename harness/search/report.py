@@ -125,23 +125,29 @@ def _run(e: ReportEntry, search_dir: Path) -> str | None:
         return str(e.run)
 
 
-def markdown(
-    title: str,
-    ladder: Sequence[int],
-    slos: Mapping[str, Mapping[str, float]],
-    entries: Sequence[ReportEntry],
-    choices: Mapping[str, Choice],
-    spent: Spend,
-    limits: Mapping[str, Limits | None],
-) -> str:
+@dataclass(frozen=True)
+class _Report:
+    """What report.md and report.json both say, gathered once."""
+
+    title: str
+    search_dir: Path
+    ladder: Sequence[int]
+    slos: Mapping[str, Mapping[str, float]]
+    entries: Sequence[ReportEntry]
+    choices: Mapping[str, Choice]
+    spent: Spend
+    limits: Mapping[str, Limits | None]
+
+
+def _markdown(r: _Report) -> str:
     confidence = next(
-        (o.interval.confidence for e in entries if e.outcome for o in e.outcome.slos.values() if o.interval), 0.95
+        (o.interval.confidence for e in r.entries if e.outcome for o in e.outcome.slos.values() if o.interval), 0.95
     )
     lines = [
-        f"# Search {title}",
+        f"# Search {r.title}",
         "",
-        f"Ladder: {', '.join(map(str, ladder))}. SLOs: "
-        + "; ".join(f"**{name}** {_bounds(b)}" for name, b in slos.items())
+        f"Ladder: {', '.join(map(str, r.ladder))}. SLOs: "
+        + "; ".join(f"**{name}** {_bounds(b)}" for name, b in r.slos.items())
         + ".",
         "",
         "Goodput per device: total token throughput / devices at the highest concurrency meeting the SLO, "
@@ -149,40 +155,31 @@ def markdown(
         "",
         "## Winners",
         "",
-        *(f"- {choices[name].text()}" for name in slos),
+        *(f"- {r.choices[name].text()}" for name in r.slos),
         "",
         "## Candidates",
         "",
     ]
     head = ["candidate", "P/D devices", "status", "reason"]
-    for name in slos:
+    for name in r.slos:
         head += [f"{name}: best c", f"{name}: tok/s/device", f"{name}: limit"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for e in entries:
+    for e in r.entries:
         row = [e.candidate.name, _devices(e), e.status, e.reason]
-        for name in slos:
+        for name in r.slos:
             row += _slo_cells(e, name)
         lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
-    lines += ["", *_limit_section(slos, entries, limits)]
-    lines += ["## Cost", "", spent.text() + ".", ""]
-    notes = [(e.candidate.name, n) for e in entries if e.outcome for n in e.outcome.notes]
+    lines += ["", *_limit_section(r.slos, r.entries, r.limits)]
+    lines += ["## Cost", "", r.spent.text() + ".", ""]
+    notes = [(e.candidate.name, n) for e in r.entries if e.outcome for n in e.outcome.notes]
     if notes:
         lines += ["## Notes", "", *(f"- {name}: {n}" for name, n in notes), ""]
     return "\n".join(lines)
 
 
-def as_json(
-    title: str,
-    ladder: Sequence[int],
-    slos: Mapping[str, Mapping[str, float]],
-    entries: Sequence[ReportEntry],
-    choices: Mapping[str, Choice],
-    spent: Spend,
-    search_dir: Path,
-    limits: Mapping[str, Limits | None],
-) -> dict[str, Any]:
+def _as_json(r: _Report) -> dict[str, Any]:
     candidates = []
-    for e in entries:
+    for e in r.entries:
         c = e.candidate
         candidates.append(
             {
@@ -196,19 +193,19 @@ def as_json(
                 "overrides": list(c.overrides),
                 "status": e.status,
                 "reason": e.reason,
-                "run": _run(e, search_dir),
+                "run": _run(e, r.search_dir),
                 "outcome": e.outcome.to_json() if e.outcome else None,
-                "limits": lim.to_json() if (lim := limits.get(c.name)) else None,
+                "limits": lim.to_json() if (lim := r.limits.get(c.name)) else None,
                 "earlier": [o.to_json() for o in e.earlier],
             }
         )
     return {
-        "search": title,
-        "ladder": list(ladder),
-        "slos": {name: dict(b) for name, b in slos.items()},
+        "search": r.title,
+        "ladder": list(r.ladder),
+        "slos": {name: dict(b) for name, b in r.slos.items()},
         "candidates": candidates,
-        "winners": {name: choice.to_json() for name, choice in choices.items()},
-        "spend": spent.to_json(),
+        "winners": {name: choice.to_json() for name, choice in r.choices.items()},
+        "spend": r.spent.to_json(),
     }
 
 
@@ -319,11 +316,17 @@ def write_report(
     search_dir = Path(search_dir)
     title = title or search_dir.name
     search_dir.mkdir(parents=True, exist_ok=True)
-    choices = choose_all(entries, slos)
-    spent = spend(entries, ladder)
-    limits = {e.candidate.name: read_limits(e) for e in entries}
-    md = atomic.write_text(search_dir / REPORT_MD, markdown(title, ladder, slos, entries, choices, spent, limits))
-    data = as_json(title, ladder, slos, entries, choices, spent, search_dir, limits)
-    js = atomic.write_text(search_dir / REPORT_JSON, json.dumps(data, indent=2, allow_nan=False) + "\n")
-    png = plot(search_dir / PARETO, entries, choices, f"Search {title}: throughput per device vs interactivity")
+    r = _Report(
+        title=title,
+        search_dir=search_dir,
+        ladder=ladder,
+        slos=slos,
+        entries=entries,
+        choices=choose_all(entries, slos),
+        spent=spend(entries, ladder),
+        limits={e.candidate.name: read_limits(e) for e in entries},
+    )
+    md = atomic.write_text(search_dir / REPORT_MD, _markdown(r))
+    js = atomic.write_text(search_dir / REPORT_JSON, json.dumps(_as_json(r), indent=2, allow_nan=False) + "\n")
+    png = plot(search_dir / PARETO, entries, r.choices, f"Search {title}: throughput per device vs interactivity")
     return [md, js, png]
