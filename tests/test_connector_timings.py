@@ -7,7 +7,6 @@ test_connector_timings_engine.py has decode writing them, test_connector_timings
 
 from __future__ import annotations
 
-import contextvars
 import json
 import os
 import time
@@ -19,7 +18,7 @@ import pytest
 from connector.timings import PREFIX, TimingsFile
 from harness.proxy.backends import Backend
 from harness.proxy.flows import PdbenchFlow, TwoPhaseFlow
-from harness.rundir.proxy_timings import CURRENT_ID, Stamps, read_all
+from harness.rundir.proxy_timings import read_all
 
 
 def _lines(directory: Path) -> list[dict[str, Any]]:
@@ -55,34 +54,25 @@ def _prefill() -> Backend:
     return p
 
 
-def _in_request(fn: Any, tag: str | None) -> Any:
-    """fn() in a context of its own, as the proxy runs each request in a task of its own."""
-
-    def run() -> Any:
-        if tag is not None:
-            Stamps(tag)  # what the proxy makes for a request the client tagged
-        return fn()
-
-    return contextvars.copy_context().run(run)
-
-
 @pytest.mark.parametrize("overlap", [False, True])
 def test_pdbench_flow_passes_the_clients_id_to_decode(overlap: bool) -> None:
     flow, p, d = PdbenchFlow(overlap), _prefill(), Backend("decode", "http://d:1")
     kv = None if overlap else {"do_remote_prefill": True, "remote_engine_id": "E", "remote_request_id": "pd-x"}
     body = {"prompt": "hi", "max_tokens": 4}
-    out = _in_request(lambda: flow.decode(body, p, 0, d, "pd-x", kv), "bench-7")
+    leg = flow.decode(body, p, 0, d, "pd-x", kv)
+    out = flow.tag_decode(leg, "bench-7")
     assert out["kv_transfer_params"]["pdbench_id"] == "bench-7"
     assert out["kv_transfer_params"]["remote_request_id"] == "pd-x"
-    assert "kv_transfer_params" not in body and (kv is None or "pdbench_id" not in kv)  # copies, not edits
-    # Untagged requests, and a request after a tagged one, carry no id.
-    assert "pdbench_id" not in _in_request(lambda: flow.decode(body, p, 0, d, "pd-x", kv), None)["kv_transfer_params"]
-    assert CURRENT_ID.get() is None
+    # Copies, not edits: the body, prefill's params and the untagged leg stay as they were.
+    assert "kv_transfer_params" not in body and (kv is None or "pdbench_id" not in kv)
+    assert "pdbench_id" not in leg["kv_transfer_params"]
+    # An untimed request carries no id, whatever was tagged before it (the id is an argument).
+    assert "pdbench_id" not in flow.tag_decode(flow.decode(body, p, 0, d, "pd-x", kv), None)["kv_transfer_params"]
     # Without prefill's params decode recomputes: nothing to time, nothing added.
-    assert _in_request(lambda: PdbenchFlow().decode(body, p, 0, d, "pd-x", None), "bench-7") == body
+    assert PdbenchFlow().tag_decode(PdbenchFlow().decode(body, p, 0, d, "pd-x", None), "bench-7") == body
     # Other connectors' legs are unchanged.
-    nixl = _in_request(lambda: TwoPhaseFlow().decode(body, p, 0, d, None, {"a": 1}), "bench-7")
-    assert nixl["kv_transfer_params"] == {"a": 1}
+    nixl = TwoPhaseFlow()
+    assert nixl.tag_decode(nixl.decode(body, p, 0, d, None, {"a": 1}), "bench-7")["kv_transfer_params"] == {"a": 1}
 
 
 def test_read_all_joins_the_connectors_line_to_the_proxys_record(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -41,6 +42,7 @@ from harness.proxy import ProxyConfig
 from harness.proxy.backends import Pool
 from harness.proxy.flows import affinity_key, parse_request
 from harness.proxy.registry import RegistrationError, Registry, parse_registration
+from harness.rundir.proxy_timings import HEADER as TIMING_HEADER
 
 READ_KV = {
     "remote_engine_id": "eng-P",
@@ -541,6 +543,28 @@ def test_pdbench_overlap_sends_decode_with_prefill_once_the_endpoint_is_known() 
                     "pull_key": key,
                 },
             }
+
+    run(body)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_pdbench_passes_the_clients_timing_id_to_decode_only(overlap: bool, tmp_path: Path) -> None:
+    async def body() -> None:
+        p, d = Fake("prefill", kv={**KV, "tp_size": 1}), Fake("decode")
+        async with stack([p], [d], connector="pdbench", overlap=overlap, timings_dir=str(tmp_path)) as client:
+            # The first request teaches the overlapped flow prefill's endpoint; the second is timed.
+            for tag in (None, "bench-7", None):
+                headers = {TIMING_HEADER: tag} if tag else {}
+                resp = await client.post("/v1/completions", json=COMPLETION, headers=headers)
+                assert resp.status == 200 and await read_all(resp) == b"".join(CHUNKS) + DONE
+            deadline = time.monotonic() + 5.0
+            while len(p.received) < 3 and time.monotonic() < deadline:  # overlap: prefill ends in the background
+                await asyncio.sleep(0.01)
+        assert len(p.received) == 3 and len(d.received) == 3
+        if overlap:  # precondition: the timed request's legs went out together
+            assert d.received[1][1]["kv_transfer_params"]["pull_key"] == f"pd-{p.received[1][0]['X-Request-Id']}"
+        assert [db["kv_transfer_params"].get("pdbench_id") for _, db in d.received] == [None, "bench-7", None]
+        assert all("pdbench_id" not in pb["kv_transfer_params"] for _, pb in p.received)  # decode's connector only
 
     run(body)
 

@@ -267,6 +267,7 @@ class Proxy:
         p_data = dumps(flow.prefill(body, p, rank, d, tid))
         p.outstanding += 1
         d.outstanding += 1
+        tag = stamps.id if stamps is not None else None  # the client's X-Pdbench-Id, for decode's connector
 
         if stamps is not None:
             stamps.prefill_sent = time.perf_counter()
@@ -290,10 +291,10 @@ class Proxy:
                     p.url,
                     rid,
                 )
-            d_body = flow.decode(body, p, rank, d, tid, kv)
+            d_body = flow.tag_decode(flow.decode(body, p, rank, d, tid, kv), tag)
             return await self._decode(request, conn, d, d_body, headers, rid, None, stamps)
 
-        d_body = flow.decode(body, p, rank, d, tid, None)
+        d_body = flow.tag_decode(flow.decode(body, p, rank, d, tid, None), tag)
         prefill = self._spawn(self._prefill(p, request.path, p_data, p_headers), "prefill")
         prefill.add_done_callback(lambda t: self._prefill_done(t, rid, stamps))
         return await self._decode(request, conn, d, d_body, headers, rid, prefill, stamps)

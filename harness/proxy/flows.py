@@ -21,7 +21,6 @@ from typing import Any, ClassVar
 
 from harness import connectors
 from harness.proxy.backends import Backend, hash64
-from harness.rundir.proxy_timings import CURRENT_ID
 
 try:  # orjson is several times faster; the stdlib is the fallback.
     import orjson
@@ -188,6 +187,11 @@ class Flow:
         """Sequential flows: the prefill response lacks what decode needs (decode recomputes)."""
         return False
 
+    def tag_decode(self, leg: dict[str, Any], tag: str | None) -> dict[str, Any]:
+        """Decode's leg (from `decode`) of a request the client timed as `tag`, its X-Pdbench-Id
+        (None: not timed). Only a connector that records per-request timings of its own takes it."""
+        return leg
+
 
 class TwoPhaseFlow(Flow):
     """NIXL and the bundled pdbench connector: decode gets prefill's kv_transfer_params."""
@@ -250,23 +254,25 @@ class PdbenchFlow(TwoPhaseFlow):
         return out
 
     def decode(self, body, p, rank, d, tid, kv):
-        if kv is None and self.concurrent_with(p):
-            assert p.kv_endpoint is not None
-            out = dict(body)
-            out["kv_transfer_params"] = {
-                "do_remote_prefill": True,
-                "do_remote_decode": False,
-                **p.kv_endpoint,
-                "remote_request_id": tid,
-                "pull_key": tid,  # tells decode's connector the pull may wait for prefill
-            }
-        else:
-            out = super().decode(body, p, rank, d, tid, kv)
-        tag, params = CURRENT_ID.get(), out.get("kv_transfer_params")
-        if tag is not None and isinstance(params, dict):
-            # Decode's connector keys its per-request load timings by the client's id.
-            out["kv_transfer_params"] = {**params, "pdbench_id": tag}
+        if kv is not None or not self.concurrent_with(p):
+            return super().decode(body, p, rank, d, tid, kv)
+        assert p.kv_endpoint is not None
+        out = dict(body)
+        out["kv_transfer_params"] = {
+            "do_remote_prefill": True,
+            "do_remote_decode": False,
+            **p.kv_endpoint,
+            "remote_request_id": tid,
+            "pull_key": tid,  # tells decode's connector the pull may wait for prefill
+        }
         return out
+
+    def tag_decode(self, leg: dict[str, Any], tag: str | None) -> dict[str, Any]:
+        params = leg.get("kv_transfer_params")
+        if tag is None or not isinstance(params, dict):
+            return leg  # untimed, or decode recomputes: no load to time
+        # Decode's connector keys its per-request load timings by the client's id.
+        return {**leg, "kv_transfer_params": {**params, "pdbench_id": tag}}
 
     def prefill_answered(self, p: Backend, kv: Any) -> None:
         # Every answer, so a restarted prefill (a new engine id) is followed.

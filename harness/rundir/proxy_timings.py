@@ -23,17 +23,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from contextvars import ContextVar
 from pathlib import Path
 from typing import IO, Any
 
 from connector.timings import PREFIX as CONNECTOR_PREFIX
 
 HEADER = "X-Pdbench-Id"
-# The X-Pdbench-Id of the request the current asyncio task serves (the proxy runs each request
-# in a task of its own), set when its Stamps are made: the bundled connector's flow passes it on
-# to decode in kv_transfer_params (harness.proxy.flows.PdbenchFlow), whose timings it keys.
-CURRENT_ID: ContextVar[str | None] = ContextVar("pdbench_id", default=None)
 
 
 class Stamps:
@@ -44,7 +39,6 @@ class Stamps:
     def __init__(self, request_id: str) -> None:
         self.id = request_id
         self.t0 = time.perf_counter()
-        CURRENT_ID.set(request_id)
         self.prefill_sent: float | None = None
         self.prefill_done: float | None = None
         self.decode_sent: float | None = None
