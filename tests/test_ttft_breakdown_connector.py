@@ -63,6 +63,26 @@ def test_requests_without_a_successful_pull_are_left_out_of_the_split_only() -> 
     assert decode_split(_rec(60.0, early | {"pull_wait_ms": None})) is None
 
 
+def test_a_request_whose_connector_durations_exceed_its_decode_leg_is_not_split_but_counted() -> None:
+    # "b": pull 30 + first step 15 > decode leg 40 (the pull began before the leg): other would be -5.
+    over = _line(50.0, 15.0) | {"early": True, "pull_wait_ms": 20.0}
+    assert decode_split(_rec(40.0, over)) == (30.0, 15.0, -5.0)  # precondition: the raw split is negative
+    recs = {"a": _rec(40.0, _line(10.0, 5.0)), "b": _rec(40.0, over), "c": _rec(50.0, _line(20.0, 4.0))}
+    b = ttft_breakdown(_outs(0.092, 0.092, 0.102), ["a", "b", "c"], recs, kv=(99.0, 3))
+    assert b["requests"] == 3 and b["decode_ms"]["mean"] == pytest.approx(130.0 / 3)  # the leg itself stays
+    for key in DECODE_SPLIT:
+        assert b[key]["requests"] == 2, b[key]  # left out of all three parts, not clamped in one
+    assert b["decode_other_ms"]["median"] == 25.5 and b["kv_transfer_ms"]["median"] == 15.0  # 25, 26; 10, 20
+    assert sum(b[k]["median"] for k in DECODE_SPLIT) == pytest.approx(45.0)  # a's and c's legs: 40, 50
+    assert b["decode_split_left_out"]["requests"] == 1 and "exceed" in b["decode_split_left_out"]["why"]
+    # Every request overran: no per-request split, the point mean stays, the count says why.
+    only = ttft_breakdown(_outs(0.092), ["b"], {"b": recs["b"]}, kv=(12.0, 3))
+    assert only["decode_split_left_out"]["requests"] == 1 and "decode_other_ms" not in only
+    assert "point mean" in only["kv_transfer_ms"]["source"]
+    # Requests that fit their leg count nothing as left out.
+    assert "decode_split_left_out" not in ttft_breakdown(_outs(0.092), ["a"], {"a": recs["a"]}, kv=None)
+
+
 def test_other_connectors_keep_the_point_mean_labelled_as_such() -> None:
     b = ttft_breakdown(_outs(0.092), ["a"], {"a": _rec(40.0)}, kv=(12.0, 3))
     assert b["kv_transfer_ms"] == {"mean": 12.0, "transfers": 3, "source": b["kv_transfer_ms"]["source"]}

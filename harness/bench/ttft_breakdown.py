@@ -19,7 +19,11 @@ joined to the proxy's record, harness.rundir.proxy_timings; fields in connector/
     decode_first_step_ms  decode's first step after the load: metadata bound -> forward returned
     decode_other_ms       decode_ms less both: decode's front end and queue, the load's hand-off
                           and report, sampling and the relay of the first token
-per request, with their mean/median/p99 and the requests they cover (`requests`). Otherwise (other
+per request, with their mean/median/p99 and the requests they cover (`requests`). A request whose
+pull and first step exceed its decode leg (the pull began before the leg did: in the overlapped
+flow prefill answers the pull before its HTTP answer reaches the proxy) has no split: a negative
+decode_other_ms is no time. It is left out of all three parts, so they still add up to each split
+request's decode_ms, and counted in `decode_split_left_out`. Otherwise (other
 connectors) the KV transfer comes from the decode servers' own histograms over the point (their
 mean, labelled a point mean), and `decode_first_token_ms` is the median decode leg less that
 mean, an estimate labelled as such (decode's first step as vLLM measured it is
@@ -54,6 +58,10 @@ PER_REQUEST = "per request: ttft_ms and its parts router_ms, prefill_ms, decode_
 PER_REQUEST_SPLIT = f"{PER_REQUEST}; decode_ms split into {', '.join(DECODE_SPLIT)} (the bundled connector's records)"
 POINT_MEANS = "point means, not per request: kv_transfer_ms, server_means (vLLM's histograms over the point)"
 POINT_MEANS_SPLIT = "point means, not per request: server_means (vLLM's histograms over the point)"
+LEFT_OUT = (
+    "the connector's pull + first step exceed the proxy's decode leg (the pull began before the leg did): "
+    "decode_ms not split"
+)
 SPLIT_SOURCE = {
     "kv_transfer_ms": "per request: the bundled connector's pull, request -> ack (decode worker)",
     "decode_first_step_ms": "per request: decode's first step, metadata bound -> forward returned (decode worker)",
@@ -114,7 +122,8 @@ def read_role_timings(targets: list[tuple[str, str, str]], directory: Path) -> d
 
 def decode_split(rec: dict[str, Any]) -> tuple[float, float, float] | None:
     """(kv_transfer_ms, decode_first_step_ms, decode_other_ms) of a proxy record whose request
-    the bundled connector recorded with a successful pull; None otherwise."""
+    the bundled connector recorded with a successful pull; None otherwise. decode_other_ms is
+    negative where the connector's durations exceed the decode leg (see LEFT_OUT)."""
     line = rec.get("connector")
     if not isinstance(line, dict) or line.get("ok") is not True:
         return None
@@ -147,7 +156,7 @@ def ttft_breakdown(
     """The point's breakdown: per part mean/median/p99 over the successful requests the proxy
     recorded, and each role's point means (`servers`, from role_timings) beside them."""
     parts: dict[str, list[float]] = {p: [] for p in ("ttft_ms", *PARTS, *DECODE_SPLIT)}
-    within = 0
+    within = overrun = 0
     for o, rid in zip(outs, ids, strict=True):
         rec = records.get(rid)
         if rec is None or not o.success or not o.ttft:
@@ -159,7 +168,9 @@ def ttft_breakdown(
             parts["prefill_ms"].append(rec["prefill_ms"])
         parts["decode_ms"].append(rec["decode_ms"])
         split = decode_split(rec)
-        if split is not None:
+        if split is not None and split[2] < 0:
+            overrun += 1
+        elif split is not None:
             for key, value in zip(DECODE_SPLIT, split, strict=True):
                 parts[key].append(value)
         parts["client_ms"].append(ttft - rec["first_byte_ms"])
@@ -190,6 +201,8 @@ def ttft_breakdown(
             "median": round(max(0.0, out["decode_ms"]["median"] - mean), 4),
             "estimate": "median decode leg - mean KV transfer",
         }
+    if overrun:
+        out["decode_split_left_out"] = {"requests": overrun, "why": LEFT_OUT}
     if servers:
         out["server_means"] = {role: t.model_dump(mode="json") for role, t in servers.items()}
     return out
