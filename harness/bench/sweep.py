@@ -26,7 +26,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -582,11 +582,9 @@ class _Sweep:
         offs: np.ndarray | None = None  # the trace's send times
         if sess is not None:
             n_sessions, n_warm_sessions = sess.sessions_for(concurrency), sess.warmup_sessions_for(concurrency)
-            sessions = self.plan(n_sessions, concurrency, _MAIN)
             if self.mode == "plain":
                 log(f"C={concurrency}{self._shape_text()}: {describe(sess, n_sessions, n_warm_sessions)}")
         else:
-            measured = self.sample(n, concurrency, _MAIN)
             rate_text = "inf" if math.isinf(cfg.request_rate) else f"{cfg.request_rate:g}/s"
             plan = f"{n} requests at rate {rate_text}"
             if cfg.trace is not None:
@@ -594,6 +592,7 @@ class _Sweep:
                 plan = f"the trace's {n} requests over {float(offs[-1]):.1f} s (speed {cfg.trace.speed:g})"
             if self.mode == "plain":
                 log(f"C={concurrency}{self._shape_text()}: {n_warm} warmups, then {plan}")
+        measured = self._window(f"C={concurrency}{self._shape_text()}", concurrency, n, _MAIN, offs)
         if n_warm:
             # Warmups go out all at once (limited by C) and are left out of the metrics.
             warm_label, warm_limit = (
@@ -644,29 +643,7 @@ class _Sweep:
         sentinels = self.point_sentinels = self._point_sentinels(concurrency, n, progress)
         if sentinels is not None:
             sentinels.start()
-        run: SessionRun | None = None
-        if sess is not None:
-            run, stopped = await self.session_batch(
-                f"C={concurrency}{self._shape_text()}",
-                sessions,
-                concurrency,
-                cfg.point_timeout_for(n, concurrency),
-                progress,
-            )
-            outs: list[RequestOutput] = list(run.outs)
-        else:
-            # A replay lasts at least the trace's span over its speed.
-            limit = cfg.point_timeout_for(n, concurrency) + (float(offs[-1]) if offs is not None else 0.0)
-            outs, stopped = await self.batch(
-                f"C={concurrency}{self._shape_text()}",
-                measured,
-                concurrency,
-                cfg.request_rate,
-                limit,
-                np.random.default_rng(self._seed_key(concurrency, _ARRIVALS)),
-                progress,
-                offs,
-            )
+        outs, stopped, run = await measured(progress)
         if sentinels is not None:
             # After a Ctrl-C the sentinels still out are not waited for, even if the batch ended.
             await sentinels.finish(stopped is not None or self.interrupted is not None)
@@ -770,6 +747,33 @@ class _Sweep:
             **extra,
         )
 
+    def _window(
+        self, label: str, concurrency: int, n: int, stream: int, offs: np.ndarray | None
+    ) -> Callable[[Progress | None], Awaitable[tuple[list[RequestOutput], str | None, SessionRun | None]]]:
+        """One window of the point's requests (the measured one: stream _MAIN; the profiled one:
+        _PROFILE), drawn now, before any clock; the returned call sends them (`progress` as in
+        batch) and gives their outputs, why they stopped early, and the sessions' run if any."""
+        cfg, sess = self.cfg, self.cfg.sessions
+        # A replay lasts at least the trace's span over its speed.
+        limit = cfg.point_timeout_for(n, concurrency) + (float(offs[-1]) if offs is not None else 0.0)
+        if sess is not None:
+            specs = self.plan(sess.sessions_for(concurrency), concurrency, stream)
+
+            async def sessions(progress: Progress | None) -> tuple[list[RequestOutput], str | None, SessionRun]:
+                run, stopped = await self.session_batch(label, specs, concurrency, limit, progress)
+                return list(run.outs), stopped, run
+
+            return sessions
+        reqs = self.sample(n, concurrency, stream)
+
+        async def requests(progress: Progress | None) -> tuple[list[RequestOutput], str | None, None]:
+            # Both windows' gaps come from the point's arrivals stream: the same send times.
+            rng = np.random.default_rng(self._seed_key(concurrency, _ARRIVALS))
+            outs, stopped = await self.batch(label, reqs, concurrency, cfg.request_rate, limit, rng, progress, offs)
+            return outs, stopped, None
+
+        return requests
+
     # -- profiles (benchmark.profile) ---------------------------------------------
 
     def _profiler(self, concurrency: int) -> PointProfiler | None:
@@ -803,7 +807,7 @@ class _Sweep:
         """After the point's measured window: the same number of requests of the same shape, rate
         and arrival times (prompts of their own), profiled. Not run when the measured window or the
         sweep stopped, or no server's profiler started; the section then says why."""
-        cfg, sess = self.cfg, self.cfg.sessions
+        cfg = self.cfg
         assert cfg.profile is not None
         label, tool = f"C={concurrency}{self._shape_text()} profiled", cfg.profile.tool
 
@@ -822,23 +826,9 @@ class _Sweep:
             return not_run(f"the measured window stopped ({why})", [])
         if not await profiler.start():
             return not_run("no server's profiler started", profiler.refused())
-        limit = cfg.point_timeout_for(n, concurrency) + (float(offs[-1]) if offs is not None else 0.0)
+        window = self._window(label, concurrency, n, _PROFILE, offs)
         try:
-            if sess is not None:
-                specs = self.plan(sess.sessions_for(concurrency), concurrency, _PROFILE)
-                run, halted = await self.session_batch(label, specs, concurrency, limit)
-                outs: list[RequestOutput] = list(run.outs)
-            else:
-                outs, halted = await self.batch(
-                    label,
-                    self.sample(n, concurrency, _PROFILE),
-                    concurrency,
-                    cfg.request_rate,
-                    limit,
-                    np.random.default_rng(self._seed_key(concurrency, _ARRIVALS)),  # the measured window's gaps
-                    None,
-                    offs,
-                )
+            outs, halted, _ = await window(None)
         except asyncio.CancelledError:
             raise  # a second Ctrl-C: the job stops its servers now; no trace is waited for
         except Exception:
