@@ -636,9 +636,10 @@ class _Sweep:
             )
             await probe.start()
         profiler = self._profiler(concurrency)
-        in_window = profiler is not None and cfg.profile is not None and not cfg.profile.perturbation
-        if in_window and profiler is not None:
-            await profiler.start()  # a refusal is in its server's entry; the point runs all the same
+        # perturbation false: the measured window itself is profiled (else a second window is, below).
+        in_window = profiler if profiler is not None and not profiler.settings.perturbation else None
+        if in_window is not None:
+            await in_window.start()  # a refusal is in its server's entry; the point runs all the same
         progress = Progress()
         sentinels = self.point_sentinels = self._point_sentinels(concurrency, n, progress)
         if sentinels is not None:
@@ -648,7 +649,7 @@ class _Sweep:
             # After a Ctrl-C the sentinels still out are not waited for, even if the batch ended.
             await sentinels.finish(stopped is not None or self.interrupted is not None)
             self.point_sentinels = None
-        traces = await profiler.stop() if in_window and profiler is not None else None
+        traces = await in_window.stop() if in_window is not None else None
         self.unsent = sum(o.start_time is None for o in outs)
         if self.interrupted is not None and self.unsent == len(outs):
             if probe is not None:
@@ -710,12 +711,12 @@ class _Sweep:
             self.shape_tag,
             e2el_ms=metrics.get("mean_e2el_ms"),
         )
-        if profiler is not None and cfg.profile is not None:
+        if profiler is not None:
             figures = window_figures(metrics)
             if traces is not None:  # the measured window was the profiled one
                 errors = [f"the window stopped: {stopped}"] if stopped is not None else []
                 extra["profile"] = ProfileSummary(
-                    tool=cfg.profile.tool, window="measured", profiled=figures, servers=traces, errors=errors
+                    tool=profiler.settings.tool, window="measured", profiled=figures, servers=traces, errors=errors
                 )
             else:
                 extra["profile"] = await self._profiled_window(profiler, concurrency, n, stopped, figures, offs)
@@ -808,8 +809,7 @@ class _Sweep:
         and arrival times (prompts of their own), profiled. Not run when the measured window or the
         sweep stopped, or no server's profiler started; the section then says why."""
         cfg = self.cfg
-        assert cfg.profile is not None
-        label, tool = f"C={concurrency}{self._shape_text()} profiled", cfg.profile.tool
+        label, tool = f"C={concurrency}{self._shape_text()} profiled", profiler.settings.tool
 
         def not_run(why: str, servers: list[ServerTraces]) -> ProfileSummary:
             log(f"{label}: not run: {why}")
