@@ -43,6 +43,16 @@ def test_a_point_outside_the_sweep_is_a_loader_error_naming_the_key() -> None:
     assert "benchmark.profile.points" in str(e.value) and "(1, 4)" in str(e.value), str(e.value)
 
 
+def test_a_role_without_servers_is_named_with_the_topology_s_roles() -> None:
+    settings = ProfileSettings.model_validate({"points": [4], "roles": ["decode", "aggregated"]})
+    settings.check_roles(["prefill", "decode", "aggregated"])  # every role served: no error
+    with pytest.raises(ValueError) as e:
+        settings.check_roles(["aggregated"])  # aggregated_only: no decode servers
+    assert str(e.value) == (
+        "benchmark.profile.roles: no server of role decode in this topology (its servers' roles: aggregated)"
+    )
+
+
 def test_the_profilers_kind_and_directory_are_pdbench_s() -> None:
     with pytest.raises(ConfigError) as e:
         load_recipe("local-tiny-1p1d", ["benchmark.profile={points: [4], profiler_config: {profiler: cuda}}"])

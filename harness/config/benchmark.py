@@ -265,6 +265,15 @@ class ProfileSettings(BaseModel):
             raise ValueError(f"{', '.join(ours)}: set by pdbench from tool and the run directory; leave out")
         return v
 
+    def check_roles(self, served: list[str]) -> None:
+        """Raise when a profiled role has no server in the topology (`served`: its roles): such a
+        role would be profiled nowhere, said only in the bench log. The recipe's check calls it."""
+        if missing := [r for r in self.roles if r not in served]:
+            raise ValueError(
+                f"benchmark.profile.roles: no server of role {', '.join(missing)} in this topology "
+                f"(its servers' roles: {', '.join(served)})"
+            )
+
     @field_validator("roles", "points")
     @classmethod
     def _unique(cls, v: list[Any]) -> list[Any]:
