@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from harness.bench.client import RequestOutput
 from harness.bench.results import BenchResult
-from harness.bench.ttft_breakdown import judge_point, role_timings
+from harness.bench.ttft_breakdown import judge_point, role_timings, ttft_breakdown
 from harness.rundir.bottleneck_summary import Baseline, BottleneckSummary, RoleTiming
 from harness.validity.bottleneck import CLIENT_SHARE, GROWTH, QUEUE_OVER_COMPUTE, ROUTER_SHARE, judge
 
@@ -285,6 +286,55 @@ def test_growth_is_against_the_lowest_concurrency_measured_so_far_per_shape() ->
     assert point(16, high)["verdict"] == "not saturated"  # against C=2, same TPOT
     assert point(8, high, "shape-b")["evidence"]["baseline_concurrency"] is None  # another shape
     BottleneckSummary.model_validate(first)  # the section is the report's model
+
+
+def _breakdown(decode_ms: float, pull_ms: float | None, kv: tuple[float, int]) -> dict[str, Any]:
+    """The TTFT breakdown of three requests, prefill 50 ms, router and client 1 ms each, with this
+    decode leg; `pull_ms`: each one's pull as the bundled connector timed it (first step 5 ms), or
+    None for a connector without per-request records."""
+    outs = []
+    for _ in range(3):
+        o = RequestOutput(10, 4)
+        o.success, o.ttft = True, (52.0 + decode_ms + 1.0) / 1000.0
+        outs.append(o)
+    rec: dict[str, Any] = {
+        "router_ms": 1.0,
+        "prefill_ms": 50.0,
+        "decode_ms": decode_ms,
+        "first_byte_ms": 51.0 + decode_ms,
+    }
+    if pull_ms is not None:
+        rec["connector"] = {"id": "x", "ok": True, "pull_ms": pull_ms, "first_step_ms": 5.0}
+    return ttft_breakdown(outs, ["a", "b", "c"], dict.fromkeys("abc", rec), kv)
+
+
+def test_the_decode_wait_rule_takes_the_per_request_transfer_where_the_connector_gave_one() -> None:
+    """Decode's queue grew from 20 to 60 ms, and so did each request's own pull (10 -> 40 ms) while
+    the servers' point mean stayed at 10 ms: the wait beyond the transfer did not grow."""
+    low = {"decode": RoleTiming(requests=12, queue_ms=20.0, compute_ms=15.0, tpot_ms=12.0)}
+    high = {"decode": RoleTiming(requests=36, queue_ms=60.0, compute_ms=15.0, tpot_ms=12.0)}
+    point_mean = (10.0, 36)
+
+    def sweep(low_b: dict[str, Any] | None, high_b: dict[str, Any] | None) -> dict[str, Any]:
+        bases: dict[str | None, Baseline] = {}
+        judge_point(1, low_b, low, point_mean, 12.0, QUIET_CLIENT, bases, None, e2el_ms=400.0)
+        return judge_point(16, high_b, high, point_mean, 12.0, QUIET_CLIENT, bases, None, e2el_ms=400.0)
+
+    high_b = _breakdown(80.0, 40.0, point_mean)
+    assert high_b["kv_transfer_ms"]["requests"] == 3 and high_b["kv_transfer_ms"]["mean"] == 40.0  # precondition
+    timed = sweep(_breakdown(40.0, 10.0, point_mean), high_b)
+    assert timed["evidence"]["kv_transfer_ms"] == 40.0
+    assert timed["evidence"]["growth"]["decode_wait"] == 1.4  # (60 - 40 + 15) / (20 - 10 + 15)
+    assert not any("decode" in r for r in timed["reasons"]), timed["reasons"]
+    assert "transfer" in timed["saturated"]  # 4x, and 40 of 133 ms TTFT
+    # Without per-request transfers (another connector; or no proxy records) the servers' point mean stays.
+    untimed = _breakdown(80.0, None, point_mean)
+    assert "transfers" in untimed["kv_transfer_ms"]  # precondition: the breakdown's point mean
+    for low_b, high_b in ((_breakdown(40.0, None, point_mean), untimed), (None, None)):
+        by_mean = sweep(low_b, high_b)
+        assert by_mean["evidence"]["kv_transfer_ms"] == 10.0
+        assert by_mean["evidence"]["growth"]["decode_wait"] == 2.6  # (60 - 10 + 15) / (20 - 10 + 15)
+        assert "decode" in by_mean["saturated"]
 
 
 def test_a_result_takes_the_section_only_in_its_format() -> None:

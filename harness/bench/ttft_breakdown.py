@@ -214,6 +214,16 @@ def _means(b: dict[str, Any] | None) -> dict[str, float] | None:
     return {k: float(b[k]["mean"]) for k in ("ttft_ms", *PARTS) if isinstance(b.get(k), dict)}
 
 
+def verdict_kv_ms(breakdown: dict[str, Any] | None, kv: tuple[float, int] | None) -> float | None:
+    """The KV transfer's mean the verdict takes: the breakdown's mean over the requests where the
+    bundled connector timed each one (their own pulls, inside their decode legs), else the decode
+    servers' mean over the point (`kv`, from /metrics)."""
+    own = (breakdown or {}).get("kv_transfer_ms")
+    if isinstance(own, dict) and own.get("requests"):  # per request; a point mean counts "transfers"
+        return float(own["mean"])
+    return kv[0] if kv is not None and kv[0] >= 0 else None
+
+
 def judge_point(
     concurrency: int,
     breakdown: dict[str, Any] | None,
@@ -226,10 +236,12 @@ def judge_point(
     e2el_ms: float | None = None,
 ) -> dict[str, Any]:
     """The point's `bottleneck` section; `bases` keeps, per shape, the lowest-concurrency point
-    measured so far: growth is against it, and this point replaces it when lower. `e2el_ms`: the
-    client's mean E2EL (None: not measured), by which the verdict weighs each role's time."""
+    measured so far: growth is against it, and this point replaces it when lower. The KV transfer
+    is verdict_kv_ms's (`kv`: the decode servers' point mean, for connectors without per-request
+    records). `e2el_ms`: the client's mean E2EL (None: not measured), by which the verdict weighs
+    each role's time."""
     base = bases.get(shape)
-    kv_ms = kv[0] if kv is not None and kv[0] >= 0 else None
+    kv_ms = verdict_kv_ms(breakdown, kv)
     summary = judge(
         _means(breakdown),
         servers,
