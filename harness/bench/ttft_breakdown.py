@@ -233,7 +233,8 @@ def judge_point(
     client: dict[str, Any] | None,
     bases: dict[str | None, Baseline],
     shape: str | None,
-    e2el_ms: float | None = None,
+    *,
+    e2el_ms: float | None,
 ) -> dict[str, Any]:
     """The point's `bottleneck` section; `bases` keeps, per shape, the lowest-concurrency point
     measured so far: growth is against it, and this point replaces it when lower. The KV transfer
