@@ -288,10 +288,13 @@ def test_growth_is_against_the_lowest_concurrency_measured_so_far_per_shape() ->
     BottleneckSummary.model_validate(first)  # the section is the report's model
 
 
-def _breakdown(decode_ms: float, pull_ms: float | None, kv: tuple[float, int]) -> dict[str, Any]:
+def _breakdown(
+    decode_ms: float, pull_ms: float | None, kv: tuple[float, int], early_wait_ms: float | None = None
+) -> dict[str, Any]:
     """The TTFT breakdown of three requests, prefill 50 ms, router and client 1 ms each, with this
     decode leg; `pull_ms`: each one's pull as the bundled connector timed it (first step 5 ms), or
-    None for a connector without per-request records."""
+    None for a connector without per-request records; `early_wait_ms`: the pull's wait for prefill
+    in the overlapped flow."""
     outs = []
     for _ in range(3):
         o = RequestOutput(10, 4)
@@ -305,6 +308,8 @@ def _breakdown(decode_ms: float, pull_ms: float | None, kv: tuple[float, int]) -
     }
     if pull_ms is not None:
         rec["connector"] = {"id": "x", "ok": True, "pull_ms": pull_ms, "first_step_ms": 5.0}
+        if early_wait_ms is not None:
+            rec["connector"] |= {"early": True, "pull_wait_ms": early_wait_ms}
     return ttft_breakdown(outs, ["a", "b", "c"], dict.fromkeys("abc", rec), kv)
 
 
@@ -327,6 +332,12 @@ def test_the_decode_wait_rule_takes_the_per_request_transfer_where_the_connector
     assert timed["evidence"]["growth"]["decode_wait"] == 1.4  # (60 - 40 + 15) / (20 - 10 + 15)
     assert not any("decode" in r for r in timed["reasons"]), timed["reasons"]
     assert "transfer" in timed["saturated"]  # 4x, and 40 of 133 ms TTFT
+    # Overlapped flow: decode's queue holds the pull's wait for prefill too, so the verdict takes the
+    # whole pull (40 ms), not the split's transfer from prefill's answer on (40 - 30 = 10 ms).
+    early = _breakdown(80.0, 40.0, point_mean, early_wait_ms=30.0)
+    assert early["kv_transfer_ms"]["mean"] == 10.0 and early["kv_transfer_ms"]["whole_pull_mean"] == 40.0
+    overlapped = sweep(_breakdown(40.0, 10.0, point_mean, early_wait_ms=0.0), early)
+    assert overlapped["evidence"]["kv_transfer_ms"] == 40.0 and overlapped["evidence"]["growth"]["decode_wait"] == 1.4
     # Without per-request transfers (another connector; or no proxy records) the servers' point mean stays.
     untimed = _breakdown(80.0, None, point_mean)
     assert "transfers" in untimed["kv_transfer_ms"]  # precondition: the breakdown's point mean

@@ -36,6 +36,7 @@ def test_decode_ms_is_split_per_request_and_the_parts_still_add_up() -> None:
     b = ttft_breakdown(outs, ["a", "b", "c"], recs, kv=(99.0, 3))
     assert b["requests"] == 3 and b["adds_up"]["share"] == 1.0, b
     assert b["kv_transfer_ms"]["median"] == 20.0 and b["kv_transfer_ms"]["mean"] == 20.0
+    assert b["kv_transfer_ms"]["whole_pull_mean"] == 20.0  # no pull waited for prefill: the same mean
     assert b["decode_first_step_ms"]["median"] == 5.0
     assert b["decode_other_ms"]["median"] == 25.0  # 40-10-5, 60-30-6, 50-20-4: 25, 24, 26
     for key in DECODE_SPLIT:

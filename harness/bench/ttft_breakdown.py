@@ -19,7 +19,9 @@ joined to the proxy's record, harness.rundir.proxy_timings; fields in connector/
     decode_first_step_ms  decode's first step after the load: metadata bound -> forward returned
     decode_other_ms       decode_ms less both: decode's front end and queue, the load's hand-off
                           and report, sampling and the relay of the first token
-per request, with their mean/median/p99 and the requests they cover (`requests`). A request whose
+per request, with their mean/median/p99 and the requests they cover (`requests`);
+kv_transfer_ms's `whole_pull_mean` is the same requests' mean whole pull (request -> ack, an early
+pull's wait for prefill included), the KV figure the verdict takes (verdict_kv_ms). A request whose
 pull and first step exceed its decode leg (the pull began before the leg did: in the overlapped
 flow prefill answers the pull before its HTTP answer reaches the proxy) has no split: a negative
 decode_other_ms is no time. It is left out of all three parts, so they still add up to each split
@@ -157,6 +159,7 @@ def ttft_breakdown(
     recorded, and each role's point means (`servers`, from role_timings) beside them."""
     parts: dict[str, list[float]] = {p: [] for p in ("ttft_ms", *PARTS, *DECODE_SPLIT)}
     within = overrun = 0
+    whole_pulls: list[float] = []  # of the split requests: request -> ack, an early pull's wait included
     for o, rid in zip(outs, ids, strict=True):
         rec = records.get(rid)
         if rec is None or not o.success or not o.ttft:
@@ -173,6 +176,7 @@ def ttft_breakdown(
         elif split is not None:
             for key, value in zip(DECODE_SPLIT, split, strict=True):
                 parts[key].append(value)
+            whole_pulls.append(float(rec["connector"]["pull_ms"]))
         parts["client_ms"].append(ttft - rec["first_byte_ms"])
         total = rec["router_ms"] + rec.get("prefill_ms", 0.0) + rec["decode_ms"] + parts["client_ms"][-1]
         within += abs(total - ttft) <= ADDS_UP_WITHIN * ttft
@@ -190,6 +194,7 @@ def ttft_breakdown(
     if per_request:
         for key in DECODE_SPLIT:
             out[key] = {**_stats(parts[key]), "requests": len(parts[key]), "source": SPLIT_SOURCE[key]}
+        out["kv_transfer_ms"]["whole_pull_mean"] = round(float(np.mean(whole_pulls)), 4)
     elif kv is not None:
         mean, count = kv
         out["kv_transfer_ms"] = {
@@ -215,12 +220,14 @@ def _means(b: dict[str, Any] | None) -> dict[str, float] | None:
 
 
 def verdict_kv_ms(breakdown: dict[str, Any] | None, kv: tuple[float, int] | None) -> float | None:
-    """The KV transfer's mean the verdict takes: the breakdown's mean over the requests where the
-    bundled connector timed each one (their own pulls, inside their decode legs), else the decode
-    servers' mean over the point (`kv`, from /metrics)."""
+    """The KV transfer's mean the verdict takes: where the bundled connector timed each request,
+    the mean of their whole pulls (`whole_pull_mean`), else the decode servers' mean over the point
+    (`kv`, from /metrics). Both are the whole pull, request -> ack, which the decode rule takes out
+    of decode's queue: vLLM queues a request until its KV has landed, and in the overlapped flow
+    that includes the pull's wait for prefill (which kv_transfer_ms's split leaves out)."""
     own = (breakdown or {}).get("kv_transfer_ms")
-    if isinstance(own, dict) and own.get("requests"):  # per request; a point mean counts "transfers"
-        return float(own["mean"])
+    if isinstance(own, dict) and isinstance(own.get("whole_pull_mean"), (int, float)):
+        return float(own["whole_pull_mean"])
     return kv[0] if kv is not None and kv[0] >= 0 else None
 
 

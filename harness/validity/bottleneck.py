@@ -20,8 +20,9 @@ A resource is saturated when (thresholds below, each with its why):
   grew 2.6-5.9x from run to run, that wait 5.1-18.5x; with long prompts (ISL 2048 / OSL 2, C=8,
   prefill-bound) the wait stayed at 0.9x.
 - transfer: the KV transfer's mean grew >= GROWTH x and its share of TTFT is >= MIN_SHARE.
-The KV transfer's mean is the caller's (harness.bench.ttft_breakdown.verdict_kv_ms): over the
-requests where the bundled connector timed each pull, else the decode servers' point mean.
+The KV transfer's mean is the caller's (harness.bench.ttft_breakdown.verdict_kv_ms): the whole
+pull's mean over the requests where the bundled connector timed each one, else the decode
+servers' point mean of it.
 An aggregated instance (no prefill or decode role) is judged as both: its queue and compute as
 prefill's, its TPOT as decode's (growth keys "prefill" and "decode" then name those sides).
 The verdict: client-bound first (the point's latencies then include the client's delay), then
