@@ -7,9 +7,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 import shlex
 import shutil
+import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -19,8 +22,9 @@ from bench_fake_server import FakeServer
 from conftest import require_vllm
 
 from harness import tiny_model
-from harness.bench import ClientConfig, run_sweep
+from harness.bench import ClientConfig, run_sweep, sweep
 from harness.bench.profile import PointProfiler, perturbation
+from harness.bench.sweep import INTERRUPTED, run_sweep_detailed
 from harness.config import load_recipe
 from harness.config.benchmark import ProfileSettings
 from harness.config.load import ConfigError, ResolvedRecipe
@@ -422,3 +426,75 @@ def test_a_server_without_the_profiler_costs_the_point_nothing(model_dir: str, t
     assert len(srv.bodies) == (1 + N) * 2
     assert r["profile"]["profiled"] is None and r["profile"]["perturbation"] is None
     assert r["profile"]["errors"] == ["not profiled: no server's profiler started"]
+
+
+class _SlowStop(_ProfiledFake):
+    """A profiled server whose /stop_profile answers only once released (a trace written for
+    minutes), bounded so that nothing outlives the test."""
+
+    def __init__(self, capture: Path) -> None:
+        super().__init__(capture)
+        self.release = threading.Event()
+
+    async def _stop_profile(self, request: web.Request) -> web.Response:
+        self.profile_calls.append(("stop", time.perf_counter(), {}))
+        deadline = time.monotonic() + 60
+        while not self.release.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return web.Response(status=200)
+
+
+class _CtrlCAtStart(_ProfiledFake):
+    """The target, profiled too: the profiled window's /start_profile brings a Ctrl-C (SIGINT to
+    this process, as a terminal sends it) while the sweep waits for its answer."""
+
+    async def _start_profile(self, request: web.Request) -> web.Response:
+        os.kill(os.getpid(), signal.SIGINT)
+        return await super()._start_profile(request)
+
+
+def test_a_ctrl_c_in_the_profiled_window_waits_a_short_bound_for_traces(
+    model_dir: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first Ctrl-C during the profiled window: the profilers' stop is bounded by
+    INTERRUPT_PROFILE_STOP_S (shortened here to keep the test short), not stop_timeout_s; the
+    section says the window was interrupted and whose traces came."""
+    monkeypatch.setattr(sweep, "INTERRUPT_PROFILE_STOP_S", 1.0)
+    target, slow = _CtrlCAtStart(tmp_path / capture_dir("prefill-0")), _SlowStop(tmp_path / capture_dir("decode-0"))
+    cfg = ClientConfig(
+        base_url=target.base_url,
+        model="tiny",
+        tokenizer=model_dir,
+        isl=16,
+        osl=4,
+        concurrency=[2, 4],
+        num_prompts=N,
+        num_warmups=1,
+        result_dir=str(tmp_path),
+        health_check_interval_s=0,
+        sentinels={"enabled": False},
+        scrape=[f"prefill-0=prefill@{target.base_url}", f"decode-0=decode@{slow.base_url}"],
+        profile={"points": [2], "roles": ["prefill", "decode"], "stop_timeout_s": 600},
+    )
+    with target, slow:
+        t0 = time.monotonic()
+        outcomes = run_sweep_detailed(cfg)
+        took = time.monotonic() - t0
+        answered = slow.release.is_set()
+        slow.release.set()
+    # The slow server was asked to stop and had not answered when the sweep ended.
+    assert [c for c, _, _ in slow.profile_calls] == ["start", "stop"] and not answered
+    assert took < 20, took  # 1 s for the traces, not stop_timeout_s=600
+    assert [(o.concurrency, o.interrupted) for o in outcomes] == [(2, False), (4, True)]  # C=4 not run
+    assert outcomes[0].path is not None
+    result = json.loads(outcomes[0].path.read_text())
+    assert result["completed"] == N  # the measured window is the point's result, whole
+    prof = result["profile"]
+    by = {s["instance"]: s for s in prof["servers"]}
+    assert by["prefill-0"]["files"] == ["profiles/concurrency_2/prefill-0/concurrency_2_rank0.1.pt.trace.json.gz"]
+    assert by["prefill-0"]["error"] is None
+    assert by["decode-0"]["files"] == [] and "within 1 s (interrupted by SIGINT (Ctrl-C))" in by["decode-0"]["error"]
+    assert prof["errors"] == [
+        f"the profiled window stopped: {INTERRUPTED}",
+        f"{INTERRUPTED}: traces waited for 1 s ({INTERRUPTED}); traces came from prefill-0, none from decode-0",
+    ]

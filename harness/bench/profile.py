@@ -13,12 +13,14 @@ can reach the result. Same distribution, not the same requests: the same prompts
 the prefix cache and make the profiled TTFT incomparably short.
 
 Every call is bounded; a failure (no profiler on the server: 404, a timeout, no trace written)
-is recorded in words in the point's `profile` section and the log, never a lost point.
+is recorded in words in the point's `profile` section and the log, never a lost point. A user's
+stop (the sweep's first Ctrl-C) shortens the bound of a stop running or to come (`hurry`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import time
 from collections.abc import Callable
@@ -88,6 +90,32 @@ class PointProfiler:
     ) -> None:
         self.settings, self.run_dir, self.tag, self.log = settings, run_dir, tag, log
         self.servers = [_Server(name, role, url) for name, role, url in targets if role in settings.roles]
+        self.deadline = math.inf  # monotonic time at which the running stop gives up
+        # A user's stop: the stop is bounded by hurry_s instead of stop_timeout_s; `hurried` says why.
+        self.hurry_s: float | None = None
+        self.hurried: str | None = None
+
+    def hurry(self, within_s: float, why: str) -> None:
+        """Bound the stop to `within_s` from now if one is running, else from its start."""
+        self.hurry_s, self.hurried = within_s, why
+        self.deadline = min(self.deadline, time.monotonic() + within_s)
+
+    def _bound(self) -> str:
+        """The stop's bound, in words for an error."""
+        if self.hurried is not None and self.hurry_s is not None and self.hurry_s < self.settings.stop_timeout_s:
+            return f"{self.hurry_s:g} s ({self.hurried})"
+        return f"stop_timeout_s={self.settings.stop_timeout_s:g}"
+
+    def cut_short(self, traces: list[ServerTraces]) -> list[str]:
+        """The section's word when a user's stop bounded the wait: which servers' traces came."""
+        if self.hurried is None:
+            return []
+        came = [t.instance for t in traces if t.files]
+        none = [t.instance for t in traces if not t.files]
+        return [
+            f"{self.hurried}: traces waited for {self._bound()}; traces came from {', '.join(came) or 'no server'}"
+            + (f", none from {', '.join(none)}" if none else "")
+        ]
 
     async def start(self) -> bool:
         """/start_profile on every server at once; a server that refuses keeps its error. Whether
@@ -132,11 +160,18 @@ class PointProfiler:
 
     async def stop(self) -> list[ServerTraces]:
         """/stop_profile on every started server, then each one's new trace files moved to the
-        point's directory; bounded by stop_timeout_s in all."""
-        deadline = time.monotonic() + self.settings.stop_timeout_s
+        point's directory; bounded by stop_timeout_s in all (by hurry's bound after a user's stop)."""
+        self.deadline = time.monotonic() + min(self.settings.stop_timeout_s, self.hurry_s or math.inf)
+
+        async def one(session: aiohttp.ClientSession, s: _Server) -> ServerTraces:
+            # Each server's traces are collected as soon as its own stop answered, while a slower
+            # server's stop runs: a bound that ends the wait finds the quick ones settled.
+            if s.started:
+                await self._stop(session, s)
+            return await self._collect(s)
+
         async with aiohttp.ClientSession() as session:
-            await asyncio.gather(*(self._stop(session, s, deadline) for s in self.servers if s.started))
-        traces = await asyncio.gather(*(self._collect(s, deadline) for s in self.servers))
+            traces = await asyncio.gather(*(one(session, s) for s in self.servers))
         for t in traces:
             if t.error is not None:
                 self.log(f"{self.tag}: profile: {t.instance}: {t.error}")
@@ -146,18 +181,30 @@ class PointProfiler:
                 )
         return list(traces)
 
-    async def _stop(self, session: aiohttp.ClientSession, s: _Server, deadline: float) -> None:
-        left = max(1.0, deadline - time.monotonic())
+    async def _stop(self, session: aiohttp.ClientSession, s: _Server) -> None:
+        # Polled against self.deadline rather than given a timeout: hurry may bring it nearer.
+        call = asyncio.create_task(self._stop_call(session, s))
+        while not call.done() and time.monotonic() < self.deadline:
+            await asyncio.wait({call}, timeout=POLL_S)
+        if call.done():
+            call.result()  # raises what _stop_call does not answer for
+            return
+        call.cancel()
+        await asyncio.gather(call, return_exceptions=True)
+        s.error = s.error or f"/stop_profile did not answer within {self._bound()}"
+
+    async def _stop_call(self, session: aiohttp.ClientSession, s: _Server) -> None:
+        timeout = aiohttp.ClientTimeout(total=self.settings.stop_timeout_s)
         try:
-            async with session.post(f"{s.url}/stop_profile", timeout=aiohttp.ClientTimeout(total=left)) as r:
+            async with session.post(f"{s.url}/stop_profile", timeout=timeout) as r:
                 if r.status != 200:
                     s.error = s.error or f"/stop_profile answered {r.status}: {(await r.text())[:300]}"
         except TimeoutError:
-            s.error = s.error or f"/stop_profile did not answer within stop_timeout_s={self.settings.stop_timeout_s:g}"
+            s.error = s.error or f"/stop_profile did not answer within {self._bound()}"
         except aiohttp.ClientError as e:
             s.error = s.error or f"/stop_profile failed: {type(e).__name__}: {e}"
 
-    async def _collect(self, s: _Server, deadline: float) -> ServerTraces:
+    async def _collect(self, s: _Server) -> ServerTraces:
         """Wait (bounded) until a trace file of the window is there and no new file's size moves
         for SETTLE_S, then move the window's files to the point's directory."""
         out = ServerTraces(instance=s.instance, role=s.role, error=s.error)
@@ -174,11 +221,10 @@ class PointProfiler:
             has_trace = any(n.endswith(suffixes) for n in seen)
             if has_trace and time.monotonic() - settled_at >= SETTLE_S:
                 break
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= self.deadline:
                 why = "no trace file" if not has_trace else "trace files still growing"
-                out.error = (
-                    f"{why} in {capture_dir(s.instance)} within stop_timeout_s={self.settings.stop_timeout_s:g}"
-                    + (f" ({s.error})" if s.error else "")
+                out.error = f"{why} in {capture_dir(s.instance)} within {self._bound()}" + (
+                    f" ({s.error})" if s.error else ""
                 )
                 break
             await asyncio.sleep(POLL_S)

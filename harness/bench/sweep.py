@@ -101,6 +101,12 @@ BUSY_WARN = 0.9
 PROXY_RECORDS_WAIT_S = 2.0
 
 INTERRUPTED = "interrupted by SIGINT (Ctrl-C)"
+# After a first Ctrl-C a profiled window's traces are waited for this long at most, not
+# stop_timeout_s (600 s by default, sized for a CPU trace of a long window): the user asked to
+# stop, and a trace that is not written by then is given up (the section names the servers
+# whose traces came). 30 s is ample for /stop_profile and a short window's torch trace or an
+# nsys report on a GPU.
+INTERRUPT_PROFILE_STOP_S = 30.0
 
 __all__ = ["INTERRUPTED", "PointOutcome", "TargetDied", "arrival_offsets", "run_sweep", "run_sweep_detailed"]
 
@@ -164,6 +170,7 @@ class _Sweep:
         self.setup: asyncio.Task[None] | None = None  # the work before the first point
         self.main: asyncio.Task[Any] | None = None  # the sweep, cancelled by a second Ctrl-C between batches
         self.point_sentinels: PointSentinels | None = None  # the running point's, which a Ctrl-C cancels
+        self.profiling: PointProfiler | None = None  # the started profiler, whose stop a Ctrl-C bounds
         self.unsent = 0  # the last measured batch's requests never sent (it was stopped)
         self.repeat = 0  # an SLO search's repeat of the running point (0: its first measurement)
         self.bottleneck_bases: dict[str | None, Baseline] = {}  # per shape: the bottleneck's growth baseline
@@ -184,6 +191,8 @@ class _Sweep:
             self.halt.set()
             if self.point_sentinels is not None:
                 self.point_sentinels.cancel()
+            if self.profiling is not None:
+                self.profiling.hurry(INTERRUPT_PROFILE_STOP_S, INTERRUPTED)
             if self.current is not None:
                 grace = self.cfg.interrupt_grace_s
                 n = self.progress.in_flight
@@ -639,6 +648,7 @@ class _Sweep:
         # perturbation false: the measured window itself is profiled (else a second window is, below).
         in_window = profiler if profiler is not None and not profiler.settings.perturbation else None
         if in_window is not None:
+            self._profiling(in_window)
             await in_window.start()  # a refusal is in its server's entry; the point runs all the same
         progress = Progress()
         sentinels = self.point_sentinels = self._point_sentinels(concurrency, n, progress)
@@ -650,6 +660,7 @@ class _Sweep:
             await sentinels.finish(stopped is not None or self.interrupted is not None)
             self.point_sentinels = None
         traces = await in_window.stop() if in_window is not None else None
+        self._profiling(None)
         self.unsent = sum(o.start_time is None for o in outs)
         if self.interrupted is not None and self.unsent == len(outs):
             if probe is not None:
@@ -715,6 +726,7 @@ class _Sweep:
             figures = window_figures(metrics)
             if traces is not None:  # the measured window was the profiled one
                 errors = [f"the window stopped: {stopped}"] if stopped is not None else []
+                errors += profiler.cut_short(traces)
                 extra["profile"] = ProfileSummary(
                     tool=profiler.settings.tool, window="measured", profiled=figures, servers=traces, errors=errors
                 )
@@ -777,6 +789,13 @@ class _Sweep:
 
     # -- profiles (benchmark.profile) ---------------------------------------------
 
+    def _profiling(self, profiler: PointProfiler | None) -> None:
+        """The profiler started now (None: stopped), whose stop a first Ctrl-C bounds; one
+        started after that Ctrl-C is bounded at once."""
+        self.profiling = profiler
+        if profiler is not None and self.interrupted is not None:
+            profiler.hurry(INTERRUPT_PROFILE_STOP_S, self.interrupted)
+
     def _profiler(self, concurrency: int) -> PointProfiler | None:
         """The point's profiler when it is one of profile.points (an SLO search's repeats are not)
         and servers of the profiled roles are among the scrape targets (a job's aggregated baseline
@@ -824,17 +843,21 @@ class _Sweep:
 
         if (why := stopped or self._stopped()) is not None:
             return not_run(f"the measured window stopped ({why})", [])
-        if not await profiler.start():
-            return not_run("no server's profiler started", profiler.refused())
-        window = self._window(label, concurrency, n, _PROFILE, offs)
+        window = self._window(label, concurrency, n, _PROFILE, offs)  # drawn before the profiler runs
+        self._profiling(profiler)
         try:
-            outs, halted, _ = await window(None)
-        except asyncio.CancelledError:
-            raise  # a second Ctrl-C: the job stops its servers now; no trace is waited for
-        except Exception:
-            await profiler.stop()  # a profiler left on would refuse the next point's start
-            raise
-        traces = await profiler.stop()
+            if not await profiler.start():
+                return not_run("no server's profiler started", profiler.refused())
+            try:
+                outs, halted, _ = await window(None)
+            except asyncio.CancelledError:
+                raise  # a second Ctrl-C: the job stops its servers now; no trace is waited for
+            except Exception:
+                await profiler.stop()  # a profiler left on would refuse the next point's start
+                raise
+            traces = await profiler.stop()
+        finally:
+            self._profiling(None)
         metrics = compute_metrics(outs, cfg.percentiles, {str(k): v for k, v in cfg.goodput.items()})
         profiled = window_figures(metrics)
         ratios = perturbation(profiled, unprofiled)
@@ -850,7 +873,8 @@ class _Sweep:
             unprofiled=unprofiled,
             perturbation=ratios,
             servers=traces,
-            errors=[f"the profiled window stopped: {halted}"] if halted is not None else [],
+            errors=([f"the profiled window stopped: {halted}"] if halted is not None else [])
+            + profiler.cut_short(traces),
         )
 
     # -- the sweep ----------------------------------------------------------------
