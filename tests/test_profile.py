@@ -267,6 +267,27 @@ def test_no_trace_written_ends_at_the_stop_bound_with_a_reason(tmp_path: Path) -
     assert asyncio.run(go()) < 3
 
 
+def test_an_unconverted_nsys_stream_is_named_with_the_command_that_converts_it(tmp_path: Path) -> None:
+    # An nsys without its importer leaves the raw stream and no .nsys-rep (docs/profiling.md).
+    async def go() -> float:
+        async with _Server(tmp_path / capture_dir("decode-0"), ["decode-0.1.qdstrm"]) as s:
+            settings = _settings(tool="nsys", stop_timeout_s=1)
+            profiler = PointProfiler(settings, [("decode-0", "decode", s.url)], tmp_path, "concurrency_2", print)
+            await profiler.start()
+            t0 = asyncio.get_running_loop().time()
+            (t,) = await profiler.stop()
+            took = asyncio.get_running_loop().time() - t0
+        moved = f"{point_dir('concurrency_2', 'decode-0')}/decode-0.1.qdstrm"
+        assert t.files == [moved] and (tmp_path / moved).is_file()  # moved like a trace
+        assert t.error == (
+            "stream not converted: nsys left decode-0.1.qdstrm and no .nsys-rep in profiles/.capture/decode-0 "
+            f"within stop_timeout_s=1; convert with Nsight Systems' importer: QdstrmImporter -i {moved}"
+        )
+        return took
+
+    assert asyncio.run(go()) < 3
+
+
 def test_only_servers_of_the_profiled_roles_are_profiled() -> None:
     targets = [("decode-0", "decode", "u"), ("aggregated-0", "aggregated", "v"), ("proxy", "proxy", "w")]
     profiler = PointProfiler(_settings(roles=["aggregated"]), targets, Path("."), "c", print)

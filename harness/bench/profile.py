@@ -37,6 +37,9 @@ from harness.rundir.profile_summary import ServerTraces, WindowFigures, capture_
 SETTLE_S = 0.5
 POLL_S = 0.2
 TRACE_SUFFIXES = {"torch": (".pt.trace.json", ".pt.trace.json.gz"), "nsys": (".nsys-rep",)}
+# nsys's raw stream, which its importer turns into the .nsys-rep; an nsys without the importer
+# (the one inside Nsight Compute) leaves it so (docs/profiling.md).
+NSYS_STREAM = ".qdstrm"
 
 
 @dataclass
@@ -214,6 +217,7 @@ class PointProfiler:
         suffixes = TRACE_SUFFIXES[self.settings.tool]
         seen: dict[str, int] = {}
         settled_at = time.monotonic()
+        unconverted: list[str] = []  # nsys streams left without their report
         while True:
             now = {n: size for n, size in _files(source).items() if n not in s.before}
             if now != seen:
@@ -222,15 +226,28 @@ class PointProfiler:
             if has_trace and time.monotonic() - settled_at >= SETTLE_S:
                 break
             if time.monotonic() >= self.deadline:
-                why = "no trace file" if not has_trace else "trace files still growing"
+                settled = time.monotonic() - settled_at >= SETTLE_S
+                # A settled stream may be one a full nsys is still converting (the files do not
+                # tell): only at the bound is it taken for one that no importer converts.
+                if self.settings.tool == "nsys" and not has_trace and settled:
+                    unconverted = sorted(n for n in seen if n.endswith(NSYS_STREAM))
+                if unconverted:
+                    why = f"stream not converted: nsys left {', '.join(unconverted)} and no .nsys-rep"
+                else:
+                    why = "no trace file" if not has_trace else "trace files still growing"
                 out.error = f"{why} in {capture_dir(s.instance)} within {self._bound()}" + (
                     f" ({s.error})" if s.error else ""
                 )
                 break
             await asyncio.sleep(POLL_S)
-        target = self.run_dir / point_dir(self.tag, s.instance)
+        where = point_dir(self.tag, s.instance)
+        target = self.run_dir / where
         target.mkdir(parents=True, exist_ok=True)
         for name in sorted(seen):
             os.replace(source / name, target / name)
-            out.files.append(f"{point_dir(self.tag, s.instance)}/{name}")
+            out.files.append(f"{where}/{name}")
+        if unconverted and out.error is not None:
+            out.error += "; convert with Nsight Systems' importer: " + "; ".join(
+                f"QdstrmImporter -i {where}/{n}" for n in unconverted
+            )
         return out
