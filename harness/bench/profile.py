@@ -115,8 +115,13 @@ class PointProfiler:
             return []
         came = [t.instance for t in traces if t.files]
         none = [t.instance for t in traces if not t.files]
+        limit = self.settings.stop_timeout_s
+        if self.hurry_s is not None and self.hurry_s < limit:
+            waited = f"{self.hurry_s:g} s at most, not stop_timeout_s={limit:g}"
+        else:
+            waited = f"stop_timeout_s={limit:g} at most"
         return [
-            f"{self.hurried}: traces waited for {self._bound()}; traces came from {', '.join(came) or 'no server'}"
+            f"{self.hurried}: traces waited for {waited}; traces came from {', '.join(came) or 'no server'}"
             + (f", none from {', '.join(none)}" if none else "")
         ]
 
