@@ -131,6 +131,7 @@ class PreflightSpec(BaseModel):
     ports: dict[int, list[int]] = {}  # node -> TCP ports its processes bind
     memory_bytes: dict[int, int] = {}  # node -> host memory its servers reserve (CPU KV cache)
     rdma: bool = False  # the connector needs active RDMA ports
+    nsys_nodes: list[int] = []  # nodes that run a server under nsys (benchmark.profile.tool: nsys)
     node_interface: str | None = None  # the node address is this interface's IPv4
 
 

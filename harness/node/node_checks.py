@@ -43,6 +43,8 @@ def checks_for(plan: PlanFile, node: int, run_dir: Path) -> dict[str, Callable[[
         checks["memory"] = lambda: pf.check_memory(spec.memory_bytes[node])
     if spec.rdma:
         checks["rdma"] = lambda: pf.check_rdma(environ=os.environ)
+    if node in spec.nsys_nodes:
+        checks["nsys"] = lambda: pf.check_nsys(env=os.environ)
     # The evals run on node 0 (the proxy's) after the sweep: their inputs are checked before it.
     if node == plan.proxy_node and accuracy_step.enabled(run_dir):
         checks["accuracy"] = lambda: accuracy_step.input_problems(run_dir)

@@ -56,6 +56,10 @@ def preflight_spec(rr: ResolvedRecipe, p: JobPlan, root: str) -> PreflightSpec:
             gpus[node] = max(gpus.get(node, 0), n)
         for node, n in phase_memory.items():
             memory[node] = max(memory.get(node, 0), n)
+    profile = rr.recipe.benchmark.profile
+    nsys_nodes: list[int] = []
+    if profile is not None and profile.tool == "nsys":
+        nsys_nodes = sorted({n for w in p.workers if w.role in profile.roles for n in w.nodes})
     ports.setdefault(p.proxy_node, set()).add(p.proxy_port)
     for value in entry.proxy.ports:
         port = cmd.job_value(rr, value)
@@ -73,5 +77,6 @@ def preflight_spec(rr: ResolvedRecipe, p: JobPlan, root: str) -> PreflightSpec:
         ports={n: sorted(v) for n, v in sorted(ports.items())},
         memory_bytes=memory,
         rdma=bool(t.nic_detection and t.gpus_per_node and entry.rdma),
+        nsys_nodes=nsys_nodes,
         node_interface=rr.recipe.site.node_interface,
     )

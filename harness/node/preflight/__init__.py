@@ -16,6 +16,7 @@ from harness.node.preflight.clock import check_clock
 from harness.node.preflight.disk import check_disk
 from harness.node.preflight.gpus import check_gpus
 from harness.node.preflight.memory import check_memory
+from harness.node.preflight.nsys import check_nsys
 from harness.node.preflight.ports import check_ports
 from harness.node.preflight.rdma import check_rdma
 from harness.node.preflight.runner import Problem, run_checks
@@ -27,6 +28,7 @@ __all__ = [
     "check_disk",
     "check_gpus",
     "check_memory",
+    "check_nsys",
     "check_ports",
     "check_rdma",
     "check_weights",
