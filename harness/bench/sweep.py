@@ -104,8 +104,8 @@ INTERRUPTED = "interrupted by SIGINT (Ctrl-C)"
 # After a first Ctrl-C a profiled window's traces are waited for this long at most, not
 # stop_timeout_s (600 s by default, sized for a CPU trace of a long window): the user asked to
 # stop, and a trace that is not written by then is given up (the section names the servers
-# whose traces came). 30 s is ample for /stop_profile and a short window's torch trace or an
-# nsys report on a GPU.
+# whose traces came). 30 s covers /stop_profile and a short window's torch trace; an nsys stream
+# of a GPU window (about 2 min for 2 GB on an H200) is given up, as the stop asked.
 INTERRUPT_PROFILE_STOP_S = 30.0
 
 __all__ = ["INTERRUPTED", "PointOutcome", "TargetDied", "arrival_offsets", "run_sweep", "run_sweep_detailed"]
