@@ -130,6 +130,33 @@ def test_a_renamed_or_gone_process_is_a_reason_not_a_guess(spawn) -> None:
         assert set(rec["reasons"]) == set(rec["versions"])
 
 
+def test_a_server_under_a_wrapper_is_probed_in_its_python_child(spawn, tmp_path: Path) -> None:
+    # nsys profile (benchmark.profile.tool nsys) runs the server as its child, and sh -c
+    # before it: the node's pid is the wrapper's, whose argv[0] names no interpreter.
+    wrapper = tmp_path / "nsys"
+    wrapper.write_text(f'#!/bin/sh\n"{sys.executable}" -c "{SLEEP}"\n')  # no exec: a child
+    wrapper.chmod(0o755)
+    server = spawn(["sh", "-c", 'exec "$0" profile', str(wrapper)])
+    deadline = time.monotonic() + 10
+    while not [c for c in _children(server.pid) if c != server.pid] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _children(server.pid), "the wrapper started its child"
+    interp = server_interpreter(server.pid)
+    assert isinstance(interp, Interpreter) and interp.python == VENV_PYTHON, interp
+    # A wrapper without a python child keeps its own reason.
+    alone = spawn(["sleep", "60"])
+    assert "'sleep' does not name a python interpreter" in str(server_interpreter(alone.pid))
+
+
+def _children(pid: int) -> list[int]:
+    import psutil
+
+    try:
+        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
 def _fake_python(tmp_path: Path, body: str) -> Interpreter:
     exe = tmp_path / "python3"
     exe.write_text("#!/bin/sh\n" + body + "\n")

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from harness import atomic, connectors
 from harness.rundir import RunDir, package_probe
 
@@ -45,9 +47,31 @@ class Interpreter:
         return (self.python, *(self.env.get(k, "") for k in _PATH_ENV))
 
 
+# A server may run under a wrapper that starts it as a child (nsys profile, benchmark.profile.tool
+# nsys): the interpreter is then its first python descendant's, this many generations down at most.
+WRAPPER_DEPTH = 3
+NOT_PYTHON = "does not name a python interpreter"
+
+
 def server_interpreter(pid: int) -> Interpreter | str:
-    """The interpreter process `pid` runs in, with the process's environment; or why it cannot
-    be told."""
+    """The interpreter process `pid` runs in, with the process's environment (or, when `pid` is
+    a wrapper such as nsys, that of the nearest python descendant); or why it cannot be told."""
+    found = _interpreter(pid)
+    if isinstance(found, Interpreter) or not found.endswith(NOT_PYTHON):
+        return found
+    try:
+        level = psutil.Process(pid).children()
+        for _ in range(WRAPPER_DEPTH):
+            for child in level:
+                if isinstance(inner := _interpreter(child.pid), Interpreter):
+                    return inner
+            level = [c for p in level for c in p.children()]
+    except psutil.Error:
+        pass  # the wrapper or a child went: the wrapper's own reason stands
+    return found
+
+
+def _interpreter(pid: int) -> Interpreter | str:
     proc = Path("/proc") / str(pid)
     try:
         argv = (proc / "cmdline").read_bytes().split(b"\0")
@@ -59,7 +83,7 @@ def server_interpreter(pid: int) -> Interpreter | str:
     first = argv[0].decode(errors="replace") if argv else ""
     if not Path(first).name.startswith("python"):
         # vLLM renames some of its processes (setproctitle); a server's own is left as it started.
-        return f"process {pid}'s argv[0] {first[:200]!r} does not name a python interpreter"
+        return f"process {pid}'s argv[0] {first[:200]!r} {NOT_PYTHON}"
     if os.sep in first:
         python: str | None = os.path.join(cwd, first)  # an absolute first stays as it is
     else:
