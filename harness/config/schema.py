@@ -475,6 +475,15 @@ class Recipe(Strict):
         return self
 
     @model_validator(mode="after")
+    def _profiled_roles_served(self) -> Recipe:
+        # A profiled role without servers in this topology would profile nothing (bench log only).
+        if (prof := self.benchmark.profile) is not None:
+            topo = self.topology
+            both = ["prefill", "decode", *(["aggregated"] if topo.aggregated is not None else [])]
+            prof.check_roles(["aggregated"] if topo.aggregated_only else both)
+        return self
+
+    @model_validator(mode="after")
     def _one_search_per_job(self) -> Recipe:
         # Two sweeps in one run directory would share slo_search.json and repeats/.
         topo = self.topology
