@@ -57,6 +57,26 @@ def test_a_role_without_servers_is_named_with_the_topology_s_roles() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("recipe", "sets", "role", "has"),
+    [
+        # Aggregated serving only: prefill and decode state a GPU count, no servers.
+        ("local-tiny-1p2d-vs-aggregated", ["topology.aggregated_only=true"], "decode", "aggregated"),
+        ("local-tiny-1p1d", [], "aggregated", "prefill, decode"),  # no aggregated baseline
+    ],
+)
+def test_a_profiled_role_without_servers_is_a_loader_error(recipe: str, sets: list[str], role: str, has: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_recipe(recipe, [*sets, f"benchmark.profile={{points: [4], roles: [{role}]}}"])
+    assert e.value.key == "benchmark.profile.roles", str(e.value)
+    assert f"no server of role {role} in this topology (its servers' roles: {has})" in str(e.value), str(e.value)
+
+
+def test_the_aggregated_baseline_may_be_profiled() -> None:
+    rr = load_recipe("local-tiny-1p2d-vs-aggregated", ["benchmark.profile={points: [4], roles: [aggregated, decode]}"])
+    assert rr.recipe.benchmark.profile is not None and rr.recipe.benchmark.profile.roles == ["aggregated", "decode"]
+
+
 def test_the_profilers_kind_and_directory_are_pdbench_s() -> None:
     with pytest.raises(ConfigError) as e:
         load_recipe("local-tiny-1p1d", ["benchmark.profile={points: [4], profiler_config: {profiler: cuda}}"])
