@@ -690,6 +690,22 @@ def test_several_load_processes_merge_raw_samples(model_dir, tmp_path):
     assert _load_workers() == []
 
 
+def test_a_load_process_without_requests_in_flight_is_not_busy(model_dir, tmp_path):
+    """Two load processes at C=1: the second has no slot and answers its batch at once. Its CPU
+    over that instant read as 105 % busy on an H200 node (2 load processes on 16 cores) and made
+    every C=1 point client-bound; it did no work, so it reports none."""
+    with FakeServer() as srv:
+        cfg = _cfg(model_dir, tmp_path, srv.base_url, workers=2, concurrency=[1, 2], num_prompts=6, num_warmups=1)
+        one, two = run_sweep_detailed(cfg)
+    c1 = json.loads(one.path.read_text())
+    c2 = json.loads(two.path.read_text())
+    assert one.ok and c1["completed"] == 6 and c1["client"]["workers"] == 2  # the precondition: an idle process
+    assert c1["client"]["cpu_busy"][1] == 0.0 and c1["client"]["warnings"] == [], c1["client"]
+    assert c1["bottleneck"]["verdict"] != "client-bound", c1["bottleneck"]
+    assert all(b > 0 for b in c2["client"]["cpu_busy"]), c2["client"]  # both worked at C=2
+    assert _load_workers() == []
+
+
 def test_a_stop_sent_as_a_batch_starts_stops_it_in_every_load_process():
     """The watchdog may stop a batch before the load processes have started it: the stop
     names its batch and is applied as the batch starts, so nothing runs to the point limit."""

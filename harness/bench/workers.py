@@ -209,7 +209,12 @@ class _Worker:
                 gc.enable()
                 self.run = None
             lags = await monitor.stop()
-            report = LoadReport(time.process_time() - cpu0, time.perf_counter() - wall0, lags)
+            # A worker with no slot in this batch (fewer requests in flight than workers: C=1 on a
+            # 16-core node) answers at once; its CPU over that millisecond would read as a process
+            # 100 % busy, and the point as client-bound. It did no work: it reports none.
+            report = (
+                LoadReport(time.process_time() - cpu0, time.perf_counter() - wall0, lags) if slots else LoadReport()
+            )
         # Requests this worker never took are the parent's to mark.
         return stopped or "", [(i, outs[i]) for i in taken], report
 
