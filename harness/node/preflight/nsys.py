@@ -1,7 +1,8 @@
 """nsys on a node whose servers run under it (benchmark.profile.tool: nsys): on PATH, and able to
 turn its captures into .nsys-rep reports.
 
-An nsys without its QdstrmImporter (the one bundled inside Nsight Compute, say) captures, then
+An nsys whose QdstrmImporter is missing or does not run (the one inside Nsight Compute on the
+H200: not where nsys looks, and, linked there, short of libdw.so.1) captures, then
 leaves each capture as a raw .qdstrm stream in its temporary directory: on an H200 with vLLM,
 about 2 GB per profiled window, about 2 minutes to write, during which /stop_profile does not
 answer, and the streams reach the -o directory only when the server exits. No report would come
@@ -45,7 +46,8 @@ def check_nsys(env: Mapping[str, str] | None = None, timeout_s: float = 15) -> l
         return []
     if "probe.qdstrm" in made:
         return [
-            f"nsys ({nsys}) cannot convert its captures (no QdstrmImporter where it looks): every profiled "
+            f"nsys ({nsys}) cannot convert its captures (its QdstrmImporter is not where it looks, or does "
+            "not run: nsys then says 'skipping importation of the QDSTRM file'): every profiled "
             f"window would leave a raw .qdstrm of about 2 GB and no report; {FULL_INSTALL}"
         ]
     return [
