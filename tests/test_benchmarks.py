@@ -3,6 +3,8 @@ ceiling that bounds the connector, and the verdicts their exit codes follow."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from benchmarks import bench_connector_transfer as transfer
@@ -101,6 +103,46 @@ def test_fidelity_matches_each_request_with_the_engines_record_of_it() -> None:
         request_errors({**client, "output_lens": [3, 4]}, engine)
     # A failed request (no tokens) has no times to compare.
     assert len(request_errors({**client, "output_lens": [3, 0]}, engine)["ttft"]) == 1
+
+
+def test_fidelity_ab_guard_pairs_rounds_and_judges_the_median_ratio(capsys: pytest.CaptureFixture[str]) -> None:
+    """The A/B guard divides each round's errors by the same round's reference (run back to back)
+    and passes when the median over rounds of each ratio is within the tolerance."""
+    import argparse
+
+    from benchmarks.bench_client_fidelity import ab_verdict, concurrencies, span
+
+    def side(*scales: float) -> list[dict]:  # one round per scale: 100 errors of 1..100 ms, scaled
+        return [{"errors": {"ttft": [scale * k for k in range(1, 101)]}} for scale in scales]
+
+    args = argparse.Namespace(ab_tolerance=1.35)
+    # Rounds 1.0, 1.2, 3.0 times the reference: median ratio 1.2 passes; one slow round does not fail it.
+    runs = {256: {"new": side(1.0, 1.2, 3.0), "ref": side(1.0, 1.0, 1.0)}}
+    assert ab_verdict(args, runs, "new", "ref") is True
+    assert "ratio 1.200 (min 1.000 .. max 3.000, n 3): PASS" in capsys.readouterr().out
+    # Rounds are paired, not pooled: a reference that was slow in the same round excuses the new side.
+    runs = {256: {"new": side(2.0, 2.0, 2.0), "ref": side(1.0, 1.0, 2.0)}}
+    assert ab_verdict(args, runs, "new", "ref") is False
+    assert "ratio 2.000 (min 1.000 .. max 2.000, n 3): FAIL" in capsys.readouterr().out
+    assert concurrencies("64,256") == [64, 256]
+    for bad in ("", "0", "64,x"):
+        with pytest.raises(argparse.ArgumentTypeError, match="positive integers"):
+            concurrencies(bad)
+    records = {0: {"arrival_s": 10.0, "last_ms": 500.0}, 1: {"arrival_s": 10.2, "last_ms": 900.0}}
+    assert span(records) == pytest.approx((10.0, 11.1))  # first arrival .. last request's last write
+
+
+def test_fidelity_ab_guard_asks_each_tree_for_its_flag_names() -> None:
+    """A tree's `pdbench bench` is driven with the directory flags its CLI has (renamed since)."""
+    from benchmarks.bench_client_fidelity import ROOT, pdbench_client
+
+    cmd = pdbench_client("this", ROOT).command("http://127.0.0.1:1", "tok", 8, 2, Path("out"), "p-", _FidelityArgs())
+    assert "--results-dir" in cmd and "--timings-dir" in cmd
+    assert "--result-dir" not in cmd and "--proxy-timings-dir" not in cmd
+
+
+class _FidelityArgs:
+    osl, range_ratio, workers = 64, 0.25, 1
 
 
 def test_sentinel_overhead_counts_judges_and_reads_the_reference_pass() -> None:
