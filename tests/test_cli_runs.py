@@ -3,6 +3,7 @@ recipe's latest run; runs are named by short id; `submit` ends with its points a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from cli_run import pdbench as _cli
 from conftest import port_base
+from small_fs import tmpfs
 
 from harness.rundir import RunDir
 
@@ -244,3 +246,35 @@ def test_submit_shows_the_health_wait(tmp_path: Path) -> None:
     assert who == "0 of 3 ready; waiting for prefill-0, decode-0, proxy", waits
     assert last == "prefill-0: Loading safetensors checkpoint shards: 40% Completed | 2/5", waits
     assert "not healthy within 25 s" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("where", ["through a file", "read-only filesystem"])
+def test_submit_refuses_a_results_dir_it_cannot_create(tmp_path: Path, where: str) -> None:
+    """One line naming the path and why, exit 2, no traceback, and no run started."""
+    if where == "through a file":
+        (tmp_path / "file").write_text("not a directory\n")
+        results, why, ctx = tmp_path / "file" / "results", "Not a directory", contextlib.nullcontext(tmp_path)
+    else:
+        results, why, ctx = tmp_path / "ro" / "results", "Read-only file system", tmpfs(tmp_path / "ro", read_only=True)
+    with ctx:
+        # Precondition: the path really cannot be created.
+        with pytest.raises(OSError):
+            results.mkdir(parents=True)
+        r = _cli(
+            "submit",
+            "-r",
+            LOCAL,
+            "--launcher",
+            "local",
+            "--dry-run",
+            "--skip-flag-check",
+            "--results-dir",
+            str(results),
+        )
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    # One line (beside the note of a first run that builds the tiny model).
+    lines = [x for x in r.stderr.strip().splitlines() if not x.startswith("building the tiny model")]
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith(f"error: --results-dir {results}: cannot create a run directory under it: {why}"), lines
+    assert "run directory:" not in r.stdout

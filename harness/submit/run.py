@@ -25,6 +25,18 @@ def resolve_run(ref: str, results_dir: Path) -> RunDir:
         raise Refused(str(e)) from None
 
 
+def create_run(results_dir: Path, recipe_name: str) -> RunDir:
+    """A new run directory; one that cannot be created (a read-only or full disk, a path through a
+    file, no permission) is refused in one line naming the path and why, before anything runs."""
+    try:
+        return RunDir.create(results_dir, recipe_name)
+    except OSError as e:
+        where = f" ({e.filename})" if e.filename else ""
+        raise Refused(
+            f"--results-dir {results_dir}: cannot create a run directory under it: {e.strerror or e}{where}"
+        ) from None
+
+
 def render_run(p: Planned, run: RunDir, resumed_from: RunDir | None = None) -> None:
     try:
         ctx = current_context(run.path, PROJECT_ROOT, p.rr)
@@ -70,7 +82,7 @@ def submit(
             check_same_measurement(resumed.path, rr)
         except ConfigError as e:
             raise Refused(str(e)) from None
-    run = RunDir.create(results_dir, rr.name)
+    run = create_run(results_dir, rr.name)
     render_run(p, run, resumed)
     say(f"run directory: {run.path}")
     if resumed is not None:
