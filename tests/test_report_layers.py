@@ -18,6 +18,7 @@ LAYERS = {
         "explain",
         "breakdown",
         "bottleneck",
+        "kv_handoff",
         "profile",
         "decide",
         "outputs_check",

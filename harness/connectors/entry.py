@@ -82,6 +82,10 @@ class KvEvidence:
     # What one decode server exports per completed request, series by series (`name{labels}`):
     # the contract the patterns above read, which the validity tests replay for every entry.
     per_request: Mapping[str, float] = field(default_factory=dict)
+    # Where a point's KV handoff (bytes, time and rate per transfer, the lane) is read from
+    # (harness.validity.kv_handoff): the connector's per-request lines in the timings directory,
+    # vLLM's NIXL histograms on decode, or nowhere (the connector exports no sizes or times).
+    handoff: Literal["connector_records", "vllm_nixl_metrics"] | None = None
 
 
 Instances = Literal["static", "registered", "aggregated"]

@@ -34,5 +34,6 @@ ENTRY = Connector(
             "vllm:nixl_num_failed_transfers_total": 0,
             "vllm:nixl_num_failed_notifications_total": 0,
         },
+        handoff="vllm_nixl_metrics",
     ),
 )

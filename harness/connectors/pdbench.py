@@ -36,5 +36,6 @@ ENTRY = Connector(
         failures=r"vllm:pdbench_kv_failed_(recv|send)_total",
         expired=r"vllm:pdbench_kv_expired_total",
         per_request={"vllm:pdbench_kv_recv_seconds_count": 1, "vllm:pdbench_kv_failed_recv_total": 0},
+        handoff="connector_records",
     ),
 )

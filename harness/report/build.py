@@ -18,6 +18,7 @@ from harness.report.crosscheck import crosscheck
 from harness.report.decide import decide
 from harness.report.deltas import with_deltas
 from harness.report.explain import run_notes
+from harness.report.kv_handoff import kv_handoff_table
 from harness.report.load import dedupe, load_runs
 from harness.report.model import BREAKDOWN_COLUMNS, ID_COLUMNS, METRICS, OUTPUT_COLUMNS, Report
 from harness.report.normalise import interactivity, per_gpu
@@ -141,6 +142,7 @@ def build_report(
         schedule_table(loaded.runs),
         prefix_cache_table(loaded.runs),
         bottleneck_table(loaded.runs),
+        kv_handoff_table(loaded.runs),
         profile_table(loaded.runs),
     )
     report.sections = [t for t in (*tables, crosscheck(loaded.runs, client_notes)) if t is not None]

@@ -12,6 +12,7 @@ from typing import Any
 
 from harness.rundir.accuracy_summary import AccuracySummary
 from harness.rundir.bottleneck_summary import BottleneckSummary
+from harness.rundir.kv_handoff_summary import KvHandoffSummary
 from harness.rundir.prefix_cache_summary import PrefixCacheSummary
 from harness.rundir.profile_summary import ProfileSummary
 from harness.rundir.schedule_summary import ScheduleSummary
@@ -72,6 +73,7 @@ class Point:
     client: dict[str, Any] | None = None  # pdbench: its own load (cpu_busy, loop_lag_ms, warnings)
     bottleneck: BottleneckSummary | None = None  # pdbench: what limits the point, with its evidence
     profile: ProfileSummary | None = None  # pdbench: a profiled point's traces and the profiler's cost
+    kv_handoff: KvHandoffSummary | None = None  # pdbench: how the point's KV moved, per the connector
 
 
 @dataclass

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from harness.report.points import Note, Point
 from harness.report.result_names import ISL_OSL, NameParts, is_srt_slurm_name, parse_name
 from harness.rundir.bottleneck_summary import BottleneckSummary
+from harness.rundir.kv_handoff_summary import KvHandoffSummary
 from harness.rundir.prefix_cache_summary import PrefixCacheSummary
 from harness.rundir.profile_summary import ProfileSummary
 from harness.rundir.schedule_summary import ScheduleSummary
@@ -181,6 +182,7 @@ SECTIONS: dict[str, tuple[type[BaseModel], str]] = {
     "prefix_cache": (PrefixCacheSummary, "its prefix-cache hits are not shown"),
     "bottleneck": (BottleneckSummary, "its bottleneck verdict is not shown"),
     "profile": (ProfileSummary, "its profile is not shown"),
+    "kv_handoff": (KvHandoffSummary, "its KV handoff is not shown"),
 }
 
 

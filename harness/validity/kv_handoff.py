@@ -1,0 +1,198 @@
+"""How a point's KV moved: bytes, transfers, the time and rate per transfer and the lane, from
+what the connector itself reports (the format: harness.rundir.kv_handoff_summary).
+
+Two sources, per connector (what each exports: harness/connectors/<name>.py):
+- the bundled connector writes one line per request on decode (connector/timings.py): its bytes,
+  its pull and the pull's wait for prefill's answer, and whether the bytes came by CUDA IPC or TCP.
+  The transfer is the pull less that wait, per request: exact percentiles and the proven lane.
+- NIXL (vLLM's NixlPromMetrics, 0.20 and 0.32): decode's histograms `vllm:nixl_xfer_time_seconds`,
+  `_post_time_seconds`, `_bytes_transferred` and `_num_descriptors`, one observation per completed
+  read. The point's deltas give sums and bucket counts: the mean rate is exact (bytes over time,
+  summed); per-transfer quantiles are interpolated in the time buckets, and a transfer's rate is
+  the mean bytes over its time (exact when every transfer has the same size: one prompt length).
+  UCX does not tell vLLM which transport it used, so the lane is not known from these.
+Other connectors (Mooncake, MoRI-IO in vLLM 0.32) export no transfer sizes or times: no section.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness import connectors
+from harness.rundir.kv_handoff_summary import KvHandoffSummary, Spread
+from harness.validity.series import Scrape
+
+NIXL = "vllm:nixl_"
+
+
+def point_handoff(
+    connector: str | None,
+    targets: Sequence[tuple[str, str, str]],
+    scrapes_dir: Path | None,
+    records: Iterable[dict[str, Any]],
+) -> KvHandoffSummary | None:
+    """The point's section, from where the connector's entry says its handoff is recorded.
+    `targets`: the point's scraped servers (name, role, url), whose scrapes lie in `scrapes_dir`
+    as <name>.{before,after}.prom; `records`: the proxy's per-request records of the point, with
+    the connector's line of each (its `connector` entry) where it wrote one."""
+    if connector is None:
+        return None
+    source = connectors.get_kv(connector).evidence
+    how = source.handoff if source is not None else None
+    if how == "connector_records":
+        return from_connector_records(
+            connector, (r["connector"] for r in records if isinstance(r.get("connector"), dict))
+        )
+    if how == "vllm_nixl_metrics" and scrapes_dir is not None:
+
+        def text(name: str, phase: str) -> str:
+            path = scrapes_dir / f"{name}.{phase}.prom"
+            return path.read_text(errors="replace") if path.is_file() else ""
+
+        decode = [(text(name, "before"), text(name, "after")) for name, role, _ in targets if role == "decode"]
+        return from_nixl_scrapes(decode)
+    return None
+
+
+def from_connector_records(connector: str, lines: Iterable[dict[str, Any]]) -> KvHandoffSummary | None:
+    """The bundled connector's per-request lines of the point (successful pulls with their bytes);
+    None when it recorded none."""
+    sizes: list[float] = []
+    times: list[float] = []
+    lanes: set[str] = set()
+    for line in lines:
+        pull, wait, size = _number(line.get("pull_ms")), _number(line.get("pull_wait_ms")), _number(line.get("bytes"))
+        if line.get("ok") is not True or pull is None or size is None or size <= 0:
+            continue
+        moving = pull - wait if wait is not None else pull
+        if moving <= 0:
+            continue
+        sizes.append(size)
+        times.append(moving)
+        if isinstance(line.get("path"), str):
+            lanes.add(line["path"])
+    if not times:
+        return None
+    t, b = np.asarray(times), np.asarray(sizes)
+    rates = b / (t * 1e6)  # bytes per ms -> GB/s
+    return KvHandoffSummary(
+        connector=connector,
+        source="connector_records",
+        transfers=len(times),
+        bytes_total=float(b.sum()),
+        bytes_per_transfer=float(b.mean()),
+        transfer_ms=_spread(t, slow_is_high=True),
+        gbps=_spread(rates, slow_is_high=False),
+        gbps_mean=float(b.sum() / (t.sum() * 1e6)),
+        lane="+".join(sorted(lanes)) or None,
+        lane_note="the connector's own account per request (ipc: CUDA IPC on one host; tcp: its socket)",
+        note="per request: the pull less its wait for prefill's answer (decode's clock)",
+    )
+
+
+def from_nixl_scrapes(pairs: Sequence[tuple[str, str]]) -> KvHandoffSummary | None:
+    """Decode servers' (before, after) /metrics texts of the point; None when no NIXL transfer
+    was observed (or the servers export no NIXL histograms)."""
+    before = [Scrape.parse(b) for b, _ in pairs]
+    after = [Scrape.parse(a) for _, a in pairs]
+
+    def total(family: str) -> float | None:
+        found = False
+        value = 0.0
+        for b, a in zip(before, after, strict=True):
+            got = a.total(family)
+            if got is None:
+                continue
+            found = True
+            prev = b.total(family)
+            value += got[0] - (prev[0] if prev else 0.0)
+        return value if found else None
+
+    count = total(f"{NIXL}xfer_time_seconds_count")
+    time_s = total(f"{NIXL}xfer_time_seconds_sum")
+    if not count or count <= 0 or time_s is None or time_s <= 0:
+        return None
+    size = total(f"{NIXL}bytes_transferred_sum")
+    post = total(f"{NIXL}post_time_seconds_sum")
+    descriptors = total(f"{NIXL}num_descriptors_sum")
+    buckets = _bucket_deltas(before, after, f"{NIXL}xfer_time_seconds_bucket")
+    p50 = _quantile(buckets, 0.5)
+    p99 = _quantile(buckets, 0.99)
+    transfer_ms = None if p50 is None or p99 is None else Spread(p50=p50 * 1e3, p99=p99 * 1e3)
+    mean_bytes = size / count if size is not None else None
+    gbps = None
+    if mean_bytes is not None and transfer_ms is not None and transfer_ms.p50 > 0 and transfer_ms.p99 > 0:
+        gbps = Spread(p50=mean_bytes / (transfer_ms.p50 * 1e6), p99=mean_bytes / (transfer_ms.p99 * 1e6))
+    return KvHandoffSummary(
+        connector="nixl",
+        source="vllm_metrics",
+        transfers=round(count),
+        bytes_total=size,
+        bytes_per_transfer=mean_bytes,
+        descriptors_per_transfer=None if descriptors is None else descriptors / count,
+        bytes_per_descriptor=None if size is None or not descriptors else size / descriptors,
+        transfer_ms=transfer_ms,
+        gbps=gbps,
+        gbps_mean=None if size is None else size / (time_s * 1e9),
+        post_share=None if post is None else post / time_s,
+        lane=None,
+        lane_note="vLLM's NIXL metrics do not say which UCX transport carried the bytes",
+        note=(
+            "decode's NIXL histograms over the point: the mean rate is bytes over time summed; "
+            "percentiles interpolated in the time buckets, rates as the mean bytes over those times"
+        ),
+    )
+
+
+def _number(v: Any) -> float | None:
+    """A finite number of a JSON line, else None."""
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return float(v) if ok else None
+
+
+def _spread(values: np.ndarray, slow_is_high: bool) -> Spread:
+    """Percentiles of per-transfer values; for rates (slow_is_high False) p99 is the slow tail."""
+    q = 99 if slow_is_high else 1
+    return Spread(
+        p50=float(np.percentile(values, 50)),
+        p99=float(np.percentile(values, q)),
+        min=float(values.min()),
+        max=float(values.max()),
+    )
+
+
+def _bucket_deltas(before: Sequence[Scrape], after: Sequence[Scrape], family: str) -> list[tuple[float, float]]:
+    """(upper bound, cumulative count) over the point, summed over servers and engines, by bound."""
+    counts: dict[float, float] = {}
+    for b, a in zip(before, after, strict=True):
+        prev = {(s.labels, s.label("le")): s.value for s in b.find(family)}
+        for s in a.find(family):
+            le = s.label("le")
+            if le is None:
+                continue
+            bound = math.inf if le in ("+Inf", "inf") else float(le)
+            counts[bound] = counts.get(bound, 0.0) + s.value - prev.get((s.labels, le), 0.0)
+    return sorted(counts.items())
+
+
+def _quantile(buckets: list[tuple[float, float]], q: float) -> float | None:
+    """Prometheus's histogram_quantile: linear within the bucket holding rank q * total; a rank in
+    the +Inf bucket answers the highest finite bound (as Prometheus does)."""
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    total = buckets[-1][1]
+    rank = q * total
+    lower, below = 0.0, 0.0
+    for bound, cumulative in buckets:
+        if cumulative >= rank:
+            if math.isinf(bound):
+                return lower
+            inside = cumulative - below
+            return lower + (bound - lower) * ((rank - below) / inside if inside > 0 else 1.0)
+        lower, below = bound, cumulative
+    return lower
