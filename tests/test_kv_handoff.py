@@ -165,3 +165,16 @@ def test_each_connector_is_read_where_its_entry_says(tmp_path: Path) -> None:
     assert point_handoff("mooncake", targets, tmp_path, records) is None
     assert point_handoff(None, targets, tmp_path, records) is None
     assert point_handoff("nixl", targets, None, records) is None  # nothing was scraped
+
+
+def test_a_recorded_vllm_nixl_run_on_cpu() -> None:
+    """vLLM 0.32's own scrapes of a 1P1D NIXL point (the tiny model on CPU, 28 requests), kept
+    without their histogram buckets: the sums give the section, the percentiles are left out."""
+    fix = Path(__file__).parent / "fixtures" / "metrics" / "nixl-1p1d"
+    h = from_nixl_scrapes([((fix / "decode.before.prom").read_text(), (fix / "decode.after.prom").read_text())])
+    assert h is not None and h.transfers == 28
+    assert h.bytes_total == 29_360_128 and h.bytes_per_transfer == 1 << 20  # one MiB per request
+    assert h.gbps_mean == pytest.approx(29_360_128 / (0.097585 - 0.01754) / 1e9)  # 0.37 GB/s
+    assert h.descriptors_per_transfer == pytest.approx(72 / 28)
+    assert h.post_share == pytest.approx((0.052661 - 0.01754) / (0.097585 - 0.01754))
+    assert h.transfer_ms is None and h.gbps is None
