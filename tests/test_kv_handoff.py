@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from harness.report import output_md
 from harness.report.build import build_report
-from harness.validity.kv_handoff import from_connector_records, from_nixl_scrapes, point_handoff
+from harness.validity.kv_handoff import describe, from_connector_records, from_nixl_scrapes, point_handoff
 
 GIB = 1 << 30
 # vLLM 0.32 nixl/stats.py's buckets (0.20's are the same).
@@ -178,3 +178,12 @@ def test_a_recorded_vllm_nixl_run_on_cpu() -> None:
     assert h.descriptors_per_transfer == pytest.approx(72 / 28)
     assert h.post_share == pytest.approx((0.052661 - 0.01754) / (0.097585 - 0.01754))
     assert h.transfer_ms is None and h.gbps is None
+
+
+def test_the_log_line_says_count_size_rate_and_lane() -> None:
+    h = from_connector_records("pdbench", [line(12.0, 2.0, GIB), line(22.0, 2.0, GIB)])
+    assert h is not None
+    assert describe(h) == (
+        f"KV handoff: 2 transfers of 1,024.0 MiB, {2 * GIB / 30e6:.2f} GB/s mean "
+        f"(p50 {(GIB / 10e6 + GIB / 20e6) / 2:.2f}, slow tail {h.gbps.p99:.2f}), lane ipc"  # type: ignore[union-attr]
+    )

@@ -196,3 +196,13 @@ def _quantile(buckets: list[tuple[float, float]], q: float) -> float | None:
             return lower + (bound - lower) * ((rank - below) / inside if inside > 0 else 1.0)
         lower, below = bound, cumulative
     return lower
+
+
+def describe(h: KvHandoffSummary) -> str:
+    """One line for the job's log: how many transfers of what size, at what rate, by which lane."""
+    size = "" if h.bytes_per_transfer is None else f" of {h.bytes_per_transfer / (1 << 20):,.1f} MiB"
+    rate = "" if h.gbps_mean is None else f", {h.gbps_mean:.2f} GB/s mean"
+    if h.gbps is not None:
+        rate += f" (p50 {h.gbps.p50:.2f}, slow tail {h.gbps.p99:.2f})"
+    shape = "" if h.descriptors_per_transfer is None else f", {h.descriptors_per_transfer:,.0f} descriptors each"
+    return f"KV handoff: {h.transfers} transfers{size}{rate}{shape}, lane {h.lane or 'not proven'}"
