@@ -84,6 +84,8 @@ from harness.rundir.proxy_timings import HEADER as TIMING_HEADER
 from harness.rundir.proxy_timings import read_all as read_timings
 from harness.rundir.result_name import point_tag
 from harness.validity import ClientCounts, unverified
+from harness.validity.kv_handoff import describe as describe_handoff
+from harness.validity.kv_handoff import point_handoff
 from harness.validity.outputs import OutputsCheck, with_outputs_check
 
 # Sub-streams of the seed per point, so a point's prompts do not depend on which
@@ -708,9 +710,19 @@ class _Sweep:
         extra["client"] = self._client_section(concurrency)
         kv = kv_transfer_ms(verdict if probe is not None else None)
         servers = read_role_timings(probe.targets, probe.out_dir) if probe is not None else {}
+        records: dict[str, dict[str, Any]] = {}
         if cfg.proxy_timings_dir:
             records = await self._proxy_records(Path(cfg.result_dir) / cfg.proxy_timings_dir, outs)
             extra["ttft_breakdown"] = ttft_breakdown(outs, self.request_ids, records, kv, servers)
+        handoff = point_handoff(
+            cfg.kv_connector,
+            probe.targets if probe is not None else [],
+            probe.out_dir if probe is not None else None,
+            records.values(),
+        )
+        if handoff is not None:  # how the KV moved, from the connector's own account
+            extra["kv_handoff"] = handoff.model_dump(mode="json")
+            log(f"C={concurrency}{self._shape_text()}: {describe_handoff(handoff)}")
         extra["bottleneck"] = judge_point(
             concurrency,
             extra.get("ttft_breakdown"),

@@ -1,0 +1,87 @@
+"""The sweep writes each point's `kv_handoff` section from its decode servers' NIXL histograms as
+scraped around the point, and says it in the log."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from test_kv_handoff import NixlDecode
+from test_mock_engine import Engine
+
+from harness import tiny_model
+from harness.bench import ClientConfig, run_sweep_detailed
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class NixlMetrics:
+    """A decode server's /metrics whose NIXL histograms record one 64 MiB transfer in 20 ms of 8
+    descriptors at every scrape: the point's scrapes differ by the transfers between them."""
+
+    def __init__(self) -> None:
+        self.decode = NixlDecode()
+        self.scrapes = 0
+        lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                with lock:
+                    outer.scrapes += 1
+                    outer.decode.transfer(0.02, 64 << 20, 8, 0.001)
+                    body = outer.decode.text().encode() if self.path == "/metrics" else b"{}"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_each_point_carries_its_nixl_handoff(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = str(tiny_model.build(tmp_path / "m"))
+    metrics = NixlMetrics()
+    try:
+        with Engine(model="tiny") as engine:
+            cfg = ClientConfig(
+                base_url=engine.url,
+                model="tiny",
+                tokenizer=model,
+                isl=16,
+                osl=4,
+                concurrency=[2],
+                num_prompts=4,
+                num_warmups=0,
+                result_dir=str(tmp_path / "r"),
+                prefill_gpus=1,
+                decode_gpus=1,
+                kv_connector="nixl",
+                health_check_interval_s=0,
+                scrape=[f"decode-0=decode@{metrics.url}"],
+            )
+            (o,) = run_sweep_detailed(cfg)
+    finally:
+        metrics.close()
+    assert o.path is not None, o.error
+    assert metrics.scrapes >= 2  # the precondition: the point was scraped before and after
+    h = json.loads(o.path.read_text())["kv_handoff"]
+    # Every scrape but the point's first came after one more transfer: all of them are the point's.
+    assert h["connector"] == "nixl" and h["source"] == "vllm_metrics"
+    assert 1 <= h["transfers"] <= metrics.scrapes - 1
+    assert h["bytes_per_transfer"] == 64 << 20 and h["descriptors_per_transfer"] == 8
+    assert h["gbps_mean"] == pytest.approx((64 << 20) / 0.02 / 1e9)
+    assert h["lane"] is None
+    assert f"KV handoff: {h['transfers']} transfers of 64.0 MiB" in capsys.readouterr().err
