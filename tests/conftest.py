@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 
@@ -23,3 +24,12 @@ def port_base(base: int) -> int:
     # PDBENCH_TEST_PORT_OFFSET moves a whole test run, so two checkouts can test at once.
     offset = int(os.environ.get("PDBENCH_TEST_PORT_OFFSET", "0"))
     return base + offset + 100 * int(worker.removeprefix("gw") or 0)
+
+
+@pytest.fixture(scope="session")
+def pdbench_copy_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The finished run directory of shared_jobs.PDBENCH_COPY_C2, for the tests that only read it."""
+    from shared_jobs import PDBENCH_COPY_C2, PDBENCH_COPY_RECIPE, run_finished_job
+
+    results = tmp_path_factory.mktemp("pdbench-copy-job")
+    return run_finished_job(results, *PDBENCH_COPY_C2, recipe=PDBENCH_COPY_RECIPE, timeout=600)

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 from conftest import require_vllm
+from shared_jobs import ACCURACY, PDBENCH_COPY_RECIPE
+from shared_jobs import EVAL_THRESHOLD as THRESHOLD
 from test_accuracy_contract import collect_rows
 from test_e2e_vllm import _assert_nothing_left, _assert_outputs_match, _finish, _launch
 
 pytestmark = pytest.mark.vllm
 
-RECIPE = "local-tiny-1p1d-pdbench"
-TASKS = Path(__file__).resolve().parent / "fixtures" / "evals" / "pdbench_copy"
-THRESHOLD = 0.95  # 16 of 16 right passes; the corrupted KV here gets 13 of 16 (0.8125)
+RECIPE = PDBENCH_COPY_RECIPE
 # One small point (the sweep is not what is tested here) and 16 samples of the fixture task.
 OVERRIDES = (
     "model=pdbench-copy",
@@ -28,10 +28,7 @@ OVERRIDES = (
     "benchmark.osl=8",
     "benchmark.min_prompts=4",
     "benchmark.prompts_multiplier=1",
-    "accuracy.enabled=true",
-    f'accuracy.tasks=[{{"name": "pdbench_copy", "limit": 16, "threshold": {THRESHOLD}, '
-    f'"metric": "exact_match,strict-match", "include_path": "{TASKS}"}}]',
-    "accuracy.timeout_s=300",
+    *ACCURACY,
 )
 
 
@@ -39,12 +36,10 @@ def _summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "evals" / "disagg-after" / "pdbench-accuracy.json").read_text())
 
 
-def test_copy_task_passes_through_the_proxy(tmp_path: Path) -> None:
-    require_vllm()
-    proc, watcher = _launch(tmp_path, *OVERRIDES, recipe=RECIPE)
-    rc, out = _finish(proc, watcher, timeout=600)
-    assert rc == 0, out[-4000:]
-    (run_dir,) = (tmp_path / RECIPE).iterdir()
+def test_copy_task_passes_through_the_proxy(pdbench_copy_job: Path) -> None:
+    # The session's one job of the copy model with this eval (conftest.pdbench_copy_job): it
+    # succeeded and left nothing running; its point is the recipe's shape at C=2.
+    run_dir = pdbench_copy_job
     s = _summary(run_dir)
     assert s["error"] is None and s["passed"] is True, s
     (task,) = s["tasks"]
@@ -62,7 +57,6 @@ def test_copy_task_passes_through_the_proxy(tmp_path: Path) -> None:
     assert json.loads((run_dir / "status.json").read_text())["state"] == "succeeded"
     (point,) = run_dir.glob("concurrency_2_*.json")
     _assert_outputs_match(json.loads(point.read_text()), run_dir)
-    _assert_nothing_left(watcher)
 
 
 def test_corrupted_kv_drops_the_score_and_fails_the_job(tmp_path: Path) -> None:
