@@ -19,7 +19,10 @@ from typing import IO, Any
 def write_with(path: Path, write: Callable[[IO[bytes]], Any], *, replace: bool = True, mode: int = 0o644) -> Path:
     """Publish what `write` puts into a binary file object at `path`, atomically."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise _naming(e, path) from None
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
@@ -30,10 +33,19 @@ def write_with(path: Path, write: Callable[[IO[bytes]], Any], *, replace: bool =
             os.replace(tmp, path)
         else:
             os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError as e:  # a full disk's write names no file: the error names the target
+        raise _naming(e, path) from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def _naming(e: OSError, path: Path) -> OSError:
+    """`e` with the target's name (not the temp file's, nor none, as a failed write has)."""
+    return OSError(e.errno, e.strerror or str(e), str(path))  # the errno's subclass, as the original
 
 
 def write_bytes(path: Path, data: bytes, *, replace: bool = True, mode: int = 0o644) -> Path:

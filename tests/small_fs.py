@@ -33,10 +33,9 @@ def tmpfs(where: Path, size: str = "64k", read_only: bool = False) -> Iterator[P
 
 def fill(path: Path) -> None:
     """Fill the filesystem holding `path` (a file it creates) until ENOSPC."""
-    with open(path, "wb") as f:
+    with open(path, "wb", buffering=0) as f:  # unbuffered: closing it has nothing left to write
         try:
             while True:
                 f.write(b"\0" * 4096)
-                f.flush()
         except OSError:
             pass

@@ -192,7 +192,7 @@ def bench_command(**flags: Any) -> None:
     # Heavy imports only when running.
     from harness.bench.dataset import DatasetError
     from harness.bench.external import run_external_clients
-    from harness.bench.results import ResultExistsError
+    from harness.bench.results import ResultDirUnwritable, ResultExistsError
     from harness.bench.sweep import TargetDied, run_sweep_detailed
     from harness.bench.trace import TraceError
 
@@ -204,7 +204,7 @@ def bench_command(**flags: Any) -> None:
         raise _fail("interrupted (Ctrl-C)", 130) from None
     except TargetDied as e:
         raise _fail(f"the target cannot serve, nothing was sent: {e}", 1) from None
-    except (ResultExistsError, DatasetError, TraceError) as e:
+    except (ResultExistsError, ResultDirUnwritable, DatasetError, TraceError) as e:
         raise _fail(str(e), 1) from None
     except OSError as e:  # e.g. the tokenizer or a result directory that cannot be read or written
         raise _fail(f"{e.strerror or e}: {e.filename}" if e.filename else str(e), 1) from None
@@ -214,7 +214,7 @@ def bench_command(**flags: Any) -> None:
         raise _fail(interrupted_summary(outcomes, cfg.result_dir), 130)
     if not all(o.ok for o in outcomes):
         bad = [f"C={o.concurrency} ({o.error or f'{o.failed} failed'})" for o in outcomes if not o.ok]
-        raise _fail("not every request succeeded: " + "; ".join(bad), 1)
+        raise _fail("not every point succeeded: " + "; ".join(bad), 1)
     if failed := [o.summary for o in external if not o.ok]:
         raise _fail("; ".join(failed), 1)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,53 @@ from harness.rundir.profile_summary import ProfileSummary
 
 class ResultExistsError(FileExistsError):
     """A result file is already there; results are never overwritten."""
+
+
+class ResultDirUnwritable(Exception):
+    """The result directory cannot take a file: found before any request is sent."""
+
+
+# The probe written before any load: a page, so a full disk fails it as a read-only one does.
+PROBE_BYTES = 4096
+# Where a point's result goes when its own file cannot be written (a disk that filled mid-run).
+SPARE_DIR = "pdbench-unwritten"
+
+
+def check_writable(directory: Path) -> None:
+    """Write, sync and remove a probe file in `directory`; raises ResultDirUnwritable naming the path
+    and why (read-only, full, no permission). Directories it had to create for the probe are removed
+    again: a sweep that then sends nothing leaves nothing behind (the first result creates them)."""
+    directory = Path(directory)
+    missing = [d for d in (directory, *directory.parents) if not d.exists()]
+    probe = directory / f".pdbench-write-probe-{os.getpid()}"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with open(probe, "wb") as f:
+            f.write(b"\0" * PROBE_BYTES)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        raise ResultDirUnwritable(
+            f"result_dir {directory} cannot take a result file ({e.strerror or e}: {e.filename or probe}); "
+            "nothing was sent"
+        ) from None
+    finally:
+        for path in (probe, *missing):  # deepest first
+            try:
+                path.rmdir() if path in missing else path.unlink()
+            except OSError:
+                pass
+
+
+def write_spare(result: BenchResult, path: Path) -> Path:
+    """Write the result of a point whose file `path` could not be written into a new file under the
+    temporary directory ($TMPDIR/pdbench-unwritten/), named after it; raises OSError if that fails too."""
+    spare = Path(tempfile.gettempdir()) / SPARE_DIR
+    spare.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f"{path.stem}.", suffix=path.suffix, dir=spare)
+    with os.fdopen(fd, "w") as f:
+        f.write(result.model_dump_json(indent=2) + "\n")
+    return Path(name)
 
 
 class BenchResult(BaseModel):

@@ -52,7 +52,9 @@ from harness.bench.progress import Display, log, pick_mode
 from harness.bench.results import (
     BenchResult,
     ResultExistsError,
+    check_writable,
     write_result,
+    write_spare,
 )
 from harness.bench.resume import replay_of, set_aside, why_not_kept
 from harness.bench.runtime_info import runtime_metadata
@@ -919,8 +921,10 @@ class _Sweep:
 
     async def _run(self) -> list[PointOutcome]:
         base = self.base
-        # Fail before sending any load rather than after a long point; the trace first, as its
-        # length is every point's request count (which resume checks).
+        # Fail before sending any load rather than after a long point: a result directory that
+        # cannot take a file (read-only, full, no permission); the trace, as its length is every
+        # point's request count (which resume checks).
+        check_writable(Path(base.result_dir))
         if base.dataset == "mooncake_trace":
             assert base.trace is not None and base.dataset_path is not None
             self.trace = load_trace(base.dataset_path)[: base.trace.max_requests]
@@ -1218,6 +1222,21 @@ class _Sweep:
             return PointOutcome(c, None, error=f"not run: {self._total_reason()}", shape=self.shape_tag)
         return None
 
+    def _unwritten(self, c: int, path: Path, result: BenchResult, e: OSError) -> PointOutcome:
+        """The point was measured but its file cannot be written (a disk that filled or went
+        read-only mid-run): its result goes to a spare file under the temporary directory, or,
+        if that fails too, it is lost; the error says which. The sweep stops: the next points'
+        results could not be written either."""
+        why = f"cannot write {e.filename or path}: {e.strerror or e}"
+        try:
+            kept = f"the point's result was written to {write_spare(result, path)} instead"
+        except OSError as e2:
+            kept = f"the point's result is lost (nor could it be written under the temporary directory: {e2})"
+        error = f"{why}; {kept}"
+        log(f"C={c}{self._shape_text()}: {error}")
+        self.dead = f"results cannot be written ({why})"
+        return PointOutcome(c, None, result.completed, result.failed, error, self.shape_tag)
+
     async def _one(
         self, index: int, c: int, path: Path, annotate: Callable[[BenchResult], None] | None = None
     ) -> PointOutcome:
@@ -1233,6 +1252,7 @@ class _Sweep:
         if (skipped := self._not_run(c)) is not None:
             return skipped
         label = f"C={c}{self._shape_text()}"
+        result: BenchResult | str | None = None
         try:
             result = await self.point(c)
             if isinstance(result, str):
@@ -1241,6 +1261,14 @@ class _Sweep:
             if annotate is not None:
                 annotate(result)
             path = write_result(result, path)
+        except ResultExistsError as e:
+            log(f"{label}: point could not be written: {e}")
+            return PointOutcome(c, None, error=str(e), shape=tag)
+        except OSError as e:
+            if not isinstance(result, BenchResult):  # raised while the point ran: nothing to keep
+                log(f"{label}: point could not be run: {type(e).__name__}: {e}")
+                return PointOutcome(c, None, error=f"{type(e).__name__}: {e}", shape=tag)
+            return self._unwritten(c, path, result, e)
         except Exception as e:
             log(f"{label}: point could not be run: {type(e).__name__}: {e}")
             return PointOutcome(c, None, error=f"{type(e).__name__}: {e}", shape=tag)
