@@ -3,8 +3,8 @@
 Runs aiohttp in a background thread on 127.0.0.1 (ephemeral port). Each request
 streams `max_tokens` one-token chunks, a usage chunk and `data: [DONE]`, unless
 `policy(n, body)` (n = 0-based arrival number) picks a failure mode:
-"500" (HTTP error), "midstream" (error chunk after 2 tokens), "hang" (stalls after
-1 token until the server stops), "no_done" (stream ends without [DONE]),
+"500" (HTTP error), "404" (vLLM's answer to an unknown model), "midstream" (error chunk after 2
+tokens), "hang" (stalls after 1 token until the server stops), "no_done" (stream ends without [DONE]),
 "error_then_more" (an error event after 1 token, then tokens go on without [DONE]
 until the server stops), "diverge" (token 3 differs from every other answer's). Chunks carry
 `token_ids` when the body asks for them (`return_token_ids`, as vLLM). GET /health answers `health` (an HTTP status, settable at
@@ -91,6 +91,9 @@ class FakeServer:
         mode = self.policy(n, body) if self.policy else None
         if mode == "500":
             return web.json_response({"error": {"message": "injected failure"}}, status=500)
+        if mode == "404":  # vLLM's answer to a model it does not serve
+            message = f"The model `{body.get('model')}` does not exist."
+            return web.json_response({"error": {"message": message, "type": "NotFoundError", "code": 404}}, status=404)
         chat = request.path.endswith("/chat/completions")
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)

@@ -593,8 +593,12 @@ def test_degenerate_points_pass(model_dir: str, tmp_path: Path) -> None:
     for path in (failed, one):
         (agg,) = assert_inferencex_contract(path)
         data = json.loads(path.read_text())
-        assert not any("tpot" in k for k in data) and "median_tpot_ms" in data["zero_per_token_stats"]
-        assert not any("intvty" in k for k in agg)
+        assert not any("tpot" in k for k in data) and not any("intvty" in k for k in agg)
+    # No request completed: no latency statistic at all (n/a, where vLLM writes 0s).
+    data = json.loads(failed.read_text())
+    assert data["latency_stats"] == "n/a: no measured request completed" and not data["zero_per_token_stats"]
+    assert not [k for k in data if k.endswith("_ms")]
+    assert "median_tpot_ms" in json.loads(one.read_text())["zero_per_token_stats"]
     md = json.loads(one.read_text())["metadata"]
     assert md["valid"] is None and md["validity"]["verdict"] == "unverified"
     assert {r["name"]: r["status"] for r in md["validity"]["rules"]}["kv_transferred"] == "not_checked"

@@ -193,7 +193,7 @@ def bench_command(**flags: Any) -> None:
     from harness.bench.dataset import DatasetError
     from harness.bench.external import run_external_clients
     from harness.bench.results import ResultDirUnwritable, ResultExistsError
-    from harness.bench.sweep import TargetDied, run_sweep_detailed
+    from harness.bench.sweep import WARMUPS_FAILED, TargetDied, run_sweep_detailed
     from harness.bench.trace import TraceError
 
     try:
@@ -212,6 +212,8 @@ def bench_command(**flags: Any) -> None:
         raise _fail(f"unexpected error ({type(e).__name__}): {e}", 1) from None
     if any(o.interrupted for o in outcomes):
         raise _fail(interrupted_summary(outcomes, cfg.result_dir), 130)
+    if warm := next((o for o in outcomes if o.error and o.error.startswith(WARMUPS_FAILED)), None):
+        raise _fail(f"C={warm.concurrency}: {warm.error}; the points left were not run", 1)
     if not all(o.ok for o in outcomes):
         bad = [f"C={o.concurrency} ({o.error or f'{o.failed} failed'})" for o in outcomes if not o.ok]
         raise _fail("not every point succeeded: " + "; ".join(bad), 1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,17 @@ class ResultDirUnwritable(Exception):
 PROBE_BYTES = 4096
 # Where a point's result goes when its own file cannot be written (a disk that filled mid-run).
 SPARE_DIR = "pdbench-unwritten"
+
+
+# A latency statistic (mean, median, std, a percentile of TTFT, TPOT, ITL or E2EL): over no
+# completed request it is undefined, and the result leaves it out ("n/a"), where vLLM writes 0.
+LATENCY_STAT = re.compile(r"(mean|median|std|p[\d.]+)_(ttft|tpot|itl|e2el)_ms")
+NO_LATENCIES = "n/a: no measured request completed"
+
+
+def _na() -> Any:
+    """A latency statistic's field: absent from the file when undefined (no request completed)."""
+    return Field(None, exclude_if=lambda v: v is None)
 
 
 def check_writable(directory: Path) -> None:
@@ -81,7 +93,9 @@ class BenchResult(BaseModel):
     here such a key always holds a finite number, and a TPOT one a non-zero number (checked
     on creation; the error names the key). A TPOT statistic that is 0 (no request had two
     tokens, one sample's std, tokens in one burst) is where vLLM writes 0; pdbench moves it
-    to `zero_per_token_stats` instead, keeping the value out of InferenceX's division.
+    to `zero_per_token_stats` instead, keeping the value out of InferenceX's division. A point
+    where no request completed has no latency statistic at all (vLLM writes 0s, which read as a
+    fast point): they are left out and `latency_stats` says n/a.
     """
 
     model_config = ConfigDict(extra="allow")
@@ -126,15 +140,17 @@ class BenchResult(BaseModel):
     max_output_tokens_per_s: float
     max_concurrent_requests: int
     rtfx: float = 0.0  # audio only in vLLM; always 0 here
-    mean_ttft_ms: float
-    median_ttft_ms: float
-    std_ttft_ms: float
-    mean_itl_ms: float
-    median_itl_ms: float
-    std_itl_ms: float
-    mean_e2el_ms: float
-    median_e2el_ms: float
-    std_e2el_ms: float
+    # Absent (None here) when no request completed: `latency_stats` then says so.
+    mean_ttft_ms: float | None = _na()
+    median_ttft_ms: float | None = _na()
+    std_ttft_ms: float | None = _na()
+    mean_itl_ms: float | None = _na()
+    median_itl_ms: float | None = _na()
+    std_itl_ms: float | None = _na()
+    mean_e2el_ms: float | None = _na()
+    median_e2el_ms: float | None = _na()
+    std_e2el_ms: float | None = _na()
+    latency_stats: str | None = Field(None, exclude_if=lambda v: v is None)
     latencies: list[float] = []
     queue_times: list[float] = []
     start_times: list[float | None] = []  # s from the first send; None: never sent
@@ -155,6 +171,11 @@ class BenchResult(BaseModel):
     def _move_zero_tpot(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
+        if data.get("completed") == 0:
+            # No request completed: every latency statistic is n/a, not 0 (a 0.0 TTFT would read
+            # as a fast point), and the file says so.
+            kept = {k: v for k, v in data.items() if not LATENCY_STAT.fullmatch(k)}
+            return kept | {"latency_stats": NO_LATENCIES}
         zero = {k: v for k, v in data.items() if "tpot" in k and isinstance(v, (int, float)) and v == 0}
         if not zero:
             return data
@@ -167,6 +188,8 @@ class BenchResult(BaseModel):
             if not (key.endswith("ms") or "tpot" in key):
                 continue
             value = getattr(self, key)
+            if value is None and self.completed == 0 and LATENCY_STAT.fullmatch(key):
+                continue  # n/a: left out of the file
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ValueError(f"{key}: must be a finite number (InferenceX reads it as one), got {value!r}")
             if "tpot" in key and value == 0:

@@ -86,6 +86,7 @@ from harness.rundir.proxy_timings import HEADER as TIMING_HEADER
 from harness.rundir.proxy_timings import read_all as read_timings
 from harness.rundir.result_name import point_tag
 from harness.validity import ClientCounts, unverified
+from harness.validity.completed import with_completed
 from harness.validity.kv_handoff import describe as describe_handoff
 from harness.validity.kv_handoff import point_handoff
 from harness.validity.outputs import OutputsCheck, with_outputs_check
@@ -105,6 +106,7 @@ BUSY_WARN = 0.9
 PROXY_RECORDS_WAIT_S = 2.0
 
 INTERRUPTED = "interrupted by SIGINT (Ctrl-C)"
+WARMUPS_FAILED = "every warm-up request failed, so no measured request was sent"
 # After a first Ctrl-C a profiled window's traces are waited for this long at most, not
 # stop_timeout_s (600 s by default, sized for a CPU trace of a long window): the user asked to
 # stop, and a trace that is not written by then is given up (the section names the servers
@@ -632,6 +634,12 @@ class _Sweep:
                 return f"stopped during warmups: {stopped}"
             if bad := [o for o in warm if not o.success]:
                 log(f"C={concurrency}{self._shape_text()}: {len(bad)}/{n_warm} warmup requests failed: {bad[0].error}")
+                if len(bad) == len(warm):
+                    # A wrong model name, a server that refuses every request: the measured
+                    # requests would fail the same way. Neither they nor the points left are sent.
+                    why = f"{WARMUPS_FAILED} (model {cfg.model!r} at {cfg.url}): {bad[0].error}"
+                    self.dead = why
+                    return why
 
         await self._references_ready()
         date = datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -695,6 +703,8 @@ class _Sweep:
         extra: dict[str, Any] = {}
         check = self._outputs_check(concurrency, sentinels)
         verdict = with_outputs_check(verdict, check)
+        first_error = next((o.error for o in outs if not o.success and o.error), None)
+        verdict = with_completed(verdict, sum(o.success for o in outs), len(outs), first_error)
         if probe is not None and probe.prefix_cache is not None:
             extra["prefix_cache"] = probe.prefix_cache.model_dump(mode="json")
         if sentinels is not None and check is not None:
@@ -725,17 +735,19 @@ class _Sweep:
         if handoff is not None:  # how the KV moved, from the connector's own account
             extra["kv_handoff"] = handoff.model_dump(mode="json")
             log(f"C={concurrency}{self._shape_text()}: {describe_handoff(handoff)}")
-        extra["bottleneck"] = judge_point(
-            concurrency,
-            extra.get("ttft_breakdown"),
-            servers,
-            kv,
-            metrics.get("mean_tpot_ms"),
-            extra["client"],
-            self.bottleneck_bases,
-            self.shape_tag,
-            e2el_ms=metrics.get("mean_e2el_ms"),
-        )
+        extra["bottleneck"] = None  # no request completed: nothing to judge, nor a baseline for later points
+        if metrics["completed"]:
+            extra["bottleneck"] = judge_point(
+                concurrency,
+                extra.get("ttft_breakdown"),
+                servers,
+                kv,
+                metrics.get("mean_tpot_ms"),
+                extra["client"],
+                self.bottleneck_bases,
+                self.shape_tag,
+                e2el_ms=metrics.get("mean_e2el_ms"),
+            )
         if profiler is not None:
             figures = window_figures(metrics)
             if traces is not None:  # the measured window was the profiled one
@@ -1272,10 +1284,14 @@ class _Sweep:
         except Exception as e:
             log(f"{label}: point could not be run: {type(e).__name__}: {e}")
             return PointOutcome(c, None, error=f"{type(e).__name__}: {e}", shape=tag)
-        log(
-            f"{label}: completed {result.completed}, failed {result.failed}, "
+        latencies = (
             f"median TTFT {result.median_ttft_ms:.1f} ms, "
             f"median TPOT {getattr(result, 'median_tpot_ms', 0.0):.2f} ms, "  # absent when 0
+            if result.median_ttft_ms is not None
+            else "latencies n/a (no request completed), "
+        )
+        log(
+            f"{label}: completed {result.completed}, failed {result.failed}, {latencies}"
             f"output {result.output_throughput:.1f} tok/s, {result.request_throughput:.1f} req/s"
             + (f", {self.unsent} never sent" if self.unsent else "")
             + (f", stopped: {result.stop_reason}" if result.stop_reason else "")

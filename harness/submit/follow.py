@@ -45,9 +45,8 @@ def point_table(points: list[Point]) -> list[str]:
             continue
         tpot = getattr(r, "median_tpot_ms", None)  # absent when every request had one token
         tpot_text = f"{tpot:.2f}" if isinstance(tpot, (int, float)) else "-"
-        lines.append(
-            f"  {p.label:<{width}}  {r.median_ttft_ms:>8.1f}  {tpot_text:>8}  {r.output_throughput:>10.1f}  {p.verdict}"
-        )
+        ttft = "n/a" if r.median_ttft_ms is None else f"{r.median_ttft_ms:.1f}"  # no request completed
+        lines.append(f"  {p.label:<{width}}  {ttft:>8}  {tpot_text:>8}  {r.output_throughput:>10.1f}  {p.verdict}")
     return lines
 
 

@@ -77,7 +77,7 @@ class RoleStats(BaseModel):
 
 Verdict = Literal["valid", "invalid", "unverified"]
 # Rules judged from the client's own counts; they are no evidence about the servers.
-CLIENT_RULES = frozenset({"failed_requests", "output_generated"})
+CLIENT_RULES = frozenset({"failed_requests", "output_generated", "requests_completed"})
 
 
 class PointValidity(BaseModel):
