@@ -4,7 +4,8 @@ Runs aiohttp in a background thread on 127.0.0.1 (ephemeral port). Each request
 streams `max_tokens` one-token chunks, a usage chunk and `data: [DONE]`, unless
 `policy(n, body)` (n = 0-based arrival number) picks a failure mode:
 "500" (HTTP error), "404" (vLLM's answer to an unknown model), "midstream" (error chunk after 2
-tokens), "hang" (stalls after 1 token until the server stops), "no_done" (stream ends without [DONE]),
+tokens), "usage_high" / "usage_low" (usage.completion_tokens 100,000 / 1, whatever was streamed),
+"hang" (stalls after 1 token until the server stops), "no_done" (stream ends without [DONE]),
 "error_then_more" (an error event after 1 token, then tokens go on without [DONE]
 until the server stops), "diverge" (token 3 differs from every other answer's). Chunks carry
 `token_ids` when the body asks for them (`return_token_ids`, as vLLM). GET /health answers `health` (an HTTP status, settable at
@@ -125,7 +126,8 @@ class FakeServer:
             if body.get("return_token_ids"):
                 choice["token_ids"] = [token]
             await send({"object": "text_completion", "choices": [choice]})
-        await send({"choices": [], "usage": {"prompt_tokens": 0, "completion_tokens": body["max_tokens"]}})
+        usage = {"usage_high": 100_000, "usage_low": 1}.get(mode or "", body["max_tokens"])
+        await send({"choices": [], "usage": {"prompt_tokens": 0, "completion_tokens": usage}})
         if mode != "no_done":
             await send("[DONE]")
         return resp

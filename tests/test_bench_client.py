@@ -34,11 +34,11 @@ def _response(body: bytes, status: str = "200 OK", chunked: bool = True, extra: 
     return head.encode() + body
 
 
-def _run(feeds: list[tuple[bytes, float]], chat: bool = False, closed: bool = False):
-    """Feed (bytes, time) pieces; returns (output, exchange, completed)."""
+def _run(feeds: list[tuple[bytes, float]], chat: bool = False, closed: bool = False, max_tokens: int = 8):
+    """Feed (bytes, time) pieces of a request for `max_tokens`; returns (output, exchange, completed)."""
     loop = asyncio.new_event_loop()
     try:
-        out = RequestOutput(prompt_len=3, expected_output_len=3)
+        out = RequestOutput(prompt_len=3, expected_output_len=max_tokens)
         out.start_time = 10.0
         ex = _Exchange(out, chat, loop.create_future())
         complete = False
@@ -247,6 +247,43 @@ def test_one_event_per_read_takes_the_fast_path(monkeypatch):
     out, _, done = _run(_per_chunk(_response(_chunked(_tok(), _tok(), _tok(), USAGE, DONE))))
     assert done and out.success and out.itl == pytest.approx([0.01, 0.01])
     assert taken[:3] == [True, True, True] and not any(taken[3:])  # usage and [DONE]: general path
+
+
+# -- the server's usage, checked against what was streamed and asked for ------------
+
+
+def _usage(tokens: object) -> bytes:
+    return _event({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": tokens}})
+
+
+@pytest.mark.parametrize(
+    ("events", "usage", "error"),
+    [
+        (3, 3, None),  # vLLM's default: one token per event
+        (2, 5, None),  # several tokens per event (speculative decoding, --stream-interval)
+        (4, 3, None),  # a closing event that carries only the finish reason
+        (8, 8, None),  # exactly max_tokens
+        (3, 100_000, "usage.completion_tokens 100000 is more than the 8 asked for (max_tokens)"),
+        (3, 9, "usage.completion_tokens 9 is more than the 8 asked for (max_tokens)"),
+        (5, 3, "usage.completion_tokens 3 is fewer than the 5 content events streamed"),
+        (1, 0, "usage.completion_tokens 0 is fewer than the 1 content events streamed"),
+        (2, "2", "usage.completion_tokens is not an integer: '2'"),
+    ],
+)
+def test_usage_is_checked_against_the_stream_and_max_tokens(events, usage, error):
+    body = _chunked(*([_tok()] * events), _usage(usage), DONE)
+    for feeds in ([(_response(body), 10.5)], _per_chunk(_response(body))):  # one read; one per event
+        out, _, done = _run(feeds)
+        assert done and out.success is (error is None) and out.error == (error or "")
+        if error is None:
+            assert out.output_tokens == usage
+
+
+def test_without_a_known_max_tokens_only_the_stream_bounds_usage():
+    # A load process's outputs carried max_tokens 0 (unknown) before it was passed to them.
+    body = _chunked(_tok(), _tok(), _usage(50), DONE)
+    out, _, _ = _run([(_response(body), 10.5)], max_tokens=0)
+    assert out.success and out.output_tokens == 50
 
 
 # -- framing (llhttp) -------------------------------------------------------------

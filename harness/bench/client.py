@@ -115,6 +115,25 @@ def _is_content_chunk(msg: dict[str, Any]) -> bool:
     return not (delta.get("role") and not delta.get("content") and not delta.get("reasoning_content"))
 
 
+def usage_mismatch(usage: Any, events: int, max_tokens: int) -> str | None:
+    """Why a successful stream's `usage.completion_tokens` cannot be true, or None; checked once per
+    request, when its response is complete (never per event). The rule never refuses real vLLM
+    output: vLLM streams one event per engine step that made tokens for the request (one token by
+    default; several with speculative decoding or --stream-interval; a step whose text the
+    detokenizer holds back still sends its event), so a stream has no more content events than
+    tokens, and vLLM never makes more than max_tokens. One event more than the tokens is allowed:
+    a closing event that carries only the finish reason (some servers send one). So the count is
+    refused when it is over max_tokens (when known: > 0), under 1 (a success has a content event),
+    under the content events less one, or not an integer."""
+    if not isinstance(usage, int) or isinstance(usage, bool):
+        return f"usage.completion_tokens is not an integer: {usage!r:.40}"
+    if max_tokens > 0 and usage > max_tokens:
+        return f"usage.completion_tokens {usage} is more than the {max_tokens} asked for (max_tokens)"
+    if usage < 1 or usage < events - 1:
+        return f"usage.completion_tokens {usage} is fewer than the {events} content events streamed"
+    return None
+
+
 # -- target URL and request bytes ------------------------------------------------
 
 
@@ -403,6 +422,8 @@ class _Exchange:
                 self.failure = "stream ended without data: [DONE]"
             elif self.failure is None and self.chunks == 0:
                 self.failure = "stream had no content chunk"
+        if self.failure is None and self.usage_tokens is not None:
+            self.failure = usage_mismatch(self.usage_tokens, self.chunks, out.expected_output_len)
         if self.failure is None:
             out.latency = self.last - out.start_time  # type: ignore[operator]
             out.output_tokens = self.usage_tokens if self.usage_tokens is not None else self.chunks

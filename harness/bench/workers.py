@@ -145,8 +145,8 @@ class _Worker:
                 msg = await self.inbox.get()
                 if msg[0] == "exit":
                     return
-                _, self.batch_id, path, bounds, offsets, slots, timeout_s, t0, limit_s, limit_reason = msg
-                answer = await self._batch(path, bounds, offsets, slots, timeout_s, t0, limit_s, limit_reason)
+                _, self.batch_id, path, bounds, limits, offsets, slots, timeout_s, t0, limit_s, limit_reason = msg
+                answer = await self._batch(path, bounds, limits, offsets, slots, timeout_s, t0, limit_s, limit_reason)
                 _send(self.conn, answer)
                 del answer
                 gc.collect()  # the batch's garbage, between batches
@@ -159,6 +159,7 @@ class _Worker:
         self,
         path: str,
         bounds: list[int],
+        limits: list[int],
         offsets: list[float],
         slots: int,
         timeout_s: float,
@@ -171,7 +172,8 @@ class _Worker:
             self.slots.append(Slot(self.target, self.chat))
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
             requests = _Mapped(data, bounds)
-            outs = [RequestOutput(0, 0) for _ in range(n)]
+            # Each request's max_tokens, against which the client checks the server's usage.
+            outs = [RequestOutput(0, limit) for limit in limits]
             taken: list[int] = []
             counter, counts, k = self.counter, self.counts, self.index
 
@@ -362,8 +364,10 @@ class WorkerPool:
             # took up to ~200 ms (a trace's first requests were that late with 50 ms).
             t0 = time.perf_counter() + 0.25
             offs = [float(x) for x in offsets]
+            limits = [o.expected_output_len for o in outs]
             for p, s in zip(self._procs, slots, strict=True):
-                _send(p.conn, ("batch", self._batch_id, path, bounds, offs, s, timeout_s, t0, limit_s, limit_reason))
+                msg = ("batch", self._batch_id, path, bounds, limits, offs, s, timeout_s, t0, limit_s, limit_reason)
+                _send(p.conn, msg)
             answer_s = (limit_s if limit_s is not None else 1e9) + ANSWER_GRACE_S
             poller = asyncio.get_running_loop().create_task(self._poll(progress))
             try:
