@@ -189,6 +189,11 @@ def bench_command(**flags: Any) -> None:
     config = flags.pop("config")
     cfg = load_config(config, _overrides(flags))
 
+    # Thousands of connections need a descriptor each: the soft limit up to the hard one (the
+    # load processes inherit it), so the client never fails for want of its own descriptors.
+    from harness.limits import raise_open_files
+
+    raise_open_files()
     # Heavy imports only when running.
     from harness.bench.dataset import DatasetError
     from harness.bench.external import run_external_clients

@@ -43,7 +43,7 @@ from harness.proxy.http import HttpConnection, Reply, Request, Stream
 from harness.proxy.prometheus import ProxyMetrics
 from harness.proxy.registry import Registry
 from harness.proxy.shared import SharedState
-from harness.proxy.upstream import Response, UpstreamClient, UpstreamFailure
+from harness.proxy.upstream import LOCAL, Response, UpstreamClient, UpstreamFailure
 from harness.rundir.proxy_timings import HEADER as TIMING_HEADER
 from harness.rundir.proxy_timings import Stamps, TimingLog
 from harness.rundir.session_header import SESSION_HEADER
@@ -366,7 +366,7 @@ class Proxy:
                     msg = f"prefill timed out after {self.cfg.request_timeout_s:g}s"
                 else:
                     msg = f"prefill failed: {exc}"
-                raise UpstreamError(p.url, 502, exc.kind, msg) from None
+                raise UpstreamError(p.url, 503 if exc.kind == LOCAL else 502, exc.kind, msg) from None
             if not 200 <= status < 300:
                 raise UpstreamError.from_status(p.url, "prefill", status, raw)
             try:
@@ -440,6 +440,9 @@ class Proxy:
             except UpstreamError as err:  # the concurrent prefill failed first (counted by _prefill_done)
                 return err.response(rid)
             except UpstreamFailure as exc:
+                if exc.kind == LOCAL:  # the proxy's own shortage: decode is not at fault, nor taken out
+                    log.warning("decode %s not reached (request %s): %s", d.url, rid, exc)
+                    return self._reject(503, f"decode not reached: {exc}", LOCAL, d.url, rid)
                 msg = (
                     f"decode timed out after {self.cfg.request_timeout_s:g}s"
                     if exc.kind == "timeout"

@@ -31,7 +31,8 @@ class UpstreamError(Exception):
 
     @property
     def backend_fault(self) -> bool:
-        return self.status >= 500
+        """A 5xx of the backend's making; not the proxy's own shortage (kind proxy_resources, a 503)."""
+        return self.status >= 500 and self.kind != "proxy_resources"
 
     def response(self, request_id: str | None = None) -> Reply:
         return error_response(self.status, self.message, self.kind, self.backend, request_id)

@@ -16,6 +16,7 @@ from typing import Any
 
 import aiohttp
 
+from harness.limits import local_cause
 from harness.proxy.backends import Backend, Pool
 from harness.proxy.config import ProxyConfig
 from harness.proxy.errors import describe
@@ -72,7 +73,11 @@ class HealthPoller:
                 await resp.read()
             if ok and b.bootstrap_addr is not None:
                 await self.query_bootstrap(b)
-        except (asyncio.TimeoutError, aiohttp.ClientError, ValueError) as exc:
+        except (asyncio.TimeoutError, aiohttp.ClientError, ValueError, OSError) as exc:
+            if (mine := local_cause(exc)) is not None:
+                # The proxy's own shortage (descriptors, memory): no evidence about the backend.
+                log.warning("health poll of %s not sent: the proxy ran out of a resource: %s", b.label, mine)
+                return
             ok, reason = False, describe(exc)
         self.pool.record_health(b, ok, reason)
 

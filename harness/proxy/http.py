@@ -11,7 +11,10 @@ then drops its upstream legs, which makes vLLM abort the request).
 Bounded: a connection idle (or sending a request) for `keepalive_s` is closed (one sweep
 per server checks them all: a timer per request cost as much as parsing it); a body over
 `max_body` is read and discarded, and the handler sees `too_large` (the proxy answers 413
-and closes).
+and closes). A request's head is bounded before it is buffered (llhttp has no limit, and
+httptools keeps a header's pieces until it ends): a URL over MAX_URL is answered 414, a head
+(request line and headers) over MAX_HEAD bytes or with more than MAX_HEADERS headers 431,
+and the connection is closed.
 """
 
 from __future__ import annotations
@@ -30,6 +33,17 @@ from harness.proxy.flows import dumps
 log = logging.getLogger(__name__)
 
 KEEPALIVE_S = 75.0  # aiohttp's and nginx's default
+# Limits of a request's head. A URL: nginx's default line buffer (large_client_header_buffers
+# 8k); the whole head: four times h11's 16 KiB (uvicorn's default), room for long tokens in
+# headers; the header count: hyper's (vllm-router's HTTP server) default of 100.
+MAX_URL = 8 * 1024
+MAX_HEAD = 64 * 1024
+MAX_HEADERS = 100
+LINGER_S = 2.0  # after refusing a request, what the client still sends is read and dropped this long
+
+
+class _Refused(Exception):
+    """Raised in an llhttp callback to stop parsing a request the limits refuse."""
 
 
 class Request:
@@ -200,6 +214,11 @@ class HttpConnection(asyncio.Protocol):
         self._too_large = False
         self._closing = False  # no further requests are read (an error answer, Connection: close)
         self._answered = False  # the current request's response has begun
+        self._in_head = True  # reading a request's line and headers (bounded: MAX_HEAD)
+        self._head_read = 0  # bytes read while in the head: counts a header that never ends
+        self._head_size = 0  # the head's URL and header bytes parsed so far
+        self._header_count = 0
+        self._refusal: tuple[int, str] | None = None  # why a callback stopped the parser
 
     # -- asyncio.Protocol -----------------------------------------------------
 
@@ -210,12 +229,23 @@ class HttpConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
+        if self._in_head:
+            self._head_read += len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._refuse(400, "protocol upgrades are not supported")
+            return
         except httptools.HttpParserError as exc:
-            self._refuse(400, f"malformed HTTP request: {exc}")
+            self._refuse(*(self._refusal or (400, f"malformed HTTP request: {exc}")))
+            return
+        if self._in_head and self._head_read > MAX_HEAD:  # a header still growing (llhttp buffers it)
+            self._refuse(431, f"request head over {MAX_HEAD} bytes")
+
+    def _limit(self, status: int, message: str) -> None:
+        """Stop parsing this request: answered `status` (by data_received) and closed."""
+        self._refusal = (status, message)
+        raise _Refused(message)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
@@ -240,14 +270,27 @@ class HttpConnection(asyncio.Protocol):
         self._body = []
         self._size = 0
         self._too_large = False
+        self._in_head = True
+        self._head_size = self._header_count = 0
 
     def on_url(self, url: bytes) -> None:
         self._url += url
+        self._head_size += len(url)
+        if len(self._url) > MAX_URL:
+            self._limit(414, f"URL over {MAX_URL} bytes")
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_count += 1
+        self._head_size += len(name) + len(value)
+        if self._header_count > MAX_HEADERS:
+            self._limit(431, f"more than {MAX_HEADERS} request headers")
+        if self._head_size > MAX_HEAD:
+            self._limit(431, f"request head over {MAX_HEAD} bytes")
         self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._head_read = 0
         length = self._headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self.server.max_body:
             self._too_large = True
@@ -265,6 +308,7 @@ class HttpConnection(asyncio.Protocol):
             self._body.append(body)
 
     def on_message_complete(self) -> None:
+        self._in_head, self._head_read = True, 0  # what follows is the next request's head
         p = self.parser
         path = self._url.split(b"?", 1)[0].decode("latin-1")
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
@@ -379,8 +423,21 @@ class HttpConnection(asyncio.Protocol):
             return
         if self.task is None:
             self._write_reply(_error(status, message, "invalid_request_error"), False)
-            self.transport.close()
+            self._linger()
         # else: the handler in progress finishes, then the connection closes
+
+    def _linger(self) -> None:
+        """End our side after the answer, and read (and drop) what the client still sends for
+        LINGER_S before closing: closed at once with its bytes unread, the kernel would reset the
+        connection and the client could lose the answer (nginx's lingering close)."""
+        transport = self.transport
+        if transport is None:
+            return
+        if transport.can_write_eof():
+            transport.write_eof()
+            self.loop.call_later(LINGER_S, self.cut)
+        else:
+            transport.close()
 
     # -- waits ----------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness import aio
+from harness.limits import raise_open_files
 from harness.proxy.app import Proxy
 from harness.proxy.config import ProxyConfig
 from harness.proxy.http import KEEPALIVE_S, Handler, HttpServer
@@ -89,6 +90,8 @@ def serve(config: ProxyConfig) -> None:
     """Run the proxy until SIGINT/SIGTERM (with `workers` > 1, that many processes on one port)."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    soft, hard = raise_open_files()  # before the workers fork: they inherit it
+    log.info("open-file limit %d (hard %d)", soft, hard)
     log.info(
         "pdbench proxy on %s:%d connector=%s policy=%s prefill=%s decode=%s expected=%dP/%dD workers=%d",
         config.host,

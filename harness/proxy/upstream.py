@@ -20,9 +20,15 @@ from collections import deque
 
 import httptools
 
+from harness.limits import local_cause
+
 # Pause reading a response when this much is buffered and the client is slower
 # than the backend (memory stays bounded).
 HIGH_WATER = 1 << 20
+
+
+# A leg that failed on the proxy's own side (descriptors, memory): the backend is not at fault.
+LOCAL = "proxy_resources"
 
 
 class UpstreamFailure(Exception):
@@ -30,7 +36,7 @@ class UpstreamFailure(Exception):
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
-        self.kind = kind  # connection_error | timeout | stream_idle_timeout
+        self.kind = kind  # connection_error | timeout | stream_idle_timeout | proxy_resources (LOCAL)
 
 
 class Response:
@@ -293,6 +299,8 @@ class _HostPool:
         except asyncio.TimeoutError:
             raise UpstreamFailure("connection_error", f"connect timed out after {connect_timeout:g}s") from None
         except OSError as exc:
+            if local_cause(exc) is not None:  # ours (e.g. out of descriptors), not the backend's
+                raise UpstreamFailure(LOCAL, f"the proxy ran out of a resource of its own: {exc}") from None
             raise UpstreamFailure("connection_error", f"cannot connect: {exc}") from None
         return conn
 
