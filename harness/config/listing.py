@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from harness.config import yaml_bounded
 from harness.config.cluster import DIR_ENV_VAR, ENV_VAR
 
 
@@ -27,7 +28,7 @@ class Entry:
 
 def _describe(path: Path) -> tuple[str, str | None]:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml_bounded.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as e:
         return f"(unreadable: {type(e).__name__.replace('Error', ' error').strip()})", None
     if not isinstance(data, dict):

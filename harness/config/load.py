@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from harness.config import yaml_bounded
 from harness.config.cluster import ClusterProfile, profile_path
 from harness.config.schema import SAFE_NAME as _SAFE_NAME
 from harness.config.schema import Catalogue, ModelSpec, Recipe
@@ -138,7 +139,9 @@ def _read_yaml(path: Path) -> Any:
     except FileNotFoundError:
         raise ConfigError(path, "", "file not found") from None
     try:
-        return yaml.safe_load(text)
+        return yaml_bounded.safe_load(text)
+    except yaml_bounded.ExpansionError as e:
+        raise ConfigError(path, "", f"refused: {e}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f"line {mark.line + 1}: " if mark else ""
@@ -304,7 +307,9 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not all(parts):
         raise ConfigError(f"--set {key}", "", "expected a dotted key path such as benchmark.isl")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = yaml_bounded.safe_load(raw) if raw.strip() else ""
+    except yaml_bounded.ExpansionError as e:
+        raise ConfigError(f"--set {key}", "", f"refused: {e}") from None
     except yaml.YAMLError:
         value = raw
     return parts, value
