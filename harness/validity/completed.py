@@ -10,7 +10,8 @@ RULE = "requests_completed"
 
 def with_completed(verdict: PointValidity, completed: int, requests: int, first_error: str | None) -> PointValidity:
     """The point's verdict with the rule `requests_completed` added; none completed makes it invalid
-    (its reason first), one or more leaves the verdict as it was."""
+    (its reason after those of a verdict already invalid, which say why: e.g. the point was stopped
+    early), one or more leaves the verdict as it was."""
     if completed > 0:
         return verdict
     why = f": {first_error}" if first_error else ""
@@ -25,7 +26,7 @@ def with_completed(verdict: PointValidity, completed: int, requests: int, first_
         update={
             "verdict": "invalid",
             "valid": False,
-            "reasons": [f"{r.name}: {r.detail}", *(verdict.reasons if verdict.verdict == "invalid" else [])],
+            "reasons": [*(verdict.reasons if verdict.verdict == "invalid" else []), f"{r.name}: {r.detail}"],
             "rules": [*verdict.rules, r],
         }
     )
