@@ -4,11 +4,10 @@ scraped around the point, and says it in the log."""
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from metrics_server import serve_metrics
 from test_kv_handoff import NixlDecode
 from test_mock_engine import Engine
 
@@ -25,26 +24,13 @@ class NixlMetrics:
     def __init__(self) -> None:
         self.decode = NixlDecode()
         self.scrapes = 0
-        lock = threading.Lock()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                with lock:
-                    outer.scrapes += 1
-                    outer.decode.transfer(0.02, 64 << 20, 8, 0.001)
-                    body = outer.decode.text().encode() if self.path == "/metrics" else b"{}"
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = serve_metrics(self._render)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def _render(self) -> str:
+        self.scrapes += 1
+        self.decode.transfer(0.02, 64 << 20, 8, 0.001)
+        return self.decode.text()
 
     def close(self) -> None:
         self.server.shutdown()

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from metrics_server import serve_metrics
 from test_ttft_breakdown import _start, _wait_ok
 
 from benchmarks.common import free_ports
@@ -31,29 +31,17 @@ PER_SCRAPE = 3
 
 def _metrics_server(role: str, port: int) -> ThreadingHTTPServer:
     scrapes = [0]
-    lock = threading.Lock()
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            with lock:
-                scrapes[0] += 1
-                n = scrapes[0] * PER_SCRAPE
-            lines = []
-            for name, mean in MEANS[role].items():
-                family, labels = f"vllm:request_{name}_seconds", '{engine="0",model_name="tiny"}'
-                lines += [f"{family}_sum{labels} {n * mean}", f"{family}_count{labels} {n}"]
-            body = ("\n".join(lines) + "\n").encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def render() -> str:
+        scrapes[0] += 1
+        n = scrapes[0] * PER_SCRAPE
+        lines = []
+        for name, mean in MEANS[role].items():
+            family, labels = f"vllm:request_{name}_seconds", '{engine="0",model_name="tiny"}'
+            lines += [f"{family}_sum{labels} {n * mean}", f"{family}_count{labels} {n}"]
+        return "\n".join(lines) + "\n"
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return serve_metrics(render, port)
 
 
 @pytest.fixture
