@@ -25,7 +25,7 @@ import numpy as np
 
 from harness import connectors
 from harness.rundir.kv_handoff_summary import KvHandoffSummary, Spread
-from harness.validity.series import Scrape
+from harness.validity.series import Scrape, delta
 
 NIXL = "vllm:nixl_"
 
@@ -101,17 +101,9 @@ def from_nixl_scrapes(pairs: Sequence[tuple[str, str]]) -> KvHandoffSummary | No
     before = [Scrape.parse(b) for b, _ in pairs]
     after = [Scrape.parse(a) for _, a in pairs]
 
-    def total(family: str) -> float | None:
-        found = False
-        value = 0.0
-        for b, a in zip(before, after, strict=True):
-            got = a.total(family)
-            if got is None:
-                continue
-            found = True
-            prev = b.total(family)
-            value += got[0] - (prev[0] if prev else 0.0)
-        return value if found else None
+    def total(family: str) -> float | None:  # the point's delta, summed over the decode servers
+        found = [d[0] for b, a in zip(before, after, strict=True) if (d := delta(b, a, family)) is not None]
+        return sum(found) if found else None
 
     count = total(f"{NIXL}xfer_time_seconds_count")
     time_s = total(f"{NIXL}xfer_time_seconds_sum")
