@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.invocation import prog
 from harness.rundir import RunDir
 from harness.rundir.paths import client_point_subdir
 from harness.submit.follow import summary
@@ -31,7 +32,7 @@ def test_an_aiperf_sweep_names_its_point_directories(tmp_path: Path, capsys: pyt
         in out
     )
     assert "no result" not in out and "valid" not in out, out
-    assert "next: pdbench report local-tiny-1p1d/abc123" in out, out
+    assert f"next: {prog()} report local-tiny-1p1d/abc123" in out, out  # prog(): tests/test_cli_hints.py
 
 
 def test_a_pdbench_sweep_keeps_its_point_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 
 from harness.config.cluster import chosen_profile
 from harness.config.load import ConfigError, ResolvedRecipe
+from harness.invocation import prog
 from harness.launch.find import NoJob, job_of
 from harness.launch.job import Job, JobInfo, JobState, LaunchError
 from harness.launch.launcher import Launcher
@@ -91,12 +92,12 @@ def prepare(
 def resume_command(
     ref: str, search_dir: Path, launcher_kind: str, cluster: str | None, overrides: Sequence[str]
 ) -> str:
-    words = ["pdbench", "search", ref, "--search-dir", str(search_dir), "--launcher", launcher_kind]
+    words = ["search", ref, "--search-dir", str(search_dir), "--launcher", launcher_kind]
     if cluster is not None:
         words += ["--cluster", cluster]
     for o in overrides:
         words += ["--set", o]
-    return shlex.join(words)
+    return f"{prog()} {shlex.join(words)}"
 
 
 @dataclass

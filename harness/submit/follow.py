@@ -8,6 +8,7 @@ import sys
 import time
 
 from harness.config.load import PROJECT_ROOT
+from harness.invocation import prog
 from harness.launch.health_wait import HealthWait
 from harness.launch.job import Job, JobInfo, JobState, LaunchError
 from harness.launch.log_tail import LogTail
@@ -93,9 +94,9 @@ def _next_steps(run: RunDir, rc: int, points_written: bool) -> None:
         say(f"reason: {status['reason']}")
     ref = run_ref(run)
     if points_written:
-        say(f"next: pdbench report {ref}")
+        say(f"next: {prog()} report {ref}")
     if rc != 0:
-        say(f"logs: pdbench logs {ref}")
+        say(f"logs: {prog()} logs {ref}")
 
 
 def follow(job: Job, timeout_s: float) -> int:

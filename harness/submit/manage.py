@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.invocation import prog
 from harness.launch.find import NoJob, job_of
 from harness.launch.job import LaunchError
 from harness.rundir import RunDir, read_status
@@ -46,7 +47,7 @@ def status_lines(run: RunDir) -> list[str]:
     lines.append(f"points: {sum(p.valid for p in points)} of {len(points)} valid")
     lines += point_table(points)
     if any(p.result is not None for p in points):
-        lines.append(f"next: pdbench report {run_ref(run)}")
+        lines.append(f"next: {prog()} report {run_ref(run)}")
     return lines
 
 
