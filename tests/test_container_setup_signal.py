@@ -93,6 +93,64 @@ def test_signal_during_setup_is_recorded(tmp_path: Path, sig: signal.Signals, ca
     assert status["state"] == ("timeout" if sig == signal.SIGUSR2 else "failed")
 
 
+def _start_with_mktemp(tmp_path: Path, behaviour: str) -> tuple[subprocess.Popen, Path]:
+    """container.sh in its first command, `err=$(mktemp)`, whose mktemp `behaviour` decides
+    ("hold": waits; "fail": exits 2); fail's own mktemp (with arguments) is the real one."""
+    script = render_case("dsr1-fp8-1p2d--podman", tmp_path / "render") / "container.sh"
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    bin_dir = tmp_path / "bin"
+    started = tmp_path / "started"
+    first = f"/usr/bin/touch {started}; exec sleep 30" if behaviour == "hold" else "exit 2"
+    _fake(bin_dir, "mktemp", f'if [ $# = 0 ]; then {first}; fi\nexec /usr/bin/mktemp "$@"\n')
+    _fake(bin_dir, "scontrol", 'echo "JobId=7 JobState=RUNNING Reason=None TimeLimit=00:01:00"\n')
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "RUN_DIR": str(run_dir),
+        "PDBENCH_ROOT": str(tmp_path),
+        "SLURM_JOB_ID": "7",
+        "SLURM_NODEID": "1",
+    }
+    proc = subprocess.Popen(
+        ["bash", str(script)], env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 20
+    while behaviour == "hold" and not started.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    return proc, run_dir
+
+
+def test_a_setup_command_killed_before_the_shells_trap_ran_is_recorded(tmp_path: Path) -> None:
+    # Slurm's warning reaches every process of the task; where it kills a command and set -e
+    # ends the script before the shell's own trap ran (seen in CI: a node ended with no
+    # record, and the other node's SIGTERM became the job's reason), the exit status names it.
+    proc, run_dir = _start_with_mktemp(tmp_path, "hold")
+    assert proc.poll() is None and read_status(RunDir(run_dir)) is None
+    children = [int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+    assert children, "the held mktemp is not a child of the script"
+    for pid in children:  # the command only: the shell itself never sees the signal
+        os.kill(pid, signal.SIGUSR2)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1, err
+    failure = json.loads((run_dir / "state" / "root_cause").read_text())
+    assert failure["cause"] == TIME_LIMIT_WARNING and failure["node"] == 1, failure
+    status = read_status(RunDir(run_dir))
+    assert status is not None and status["state"] == "timeout", status
+
+
+def test_a_setup_that_stops_with_no_cause_records_its_exit_code(tmp_path: Path) -> None:
+    proc, run_dir = _start_with_mktemp(tmp_path, "fail")
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1, err
+    failure = json.loads((run_dir / "state" / "root_cause").read_text())
+    assert failure["cause"] == (
+        "setting up the container stopped with exit code 2, before pdbench's node runtime ran"
+    ), failure
+    status = read_status(RunDir(run_dir))
+    assert status is not None and status["state"] == "failed", status
+
+
 def _start_in_container(tmp_path: Path, held_in: str = "container") -> tuple[subprocess.Popen, Path]:
     """container.sh of a podman recipe past its set-up, its container running but not yet
     `pdbench node` (the fake container is a process the signal kills, as it kills a shell).

@@ -7,6 +7,13 @@
 # `pdbench node` inside tears down once it stops (Slurm killed this task, the node was
 # lost), so no container outlives its job although it runs outside Slurm's tracking.
 # A failure here is recorded as the node's root cause, as `pdbench node` records its own.
+# Slurm's signals can come before the handlers below exist (its time-limit warning up to a
+# minute early, so at the job's first second): until then a signal is only remembered.
+caught=""
+trap 'caught=${caught:-TERM}' TERM
+trap 'caught=${caught:-INT}' INT
+trap 'caught=${caught:-HUP}' HUP
+trap 'caught=${caught:-USR2}' USR2
 set -euo pipefail
 RUNTIME=docker
 IMAGE=registry.example.internal/vllm/vllm-openai:v0.32.0
@@ -18,7 +25,7 @@ STATE="$RUN_DIR/state"
 LOG="logs/container-node$NODE.log"
 HEARTBEAT="$STATE/heartbeat-node$NODE"
 JOB_RECORD="$STATE/slurm-job-node$NODE"
-mkdir -p "$STATE" "$RUN_DIR/logs"
+err=""
 
 json_str() {
   local s=$1
@@ -35,6 +42,7 @@ fail() {
     reason="$reason; last lines of $log:"$'\n'"${tail:-  (empty)}"
   fi
   echo "pdbench: $reason" >&2
+  mkdir -p "$STATE" 2>/dev/null || true  # a failure before the run's state/ was made
   tmp=$(mktemp "$STATE/.failure-node$NODE.XXXXXX")
   printf '{"node": %s, "cause": %s, "process": null, "role": null, "log": %s, "log_tail": %s, "primary": true, "time": %s, "reason": %s}\n' \
     "$NODE" "$(json_str "$cause")" "$( [ -n "$log" ] && json_str "$log" || echo null)" \
@@ -77,16 +85,33 @@ image_id_record() {
 # as this node's failure; the warning's cause is the one `pdbench node` records for it.
 # shellcheck disable=SC2317  # called from the traps below
 setup_signal() {
+  caught=${caught:-$1}
   timeout 3 scontrol -o show job "$SLURM_JOB_ID" >"$JOB_RECORD.tmp" 2>/dev/null && mv "$JOB_RECORD.tmp" "$JOB_RECORD"
-  if [ "$1" = USR2 ]; then fail 'Slurm warned that the job'"'"'s time limit is near (sbatch --signal=USR2): the sweep was stopped before it; the points finished so far are kept'; fi
-  fail "received SIG$1 while setting up the container, before pdbench's node runtime ran"
+  if [ "$caught" = USR2 ]; then fail 'Slurm warned that the job'"'"'s time limit is near (sbatch --signal=USR2): the sweep was stopped before it; the points finished so far are kept'; fi
+  fail "received SIG$caught while setting up the container, before pdbench's node runtime ran"
 }
+# setup_exit RC: the set-up may also end before a trap ran: set -e on a command Slurm's
+# signal killed (status 128+N), or bash failing a trap inside a command substitution's
+# child. Nothing recorded yet: record the signal it died of, else its exit code.
+# shellcheck disable=SC2317  # called from the EXIT trap
+setup_exit() {
+  if [ -n "$err" ]; then rm -f "$err"; fi
+  if [ "$1" = 0 ] || [ -e "$STATE/abort" ]; then return 0; fi
+  if [ -z "$caught" ] && [ "$1" -gt 128 ]; then caught=$(kill -l "$(($1 - 128))" 2>/dev/null || true); fi
+  case $caught in
+    "") fail "setting up the container stopped with exit code $1, before pdbench's node runtime ran" ;;
+    *) setup_signal "$caught" ;;
+  esac
+}
+trap 'setup_exit $?' EXIT
 trap 'setup_signal TERM' TERM
 trap 'setup_signal INT' INT
 trap 'setup_signal HUP' HUP
 trap 'setup_signal USR2' USR2
+if [ -n "$caught" ]; then setup_signal "$caught"; fi
+# Commands only from here, each under the handlers above.
+mkdir -p "$STATE" "$RUN_DIR/logs"
 err=$(mktemp)
-trap 'rm -f "$err"' EXIT
 
 # ----------------------------------------------------------- the node's runtime and image
 command -v "$RUNTIME" >/dev/null || fail "$RUNTIME is not installed on $(hostname)"
@@ -154,6 +179,8 @@ ARGS+=(-e "PYTHONPATH=$PDBENCH_ROOT" -e PYTHONPYCACHEPREFIX=/tmp/pycache -e "PDB
   -v "$RUN_DIR:$RUN_DIR" -v "$PDBENCH_ROOT:$PDBENCH_ROOT:ro")
 ARGS+=(-v /lustre/shared/hf-cache:/lustre/shared/hf-cache:ro)
 
+# The set-up is over: from here the container's own end is recorded below.
+trap 'rm -f "$err"' EXIT
 touch "$HEARTBEAT"
 "$RUNTIME" run "${ARGS[@]}" "$IMAGE" bash "$RUN_DIR/server.sh" >>"$RUN_DIR/$LOG" 2>&1 &
 cpid=$!

@@ -255,6 +255,7 @@ fail() {
     reason="$reason; last lines of $log:"$'\n'"${tail:-  (empty)}"
   fi
   echo "pdbench: $reason" >&2
+  mkdir -p "$STATE" 2>/dev/null || true  # a failure before the run's state/ was made
   tmp=$(mktemp "$STATE/.failure-node$NODE.XXXXXX")
   printf '{"node": %s, "cause": %s, "process": null, "role": null, "log": %s, "log_tail": %s, "primary": true, "time": %s, "reason": %s}\n' \
     "$NODE" "$(json_str "$cause")" "$( [ -n "$log" ] && json_str "$log" || echo null)" \
