@@ -133,6 +133,10 @@ def test_errors_blame_the_source_of_the_value(tmp_path: Path) -> None:
 def test_did_you_mean(tmp_path: Path) -> None:
     err = refused("validate", "local-tiny-1p1", "--skip-flag-check")
     assert "recipe not found (did you mean 'local-tiny-1p1d'?)" in err, err
+    # Two recipes as near as each other: both are named, not the first one found.
+    assert {"local-tiny-1p1d", "local-tiny-1p2d"} <= {p.stem for p in (PROJECT_ROOT / "recipes").glob("*.yaml")}
+    err = refused("validate", "local-tiny-1p3d", "--skip-flag-check")
+    assert "recipe not found (did you mean 'local-tiny-1p1d' or 'local-tiny-1p2d'?)" in err, err
     err = refused("validate", "local-tiny-1p1d", "--skip-flag-check", "--set", "benchmark.concurency=[1]")
     assert err.startswith("error: --set benchmark.concurency: unknown key (did you mean 'concurrency'?)"), err
     err = refused("validate", "local-tiny-1p2d", "--cluster", "locl", "--skip-flag-check")
