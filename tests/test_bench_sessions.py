@@ -78,6 +78,25 @@ def test_sessions_and_think_times_are_seeded(tok):
     assert constant.tolist() == [2.0, 2.0, 2.0]
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_think_times_have_their_distributions_shape(seed):
+    # Shape, not only the mean: a Kolmogorov-Smirnov test of a seeded sample of 4,000 against
+    # the configured law (the 10x cut of the exponential removes e^-10 of its mass). The
+    # threshold p > 0.001 is two-sided in effect: the right law passes with a wide margin, an
+    # exponential made uniform, or its tail cut at 3x the mean, or a uniform narrowed to
+    # [0.5, 1.5] x the mean, each gives p < 1e-6 (measured, seeds 1-3: p of the right laws
+    # 0.18-0.91; of the exponential cut at 3x, 5e-9).
+    from scipy import stats
+
+    rng = np.random.default_rng(seed)
+    expo = think_times(SessionSettings(think_time_s=2.0), 4000, rng)
+    assert stats.kstest(expo, stats.expon(scale=2.0).cdf).pvalue > 1e-3
+    assert stats.kstest(expo, stats.uniform(0, 4.0).cdf).pvalue < 1e-6  # the test tells them apart
+    uniform = think_times(SessionSettings(think_time_s=2.0, think_time_distribution="uniform"), 4000, rng)
+    assert stats.kstest(uniform, stats.uniform(0, 4.0).cdf).pvalue > 1e-3
+    assert stats.kstest(uniform, stats.expon(scale=2.0).cdf).pvalue < 1e-6
+
+
 def test_turn_k_prompt_holds_turn_k_minus_1_prompt_and_answer(tok):
     spec = _plan(tok)[0]
     conv = Conversation(spec, chat=False)
@@ -209,6 +228,9 @@ def test_think_time_paces_a_session(model_dir, tmp_path):
     assert len(arrived) == 4
     firsts, seconds = sorted(arrived)[:2], sorted(arrived)[2:]
     assert min(seconds) - max(ended[i] for i in range(2)) >= 0.29 - 0.05
+    # ... and no later than that (each first turn ended by max(ended)): a think time
+    # stretched by half, or paid twice, breaks this bound.
+    assert max(seconds) - max(ended[i] for i in range(2)) <= 0.3 + 0.1
     s = SessionSummary.model_validate(json.loads(path.read_text())["sessions"])
     assert s.think_time.mean_s == 0.3 and s.session_duration_s.p50 >= 0.3
     assert firsts
@@ -279,8 +301,15 @@ def test_a_trace_replay_sends_the_traces_requests_at_its_times(model_dir, tmp_pa
             num_warmups=1,
         )
         (path,) = run_sweep(cfg)
-        bodies = list(srv.bodies)
+        bodies, arrived = list(srv.bodies), list(srv.arrived)
     assert len(bodies) == 1 + 8  # one warmup, then the trace's first 8 requests
+    # At the trace's times: each request reaches the server at its timestamp / speed after the
+    # first one did, never early (5 ms for the clock's wake-up), late only by the load and by
+    # the 2-slot cap (a request finds both slots busy for at most one 8-token answer here).
+    # Sending all at once, ignoring the speed or drifting 10 ms a request each break a bound.
+    sched = [(r["timestamp"] - records[0]["timestamp"]) / 1000 / 4.0 for r in records]
+    late = [(a - arrived[1]) - s for a, s in zip(arrived[1:], sched, strict=True)]
+    assert all(-0.005 <= x <= 0.1 for x in late) and float(np.median(late)) <= 0.03, late
     result = json.loads(path.read_text())
     assert result["num_prompts"] == 8 and (result["completed"], result["failed"]) == (8, 0)
     assert result["input_lens"] == [r["input_length"] for r in records]
