@@ -17,7 +17,7 @@ from harness.report.result_file import NotAResult, read_point
 from harness.report.result_names import looks_like_result_name
 from harness.rundir import RunDir, read_status
 from harness.rundir.accuracy_summary import AccuracySummary
-from harness.rundir.paths import CLIENTS, CONTROL_FILES, EVALS, REPEATS, SENTINELS
+from harness.rundir.paths import CLIENTS, CONTROL_FILES, EVALS, REPEATS, SENTINEL_REFERENCE, SENTINELS
 
 # A pdbench run's folders of records whose files may be named like results but are not its points:
 # other clients' (the cross-check reads them) and an SLO search's repeats of a point it has already
@@ -56,11 +56,18 @@ def candidate_files(run_path: Path) -> list[Path]:
         dirnames[:] = sorted(
             n
             for n in dirnames
-            if not RunDir.is_run_dir(here / n) and not (pdbench_run and here == run_path and n in RECORD_DIRS)
+            if not RunDir.is_run_dir(here / n)
+            and not (here == run_path and ((pdbench_run and n in RECORD_DIRS) or _bench_sentinels(here / n)))
         )
         if here != run_path:
             nested += sorted(here / f for f in filenames if looks_like_result_name(f))
     return top + nested
+
+
+def _bench_sentinels(path: Path) -> bool:
+    """`pdbench bench --result-dir`'s sentinel records (no run directory around them): the
+    reference answers' file marks them as pdbench's own."""
+    return path.name == SENTINELS and any(path.rglob(SENTINEL_REFERENCE))
 
 
 def expand_runs(arg: Path) -> list[Path]:

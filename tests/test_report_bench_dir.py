@@ -1,0 +1,32 @@
+"""`pdbench report` of a `pdbench bench --result-dir` folder reads its points and passes over
+pdbench's own records beside them: the sentinel answers are not listed as skipped files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from bench_fake_server import FakeServer
+from cli_run import pdbench
+from test_bench_sentinels import _cfg
+
+from harness import tiny_model
+from harness.bench import run_sweep
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_report_of_a_bench_folder_skips_no_sentinel_record(tmp_path: Path) -> None:
+    model = str(tiny_model.build(tmp_path / "model"))
+    out = tmp_path / "out"
+    with FakeServer(token_delay=0.001) as reference, FakeServer(token_delay=0.001) as target:
+        (result,) = run_sweep(_cfg(model, out, target.base_url, reference.base_url))
+    # Precondition: the bench wrote its sentinel records beside the point, named like it.
+    records = sorted(p.relative_to(out).as_posix() for p in (out / "sentinels").glob("*.json"))
+    assert records == ["sentinels/concurrency_2.json", "sentinels/reference.json"], records
+
+    r = pdbench("report", str(out), "--format", "md")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Skipped files" not in r.stdout and "sentinels" not in r.stdout + r.stderr, r.stdout
+    assert "## Results" in r.stdout and "| `out` | 32 | 8 | 2 | 20 |" in r.stdout, r.stdout
+    assert Path(result).parent == out
