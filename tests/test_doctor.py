@@ -57,6 +57,9 @@ def test_doctor_passes_on_a_healthy_machine(tmp_path: Path) -> None:
     records = sorted((Path(out["run_dir"]) / "state").glob("preflight-node*.json"))
     assert [json.loads(r.read_text())["problems"] for r in records] == [[], []]
     assert "ports" in json.loads(records[0].read_text())["checks"]
+    # It says what passed, not only "ok": each node's checks, as each node recorded them.
+    ran = {p["where"]: p["checks"] for p in out["passed"]}
+    assert [ran[f"node {n}"] for n in (0, 1)] == [json.loads(r.read_text())["checks"] for r in records], out
     # Kept apart from the benchmark's runs, and no server was started.
     assert "/.doctor/" in out["run_dir"] and not list((Path(out["run_dir"]) / "logs").glob("prefill-*.log"))
     assert took < 60
@@ -74,6 +77,21 @@ def test_doctor_names_a_port_in_use(tmp_path: Path) -> None:
         line.startswith(f"node 1: port {port_base(21100) + 10} is in use") and str(os.getpid()) in line
         for line in lines
     ), lines
+    # The failed check is not listed as passed on the node that failed it; the other node's is.
+    ran = {p["where"]: p["checks"] for p in out["passed"]}
+    assert "ports" not in ran["node 1"] and "ports" in ran["node 0"] and "disk" in ran["node 1"], out
+
+
+def test_doctor_lists_what_passed(tmp_path: Path) -> None:
+    args = [sys.executable, "-m", "harness", "doctor", RECIPE, "--launcher", "local"]
+    args += ["--results-dir", str(tmp_path / "results"), *(a for s in _ports() for a in ("--set", s))]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=240, cwd=PROJECT_ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[-1].startswith("ok: 2 node(s) checked in "), lines
+    for node in (0, 1):
+        (line,) = [ln for ln in lines if ln.startswith(f"passed: node {node}: ")]
+        assert {"ports", "disk", "memory"} <= set(line.split(": ", 2)[2].split(", ")), line
 
 
 def test_doctor_names_missing_weights(tmp_path: Path) -> None:

@@ -77,6 +77,19 @@ def node_findings(run_dir: Path, num_nodes: int) -> tuple[list[Finding], list[in
     return out, silent
 
 
+def node_passed(run_dir: Path, num_nodes: int) -> list[tuple[str, list[str]]]:
+    """Per node that recorded its preflight, the checks it ran that found no problem."""
+    out = []
+    for node in range(num_nodes):
+        try:
+            record = json.loads(RunDir(run_dir).preflight_record(node).read_text())
+        except (OSError, ValueError):
+            continue
+        failed = {p["check"] for p in record["problems"]}
+        out.append((f"node {node}", [c for c in record.get("checks", []) if c not in failed]))
+    return out
+
+
 def job_findings(run_dir: Path, num_nodes: int) -> list[Finding]:
     """Every node's problems; a failure recorded before a node could check (its image, its
     container, Slurm) when no node listed a problem."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness import atomic
 from harness.config.load import PROJECT_ROOT, ConfigError, ResolvedRecipe
-from harness.doctor.findings import SUBMIT_HOST, Finding, job_findings, local_findings
+from harness.doctor.findings import SUBMIT_HOST, Finding, job_findings, local_findings, node_passed
 from harness.launch.job import Job, LaunchError
 from harness.launch.launcher import Launcher
 from harness.launch.local import LocalLauncher
@@ -45,7 +45,8 @@ def doctor(
     launcher = check_launcher(launcher_kind, rr, timeout_s)
     p = planned(rr, launcher)
     ensure_model(rr)
-    findings = [Finding(SUBMIT_HOST, "vllm-flags", problem) for problem in flag_problems(p)]
+    flags = flag_problems(p)
+    findings = [Finding(SUBMIT_HOST, "vllm-flags", problem) for problem in flags or []]
     findings += local_findings(rr, p.plan, str(rr.root))
     # The check job's run directory is kept apart from the benchmark runs (results/.doctor/).
     run = RunDir.create(results_dir / ".doctor", rr.name)
@@ -68,11 +69,17 @@ def doctor(
             job.cancel()
     findings += job_findings(run.path, num_nodes)
     took = time.monotonic() - start
+    # What passed, so "ok" says what was checked: vLLM's flag check runs only where vLLM is installed.
+    passed = [(SUBMIT_HOST, ["vllm-flags"])] if flags == [] else []
+    passed += [(where, checks) for where, checks in node_passed(run.path, num_nodes) if checks]
     if as_json:
         problems = [f.to_json() for f in findings]
         result = {"ok": not findings, "recipe": rr.name, "run_dir": str(run.path), "seconds": round(took, 1)}
-        say(json.dumps({**result, "problems": problems}, indent=2))
+        ran = [{"where": where, "checks": checks} for where, checks in passed]
+        say(json.dumps({**result, "problems": problems, "passed": ran}, indent=2))
     else:
+        for where, checks in passed:
+            say(f"passed: {where}: {', '.join(checks)}")
         for f in findings:
             say(str(f))
         verdict = "ok" if not findings else f"{len(findings)} problem(s)"

@@ -68,8 +68,9 @@ def ensure_model(rr: ResolvedRecipe) -> None:
             tiny_model.build(path)
 
 
-def flag_problems(p: Planned) -> list[str]:
-    """The job's `vllm serve` lines through vLLM's own parser, where vLLM is importable here."""
+def flag_problems(p: Planned) -> list[str] | None:
+    """The job's `vllm serve` lines through vLLM's own parser, where vLLM is importable here;
+    None when it is not (nothing was checked)."""
     from harness.render import vllm_flags
     from harness.render.commands import serve_lines
 
@@ -83,7 +84,7 @@ def flag_problems(p: Planned) -> list[str]:
                 cache_dir=PROJECT_ROOT / ".cache" / "vllm-flag-check",
             )
     except vllm_flags.VllmUnavailable:
-        return []
+        return None
     version_note = vllm_flags.image_version_note(p.rr.recipe.container.image, vllm_flags.vllm_version())
     if version_note:
         note(f"note: {version_note}")
