@@ -21,7 +21,7 @@ from pathlib import Path
 from types import FrameType
 
 from harness.config.schema import TimeoutSpec
-from harness.node import accuracy_step
+from harness.node import accuracy_step, kv_ceiling
 from harness.node.affinity import pin_instance
 from harness.node.coordination import Aborted, Coordination, discover_address
 from harness.node.heartbeat import HostHeartbeat
@@ -249,7 +249,7 @@ def _run_phase(
     done = coord.is_done if last else (lambda: coord.is_phase_done(phase))
     if not ctx.is_head:
         log.info("node %d ready; waiting for the benchmark to finish", ctx.node_id)
-        bound = t.health_s + t.smoke_s + t.bench_s + accuracy_step.bound_s(ctx.run_dir, phase)
+        bound = t.health_s + t.smoke_s + kv_ceiling.TIMEOUT_S + t.bench_s + accuracy_step.bound_s(ctx.run_dir, phase)
         _wait(ctx, done, bound, "the job's end" if last else f"the end of {phase}", check)
         return
 
@@ -272,6 +272,10 @@ def _run_phase(
     # Before the sweep's /metrics baseline, so the eval's requests stay out of its deltas.
     if accuracy := accuracy_step.before_sweep(ctx.run_dir, phase):
         raise Failed(Failure(ctx.node_id, "; ".join(accuracy)))
+    if phase == "disagg":
+        # The rate the KV's path could have, between prefill's and decode's devices, while they idle:
+        # each point's achieved KV rate is judged against it (validity rule kv_transport).
+        kv_ceiling.record(ctx.run_dir, ctx.plan, ctx.node_id, addrs)
     targets = {p.name: f"http://{addrs[p.node]}:{p.port}" for p in servers}
     metrics = ctx.run.metrics(phase)
     scrape_all(targets, metrics, "before")

@@ -154,6 +154,13 @@ LAYOUT: tuple[Entry, ...] = (
         "pdbench bench (result metadata)",
     ),
     Entry(
+        p.STATE + "/" + p.KV_CEILING,
+        "the same-job KV ceiling: a copy between prefill-0's and decode-0's devices before the sweep "
+        "(method, devices, bytes, each copy's time), or why it is missing",
+        "pdbench node (node 0)",
+        "pdbench bench (validity rule kv_transport)",
+    ),
+    Entry(
         p.STATE + "/" + p.IMAGE_RECORD_GLOB,
         "the image each node (or the job) ran and its digest",
         "job.slurm, container.sh",

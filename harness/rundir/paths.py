@@ -44,6 +44,7 @@ SENTINEL_REFERENCE = "reference.json"
 EVALS = "evals"
 ACCURACY_SUMMARY = "pdbench-accuracy.json"  # pdbench's verdict of one eval, beside lm-eval's files
 SECRET = f"{STATE}/kv_secret"
+KV_CEILING = "kv_ceiling.json"  # in state/: the same-job KV ceiling (harness.rundir.kv_ceiling)
 IMAGE_RECORD_GLOB = "image-*.json"
 IMAGE_RECORD_JOB = "image-job.json"  # one image file for the whole job (enroot, apptainer)
 PROC_RECORD_GLOB = "procs-node*.json"
@@ -344,6 +345,10 @@ class RunDir:
 
     def server_record(self, server: str) -> Path:
         return self.state / server_record_name(server)
+
+    @property
+    def kv_ceiling(self) -> Path:
+        return self.state / KV_CEILING
 
     def image_records(self) -> list[Path]:
         return sorted(self.state.glob(IMAGE_RECORD_GLOB))
