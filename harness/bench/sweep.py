@@ -80,7 +80,16 @@ from harness.bench.workers import LagMonitor, LoadReport, WorkerPool, default_wo
 from harness.config.benchmark import Shape
 from harness.rundir import ResultName
 from harness.rundir.bottleneck_summary import Baseline
-from harness.rundir.paths import REPEATS, SENTINEL_REFERENCE, SLO_SEARCH, repeat_subdir, sentinel_record_name
+from harness.rundir.kv_ceiling import KvCeiling
+from harness.rundir.kv_ceiling import read as read_kv_ceiling
+from harness.rundir.paths import (
+    KV_CEILING,
+    REPEATS,
+    SENTINEL_REFERENCE,
+    SLO_SEARCH,
+    repeat_subdir,
+    sentinel_record_name,
+)
 from harness.rundir.profile_summary import ProfileSummary, ServerTraces, WindowFigures
 from harness.rundir.proxy_timings import HEADER as TIMING_HEADER
 from harness.rundir.proxy_timings import read_all as read_timings
@@ -89,6 +98,8 @@ from harness.validity import ClientCounts, unverified
 from harness.validity.completed import with_completed
 from harness.validity.kv_handoff import describe as describe_handoff
 from harness.validity.kv_handoff import point_handoff
+from harness.validity.kv_transport import judge as judge_transport
+from harness.validity.kv_transport import with_kv_transport
 from harness.validity.outputs import OutputsCheck, with_outputs_check
 
 # Sub-streams of the seed per point, so a point's prompts do not depend on which
@@ -163,6 +174,7 @@ class _Sweep:
         self.reports: list[LoadReport] = []  # the last batch's load processes' reports
         self.startup_cpu_s: float | None = None  # this process's CPU time at the first batch
         self.runtime: dict[str, Any] = {}  # what the servers ran (runtime_info), in every result
+        self.kv_ceiling: KvCeiling | None = None  # the job's KV ceiling (state/kv_ceiling.json); None outside a job
         self.progress = Progress()  # the running batch's counters
         # Sentinel prompts by point tag, answered by the reference before the sweep.
         self.sentinels: dict[str, list[Sentinel]] = {}
@@ -653,6 +665,7 @@ class _Sweep:
                 cfg.validity,
                 cfg.kv_connector,
                 completed=lambda: self.progress.done - self.progress.failed,
+                kv_ceiling=self.kv_ceiling,
                 on_invalid=lambda why: self._stop_invalid(concurrency, why),
             )
             await probe.start()
@@ -705,6 +718,23 @@ class _Sweep:
         verdict = with_outputs_check(verdict, check)
         first_error = next((o.error for o in outs if not o.success and o.error), None)
         verdict = with_completed(verdict, sum(o.success for o in outs), len(outs), first_error)
+        records: dict[str, dict[str, Any]] = {}
+        if cfg.proxy_timings_dir:
+            records = await self._proxy_records(Path(cfg.result_dir) / cfg.proxy_timings_dir, outs)
+        handoff = point_handoff(
+            cfg.kv_connector,
+            probe.targets if probe is not None else [],
+            probe.out_dir if probe is not None else None,
+            records.values(),
+            cfg.validity.kv_judged_min_bytes,
+        )
+        if probe is not None and cfg.kv_connector is not None and probe.disaggregated:
+            # How the KV moved, from the connector's own account, against the job's ceiling.
+            transport, handoff = judge_transport(handoff, self.kv_ceiling, cfg.validity, cfg.kv_connector)
+            verdict = with_kv_transport(verdict, transport)
+        if handoff is not None:
+            extra["kv_handoff"] = handoff.model_dump(mode="json")
+            log(f"C={concurrency}{self._shape_text()}: {describe_handoff(handoff)}")
         if probe is not None and probe.prefix_cache is not None:
             extra["prefix_cache"] = probe.prefix_cache.model_dump(mode="json")
         if sentinels is not None and check is not None:
@@ -722,19 +752,8 @@ class _Sweep:
         extra["client"] = self._client_section(concurrency)
         kv = kv_transfer_ms(verdict if probe is not None else None)
         servers = read_role_timings(probe.targets, probe.out_dir) if probe is not None else {}
-        records: dict[str, dict[str, Any]] = {}
         if cfg.proxy_timings_dir:
-            records = await self._proxy_records(Path(cfg.result_dir) / cfg.proxy_timings_dir, outs)
             extra["ttft_breakdown"] = ttft_breakdown(outs, self.request_ids, records, kv, servers)
-        handoff = point_handoff(
-            cfg.kv_connector,
-            probe.targets if probe is not None else [],
-            probe.out_dir if probe is not None else None,
-            records.values(),
-        )
-        if handoff is not None:  # how the KV moved, from the connector's own account
-            extra["kv_handoff"] = handoff.model_dump(mode="json")
-            log(f"C={concurrency}{self._shape_text()}: {describe_handoff(handoff)}")
         extra["bottleneck"] = None  # no request completed: nothing to judge, nor a baseline for later points
         if metrics["completed"]:
             extra["bottleneck"] = judge_point(
@@ -928,6 +947,10 @@ class _Sweep:
         start here and go on beside the first point's warmups."""
         await watchdog.preflight(session)  # raises TargetDied: nothing was sent
         self.runtime = await runtime_metadata(self.base, log)
+        if self.base.runtime_records_dir:  # the node measured it before starting this client
+            self.kv_ceiling = read_kv_ceiling(Path(self.base.result_dir) / self.base.runtime_records_dir / KV_CEILING)
+            if self.base.kv_connector is not None and self.kv_ceiling is not None:
+                log(f"KV ceiling: {self.kv_ceiling.describe()}")
         if self._plan_sentinels(points, session):
             self.references = asyncio.create_task(self._answer_references())
 

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from harness import connectors
+from harness.rundir.kv_ceiling import KvCeiling
 from harness.rundir.prefix_cache_summary import PrefixCacheSummary
 from harness.validity import (
     ClientCounts,
@@ -23,6 +25,7 @@ from harness.validity import (
     early_reason,
     evaluate,
     gauge_peaks,
+    kv_transport,
     receives_behind,
     scrape,
     stopped_early,
@@ -64,10 +67,12 @@ class PointProbe:
         connector: str | None = None,
         completed: Callable[[], int] = lambda: 0,
         on_invalid: Callable[[str], None] = lambda reason: None,
+        kv_ceiling: KvCeiling | None = None,
     ):
         self.targets = [parse_target(t) for t in targets]
         self.out_dir, self.thresholds, self.connector = out_dir, thresholds, connector
         self.completed, self.on_invalid = completed, on_invalid
+        self.kv_ceiling = kv_ceiling
         self.before: dict[str, str] = {}
         self.peaks: dict[str, dict[str, float]] = {name: {} for name, _, _ in self.targets}
         self.early: tuple[str, float] | None = None  # (reason, seconds into the point) once stopped
@@ -104,9 +109,26 @@ class PointProbe:
             if now.get(name) and role in ("prefill", "decode")
         }
         reason = early_reason(servers, self.completed(), self.thresholds, self.connector)
+        if reason is None and self._early_transport:
+            decode = [(s.before, s.after) for s in servers.values() if s.role == "decode"]
+            reason = kv_transport.early_reason(decode, self.kv_ceiling, self.thresholds)
         if reason is not None:
             self.early = (reason, after_s)
             self.on_invalid(reason)
+
+    @property
+    def disaggregated(self) -> bool:
+        return any(role == "decode" for _, role, _ in self.targets)
+
+    @property
+    def _early_transport(self) -> bool:
+        """The KV rate can be judged from a sample: NIXL's histograms on decode count each transfer
+        as it ends. The bundled connector's lines reach the client with the proxy's records, at the
+        point's end."""
+        if self.connector is None or not self.disaggregated:
+            return False
+        ev = connectors.get_kv(self.connector).evidence
+        return ev is not None and ev.handoff == "vllm_nixl_metrics"
 
     async def cancel(self) -> None:
         """Stop sampling without a verdict: the point was not run after all."""

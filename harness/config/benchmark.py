@@ -51,6 +51,22 @@ class ValidityThresholds(BaseModel):
         "a point already shown invalid (no generated tokens, decode computing the prompt, failed or expired "
         "KV transfers) stops there, its reason recorded. 0: never stop early.",
     )
+    # The rule kv_transport (harness.validity.kv_transport; defaults from docs/gpu.md's H200 figures,
+    # why in docs/validity.md): a point's KV rate against the ceiling measured in the same job.
+    kv_min_ceiling_share: float = Field(
+        0.03,
+        ge=0,
+        le=1,
+        description="A disaggregated point whose KV rate (bytes over transfer time, over the transfers of at "
+        "least kv_judged_min_bytes) is below this share of the job's measured ceiling (state/kv_ceiling.json: "
+        "a device-to-device or host copy between prefill's and decode's devices) is invalid: "
+        "degraded_transport. 0: never judged.",
+    )
+    kv_judged_min_bytes: NonNegativeInt = Field(
+        1 << 30,
+        description="Only KV transfers of at least this many bytes are judged against the ceiling (NIXL: the "
+        "point's mean transfer); smaller ones are bound by the connector's fixed time per transfer, not the lane.",
+    )
     on_early_invalid: Literal["next_point", "stop_sweep"] = Field(
         "next_point",
         description="After a point stopped early: go on with the next point (the job still fails at the end, "

@@ -22,6 +22,8 @@ HEADERS = (
     "GB/s p50/p99",
     "Descriptors",
     "Post",
+    "Ceiling GB/s",
+    "Share",
 )
 # Bytes per descriptor at or below this read as one block of one layer's K or V (vLLM's NIXL
 # descriptors are block-sized; 32 KiB for an 8B Llama at block size 16 in bf16 per TP rank).
@@ -48,6 +50,27 @@ def _row(run: Run, p: Point, h: KvHandoffSummary) -> tuple[str, ...]:
         "–" if g is None else _pair(g.p50, g.p99, ".2f"),
         "–" if h.descriptors_per_transfer is None else f"{h.descriptors_per_transfer:,.0f}",
         "–" if h.post_share is None else f"{h.post_share:.0%}",
+        "–" if h.ceiling_gbps is None else f"{h.ceiling_gbps:.1f}",
+        _share(h),
+    )
+
+
+def _share(h: KvHandoffSummary) -> str:
+    """The judged rate's share of the ceiling, with its flag."""
+    if h.share is None:
+        return "–"
+    text = f"{h.share:.1%}" if h.share < 0.1 else f"{h.share:.0%}"
+    return text if h.flag is None else f"{text} {h.flag}"
+
+
+def transport_finding(run: Run, p: Point, h: KvHandoffSummary) -> str | None:
+    """A point the rule kv_transport flagged: below its share of the ceiling, or above the ceiling."""
+    if h.flag is None or h.judged_gbps is None or h.ceiling_gbps is None:
+        return None
+    what = "is not valid: the transport fell back" if h.flag == "degraded_transport" else "is a metric error"
+    return (
+        f"{run.label} ({serving(p)}, C={p.concurrency}): {h.flag}: {h.judged_gbps:.2f} GB/s over "
+        f"{h.judged_transfers} transfer(s), {_share(h).split()[0]} of the ceiling {h.ceiling}; {what}"
     )
 
 
@@ -76,6 +99,8 @@ def kv_handoff_table(runs: list[Run]) -> SectionTable | None:
         "(exact percentiles; the lane it used: ipc or tcp) or vLLM's NIXL histograms on decode (mean rate "
         "exact; percentiles interpolated in buckets; UCX does not say its lane). ms: the transfer alone; "
         "GB/s p99: the slow tail (the rate of the p99 transfer time); Descriptors: NIXL's per transfer; "
-        "Post: NIXL's time to post over its transfer time.",
-        tuple(f for run, p, h in found if (f := split_finding(run, p, h)) is not None),
+        "Post: NIXL's time to post over its transfer time. Ceiling: the copy between prefill's and decode's "
+        "devices measured in the same job before the sweep; Share: the rate of the transfers of at least "
+        "validity.kv_judged_min_bytes against it (below validity.kv_min_ceiling_share: degraded_transport).",
+        tuple(f for run, p, h in found for f in (transport_finding(run, p, h), split_finding(run, p, h)) if f),
     )

@@ -194,7 +194,9 @@ def render(report: Report) -> str:
             for k in ("source", "recipe", "model", "precision", "connector")
         ]
         tds += [_cell(html.escape(str(s["gpus"] or "–")), True)]
-        tds += [_cell(html.escape(str(s[k])) if s[k] is not None else "–") for k in ("fingerprint", "state")]
+        state = "; ".join(v for v in (s["state"], s["kv_transport"] and f"KV {s['kv_transport']}") if v)
+        tds += [_cell(html.escape(str(s["fingerprint"])) if s["fingerprint"] is not None else "–")]
+        tds += [_cell(html.escape(state) if state else "–")]
         tds += [_cell(str(s["points"]), True)]
         out.append("<tr>" + "".join(tds) + "</tr>")
     out += ["</tbody>", "</table>", "<h2>Results</h2>"]

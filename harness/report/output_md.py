@@ -103,8 +103,9 @@ def render(report: Report) -> str:
             [label]
             + [
                 _esc(s[k]) if s[k] is not None else "–"
-                for k in ("source", "recipe", "model", "precision", "connector", "gpus", "fingerprint", "state")
+                for k in ("source", "recipe", "model", "precision", "connector", "gpus", "fingerprint")
             ]
+            + [_esc("; ".join(v for v in (s["state"], s["kv_transport"] and f"KV {s['kv_transport']}") if v) or "–")]
             + [str(s["points"])]
         )
     out += _table(

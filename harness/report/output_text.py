@@ -127,6 +127,7 @@ def _runs(report: Report, keys: dict[str, str]) -> Iterator[RenderableType]:
         facts += [f"GPUs (P+D) {s['gpus']}"] if s["gpus"] else []
         facts += [f"fingerprint {s['fingerprint']}"] if s["fingerprint"] else []
         facts += [f"state {s['state']}"] if s["state"] else []
+        facts += [f"KV {s['kv_transport']}"] if s["kv_transport"] else []
         facts.append(f"{s['points']} point{'' if s['points'] == 1 else 's'}")
         yield head
         yield Padding(Text(" · ".join(facts)), (0, 0, 0, 3))

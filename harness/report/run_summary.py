@@ -14,6 +14,15 @@ def _same(values: list[Any]) -> Any:
     return None if not vals else vals[0] if len(vals) == 1 else "mixed"
 
 
+def _kv_flags(points: list[Any]) -> str | None:
+    """The points the rule kv_transport flagged (harness.validity.kv_transport), by flag."""
+    flagged: dict[str, list[str]] = {}
+    for p in points:
+        if p.kv_handoff is not None and p.kv_handoff.flag is not None:
+            flagged.setdefault(p.kv_handoff.flag, []).append(f"C={p.concurrency}" + (f" ISL {p.isl}" if p.isl else ""))
+    return "; ".join(f"{flag} at {', '.join(where)}" for flag, where in sorted(flagged.items())) or None
+
+
 def run_summaries(report: Report) -> list[dict[str, Any]]:
     out = []
     for run in report.runs:
@@ -34,6 +43,7 @@ def run_summaries(report: Report) -> list[dict[str, Any]]:
                 "fingerprint": _same([p.fingerprint for p in run.points]),
                 "state": state,
                 "points": len(run.points),
+                "kv_transport": _kv_flags(run.points),
             }
         )
     return out

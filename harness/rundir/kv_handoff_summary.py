@@ -51,3 +51,15 @@ class KvHandoffSummary(BaseModel):
     lane: str | None = None
     lane_note: str = ""
     note: str = ""  # how the figures were had, and what this connector cannot give
+    # What the rule kv_transport judged (harness.validity.kv_transport): the transfers of at least
+    # `judged_min_bytes` (NIXL: all of them when their mean is; its histograms pair no size with a
+    # time) and their rate, bytes over time summed; against the ceiling measured in the same job
+    # (harness.rundir.kv_ceiling). `flag`: degraded_transport (below the share: the point is
+    # invalid) or metric_error (above the ceiling: the rate cannot be what moved the bytes).
+    judged_min_bytes: NonNegativeInt | None = None
+    judged_transfers: NonNegativeInt | None = None
+    judged_gbps: NonNegativeFloat | None = None
+    ceiling_gbps: NonNegativeFloat | None = None
+    ceiling: str = ""  # how the ceiling was measured, or why there is none
+    share: NonNegativeFloat | None = None  # judged_gbps over ceiling_gbps
+    flag: Literal["degraded_transport", "metric_error"] | None = None

@@ -24,10 +24,12 @@ from typing import Any
 import numpy as np
 
 from harness import connectors
+from harness.config.benchmark import ValidityThresholds
 from harness.rundir.kv_handoff_summary import KvHandoffSummary, Spread
 from harness.validity.series import Scrape, delta
 
 NIXL = "vllm:nixl_"
+MIN_BYTES = ValidityThresholds().kv_judged_min_bytes
 
 
 def point_handoff(
@@ -35,18 +37,20 @@ def point_handoff(
     targets: Sequence[tuple[str, str, str]],
     scrapes_dir: Path | None,
     records: Iterable[dict[str, Any]],
+    min_bytes: int = MIN_BYTES,
 ) -> KvHandoffSummary | None:
     """The point's section, from where the connector's entry says its handoff is recorded.
     `targets`: the point's scraped servers (name, role, url), whose scrapes lie in `scrapes_dir`
     as <name>.{before,after}.prom; `records`: the proxy's per-request records of the point, with
-    the connector's line of each (its `connector` entry) where it wrote one."""
+    the connector's line of each (its `connector` entry) where it wrote one; `min_bytes`: the
+    smallest transfer the section's judged rate counts."""
     if connector is None:
         return None
     source = connectors.get_kv(connector).evidence
     how = source.handoff if source is not None else None
     if how == "connector_records":
         return from_connector_records(
-            connector, (r["connector"] for r in records if isinstance(r.get("connector"), dict))
+            connector, (r["connector"] for r in records if isinstance(r.get("connector"), dict)), min_bytes
         )
     if how == "vllm_nixl_metrics" and scrapes_dir is not None:
 
@@ -55,11 +59,13 @@ def point_handoff(
             return path.read_text(errors="replace") if path.is_file() else ""
 
         decode = [(text(name, "before"), text(name, "after")) for name, role, _ in targets if role == "decode"]
-        return from_nixl_scrapes(decode)
+        return from_nixl_scrapes(decode, min_bytes)
     return None
 
 
-def from_connector_records(connector: str, lines: Iterable[dict[str, Any]]) -> KvHandoffSummary | None:
+def from_connector_records(
+    connector: str, lines: Iterable[dict[str, Any]], min_bytes: int = MIN_BYTES
+) -> KvHandoffSummary | None:
     """The bundled connector's per-request lines of the point (successful pulls with their bytes);
     None when it recorded none."""
     sizes: list[float] = []
@@ -80,6 +86,7 @@ def from_connector_records(connector: str, lines: Iterable[dict[str, Any]]) -> K
         return None
     t, b = np.asarray(times), np.asarray(sizes)
     rates = b / (t * 1e6)  # bytes per ms -> GB/s
+    large = b >= min_bytes
     return KvHandoffSummary(
         connector=connector,
         source="connector_records",
@@ -92,10 +99,13 @@ def from_connector_records(connector: str, lines: Iterable[dict[str, Any]]) -> K
         lane="+".join(sorted(lanes)) or None,
         lane_note="the connector's own account per request (ipc: CUDA IPC on one host; tcp: its socket)",
         note="per request: the pull less its wait for prefill's answer (decode's clock)",
+        judged_min_bytes=min_bytes,
+        judged_transfers=int(large.sum()),
+        judged_gbps=float(b[large].sum() / (t[large].sum() * 1e6)) if large.any() else None,
     )
 
 
-def from_nixl_scrapes(pairs: Sequence[tuple[str, str]]) -> KvHandoffSummary | None:
+def from_nixl_scrapes(pairs: Sequence[tuple[str, str]], min_bytes: int = MIN_BYTES) -> KvHandoffSummary | None:
     """Decode servers' (before, after) /metrics texts of the point; None when no NIXL transfer
     was observed (or the servers export no NIXL histograms)."""
     before = [Scrape.parse(b) for b, _ in pairs]
@@ -117,6 +127,7 @@ def from_nixl_scrapes(pairs: Sequence[tuple[str, str]]) -> KvHandoffSummary | No
     p99 = _quantile(buckets, 0.99)
     transfer_ms = None if p50 is None or p99 is None else Spread(p50=p50 * 1e3, p99=p99 * 1e3)
     mean_bytes = size / count if size is not None else None
+    judged = mean_bytes is not None and mean_bytes >= min_bytes
     gbps = None
     if mean_bytes is not None and transfer_ms is not None and transfer_ms.p50 > 0 and transfer_ms.p99 > 0:
         gbps = Spread(p50=mean_bytes / (transfer_ms.p50 * 1e6), p99=mean_bytes / (transfer_ms.p99 * 1e6))
@@ -138,6 +149,9 @@ def from_nixl_scrapes(pairs: Sequence[tuple[str, str]]) -> KvHandoffSummary | No
             "decode's NIXL histograms over the point: the mean rate is bytes over time summed; "
             "percentiles interpolated in the time buckets, rates as the mean bytes over those times"
         ),
+        judged_min_bytes=min_bytes,
+        judged_transfers=round(count) if judged else 0,
+        judged_gbps=size / (time_s * 1e9) if judged and size is not None else None,
     )
 
 

@@ -1,0 +1,111 @@
+"""The rule `kv_transport`: did the KV move at a rate its path allows, or did the transport fall
+back (UCX without a GPU transport, a descriptor per block) while every token still arrived?
+
+A point's achieved KV rate (its `kv_handoff` section: bytes over transfer time summed, over the
+transfers of at least `validity.kv_judged_min_bytes`) against the ceiling measured in the same
+job before the sweep (state/kv_ceiling.json, harness.rundir.kv_ceiling):
+- below `validity.kv_min_ceiling_share` of it: failed, `degraded_transport`, the point invalid;
+- above the fastest copy the ceiling measured (with OVER_CEILING's slack): a metric error, the
+  rate cannot be what moved the bytes; not checked, and flagged;
+- no section, no ceiling, or no transfer large enough: not checked, saying which.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from harness.config.benchmark import ValidityThresholds
+from harness.rundir.kv_ceiling import KvCeiling
+from harness.rundir.kv_handoff_summary import KvHandoffSummary
+from harness.rundir.paths import KV_CEILING, STATE
+from harness.validity.kv_handoff import from_nixl_scrapes
+from harness.validity.rules import PointValidity, RuleResult
+
+RULE = "kv_transport"
+Status = Literal["passed", "failed", "not_checked"]
+# The ceiling is the median of a few copies; a transfer a little faster than the best of them is
+# noise, one well above it a timing that left part of the transfer out (sglang #31877).
+OVER_CEILING = 1.10
+CAUSES = (
+    "usual causes: UCX without a GPU transport (UCX_TLS without cuda_ipc; on one GPU without NVLink "
+    "cuda_ipc's get is off unless UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y), a pull where push is faster, one "
+    "descriptor per block (small block size, a wrapped block pool: see bytes per descriptor), or a wrong NIC"
+)
+
+
+def _mib(n: float) -> str:
+    return f"{n / (1 << 20):,.0f} MiB"
+
+
+def judge(
+    h: KvHandoffSummary | None, ceiling: KvCeiling | None, t: ValidityThresholds, connector: str | None
+) -> tuple[RuleResult, KvHandoffSummary | None]:
+    """The rule, and the section with the ceiling, the share and the flag added."""
+    need = t.kv_min_ceiling_share
+
+    def rule(status: Status, detail: str, measured: float | None = None) -> RuleResult:
+        return RuleResult(name=RULE, status=status, measured=measured, threshold=need, detail=detail)
+
+    if h is None:
+        return rule("not_checked", f"the {connector} connector reported no KV transfer sizes and times"), None
+    if ceiling is None:
+        why = f"no ceiling was measured ({STATE}/{KV_CEILING} is written by a pdbench job's node)"
+    else:
+        why = ceiling.describe()
+    h = h.model_copy(update={"ceiling": why, "ceiling_gbps": ceiling.gbps if ceiling is not None else None})
+    if not need:
+        return rule("not_checked", "validity.kv_min_ceiling_share is 0: not judged"), h
+    if ceiling is None or ceiling.gbps is None:
+        return rule("not_checked", why), h
+    if not h.judged_transfers or h.judged_gbps is None:
+        mean = "" if h.bytes_per_transfer is None else f" ({_mib(h.bytes_per_transfer)} on average)"
+        return rule(
+            "not_checked",
+            f"none of the {h.transfers} KV transfer(s){mean} counts: under "
+            f"validity.kv_judged_min_bytes ({_mib(h.judged_min_bytes or 0)}) a transfer's time is the "
+            "connector's fixed cost per transfer, not its lane's rate",
+        ), h
+    rate, share = h.judged_gbps, h.judged_gbps / ceiling.gbps
+    h = h.model_copy(update={"share": share})
+    what = (
+        f"lane {h.lane or 'not proven'}: {h.judged_transfers} transfer(s) of at least {_mib(h.judged_min_bytes or 0)} "
+        f"moved at {h.judged_gbps:.2f} GB/s, {share:.1%} of the ceiling {ceiling.describe()}"
+    )
+    best = ceiling.best_gbps or ceiling.gbps
+    if rate > best * OVER_CEILING:
+        return rule(
+            "not_checked",
+            f"metric_error: {what}, above the fastest copy the node made ({best:.1f} GB/s): the connector's "
+            "timing leaves part of the transfer out",
+            share,
+        ), h.model_copy(update={"flag": "metric_error"})
+    if share < need:
+        return rule("failed", f"degraded_transport: {what}, below {need:.0%}; {CAUSES}", share), h.model_copy(
+            update={"flag": "degraded_transport"}
+        )
+    return rule("passed", f"{what} (at least {need:.0%})", share), h
+
+
+def with_kv_transport(verdict: PointValidity, r: RuleResult) -> PointValidity:
+    """The point's verdict with kv_transport added: a failure makes it invalid (its reason first);
+    otherwise the verdict stands."""
+    if r.status != "failed":
+        return verdict.model_copy(update={"rules": [*verdict.rules, r]})
+    return verdict.model_copy(
+        update={
+            "verdict": "invalid",
+            "valid": False,
+            "reasons": [f"{r.name}: {r.detail}", *(verdict.reasons if verdict.verdict == "invalid" else [])],
+            "rules": [*verdict.rules, r],
+        }
+    )
+
+
+def early_reason(decode: Sequence[tuple[str, str]], ceiling: KvCeiling | None, t: ValidityThresholds) -> str | None:
+    """Why a running NIXL point is already degraded, from its decode servers' /metrics at its start
+    and now (NIXL's histograms count each completed transfer as it ends); None when not (yet) shown."""
+    if ceiling is None or ceiling.gbps is None or not t.kv_min_ceiling_share:
+        return None
+    r, _ = judge(from_nixl_scrapes(decode, t.kv_judged_min_bytes), ceiling, t, "nixl")
+    return r.detail if r.status == "failed" else None
