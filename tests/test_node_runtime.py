@@ -32,6 +32,7 @@ from harness.launch.local import _sweep_leftovers, node_env, run_local
 from harness.node.coordination import Aborted, Coordination
 from harness.render import RenderContext, render_job
 from harness.rundir import Failure
+from harness.rundir.kv_ceiling import read as read_kv_ceiling
 from harness.rundir.paths import server_record_name
 from harness.supervisor import Supervisor
 
@@ -248,6 +249,12 @@ def test_happy_path(make_job) -> None:
         assert rec["versions"]["torch"] == importlib.metadata.version("torch"), rec
     nodes = json.loads((job.run_dir / "state" / "procs-node1.json").read_text())
     assert [e["name"] for e in nodes] == ["decode-0"]
+    # Node 0 measured the KV ceiling before the sweep, in prefill-0's interpreter (with both
+    # servers up on this host: the local launcher's nodes share an address): no CUDA, a host copy.
+    ceiling = read_kv_ceiling(job.run_dir / "state" / "kv_ceiling.json")
+    assert ceiling is not None and ceiling.status == "measured", ceiling
+    assert ceiling.method == "host_memcpy" and ceiling.servers == ["prefill-0", "decode-0"] and ceiling.node == 0
+    assert ceiling.gbps is not None and ceiling.gbps > 0 and "KV ceiling: " in job.log("node0")
     # every server ran in its own session, and its forked worker in the server's group
     fakes = {f["name"]: f for f in job.fake_procs()}
     for name in ("prefill-0", "decode-0", "proxy"):
