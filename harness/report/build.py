@@ -119,6 +119,7 @@ def build_report(
         runs=loaded.runs, baseline=None, table=pd.DataFrame(), skipped=loaded.skipped, root=root or Path.cwd()
     )
     report.notes += [f"{report.rel(n.path)}: {n.text}" for n in loaded.notes]
+    report.warnings = [f"{report.rel(n.path)}: {n.text}" for n in loaded.notes if n.warning]
     base_run = loaded.runs[0] if baseline is not None else None
     if base_run is not None:
         report.baseline = base_run.label

@@ -37,10 +37,18 @@ def _resolve(ref: str, results_dir: Path) -> Path:
         raise typer.Exit(EXIT_USAGE) from None
 
 
+# As collect: a report file is never written over (another run's report may be in it).
+_EXISTS = "{} exists; report never overwrites (choose another --out)"
+
+
 def _write(path: Path, text: str) -> None:
-    """Write a report file atomically (a temp file beside it, then rename)."""
+    """Create a report file atomically (a temp file beside it, then a link: never over one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic.write_text(path, text)
+    try:
+        atomic.write_text(path, text, replace=False)
+    except FileExistsError:  # created since the check at the start
+        typer.echo(f"error: {_EXISTS.format(path)}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
 
 
 def _labels(
@@ -87,7 +95,8 @@ def report_command(
     out: Annotated[
         Path | None,
         typer.Option(
-            help="Write the report to this file; .txt, .md, .csv, .html or .json sets the format [default: stdout]"
+            help="Write the report to this new file (never overwritten); .txt, .md, .csv, .html or .json sets "
+            "the format [default: stdout]"
         ),
     ] = None,
     slo: Annotated[
@@ -124,6 +133,9 @@ def report_command(
     except (SLOError, FormatError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
+    if out is not None and out.exists():
+        typer.echo(f"error: {_EXISTS.format(out)}", err=True)
+        raise typer.Exit(EXIT_USAGE)
     paths = [_resolve(r, results_dir) for r in runs]
     base = _resolve(baseline, results_dir) if baseline else None
     names = _labels(runs, paths, label or [], base, baseline_label)
@@ -156,6 +168,9 @@ def report_command(
             _write(out, text)
         else:
             sys.stdout.write(text)
+    # A field of the wrong type is left out of what is shown: say so wherever the report went.
+    for w in report.warnings:
+        typer.echo(f"warning: {w}", err=True)
     # The skipped files and the --slo notes are in text/md/html/json; CSV has no room for them, and --out hides them.
     if chosen is Format.csv or out is not None:
         if report.skipped:

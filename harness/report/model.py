@@ -173,6 +173,7 @@ class Report:
     table: pd.DataFrame
     skipped: list[Skipped]
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # of the notes, those about a file's bad field
     root: Path = field(default_factory=Path.cwd)
     # Disaggregated vs aggregated, per shape that has both.
     decisions: list[ShapeDecision] = field(default_factory=list)

@@ -32,6 +32,7 @@ class Note:
 
     path: Path
     text: str
+    warning: bool = False  # a field of the file is not what it should be: also said on stderr
 
 
 @dataclass

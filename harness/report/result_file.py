@@ -41,6 +41,10 @@ ALIASES: dict[str, tuple[str, ...]] = {
 }
 
 VERDICTS = ("valid", "invalid", "unverified")
+# Fields read as counts or numbers: one of another type is left out of the report, with a warning.
+INTEGERS = ("completed", "failed", "num_prompts", *ALIASES["isl"], *ALIASES["osl"])
+NUMBERS = ("duration", "benchmark_start_time_unix")
+METADATA_INTEGERS = ("prefill_gpus", "decode_gpus", "gpus")
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -154,6 +158,28 @@ def _started(data: dict[str, Any]) -> float | None:
         return None
 
 
+def _mistyped(data: dict[str, Any], md: dict[str, Any]) -> list[str]:
+    """Each field present with a value of the wrong type, which the report would leave out silently."""
+    out = []
+
+    def check(where: str, value: Any, ok: bool, want: str) -> None:
+        if value is not None and not ok:
+            out.append(f"field {where} is {value!r} ({type(value).__name__}), not {want}; not used")
+
+    for key in INTEGERS:
+        check(key, data.get(key), _int(data.get(key)) is not None, "an integer")
+    for key in NUMBERS:
+        check(key, data.get(key), _number(data.get(key)) is not None, "a number")
+    for key, value in data.items():
+        if key.endswith("ms") and not (key.startswith("percentiles_") and isinstance(value, list)):
+            n = _number(value)
+            check(key, value, n is not None and math.isfinite(n), "a finite number")
+    check("metadata", data.get("metadata"), isinstance(data.get("metadata"), dict), "an object")
+    for key in METADATA_INTEGERS:
+        check(f"metadata.{key}", md.get(key), _int(md.get(key)) is not None, "an integer")
+    return out
+
+
 def _where(section: str, loc: tuple[int | str, ...]) -> str:
     """A pydantic error's location as a path into the section: `sentinels.tolerance.max_diverged`,
     `sentinels.first_divergence[2]`."""
@@ -211,6 +237,7 @@ def read_point(path: Path, run_root: Path, notes: list[Note]) -> Point:
     if not isinstance(data, dict):
         raise NotAResult(f"not a result: the JSON is {type(data).__name__}, not an object")
     md: dict[str, Any] = data["metadata"] if isinstance(data.get("metadata"), dict) else {}
+    notes += [Note(path, text, warning=True) for text in _mistyped(data, md)]
     name = parse_name(path.name[:-5] if path.name.endswith(".json") else path.name)
 
     def throughput(name: str) -> float:
