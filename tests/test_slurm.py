@@ -37,9 +37,15 @@ from harness.rundir import RunDir, read_status
 
 pytestmark = pytest.mark.vllm
 
-# Fault tests use 1P1D (two of the three nodes) to start faster; a long second point
-# leaves time to break things after the first result file has landed.
-FAULT = ["benchmark.concurrency=[1, 2]", "benchmark.num_prompts=40", "benchmark.num_warmups=1"]
+# Fault tests use 1P1D (two of the three nodes) to start faster; a short first point (16
+# requests at C=1) lands a result file soon, and a long second one (64 at C=4, about as long
+# as the 40 at C=2 this used) leaves time to break things after it.
+FAULT = [
+    "benchmark.concurrency=[1, 4]",
+    "benchmark.prompts_multiplier=16",
+    "benchmark.min_prompts=1",
+    "benchmark.num_warmups=1",
+]
 BUNDLED_CONNECTOR = 'connector={"name": "pdbench", "extra_config": {"lease_s": 300}}'
 
 
@@ -437,7 +443,7 @@ def test_process_killed_mid_sweep(victim: str, reason: str, tmp_path: Path) -> N
     assert first["metadata"]["valid"] is True and first["failed"] == 0
     # The second point may have started before the abort reached node 0: then its requests
     # failed (the client records them) and it is marked invalid, never passed off as valid.
-    assert set(results) <= {"concurrency_2_req_rate_inf_gpus_2_ctx_1_gen_1.json"}
+    assert set(results) <= {"concurrency_4_req_rate_inf_gpus_2_ctx_1_gen_1.json"}
     for r in results.values():
         assert r["metadata"]["valid"] is False and r["failed"] > 0, r["metadata"]
     _assert_clean()
