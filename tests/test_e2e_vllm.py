@@ -292,7 +292,11 @@ def test_failed_server_tears_everything_down(tmp_path: Path) -> None:
         timeout=120,
     )
     assert r.returncode == 2 and "topology.decode.flags.no-such-flag: --no-such-flag" in r.stderr, r.stderr
-    proc, watcher = _launch(tmp_path, "topology.decode.flags.no-such-flag=true", extra=("--skip-flag-check",))
+    # Prefill is still starting when decode dies, and a starting vLLM ignores SIGTERM: the
+    # teardown is the SIGTERM grace, then SIGKILL. A short grace takes the same path sooner.
+    proc, watcher = _launch(
+        tmp_path, "topology.decode.flags.no-such-flag=true", "timeouts.teardown_s=5", extra=("--skip-flag-check",)
+    )
     rc, out = _finish(proc, watcher, timeout=300)
     run_dir = _run_dir(tmp_path)
     assert rc != 0, out[-4000:]
