@@ -86,6 +86,9 @@ class KvEvidence:
     # (harness.validity.kv_handoff): the connector's per-request lines in the timings directory,
     # vLLM's NIXL histograms on decode, or nowhere (the connector exports no sizes or times).
     handoff: Literal["connector_records", "vllm_nixl_metrics"] | None = None
+    # What usually makes this connector's KV move far below its path's ceiling: the reason a
+    # degraded_transport verdict gives (harness.validity.kv_transport).
+    slow_causes: str = "a wrong NIC or transport for the path"
 
 
 Instances = Literal["static", "registered", "aggregated"]

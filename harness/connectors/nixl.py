@@ -35,5 +35,10 @@ ENTRY = Connector(
             "vllm:nixl_num_failed_notifications_total": 0,
         },
         handoff="vllm_nixl_metrics",
+        slow_causes=(
+            "UCX without a GPU transport (UCX_TLS without cuda_ipc; on one GPU without NVLink cuda_ipc's "
+            "get is off unless UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y), a pull where push is faster, one descriptor "
+            "per block (small block size, a wrapped block pool: see bytes per descriptor), or a wrong NIC"
+        ),
     ),
 )

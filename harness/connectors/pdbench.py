@@ -37,5 +37,9 @@ ENTRY = Connector(
         expired=r"vllm:pdbench_kv_expired_total",
         per_request={"vllm:pdbench_kv_recv_seconds_count": 1, "vllm:pdbench_kv_failed_recv_total": 0},
         handoff="connector_records",
+        slow_causes=(
+            "its TCP socket where CUDA IPC was expected (lane tcp between GPUs of one host: the peer GPU "
+            "not visible to decode), small chunks (chunk_bytes), or a wrong NIC between hosts"
+        ),
     ),
 )

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+from harness import connectors
 from harness.config.benchmark import ValidityThresholds
 from harness.rundir.kv_ceiling import KvCeiling
 from harness.rundir.kv_handoff_summary import KvHandoffSummary
@@ -27,11 +28,6 @@ Status = Literal["passed", "failed", "not_checked"]
 # The ceiling is the median of a few copies; a transfer a little faster than the best of them is
 # noise, one well above it a timing that left part of the transfer out (sglang #31877).
 OVER_CEILING = 1.10
-CAUSES = (
-    "usual causes: UCX without a GPU transport (UCX_TLS without cuda_ipc; on one GPU without NVLink "
-    "cuda_ipc's get is off unless UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y), a pull where push is faster, one "
-    "descriptor per block (small block size, a wrapped block pool: see bytes per descriptor), or a wrong NIC"
-)
 
 
 def _mib(n: float) -> str:
@@ -81,9 +77,10 @@ def judge(
             share,
         ), h.model_copy(update={"flag": "metric_error"})
     if share < need:
-        return rule("failed", f"degraded_transport: {what}, below {need:.0%}; {CAUSES}", share), h.model_copy(
-            update={"flag": "degraded_transport"}
-        )
+        causes = connectors.get_kv(connector).evidence.slow_causes if connector else "a wrong NIC or transport"
+        return rule(
+            "failed", f"degraded_transport: {what}, below {need:.0%}; usual causes: {causes}", share
+        ), h.model_copy(update={"flag": "degraded_transport"})
     return rule("passed", f"{what} (at least {need:.0%})", share), h
 
 
