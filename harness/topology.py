@@ -8,11 +8,13 @@ proxy and the benchmark client), then decode nodes.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from harness.config.cpus import parse_cpus
 from harness.config.load import ConfigError, ResolvedRecipe
 from harness.config.schema import RoleSpec, TimeoutSpec
 
@@ -357,23 +359,49 @@ def _aggregated_workers(rr: ResolvedRecipe, num_nodes: int, disagg: list[Worker]
 
 
 def _check_ports(rr: ResolvedRecipe, plan_: JobPlan, single_host: bool) -> None:
-    used: dict[tuple[int, int], str] = {}
-    claims = [
-        (n, p, w.name, f"topology.{w.role}.port")
+    used: dict[tuple[int, int], tuple[str, str]] = {}
+    claims = [(n, w.port, w.name, f"topology.{w.role}.port") for w in plan_.workers for n in w.nodes]
+    # A KV connector's side channel: one port per rank from the worker's base, on any of its
+    # nodes (an aggregated worker has none). Its own HTTP port is a clash too.
+    claims += [
+        (n, w.side_channel_port + r, f"{w.name}'s KV side channel", "connector.side_channel_port")
         for w in plan_.workers
+        if w.side_channel_port
         for n in w.nodes
-        for p in (w.port, w.side_channel_port)
-        if p  # an aggregated worker has no KV port
+        for r in range(w.devices)
     ]
     claims.append((plan_.proxy_node, rr.recipe.proxy.port, "proxy", "proxy.port"))
     for node, port, owner, key in claims:
         slot = (0 if single_host else node, port)
-        if slot in used and used[slot] != owner:
+        if slot in used and used[slot] != (owner, key):
             where = "on this host (the local launcher runs every node here)" if single_host else f"on node {node}"
-            raise ConfigError(rr.blame(key), key, f"port {port} of {owner} is also used by {used[slot]} {where}")
-        used[slot] = owner
+            raise ConfigError(rr.blame(key), key, f"port {port} of {owner} is also used by {used[slot][0]} {where}")
+        used[slot] = (owner, key)
 
 
 def check_single_host(rr: ResolvedRecipe, plan_: JobPlan) -> None:
-    """The local launcher runs all nodes on one host, so ports must differ job-wide."""
+    """The local launcher runs all nodes on one host, so ports must differ job-wide and every
+    core a cpu_bind names must be one this process may run on."""
     _check_ports(rr, plan_, single_host=True)
+    cores = os.sched_getaffinity(0)
+    for w in plan_.workers:
+        missing = sorted(parse_cpus(w.cpu_bind) - cores) if w.cpu_bind else []
+        if missing:
+            key = f"topology.{w.role}.cpu_bind"
+            raise ConfigError(
+                rr.blame(key),
+                key,
+                f"{w.cpu_bind!r} of {w.name} names core(s) {', '.join(map(str, missing))}, which this host "
+                f"(where the local launcher runs every node) does not give pdbench: it has {_cores(cores)}",
+            )
+
+
+def _cores(cores: set[int]) -> str:
+    """{0, 1, 2, 5} -> 'cores 0-2,5'."""
+    runs: list[list[int]] = []
+    for c in sorted(cores):
+        if runs and c == runs[-1][-1] + 1:
+            runs[-1].append(c)
+        else:
+            runs.append([c])
+    return "cores " + ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)

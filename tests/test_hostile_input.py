@@ -156,8 +156,8 @@ def _put(recipe: dict[str, Any], catalogue: dict[str, Any], slot: Slot, value: s
         node[last] = [value]  # alone: a worker takes cpu_bind[index]
     elif kind == "key":
         node[last] = {**node.get(last, {}), value: "/v" if last == "mounts" else "v"}
-    else:
-        node[last] = {**node.get(last, {}), tag: value}
+    else:  # a mount's source must be an absolute path
+        node[last] = {**node.get(last, {}), f"/{tag}" if last == "mounts" else tag: value}
 
 
 def _base(runtime: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -392,7 +392,7 @@ def _check(slot: Slot, value: str, tag: str, runtime: str, procs: bool) -> Check
             "apptainer": lambda seen: value in seen["apptainer"][0][0],
         }[runtime]
     if key == "container.mounts":
-        entry = f"{value}:/v" if kind == "key" else f"{tag}:{value}"
+        entry = f"{value}:/v" if kind == "key" else f"/{tag}:{value}"
         if runtime in ("docker", "podman"):
             return lambda seen: entry in _container_run(seen, runtime)
         if runtime == "enroot":

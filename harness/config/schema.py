@@ -21,6 +21,7 @@ from pydantic import (
 from harness import connectors
 from harness.config.accuracy import AccuracySpec
 from harness.config.benchmark import BenchmarkSettings
+from harness.config.cpus import parse_groups
 from harness.config.image_ref import image_reference
 
 # Strings reach job.slurm and server.sh. The renderer quotes every one for the context it
@@ -83,6 +84,15 @@ MountSource = Annotated[Text, _checker(r"[,:]", "mount lists use ',' between and
 MountTarget = Annotated[Text, _checker(r",", "mount lists use ',' between entries")]
 # A path on the nodes, mounted into containers as 'src:dst:ro'.
 AbsPath = Annotated[MountSource, _matching(r"/.*", "an absolute path")]
+
+
+# VLLM_CPU_OMP_THREADS_BIND: checked here by the parser the node pins servers with.
+def _cpu_bind(v: str) -> str:
+    parse_groups(v)
+    return v
+
+
+CpuBind = Annotated[Text, AfterValidator(_cpu_bind)]
 IfName = Annotated[str, _matching(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,14}", "a network interface name")]
 # `docker run ... "$IMAGE"`: a leading '-' would be read as an option.
 Image = Annotated[Text, _checker(r"^-", "an image name cannot start with '-'"), AfterValidator(image_reference)]
@@ -109,7 +119,23 @@ SlurmTime = Annotated[
 # A vLLM flag value: True renders a bare flag, False/None omits it, dicts and lists render as
 # JSON; strings are single-quoted words, so only their control characters are refused.
 FlagValue = bool | int | float | str | None | dict[str, Any] | list[Any]
-Env = dict[EnvName, Text]
+# Linux's MAX_ARG_STRLEN (32 pages of 4 KiB): the most one NAME=value string, with its NUL, may
+# take; exec of the server fails with E2BIG (argument list too long) past it.
+MAX_ARG_STRLEN = 131072
+
+
+def _env_fits(env: dict[str, str]) -> dict[str, str]:
+    for name, value in env.items():
+        size = len(name.encode()) + 1 + len(value.encode()) + 1
+        if size > MAX_ARG_STRLEN:
+            raise ValueError(
+                f"{name}: its value is {len(value.encode())} bytes; the kernel takes at most {MAX_ARG_STRLEN} "
+                "per NAME=value (MAX_ARG_STRLEN), so the server could not start: pass a path to a file instead"
+            )
+    return env
+
+
+Env = Annotated[dict[EnvName, Text], AfterValidator(_env_fits)]
 
 
 def _no_control_in_flags(flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
@@ -177,7 +203,7 @@ class RoleSpec(Strict):
     port: int = Field(ge=1024, le=65535, description="HTTP port of the first worker on a node")
     flags: Flags = Field({}, description="`vllm serve` flags of this role, over the model's")
     env: Env = Field({}, description="environment of this role's servers, over the recipe's and the model's")
-    cpu_bind: list[Text] = Field([], description="CPU-only: VLLM_CPU_OMP_THREADS_BIND per worker (cycled)")
+    cpu_bind: list[CpuBind] = Field([], description="CPU-only: VLLM_CPU_OMP_THREADS_BIND per worker (cycled)")
     kv_transfer: bool = Field(
         True, description="start with the KV connector; false re-prefills (to check validity rules)"
     )
@@ -327,7 +353,8 @@ class ContainerSpec(Strict):
     image: Image | None = Field(
         None, description="container image (required unless runtime is none)", examples=["vllm/vllm-openai:v0.11.0"]
     )
-    mounts: dict[MountSource, MountTarget] = Field({}, description="host path -> container path[:options]")
+    # A relative source is no host path to the runtimes (docker reads it as a volume name).
+    mounts: dict[AbsPath, MountTarget] = Field({}, description="absolute host path -> container path[:options]")
     gpus: Literal["auto", "nvidia", "amd", "none"] = Field(
         "auto",
         description=(

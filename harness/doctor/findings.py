@@ -27,10 +27,11 @@ class Finding:
         return {"where": self.where, "check": self.check, "cause": self.cause}
 
 
-def local_findings(rr: ResolvedRecipe, plan: JobPlan, root: str) -> list[Finding]:
-    """What the submit host can check itself: weights and the shared install, where it sees them."""
+def local_findings(rr: ResolvedRecipe, plan: JobPlan, root: str, here: bool = False) -> list[Finding]:
+    """What the submit host can check itself: weights and the shared install, where it sees them
+    (everywhere when `here`: the local launcher's nodes are this host)."""
     out: list[Finding] = []
-    for cause in model_presence(rr, plan, root):
+    for cause in model_presence(rr, plan, root, here):
         out.append(Finding(SUBMIT_HOST, "weights", cause))
     site_root = rr.recipe.site.pdbench_root
     if site_root and not (Path(site_root) / "harness" / "__init__.py").is_file():
@@ -45,9 +46,9 @@ def local_findings(rr: ResolvedRecipe, plan: JobPlan, root: str) -> list[Finding
     return out
 
 
-def model_presence(rr: ResolvedRecipe, plan: JobPlan, root: str) -> list[str]:
+def model_presence(rr: ResolvedRecipe, plan: JobPlan, root: str, here: bool = False) -> list[str]:
     """The nodes' weights check (the same PreflightSpec), run here when the storage is visible
-    from here; otherwise it is left to each node's preflight."""
+    from here or the nodes are this host (`here`); otherwise it is left to each node's preflight."""
     from harness.node import preflight as pf
     from harness.render.preflight_spec import preflight_spec
 
@@ -55,7 +56,7 @@ def model_presence(rr: ResolvedRecipe, plan: JobPlan, root: str) -> list[str]:
     model_root = rr.recipe.site.model_root
     if spec.weights_path:
         # The model root (or the model's parent) visible here means the weights should be too.
-        if not (Path(model_root) if model_root else Path(spec.weights_path).parent).is_dir():
+        if not here and not (Path(model_root) if model_root else Path(spec.weights_path).parent).is_dir():
             return []
         return pf.check_weights(spec.weights_path, need_weights=spec.need_weights)
     if spec.hf_cache and Path(spec.hf_cache).is_dir():

@@ -19,22 +19,9 @@ import os
 
 import psutil
 
+from harness.config.cpus import parse_cpus
+
 log = logging.getLogger(__name__)
-
-
-def parse_cpus(spec: str) -> set[int]:
-    """'0', '0-3', '0,2,4-5' -> set of core ids (VLLM_CPU_OMP_THREADS_BIND syntax, one NUMA group)."""
-    cpus: set[int] = set()
-    for part in spec.replace("|", ",").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            cpus.update(range(int(lo), int(hi) + 1))
-        else:
-            cpus.add(int(part))
-    return cpus
 
 
 def worker_processes(server_pid: int) -> list[psutil.Process]:

@@ -8,6 +8,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.config.bounds import check_lengths
 from harness.config.cluster import chosen_profile
 from harness.config.hardware import check_hardware
 from harness.config.load import PROJECT_ROOT, ConfigError, ResolvedRecipe, load_recipe
@@ -28,6 +29,7 @@ def note(message: str) -> None:
 class Planned:
     rr: ResolvedRecipe
     plan: JobPlan
+    here: bool = False  # the nodes are this host (the local launcher): check their files here
 
 
 def load(recipe: str, overrides: list[str] | None, cluster: str | None = None) -> ResolvedRecipe:
@@ -41,12 +43,13 @@ def planned(rr: ResolvedRecipe, launcher: Launcher | None = None) -> Planned:
     """The recipe's plan, computed once for every later stage; the launcher checks it can run it."""
     try:
         check_hardware(rr)
+        check_lengths(rr)
         job_plan = plan(rr)
         if launcher is not None:
             launcher.check(rr, job_plan)
     except ConfigError as e:
         raise Refused(str(e)) from None
-    return Planned(rr, job_plan)
+    return Planned(rr, job_plan, here=isinstance(launcher, LocalLauncher))
 
 
 def launcher_for(kind: str, rr: ResolvedRecipe) -> Launcher:
@@ -102,7 +105,7 @@ def check_flags(p: Planned, skip: bool) -> None:
 def check_storage(p: Planned) -> None:
     """Weights and the shared install, checked here when this host sees them (else on every node)."""
     ensure_model(p.rr)
-    findings = local_findings(p.rr, p.plan, str(p.rr.root))
+    findings = local_findings(p.rr, p.plan, str(p.rr.root), here=p.here)
     if findings:
         raise Refused("\n".join(str(f) for f in findings))
 
@@ -120,7 +123,9 @@ def validate(
     rr = load(recipe, overrides, cluster)
     p = planned(rr, launcher_for(launcher_kind, rr))
     check_flags(p, skip_flag_check)
-    findings = [f for f in local_findings(rr, p.plan, str(rr.root)) if f.check != "weights" or not _buildable(rr)]
+    findings = [
+        f for f in local_findings(rr, p.plan, str(rr.root), here=p.here) if f.check != "weights" or not _buildable(rr)
+    ]
     if findings:
         raise Refused("\n".join(str(f) for f in findings))
     topo = rr.recipe.topology
