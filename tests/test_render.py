@@ -88,6 +88,11 @@ VARIANTS = {
         )
         for rt in ("docker", "enroot", "apptainer")
     },
+    # Secrets pass by name (docker's -e NAME, apptainer's APPTAINERENV_NAME), never by value.
+    **{
+        f"dsr1-fp8-1p2d--{rt}-secrets": ("dsr1-fp8-1p2d", [f"container.runtime={rt}", 'secrets=["HF_TOKEN"]'])
+        for rt in ("docker", "apptainer")
+    },
 }
 
 
@@ -102,6 +107,8 @@ SAME_SERVER_SH = (
     "docker-mounts-sbatch",
     "enroot-mounts-sbatch",
     "apptainer-mounts-sbatch",
+    "docker-secrets",
+    "apptainer-secrets",
 )
 
 

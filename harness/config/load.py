@@ -116,7 +116,8 @@ class ResolvedRecipe:
         """The fully resolved configuration (what the fingerprint covers)."""
         return {
             "name": self.name,
-            "recipe": self.recipe.model_dump(mode="json"),
+            # Without secrets the key is left out, so a recipe's fingerprint is what it was before them.
+            "recipe": self.recipe.model_dump(mode="json", exclude=None if self.recipe.secrets else {"secrets"}),
             "model": {"name": self.recipe.model, **self.model.model_dump(mode="json")},
         }
 

@@ -124,8 +124,18 @@ FlagValue = bool | int | float | str | None | dict[str, Any] | list[Any]
 MAX_ARG_STRLEN = 131072
 
 
+# Names of credentials: their values belong in `secrets:` (taken from the submitting environment at
+# run time), never in `env:`, whose values are written in clear into server.sh and recipe.lock.yaml.
+SECRET_NAME = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|SECRET_KEY)$")
+
+
 def _env_fits(env: dict[str, str]) -> dict[str, str]:
     for name, value in env.items():
+        if SECRET_NAME.search(name):
+            raise ValueError(
+                f"{name}: looks like a secret, and env values are written into the job's files; list it "
+                f"under secrets: instead (`secrets: [{name}]` passes your environment's {name} at run time)"
+            )
         size = len(name.encode()) + 1 + len(value.encode()) + 1
         if size > MAX_ARG_STRLEN:
             raise ValueError(
@@ -487,6 +497,25 @@ class Recipe(Strict):
     site: SiteSpec = Field(SiteSpec(), description="the cluster's storage, install location and network")
     timeouts: TimeoutSpec = Field(TimeoutSpec(), description="bounds on every stage of the job")
     env: Env = Field({}, description="environment for every process of the job")
+    secrets: list[EnvName] = Field(
+        [],
+        description="names of variables (e.g. HF_TOKEN) passed from the submitting environment to every server "
+        "at run time, by name: their values never reach a rendered file, the lock or a log",
+        examples=[["HF_TOKEN"]],
+    )
+
+    @model_validator(mode="after")
+    def _secrets_only_by_name(self) -> Recipe:
+        if len(set(self.secrets)) != len(self.secrets):
+            raise ValueError(f"secrets: each name once (got {self.secrets})")
+        for where, env in [("env", self.env)] + [
+            (f"topology.{r}.env", spec.env)
+            for r in ("prefill", "decode", "aggregated")
+            if (spec := getattr(self.topology, r)) is not None
+        ]:
+            if both := sorted(set(self.secrets) & set(env)):
+                raise ValueError(f"secrets: {', '.join(both)} also set in {where}, where its value is written out")
+        return self
 
     @model_validator(mode="after")
     def _proxy_workers(self) -> Recipe:

@@ -287,6 +287,7 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext, job_plan: 
         image=rr.recipe.container.image or "",
         mounts=mounts,
         mount_list="".join(f",{src}:{dst}" for src, dst in mounts),
+        secrets=rr.recipe.secrets,
         image_record=IMAGE_RECORD_JOB,
         image_hash_timeout_s=IMAGE_HASH_TIMEOUT_S,
     )
@@ -301,6 +302,7 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext, job_plan: 
             privileged=c.privileged,
             pull_timeout_s=c.pull_timeout_s,
             mounts=mounts,
+            secrets=rr.recipe.secrets,
             setup=c.setup,
             image_record=image_record_name("$NODE"),
             time_limit_warning=TIME_LIMIT_WARNING,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,6 +103,21 @@ def check_flags(p: Planned, skip: bool) -> None:
         raise Refused("\n".join(problems))
 
 
+def unset_secrets(rr: ResolvedRecipe) -> list[str]:
+    """The recipe's secrets that the submitting environment does not set: the job would start
+    without them (and fail, e.g. at a gated model's download)."""
+    return [name for name in rr.recipe.secrets if name not in os.environ]
+
+
+def check_secrets(rr: ResolvedRecipe, dry_run: bool) -> None:
+    """Refuse a submit whose secrets are not set here; a dry run or validate only says so."""
+    if missing := unset_secrets(rr):
+        what = f"secrets: {', '.join(missing)} not set in this environment; the job takes them from it at run time"
+        if not dry_run:
+            raise Refused(f"{rr.blame('secrets')}: {what} (export them, then submit)")
+        note(f"note: {what}")
+
+
 def check_storage(p: Planned) -> None:
     """Weights and the shared install, checked here when this host sees them (else on every node)."""
     ensure_model(p.rr)
@@ -123,6 +139,7 @@ def validate(
     rr = load(recipe, overrides, cluster)
     p = planned(rr, launcher_for(launcher_kind, rr))
     check_flags(p, skip_flag_check)
+    check_secrets(rr, dry_run=True)
     findings = [
         f for f in local_findings(rr, p.plan, str(rr.root), here=p.here) if f.check != "weights" or not _buildable(rr)
     ]

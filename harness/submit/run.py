@@ -13,7 +13,7 @@ from harness.launch.job import LaunchError
 from harness.launch.launcher import Launcher
 from harness.render import current_context, render_job
 from harness.rundir import RunDir, RunNotFound
-from harness.submit.check import Planned, check_flags, check_storage, launcher_for, load, planned
+from harness.submit.check import Planned, check_flags, check_secrets, check_storage, launcher_for, load, planned
 from harness.submit.follow import follow, say, summary
 from harness.submit.refused import Refused
 
@@ -74,6 +74,7 @@ def submit(
     p = planned(rr, launcher)
     check_flags(p, skip_flag_check)
     check_storage(p)
+    check_secrets(rr, dry_run)
     resumed = resolve_run(resume, results_dir) if resume else None
     if resumed is not None:
         from harness.resume_run import check_same_measurement
