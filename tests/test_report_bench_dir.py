@@ -11,7 +11,7 @@ from cli_run import pdbench
 from test_bench_sentinels import _cfg
 
 from harness import tiny_model
-from harness.bench import run_sweep
+from harness.bench.sweep import run_sweep_detailed
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -20,7 +20,8 @@ def test_report_of_a_bench_folder_skips_no_sentinel_record(tmp_path: Path) -> No
     model = str(tiny_model.build(tmp_path / "model"))
     out = tmp_path / "out"
     with FakeServer(token_delay=0.001) as reference, FakeServer(token_delay=0.001) as target:
-        (result,) = run_sweep(_cfg(model, out, target.base_url, reference.base_url))
+        (point,) = run_sweep_detailed(_cfg(model, out, target.base_url, reference.base_url))
+    assert point.path is not None, point.error  # the bench wrote its point
     # Precondition: the bench wrote its sentinel records beside the point, named like it.
     records = sorted(p.relative_to(out).as_posix() for p in (out / "sentinels").glob("*.json"))
     assert records == ["sentinels/concurrency_2.json", "sentinels/reference.json"], records
@@ -29,4 +30,4 @@ def test_report_of_a_bench_folder_skips_no_sentinel_record(tmp_path: Path) -> No
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Skipped files" not in r.stdout and "sentinels" not in r.stdout + r.stderr, r.stdout
     assert "## Results" in r.stdout and "| `out` | 32 | 8 | 2 | 20 |" in r.stdout, r.stdout
-    assert Path(result).parent == out
+    assert point.path.parent == out
