@@ -117,11 +117,6 @@ def test_a_baseline_without_a_port_is_excluded_with_the_reason(tmp_path: Path) -
     assert "topology.aggregated.port" in (choice.excluded or "")
 
 
-def test_cores_reads_the_bind_syntax() -> None:
-    assert space.cores("0-3|6,8") == {0, 1, 2, 3, 6, 8}
-    assert space.cores("1") == {1}
-
-
 def test_one_baseline_per_device_count() -> None:
     def c(name: str, p: int, d: int) -> space.Candidate:
         return space.Candidate(name, "disagg", (), p, d, p + d, {})

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from cli_run import pdbench
 
+from harness.config.cpus import parse_cpus, parse_groups
 from harness.config.load import PROJECT_ROOT
 
 RECIPE = "local-tiny-1p1d"
@@ -62,6 +63,15 @@ def _refused(tmp_path: Path, recipe: str, sets: list[str]) -> list[str]:
         errs.append(r.stderr)
     assert not results.exists() or not any(results.rglob("plan.json")), "a refused dry run made a run"
     return errs
+
+
+def test_one_parser_reads_the_bind_syntax() -> None:
+    # The parser the schema checks with, the node pins with and the search counts cores with.
+    assert parse_cpus("0-3|6,8") == {0, 1, 2, 3, 6, 8} and parse_cpus("1") == {1}
+    assert parse_groups("0-1|2-3") == [{0, 1}, {2, 3}]
+    for bad in ("", "0||1", "a", "3-1", "0-", "-1", "0-3;4"):
+        with pytest.raises(ValueError):
+            parse_cpus(bad)
 
 
 def test_the_base_recipe_passes() -> None:

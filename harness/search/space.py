@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from harness.config.cpus import parse_cpus
 from harness.search.spec import LoadedSearch, SearchSpec
 from harness.submit.check import Planned, launcher_for, load, planned
 from harness.submit.refused import Refused
@@ -139,19 +140,7 @@ def _capacity(p: Planned, role: Role) -> float:
     binds = [w.cpu_bind for w in workers if w.cpu_bind]
     if not binds:
         return float(len(workers))
-    return float(len(set().union(*(cores(b) for b in binds))))
-
-
-def cores(bind: str) -> set[int]:
-    """'0-3|6,8' -> {0, 1, 2, 3, 6, 8} (VLLM_CPU_OMP_THREADS_BIND's syntax)."""
-    out: set[int] = set()
-    for part in re.split(r"[|,]", bind):
-        part = part.strip()
-        if not part:
-            continue
-        first, _, last = part.partition("-")
-        out.update(range(int(first), int(last or first) + 1))
-    return out
+    return float(len(set().union(*(parse_cpus(b) for b in binds))))
 
 
 def _broken_constraint(spec: SearchSpec, c: Candidate) -> str | None:
