@@ -77,7 +77,8 @@ def judge(
             share,
         ), h.model_copy(update={"flag": "metric_error"})
     if share < need:
-        causes = connectors.get_kv(connector).evidence.slow_causes if connector else "a wrong NIC or transport"
+        evidence = connectors.get_kv(connector).evidence if connector else None
+        causes = evidence.slow_causes if evidence is not None else "a wrong NIC or transport for the path"
         return rule(
             "failed", f"degraded_transport: {what}, below {need:.0%}; usual causes: {causes}", share
         ), h.model_copy(update={"flag": "degraded_transport"})
