@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-1p2d · fingerprint f97eabf17eb61d65
+# pdbench node script · recipe dsr1-fp8-1p2d · fingerprint 3c5ecd1a178eaabc
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

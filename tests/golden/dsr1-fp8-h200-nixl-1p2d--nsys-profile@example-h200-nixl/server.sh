@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-h200-nixl-1p2d · fingerprint f8e91b4091b8bc49
+# pdbench node script · recipe dsr1-fp8-h200-nixl-1p2d · fingerprint c28fa635b6744403
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

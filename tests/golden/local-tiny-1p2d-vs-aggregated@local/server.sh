@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe local-tiny-1p2d-vs-aggregated · fingerprint 60b60f9caf876dd6
+# pdbench node script · recipe local-tiny-1p2d-vs-aggregated · fingerprint fde7013711eca25d
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
