@@ -312,21 +312,66 @@ def _spanning_workers(
     return workers, side_port
 
 
-def plan(rr: ResolvedRecipe) -> JobPlan:
+def plan(rr: ResolvedRecipe, single_host: bool = False) -> JobPlan:
+    """The job's workers on its nodes. `single_host`: every node runs on this one host (the
+    local launcher), so a role's workers take consecutive ports job-wide, not per node."""
     topo = rr.recipe.topology
     side = rr.recipe.connector.side_channel_port
     prefill, side = _role_workers(rr, "prefill", topo.prefill, 0, side)
-    decode, _ = _role_workers(rr, "decode", topo.decode, topo.prefill.nodes, side)
-    num_nodes = topo.prefill.nodes + topo.decode.nodes
+    # colocate: decode on the prefill node (the schema made every role's nodes 1)
+    decode, _ = _role_workers(rr, "decode", topo.decode, 0 if topo.colocate else topo.prefill.nodes, side)
+    num_nodes = 1 if topo.colocate else topo.prefill.nodes + topo.decode.nodes
     aggregated = _aggregated_workers(rr, num_nodes, prefill + decode)
+    workers = prefill + decode + aggregated
+    if single_host:
+        workers = [_one_host_port(rr, w) for w in workers]
+    if topo.colocate and topo.gpus_per_node:
+        workers = _place_on_one_node(rr, workers)
     plan_ = JobPlan(
         num_nodes=num_nodes,
-        workers=tuple(prefill + decode + aggregated),
+        workers=tuple(workers),
         proxy_port=rr.recipe.proxy.port,
         aggregated_only=topo.aggregated_only,
     )
-    _check_ports(rr, plan_, single_host=False)
+    _check_ports(rr, plan_, single_host=single_host)
     return plan_
+
+
+def _one_host_port(rr: ResolvedRecipe, w: Worker) -> Worker:
+    """On one host a role's workers on different nodes would share the role's first port:
+    each takes the role's port plus its index in the role instead."""
+    spec = rr.recipe.topology.aggregated if w.role == "aggregated" else getattr(rr.recipe.topology, w.role)
+    assert spec is not None
+    return w if len(w.nodes) > 1 else dataclasses.replace(w, port=spec.port + w.index)
+
+
+def _place_on_one_node(rr: ResolvedRecipe, workers: list[Worker]) -> list[Worker]:
+    """topology.colocate: the node's GPUs in order to the workers of each phase (prefill, then
+    decode; the baseline's replicas on the same GPUs once the disaggregated servers are gone).
+    vLLM takes the first tp x dp visible devices, so each server sees its own GPUs first and the
+    node's others after them: the peer a connector copies the KV to or from stays visible."""
+    gpn = rr.recipe.topology.gpus_per_node
+    placed: list[Worker] = []
+    for phase in ("disagg", "aggregated"):
+        members = [w for w in workers if w.phase == phase]
+        need = sum(w.devices for w in members)
+        # (the baseline uses as many GPUs as the disaggregated servers: it fits when they do)
+        if need > gpn:
+            names = ", ".join(f"{w.name} {w.devices}" for w in members)
+            key = "topology.colocate"
+            raise ConfigError(
+                rr.blame(key),
+                key,
+                f"on one node the disaggregated servers need {need} GPUs ({names}), "
+                f"but topology.gpus_per_node is {gpn}{_gpn_source(rr, key)}",
+            )
+        first = 0
+        for w in members:
+            own = list(range(first, first + w.devices))
+            others = [d for d in range(gpn) if d not in own] if phase == "disagg" else []
+            placed.append(dataclasses.replace(w, visible_devices=",".join(map(str, own + others))))
+            first += w.devices
+    return placed
 
 
 def _aggregated_workers(rr: ResolvedRecipe, num_nodes: int, disagg: list[Worker]) -> list[Worker]:

@@ -242,8 +242,11 @@ def test_validate_names_the_profile_the_launcher_and_what_submit_would_refuse(tm
     out = validate("dsr1-fp8-1p2d", dummy, None, True, "slurm")
     assert "note: every node would download deepseek-ai/DeepSeek-R1-0528's config from the Hugging Face hub" in out
     # What submit would refuse, refused here too: ports that clash once every node runs on this host,
-    with pytest.raises(Refused, match="port 8200 of decode-1 is also used by decode-0 on this host"):
-        validate("local-tiny-1p2d", [], "local", True, "local")
+    # (a role's workers take consecutive ports on one host: decode-1 8201, prefill-1 8101)
+    clash = ["topology.prefill.workers=2", "topology.prefill.nodes=2", "topology.decode.port=8101"]
+    with pytest.raises(Refused, match="port 8101 of decode-0 is also used by prefill-1 on this host"):
+        validate("local-tiny-1p2d", clash, "local", True, "local")
+    assert validate("local-tiny-1p2d", [], "local", True, "local").startswith("ok: local-tiny-1p2d")
     assert validate("local-tiny-1p2d", [], "local", True, "slurm").startswith("ok: local-tiny-1p2d")
     # and a shared install the nodes would run from that is not there.
     with pytest.raises(Refused, match=r"site\.pdbench_root /lustre/shared/pdbench holds no pdbench checkout"):

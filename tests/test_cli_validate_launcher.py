@@ -12,12 +12,24 @@ from harness.config.load import PROJECT_ROOT
 
 
 def test_validate_checks_for_the_launcher_given(tmp_path: Path) -> None:
-    # Every node of local-tiny-1p2d on one host: its two decode servers share a port.
+    # Every node of local-tiny-1p2d on one host: a role's workers take consecutive ports there
+    # (decode-1 8201), where Slurm nodes each give their first worker the role's port.
     ok = pdbench("validate", "local-tiny-1p2d", "--cluster", "local", "--skip-flag-check")
     assert ok.returncode == 0 and ", launcher slurm, " in ok.stdout, ok.stderr
-    r = pdbench("validate", "local-tiny-1p2d", "--cluster", "local", "--launcher", "local", "--skip-flag-check")
+    ok = pdbench("validate", "local-tiny-1p2d", "--cluster", "local", "--launcher", "local", "--skip-flag-check")
+    assert ok.returncode == 0 and ", launcher local, " in ok.stdout, ok.stderr
+    # A real clash on one host: prefill-1 takes 8101, which decode's first worker is given.
+    clash = [
+        "--set",
+        "topology.prefill.workers=2",
+        "--set",
+        "topology.prefill.nodes=2",
+        "--set",
+        "topology.decode.port=8101",
+    ]
+    r = pdbench("validate", "local-tiny-1p2d", "--cluster", "local", "--launcher", "local", "--skip-flag-check", *clash)
     assert r.returncode == 2, r.stdout
-    assert "port 8200 of decode-1 is also used by decode-0 on this host (the local launcher" in r.stderr, r.stderr
+    assert "port 8101 of decode-0 is also used by prefill-1 on this host (the local launcher" in r.stderr, r.stderr
     # What submit --launcher local refuses the same way.
     r = pdbench(
         "submit",
@@ -30,9 +42,10 @@ def test_validate_checks_for_the_launcher_given(tmp_path: Path) -> None:
         "--dry-run",
         "--results-dir",
         str(tmp_path),
+        *clash,
     )
     assert not any(tmp_path.iterdir())
-    assert r.returncode == 2 and "port 8200 of decode-1" in r.stderr, r.stderr
+    assert r.returncode == 2 and "port 8101 of decode-0" in r.stderr, r.stderr
 
 
 def test_validate_names_the_profile_and_what_it_set(tmp_path: Path) -> None:

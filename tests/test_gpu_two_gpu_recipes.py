@@ -1,10 +1,12 @@
-"""The two-GPU 1P1D recipes (issue 36's layout, for the device kind nvidia-h200-x2) put prefill on
-GPU 1 and decode on GPU 0 while each server still sees the other GPU: vLLM takes device 0 of
-CUDA_VISIBLE_DEVICES, and the bundled connector opens prefill's blocks on decode's GPU as a peer
-only if decode can see prefill's GPU (connector/ipc.py finds it by UUID)."""
+"""The two-GPU 1P1D recipes (for the device kind nvidia-h200-x2) colocate both roles on one node,
+and pdbench places them: prefill on GPU 0, decode on GPU 1, each server still seeing the other
+GPU: vLLM takes device 0 of CUDA_VISIBLE_DEVICES, and the bundled connector opens prefill's
+blocks on decode's GPU as a peer only if decode can see prefill's GPU (connector/ipc.py finds it
+by UUID). No recipe sets CUDA_VISIBLE_DEVICES itself."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -38,11 +40,14 @@ def _visible(script: str, proc: str) -> str:
 
 
 @pytest.mark.parametrize("connector", ["pdbench", "nixl"])
-def test_prefill_on_gpu_1_and_decode_on_gpu_0_each_seeing_both(tmp_path: Path, connector: str) -> None:
+def test_prefill_on_gpu_0_and_decode_on_gpu_1_each_seeing_both(tmp_path: Path, connector: str) -> None:
     recipe = f"gpu-h200x2-8b-1p1d-{connector}"
+    assert "CUDA_VISIBLE_DEVICES" not in (ROOT / "recipes" / f"{recipe}.yaml").read_text()
     script = _render(recipe, tmp_path)
-    assert _visible(script, "prefill_0") == "1,0"
-    assert _visible(script, "decode_0") == "0,1"
+    assert _visible(script, "prefill_0") == "0,1"
+    assert _visible(script, "decode_0") == "1,0"
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["num_nodes"] == 1 and {p["node"] for p in plan["processes"]} == {0}, plan["processes"]
     lock = yaml.safe_load((tmp_path / "recipe.lock.yaml").read_text())
     assert lock["recipe"]["topology"]["gpus_per_node"] == 2
     assert lock["recipe"]["connector"]["name"] == connector

@@ -76,10 +76,15 @@ def test_a_candidate_that_does_not_plan_is_excluded_with_the_error(tmp_path: Pat
 
 
 def test_a_candidate_the_launcher_cannot_run_is_excluded(tmp_path: Path) -> None:
-    # The local launcher runs every node on this host: two decode servers on one port collide.
-    choices = by_name(space.candidates(search(tmp_path), cluster="local", launcher_kind="local"))
-    assert choices["1p1d"].excluded is None
-    assert "port 8200" in (choices["1p2d"].excluded or "")
+    # The local launcher runs every node on this host, where a role's workers take consecutive
+    # ports: 1P2D runs there (decode 8200 and 8201); a decode port inside prefill's collides.
+    clash = {**DECODE[1], "topology.decode.port": 8100}
+    s = search(tmp_path, factors={"decode": [*DECODE, clash]})
+    choices = by_name(space.candidates(s, cluster="local", launcher_kind="local"))
+    assert choices["1p1d-nodes1_workers1"].excluded is None
+    assert choices["1p2d-nodes2_workers2"].excluded is None
+    reason = choices["1p2d-nodes2_port8100_workers2"].excluded or ""
+    assert "port 8100 of decode-0 is also used by prefill-0 on this host" in reason, reason
 
 
 def test_other_varying_factors_are_named_after_their_values(tmp_path: Path) -> None:

@@ -252,11 +252,25 @@ class TopologySpec(Strict):
             "(kv_transfer does not apply)"
         ),
     )
+    colocate: bool = Field(
+        False,
+        description=(
+            "every role on one node (the job's only node): pdbench partitions the node's gpus_per_node GPUs "
+            "between the workers of each phase (prefill first, then decode; the aggregated baseline's replicas "
+            "on the same GPUs after them) and sets each server's visible devices, its own first and the node's "
+            "other GPUs after them for the KV copy between them; every role needs nodes: 1"
+        ),
+    )
 
     @model_validator(mode="after")
     def _aggregated_only(self) -> TopologySpec:
         if self.aggregated_only and self.aggregated is None:
             raise ValueError("aggregated_only needs topology.aggregated (the servers to run)")
+        if self.colocate:
+            roles = [("prefill", self.prefill), ("decode", self.decode), ("aggregated", self.aggregated)]
+            spread = [f"{name}.nodes is {spec.nodes}" for name, spec in roles if spec is not None and spec.nodes != 1]
+            if spread:
+                raise ValueError(f"colocate puts every role on one node: {', '.join(spread)}; set it to 1")
         return self
 
 

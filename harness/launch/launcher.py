@@ -15,6 +15,8 @@ class Launcher(ABC):
     name: ClassVar[str]
     # launch() returns once the job has ended: it ran in this process, in the foreground.
     foreground: ClassVar[bool] = False
+    # Every node of the job runs on this one host: ports are planned job-wide (topology.plan).
+    single_host: ClassVar[bool] = False
 
     def check(self, rr: ResolvedRecipe, plan: JobPlan) -> None:  # noqa: B027 (most launchers run any plan)
         """Raise ConfigError when this launcher cannot run the plan."""

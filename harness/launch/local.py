@@ -274,6 +274,7 @@ class LocalJob(Job):
 class LocalLauncher(Launcher):
     name = "local"
     foreground = True
+    single_host = True
 
     def __init__(self, time_limit_s: float, grace_s: float, echo: TextIO | None = sys.stdout):
         self.time_limit_s = time_limit_s

@@ -45,7 +45,7 @@ def planned(rr: ResolvedRecipe, launcher: Launcher | None = None) -> Planned:
     try:
         check_hardware(rr)
         check_lengths(rr)
-        job_plan = plan(rr)
+        job_plan = plan(rr, single_host=launcher is not None and launcher.single_host)
         if launcher is not None:
             launcher.check(rr, job_plan)
     except ConfigError as e:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-1p2d · fingerprint 63b6a5aa2f07a0c6
+# pdbench node script · recipe dsr1-fp8-1p2d · fingerprint 426efa5489eb7e66
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

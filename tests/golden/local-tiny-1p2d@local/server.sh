@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe local-tiny-1p2d · fingerprint 6fd0cb9c409375af
+# pdbench node script · recipe local-tiny-1p2d · fingerprint dd4693f49d6ea794
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
