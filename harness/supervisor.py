@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import json
 import logging
 import os
 import signal
@@ -18,6 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -209,3 +211,13 @@ def _signal_proc(p: psutil.Process, sig: int) -> None:
         p.send_signal(sig)
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         pass
+
+
+def recorded_processes(record: Path) -> list[dict[str, Any]]:
+    """A node's process record (Supervisor's `record`: name, pid, create_time per process started);
+    [] when it is missing or unreadable (a node that never started one, or was killed writing it)."""
+    try:
+        procs = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return []
+    return [p for p in procs if isinstance(p, dict)] if isinstance(procs, list) else []

@@ -11,7 +11,6 @@ which it records the cause and stops every node.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -32,7 +31,7 @@ from harness.launch.launcher import Launcher
 from harness.launch.log_tail import LogTail
 from harness.launch.record import LaunchRecord, read_record
 from harness.rundir import Failure, FailureRecords, RunDir, read_status, write_status
-from harness.supervisor import stop_groups
+from harness.supervisor import recorded_processes, stop_groups
 from harness.topology import JobPlan, check_single_host
 
 log = logging.getLogger(__name__)
@@ -173,11 +172,7 @@ def _sweep_leftovers(run_dir: Path) -> None:
     """Kill what a node runtime recorded but could not reap (it was SIGKILLed, say): the
     recorded process and every member of its process group, even when the leader is gone."""
     for record in RunDir(run_dir).proc_records():
-        try:
-            procs = json.loads(record.read_text())
-        except (OSError, ValueError):
-            continue
-        for entry in procs:
+        for entry in recorded_processes(record):
             victims = _group_members(entry["pid"], entry["create_time"])
             if not victims:
                 continue

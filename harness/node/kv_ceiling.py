@@ -27,6 +27,7 @@ from harness.node import kv_ceiling_probe
 from harness.node.versions import Interpreter, server_interpreter
 from harness.rundir import RunDir
 from harness.rundir.kv_ceiling import KvCeiling, missing
+from harness.supervisor import recorded_processes
 from harness.topology import PlanFile, Worker
 
 log = logging.getLogger(__name__)
@@ -49,11 +50,8 @@ def first_gpu(env: Mapping[str, str], worker: Worker) -> int | None:
 
 def _server_pid(run: RunDir, name: str, node: int) -> int | None:
     """A server's pid from its node's process record (state/procs-node<N>.json, the supervisor's)."""
-    try:
-        procs = json.loads(run.proc_record(node).read_text())
-    except (OSError, ValueError):
-        return None
-    pid = next((p.get("pid") for p in procs if isinstance(p, dict) and p.get("name") == name), None)
+    procs = recorded_processes(run.proc_record(node))
+    pid = next((p.get("pid") for p in procs if p.get("name") == name), None)
     return pid if isinstance(pid, int) else None
 
 
