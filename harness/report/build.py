@@ -26,6 +26,7 @@ from harness.report.outputs_check import drifts, outputs_text
 from harness.report.points import Note, Point, Run, serving
 from harness.report.profile import profile_table
 from harness.report.slo import slo_notes
+from harness.report.slo_pick import slo_table
 from harness.report.workloads import prefix_cache_table, schedule_table, sessions_table
 
 
@@ -139,6 +140,7 @@ def build_report(
     report.notes += accuracy_notes
     client_notes: list[Note] = []
     tables = (
+        slo_table(df, slo) if slo else None,
         sessions_table(loaded.runs),
         schedule_table(loaded.runs),
         prefix_cache_table(loaded.runs),
