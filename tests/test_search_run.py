@@ -6,6 +6,7 @@ leaves it (a fake isolates the orchestration; tests/test_search_e2e.py runs real
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -471,3 +472,31 @@ def test_a_job_that_failed_after_its_ladder_search_ended_counts_as_done(tmp_path
     state = SearchDir(s.sdir.path).read_state()["1p1d"]
     assert state.status == "done" and state.reason.endswith("the job then failed: a node failed)")
     assert "best c=2" in state.reason
+
+
+def _poll_gaps(tmp_path: Path, poll_s: float) -> list[float]:
+    """Seconds between the launcher's answers on 1p1d's job: running twice after its nodes
+    recorded the end (the fake writes status.json at launch), then completed."""
+    asked: list[float] = []
+    fake = FakeLauncher(
+        states={"1p1d": [JobState.RUNNING, JobState.RUNNING, JobState.COMPLETED]},
+        on_info=lambda name, n: asked.append(time.monotonic()) if name == "1p1d" else None,
+    )
+    s = start(tmp_path, fake, budget={"max_jobs": 1})
+    s.poll_s = poll_s
+    assert s.run() == 0
+    assert statuses(s)["1p1d"] == "done" and len(asked) == 3
+    return [b - a for a, b in itertools.pairwise(asked)]
+
+
+def test_a_job_whose_nodes_recorded_its_end_is_asked_again_within_a_second(tmp_path: Path) -> None:
+    """The next candidate need not wait out poll_s behind Slurm's teardown."""
+    gaps = _poll_gaps(tmp_path, poll_s=10.0)
+    assert all(0.9 <= g < 5.0 for g in gaps), gaps
+
+
+def test_an_end_recorded_long_ago_is_polled_at_poll_s_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A launcher slow to report the end is not asked every second for ever."""
+    monkeypatch.setattr("harness.search.run.END_WAIT_S", 0.0)
+    gaps = _poll_gaps(tmp_path, poll_s=1.5)
+    assert all(g >= 1.4 for g in gaps), gaps

@@ -4,10 +4,12 @@ Slurm commands on PATH isolate the parsing."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from harness import topology
 from harness.config import load_recipe
 from harness.launch import slurm
 from harness.launch.find import NoJob, job_of
-from harness.launch.job import JobState, LaunchError
+from harness.launch.job import JobInfo, JobState, LaunchError
 from harness.launch.record import LaunchRecord
 from harness.rundir import RunDir
 from harness.topology import PlanFile
@@ -140,6 +142,30 @@ def test_wait_follows_to_the_end(fake_bin: Path, tmp_path: Path) -> None:
     job = slurm.SlurmJob(RunDir(tmp_path), "7")
     info = job.wait(timeout_s=30, on_poll=lambda i: seen.append(i.detail), poll_s=0.01)
     assert info.state is JobState.COMPLETED and seen == ["RUNNING", "RUNNING", "COMPLETED"]
+
+
+def test_wait_asks_again_within_a_second_once_the_run_records_its_end(fake_bin: Path, tmp_path: Path) -> None:
+    """The nodes write status.json's end before Slurm's teardown ends the job: a follower far
+    into a long poll interval asks Slurm again within END_POLL_S, not at its next interval."""
+    counter, run = tmp_path / "n", RunDir(tmp_path)
+    _fake(
+        fake_bin,
+        "scontrol",
+        f"n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}\n"
+        'if [ "$n" -lt 2 ]; then s=RUNNING; else s=COMPLETED; fi\n'
+        'echo "JobId=7 JobState=$s ExitCode=0:0"\n',
+    )
+    asked: list[float] = []
+
+    def on_poll(info: JobInfo) -> None:
+        asked.append(time.monotonic())
+        if len(asked) == 1:  # the nodes record the end while Slurm still says RUNNING
+            run.status.write_text(json.dumps({"state": "succeeded", "finished_at": time.time()}))
+
+    info = slurm.SlurmJob(run, "7").wait(timeout_s=60, on_poll=on_poll, poll_s=10.0)
+    assert info.state is JobState.COMPLETED and len(asked) == 3
+    gaps = [b - a for a, b in itertools.pairwise(asked)]
+    assert all(g < 5.0 for g in gaps), gaps  # 10 s apart without the recorded end
 
 
 def test_wait_deadline_counts_from_the_start_not_the_queue(fake_bin: Path, tmp_path: Path) -> None:

@@ -15,7 +15,32 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import ClassVar
 
-from harness.rundir import RunDir
+from harness.rundir import RunDir, read_status
+
+# A job's nodes record its end in status.json before its launcher says so (Slurm's teardown and
+# state follow): from then on a follower asks the launcher every END_POLL_S, for at most
+# END_WAIT_S (past that, a launcher slow to say so is asked at the usual interval again).
+END_POLL_S = 1.0
+END_WAIT_S = 30.0
+
+
+def recorded_end(run: RunDir) -> bool:
+    """Whether the run's nodes recorded its end (status.json's finished_at)."""
+    return (read_status(run) or {}).get("finished_at") is not None
+
+
+def nap(seconds: float, ending: Callable[[], bool], sleep: Callable[[float], None] = time.sleep) -> None:
+    """Sleep until a follower's next poll: `seconds`, or END_POLL_S since the nap began once
+    ending() says a job it follows recorded its end; ending() is asked every END_POLL_S."""
+    start = time.monotonic()
+    end = start + seconds
+    while True:
+        if ending():
+            end = min(end, start + END_POLL_S)
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        sleep(min(END_POLL_S, left))
 
 
 class LaunchError(RuntimeError):
@@ -77,10 +102,18 @@ class Job(ABC):
         timeout_s counts from when the job leaves the queue: on a busy cluster a job may wait
         for hours, which says nothing about the job. Past it, LaunchError (the job is not
         cancelled). Polls grow sparser the longer it waits (up to 15 s), so that many
-        followers do not load the launcher (slurmctld).
+        followers do not load the launcher (slurmctld); once the run records its end they come
+        every END_POLL_S (nap), so the caller does not wait out a long interval for nothing.
         """
         deadline = None
         start = time.monotonic()
+        seen_end: list[float] = []  # when the run was first seen to record its end
+
+        def ending() -> bool:
+            if not seen_end and recorded_end(self.run):
+                seen_end.append(time.monotonic())
+            return bool(seen_end) and time.monotonic() - seen_end[0] < END_WAIT_S
+
         try:
             while True:
                 info = self.info()
@@ -94,7 +127,7 @@ class Job(ABC):
                     raise LaunchError(
                         f"job {self.job_id} still {info.detail} {timeout_s:.0f} s after it started; not cancelled"
                     )
-                time.sleep(min(15.0, poll_s + (time.monotonic() - start) / 60))
+                nap(min(15.0, poll_s + (time.monotonic() - start) / 60), ending)
         except KeyboardInterrupt:
             self.cancel()
             self._wait_cancelled(120)

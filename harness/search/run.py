@@ -31,7 +31,7 @@ from harness.config.cluster import chosen_profile
 from harness.config.load import ConfigError, ResolvedRecipe
 from harness.invocation import prog
 from harness.launch.find import NoJob, job_of
-from harness.launch.job import Job, JobInfo, JobState, LaunchError
+from harness.launch.job import END_WAIT_S, Job, JobInfo, JobState, LaunchError, nap, recorded_end
 from harness.launch.launcher import Launcher
 from harness.rundir import RunDir, read_status
 from harness.search import space
@@ -108,6 +108,7 @@ class Flight:
     job: Job
     limit_s: float
     running_since: float | None = None
+    recorded_end: float | None = None  # when its run directory was first seen to record its end
 
 
 class Search:
@@ -355,7 +356,21 @@ class Search:
                 self.overtime(flight, info)
                 ended = True
         if not ended:
-            self.sleep(self.poll_s)
+            self.nap()
+
+    def nap(self) -> None:
+        """Until the next poll: poll_s, or sooner once a job in flight has recorded its end in its
+        run directory, so the next candidate need not wait out poll_s behind Slurm's teardown.
+        The launcher stays the authority on the job's end: the next poll asks it."""
+        nap(self.poll_s, self._ending, self.sleep)
+
+    def _ending(self) -> bool:
+        """Whether a job in flight recorded its end within END_WAIT_S."""
+        now = time.monotonic()
+        for flight in self.in_flight.values():
+            if flight.recorded_end is None and recorded_end(flight.job.run):
+                flight.recorded_end = now
+        return any(f.recorded_end is not None and now - f.recorded_end < END_WAIT_S for f in self.in_flight.values())
 
     def overtime(self, flight: Flight, info: JobInfo) -> None:
         why = (
