@@ -500,3 +500,35 @@ def test_an_end_recorded_long_ago_is_polled_at_poll_s_again(tmp_path: Path, monk
     monkeypatch.setattr("harness.search.run.END_WAIT_S", 0.0)
     gaps = _poll_gaps(tmp_path, poll_s=1.5)
     assert all(g >= 1.4 for g in gaps), gaps
+
+
+def _cancelled_while_queued(tmp_path: Path, started: bool) -> float:
+    """Seconds from the launch of 1p2d's job, cancelled while queued (no status.json), to its
+    end recorded, its nodes having left a record or not."""
+
+    def on_info(name: str, n: int) -> None:
+        if name == "1p2d":
+            run = fake.jobs[name].run
+            run.status.unlink(missing_ok=True)
+            if started:
+                run.nodes.mkdir(exist_ok=True)
+                (run.nodes / "0.json").write_text("{}")
+
+    fake = FakeLauncher(states={"1p2d": [JobState.PENDING, JobState.CANCELLED]}, on_info=on_info)
+    tmp_path.mkdir()
+    s = start(tmp_path, fake, budget={"nodes_in_flight": 3})
+    assert s.run() == 1
+    state = SearchDir(s.sdir.path).read_state()["1p2d"]
+    assert state.status == "cancelled" and state.reason.endswith("was cancelled (CANCELLED)"), state
+    assert state.started_at is not None and state.ended_at is not None
+    return state.ended_at - state.started_at
+
+
+def test_a_job_cancelled_while_queued_is_recorded_without_waiting_for_a_status(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No node ran, so nothing will write its status.json: no STATUS_SETTLE_S wait for one."""
+    monkeypatch.setattr("harness.search.run.STATUS_SETTLE_S", 3.0)
+    assert _cancelled_while_queued(tmp_path / "queued", started=False) < 1.5
+    # A job whose nodes started may still be writing it (NFS shows it late): waited for.
+    assert _cancelled_while_queued(tmp_path / "started", started=True) >= 3.0

@@ -89,6 +89,11 @@ def prepare(
     return Search(loaded, sdir, launcher_kind, resume, skip_flag_check=skip_flag_check)
 
 
+def _started(run: RunDir) -> bool:
+    """Whether a node of the run's job left a record (nodes/, state/); one cancelled while queued left none."""
+    return any(d.is_dir() and any(d.iterdir()) for d in (run.nodes, run.state))
+
+
 def resume_command(
     ref: str, search_dir: Path, launcher_kind: str, cluster: str | None, overrides: Sequence[str]
 ) -> str:
@@ -491,9 +496,13 @@ class Search:
             return self.margin_s
 
     def _settled_status(self, run: RunDir) -> dict[str, Any] | None:
-        """status.json, waiting (bounded) for it to appear complete: NFS shows another host's files late."""
+        """status.json, waiting (bounded) for it to appear complete: NFS shows another host's files
+        late. No wait where no node of the job started (a job cancelled while queued): nothing
+        will write its status."""
         settle = time.monotonic() + STATUS_SETTLE_S
         status = read_status(run)
+        if status is None and not _started(run):
+            return None
         while (status is None or status.get("finished_at") is None) and time.monotonic() < settle:
             time.sleep(1)
             status = read_status(run)
