@@ -351,18 +351,20 @@ def _place_on_one_node(rr: ResolvedRecipe, workers: list[Worker]) -> list[Worker
     vLLM takes the first tp x dp visible devices, so each server sees its own GPUs first and the
     node's others after them: the peer a connector copies the KV to or from stays visible."""
     gpn = rr.recipe.topology.gpus_per_node
-    placed: list[Worker] = []
-    for phase in ("disagg", "aggregated"):
+    # An aggregated-only job never starts its disaggregated servers: they take no GPUs.
+    phases = ("aggregated",) if rr.recipe.topology.aggregated_only else ("disagg", "aggregated")
+    placed: list[Worker] = [w for w in workers if w.phase not in phases]
+    for phase in phases:
         members = [w for w in workers if w.phase == phase]
         need = sum(w.devices for w in members)
-        # (the baseline uses as many GPUs as the disaggregated servers: it fits when they do)
         if need > gpn:
             names = ", ".join(f"{w.name} {w.devices}" for w in members)
             key = "topology.colocate"
+            label = "disaggregated" if phase == "disagg" else "aggregated"
             raise ConfigError(
                 rr.blame(key),
                 key,
-                f"on one node the disaggregated servers need {need} GPUs ({names}), "
+                f"on one node the {label} servers need {need} GPUs ({names}), "
                 f"but topology.gpus_per_node is {gpn}{_gpn_source(rr, key)}",
             )
         first = 0
@@ -393,7 +395,9 @@ def _aggregated_workers(rr: ResolvedRecipe, num_nodes: int, disagg: list[Worker]
         for w in workers
     ]
     devices = sum(w.devices for w in workers)
-    if devices != disagg_devices:
+    # A baseline compares at the disaggregated GPU count; an aggregated-only job is a
+    # deployment of its own (its results count its own GPUs), e.g. one instance as a reference.
+    if devices != disagg_devices and not rr.recipe.topology.aggregated_only:
         raise ConfigError(
             rr.blame(key),
             key,

@@ -218,6 +218,26 @@ def test_nixl_side_channel_ports_are_distinct_per_worker(tmp_path: Path) -> None
     )
 
 
+def test_nixl_servers_get_cuda_ipc_get_on_unless_the_recipe_says_otherwise(tmp_path: Path) -> None:
+    # UCX turns cuda_ipc's get (NIXL's pull) off without NVLink, e.g. two servers on one GPU.
+    server = (_render("local-tiny-1p2d-vs-aggregated", tmp_path, cluster="local") / "server.sh").read_text()
+    assert server.count("exec vllm serve") == 6  # 1 prefill + 2 decode, then 3 aggregated
+    assert server.count("export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y") == 3  # the aggregated servers move no KV
+    off = _render(
+        "local-tiny-1p2d",
+        tmp_path / "off",
+        overrides=["env={UCX_CUDA_IPC_ENABLE_GET_ZCOPY: n}"],
+        cluster="local",
+    )
+    server = (off / "server.sh").read_text()
+    # The recipe's env: once for the job, then in each of the 3 servers' own environment.
+    assert (
+        "UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y" not in server and server.count("export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=n") == 4
+    )
+    bundled = (_render("local-tiny-1p1d-pdbench", tmp_path / "b", cluster="local") / "server.sh").read_text()
+    assert "UCX_CUDA_IPC_ENABLE_GET_ZCOPY" not in bundled
+
+
 def test_lock_plan_and_bench_files(tmp_path: Path) -> None:
     out = _render("local-tiny-1p1d", tmp_path)
     rr = load_recipe("local-tiny-1p1d")

@@ -12,11 +12,13 @@ from harness.config.load import ConfigError, load_recipe
 from harness.render.preflight_spec import preflight_spec
 from harness.topology import plan
 
-BASE = "gpu-h200x2-8b-1p1d-nixl"  # colocate: true, 2 GPUs, 1P1D
+BASE = "gpu-h200x2-8b-1p1d-nixl"  # colocate: true, 2 GPUs, 1P1D, and its 2-replica baseline
+# These tests change the disaggregated GPU count: the recipe's own baseline (2 GPUs) goes first.
+NO_BASELINE = "topology.aggregated=null"
 
 
 def _plan(*overrides: str, single_host: bool = False):
-    return plan(load_recipe(BASE, list(overrides)), single_host=single_host)
+    return plan(load_recipe(BASE, [NO_BASELINE, *overrides]), single_host=single_host)
 
 
 def test_1p2d_and_its_three_replicas_share_a_four_gpu_node() -> None:
@@ -38,7 +40,7 @@ def test_1p2d_and_its_three_replicas_share_a_four_gpu_node() -> None:
         "aggregated-2": (8302, "2"),
     }
     # Preflight checks the node for the most GPUs any one phase uses.
-    rr = load_recipe(BASE, ["topology.gpus_per_node=4", "topology.decode.workers=2"])
+    rr = load_recipe(BASE, [NO_BASELINE, "topology.gpus_per_node=4", "topology.decode.workers=2"])
     assert preflight_spec(rr, plan(rr), ".").gpus == {0: 3}
 
 
@@ -53,7 +55,10 @@ def test_tensor_parallel_workers_get_consecutive_gpus() -> None:
 
 def test_a_placement_that_does_not_fit_names_the_workers_and_gpus() -> None:
     r = pdbench(
-        "validate", BASE, "--skip-flag-check", "--set", "topology.prefill.tp=2", "--set", "topology.decode.workers=2"
+        "validate",
+        BASE,
+        "--skip-flag-check",
+        *("--set", NO_BASELINE, "--set", "topology.prefill.tp=2", "--set", "topology.decode.workers=2"),
     )
     assert r.returncode == 2, r.stdout
     assert (
@@ -67,7 +72,10 @@ def test_a_placement_that_does_not_fit_names_the_workers_and_gpus() -> None:
 
 def test_colocate_refuses_a_role_on_more_nodes() -> None:
     r = pdbench(
-        "validate", BASE, "--skip-flag-check", "--set", "topology.decode.nodes=2", "--set", "topology.decode.workers=2"
+        "validate",
+        BASE,
+        "--skip-flag-check",
+        *("--set", NO_BASELINE, "--set", "topology.decode.nodes=2", "--set", "topology.decode.workers=2"),
     )
     assert r.returncode == 2, r.stdout
     assert "colocate puts every role on one node: decode.nodes is 2; set it to 1" in r.stderr, r.stderr
@@ -80,6 +88,7 @@ def test_the_servers_are_told_their_gpus_in_server_sh(tmp_path: Path) -> None:
         "--out",
         str(tmp_path),
         "--skip-flag-check",
+        *("--set", NO_BASELINE),
         "--set",
         "topology.gpus_per_node=4",
         "--set",
@@ -116,3 +125,16 @@ def test_one_host_gives_a_roles_workers_their_own_ports() -> None:
         "aggregated-2": 8302,
         "aggregated-3": 8303,
     }
+
+
+def test_an_aggregated_only_job_places_only_the_servers_it_starts() -> None:
+    # One instance on a one-GPU node: its prefill and decode (never started) take no GPU.
+    rr = load_recipe("gpu-h200-8b-single")
+    assert rr.recipe.topology.aggregated_only and rr.recipe.topology.gpus_per_node == 1
+    p = plan(rr)
+    assert p.num_nodes == 1
+    assert [(w.name, w.visible_devices) for w in p.workers if w.phase == "aggregated"] == [("aggregated-0", "0")]
+    assert {w.name for w in p.workers if w.phase == "disagg" and w.visible_devices is not None} == set()
+    # ...but the servers it does start must fit.
+    with pytest.raises(ConfigError, match=r"topology.aggregated: 2 worker\(s\) per node x tp\*dp 1 needs 2 GPUs"):
+        plan(load_recipe("gpu-h200-8b-single", ["topology.aggregated.workers=2"]))

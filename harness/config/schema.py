@@ -239,8 +239,8 @@ class TopologySpec(Strict):
     aggregated_only: bool = Field(
         False,
         description=(
-            "run only the aggregated servers of topology.aggregated (aggregated serving; prefill and decode then "
-            "only state the GPU count it stands for)"
+            "run only the aggregated servers of topology.aggregated (aggregated serving, with as many GPUs as "
+            "it names; prefill and decode then only state the deployment it is measured against)"
         ),
     )
     aggregated: RoleSpec | None = Field(

@@ -128,6 +128,9 @@ class Connector:
     # The extra_config keys the connector accepts (None: any; it checks them itself).
     extra_keys: tuple[str, ...] | None = None
     env: tuple[EnvVar, ...] = ()
+    # Constant environment of its prefill and decode servers that the model's or the recipe's
+    # env may override (a transport setting the connector needs on most machines).
+    env_defaults: Mapping[str, str] = field(default_factory=dict)
     ports: tuple[PortRange, ...] = ()
     rdma: bool = False  # KV moves over RDMA on GPU nodes: pre-flight checks the NICs
     image_modules: tuple[str, ...] = ()  # importable in the image besides vLLM

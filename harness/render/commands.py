@@ -151,13 +151,16 @@ def notify_port(rr: ResolvedRecipe, worker: Worker) -> int:
 
 
 def server_env(rr: ResolvedRecipe, worker: Worker) -> dict[str, Word]:
-    """Environment of one vLLM server, later keys winning: model, role, recipe, topology."""
+    """Environment of one vLLM server, later keys winning: the connector's defaults, model, role,
+    recipe, topology, then the connector's job values."""
     m, role = rr.model, getattr(rr.recipe.topology, worker.role)
-    env: dict[str, Word] = {**m.env, **model_role_env(rr, worker.role)}
+    kv = connectors.get_kv(rr.recipe.connector.name)
+    env: dict[str, Word] = dict(kv.env_defaults) if worker.role in ("prefill", "decode") else {}
+    env.update({**m.env, **model_role_env(rr, worker.role)})
     env.update(rr.recipe.env)
     env.update(role.env)
     nic_detection = rr.recipe.topology.nic_detection
-    for var in connectors.get_kv(rr.recipe.connector.name).env:
+    for var in kv.env:
         # With detection, `pdbench nic` sets the variable (the RDMA interface's address, say).
         if worker.role in var.roles and not (var.set_by_nic_detection and nic_detection):
             value = _setting(rr, var.setting, worker)

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# On the GPU machine, after stage_device.py install: the measurements of docs/gpu.md, one after
-# another on the one GPU: 1P1D with the bundled connector, 1P1D with NIXL, one instance alone.
-#   bash scripts/device/run_all.sh RESULTS_ROOT [STEP...]    steps: pdbench nixl single (default: all)
-# On two GPUs (nvidia-h200-x2): steps x2-pdbench x2-nixl, prefill on GPU 1 and decode on GPU 0;
-# their reference is `single`, which then runs on GPU 0 alone.
-# Each job's exit status is printed; a failed one does not stop the next.
+# On the GPU machine, after stage_device.py install: the measurements of docs/gpu.md, one job
+# after another.
+#   bash scripts/device/run_all.sh RESULTS_ROOT [STEP...]    (default: pdbench nixl single)
+# One H200: pdbench, nixl (1P1D on the one GPU). Two H200s (nvidia-h200-x2): x2-pdbench,
+# x2-nixl (1P1D, prefill GPU 0 -> decode GPU 1; x2-nixl then runs its 2-replica baseline),
+# x2-nixl-b64 (1P1D, KV block size 64), x2-nixl-tcp (UCX_TLS without a GPU transport: the
+# degraded_transport verdict's case). single: one instance on GPU 0, every recipe's reference.
+# SUBMIT_SET adds one --set to every submit. Each job's exit status is printed; a failed one
+# does not stop the next.
 set -uo pipefail
 root=${1:?usage: run_all.sh RESULTS_ROOT [STEP...]}; shift
 steps=${*:-pdbench nixl single}
@@ -19,7 +22,19 @@ for step in $steps; do
     x2-pdbench | x2-nixl)
       timeout 3300 python3 -m harness submit --recipe "gpu-h200x2-8b-1p1d-${step#x2-}" --launcher local \
         --results-dir "$root" ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
-    single) CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} timeout 2400 bash scripts/device/run_single.sh "$root/single" ;;
+    x2-nixl-b64)
+      b64='{gpu-memory-utilization: 0.85, block-size: 64}'
+      timeout 3300 python3 -m harness submit --recipe gpu-h200x2-8b-1p1d-nixl --launcher local --results-dir "$root" \
+        --set topology.aggregated=null --set "topology.prefill.flags=$b64" --set "topology.decode.flags=$b64" \
+        ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
+    x2-nixl-tcp)
+      timeout 1200 python3 -m harness submit --recipe gpu-h200x2-8b-1p1d-nixl --launcher local --results-dir "$root" \
+        --set topology.aggregated=null --set 'env={UCX_TLS: "tcp,cuda_copy,sm,self"}' \
+        --set 'benchmark.shapes=[{isl: 4096, osl: 64}]' --set 'benchmark.concurrency=[1]' \
+        ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
+    single)
+      timeout 3300 python3 -m harness submit --recipe gpu-h200-8b-single --launcher local \
+        --results-dir "$root" ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
     *) echo "run_all: unknown step $step" >&2; false ;;
   esac
   echo "run_all: $step exited $? at $(date -u +%T)"

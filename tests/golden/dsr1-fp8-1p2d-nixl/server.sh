@@ -21,6 +21,7 @@ proc_prefill_0() {
   local nic_env
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
+  export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y
   export VLLM_ROCM_USE_AITER=1
   export VLLM_ROCM_USE_AITER_MOE=1
   export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
@@ -50,6 +51,7 @@ proc_decode_0() {
   local nic_env
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
+  export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y
   export VLLM_ROCM_USE_AITER=1
   export VLLM_ROCM_USE_AITER_MOE=1
   export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
@@ -81,6 +83,7 @@ proc_decode_1() {
   local nic_env
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
+  export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y
   export VLLM_ROCM_USE_AITER=1
   export VLLM_ROCM_USE_AITER_MOE=1
   export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
