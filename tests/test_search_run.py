@@ -532,3 +532,25 @@ def test_a_job_cancelled_while_queued_is_recorded_without_waiting_for_a_status(
     assert _cancelled_while_queued(tmp_path / "queued", started=False) < 1.5
     # A job whose nodes started may still be writing it (NFS shows it late): waited for.
     assert _cancelled_while_queued(tmp_path / "started", started=True) >= 3.0
+
+
+def test_a_flag_vllm_rejects_fails_its_candidate_before_the_first_launch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every candidate's serve lines are checked up front, pruned ones too, not at its turn."""
+    refused_while: list[list[str]] = []  # what had been launched when 2p1d's lines were refused
+    fake = FakeLauncher()
+
+    def check_flags(p: Any, skip: bool) -> None:
+        if p.rr.recipe.topology.prefill.workers == 2:
+            refused_while.append(list(fake.launched))
+            raise Refused("vLLM rejects a flag: topology.prefill.flags.x: --x: unrecognized arguments: --x")
+
+    monkeypatch.setattr("harness.search.run.check_flags", check_flags)
+    s = start(tmp_path, fake, budget={"nodes_in_flight": 3})
+    s.skip_flag_check = False
+    assert s.run() == 1
+    assert refused_while == [[]], refused_while
+    assert "2p1d" not in fake.launched and fake.launched[:2] == ["1p1d", "1p2d"]
+    state = SearchDir(s.sdir.path).read_state()["2p1d"]
+    assert state.status == "failed" and state.reason.startswith("not launched: vLLM rejects a flag: "), state

@@ -161,7 +161,7 @@ class Search:
                     (s for s in self.sdir.states.values() if s.candidate.kind == "disagg" and s.status == "planned"),
                     key=lambda s: (s.candidate.devices, grid.index(s.name) if s.name in grid else len(grid)),
                 )
-                self.run_all([s.name for s in order])
+                self.run_all(self.check_flags_first([s.name for s in order]))
                 if self.spec.baseline.aggregated and self.stop_reason is None and self.interrupted is None:
                     self.run_all(self.plan_baselines())
             except _Interrupted:
@@ -200,6 +200,25 @@ class Search:
             earlier_runs=(*old.earlier_runs, *([old.run] if old.run else [])),
             earlier_outcomes=(*old.earlier_outcomes, *([old.outcome] if old.outcome else [])),
         )
+
+    def check_flags_first(self, names: Sequence[str]) -> list[str]:
+        """Every planned candidate's `vllm serve` lines through vLLM's parser before the first
+        launch (one vLLM import for all): a flag vLLM rejects fails its candidate at once, not
+        after the jobs before it, and a pruned candidate's lines are checked too (its recipe
+        submitted by hand later finds them in the check's cache). The names that passed."""
+        if self.skip_flag_check:
+            return list(names)
+        passed = []
+        for name in names:
+            state = self.sdir.states[name]
+            try:
+                rr = load(self.spec.recipe, list(state.candidate.overrides), self.spec.cluster)
+                check_flags(planned(rr, self.make_launcher(self.launcher_kind, rr)), skip=False)
+            except Refused as e:
+                self.end(state, "failed", f"not launched: {e}")
+                continue
+            passed.append(name)
+        return passed
 
     def reattach(self) -> None:
         """Jobs that a previous search process left running: followed again, not launched again."""
