@@ -94,19 +94,19 @@ def test_ratios_fronts_and_slo_choice(tmp_path: Path) -> None:
 
 
 def test_slo_on_a_key_outside_the_table_columns(tmp_path: Path) -> None:
-    # TTFT p90 is no column of the table; the SLO's key (harness.config.slo) adds it. Only the
+    # TTFT p95 is no column of the table; the SLO's key (harness.config.slo) adds it. Only the
     # short shape's c1 points record it here, so only they can meet it.
     _write_run(tmp_path / "run")
     for f in (tmp_path / "run").glob("concurrency_1_*isl_1024*.json"):
         data = json.loads(f.read_text())
-        f.write_text(json.dumps(data | {"p90_ttft_ms": 90.0}))
-    assert "p90_ttft_ms" not in build_report([tmp_path / "run"]).table.columns
-    report = build_report([tmp_path / "run"], slo=parse_slo("ttft_p90=100"))
-    assert "p90_ttft_ms" in report.table.columns
+        f.write_text(json.dumps(data | {"p95_ttft_ms": 90.0}))
+    assert "p95_ttft_ms" not in build_report([tmp_path / "run"]).table.columns
+    report = build_report([tmp_path / "run"], slo=parse_slo("ttft_p95=100"))
+    assert "p95_ttft_ms" in report.table.columns
     short, long_ = report.decisions
     assert (short.best["any"]["conc"], short.best["any"]["serving"]) == (1, "disagg")
     assert long_.best["any"] is None
-    assert not any("p90_ttft_ms" in n for n in report.notes)
+    assert not any("p95_ttft_ms" in n for n in report.notes)
 
 
 def test_invalid_points_stay_off_the_fronts(tmp_path: Path) -> None:
@@ -235,7 +235,7 @@ def test_html_report_renders_in_a_headless_browser(tmp_path: Path) -> None:
             browser.kill()
             browser.wait(5)
     assert "Disaggregated vs aggregated" in seen["h2"]
-    assert seen["h3"] == ["ISL 1024 / OSL 100", "ISL 4096 / OSL 100"]
+    assert seen["h3"] == ["Latency percentiles (ms)", "ISL 1024 / OSL 100", "ISL 4096 / OSL 100"]
     # Both Pareto plots decoded to real images (1200 x 500 px figures), and the TTFT bars.
     assert [img[1:] for img in seen["images"]][:2] == [[1200, 500], [1200, 500]]
     assert len(seen["images"]) == 3 and seen["images"][2][1] == 1000

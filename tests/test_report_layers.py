@@ -27,6 +27,7 @@ LAYERS = {
         "build",
         "workloads",
         "crosscheck",
+        "slo_pick",
     },
     "render": {
         "cells",
@@ -42,6 +43,7 @@ LAYERS = {
         "output_csv",
         "output_json",
         "output_text",
+        "text_fit",
         "collect",
     },
     "cli": {"formats", "cli"},

@@ -57,13 +57,8 @@ def _row(run: Run, p: Point, is_baseline: bool, rel: Any) -> dict[str, Any]:
         "input_tput_per_gpu": inp,
         "total_tput": p.total_token_throughput,
         "output_tput": p.output_throughput,
-        "median_ttft_ms": ms.get("median_ttft_ms", math.nan),
-        "p99_ttft_ms": ms.get("p99_ttft_ms", math.nan),
-        "p99.9_ttft_ms": ms.get("p99.9_ttft_ms", math.nan),
-        "median_tpot_ms": ms.get("median_tpot_ms", math.nan),
+        **{m.column: ms.get(m.column, math.nan) for m in METRICS if m.kind == "ms"},
         "intvty": interactivity(ms.get("median_tpot_ms")),
-        "median_e2el_ms": ms.get("median_e2el_ms", math.nan),
-        "p99_e2el_ms": ms.get("p99_e2el_ms", math.nan),
         "failed": math.nan if p.failed is None else float(p.failed),
     } | columns(p.ttft_breakdown)
 

@@ -29,9 +29,15 @@ METRICS: tuple[Metric, ...] = (
     Metric("total_tput", "Total tok/s", +1, "tput"),
     Metric("output_tput", "Output tok/s", +1, "tput"),
     Metric("median_ttft_ms", "TTFT p50 (ms)", -1, "ms"),
+    Metric("p90_ttft_ms", "TTFT p90 (ms)", -1, "ms"),
     Metric("p99_ttft_ms", "TTFT p99 (ms)", -1, "ms"),
     Metric("p99.9_ttft_ms", "TTFT p99.9 (ms)", -1, "ms"),
     Metric("median_tpot_ms", "TPOT p50 (ms)", -1, "ms"),
+    Metric("p90_tpot_ms", "TPOT p90 (ms)", -1, "ms"),
+    Metric("p99_tpot_ms", "TPOT p99 (ms)", -1, "ms"),
+    Metric("median_itl_ms", "ITL p50 (ms)", -1, "ms"),
+    Metric("p90_itl_ms", "ITL p90 (ms)", -1, "ms"),
+    Metric("p99_itl_ms", "ITL p99 (ms)", -1, "ms"),
     Metric("intvty", "Interactivity (tok/s/user)", +1, "tput"),
     Metric("median_e2el_ms", "E2EL p50 (ms)", -1, "ms"),
     Metric("p99_e2el_ms", "E2EL p99 (ms)", -1, "ms"),
@@ -69,6 +75,9 @@ BREAKDOWN_COLUMNS = (
     "ttft_client_ms",
 )
 ABSOLUTE = frozenset({"total_tput", "output_tput"})
+# Percentiles a client writes only when asked (`vllm bench serve --metric-percentiles`): the
+# human-readable tables show them only where some point's result has them.
+OPTIONAL = frozenset({"p90_ttft_ms", "p90_tpot_ms", "p99_tpot_ms", "median_itl_ms", "p90_itl_ms", "p99_itl_ms"})
 
 
 @dataclass
@@ -192,8 +201,16 @@ class Report:
 
     @property
     def metrics(self) -> tuple[Metric, ...]:
-        """The metrics the human-readable tables show: the absolute throughputs only when some
-        point's per-GPU figures are unknown (the data outputs carry every metric)."""
-        if not self.table.empty and self.table["tput_per_gpu"].isna().any():
-            return METRICS
-        return tuple(m for m in METRICS if m.column not in ABSOLUTE)
+        """The metrics the human-readable results table shows: the absolute throughputs only when
+        some point's per-GPU figures are unknown; the optional percentiles are `tail_metrics` (the
+        data outputs carry every metric)."""
+        df = self.table
+        absolute = not df.empty and bool(df["tput_per_gpu"].isna().any())
+        return tuple(m for m in METRICS if (absolute or m.column not in ABSOLUTE) and m.column not in OPTIONAL)
+
+    @property
+    def tail_metrics(self) -> tuple[Metric, ...]:
+        """The optional latency percentiles some point has: a table of their own in markdown and
+        HTML (the results table keeps to a 1400 px window), beside the others in a terminal."""
+        df = self.table
+        return tuple(m for m in METRICS if m.column in OPTIONAL and not df.empty and bool(df[m.column].notna().any()))

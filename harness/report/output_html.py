@@ -10,7 +10,7 @@ from typing import Any
 
 from harness.report import breakdown_plot, breakdown_table, cells, check_text, decision_plot
 from harness.report.decision_text import RATIO_HEADERS, ratio_rows, summary_lines
-from harness.report.model import ABSOLUTE, Report
+from harness.report.model import ABSOLUTE, Metric, Report
 from harness.report.run_summary import run_summaries
 
 STYLE = """
@@ -19,9 +19,9 @@ table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
 th, td { border: 1px solid #d0d7de; padding: 4px 8px; }
 th { background: #f6f8fa; }
 td.num { text-align: right; white-space: nowrap; }
-table.results { font-size: 0.75em; }
-table.results th { padding: 3px 4px; }
-table.results td { padding: 3px 4px; }
+table.results, table.percentiles { font-size: 0.75em; }
+table.results th, table.percentiles th { padding: 3px 4px; }
+table.results td, table.percentiles td { padding: 3px 4px; }
 td.run { overflow-wrap: anywhere; min-width: 8em; }
 tr.baseline td { background: #f6f8fa; }
 tr.invalid td { background: #ffebe9; }
@@ -72,6 +72,40 @@ def _decision(report: Report) -> list[str]:
             )
         out += ["</tbody>", "</table>"]
     return out
+
+
+def _metric(report: Report, m: Metric, r: Any) -> str:
+    """The value, and under it its change against the baseline, coloured better or worse."""
+    text = html.escape(cells.value(m, r[m.column]))
+    if report.baseline and not r["baseline"]:
+        d = cells.delta(m, r.get(f"{m.column}_delta"), r.get(f"{m.column}_pct"))
+        if d is not None:
+            way = {1: "better", -1: "worse", 0: "same"}[cells.direction(m, r.get(f"{m.column}_delta"))]
+            change = "<br>".join(html.escape(part) for part in d.split(", "))
+            text += f'<br><span class="{way}">{change}</span>'
+    return text
+
+
+def _tail(report: Report) -> list[str]:
+    """The optional latency percentiles some point has, in a table of their own (the results
+    table keeps to a 1400 px window)."""
+    tail = report.tail_metrics
+    if not tail:
+        return []
+    heads = ["Run", "ISL", "OSL", "Conc", *(m.header for m in tail)]
+    out = [
+        '<h3 id="latency-percentiles">Latency percentiles (ms)</h3>',
+        '<table class="percentiles">',
+        "<thead><tr>" + "".join(f"<th>{_breakable(h)}</th>" for h in heads) + "</tr></thead>",
+        "<tbody>",
+    ]
+    for _, r in report.table.iterrows():
+        label = f"<code>{_breakable(r['run'])}</code>" + cells.serving(r)
+        tds = [f'<td class="run">{label}</td>']
+        tds += [_cell(cells.integer(r["isl"]), True), _cell(cells.integer(r["osl"]), True), _cell(str(r["conc"]), True)]
+        tds += [_cell(_metric(report, m, r), True) for m in tail]
+        out.append("<tr>" + "".join(tds) + "</tr>")
+    return [*out, "</tbody>", "</table>"]
 
 
 def _breakdown(report: Report) -> list[str]:
@@ -233,15 +267,7 @@ def render(report: Report) -> str:
             ]
             if checked:
                 tds.append(_cell(html.escape(r["outputs"]) if not cells.missing(r["outputs"]) else "–"))
-            for m in report.metrics:
-                text = html.escape(cells.value(m, r[m.column]))
-                if report.baseline and not r["baseline"]:
-                    d = cells.delta(m, r.get(f"{m.column}_delta"), r.get(f"{m.column}_pct"))
-                    if d is not None:
-                        way = {1: "better", -1: "worse", 0: "same"}[cells.direction(m, r.get(f"{m.column}_delta"))]
-                        change = "<br>".join(html.escape(part) for part in d.split(", "))
-                        text += f'<br><span class="{way}">{change}</span>'
-                tds.append(_cell(text, True))
+            tds += [_cell(_metric(report, m, r), True) for m in report.metrics]
             out.append(f'<tr class="{cls}">' + "".join(tds) + "</tr>" if cls else "<tr>" + "".join(tds) + "</tr>")
         out += [
             "</tbody>",
@@ -255,6 +281,7 @@ def render(report: Report) -> str:
             )
             + "</p>",
         ]
+        out += _tail(report)
     out += _outputs(report)
     out += _decision(report)
     out += _breakdown(report)

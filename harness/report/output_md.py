@@ -6,7 +6,7 @@ from typing import Any
 
 from harness.report import breakdown_table, cells, check_text
 from harness.report.decision_text import RATIO_HEADERS, ratio_rows, summary_lines
-from harness.report.model import ABSOLUTE, Report
+from harness.report.model import ABSOLUTE, Metric, Report
 from harness.report.run_summary import run_summaries
 
 RIGHT = "---:"
@@ -20,6 +20,16 @@ def _table(header: list[str], align: list[str], rows: list[list[str]]) -> list[s
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return lines
+
+
+def _metric(report: Report, m: Metric, r: Any) -> str:
+    """The value, and its change against the baseline in brackets."""
+    text = cells.value(m, r[m.column])
+    if report.baseline and not r["baseline"]:
+        d = cells.delta(m, r.get(f"{m.column}_delta"), r.get(f"{m.column}_pct"))
+        if d is not None:
+            text += f" ({d})"
+    return text
 
 
 def _valid(row: Any) -> str:
@@ -134,13 +144,7 @@ def render(report: Report) -> str:
             line += [cells.integer(r["requests"]), cells.gpus(r), _valid(r)]
             if checked:
                 line.append(_esc(r["outputs"]) if not cells.missing(r["outputs"]) else "–")
-            for m in report.metrics:
-                text = cells.value(m, r[m.column])
-                if report.baseline and not r["baseline"]:
-                    d = cells.delta(m, r.get(f"{m.column}_delta"), r.get(f"{m.column}_pct"))
-                    if d is not None:
-                        text += f" ({d})"
-                line.append(text)
+            line += [_metric(report, m, r) for m in report.metrics]
             body.append(line)
         out += _table(header, align, body)
         out += [
@@ -150,6 +154,23 @@ def render(report: Report) -> str:
             + (" Total and output tok/s: absolute, for the points whose GPU split is unknown." if absolute else ""),
             "",
         ]
+        if report.tail_metrics:  # a table of their own: the one above is wide enough
+            out += ["### Latency percentiles (ms)", ""]
+            tail = report.tail_metrics
+            rows = [
+                [
+                    f"`{_esc(r['run'])}`" + cells.serving(r),
+                    cells.integer(r["isl"]),
+                    cells.integer(r["osl"]),
+                    str(r["conc"]),
+                ]
+                + [_metric(report, m, r) for m in tail]
+                for _, r in df.iterrows()
+            ]
+            out += _table(
+                ["Run", "ISL", "OSL", "Conc", *(m.header for m in tail)], ["---"] + [RIGHT] * (3 + len(tail)), rows
+            )
+            out += [""]
     out += _outputs(report)
     out += _decision(report)
     out += _breakdown(report)

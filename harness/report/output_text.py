@@ -12,7 +12,6 @@ import string
 from collections.abc import Iterator
 from typing import Any
 
-from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
 from rich.table import Table
@@ -22,6 +21,9 @@ from harness.report import breakdown_table, cells, check_text
 from harness.report.decision_text import RATIO_HEADERS, ratio_rows, summary_lines
 from harness.report.model import METRICS, Metric, Report
 from harness.report.run_summary import run_summaries
+from harness.report.text_fit import add_rows as _rows
+from harness.report.text_fit import fit
+from harness.report.text_fit import table as _table
 
 THROUGHPUT_HEADERS = {
     "tput_per_gpu": "Total per GPU",
@@ -35,11 +37,20 @@ PER_GPU = ("tput_per_gpu", "output_tput_per_gpu", "input_tput_per_gpu", "intvty"
 ABSOLUTE = ("total_tput", "output_tput")
 LATENCY_HEADERS = {
     "median_ttft_ms": "TTFT p50",
+    "p90_ttft_ms": "TTFT p90",
     "p99_ttft_ms": "TTFT p99",
     "p99.9_ttft_ms": "TTFT p99.9",
-    "median_tpot_ms": "TPOT p50",
     "median_e2el_ms": "E2EL p50",
     "p99_e2el_ms": "E2EL p99",
+}
+# Per output token: a table of its own, as it would not fit 80 columns beside the others.
+TOKEN_LATENCY_HEADERS = {
+    "median_tpot_ms": "TPOT p50",
+    "p90_tpot_ms": "TPOT p90",
+    "p99_tpot_ms": "TPOT p99",
+    "median_itl_ms": "ITL p50",
+    "p90_itl_ms": "ITL p90",
+    "p99_itl_ms": "ITL p99",
 }
 STYLE = {1: "green", -1: "red", 0: ""}
 
@@ -53,34 +64,9 @@ def run_keys(report: Report) -> dict[str, str]:
     return keys
 
 
-def _table(headers: list[str], numeric: list[bool]) -> Table:
-    """Headers wrap at their spaces; `_rows` keeps numbers whole."""
-    t = Table(
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-        collapse_padding=True,
-    )
-    for h, num in zip(headers, numeric, strict=True):
-        t.add_column(h, justify="right" if num else "left", overflow="fold")
-    return t
-
-
-def _titled(title: str, t: Table) -> Group:
+def _titled(title: str, *parts: RenderableType) -> Group:
     """A title on a line of its own (a table's own title wraps to the table's width)."""
-    return Group(Text(""), Text(title, style="bold"), t)
-
-
-def _rows(t: Table, rows: list[list[Any]]) -> Table:
-    """Add the rows; a column is never narrower than its widest short cell (a number, a run key,
-    a shape) or a header's longest word, so neither is folded when the table is narrowed to fit."""
-    for i, col in enumerate(t.columns):
-        short = [len(line) for r in rows for line in str(r[i]).splitlines() if len(line) <= 12]
-        short += [len(word) for word in str(col.header).split()]  # nor a header's word
-        col.min_width = max(short, default=None)
-    for r in rows:
-        t.add_row(*r)
-    return t
+    return Group(Text(""), Text(title, style="bold"), *parts)
 
 
 def _number(m: Metric, v: Any) -> str:
@@ -133,7 +119,7 @@ def _runs(report: Report, keys: dict[str, str]) -> Iterator[RenderableType]:
         yield Padding(Text(" · ".join(facts)), (0, 0, 0, 3))
 
 
-def _results(report: Report, keys: dict[str, str]) -> Iterator[RenderableType]:
+def _results(report: Report, keys: dict[str, str], width: int) -> Iterator[RenderableType]:
     df = report.table
     yield _heading("Results")
     if df.empty:
@@ -145,6 +131,9 @@ def _results(report: Report, keys: dict[str, str]) -> Iterator[RenderableType]:
         yield Text(f"ISL {cells.integer(df['isl'].iloc[0])} / OSL {cells.integer(df['osl'].iloc[0])}")
     checked = "outputs" in df.columns
     every = {m.column: m for m in METRICS}
+    shown = {m.column for m in (*report.metrics, *report.tail_metrics)}  # percentiles only where some point has them
+    latency = [c for c in LATENCY_HEADERS if c in shown]
+    token_latency = [c for c in TOKEN_LATENCY_HEADERS if c in shown]
     lead = ["Run"] + ([] if one_shape else ["ISL/OSL"]) + ["Conc"]
 
     def ids(r: Any) -> list[Any]:
@@ -164,7 +153,11 @@ def _results(report: Report, keys: dict[str, str]) -> Iterator[RenderableType]:
             [*lead, *(THROUGHPUT_HEADERS[c] for c in ABSOLUTE)],
             left + right * (1 + len(ABSOLUTE)),
         ),
-        "Latency (ms)": ([*lead, *LATENCY_HEADERS.values()], left + right * (1 + len(LATENCY_HEADERS))),
+        "Latency (ms)": ([*lead, *(LATENCY_HEADERS[c] for c in latency)], left + right * (1 + len(latency))),
+        "Latency per output token (ms)": (
+            [*lead, *(TOKEN_LATENCY_HEADERS[c] for c in token_latency)],
+            left + right * (1 + len(token_latency)),
+        ),
     }
     rows: dict[str, list[list[Any]]] = {title: [] for title in heads}
     for _, r in df.iterrows():
@@ -179,12 +172,12 @@ def _results(report: Report, keys: dict[str, str]) -> Iterator[RenderableType]:
         rows["Points"].append(row)
         rows["Throughput (tok/s)"].append([*ids(r), *(_metric(report, every[c], r) for c in PER_GPU)])
         rows["Absolute throughput (tok/s)"].append([*ids(r), *(_metric(report, every[c], r) for c in ABSOLUTE)])
-        rows["Latency (ms)"].append([*ids(r), *(_metric(report, every[c], r) for c in LATENCY_HEADERS)])
+        rows["Latency (ms)"].append([*ids(r), *(_metric(report, every[c], r) for c in latency)])
+        rows["Latency per output token (ms)"].append([*ids(r), *(_metric(report, every[c], r) for c in token_latency)])
     tables = {
-        title: _titled(title, _rows(_table(headers, numeric), rows[title]))
-        for title, (headers, numeric) in heads.items()
+        title: _titled(title, *fit(headers, numeric, rows[title], width)) for title, (headers, numeric) in heads.items()
     }
-    points, tput, absolute, lat = tables.values()
+    points, tput, absolute, lat, token_lat = tables.values()
     yield points
     yield tput
     yield Text(
@@ -195,6 +188,7 @@ def _results(report: Report, keys: dict[str, str]) -> Iterator[RenderableType]:
     if any(m.column == "total_tput" for m in report.metrics):  # some point's GPU split is unknown
         yield absolute
     yield lat
+    yield token_lat
     if report.baseline:
         yield Text(
             f"Changes against the baseline ({keys[report.baseline]}) at the same ISL, OSL and concurrency: "
@@ -237,13 +231,13 @@ def _decisions(report: Report) -> Iterator[RenderableType]:
         yield _titled(f"ISL {dec.isl} / OSL {dec.osl}", t)
 
 
-def _breakdown(report: Report, keys: dict[str, str]) -> Iterator[RenderableType]:
+def _breakdown(report: Report, keys: dict[str, str], width: int) -> Iterator[RenderableType]:
     if not report.breakdowns:
         return
     yield _heading("Where TTFT goes (medians, ms)")
     heads = breakdown_table.HEADERS
     rows = [[keys[row[0]], *row[1:]] for row in breakdown_table.rows(report)]
-    yield _rows(_table(heads, [False, False] + [True] * (len(heads) - 2)), rows)
+    yield from fit(heads, [False, False] + [True] * (len(heads) - 2), rows, width)
     yield Text(
         "Proxy: arrival to first leg sent; Prefill: its queue and compute; KV transfer: the decode "
         "servers' mean over the point; Decode: the rest of the decode leg to its first byte; Client: "
@@ -252,25 +246,26 @@ def _breakdown(report: Report, keys: dict[str, str]) -> Iterator[RenderableType]
     )
 
 
-def _sections(report: Report, keys: dict[str, str]) -> Iterator[RenderableType]:
+def _sections(report: Report, keys: dict[str, str], width: int) -> Iterator[RenderableType]:
     for t in report.sections:
         yield _heading(t.title)
         rows = [[keys.get(row[0], row[0]), *row[1:]] for row in t.rows]
-        yield _rows(_table(list(t.headers), [False, False] + [True] * (len(t.headers) - 2)), rows)
+        yield from fit(list(t.headers), [False, False] + [True] * (len(t.headers) - 2), rows, width)
         yield Text(t.note, style="dim")
         if t.findings:
             yield _bullets(list(t.findings))
 
 
-def renderables(report: Report) -> Group:
+def renderables(report: Report, width: int = 80) -> Group:
+    """The report's parts, each table no wider than `width` (text_fit folds those that would be)."""
     keys = run_keys(report)
     parts: list[RenderableType] = [Text("pdbench report", style="bold")]
     parts += _runs(report, keys)
-    parts += _results(report, keys)
+    parts += _results(report, keys, width)
     parts += _outputs(report, keys)
     parts += _decisions(report)
-    parts += _breakdown(report, keys)
-    parts += _sections(report, keys)
+    parts += _breakdown(report, keys, width)
+    parts += _sections(report, keys, width)
     if report.skipped:
         parts.append(_heading(f"Skipped files ({len(report.skipped)})"))
         parts.append(_bullets([f"{report.rel(s.path)}: {s.reason}" for s in report.skipped]))
@@ -284,11 +279,11 @@ def render(report: Report, width: int = 80) -> str:
     """Plain text at `width` columns (no colour): `--out report.txt`, and the tests."""
     buf = io.StringIO()
     Console(file=buf, width=width, color_system=None, force_terminal=False, legacy_windows=False).print(
-        renderables(report)
+        renderables(report, width)
     )
     return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
 
 
 def show(report: Report, console: Console) -> None:
     """Print to a terminal: its width, its colours."""
-    console.print(renderables(report))
+    console.print(renderables(report, console.width))

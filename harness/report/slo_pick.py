@@ -11,14 +11,21 @@ from typing import Any
 import pandas as pd
 
 from harness.config.slo import result_key, violations
-from harness.report import cells
 from harness.report.model import SectionTable
 
 _TITLE = "Under the SLO"
 
 
+def _missing(v: Any) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
+
+
 def _number(v: Any) -> float | None:
-    return None if cells.missing(v) or not math.isfinite(float(v)) else float(v)
+    return None if _missing(v) or not math.isfinite(float(v)) else float(v)
+
+
+def _integer(v: Any) -> str:
+    return "n/a" if _missing(v) else str(int(v))
 
 
 def _rate(row: Any) -> tuple[float | None, str]:
@@ -30,7 +37,7 @@ def _rate(row: Any) -> tuple[float | None, str]:
 
 def _why_not(row: Any, slo: dict[str, float]) -> list[str]:
     """Why a point cannot be chosen: an invalid point, no throughput, or each bound it misses."""
-    if not cells.missing(row["valid"]) and not bool(row["valid"]):
+    if not _missing(row["valid"]) and not bool(row["valid"]):
         return [f"invalid ({row['validity_reasons'] or 'see the points table'})"]
     reasons = violations(slo, {result_key(k): _number(row.get(result_key(k))) for k in slo})
     if _rate(row)[0] is None:
@@ -39,7 +46,7 @@ def _why_not(row: Any, slo: dict[str, float]) -> list[str]:
 
 
 def _sweep(row: Any) -> str:
-    return f"{row['run']} ({row['serving']}, ISL {cells.integer(row['isl'])}, OSL {cells.integer(row['osl'])})"
+    return f"{row['run']} ({row['serving']}, ISL {_integer(row['isl'])}, OSL {_integer(row['osl'])})"
 
 
 def slo_table(table: pd.DataFrame, slo: dict[str, float]) -> SectionTable | None:
@@ -63,7 +70,7 @@ def slo_table(table: pd.DataFrame, slo: dict[str, float]) -> SectionTable | None
             (
                 r["run"],
                 r["serving"],
-                f"{cells.integer(r['isl'])}/{cells.integer(r['osl'])}",
+                f"{_integer(r['isl'])}/{_integer(r['osl'])}",
                 str(r["conc"]),
                 "n/a" if rate is None else f"{rate:,.1f}" + ("" if unit == "tok/s/GPU" else " in all"),
                 *values,
