@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,9 @@ import psutil
 from harness import atomic
 
 log = logging.getLogger(__name__)
+
+# The environment variable that marks every process a Supervisor started (harness.reaper).
+MARK_ENV = "PDBENCH_SUPERVISOR"
 
 
 @dataclass
@@ -41,10 +45,12 @@ class Managed:
 
 
 class Supervisor:
-    def __init__(self, log_dir: Path, record: Path | None = None, adopt_orphans: bool = False):
+    def __init__(self, log_dir: Path, record: Path | None = None, adopt_orphans: bool = False, reaper: bool = False):
         """adopt_orphans: make this process a child subreaper, so descendants whose parent
         exited (a daemonising worker, a crashed server's children) are re-parented here
-        and killed at teardown. Only for a process whose every child is supervised."""
+        and killed at teardown. Only for a process whose every child is supervised.
+        reaper (with a record): start harness.reaper, which kills what this process started
+        if it dies without tearing down; close() ends it."""
         self.log_dir = log_dir
         self.adopt_orphans = adopt_orphans and _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         self.record = record  # PIDs for the launcher's last-resort sweep
@@ -53,6 +59,30 @@ class Supervisor:
         # Every descendant ever seen, so one that left its group is still found after its
         # parent has exited: pid -> psutil.Process (which guards against PID reuse).
         self._seen: dict[int, psutil.Process] = {}
+        # Every process started here carries it in its environment, and what they start inherits it.
+        self.mark = f"{os.getpid()}-{psutil.Process().create_time()}"
+        self._reaper: subprocess.Popen | None = None
+        if reaper and record is not None:
+            # Its own session: a signal to this process's group must not take it along. It holds
+            # the pipe's read end; the write end stays here, close-on-exec, so no child keeps it open.
+            self._reaper = subprocess.Popen(
+                [sys.executable, "-m", "harness.reaper", str(os.getpid()), self.mark, str(record)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    def close(self, timeout: float = 10.0) -> None:
+        """After the last teardown: tell the reaper this process is done, and wait for it (bounded)."""
+        if self._reaper is None:
+            return
+        assert self._reaper.stdin is not None
+        self._reaper.stdin.close()
+        try:
+            self._reaper.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.warning("the reaper (pid %d) did not end within %.0f s", self._reaper.pid, timeout)
+        self._reaper = None
 
     def start(self, name: str, argv: Sequence[str], env: Mapping[str, str], cwd: Path | None = None) -> Managed:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -63,7 +93,7 @@ class Supervisor:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=dict(env),
+                env={**env, MARK_ENV: self.mark},
                 cwd=cwd,
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
@@ -91,8 +121,10 @@ class Supervisor:
 
     def refresh(self) -> None:
         if self.adopt_orphans:
+            reaper = self._reaper.pid if self._reaper is not None else None
             for child in psutil.Process().children(recursive=True):
-                self._seen.setdefault(child.pid, child)
+                if child.pid != reaper:  # it outlives every teardown, to the last
+                    self._seen.setdefault(child.pid, child)
         for m in self.procs.values():
             try:
                 for child in psutil.Process(m.pid).children(recursive=True):
@@ -221,3 +253,72 @@ def recorded_processes(record: Path) -> list[dict[str, Any]]:
     except (OSError, ValueError):
         return []
     return [p for p in procs if isinstance(p, dict)] if isinstance(procs, list) else []
+
+
+def same_process(pid: int, create_time: float) -> psutil.Process | None:
+    """The live process with this PID and start time, None when it ended (or a later process
+    reuses the PID): what makes a recorded PID safe to signal."""
+    try:
+        p = psutil.Process(pid)
+        if abs(p.create_time() - create_time) > 0.1 or p.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return p
+    except psutil.NoSuchProcess:
+        return None
+
+
+def group_members(pgid: int, leader_created: float) -> list[psutil.Process]:
+    """Live processes of the group the recorded leader created, with their descendants; the
+    leader itself may be gone. A member was created after its leader, which tells this group
+    from a later one that reuses the number (which can happen only once the group is empty,
+    so a leader alive under another start time is another group)."""
+    if _reused(pgid, leader_created):
+        return []
+    found: dict[int, psutil.Process] = {}
+    for p in psutil.process_iter(["create_time"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["create_time"] >= leader_created - 1 and _alive(p):
+                found[p.pid] = p
+                for c in p.children(recursive=True):
+                    found.setdefault(c.pid, c)
+        except (ProcessLookupError, psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return [p for p in found.values() if p.pid != os.getpid()]
+
+
+def _reused(pgid: int, leader_created: float) -> bool:
+    """Another process, started at another time, now leads a group of this number."""
+    try:
+        return abs(psutil.Process(pgid).create_time() - leader_created) > 0.1 and os.getpgid(pgid) == pgid
+    except (psutil.NoSuchProcess, ProcessLookupError):
+        return False
+
+
+def live_recorded(record: Path) -> list[psutil.Process]:
+    """What lives of a node's process record: each recorded process's group, with descendants."""
+    out = []
+    for entry in recorded_processes(record):
+        pid, created = entry.get("pid"), entry.get("create_time")
+        if isinstance(pid, int) and isinstance(created, (int, float)):
+            out += group_members(pid, created)
+    return out
+
+
+def kill_recorded(records: Sequence[Path]) -> list[str]:
+    """SIGKILL what nodes recorded and did not reap (their runtime was SIGKILLed, say): each
+    recorded process's group, even when the leader is gone, and its descendants. Returns what it
+    killed, as "name: pids" lines for a log."""
+    killed = []
+    for record in records:
+        for entry in recorded_processes(record):
+            pid, created = entry.get("pid"), entry.get("create_time")
+            if not isinstance(pid, int) or not isinstance(created, (int, float)):
+                continue
+            victims = group_members(pid, created)
+            if not victims:
+                continue
+            killed.append(f"{entry.get('name')} (process group {pid}): pids {[v.pid for v in victims]}")
+            for v in victims:
+                _signal_proc(v, signal.SIGKILL)
+            psutil.wait_procs(victims, timeout=5)
+    return killed

@@ -38,12 +38,19 @@ pytestmark = pytest.mark.timeout(240)
 
 def _bin(bin_dir: Path) -> Path:
     """`python` (the real one) and a `vllm` that records its PID and never answers, first on the
-    nodes' PATH (the local launcher puts PDBENCH_PYTHON's directory there)."""
+    nodes' PATH (the local launcher puts PDBENCH_PYTHON's directory there). Like an engine's
+    worker that left the server's process group, each starts a grandchild of the node in a
+    session of its own (fakepids/escapee.<server pid>: its PID)."""
     bin_dir.mkdir()
     real = shlex.quote(sys.executable)
     (bin_dir / "python").write_text(f'#!/usr/bin/env bash\nexec {real} "$@"\n')
     (bin_dir / "vllm").write_text(
-        '#!/usr/bin/env bash\nmkdir -p "$RUN_DIR/fakepids" && echo $$ > "$RUN_DIR/fakepids/vllm.$$"\nexec sleep 600\n'
+        "#!/usr/bin/env bash\n"
+        'mkdir -p "$RUN_DIR/fakepids"\n'
+        "setsid sleep 600 </dev/null >/dev/null 2>&1 &\n"
+        'echo $! > "$RUN_DIR/fakepids/escapee.$$"\n'
+        'echo $$ > "$RUN_DIR/fakepids/vllm.$$"\n'
+        "exec sleep 600\n"
     )
     for f in bin_dir.iterdir():
         f.chmod(0o755)
@@ -71,6 +78,25 @@ def _started_servers(run: Path) -> list[int]:
     return [int(p.read_text()) for p in (run / "fakepids").glob("vllm.*")] if (run / "fakepids").is_dir() else []
 
 
+def _escapees(run: Path) -> dict[int, int]:
+    """server pid -> the pid of the grandchild it started in a session of its own."""
+    d = run / "fakepids"
+    return {int(p.suffix[1:]): int(p.read_text()) for p in d.glob("escapee.*")} if d.is_dir() else {}
+
+
+def _node_runtimes(run: Path) -> list[int]:
+    """The node runtimes' pids, from the addresses they announced (nodes/<N>.json)."""
+    return [json.loads(p.read_text())["pid"] for p in sorted((run / "nodes").glob("*.json"))]
+
+
+def _wait_gone(pids: list[int], timeout: float) -> list[int]:
+    """The pids still alive after waiting up to `timeout` s (init reaps orphans asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while (left := [p for p in pids if _alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
 @pytest.fixture
 def local_run(tmp_path: Path):
     """A local run of the recipe in progress: (submit process, its run directory, results root)."""
@@ -96,7 +122,7 @@ def local_run(tmp_path: Path):
     try:
         _wait_for(runs, 60, "the launch record", proc)
         run = runs()[0].parent
-        _wait_for(lambda: len(_started_servers(run)) == 2, 90, "both servers to start", proc)
+        _wait_for(lambda: len(_escapees(run)) == 2, 90, "both servers to start", proc)
         yield proc, run, results, out
     finally:
         if proc.poll() is None:  # the test failed before the run ended: stop it, then make sure
@@ -106,9 +132,12 @@ def local_run(tmp_path: Path):
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(10)
-        for pid in _started_servers(run) if "run" in locals() else []:
+        for pid in [*_started_servers(run), *_escapees(run).values()] if "run" in locals() else []:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+        for pid in _node_runtimes(run) if "run" in locals() else []:  # what a killed launcher left
+            if _alive(pid) and str(run) in " ".join(psutil.Process(pid).cmdline()):
+                os.killpg(pid, signal.SIGKILL)
         out.close()
 
 
@@ -149,13 +178,50 @@ def test_status_logs_cancel_of_a_local_run(local_run) -> None:
     assert len(recorded) >= 2 and len(_started_servers(run)) == 2
     deadline = time.monotonic() + 10  # init reaps orphans asynchronously
     while (
-        left := [p for p in [proc.pid, *_started_servers(run), *recorded] if _alive(p)]
+        left := [p for p in [proc.pid, *_started_servers(run), *_escapees(run).values(), *recorded] if _alive(p)]
     ) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert left == []
 
     r = _cli("cancel", str(run))
     assert r.returncode == 1 and "is not running (it is cancelled)" in r.stderr, r.stderr
+
+
+def test_cancel_stops_the_nodes_of_a_killed_launcher(local_run) -> None:
+    proc, run, _results, _out = local_run
+    nodes = _node_runtimes(run)
+    os.kill(proc.pid, signal.SIGKILL)  # the launcher only, not its nodes' process groups
+    assert proc.wait(10) == -signal.SIGKILL
+    job = [*nodes, *_started_servers(run), *_escapees(run).values()]
+    assert len(job) == 6 and all(_alive(p) for p in job)  # the nodes run on without it
+
+    r = _cli("status", str(run))
+    assert f"local job local-{run.name}: RUNNING" in r.stdout, r.stdout
+    r = _cli("cancel", str(run))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"cancelled local job local-{run.name} (pid {proc.pid} on {socket.gethostname()})"
+    recorded = [e["pid"] for p in RunDir(run).proc_records() for e in json.loads(p.read_text())]
+    assert len(recorded) >= 2
+    assert _wait_gone([*job, *recorded], 10) == []
+    status = json.loads((run / "status.json").read_text())
+    assert status["exit_code"] == 143 and status["failure"]["cause"] == CANCELLED, status
+    r = _cli("status", str(run))
+    assert f"local job local-{run.name}: CANCELLED (exit 143" in r.stdout, r.stdout
+    r = _cli("cancel", str(run))
+    assert r.returncode == 1 and "is not running (it is cancelled)" in r.stderr, r.stderr
+
+
+def test_a_killed_node_takes_its_servers_descendants_along(local_run) -> None:
+    proc, run, _results, _out = local_run
+    node1 = _node_runtimes(run)[1]
+    decode = next(e["pid"] for e in json.loads((run / "state" / "procs-node1.json").read_text()))
+    escapee = _escapees(run)[decode]  # decode-0's grandchild in a session of its own
+    assert _alive(decode) and _alive(escapee)
+    os.kill(node1, signal.SIGKILL)  # no teardown of its own
+    # Well before the launcher's last-resort sweep (the teardown bound + 30 s after a node
+    # failed), which would not find the escapee anyway: it is in no recorded process group.
+    assert _wait_gone([decode, escapee], 15) == []
+    assert proc.poll() is None
 
 
 def _ended_run(tmp_path: Path, status: dict | None, pid: int, create_time: float, host: str | None = None) -> RunDir:

@@ -39,6 +39,7 @@ FLOORS: tuple[tuple[str, int], ...] = (
     ("harness.connectors", 2),
     ("harness.rundir", 1),
     ("harness.supervisor", 1),
+    ("harness.reaper", 1),
     ("harness.atomic", 1),
     ("harness.aio", 1),
     ("harness.limits", 1),

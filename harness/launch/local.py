@@ -31,8 +31,8 @@ from harness.launch.launcher import Launcher
 from harness.launch.log_tail import LogTail
 from harness.launch.record import LaunchRecord, read_record
 from harness.rundir import Failure, FailureRecords, RunDir, read_status, write_status
-from harness.supervisor import recorded_processes, stop_groups
-from harness.topology import JobPlan, check_single_host
+from harness.supervisor import group_members, kill_recorded, live_recorded, stop_groups
+from harness.topology import JobPlan, PlanFile, check_single_host
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,8 @@ def run_local(run_dir: Path, num_nodes: int, timeout_s: float, grace_s: float, e
     try:
         # Recorded before any node starts, and once a SIGTERM (`pdbench cancel`) would stop them.
         me = psutil.Process()
-        LaunchRecord.now("local", job_id, me.pid, me.create_time()).write(run)
+        record = LaunchRecord.now("local", job_id, me.pid, me.create_time())
+        record.write(run)
         for i in range(num_nodes):
             # The node runtime logs to logs/node<i>.log itself; this keeps anything else it prints.
             with open(run.node_output(i), "ab") as out:
@@ -101,6 +102,9 @@ def run_local(run_dir: Path, num_nodes: int, timeout_s: float, grace_s: float, e
                         start_new_session=True,
                     )
                 )
+        # Each node leads its own process group: recorded, so that `cancel` stops them also when
+        # this launcher is gone (SIGKILLed), and never a later process that reuses a PID.
+        record.with_nodes([(p.pid, psutil.Process(p.pid).create_time()) for p in nodes]).write(run)
         log.info("local job %s: %d node process(es), pids %s", job_id, num_nodes, [p.pid for p in nodes])
         deadline = time.monotonic() + timeout_s
         first_failure_at: float | None = None
@@ -169,42 +173,9 @@ def _interrupt(signum: int, _frame: object) -> None:
 
 
 def _sweep_leftovers(run_dir: Path) -> None:
-    """Kill what a node runtime recorded but could not reap (it was SIGKILLed, say): the
-    recorded process and every member of its process group, even when the leader is gone."""
-    for record in RunDir(run_dir).proc_records():
-        for entry in recorded_processes(record):
-            victims = _group_members(entry["pid"], entry["create_time"])
-            if not victims:
-                continue
-            log.warning(
-                "killing leftovers of %s (process group %d): pids %s",
-                entry["name"],
-                entry["pid"],
-                [v.pid for v in victims],
-            )
-            for v in victims:
-                try:
-                    v.kill()
-                except psutil.NoSuchProcess:
-                    pass
-            psutil.wait_procs(victims, timeout=5)
-
-
-def _group_members(pgid: int, leader_created: float) -> list[psutil.Process]:
-    """Processes of the group the recorded leader created, with their descendants.
-
-    A member was created after its leader, which tells this group from a later one that
-    reuses the number."""
-    found: dict[int, psutil.Process] = {}
-    for p in psutil.process_iter(["create_time"]):
-        try:
-            if os.getpgid(p.pid) == pgid and p.info["create_time"] >= leader_created - 1:
-                found[p.pid] = p
-                for c in p.children(recursive=True):
-                    found.setdefault(c.pid, c)
-        except (ProcessLookupError, psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return [p for p in found.values() if p.pid != os.getpid()]
+    """Kill what a node runtime recorded but could not reap (it was SIGKILLed, say)."""
+    for line in kill_recorded(RunDir(run_dir).proc_records()):
+        log.warning("killed leftovers of %s", line)
 
 
 # The cause `pdbench cancel` records before it signals a local launcher: the run's reason,
@@ -240,7 +211,7 @@ class LocalJob(Job):
             return None
 
     def info(self) -> JobInfo:
-        if self._process() is not None:
+        if self._process() is not None or self._orphaned_nodes():
             return JobInfo(JobState.RUNNING, "RUNNING", nodes=self.record.host, source="process")
         status = read_status(self.run)
         if status is None:
@@ -254,6 +225,8 @@ class LocalJob(Job):
     def cancel(self) -> None:
         p = self._process()
         if p is None:
+            if self._stop_orphaned_nodes():
+                return
             state = self.state()
             if not state.finished and self.record.host != socket.gethostname():
                 raise LaunchError(f"{self.title} runs on another host; cancel it there")
@@ -264,6 +237,50 @@ class LocalJob(Job):
             p.send_signal(signal.SIGTERM)  # psutil checks it is still the recorded process
         except psutil.NoSuchProcess:
             pass
+
+    def _orphaned_nodes(self) -> list[psutil.Process]:
+        """The node processes (and theirs) that outlived the launcher, were it SIGKILLed."""
+        if self.returncode is not None or self.record.host != socket.gethostname():
+            return []
+        return [m for pid, created in self.record.nodes for m in group_members(pid, created)]
+
+    def _stop_orphaned_nodes(self) -> bool:
+        """Stop what outlived the launcher (it was SIGKILLed): the nodes' process groups it
+        recorded, as the launcher would (SIGTERM, so each node tears down and node 0 writes the
+        status; SIGKILL past the nodes' own teardown bound), then whatever the nodes recorded and
+        did not reap. False when nothing of the run was left to stop."""
+        if self.returncode is not None or self.record.host != socket.gethostname():
+            return False  # ran in this process, so nothing outlived it; or another host's PIDs
+        leaders = {pid for pid, _ in self.record.nodes}
+        left = [m for m in self._orphaned_nodes() if _pgid(m) in leaders]  # the nodes, not their servers
+        if not left and not any(live_recorded(r) for r in self.run.proc_records()):
+            return False
+        FailureRecords(self.run).record(Failure("launcher", CANCELLED))
+        for m in left:
+            _signal(m, signal.SIGTERM)
+        timeouts = PlanFile.model_validate_json(self.run.plan.read_text()).timeouts
+        _, stubborn = psutil.wait_procs(left, timeout=timeouts.teardown_s + timeouts.settle_s + 15)
+        for m in [*stubborn, *self._orphaned_nodes()]:
+            _signal(m, signal.SIGKILL)
+        for line in kill_recorded(self.run.proc_records()):
+            log.warning("killed leftovers of %s", line)
+        if read_status(self.run) is None:  # node 0 ended before it could write it
+            write_status(self.run, 128 + signal.SIGTERM, FailureRecords(self.run).first())
+        return True
+
+
+def _pgid(p: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(p.pid)
+    except ProcessLookupError:
+        return None
+
+
+def _signal(p: psutil.Process, sig: int) -> None:
+    try:
+        p.send_signal(sig)  # psutil checks it is still the process it found
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        pass
 
 
 class LocalLauncher(Launcher):

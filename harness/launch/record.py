@@ -1,8 +1,10 @@
 """The launch record (RunDir.launch_record): which launcher ran a run's job, and who it is.
 
 Written once, atomically, when the job starts: by the Slurm launcher after sbatch answers,
-by the local launcher before it starts any node. A local job is its launcher process, named
-by PID and that process's create time, so a later process that reuses the PID is not it.
+by the local launcher before it starts any node, and again with its nodes once they started.
+A local job is its launcher process, named by PID and that process's create time, so a later
+process that reuses the PID is not it; its nodes are named the same way, so that `cancel`
+still finds them when the launcher is gone.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import json
 import socket
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from harness import atomic
 from harness.launch.job import LaunchError
@@ -27,10 +29,15 @@ class LaunchRecord:
     time: float
     pid: int | None = None  # the local launcher's process
     create_time: float | None = None  # ... and its start, as psutil reports it
+    # The local launcher's node processes: each leads its own process group (pid, create_time).
+    nodes: tuple[tuple[int, float], ...] = ()
 
     @classmethod
     def now(cls, launcher: str, job_id: str, pid: int | None = None, create_time: float | None = None) -> LaunchRecord:
         return cls(launcher, job_id, socket.gethostname(), time.time(), pid, create_time)
+
+    def with_nodes(self, nodes: list[tuple[int, float]]) -> LaunchRecord:
+        return replace(self, nodes=tuple(nodes))
 
     def write(self, run: RunDir) -> None:
         atomic.write_json(run.launch_record, asdict(self), indent=2)
@@ -61,6 +68,21 @@ def read_record(run: RunDir) -> LaunchRecord | None:
     local = data["launcher"] == "local"
     if local and not (isinstance(data.get("pid"), int) and isinstance(data.get("create_time"), (int, float))):
         raise LaunchError(f"{path}: a local launch names its launcher by keys 'pid' and 'create_time' (numbers)")
+    nodes = data.get("nodes", [])
+    if not (
+        isinstance(nodes, list)
+        and all(
+            isinstance(n, list) and len(n) == 2 and isinstance(n[0], int) and isinstance(n[1], (int, float))
+            for n in nodes
+        )
+    ):
+        raise LaunchError(f"{path}: key 'nodes' is a list of [pid, create_time] pairs")
     return LaunchRecord(
-        data["launcher"], data["job_id"], data["host"], data["time"], data.get("pid"), data.get("create_time")
+        data["launcher"],
+        data["job_id"],
+        data["host"],
+        data["time"],
+        data.get("pid"),
+        data.get("create_time"),
+        tuple((n[0], float(n[1])) for n in nodes),
     )

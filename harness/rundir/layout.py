@@ -50,7 +50,8 @@ LAYOUT: tuple[Entry, ...] = (
     Entry(p.DOCTOR_MARKER, "present in a `pdbench doctor` run: the job checks and stops", "doctor", "pdbench node"),
     Entry(
         p.LAUNCH,
-        "which launcher ran the job and its identity (Slurm job id, or the local launcher's PID)",
+        "which launcher ran the job and its identity (Slurm job id, or the local launcher's PID and "
+        "its nodes' process groups, each with its start time)",
         "launch",
         "status, logs, cancel, --wait",
     ),
@@ -144,7 +145,7 @@ LAYOUT: tuple[Entry, ...] = (
         p.STATE + "/procs-node<N>.json",
         "every process a node started: PID and start time",
         "supervisor",
-        "the local launcher (leftovers), a restarted node",
+        "the local launcher (leftovers), cancel, the node's reaper, a restarted node",
     ),
     Entry(p.STATE + "/preflight-node<N>.json", "a node's preflight findings", "pdbench node", "doctor"),
     Entry(
