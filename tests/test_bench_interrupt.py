@@ -27,7 +27,7 @@ from bench_fake_server import FakeServer
 
 from harness import tiny_model
 from harness.bench.sentinels import CANCELLED
-from harness.bench.sweep import INTERRUPTED
+from harness.bench.sweep import INTERRUPTED, SAME_CTRL_C_S
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -48,13 +48,13 @@ def _take_terminal() -> None:
 class Terminal:
     """`pdbench bench ARGS` on a pty, its output collected as it comes."""
 
-    def __init__(self, args: list[str]) -> None:
+    def __init__(self, args: list[str], wrapper: tuple[str, ...] = ()) -> None:
         master, slave = pty.openpty()
         self.master = master
         env = os.environ | {"COLUMNS": "160", "LINES": "40", "TERM": "xterm-256color", "PYTHONUNBUFFERED": "1"}
         env.pop("NO_COLOR", None)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "harness", "bench", *args],
+            [*wrapper, sys.executable, "-m", "harness", "bench", *args],
             stdin=slave,
             stdout=slave,
             stderr=slave,
@@ -200,6 +200,36 @@ def test_first_ctrl_c_drains_writes_the_point_and_skips_the_rest(model_dir: str,
     assert record["check"]["sent"] == s["sent"] and len(record["sentinels"]) == 4
 
 
+def test_one_ctrl_c_under_timeout_is_one_ctrl_c(model_dir: str, tmp_path: Path) -> None:
+    # coreutils' timeout passes the SIGINT its process group got from the terminal on to the
+    # bench, then to the group again: one keypress arrives three times.
+    with FakeServer(token_delay=0.03) as target:
+        term = Terminal(
+            _args(model_dir, tmp_path / "r", target.base_url, "--concurrency", "2", "--num-prompts", "40"),
+            wrapper=("timeout", "300"),
+        )
+        try:
+            term.wait_for(
+                "4 measured requests answered", lambda: sum(i in target.ended for i in _measured(target)) >= 4
+            )
+            term.ctrl_c()
+            rc = term.exit_code(60)
+        finally:
+            term.close()
+        measured = _measured(target)
+        unfinished = [i for i in measured if i not in target.ended]
+    out = term.output
+    assert rc == 130, out  # timeout exits with the bench's status
+    waited = re.search(r"waiting up to 30 s for (\d+) request\(s\) in flight", out)
+    assert waited and int(waited[1]) >= 1, out  # requests were in flight at the Ctrl-C ...
+    assert "second Ctrl-C" not in out and "Traceback" not in out, out
+    (path,) = (tmp_path / "r").glob("*.json")
+    result = json.loads(path.read_text())
+    # ... and each was waited for, none cancelled.
+    assert not unfinished and result["completed"] == len(measured), result["errors"]
+    assert result["stop_reason"] == INTERRUPTED
+
+
 def _hang_after(k: int) -> Callable[[int, dict], str | None]:
     """Measured requests after the k-th one hang (until the server stops)."""
     return lambda n, body: "hang" if n >= k and not body.get("return_token_ids") else None
@@ -224,7 +254,10 @@ def test_second_ctrl_c_cancels_the_requests_in_flight_at_once(model_dir: str, tm
             # Precondition: two requests are in flight and will not finish on their own.
             term.wait_for("two hanging requests", lambda: len(target.bodies) >= 6 and len(target.ended) == 4)
             term.ctrl_c()
+            first = time.monotonic()
             term.wait_for("the stop message", lambda: "waiting up to 60 s for 2 request(s)" in term.output)
+            # A person's second Ctrl-C, not the first one delivered again (see the test below).
+            term.wait_for("a second keypress", lambda: time.monotonic() - first > SAME_CTRL_C_S)
             t0 = time.monotonic()
             term.ctrl_c()
             rc = term.exit_code(20)

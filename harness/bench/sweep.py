@@ -124,6 +124,10 @@ WARMUPS_FAILED = "every warm-up request failed, so no measured request was sent"
 # whose traces came). 30 s covers /stop_profile and a short window's torch trace; an nsys stream
 # of a GPU window (about 2 min for 2 GB on an H200) is given up, as the stop asked.
 INTERRUPT_PROFILE_STOP_S = 30.0
+# A SIGINT this soon after the first is the same Ctrl-C delivered again: `timeout` and other
+# wrappers pass on the one their process group got from the terminal (coreutils' timeout to
+# the child and then to its group: three in all), while a person's second Ctrl-C takes longer.
+SAME_CTRL_C_S = 0.5
 
 __all__ = ["INTERRUPTED", "PointOutcome", "TargetDied", "arrival_offsets", "run_sweep", "run_sweep_detailed"]
 
@@ -184,6 +188,7 @@ class _Sweep:
         # Ctrl-C: how many so far, and what waits that a first one ends.
         self.interrupted: str | None = None
         self.interrupts = 0
+        self.first_interrupt_at = 0.0
         self.halt = asyncio.Event()  # set by a first Ctrl-C: ends a cooldown
         self.setup: asyncio.Task[None] | None = None  # the work before the first point
         self.main: asyncio.Task[Any] | None = None  # the sweep, cancelled by a second Ctrl-C between batches
@@ -203,8 +208,11 @@ class _Sweep:
 
     def on_interrupt(self) -> None:
         """SIGINT: the first drains the running batch (or ends the setup), the second cancels now."""
+        if self.interrupts == 1 and time.monotonic() - self.first_interrupt_at < SAME_CTRL_C_S:
+            return
         self.interrupts += 1
         if self.interrupts == 1:
+            self.first_interrupt_at = time.monotonic()
             self.interrupted = INTERRUPTED
             self.halt.set()
             if self.point_sentinels is not None:
