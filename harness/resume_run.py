@@ -4,8 +4,9 @@ The new run directory gets copies of RUN's complete, valid result files (and the
 /metrics evidence), and its benchmark client runs with resume on, so only the points
 without such a file are measured. RUN itself is left as it was. The two runs must
 measure the same thing: everything of the resolved recipe except what only bounds or
-schedules the job (Slurm options, timeouts) and the sweep's extent (concurrency, shapes,
-request counts, which the client checks point by point) must be equal.
+schedules the job (Slurm options, timeouts), the ports its processes listen on (another run
+may hold the old ones) and the sweep's extent (concurrency, shapes, request counts, which
+the client checks point by point) must be equal.
 """
 
 from __future__ import annotations
@@ -54,9 +55,20 @@ def _leaves(obj: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: obj}
 
 
+def _is_port(key: str) -> bool:
+    """A port a process listens on (topology.*.port, proxy.port, connector.*_port): where a
+    server listens, not what it measures."""
+    last = key.rsplit(".", 1)[-1]
+    return last == "port" or last.endswith("_port")
+
+
 def _compared(locked: dict[str, Any]) -> dict[str, Any]:
     keep = {k: locked[k] for k in ("recipe", "model") if k in locked}
-    return {k: v for k, v in _leaves(keep).items() if not any(k == p or k.startswith(p + ".") for p in MAY_DIFFER)}
+    return {
+        k: v
+        for k, v in _leaves(keep).items()
+        if not _is_port(k) and not any(k == p or k.startswith(p + ".") for p in MAY_DIFFER)
+    }
 
 
 def check_same_measurement(old_run: Path, rr: ResolvedRecipe) -> None:

@@ -68,6 +68,23 @@ def test_resume_copies_finished_points_and_turns_resume_on(tmp_path: Path) -> No
     assert len(list(old.glob("concurrency_*.json"))) == 3
 
 
+def test_resume_takes_other_ports(tmp_path: Path) -> None:
+    # The old run's ports may be taken (another job runs there now): where the processes
+    # listen is not what they measure.
+    assert _submit(tmp_path, "--set", "benchmark.concurrency=[1,2]").returncode == 0
+    (old,) = (tmp_path / RECIPE).iterdir()
+    done = _write(old, 1, random_output_len=1024)
+    ports = ["topology.prefill.port=9100", "topology.decode.port=9300", "proxy.port=31000"]
+    ports += ["connector.side_channel_port=5700"]
+    sets = [a for s in ["benchmark.concurrency=[1,2]", *ports] for a in ("--set", s)]
+    r = _submit(tmp_path, *sets, "--resume", str(old))
+    assert r.returncode == 0, r.stderr
+    assert "1 finished point(s) kept" in r.stdout, r.stdout
+    (new,) = (p for p in (tmp_path / RECIPE).iterdir() if p != old)
+    assert (new / done.name).read_bytes() == done.read_bytes()
+    assert "--port 9100" in (new / "server.sh").read_text()  # the new ports are the ones used
+
+
 def test_resume_refuses_a_run_that_measured_something_else(tmp_path: Path) -> None:
     assert _submit(tmp_path).returncode == 0
     (old,) = (tmp_path / RECIPE).iterdir()
