@@ -236,9 +236,10 @@ def test_html_report_renders_in_a_headless_browser(tmp_path: Path) -> None:
             browser.wait(5)
     assert "Disaggregated vs aggregated" in seen["h2"]
     assert seen["h3"] == ["Latency percentiles (ms)", "ISL 1024 / OSL 100", "ISL 4096 / OSL 100"]
-    # Both Pareto plots decoded to real images (1200 x 500 px figures), and the TTFT bars.
-    assert [img[1:] for img in seen["images"]][:2] == [[1200, 500], [1200, 500]]
-    assert len(seen["images"]) == 3 and seen["images"][2][1] == 1000
+    # The throughput-vs-interactivity chart (900 x 600 px), both Pareto plots (1200 x 500 px
+    # figures) and the TTFT bars, each decoded to a real image.
+    assert [img[1:] for img in seen["images"]][:3] == [[900, 600], [1200, 500], [1200, 500]]
+    assert len(seen["images"]) == 4 and seen["images"][3][1] == 1000
     assert "Where TTFT goes" in seen["h2"]
     assert any("at equal concurrency" in f and "c4 1.50x" in f for f in seen["findings"])
     assert seen["cells"] > 6 * 10

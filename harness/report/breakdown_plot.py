@@ -19,7 +19,7 @@ COLOURS = {
 }
 
 
-def png(report: Report) -> bytes:
+def figure(report: Report) -> Figure:
     items = report.breakdowns
     fig = Figure(figsize=(10, 1.2 + 0.35 * len(items)), dpi=100)
     FigureCanvasAgg(fig)
@@ -34,9 +34,14 @@ def png(report: Report) -> bytes:
     ax.invert_yaxis()
     ax.set_xlabel("TTFT, median of each part (ms)")
     ax.set_title("Where TTFT goes")
-    ax.legend(loc="lower right", fontsize=8)
+    # Beside the axes, not over them: inside, the legend hid the longest points' bars.
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8)
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
+    return fig
+
+
+def png(report: Report) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png")
+    figure(report).savefig(buf, format="png")
     return buf.getvalue()

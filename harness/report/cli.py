@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -37,18 +39,31 @@ def _resolve(ref: str, results_dir: Path) -> Path:
         raise typer.Exit(EXIT_USAGE) from None
 
 
-# As collect: a report file is never written over (another run's report may be in it).
-_EXISTS = "{} exists; report never overwrites (choose another --out)"
+# As collect: a report or plot file is never written over (another run's may be in it).
+_EXISTS = "{} exists; report never overwrites (choose another {})"
 
 
-def _write(path: Path, text: str) -> None:
-    """Create a report file atomically (a temp file beside it, then a link: never over one)."""
+def _refuse_existing(path: Path, option: str) -> None:
+    if path.exists():
+        typer.echo(f"error: {_EXISTS.format(path, option)}", err=True)
+        raise typer.Exit(EXIT_USAGE)
+
+
+def _write(path: Path, option: str, write: Callable[[Path], object]) -> None:
+    """Create a report or plot file atomically (a temp file beside it, then a link: never over one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        atomic.write_text(path, text, replace=False)
+        write(path)
     except FileExistsError:  # created since the check at the start
-        typer.echo(f"error: {_EXISTS.format(path)}", err=True)
+        typer.echo(f"error: {_EXISTS.format(path, option)}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
+
+
+def _plot_files(report: Report, plot: Path) -> list[Path]:
+    """Every PNG `--plot` writes: the Pareto plot, the TTFT bars, one per shape with both kinds."""
+    extra = [f"{plot.stem}-ttft{plot.suffix}"] if report.breakdowns else []
+    extra += [f"{plot.stem}-{dec.tag}{plot.suffix}" for dec in report.decisions]
+    return [plot, *(plot.with_name(name) for name in extra)]
 
 
 def _labels(
@@ -70,8 +85,9 @@ def _labels(
 
 def _plottable(report: Report) -> bool:
     """A point the Pareto plot can place: per-GPU throughput (a known GPU split) and interactivity."""
-    df = report.table
-    return not df.empty and bool((df["tput_per_gpu"].notna() & df["intvty"].notna()).any())
+    from harness.report.pareto_plot import plottable
+
+    return plottable(report)
 
 
 def report_command(
@@ -90,7 +106,10 @@ def report_command(
     ] = None,
     plot: Annotated[
         Path | None,
-        typer.Option(help="Also write the Pareto plot (tok/s/GPU vs tok/s/user) to this PNG [default: no plot]"),
+        typer.Option(
+            help="Also write the Pareto plot (tok/s/GPU vs tok/s/user) to this new PNG (never overwritten) "
+            "[default: no plot]"
+        ),
     ] = None,
     out: Annotated[
         Path | None,
@@ -133,9 +152,10 @@ def report_command(
     except (SLOError, FormatError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
-    if out is not None and out.exists():
-        typer.echo(f"error: {_EXISTS.format(out)}", err=True)
-        raise typer.Exit(EXIT_USAGE)
+    if out is not None:
+        _refuse_existing(out, "--out")
+    if plot is not None:
+        _refuse_existing(plot, "--plot")
     paths = [_resolve(r, results_dir) for r in runs]
     base = _resolve(baseline, results_dir) if baseline else None
     names = _labels(runs, paths, label or [], base, baseline_label)
@@ -144,6 +164,9 @@ def report_command(
     except RunPathError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
+    if plot is not None:  # the extra plots' names are known now: refuse before writing anything
+        for path in _plot_files(report, plot)[1:]:
+            _refuse_existing(path, "--plot")
     if plot is not None and not report.table.empty and not _plottable(report):
         typer.echo(
             f"error: --plot {plot}: no point has both a per-GPU throughput (its GPU split) and an "
@@ -165,7 +188,7 @@ def report_command(
         }
         text = renderers[chosen].render(report)
         if out is not None:
-            _write(out, text)
+            _write(out, "--out", lambda p: atomic.write_text(p, text, replace=False))
         else:
             sys.stdout.write(text)
     # A field of the wrong type is left out of what is shown: say so wherever the report went.
@@ -184,16 +207,14 @@ def report_command(
         from harness.report import breakdown_plot, decision_plot
         from harness.report.pareto_plot import save
 
-        save(report, plot)
-        # And, per shape with both kinds, the disaggregated and aggregated fronts beside it,
-        # and where the points' TTFT went.
-        if report.breakdowns:
-            extra = plot.with_name(f"{plot.stem}-ttft{plot.suffix}")
-            atomic.write_bytes(extra, breakdown_plot.png(report))
-            typer.echo(f"plot: {extra}", err=True)
-        for dec in report.decisions:
-            extra = plot.with_name(f"{plot.stem}-{dec.tag}{plot.suffix}")
-            atomic.write_bytes(extra, decision_plot.png(dec))
+        _write(plot, "--plot", lambda p: save(report, p))
+        # And where the points' TTFT went, and per shape with both kinds the disaggregated and
+        # aggregated fronts beside it (in _plot_files' order).
+        pngs = ([breakdown_plot.png(report)] if report.breakdowns else []) + [
+            decision_plot.png(dec) for dec in report.decisions
+        ]
+        for extra, data in zip(_plot_files(report, plot)[1:], pngs, strict=True):
+            _write(extra, "--plot", functools.partial(atomic.write_bytes, data=data, replace=False))
             typer.echo(f"plot: {extra}", err=True)
     if out is not None or plot is not None:
         typer.echo(

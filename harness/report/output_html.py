@@ -8,7 +8,7 @@ import html
 import re
 from typing import Any
 
-from harness.report import breakdown_plot, breakdown_table, cells, check_text, decision_plot
+from harness.report import breakdown_plot, breakdown_table, cells, check_text, decision_plot, pareto_plot
 from harness.report.decision_text import RATIO_HEADERS, ratio_rows, summary_lines
 from harness.report.model import ABSOLUTE, Metric, Report
 from harness.report.run_summary import run_summaries
@@ -106,6 +106,22 @@ def _tail(report: Report) -> list[str]:
         tds += [_cell(_metric(report, m, r), True) for m in tail]
         out.append("<tr>" + "".join(tds) + "</tr>")
     return [*out, "</tbody>", "</table>"]
+
+
+def _tradeoff(report: Report) -> list[str]:
+    """Output tok/s per GPU against tok/s per user, InferenceX's chart: for one run too (the
+    disaggregated-vs-aggregated plots need both kinds)."""
+    y = "output_tput_per_gpu"
+    if not pareto_plot.plottable(report, y):
+        return []
+    data = base64.b64encode(pareto_plot.png(report, y)).decode()
+    return [
+        '<h2 id="tradeoff">Throughput vs interactivity</h2>',
+        f'<img class="plot" alt="Output tok/s per GPU vs tok/s per user" src="data:image/png;base64,{data}">',
+        "<p>Each line joins a sweep's Pareto-optimal points (labelled by concurrency); faded points are "
+        "dominated, crosses invalid. Output tok/s over the decode GPUs; tok/s per user = 1000 / median "
+        "TPOT (ms).</p>",
+    ]
 
 
 def _breakdown(report: Report) -> list[str]:
@@ -282,6 +298,7 @@ def render(report: Report) -> str:
             + "</p>",
         ]
         out += _tail(report)
+    out += _tradeoff(report)
     out += _outputs(report)
     out += _decision(report)
     out += _breakdown(report)

@@ -7,6 +7,7 @@ Uses matplotlib's Agg canvas directly: no display, no pyplot global state.
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
@@ -20,9 +21,21 @@ from harness.report.pareto import pareto_front
 
 X_LABEL = "Interactivity (tok/s/user = 1000 / median TPOT)"
 Y_LABEL = "Total throughput per GPU (tok/s/GPU)"
+# The y axes the plot can have: total tok/s over every GPU (`--plot`), or output tok/s over the
+# decode GPUs (the HTML's InferenceX-style chart: what a user gets out per GPU at each speed).
+Y_LABELS = {
+    "tput_per_gpu": Y_LABEL,
+    "output_tput_per_gpu": "Output throughput per decode GPU (tok/s/GPU)",
+}
 
 
-def figure(report: Report) -> Figure:
+def plottable(report: Report, y: str = "tput_per_gpu") -> bool:
+    """Some point has both a y value (a known GPU split) and an interactivity (a TPOT p50)."""
+    df = report.table
+    return not df.empty and bool((df[y].notna() & df["intvty"].notna()).any())
+
+
+def figure(report: Report, y: str = "tput_per_gpu") -> Figure:
     fig = Figure(figsize=(9, 6), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
@@ -39,7 +52,7 @@ def figure(report: Report) -> Figure:
             label += f" [ISL {cells.integer(isl)} / OSL {cells.integer(osl)}]"
         ok = g[[not (not cells.missing(v) and not v) for v in g["valid"]]]
         bad = g[[not cells.missing(v) and not v for v in g["valid"]]]
-        pts = [(float(x), float(y)) for x, y in zip(ok["intvty"], ok["tput_per_gpu"], strict=False)]
+        pts = [(float(a), float(b)) for a, b in zip(ok["intvty"], ok[y], strict=False)]
         front = pareto_front(pts)
         if front:
             ax.plot([p[0] for p in front], [p[1] for p in front], marker="o", color=colour, label=label)
@@ -59,7 +72,7 @@ def figure(report: Report) -> Figure:
         if not bad.empty:
             ax.plot(
                 list(bad["intvty"]),
-                list(bad["tput_per_gpu"]),
+                list(bad[y]),
                 linestyle="none",
                 marker="x",
                 markersize=9,
@@ -68,10 +81,10 @@ def figure(report: Report) -> Figure:
             )
             any_invalid = True
         for _, r in g.iterrows():
-            if math.isfinite(r["intvty"]) and math.isfinite(r["tput_per_gpu"]):
+            if math.isfinite(r["intvty"]) and math.isfinite(r[y]):
                 ax.annotate(
                     f"c{r['conc']}",
-                    (r["intvty"], r["tput_per_gpu"]),
+                    (r["intvty"], r[y]),
                     textcoords="offset points",
                     xytext=(4, 4),
                     fontsize=8,
@@ -80,8 +93,8 @@ def figure(report: Report) -> Figure:
     if any_invalid:  # one neutral legend entry for the crosses of every run
         ax.plot([], [], linestyle="none", marker="x", markersize=9, color="black", label="invalid point (off the line)")
     ax.set_xlabel(X_LABEL)
-    ax.set_ylabel(Y_LABEL)
-    title = "Throughput per GPU vs interactivity"
+    ax.set_ylabel(Y_LABELS[y])
+    title = ("Output throughput" if y == "output_tput_per_gpu" else "Throughput") + " per GPU vs interactivity"
     if pairs == 1:
         isl, osl = df["isl"].iloc[0], df["osl"].iloc[0]
         title += f" (ISL {cells.integer(isl)}, OSL {cells.integer(osl)})"
@@ -100,9 +113,16 @@ def _cycle() -> list[dict[str, str]]:
 
 
 def save(report: Report, path: Path) -> Figure:
-    """Write the plot as PNG, atomically (a temp file in the same folder, then rename)."""
+    """Write the plot as a new PNG, atomically (a temp file in the same folder, then a link:
+    FileExistsError rather than over a file)."""
     fig = figure(report)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic.write_with(path, lambda f: fig.savefig(f, format="png"))
+    atomic.write_with(path, lambda f: fig.savefig(f, format="png"), replace=False)
     return fig
+
+
+def png(report: Report, y: str = "tput_per_gpu") -> bytes:
+    buf = io.BytesIO()
+    figure(report, y).savefig(buf, format="png")
+    return buf.getvalue()
