@@ -24,7 +24,12 @@ class ClientConfig(BenchmarkSettings):
 
     base_url: str = Field(description="Server URL, e.g. http://127.0.0.1:30000.")
     model: str = Field(min_length=1, description="Served model name sent in requests.")
-    tokenizer: str = Field(min_length=1, description="Tokenizer path or HF id.")
+    tokenizer: str = Field(
+        "",  # filled from model before validation (_tokenizer_from_model)
+        min_length=1,
+        description="Tokenizer path or HF id, as `vllm bench serve --tokenizer`.",
+        json_schema_extra={"cli_default": "the --model value"},
+    )
     result_dir: str = Field(
         min_length=1,
         description="Directory the per-point result JSON files go to (the files themselves, not a root of runs).",
@@ -110,6 +115,14 @@ class ClientConfig(BenchmarkSettings):
         "they are cancelled; the point is then written as interrupted and the points left are not run. A second "
         "Ctrl-C cancels them at once.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tokenizer_from_model(cls, data: Any) -> Any:
+        """No tokenizer given: the model's, as `vllm bench serve` does (a path or HF id serves both)."""
+        if isinstance(data, dict) and data.get("tokenizer") is None and isinstance(data.get("model"), str):
+            return data | {"tokenizer": data["model"]}
+        return data
 
     @field_validator("kv_connector")
     @classmethod
