@@ -138,6 +138,22 @@ class Supervisor:
         except subprocess.TimeoutExpired:
             return None
 
+    def interrupt(self, name: str, grace: float) -> None:
+        """Ctrl-C, as a terminal sends it, to a running process that keeps its work on SIGINT
+        (the benchmark client writes its running point as interrupted): SIGINT to its group, a
+        second one half-way if it still runs, then wait the rest of `grace` for it to exit."""
+        m = self.procs.get(name)
+        if m is None or m.popen.poll() is not None:
+            return
+        for _ in range(2):
+            signal_group(m.pid, signal.SIGINT)
+            try:
+                m.popen.wait(grace / 2)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+        log.warning("%s (pid %d) still runs %.0f s after Ctrl-C; stopping it", name, m.pid, grace)
+
     def stop(self, name: str, grace: float) -> None:
         self._terminate([self.procs.pop(name)], grace)
 

@@ -216,6 +216,14 @@ def run_bench(args: argparse.Namespace) -> None:
     }
     (run_dir / args.result_name).write_text(json.dumps(result))
     print(f"bench: wrote {args.result_name}", flush=True)
+    if args.keep_on_sigint:
+
+        def on_int(_signum, _frame):
+            (run_dir / args.result_name).write_text(json.dumps(result | {"stop_reason": "interrupted"}))
+            print("bench: SIGINT, wrote the point as interrupted", flush=True)
+            sys.exit(130)
+
+        signal.signal(signal.SIGINT, on_int)
     if args.kill_server:  # the server dies under the client, which fails at once: echo races cause
         for f in pid_dir().glob(f"{args.kill_server}.*.json"):
             os.kill(json.loads(f.read_text())["pid"], signal.SIGKILL)
@@ -280,6 +288,11 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument("--exit-code", type=int, default=0)
     b.add_argument("--sleep", type=float, default=0.0)
     b.add_argument("--kill-server", help="SIGKILL this fake server, then exit with --exit-code")
+    b.add_argument(
+        "--keep-on-sigint",
+        action="store_true",
+        help="as pdbench bench on Ctrl-C: write the result as interrupted, exit 130",
+    )
     b.add_argument("--result-name", default=RESULT_NAME)
     args = ap.parse_args(argv)
     (run_server if args.cmd == "server" else run_bench)(args)

@@ -507,6 +507,32 @@ def test_sigterm_to_local_launcher(make_job) -> None:
     assert status["reason"] == "the local launcher: received SIGTERM"  # not a node's echo of it
 
 
+def test_ctrl_c_to_local_launcher_keeps_the_running_point(make_job) -> None:
+    # The terminal's Ctrl-C reaches the launcher alone (each node has its own session); the
+    # node stops its client as by Ctrl-C, which writes the point it runs as interrupted.
+    job = make_job(timeouts={"bench_s": 30}, flags={"bench": ["--sleep", "60", "--keep-on-sigint"]})
+    code = (
+        "import sys; from pathlib import Path; from harness.launch.local import run_local; "
+        f"sys.exit(run_local(Path({str(job.run_dir)!r}), 2, 60, {job.timeouts['teardown_s']}, echo=None))"
+    )
+    launcher = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        _wait_for(lambda: "bench: wrote" in job.log("bench"), 60, "the bench's point under way")
+        launcher.send_signal(signal.SIGINT)
+        rc = launcher.wait(30)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait(5)
+    assert rc == 130, job.logs()
+    assert "bench: SIGINT, wrote the point as interrupted" in job.log("bench"), job.logs()
+    assert json.loads((job.run_dir / RESULT_NAME).read_text())["stop_reason"] == "interrupted"
+    status = job.status()
+    assert status["reason"] == "the local launcher: interrupted by the user (Ctrl-C)", status
+    assert status["results"] == [RESULT_NAME]
+    job.assert_nothing_left()
+
+
 def test_local_time_limit_is_the_reason(make_job) -> None:
     job = make_job(timeouts={"bench_s": 60}, flags={"bench": ["--sleep", "60"]})
     rc, _took = job.run(timeout_s=3)

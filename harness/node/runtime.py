@@ -137,6 +137,10 @@ def run_node(run_dir: Path, node_id: int | None = None) -> int:
             signal.signal(sig, signal.SIG_IGN)
         if failure is not None:
             coord.record_failure(failure)  # first, so the other nodes stop now
+        # A client still running is stopped as by Ctrl-C first, while the servers still answer:
+        # it writes its running point as interrupted instead of losing it to SIGTERM.
+        for name in [n for n in sup.procs if n.split("-")[0] == "bench"]:
+            sup.interrupt(name, ctx.timeouts.teardown_s / 2)
         sup.stop_all(ctx.timeouts.teardown_s)
         sup.close()
     if rc == EXIT_OK:
