@@ -187,6 +187,29 @@ def test_status_logs_cancel_of_a_local_run(local_run) -> None:
     assert r.returncode == 1 and "is not running (it is cancelled)" in r.stderr, r.stderr
 
 
+def test_ctrl_c_of_a_local_submit_prints_a_resume_command_that_runs(local_run) -> None:
+    proc, run, _results, out = local_run
+    os.killpg(proc.pid, signal.SIGINT)  # what the terminal sends the foreground group on ^C
+    assert proc.wait(60) == 130
+    out.seek(0)
+    printed = out.read()
+    assert "FAILED (exit 130)" in printed, printed
+    (line,) = [x for x in printed.splitlines() if x.startswith("resume: ")]
+    command = line.removeprefix("resume: ")
+    assert command.endswith(f" --resume {run}") and " submit " in f" {command}", command
+    # As printed, from where it was printed (a dry run: the command is accepted, nothing runs).
+    r = subprocess.run(
+        ["bash", "-c", f"{command} --dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=dict(os.environ, PDBENCH_PYTHON=str(Path(run).parents[2] / "bin" / "python")),
+    )
+    assert r.returncode == 0, r.stderr
+    assert "dry run: nothing submitted" in r.stdout, r.stdout
+
+
 def test_cancel_stops_the_nodes_of_a_killed_launcher(local_run) -> None:
     proc, run, _results, _out = local_run
     nodes = _node_runtimes(run)

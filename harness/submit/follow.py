@@ -61,8 +61,27 @@ def external_client(run: RunDir) -> tuple[str, list[int]] | None:
     return None if client == "pdbench" else (str(client), [int(c) for c in cfg.get("concurrency", [])])
 
 
+def resume_command(run: RunDir) -> str | None:
+    """This `submit` command line again, resuming RUN (its finished points kept, the others
+    measured); None when this process is not a `submit`."""
+    argv = sys.argv[1:]
+    if argv[:1] != ["submit"]:
+        return None
+    args: list[str] = []
+    skip = False
+    for a in argv:
+        if skip or a.startswith("--resume="):
+            skip = False
+            continue
+        if a == "--resume":
+            skip = True
+            continue
+        args.append(a)
+    return f"{prog()} {shlex.join(args)} --resume {shlex.quote(str(run.path))}"
+
+
 def summary(run: RunDir, rc: int) -> None:
-    """The run's outcome, a line per point, and the command to read it further."""
+    """The run's outcome, a line per point, and the commands to read it further (or to resume it)."""
     if (other := external_client(run)) is not None:
         # pdbench wrote no result files: the sweep's points are the other client's directories.
         client, concurrency = other
@@ -86,6 +105,8 @@ def summary(run: RunDir, rc: int) -> None:
         for line in point_table(points):
             say(line)
     _next_steps(run, rc, points_written=any(p.result is not None for p in points))
+    if rc != 0 and not all(p.valid for p in points) and (command := resume_command(run)) is not None:
+        say(f"resume: {command}")
 
 
 def _next_steps(run: RunDir, rc: int, points_written: bool) -> None:
@@ -118,6 +139,8 @@ def follow(job: Job, timeout_s: float) -> int:
         info = job.wait(timeout_s + FOLLOW_SLACK_S, on_poll)
     except KeyboardInterrupt:
         print(f"\ninterrupted: cancelled {job.title}", file=sys.stderr, flush=True)
+        if (command := resume_command(job.run)) is not None:
+            say(f"resume: {command}")
         return 130
     except LaunchError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
