@@ -50,6 +50,8 @@ def test_one_run_gets_its_best_point_under_the_slo(tmp_path: Path) -> None:
         "report", str(RUN), "--slo", "tpot_p99=1,e2el_p95=1", "--format", "text", "--out", str(tmp_path / "r.txt")
     )
     assert r.returncode == 0, r.stderr
+    # With --out the answer is on stderr too, as the notes are.
+    assert "slo: local-tiny-1p1d/20261122T032441Z-e8da34 (disagg, ISL 256, OSL 32): no point meets" in r.stderr
     text = " ".join((tmp_path / "r.txt").read_text().split())
     assert "no point meets tpot_p99 <= 1 ms, e2el_p95 <= 1 ms (2 judged" in text, text
     assert f"tpot_p99 {pts[1]['p99_tpot_ms']:.1f} ms > 1 ms; e2el_p95: the result has no p95_e2el_ms" in text, text

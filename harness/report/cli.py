@@ -203,6 +203,13 @@ def report_command(
         for n in report.notes:
             if n.startswith("--slo "):
                 typer.echo(f"note: {n}", err=True)
+        # What --slo chose is the answer asked for: said here too, not only in the file.
+        from harness.report.slo_pick import TITLE
+
+        for t in report.sections:
+            if t.title.startswith(TITLE):
+                for f in t.findings:
+                    typer.echo(f"slo: {f}", err=True)
     if plot is not None and not report.table.empty:
         from harness.report import breakdown_plot, decision_plot
         from harness.report.pareto_plot import save

@@ -13,7 +13,7 @@ import pandas as pd
 from harness.config.slo import result_key, violations
 from harness.report.model import SectionTable
 
-_TITLE = "Under the SLO"
+TITLE = "Under the SLO"  # the section title begins so (cli echoes its findings with --out)
 
 
 def _missing(v: Any) -> bool:
@@ -89,7 +89,7 @@ def slo_table(table: pd.DataFrame, slo: dict[str, float]) -> SectionTable | None
         else:
             findings.append(f"{sweep}: no point meets {bounds} ({total} judged; the table says why)")
     return SectionTable(
-        f"{_TITLE} ({bounds})",
+        f"{TITLE} ({bounds})",
         ("Run", "Serving", "ISL/OSL", "Conc", "Tok/s/GPU", *(f"{k} (ms)" for k in keys), "Meets", "Why not"),
         tuple(rows),
         "Each point against every bound (an upper limit on the result's latency in ms); the best point of a "
