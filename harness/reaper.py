@@ -11,7 +11,11 @@ process the Supervisor starts does, and what they start inherits it: an orphan t
 its group is found too) and every process group the runtime recorded. After a clean
 teardown that finds nothing.
 
-    python -m harness.reaper PID MARK RECORD
+A runtime that ended without saying DONE on the pipe died; given its run directory and node,
+the reaper records that as the node's failure first, so the other nodes stop on it and the
+job's status names the node (not what its death did elsewhere).
+
+    python -m harness.reaper PID MARK RECORD [RUN_DIR NODE]
         stdin: the pipe; PID: the runtime's; MARK: its MARK_ENV value; RECORD: its process record
 """
 
@@ -26,18 +30,25 @@ from pathlib import Path
 
 import psutil
 
+from harness.rundir import Failure, FailureRecords, RunDir
 from harness.supervisor import MARK_ENV, kill_recorded
 
 log = logging.getLogger("harness.reaper")
 
 POLL_S = 1.0
+DONE = b"done"  # what the runtime writes before it closes the pipe after its own teardown
+DIED = (
+    "its node runtime (pdbench node) died without tearing down (SIGKILL or the OOM killer); "
+    "its reaper killed the node's processes"
+)
 
 
-def watch(parent: psutil.Process, pipe: int, poll_s: float = POLL_S) -> dict[int, psutil.Process]:
+def watch(parent: psutil.Process, pipe: int, poll_s: float = POLL_S) -> tuple[dict[int, psutil.Process], bool]:
     """Every descendant of `parent` seen until `pipe` reads EOF (psutil.Process guards each
-    against a reused PID)."""
+    against a reused PID), and whether the runtime said DONE first (it tore down itself)."""
     seen: dict[int, psutil.Process] = {}
     me = os.getpid()
+    said = b""
     while True:
         try:
             for c in parent.children(recursive=True):
@@ -46,8 +57,11 @@ def watch(parent: psutil.Process, pipe: int, poll_s: float = POLL_S) -> dict[int
         except psutil.NoSuchProcess:
             pass  # the parent is gone; its pipe reads EOF at once
         ready, _, _ = select.select([pipe], [], [], poll_s)
-        if ready and not os.read(pipe, 4096):
-            return seen
+        if ready:
+            data = os.read(pipe, 4096)
+            if not data:
+                return seen, DONE in said
+            said += data
 
 
 def marked(mark: str) -> list[psutil.Process]:
@@ -84,12 +98,19 @@ def reap(seen: dict[int, psutil.Process], mark: str, record: Path) -> list[str]:
 
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s pdbench-reaper[%(process)d] %(levelname)s %(message)s")
-    if len(argv) != 3 or not argv[0].isdigit():
-        log.error("usage: python -m harness.reaper PID MARK RECORD (stdin: the pipe the node runtime holds)")
+    if len(argv) not in (3, 5) or not argv[0].isdigit() or (len(argv) == 5 and not argv[4].isdigit()):
+        log.error(
+            "usage: python -m harness.reaper PID MARK RECORD [RUN_DIR NODE] (stdin: the pipe the node runtime holds)"
+        )
         return 2
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the runtime's to handle
     # Watched only while it is still this process's parent: one that died already left nothing to watch.
-    seen = watch(psutil.Process(int(argv[0])), sys.stdin.fileno()) if os.getppid() == int(argv[0]) else {}
+    parent = int(argv[0])
+    seen, clean = watch(psutil.Process(parent), sys.stdin.fileno()) if os.getppid() == parent else ({}, False)
+    if not clean and len(argv) == 5:
+        # The node's cause, recorded before its processes die: the other nodes stop on it, and the
+        # job's status names this node rather than what its death did elsewhere (a client's errors).
+        FailureRecords(RunDir(Path(argv[3]))).record(Failure(int(argv[4]), DIED))
     for line in reap(seen, argv[1], Path(argv[2])):
         log.warning("the node runtime ended without tearing down; killed %s", line)
     return 0

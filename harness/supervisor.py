@@ -45,12 +45,20 @@ class Managed:
 
 
 class Supervisor:
-    def __init__(self, log_dir: Path, record: Path | None = None, adopt_orphans: bool = False, reaper: bool = False):
+    def __init__(
+        self,
+        log_dir: Path,
+        record: Path | None = None,
+        adopt_orphans: bool = False,
+        reaper: bool = False,
+        reaper_args: Sequence[str] = (),
+    ):
         """adopt_orphans: make this process a child subreaper, so descendants whose parent
         exited (a daemonising worker, a crashed server's children) are re-parented here
         and killed at teardown. Only for a process whose every child is supervised.
         reaper (with a record): start harness.reaper, which kills what this process started
-        if it dies without tearing down; close() ends it."""
+        if it dies without tearing down; close() ends it. reaper_args: its RUN_DIR NODE, to
+        record such a death as the node's failure."""
         self.log_dir = log_dir
         self.adopt_orphans = adopt_orphans and _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         self.record = record  # PIDs for the launcher's last-resort sweep
@@ -66,7 +74,7 @@ class Supervisor:
             # Its own session: a signal to this process's group must not take it along. It holds
             # the pipe's read end; the write end stays here, close-on-exec, so no child keeps it open.
             self._reaper = subprocess.Popen(
-                [sys.executable, "-m", "harness.reaper", str(os.getpid()), self.mark, str(record)],
+                [sys.executable, "-m", "harness.reaper", str(os.getpid()), self.mark, str(record), *reaper_args],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 start_new_session=True,
@@ -77,7 +85,11 @@ class Supervisor:
         if self._reaper is None:
             return
         assert self._reaper.stdin is not None
-        self._reaper.stdin.close()
+        try:
+            self._reaper.stdin.write(b"done")  # torn down here: not a death to record
+            self._reaper.stdin.close()
+        except OSError:  # the reaper is gone (killed with the node's group, say)
+            pass
         try:
             self._reaper.wait(timeout)
         except subprocess.TimeoutExpired:

@@ -28,6 +28,7 @@ from harness.launch.find import job_of
 from harness.launch.job import JobInfo, JobState, LaunchError
 from harness.launch.local import CANCELLED, LocalJob
 from harness.launch.record import LaunchRecord, read_record
+from harness.reaper import DIED
 from harness.rundir import RunDir
 from harness.submit.follow import follow
 
@@ -241,10 +242,13 @@ def test_a_killed_node_takes_its_servers_descendants_along(local_run) -> None:
     escapee = _escapees(run)[decode]  # decode-0's grandchild in a session of its own
     assert _alive(decode) and _alive(escapee)
     os.kill(node1, signal.SIGKILL)  # no teardown of its own
-    # Well before the launcher's last-resort sweep (the teardown bound + 30 s after a node
-    # failed), which would not find the escapee anyway: it is in no recorded process group.
+    # The launcher's last-resort sweep would not find the escapee: it is in no recorded group.
     assert _wait_gone([decode, escapee], 15) == []
-    assert proc.poll() is None
+    # The node's death is the job's cause, recorded at once: node 0 stops on it instead of
+    # waiting out its 120 s health bound, and the status names node 1.
+    assert proc.wait(60) != 0
+    status = json.loads((run / "status.json").read_text())
+    assert status["failure"]["node"] == 1 and status["failure"]["cause"] == DIED, status
 
 
 def _ended_run(tmp_path: Path, status: dict | None, pid: int, create_time: float, host: str | None = None) -> RunDir:

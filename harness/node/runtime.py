@@ -101,7 +101,13 @@ def run_node(run_dir: Path, node_id: int | None = None) -> int:
     handler.setFormatter(logging.Formatter(f"%(asctime)s node{node_id} %(levelname)s %(message)s"))
     logging.getLogger("harness").addHandler(handler)  # every harness module logging on this node
     coord = Coordination(run_dir, node_id, plan.num_nodes)
-    sup = Supervisor(run.logs, record=run.proc_record(node_id), adopt_orphans=True, reaper=True)
+    sup = Supervisor(
+        run.logs,
+        record=run.proc_record(node_id),
+        adopt_orphans=True,
+        reaper=True,
+        reaper_args=(str(run_dir), str(node_id)),
+    )
     # SIGUSR2: Slurm's warning before the time limit (#SBATCH --signal=USR2@<s>): stop while
     # there is time to tear down and record, instead of depending on KillWait after SIGTERM.
     for sig in (*STOP_SIGNALS, signal.SIGUSR2):
