@@ -528,7 +528,9 @@ def _recipe_bench_config(recipe: str, tmp: Path) -> dict[str, Any]:
         out,
         RenderContext(run_dir=str(out), root="/opt/pdbench", python="python", git_commit="0" * 40),
     )
-    return json.loads((out / "bench.json").read_text())
+    # An aggregated-only job (one instance as a reference) runs only the aggregated phase's client.
+    name = "bench.json" if (out / "bench.json").is_file() else "bench-aggregated.json"
+    return json.loads((out / name).read_text())
 
 
 def _sweep(model_dir: str, result_dir: Path, base_url: str, **kw: Any) -> list[Path]:
@@ -557,7 +559,8 @@ def test_every_recipe_point_passes(recipe: str, model_dir: str, tmp_path: Path) 
     from bench_fake_server import FakeServer
 
     bench = _recipe_bench_config(recipe, tmp_path)
-    common = dict(prefill_gpus=bench["prefill_gpus"], decode_gpus=bench["decode_gpus"], metadata=bench["metadata"])
+    split = ("prefill_gpus", "decode_gpus") if "prefill_gpus" in bench else ("gpus",)
+    common = {k: bench[k] for k in (*split, "metadata")}
     with FakeServer() as srv:
         a = _sweep(model_dir, tmp_path / "a", srv.base_url, concurrency=[1, 2], **common)
         b = _sweep(
@@ -565,7 +568,7 @@ def test_every_recipe_point_passes(recipe: str, model_dir: str, tmp_path: Path) 
         )
     for run in (tmp_path / "a", tmp_path / "b"):
         entries = assert_inferencex_contract(run)
-        assert all(e["num_prefill_gpu"] == bench["prefill_gpus"] for e in entries)
+        assert all(e["num_prefill_gpu"] == bench.get("prefill_gpus", bench.get("gpus")) for e in entries), entries
     rb = json.loads(b[0].read_text())
     assert rb["goodput_slos"] == {"ttft_ms": 60000, "tpot_ms": 60000} and rb["backend"] == "openai-chat"
     assert json.loads(a[0].read_text())["goodput_slos"] is None

@@ -344,8 +344,10 @@ def test_every_shipped_recipe_renders_clean_shell(recipe: str, tmp_path: Path) -
     r = subprocess.run([_shellcheck(), "-x", *map(str, scripts)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout
     plan = json.loads((out / "plan.json").read_text())
-    if load_recipe(recipe).recipe.topology.aggregated is not None:
-        assert {p["phase"] for p in plan["processes"]} == {"disagg", "aggregated"}
+    topo = load_recipe(recipe).recipe.topology
+    if topo.aggregated is not None:
+        phases = {"aggregated"} if topo.aggregated_only else {"disagg", "aggregated"}
+        assert {p["phase"] for p in plan["processes"]} == phases
 
 
 def test_proxy_and_client_processes_from_the_recipe(tmp_path: Path) -> None:
