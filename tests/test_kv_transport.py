@@ -23,7 +23,8 @@ from harness.validity.kv_handoff import from_connector_records, from_nixl_scrape
 from harness.validity.kv_transport import early_reason, judge, with_kv_transport
 
 GIB, MIB = 1 << 30, 1 << 20
-T = ValidityThresholds(kv_min_ceiling_share=0.05)  # transfers of 1 GiB and more (the default)
+# The share's edges on transfers of 1 GiB and more, with no fixed cost allowed (the plain rate).
+T = ValidityThresholds(kv_min_ceiling_share=0.05, kv_judged_min_bytes=GIB, kv_fixed_cost_ms=0)
 
 
 def ceiling(gbps: float, best: float | None = None) -> KvCeiling:
@@ -78,13 +79,13 @@ def test_just_above_the_share_passes() -> None:
 def test_small_transfers_are_left_out_of_the_judged_rate() -> None:
     # 100 transfers of 64 MiB at 0.1 GB/s (latency-bound, left out) and 2 of 2 GiB at 50 GB/s.
     lines = at(0.1, n=100, nbytes=64 * MIB) + at(50.0, n=2, nbytes=2 * GIB)
-    h = from_connector_records("pdbench", lines)
+    h = from_connector_records("pdbench", lines, GIB)
     assert h is not None and h.transfers == 102 and h.judged_transfers == 2
     assert h.judged_gbps == pytest.approx(50.0) and h.gbps_mean is not None and h.gbps_mean < 5.0
     r, _ = judge(h, ceiling(100.0), T, "pdbench")
     assert r.status == "passed"
     # Only small ones: not judged, and said why.
-    small = from_connector_records("pdbench", at(0.1, n=10, nbytes=64 * MIB))
+    small = from_connector_records("pdbench", at(0.1, n=10, nbytes=64 * MIB), GIB)
     r, section = judge(small, ceiling(100.0), T, "pdbench")
     assert r.status == "not_checked" and section is not None and section.share is None and section.flag is None
     assert "none of the 10 KV transfer(s) (64 MiB on average) counts" in r.detail
@@ -140,11 +141,11 @@ def test_nixl_is_judged_on_its_mean_transfer_and_early_from_a_sample() -> None:
     healthy.transfer(2 * GIB / 190e9, 2 * GIB, 96, 0.0012)
     assert early_reason([(b2, healthy.text())], ceiling(396.0), T) is None
     assert early_reason([(before, server.text())], None, T) is None
-    # A point of 512 MiB transfers (mean under 1 GiB) is not judged.
+    # A point of 512 MiB transfers (mean under the 1 GiB asked for) is not judged.
     small = NixlDecode()
     b3 = small.text()
     small.transfer(0.5, 512 * MIB, 77, 0.001)
-    h = from_nixl_scrapes([(b3, small.text())])
+    h = from_nixl_scrapes([(b3, small.text())], GIB)
     assert h is not None and h.judged_transfers == 0 and h.judged_gbps is None
 
 
@@ -186,3 +187,57 @@ def test_report_shows_ceiling_share_and_the_flag_in_the_runs_summary(tmp_path: P
     assert summary["kv_transport"] == "degraded_transport at C=4 ISL 256", summary
     assert "KV degraded_transport at C=4" in output_md.render(report)
     assert "KV degraded_transport at C=4" in output_text.render(report, width=200)
+
+
+def _nixl(seconds: float, nbytes: int, descriptors: int, n: int = 5):
+    server = NixlDecode()
+    before = server.text()
+    for _ in range(n):
+        server.transfer(seconds, nbytes, descriptors, 0.001)
+    return from_nixl_scrapes([(before, server.text())])
+
+
+@pytest.mark.parametrize(
+    ("case", "seconds", "nbytes", "descriptors", "ceiling_gbps", "verdict"),
+    [
+        # Measured (docs/gpu.md, vLLM 0.20 + NIXL 1.0.1, 8B Llama, bf16): healthy transfers whose
+        # plain rate is mostly the fixed cost pass; every fallback fails, whatever its size.
+        ("one H200, cuda_ipc, 512 MiB in 9.1 ms", 0.0091, 512 * MIB, 77, 2070.0, "passed"),
+        ("two H200s, 1k tokens, 128 MiB in 3.5 ms", 0.0035, 128 * MIB, 85, 386.2, "passed"),
+        ("two H200s, a job's first 512 MiB in 14.4 ms", 0.0144, 512 * MIB, 85, 386.2, "passed"),
+        ("two H200s, 32k, block 64 after the pool wrapped: 134 ms", 0.134, 4 * GIB, 32_768, 386.2, "passed"),
+        ("two H200s, UCX_TLS=tcp,cuda_copy: 512 MiB in 2.4 s", 2.4, 512 * MIB, 85, 388.1, "failed"),
+        ("two H200s, 16k after the pool wrapped: 236 ms", 0.236, 2 * GIB, 47_037, 386.2, "failed"),
+        ("two H200s, 32k after the pool wrapped: 517 ms", 0.517, 4 * GIB, 131_072, 386.2, "failed"),
+        ("one H200, UCX software emulation: 512 MiB in 1.58 s", 1.581, 512 * MIB, 77, 2070.0, "failed"),
+    ],
+)
+def test_the_defaults_separate_measured_healthy_transfers_from_fallbacks(
+    case: str, seconds: float, nbytes: int, descriptors: int, ceiling_gbps: float, verdict: str
+) -> None:
+    h = _nixl(seconds, nbytes, descriptors)
+    assert h is not None and h.judged_transfers == 5, case  # 64 MiB and more are judged by default
+    r, section = judge(h, ceiling(ceiling_gbps), ValidityThresholds(), "nixl")
+    assert r.status == verdict, (case, r.detail)
+    assert section is not None and section.fixed_cost_ms == 20.0
+    if verdict == "failed" and descriptors > 10_000:
+        assert "measured: " in r.detail and "one per block and layer" in r.detail, r.detail
+    elif verdict == "failed":
+        assert "measured: " not in r.detail, r.detail
+
+
+def test_the_fixed_cost_is_taken_from_each_transfer_before_the_rate_is_judged() -> None:
+    # 4 transfers of 1 GiB in 219 ms (4.9 GB/s plain) against 100 GB/s and a 5 % share: 20 ms of
+    # each is fixed cost, the rest (199 ms) moves the bytes at 5.4 GB/s.
+    h = from_connector_records("pdbench", at(4.9))
+    with_cost = T.model_copy(update={"kv_fixed_cost_ms": 20.0})
+    r, section = judge(h, ceiling(100.0), with_cost, "pdbench")
+    assert r.status == "passed" and section is not None
+    assert section.beyond_fixed_gbps == pytest.approx(GIB / ((GIB / 4.9e9) - 0.02) / 1e9)
+    assert section.share == pytest.approx(section.beyond_fixed_gbps / 100.0)
+    assert "(5.39 GB/s beyond 20 ms a transfer)" in r.detail, r.detail
+    # Without it, the plain rate: degraded (test_just_below_the_share_...); with a transfer no
+    # longer than the fixed cost, nothing is left to judge but it cannot be slow.
+    r, section = judge(h, ceiling(100.0), T.model_copy(update={"kv_fixed_cost_ms": 300.0}), "pdbench")
+    assert r.status == "passed" and "within the fixed cost of 300 ms a transfer" in r.detail
+    assert section is not None and section.share is None and section.flag is None

@@ -57,15 +57,20 @@ class ValidityThresholds(BaseModel):
         0.03,
         ge=0,
         le=1,
-        description="A disaggregated point whose KV rate (bytes over transfer time, over the transfers of at "
-        "least kv_judged_min_bytes) is below this share of the job's measured ceiling (state/kv_ceiling.json: "
-        "a device-to-device or host copy between prefill's and decode's devices) is invalid: "
-        "degraded_transport. 0: never judged.",
+        description="A disaggregated point whose KV rate (bytes over the transfer time beyond "
+        "kv_fixed_cost_ms a transfer, over the transfers of at least kv_judged_min_bytes) is below this share "
+        "of the job's measured ceiling (state/kv_ceiling.json: a device-to-device or host copy between "
+        "prefill's and decode's devices) is invalid: degraded_transport. 0: never judged.",
+    )
+    kv_fixed_cost_ms: NonNegativeFloat = Field(
+        20.0,
+        description="The time per KV transfer the connector may spend beyond moving its bytes (handshake, "
+        "posting, notification); the rate is judged on the rest of each transfer's time.",
     )
     kv_judged_min_bytes: NonNegativeInt = Field(
-        1 << 30,
+        64 << 20,
         description="Only KV transfers of at least this many bytes are judged against the ceiling (NIXL: the "
-        "point's mean transfer); smaller ones are bound by the connector's fixed time per transfer, not the lane.",
+        "point's mean transfer); smaller ones are bound by latency, not the lane.",
     )
     on_early_invalid: Literal["next_point", "stop_sweep"] = Field(
         "next_point",

@@ -7,6 +7,7 @@ from __future__ import annotations
 from harness.report.model import SectionTable
 from harness.report.points import Point, Run, serving
 from harness.rundir.kv_handoff_summary import KvHandoffSummary
+from harness.validity.kv_transport import SPLIT_BYTES
 
 HEADERS = (
     "Run",
@@ -25,9 +26,6 @@ HEADERS = (
     "Ceiling GB/s",
     "Share",
 )
-# Bytes per descriptor at or below this read as one block of one layer's K or V (vLLM's NIXL
-# descriptors are block-sized; 32 KiB for an 8B Llama at block size 16 in bf16 per TP rank).
-SPLIT_BYTES = 64 << 10
 
 
 def _pair(a: float, b: float, fmt: str) -> str:

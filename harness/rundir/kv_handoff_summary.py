@@ -58,8 +58,13 @@ class KvHandoffSummary(BaseModel):
     # invalid) or metric_error (above the ceiling: the rate cannot be what moved the bytes).
     judged_min_bytes: NonNegativeInt | None = None
     judged_transfers: NonNegativeInt | None = None
+    judged_bytes: NonNegativeFloat | None = None
     judged_gbps: NonNegativeFloat | None = None
+    # The time per transfer the rule allowed the connector beyond moving its bytes
+    # (validity.kv_fixed_cost_ms), and the rate of the rest: what `share` is of the ceiling.
+    fixed_cost_ms: NonNegativeFloat | None = None
+    beyond_fixed_gbps: NonNegativeFloat | None = None
     ceiling_gbps: NonNegativeFloat | None = None
     ceiling: str = ""  # how the ceiling was measured, or why there is none
-    share: NonNegativeFloat | None = None  # judged_gbps over ceiling_gbps
+    share: NonNegativeFloat | None = None  # beyond_fixed_gbps over ceiling_gbps
     flag: Literal["degraded_transport", "metric_error"] | None = None

@@ -101,6 +101,7 @@ def from_connector_records(
         note="per request: the pull less its wait for prefill's answer (decode's clock)",
         judged_min_bytes=min_bytes,
         judged_transfers=int(large.sum()),
+        judged_bytes=float(b[large].sum()) if large.any() else None,
         judged_gbps=float(b[large].sum() / (t[large].sum() * 1e6)) if large.any() else None,
     )
 
@@ -151,6 +152,7 @@ def from_nixl_scrapes(pairs: Sequence[tuple[str, str]], min_bytes: int = MIN_BYT
         ),
         judged_min_bytes=min_bytes,
         judged_transfers=round(count) if judged else 0,
+        judged_bytes=size if judged else None,
         judged_gbps=size / (time_s * 1e9) if judged and size is not None else None,
     )
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench container wrapper · recipe dsr1-fp8-1p2d-mooncake · fingerprint 5e5a38681b815785
+# pdbench container wrapper · recipe dsr1-fp8-1p2d-mooncake · fingerprint e0cde550df901c70
 # Runs on the host of every node (one Slurm task per node, started by job.slurm): checks
 # this node's docker and image, removes stale pdbench containers, and runs server.sh
 # in one container with the node's network, IPC and devices, the run directory and the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-1p2d-mooncake · fingerprint 5e5a38681b815785
+# pdbench node script · recipe dsr1-fp8-1p2d-mooncake · fingerprint e0cde550df901c70
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

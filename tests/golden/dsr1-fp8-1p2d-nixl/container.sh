@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench container wrapper · recipe dsr1-fp8-1p2d-nixl · fingerprint 9572bfa033183089
+# pdbench container wrapper · recipe dsr1-fp8-1p2d-nixl · fingerprint e7c71ec0cc65e12a
 # Runs on the host of every node (one Slurm task per node, started by job.slurm): checks
 # this node's docker and image, removes stale pdbench containers, and runs server.sh
 # in one container with the node's network, IPC and devices, the run directory and the

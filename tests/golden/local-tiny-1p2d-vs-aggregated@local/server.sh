@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe local-tiny-1p2d-vs-aggregated · fingerprint 7774016932f9e7b3
+# pdbench node script · recipe local-tiny-1p2d-vs-aggregated · fingerprint e2ecacf027ee598c
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe local-tiny-1p2d · fingerprint dd4693f49d6ea794
+# pdbench node script · recipe local-tiny-1p2d · fingerprint 30d02a5bc26c02ee
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
