@@ -67,6 +67,7 @@ class Supervisor:
         # Every descendant ever seen, so one that left its group is still found after its
         # parent has exited: pid -> psutil.Process (which guards against PID reuse).
         self._seen: dict[int, psutil.Process] = {}
+        self._stopped_since: dict[str, float] = {}  # name -> when it was first seen stopped
         # Every process started here carries it in its environment, and what they start inherits it.
         self.mark = f"{os.getpid()}-{psutil.Process().create_time()}"
         self._reaper: subprocess.Popen | None = None
@@ -131,6 +132,21 @@ class Supervisor:
         self.refresh()
         return [(m.name, rc) for m in self.procs.values() if (rc := m.popen.poll()) is not None]
 
+    def stopped(self) -> dict[str, float]:
+        """Processes stopped (SIGSTOP, SIGTSTP: frozen, answering nothing), each with how long
+        it has been seen so, in seconds."""
+        now = time.monotonic()
+        for name, m in self.procs.items():
+            try:
+                frozen = psutil.Process(m.pid).status() == psutil.STATUS_STOPPED
+            except psutil.NoSuchProcess:
+                frozen = False
+            if not frozen:
+                self._stopped_since.pop(name, None)
+            else:
+                self._stopped_since.setdefault(name, now)
+        return {n: now - t for n, t in self._stopped_since.items() if n in self.procs}
+
     def refresh(self) -> None:
         if self.adopt_orphans:
             reaper = self._reaper.pid if self._reaper is not None else None
@@ -189,6 +205,7 @@ class Supervisor:
             except psutil.NoSuchProcess:
                 pass
             signal_group(m.pid, signal.SIGTERM)
+            signal_group(m.pid, signal.SIGCONT)  # a stopped (frozen) process handles its SIGTERM too
         for p in tree:
             _signal_proc(p, signal.SIGTERM)
         deadline = time.monotonic() + grace

@@ -30,6 +30,7 @@ from harness import tiny_model
 from harness.config import load_recipe
 from harness.launch.local import _sweep_leftovers, node_env, run_local
 from harness.node.coordination import Aborted, Coordination
+from harness.node.runtime import FROZEN_S
 from harness.reaper import DIED
 from harness.render import RenderContext, render_job
 from harness.rundir import Failure
@@ -387,6 +388,32 @@ def test_killed_node_runtime(make_job) -> None:
     assert result["rc"] != 0, job.logs()
     status = job.status()
     assert status["failure"]["node"] == 1 and status["failure"]["cause"] == DIED, status
+    assert "bench: SIGINT, wrote the point as interrupted" in job.log("bench"), job.logs()
+    job.assert_nothing_left()
+
+
+def test_a_frozen_server_is_the_cause_and_stops_the_sweep(make_job) -> None:
+    # decode-0 (node 1) is frozen by SIGSTOP mid-sweep: node 1 names it once it stayed stopped
+    # FROZEN_S, and node 0 stops its client on that (the point kept as interrupted).
+    job = make_job(timeouts={"bench_s": 60, "job_s": 90}, flags={"bench": ["--sleep", "60", "--keep-on-sigint"]})
+    result: dict = {}
+    runner = threading.Thread(target=lambda: result.update(rc=job.run()[0]), daemon=True)
+    runner.start()
+    try:
+        _wait_for(lambda: "bench: wrote" in job.log("bench"), 90, "the bench's point under way")
+        decode = next(f for f in job.fake_procs() if f["name"] == "decode-0")
+        t0 = time.monotonic()
+        os.kill(decode["pid"], signal.SIGSTOP)
+        runner.join(50)  # inside the client's 60 s: the job did not wait for it
+        assert not runner.is_alive()
+        assert time.monotonic() - t0 >= FROZEN_S
+    finally:
+        if _same_process(decode["pid"], decode["create_time"]) is not None:
+            os.kill(decode["pid"], signal.SIGCONT)
+    assert result["rc"] != 0, job.logs()
+    failure = job.status()["failure"]
+    assert (failure["node"], failure["process"], failure["role"]) == (1, "decode-0", "decode"), failure
+    assert failure["cause"] == f"was stopped (SIGSTOP) for {FROZEN_S:.0f} s: frozen", failure
     assert "bench: SIGINT, wrote the point as interrupted" in job.log("bench"), job.logs()
     job.assert_nothing_left()
 

@@ -40,6 +40,9 @@ from harness.validity.scrape import scrape_all
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILED = 0, 1
+# A process seen stopped (SIGSTOP) this long is frozen: it answers nothing, and whatever waits on
+# it (the client's requests, a health gate) would fail later in its name.
+FROZEN_S = 10.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -242,6 +245,9 @@ def _run_phase(
         dead = [d for d in sup.exited() if d[0] not in ignore]
         if dead:
             raise Failed(_exit_failure(ctx, *dead[0]))
+        frozen = [n for n, s in sup.stopped().items() if s >= FROZEN_S and n not in ignore]
+        if frozen:
+            raise Failed(_process_failure(ctx, frozen[0], f"was stopped (SIGSTOP) for {FROZEN_S:.0f} s: frozen"))
         coord.check_abort()
         if (lost := host.lost()) is not None:
             raise Failed(Failure(ctx.node_id, lost))
@@ -358,9 +364,13 @@ def _unverified_points(run_dir: Path) -> list[str]:
 
 def _exit_failure(ctx: NodeContext, name: str, code: int, primary: bool = True) -> Failure:
     """Names the node, the role and the end of the process's log, so the run directory says why."""
+    how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+    return _process_failure(ctx, name, how, primary)
+
+
+def _process_failure(ctx: NodeContext, name: str, how: str, primary: bool = True) -> Failure:
     kind = next((p.kind for p in ctx.processes() if p.name == name), "benchmark client")
     role = name.split("-")[0] if kind in ("server", "follower") else kind
-    how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
     return Failure(
         ctx.node_id,
         how,
