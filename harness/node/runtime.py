@@ -60,6 +60,11 @@ class Failed(Exception):
         self.failure = failure
 
 
+class PhaseFailed(Failed):
+    """A phase's sweep ended with failed or invalid points (or its accuracy gate failed) while its
+    servers stayed up: a later phase may still run; the job fails."""
+
+
 @dataclass
 class NodeContext:
     run_dir: Path
@@ -212,14 +217,25 @@ def _run(ctx: NodeContext, coord: Coordination, sup: Supervisor) -> None:
 
     host = HostHeartbeat.from_env()
     phases = ctx.plan.job_plan().phases
+    deferred: Failure | None = None
     for i, phase in enumerate(phases):
         last = i == len(phases) - 1
-        _run_phase(ctx, coord, sup, phase, last, addrs, start, host)
+        try:
+            _run_phase(ctx, coord, sup, phase, last, addrs, start, host)
+        except PhaseFailed as e:
+            # The sweep ran to its end with failed or invalid points: its servers are fine, so the
+            # next phase (the aggregated baseline) still measures; the job fails at its end.
+            if last:
+                raise Failed(deferred or e.failure) from None
+            log.warning("node %d: phase %s failed (%s); the next phase runs, the job then fails", ctx.node_id, phase, e)
+            deferred = deferred or e.failure
         if not last:
             # Every process of this phase on this node ends (GPU memory, ports) before the
             # next phase's servers start here.
             log.info("node %d: phase %s done; stopping its processes", ctx.node_id, phase)
             sup.stop_all(ctx.timeouts.teardown_s)
+    if deferred is not None:
+        raise Failed(deferred)
 
 
 def _run_phase(
@@ -315,15 +331,15 @@ def _run_phase(
     else:
         coord.mark_phase_done(phase)
     if rc != 0:
-        raise Failed(_exit_failure(ctx, bench, rc, primary=False))
+        raise PhaseFailed(_exit_failure(ctx, bench, rc, primary=False))
     if accuracy:
-        raise Failed(Failure(ctx.node_id, "; ".join(accuracy)))
+        raise PhaseFailed(Failure(ctx.node_id, "; ".join(accuracy)))
     invalid = _invalid_points(ctx.run_dir)
     unverified = _unverified_points(ctx.run_dir)
     if unverified:  # kept, but collect leaves them out unless asked: say so where users look
         log.warning("result point(s) without validity evidence (no server /metrics): %s", ", ".join(unverified))
     if invalid:
-        raise Failed(Failure(ctx.node_id, "invalid result point(s): " + "; ".join(invalid)))
+        raise PhaseFailed(Failure(ctx.node_id, "invalid result point(s): " + "; ".join(invalid)))
 
 
 def _point_results(run_dir: Path) -> list[tuple[str, Path]]:
