@@ -71,7 +71,7 @@ PY = sys.executable
 GOAL = 1.03
 WITH, WITHOUT = "sentinels on", "sentinels off"
 CONFIGS: dict[str, dict[str, Any]] = {WITH: {}, WITHOUT: {"sentinels": {"enabled": False}}}
-# pdbench bench's own report of the reference pass (harness/bench/sweep.py).
+# pdbench bench's own report of the reference pass (harness/bench/sweep_sentinels.py).
 REFERENCE_LINE = re.compile(r"sentinels: (\d+) of (\d+) reference answers from .* in ([0-9.]+) s")
 POINT_SENTINELS_LINE = re.compile(r"C=(\d+)\S*: sentinels: ")
 POINT_START_LINE = re.compile(r"C=(\d+)\S*: \d+ warmups, then ")

@@ -152,7 +152,7 @@ def pdbench_run(url: str, tok: str, trace: Path, cap: int, workers: int) -> tupl
         finally:
             await p.close()
 
-    # As `pdbench bench` runs a batch (harness.bench.sweep): no cyclic collection during it.
+    # As `pdbench bench` runs a batch (harness.bench.load_runner): no cyclic collection during it.
     gc.collect()
     gc.freeze()
     gc.disable()

@@ -27,7 +27,8 @@ from bench_fake_server import FakeServer
 
 from harness import tiny_model
 from harness.bench.sentinels import CANCELLED
-from harness.bench.sweep import INTERRUPTED, SAME_CTRL_C_S
+from harness.bench.stops import SAME_CTRL_C_S
+from harness.bench.sweep import INTERRUPTED
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -22,7 +22,7 @@ from bench_fake_server import FakeServer
 from conftest import require_vllm
 
 from harness import tiny_model
-from harness.bench import ClientConfig, run_sweep, sweep
+from harness.bench import ClientConfig, run_sweep, stops
 from harness.bench.profile import PointProfiler, perturbation
 from harness.bench.sweep import INTERRUPTED, run_sweep_detailed
 from harness.config import load_recipe
@@ -500,7 +500,7 @@ def test_a_ctrl_c_in_the_profiled_window_waits_a_short_bound_for_traces(
     """A first Ctrl-C during the profiled window: the profilers' stop is bounded by
     INTERRUPT_PROFILE_STOP_S (shortened here to keep the test short), not stop_timeout_s; the
     section says the window was interrupted and whose traces came."""
-    monkeypatch.setattr(sweep, "INTERRUPT_PROFILE_STOP_S", 1.0)
+    monkeypatch.setattr(stops, "INTERRUPT_PROFILE_STOP_S", 1.0)
     target, slow = _CtrlCAtStart(tmp_path / capture_dir("prefill-0")), _SlowStop(tmp_path / capture_dir("decode-0"))
     cfg = ClientConfig(
         base_url=target.base_url,

@@ -12,8 +12,13 @@ prompts checked against a reference), watchdog (target health and server PIDs), 
 (vLLM's definitions), validity_probe (/metrics around each point), results (pydantic model,
 write-once files), progress (rich bar or plain lines), external (aiperf and `vllm bench serve`
 as the job's client), slo_ladder (the SLO search's next point and its repeats, pure) and
-slo_record (each point judged against the SLOs, slo_search.json), sweep (points in order, or up
-the ladder), cli.
+slo_record (each point judged against the SLOs, slo_search.json), cli.
+
+The sweep is a pipeline (docs/architecture.md, "The sweep"): scope (a point's shape, repeat and
+seeds), workloads (what a point sends, one module per dataset), stops (the stop rules),
+load_runner (sends and times a window), points (the points and what a resume keeps),
+sweep_sentinels, point_runner (one point, warm-ups to file), slo_driver (the SLO ladder over
+points) and sweep (the composition).
 """
 
 from __future__ import annotations

@@ -198,7 +198,8 @@ def bench_command(**flags: Any) -> None:
     from harness.bench.dataset import DatasetError
     from harness.bench.external import run_external_clients
     from harness.bench.results import ResultDirUnwritable, ResultExistsError
-    from harness.bench.sweep import WARMUPS_FAILED, TargetDied, run_sweep_detailed
+    from harness.bench.stops import WARMUPS_FAILED
+    from harness.bench.sweep import TargetDied, run_sweep_detailed
     from harness.bench.trace import TraceError
 
     try:

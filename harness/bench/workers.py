@@ -200,7 +200,7 @@ class _Worker:
                 _control(run, *early)
             monitor = LagMonitor()
             cpu0, wall0 = time.process_time(), time.perf_counter()
-            # As the single-process batch (harness.bench.sweep): no cyclic collection in the
+            # As the single-process batch (harness.bench.load_runner): no cyclic collection in the
             # middle of the timed requests, whose pause would be every request's lateness (the
             # collection is after the answer, off the clock).
             gc.disable()

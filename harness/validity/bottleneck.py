@@ -42,7 +42,7 @@ from typing import Any
 
 from harness.rundir.bottleneck_summary import Baseline, BottleneckSummary, Evidence, Resource, RoleTiming, Verdict
 
-# The sweep's own bound for a load process (harness.bench.sweep.BUSY_WARN): above it the client
+# The sweep's own bound for a load process (harness.bench.load_runner.BUSY_WARN): above it the client
 # reads responses late and its delay enters every latency.
 CLIENT_CPU = 0.9
 # A client part of a fifth of TTFT is time spent in the client's send and read, not the servers'.
