@@ -7,7 +7,7 @@ from __future__ import annotations
 from harness.report.model import SectionTable
 from harness.report.points import Point, Run, serving
 from harness.rundir.kv_handoff_summary import KvHandoffSummary
-from harness.validity.kv_transport import SPLIT_BYTES
+from harness.validity.kv_transport import SPLIT_BYTES, percent
 
 HEADERS = (
     "Run",
@@ -57,7 +57,7 @@ def _share(h: KvHandoffSummary) -> str:
     """The judged rate's share of the ceiling, with its flag."""
     if h.share is None:
         return "–"
-    text = f"{h.share:.1%}" if h.share < 0.1 else f"{h.share:.0%}"
+    text = percent(h.share) if h.share < 0.1 else f"{h.share:.0%}"
     return text if h.flag is None else f"{text} {h.flag}"
 
 

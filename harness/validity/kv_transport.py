@@ -86,7 +86,7 @@ def judge(
     share = effective / ceiling.gbps
     h = h.model_copy(update={"share": share, "fixed_cost_ms": fixed_ms, "beyond_fixed_gbps": effective})
     beyond = "" if not fixed_ms else f" ({effective:.2f} GB/s beyond {fixed_ms:g} ms a transfer)"
-    what = f"{moved}{beyond}, {share:.1%} of the ceiling {ceiling.describe()}"
+    what = f"{moved}{beyond}, {percent(share)} of the ceiling {ceiling.describe()}"
     if share < need:
         evidence = connectors.get_kv(connector).evidence if connector else None
         causes = evidence.slow_causes if evidence is not None else "a wrong NIC or transport for the path"
@@ -94,6 +94,11 @@ def judge(
             "failed", f"degraded_transport: {what}, below {need:.0%}{split_finding(h)}; usual causes: {causes}", share
         ), h.model_copy(update={"flag": "degraded_transport"})
     return rule("passed", f"{what} (at least {need:.0%})", share), h
+
+
+def percent(share: float) -> str:
+    """A share as a percentage that stays readable far below 1 % (0.012%, not 0.0%)."""
+    return f"{share:.1%}" if share >= 0.001 else f"{share * 100:.2g}%"
 
 
 def beyond_fixed_cost(h: KvHandoffSummary, fixed_cost_ms: float) -> tuple[float | None, float]:
