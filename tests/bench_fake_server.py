@@ -40,6 +40,7 @@ class FakeServer:
         self.policy = policy
         self.token_delay = token_delay
         self.bodies: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []  # each request's headers, in arrival order as bodies
         self.arrived: list[float] = []
         self.ended: dict[int, float] = {}
         self.health: int | None = 200
@@ -82,6 +83,7 @@ class FakeServer:
         body = await request.json()
         n = len(self.bodies)
         self.bodies.append(body)
+        self.headers.append(dict(request.headers))
         self.arrived.append(time.perf_counter())
         try:
             return await self._answer(request, n, body)

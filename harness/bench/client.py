@@ -73,9 +73,15 @@ class RequestFailed(Exception):
 
 
 def build_payload(
-    endpoint: str, model: str, prompt: str | list[dict[str, str]], max_tokens: int, ignore_eos: bool
+    endpoint: str,
+    model: str,
+    prompt: str | list[dict[str, str]],
+    max_tokens: int,
+    ignore_eos: bool,
+    sampling: dict[str, float | int] | None = None,
 ) -> dict[str, Any]:
-    """A streamed request's body; `prompt` for chat may be a conversation's messages (sessions)."""
+    """A streamed request's body; `prompt` for chat may be a conversation's messages (sessions).
+    `sampling`: temperature, top_p, top_k as given (ClientConfig.sampling); greedy without it."""
     body: dict[str, Any] = {
         "model": model,
         "max_tokens": max_tokens,
@@ -83,7 +89,7 @@ def build_payload(
         "stream": True,
         "stream_options": {"include_usage": True},
         "temperature": 0,
-    }
+    } | (sampling or {})
     if endpoint == "chat":
         # The chat template adds tokens, so the server-side prompt is longer than isl.
         body["messages"] = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
@@ -144,9 +150,11 @@ class Target:
     path: str
     ssl: ssl_lib.SSLContext | None
     host_header: str
+    # Sent with every request (an API key's Authorization, `--header`); never written to a file.
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @classmethod
-    def from_url(cls, url: str) -> Target:
+    def from_url(cls, url: str, headers: dict[str, str] | None = None) -> Target:
         u = urlsplit(url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError(f"not an http(s) URL: {url}")
@@ -161,12 +169,13 @@ class Target:
             path=(u.path or "/") + (f"?{u.query}" if u.query else ""),
             ssl=ssl_lib.create_default_context() if tls else None,
             host_header=shown if default else f"{shown}:{port}",
+            headers=tuple((headers or {}).items()),
         )
 
     def request_bytes(self, payload: dict[str, Any], headers: dict[str, str] | None = None) -> bytes:
         """A complete POST with a JSON body, keep-alive."""
         body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
-        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (dict(self.headers) | (headers or {})).items())
         head = (
             f"POST {self.path} HTTP/1.1\r\nHost: {self.host_header}\r\n"
             f"Content-Type: application/json\r\nAccept: text/event-stream\r\n{extra}"

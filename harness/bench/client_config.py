@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import os
+import re
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import (
     Field,
+    NonNegativeFloat,
     NonNegativeInt,
     PositiveInt,
     field_validator,
@@ -16,7 +19,13 @@ from harness import connectors
 from harness.config.benchmark import ENDPOINT_PATHS, BenchmarkSettings
 from harness.rundir.paths import METRICS, SENTINELS
 
+if TYPE_CHECKING:
+    from harness.bench.client import Target
+
 __all__ = ["ENDPOINT_PATHS", "BenchmarkSettings", "ClientConfig"]
+
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP header name (RFC 9110's token)
+_OWN_HEADERS = frozenset({"host", "content-length", "content-type", "accept", "transfer-encoding", "connection"})
 
 
 class ClientConfig(BenchmarkSettings):
@@ -115,6 +124,85 @@ class ClientConfig(BenchmarkSettings):
         "they are cancelled; the point is then written as interrupted and the points left are not run. A second "
         "Ctrl-C cancels them at once.",
     )
+
+    # What `vllm bench serve` users reach for, under its names. Sampling applies to the measured
+    # and warm-up requests; the sentinels stay greedy and seeded (they compare answers).
+    temperature: NonNegativeFloat | None = Field(
+        None,
+        description="Sampling temperature of every measured and warm-up request, as `vllm bench serve --temperature`.",
+        json_schema_extra={"cli_default": "0, greedy"},
+    )
+    top_p: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Top-p sampling, as `vllm bench serve --top-p`.",
+        json_schema_extra={"cli_default": "the server's"},
+    )
+    top_k: int | None = Field(
+        None,
+        ge=-1,
+        description="Top-k sampling (-1 or 0: off), as `vllm bench serve --top-k`.",
+        json_schema_extra={"cli_default": "the server's"},
+    )
+    header: list[str] = Field(
+        default_factory=list,
+        description="KEY=VALUE of a header sent with every request, as `vllm bench serve --header`; results "
+        "and logs name the header, never its value.",
+        json_schema_extra={"cli_format": "repeat", "cli_default": "none"},
+    )
+    api_key_env: str = Field(
+        "OPENAI_API_KEY",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="Environment variable holding the server's API key, sent as `Authorization: Bearer` when "
+        "set (as `vllm bench serve` reads OPENAI_API_KEY). A variable, not a flag: a key on the command line "
+        "is in the process list and the shell's history; results record the variable's name only.",
+    )
+
+    @field_validator("header")
+    @classmethod
+    def _check_headers(cls, v: list[str]) -> list[str]:
+        for item in v:
+            name, sep, value = item.partition("=")
+            if not sep or not _TOKEN.fullmatch(name.strip()):
+                raise ValueError(f"{item.split('=')[0]!r}: expected KEY=VALUE with KEY a header name")
+            if name.strip().lower() in _OWN_HEADERS:
+                raise ValueError(f"{name.strip()}: the client sets this header itself")
+            if any(c in value for c in "\r\n\0"):
+                raise ValueError(f"{name.strip()}: a header value cannot hold a line break")
+        return v
+
+    @property
+    def sampling(self) -> dict[str, float | int]:
+        """The sampling parameters given, by their request-body names."""
+        given = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k}
+        return {k: v for k, v in given.items() if v is not None}
+
+    def request_headers(self) -> dict[str, str]:
+        """The headers every request carries: the API key's (from api_key_env), then --header's."""
+        out: dict[str, str] = {}
+        if key := os.environ.get(self.api_key_env):
+            out["Authorization"] = f"Bearer {key}"
+        for item in self.header:
+            name, _, value = item.partition("=")
+            out[name.strip()] = value.strip()
+        return out
+
+    def request_record(self) -> dict[str, Any]:
+        """What the requests were asked, for each result's metadata: sampling, the headers' names,
+        where the API key came from; never a header's value nor the key."""
+        return {
+            "sampling": self.sampling or {"temperature": 0},
+            "ignore_eos": self.ignore_eos,
+            "headers": sorted(self.request_headers()),
+            "api_key": f"${self.api_key_env}" if os.environ.get(self.api_key_env) else None,
+        }
+
+    def target(self) -> Target:
+        """Where requests go, with the headers each carries."""
+        from harness.bench.client import Target  # the HTTP client's imports only when sending
+
+        return Target.from_url(self.url, self.request_headers())
 
     @model_validator(mode="before")
     @classmethod

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.bench.client import RequestOutput, Slot, Target, build_payload
+from harness.bench.client import RequestOutput, Slot, build_payload
 from harness.bench.client_config import ClientConfig
 from harness.bench.dataset import SampleRequest
 from harness.bench.loadgen import LoadRun, Progress, arrival_offsets
@@ -65,12 +65,12 @@ class LoadRunner:
         """Request bytes built before the clock starts, and the outputs to fill. With the proxy's
         timings, each request carries its id (self.request_ids) for the TTFT breakdown."""
         cfg = self.cfg
-        target = Target.from_url(cfg.url)
+        target = cfg.target()
         batch = uuid.uuid4().hex[:12]
         self.request_ids = [f"{batch}-{i}" for i in range(len(reqs))] if cfg.proxy_timings_dir else []
         wire = [
             target.request_bytes(
-                build_payload(cfg.endpoint, cfg.model, r.prompt, r.output_len, cfg.ignore_eos),
+                build_payload(cfg.endpoint, cfg.model, r.prompt, r.output_len, cfg.ignore_eos, cfg.sampling),
                 {TIMING_HEADER: self.request_ids[i]} if self.request_ids else None,
             )
             for i, r in enumerate(reqs)
@@ -105,7 +105,7 @@ class LoadRunner:
             return outs, await self._pool_batch(label, wire, outs, offsets, concurrency, progress, limit, reason)
         chat = self.cfg.endpoint == "chat"
         while len(self.slots) < concurrency:
-            self.slots.append(Slot(Target.from_url(self.cfg.url), chat))
+            self.slots.append(Slot(self.cfg.target(), chat))
         run = LoadRun(
             self.cfg.url,
             chat,
@@ -132,7 +132,7 @@ class LoadRunner:
         cfg, tok, stops = self.cfg, self.tokenizer, self.stops
         assert tok is not None
         chat = cfg.endpoint == "chat"
-        target = Target.from_url(cfg.url)
+        target = cfg.target()
         while len(self.slots) < concurrency:
             self.slots.append(Slot(target, chat, keep_text=True))
         batch = uuid.uuid4().hex[:12]
@@ -152,6 +152,7 @@ class LoadRunner:
             self.slots,
             batch,
             (lambda i: {TIMING_HEADER: ids[i]}) if ids else (lambda i: None),
+            cfg.sampling,
         )
         if (halted := stops.halted()) is not None:
             for o in run.outs:

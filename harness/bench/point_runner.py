@@ -68,7 +68,7 @@ class PointOutcome:
 def metadata(cfg: ClientConfig) -> dict[str, Any]:
     """The config's metadata (a recipe's run metadata wins), plus what the bench itself knows:
     its version and the GPU split behind the target, or that the split is unknown."""
-    md: dict[str, Any] = {"pdbench_version": __version__}
+    md: dict[str, Any] = {"pdbench_version": __version__, "request_options": cfg.request_record()}
     if cfg.disagg:
         md |= {"disagg": True, "prefill_gpus": cfg.prefill_gpus, "decode_gpus": cfg.decode_gpus}
     elif cfg.gpus is not None:

@@ -123,7 +123,8 @@ class SentinelClient:
         answer = Answer()
         timeout = aiohttp.ClientTimeout(total=self.cfg.request_timeout_s)
         try:
-            async with self.session.post(url, json=self.payload(req), timeout=timeout) as resp:
+            headers = self.cfg.request_headers()  # the API key and --header; the body stays greedy
+            async with self.session.post(url, json=self.payload(req), timeout=timeout, headers=headers) as resp:
                 if resp.status != 200:
                     answer.error = f"HTTP {resp.status}: {(await resp.text())[:300]}"
                     return answer

@@ -150,12 +150,14 @@ class SessionRun:
         slots: Sequence[Slot],
         key: str,
         header: Callable[[int], dict[str, str] | None] = lambda i: None,
+        sampling: dict[str, float | int] | None = None,
     ) -> None:
         """`slots`: keep_text connections, at least `concurrency` of them (the caller closes them);
         `key`: this batch's own name, which no other batch of the run has: session s's requests
         carry SESSION_HEADER `key`-s (the proxy's session policy keeps them on the same instances);
         `header(i)`: more headers of request i (the proxy's timing id)."""
         self.target, self.endpoint, self.model, self.ignore_eos = target, endpoint, model, ignore_eos
+        self.sampling = sampling
         self.chat = endpoint == "chat"
         self.specs = specs
         self.turns = specs[0].turns if specs else 0
@@ -207,7 +209,12 @@ class SessionRun:
                     return
                 i = s * turns + k - 1
                 body = build_payload(
-                    self.endpoint, self.model, conv.prompt(k), conv.spec.output_lens[k - 1], self.ignore_eos
+                    self.endpoint,
+                    self.model,
+                    conv.prompt(k),
+                    conv.spec.output_lens[k - 1],
+                    self.ignore_eos,
+                    self.sampling,
                 )
                 headers = {SESSION_HEADER: f"{self.key}-{s}"} | (self.header(i) or {})
                 request = self.target.request_bytes(body, headers)
