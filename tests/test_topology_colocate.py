@@ -127,6 +127,16 @@ def test_one_host_gives_a_roles_workers_their_own_ports() -> None:
     }
 
 
+def test_validate_says_an_aggregated_only_job_serves_only_its_instances() -> None:
+    r = pdbench(
+        "validate",
+        "local-tiny-1p2d-vs-aggregated",
+        *("--cluster", "local", "--skip-flag-check", "--set", "topology.aggregated_only=true"),
+    )
+    assert r.returncode == 0, r.stderr
+    assert "model tiny-llama, 3 aggregated instance(s) on 3 node(s), launcher slurm" in r.stdout, r.stdout
+
+
 def test_an_aggregated_only_job_places_only_the_servers_it_starts() -> None:
     # One instance on a one-GPU node: its prefill and decode (never started) take no GPU.
     rr = load_recipe("gpu-h200-8b-single")

@@ -146,10 +146,16 @@ def validate(
     if findings:
         raise Refused("\n".join(str(f) for f in findings))
     topo = rr.recipe.topology
+    if topo.aggregated_only and topo.aggregated is not None:  # no prefill, decode or KV connector runs
+        serving = f"{topo.aggregated.workers} aggregated instance(s) on {p.plan.num_nodes} node(s)"
+    else:
+        serving = (
+            f"{topo.prefill.workers}P+{topo.decode.workers}D on {p.plan.num_nodes} node(s), "
+            f"connector {rr.recipe.connector.name}"
+        )
     lines = [
-        f"ok: {rr.name} ({rr.recipe_file}): model {rr.recipe.model}, "
-        f"{topo.prefill.workers}P+{topo.decode.workers}D on {p.plan.num_nodes} node(s), "
-        f"connector {rr.recipe.connector.name}, launcher {launcher_kind}, fingerprint {rr.fingerprint}"
+        f"ok: {rr.name} ({rr.recipe_file}): model {rr.recipe.model}, {serving}, "
+        f"launcher {launcher_kind}, fingerprint {rr.fingerprint}"
     ]
     return "\n".join(lines + profile_lines(rr) + storage_notes(p))
 
