@@ -19,12 +19,15 @@ import sys
 import termios
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from bench_fake_server import FakeServer
+from prometheus_client.parser import text_string_to_metric_families
 
+from benchmarks.common import free_port, start_mock_engine
 from harness import tiny_model
 from harness.bench.sentinels import CANCELLED
 from harness.bench.stops import SAME_CTRL_C_S
@@ -186,10 +189,11 @@ def test_first_ctrl_c_drains_writes_the_point_and_skips_the_rest(model_dir: str,
     # Every request that left was waited for: the server finished each, the result counts each
     # as completed, and no request of C=4 was ever sent.
     assert not unfinished
+    # The requests the Ctrl-C kept from being sent are neither completed nor failed.
     assert 12 <= result["completed"] == len(measured) < n
-    assert result["failed"] == n - len(measured)
-    assert set(result["errors"]) == {INTERRUPTED}  # the ones never sent
-    assert f"{result['completed']} completed, written as interrupted -> {path}" in out
+    assert (result["failed"], result["not_sent"]) == (0, n - len(measured)) and result["errors"] == []
+    counts = f"{result['completed']} completed, 0 failed, {result['not_sent']} never sent"
+    assert f"{counts}, written as interrupted -> {path}" in out
     # The requests the Ctrl-C kept from being sent, and the sentinels it cancelled, are not the
     # servers' failures.
     rules = {r["name"]: r for r in result["metadata"]["validity"]["rules"]}
@@ -271,9 +275,10 @@ def test_second_ctrl_c_cancels_the_requests_in_flight_at_once(model_dir: str, tm
     assert took < 15, f"{took:.1f} s after the second Ctrl-C"  # not the 60 s grace
     (path,) = (tmp_path / "r").glob("*.json")
     result = json.loads(path.read_text())
-    assert result["stop_reason"] == INTERRUPTED and result["completed"] == 4 and result["failed"] == 6
-    cancelled = [e for e in result["errors"] if "second Ctrl-C" in e]
-    assert len(cancelled) == 2, result["errors"]
+    # The two in flight were cancelled (failed); the four left were never sent.
+    assert result["stop_reason"] == INTERRUPTED
+    assert (result["completed"], result["failed"], result["not_sent"]) == (4, 2, 4)
+    assert len(result["errors"]) == 2 and all("second Ctrl-C" in e for e in result["errors"]), result["errors"]
 
 
 def test_in_flight_requests_are_cancelled_after_the_grace(model_dir: str, tmp_path: Path) -> None:
@@ -306,9 +311,10 @@ def test_in_flight_requests_are_cancelled_after_the_grace(model_dir: str, tmp_pa
     assert "load worker" not in out  # no worker died
     (path,) = (tmp_path / "r").glob("*.json")
     result = json.loads(path.read_text())
-    assert result["stop_reason"] == INTERRUPTED and result["completed"] == 4
+    assert result["stop_reason"] == INTERRUPTED
+    assert (result["completed"], result["failed"], result["not_sent"]) == (4, 2, 4)
     late = [e for e in result["errors"] if "still in flight after the 1 s grace" in e]
-    assert len(late) == 2, result["errors"]
+    assert len(late) == 2 == len(result["errors"]), result["errors"]
     assert "C=4: not run" in out
 
 
@@ -423,3 +429,51 @@ def test_ctrl_c_during_warmups_writes_nothing(model_dir: str, tmp_path: Path) ->
     assert "C=2 warmup stopping (Ctrl-C)" in out
     assert "stopped during warmups: interrupted" in out and "C=2: not run" in out
     assert not (tmp_path / "r").exists()
+
+
+def _engine_successes(url: str) -> int:
+    """Requests the mock engine finished, from its vllm:request_success counter."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return int(
+        sum(
+            s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == "vllm:request_success_total"
+        )
+    )
+
+
+def test_requests_a_ctrl_c_kept_from_being_sent_are_not_counted_failed(model_dir: str, tmp_path: Path) -> None:
+    """A user's Ctrl-C mid-point against the mock engine: what the engine answered is completed,
+    nothing failed, and what was never sent is counted apart, in the file and on the terminal."""
+    n, port = 40, free_port()
+    engine = start_mock_engine(port, tmp_path / "engine.log", "--model", "mock", "--itl-ms", "20")
+    url = f"http://127.0.0.1:{port}"
+    config = tmp_path / "bench.json"
+    settings = {"base_url": url, "model": "mock", "tokenizer": model_dir, "isl": 16, "osl": 20, "num_warmups": 0}
+    config.write_text(json.dumps(settings | {"result_dir": str(tmp_path / "r"), "gpus": 1}))
+    try:
+        term = Terminal(["--config", str(config), "--concurrency", "2", "--num-prompts", str(n)])
+        try:
+            # Precondition: the point is under way, most of its requests still to send.
+            term.wait_for("4 requests answered", lambda: _engine_successes(url) >= 4)
+            term.ctrl_c()
+            rc = term.exit_code(30)
+        finally:
+            term.close()
+        answered = _engine_successes(url)
+    finally:
+        engine.terminate()
+        engine.wait(30)
+    out = term.output
+    assert rc == 130 and answered < n, out
+    (path,) = (tmp_path / "r").glob("*.json")
+    result = json.loads(path.read_text())
+    assert result["stop_reason"] == INTERRUPTED
+    # Every request the engine saw was waited for and completed; the rest were never sent.
+    assert (result["completed"], result["failed"], result["not_sent"]) == (answered, 0, n - answered)
+    assert result["errors"] == [] and sum(t is None for t in result["start_times"]) == n - answered
+    assert f"completed {answered}, failed 0" in out and f"{n - answered} never sent" in out
+    assert f"cut short, {answered} completed, 0 failed, {n - answered} never sent" in out

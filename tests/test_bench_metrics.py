@@ -103,6 +103,8 @@ def test_per_request_arrays_and_peaks_by_hand():
     assert m["duration"] == pytest.approx(1.2)  # 10.0 .. c's end at 11.2
     assert m["max_concurrent_requests"] == 2  # a+b overlap; c starts as a ends
     assert m["max_output_tokens_per_s"] == 5.0  # [10,11): a 3 + b 2; [11,12): c 2
-    assert m["output_lens"] == [3, 2, 2, 0] and m["failed"] == 1
+    # The request never sent is neither completed nor failed, nor among the errors.
+    assert m["output_lens"] == [3, 2, 2, 0] and (m["completed"], m["failed"], m["not_sent"]) == (3, 0, 1)
+    assert m["errors"] == []
     assert m["median_e2el_ms"] == pytest.approx(500.0) and m["p50_itl_ms"] == pytest.approx(150.0)  # 100, 100, 200, 200
     assert m["mean_tpot_ms"] == pytest.approx(np.mean([200.0, 100.0, 100.0]))

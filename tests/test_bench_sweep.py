@@ -151,9 +151,9 @@ def test_point_timeout_keeps_finished_requests(model_dir, tmp_path, workers):
         (out,) = run_sweep_detailed(cfg)
         assert time.monotonic() - t0 < 10
     result = json.loads(out.path.read_text())
-    # Request 0 finished, 1 hung and was cancelled, 2 never got a slot: both failed.
-    assert (result["completed"], result["failed"]) == (1, 2)
-    assert all("point timeout" in e for e in result["errors"])
+    # Request 0 finished, 1 hung and was cancelled (failed), 2 never got a slot (not sent).
+    assert (result["completed"], result["failed"], result["not_sent"]) == (1, 1, 1)
+    assert len(result["errors"]) == 1 and "point timeout" in result["errors"][0]
 
 
 def test_truncated_stream_and_connection_refused_fail(model_dir, tmp_path):
@@ -210,8 +210,9 @@ def test_target_death_by_health_check_stops_at_once(model_dir, tmp_path, workers
     assert "target died" in first.error and "HTTP 503" in first.error and "3 checks in a row" in first.error
     result = json.loads(first.path.read_text())
     assert result["stop_reason"] == first.error
-    assert (result["completed"], result["failed"]) == (2, 4)
-    assert all(e == first.error for e in result["errors"])
+    # Two hung in flight and failed; the two left were never sent.
+    assert (result["completed"], result["failed"], result["not_sent"]) == (2, 2, 2)
+    assert result["errors"] == [first.error] * 2
     assert second.path is None and second.error == f"not run: {first.error}"
     assert [p.name for p in tmp_path.iterdir()] == [first.path.name]
 
@@ -250,7 +251,9 @@ def test_target_death_by_server_pid_stops_at_once(model_dir, tmp_path, workers):
         server.kill()
         server.wait()
     result = json.loads(out.path.read_text())
-    assert result["failed"] == 4 and result["stop_reason"] == out.error
+    # Those in flight (at most C of them; none when the load processes were still starting) failed.
+    assert result["failed"] <= 2 and result["failed"] + result["not_sent"] == 4 and result["completed"] == 0
+    assert result["stop_reason"] == out.error
 
 
 def test_health_route_absent_means_no_checks(model_dir, tmp_path, capsys):
@@ -283,7 +286,7 @@ def test_total_timeout_keeps_partial_results(model_dir, tmp_path, workers):
     result = json.loads(first.path.read_text())
     reason = "total timeout: the sweep ran past total_timeout_s=1"
     assert result["stop_reason"] == reason and first.error == reason and not first.ok
-    assert (result["completed"], result["failed"]) == (1, 2)
+    assert (result["completed"], result["failed"], result["not_sent"]) == (1, 1, 1)
     assert result["start_times"][2] is None  # never sent
     assert second.path is None and second.error == f"not run: {reason}"
 
@@ -638,8 +641,8 @@ def _load_workers() -> list:
 def test_load_worker_death_keeps_the_others_results_and_stops(model_dir, tmp_path):
     """One of two load processes is killed mid-point: the other's finished requests are
     kept, every other request fails naming the dead worker (its own finished ones died with
-    it), the points left are not run, nothing waits for a timeout and no load process
-    outlives the sweep."""
+    it), those never sent count as not sent, the points left are not run, nothing waits for a
+    timeout and no load process outlives the sweep."""
     with FakeServer(policy=lambda n, b: "hang" if n >= 4 else None) as srv:
         cfg = _cfg(
             model_dir,
@@ -662,10 +665,13 @@ def test_load_worker_death_keeps_the_others_results_and_stops(model_dir, tmp_pat
         t0 = time.monotonic()
         first, second = run_sweep_detailed(cfg)
         assert time.monotonic() - t0 < 15
+        arrived = len(srv.bodies)
     assert "load worker" in first.error and "exited with -9" in first.error, first.error
     result = json.loads(first.path.read_text())
     assert result["stop_reason"] == first.error
-    assert result["completed"] >= 1 and result["completed"] + result["failed"] == 8
+    # The dead process's requests were sent: they count as failed, not as never sent.
+    assert result["completed"] >= 1 and result["completed"] + result["failed"] == arrived < 8
+    assert result["not_sent"] == 8 - arrived
     assert all(e == first.error for e in result["errors"])
     assert len(result["ttfts"]) == len(result["input_lens"]) == 8 and result["input_lens"] == [32] * 8
     assert second.path is None and second.error == f"not run: {first.error}"

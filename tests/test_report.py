@@ -220,6 +220,11 @@ def test_point_that_ended_early_is_said(tmp_path: Path) -> None:
     report = build_report([tmp_path / "r"], root=tmp_path)
     assert "r: conc 64 ended before every request was done: point timeout after 600 s" in report.notes
     assert "goodput_slos_ms" not in load_runs([tmp_path / "r"]).runs[0].points[0].ms
+    # With the requests the stop kept from being sent: counted apart from the failed ones.
+    d["not_sent"] = 12
+    (tmp_path / "r" / "concurrency_64_req_rate_inf_gpus_48_ctx_16_gen_32.json").write_text(json.dumps(d))
+    report = build_report([tmp_path / "r"], root=tmp_path)
+    assert "r: conc 64 ended before every request was done (12 never sent): point timeout after 600 s" in report.notes
 
 
 def _copy_run(tmp_path: Path) -> Path:

@@ -221,7 +221,7 @@ def bench_command(**flags: Any) -> None:
     if warm := next((o for o in outcomes if o.error and o.error.startswith(WARMUPS_FAILED)), None):
         raise _fail(f"C={warm.concurrency}: {warm.error}; the points left were not run", 1)
     if not all(o.ok for o in outcomes):
-        bad = [f"C={o.concurrency} ({o.error or f'{o.failed} failed'})" for o in outcomes if not o.ok]
+        bad = [f"C={o.concurrency} ({o.error or o.counts()})" for o in outcomes if not o.ok]
         raise _fail("not every point succeeded: " + "; ".join(bad), 1)
     if failed := [o.summary for o in external if not o.ok]:
         raise _fail("; ".join(failed), 1)
@@ -236,7 +236,7 @@ def interrupted_summary(outcomes: list[PointOutcome], result_dir: str) -> str:
     lines = ["interrupted (Ctrl-C)"]
     for o in outcomes:
         if o.interrupted and o.path is not None:
-            lines.append(f"  {name(o)}: cut short, {o.completed} completed, written as interrupted -> {o.path}")
+            lines.append(f"  {name(o)}: cut short, {o.counts()}, written as interrupted -> {o.path}")
         elif o.interrupted:
             lines.append(f"  {name(o)}: not run")
         elif o.path is not None:

@@ -57,6 +57,14 @@ class RequestOutput:
     end_time: float | None = None  # perf_counter when the request finished or failed
     error: str = ""
     queue_time: float = 0.0  # s, arrival to send: the wait for a free slot (vLLM's queue_times)
+    # Sent by a load process that died before it reported the request (harness.bench.workers):
+    # it left, but when and how it ended died with the process. It counts as failed.
+    lost: bool = False
+
+    @property
+    def sent(self) -> bool:
+        """Whether the request left the client (a request never sent is neither completed nor failed)."""
+        return self.start_time is not None or self.lost
 
 
 @dataclass

@@ -180,7 +180,7 @@ class LoadRun:
         # then hands out the next index, `on_sent` sees each request leave, `on_done` each
         # finished one.
         self.take: Callable[[], int] | None = None
-        self.on_sent: Callable[[], None] | None = None
+        self.on_sent: Callable[[int], None] | None = None
         self.on_done: Callable[[RequestOutput], None] | None = None
 
     def _take(self) -> int:
@@ -216,7 +216,7 @@ class LoadRun:
             out.queue_time = max(0.0, time.perf_counter() - due)
             progress.sent += 1
             if on_sent is not None:
-                on_sent()
+                on_sent(i)
             await slot.send(reqs[i], out, timeout)
             progress.done += 1
             if not out.success:

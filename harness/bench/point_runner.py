@@ -54,15 +54,22 @@ class PointOutcome:
     concurrency: int
     path: Path | None  # None when the point could not be run or written
     completed: int = 0
-    failed: int = 0
+    failed: int = 0  # sent and not successful
     error: str | None = None
     shape: str | None = None  # isl_<I>_osl_<O> in a several-shape sweep
     kept: bool = False  # resumed: the result of an earlier run, not run again
     interrupted: bool = False  # cut short or not run because of a Ctrl-C
+    not_sent: int = 0  # measured requests a stop kept from being sent
 
     @property
     def ok(self) -> bool:
-        return self.path is not None and self.failed == 0 and self.error is None
+        return self.path is not None and self.failed == 0 and self.not_sent == 0 and self.error is None
+
+    def counts(self) -> str:
+        """The point's request counts in words, e.g. "12 completed, 0 failed, 28 never sent"."""
+        return f"{self.completed} completed, {self.failed} failed" + (
+            f", {self.not_sent} never sent" if self.not_sent else ""
+        )
 
 
 def metadata(cfg: ClientConfig) -> dict[str, Any]:
@@ -93,7 +100,6 @@ class PointRunner:
         self.runtime: dict[str, Any] = {}  # what the servers ran (runtime_info), in every result
         self.kv_ceiling: KvCeiling | None = None  # the job's KV ceiling (state/kv_ceiling.json); None outside a job
         self.bottleneck_bases: dict[str | None, Baseline] = {}  # per shape: the bottleneck's growth baseline
-        self.unsent = 0  # the last measured batch's requests never sent (it was stopped)
 
     # -- a point's outcome --------------------------------------------------------
 
@@ -108,7 +114,16 @@ class PointRunner:
     def kept(self, scope: Scope, pt: Point) -> PointOutcome:
         result = BenchResult.model_validate_json(pt.path.read_text())
         log(f"{scope.label(pt.concurrency)}: kept from an earlier run -> {pt.path.name}")
-        return PointOutcome(pt.concurrency, pt.path, result.completed, result.failed, None, scope.shape_tag, True)
+        return PointOutcome(
+            pt.concurrency,
+            pt.path,
+            result.completed,
+            result.failed,
+            None,
+            scope.shape_tag,
+            True,
+            not_sent=result.not_sent,
+        )
 
     def _unwritten(self, scope: Scope, c: int, path: Path, result: BenchResult, e: OSError) -> PointOutcome:
         """The point was measured but its file cannot be written (a disk that filled or went
@@ -123,7 +138,7 @@ class PointRunner:
         error = f"{why}; {kept}"
         log(f"{scope.label(c)}: {error}")
         self.stops.on_unwritable(why)
-        return PointOutcome(c, None, result.completed, result.failed, error, scope.shape_tag)
+        return PointOutcome(c, None, result.completed, result.failed, error, scope.shape_tag, not_sent=result.not_sent)
 
     async def run(
         self, scope: Scope, index: int, c: int, path: Path, annotate: Callable[[BenchResult], None] | None = None
@@ -170,14 +185,23 @@ class PointRunner:
         log(
             f"{label}: completed {result.completed}, failed {result.failed}, {latencies}"
             f"output {result.output_throughput:.1f} tok/s, {result.request_throughput:.1f} req/s"
-            + (f", {self.unsent} never sent" if self.unsent else "")
+            + (f", {result.not_sent} never sent" if result.not_sent else "")
             + (f", stopped: {result.stop_reason}" if result.stop_reason else "")
             + f" -> {path.name}"
         )
         error = (
             result.stop_reason if result.stop_reason and not result.stop_reason.startswith("point timeout") else None
         )
-        return PointOutcome(c, path, result.completed, result.failed, error, tag, interrupted=error == INTERRUPTED)
+        return PointOutcome(
+            c,
+            path,
+            result.completed,
+            result.failed,
+            error,
+            tag,
+            interrupted=error == INTERRUPTED,
+            not_sent=result.not_sent,
+        )
 
     # -- the point itself ------------------------------------------------------------
 
@@ -269,8 +293,8 @@ class PointRunner:
             stops.point_sentinels = None
         traces = await in_window.stop() if in_window is not None else None
         stops.now_profiling(None)
-        self.unsent = sum(o.start_time is None for o in outs)
-        if stops.interrupted is not None and self.unsent == len(outs):
+        on_wire = [o for o in outs if o.sent]
+        if stops.interrupted is not None and not on_wire:
             if probe is not None:
                 await probe.cancel()
             return f"{INTERRUPTED} before its measured requests were sent"
@@ -278,12 +302,12 @@ class PointRunner:
         backend = "openai-chat" if cfg.endpoint == "chat" else "openai"
         md = metadata(cfg) | self.runtime
         if probe is not None:
-            on_wire = [o for o in outs if o.start_time is not None]
-            failed = sum(not o.success for o in outs) + s_failed
+            # Requests never sent are no one's failure: the servers did not see them.
+            failed = sum(not o.success for o in on_wire) + s_failed
             if stops.interrupted is not None:
-                # A Ctrl-C is the user's stop, not the servers' failure: the requests it kept from
-                # being sent or cancelled do not count as failed (a timeout's or a dead target's do).
-                failed -= sum(not o.success and (o.error or "").startswith(INTERRUPTED) for o in outs)
+                # A Ctrl-C is the user's stop, not the servers' failure: the requests it cancelled
+                # in flight do not count as failed (a timeout's or a dead target's do).
+                failed -= sum(not o.success and (o.error or "").startswith(INTERRUPTED) for o in on_wire)
                 failed -= sentinels.cancelled() if sentinels is not None else 0
             # The servers saw the sentinels too: their requests and tokens count here.
             verdict = await probe.finish(

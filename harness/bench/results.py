@@ -130,7 +130,10 @@ class BenchResult(BaseModel):
     benchmark_start_time_unix: float | None = None
     benchmark_end_time_unix: float | None = None
     completed: int
-    failed: int
+    failed: int  # sent and not successful
+    # Never sent: a stop (Ctrl-C, a time limit, an early invalid verdict, a dead target) came first.
+    # completed + failed + not_sent == num_prompts. Files written before it was counted have none.
+    not_sent: int = 0
     total_input_tokens: int
     total_output_tokens: int
     request_throughput: float

@@ -96,7 +96,8 @@ def incomplete(result: BenchResult) -> str | None:
     if result.stop_reason:
         return f"cut short: {result.stop_reason}"
     if result.failed or result.completed != result.num_prompts:
-        return f"{result.failed} failed, {result.completed} of {result.num_prompts} completed"
+        unsent = f", {result.not_sent} never sent" if result.not_sent else ""
+        return f"{result.failed} failed{unsent}, {result.completed} of {result.num_prompts} completed"
     if result.metadata.get("valid") is False:
         return "judged invalid from the servers' metrics"
     return None

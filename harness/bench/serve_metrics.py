@@ -16,6 +16,9 @@ Differences from vLLM, on purpose:
   intervals; vLLM counts every request active at any time within each 1-second
   bucket, which overstates it (1930 "concurrent" requests at --max-concurrency 256
   against a fast server);
+- `failed` counts only the requests that were sent and did not succeed; those a stop (Ctrl-C,
+  a time limit, an early invalid verdict, a dead target) kept from being sent are `not_sent`,
+  neither completed nor failed (vLLM's run never stops early, so it has no such requests);
 - `errors` lists only the failed requests' messages (vLLM: one entry per request,
   empty for successes);
 - the output token count always comes from the server's usage (or the chunk
@@ -97,15 +100,16 @@ def compute_metrics(
     percentiles: Sequence[float],
     goodput: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
-    ok = [o for o in outputs if o.success]
-    failed = [o for o in outputs if not o.success]
+    sent = [o for o in outputs if o.sent]
+    ok = [o for o in sent if o.success]
+    failed = [o for o in sent if not o.success]
     output_lens = [o.output_tokens if o.success else 0 for o in outputs]
     total_input = sum(o.prompt_len for o in ok)
     total_output = sum(output_lens)
 
-    sent = [o for o in outputs if o.start_time is not None and o.end_time is not None]
-    t0: float = min((o.start_time for o in sent), default=0.0)  # type: ignore[type-var,assignment]  # sent: all have start_time
-    duration = max(o.end_time for o in sent) - t0 if sent else 0.0  # type: ignore[type-var,operator]
+    ended = [o for o in sent if o.start_time is not None and o.end_time is not None]
+    t0: float = min((o.start_time for o in ended), default=0.0)  # type: ignore[type-var,assignment]  # sent: all have start_time
+    duration = max(o.end_time for o in ended) - t0 if ended else 0.0  # type: ignore[type-var,operator]
 
     def per_s(x: float) -> float:
         return x / duration if duration > 0 else 0.0
@@ -114,6 +118,7 @@ def compute_metrics(
         "duration": duration,
         "completed": len(ok),
         "failed": len(failed),
+        "not_sent": len(outputs) - len(sent),
         "total_input_tokens": total_input,
         "total_output_tokens": total_output,
         "request_throughput": per_s(len(ok)),

@@ -170,8 +170,9 @@ class _Worker:
         n = len(bounds) - 1
         while len(self.slots) < slots:
             self.slots.append(Slot(self.target, self.chat))
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        with open(path, "r+b") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_WRITE) as data:
             requests = _Mapped(data, bounds)
+            flags_at = bounds[-1]  # after the requests: a byte per request, set when it is sent
             # Each request's max_tokens, against which the client checks the server's usage.
             outs = [RequestOutput(0, limit) for limit in limits]
             taken: list[int] = []
@@ -185,8 +186,9 @@ class _Worker:
                     taken.append(i)
                 return int(i)
 
-            def sent() -> None:
+            def sent(i: int) -> None:
                 counts[3 * k + 2] += 1
+                data[flags_at + i] = 1  # the parent's to read should this process die
 
             def finished(out: RequestOutput) -> None:
                 counts[3 * k] += 1
@@ -359,6 +361,7 @@ class WorkerPool:
                 for r in requests:
                     f.write(r)
                     bounds.append(bounds[-1] + len(r))
+                f.write(bytes(n))  # the sent flags (_Worker._batch)
             slots = split(max(1, min(concurrency, n)), self.n)
             # Every worker has the batch and is ready before offset 0: on a loaded machine that
             # took up to ~200 ms (a trace's first requests were that late with 50 ms).
@@ -374,6 +377,9 @@ class WorkerPool:
                 answers = await asyncio.gather(*(self._answer(k, answer_s) for k in range(self.n)))
             finally:
                 poller.cancel()
+            # A load process that died took its requests' measurements with it, but not the
+            # flags of those it sent: those were sent (and failed), the rest were not.
+            sent_flags = _read_at(path, bounds[-1], n) if None in answers else bytes(n)
         finally:
             os.unlink(path)
         reports: list[LoadReport] = []
@@ -395,6 +401,7 @@ class WorkerPool:
             for i, o in enumerate(outs):
                 if i not in seen or (not o.success and not o.error):
                     o.error = o.error or reason
+                o.lost = i not in seen and sent_flags[i] == 1
         return reason, reports
 
     async def _answer(self, k: int, timeout_s: float) -> Any:
@@ -452,6 +459,12 @@ class WorkerPool:
             p.process.join(5)
             p.conn.close()
         self._procs = []
+
+
+def _read_at(path: str, offset: int, n: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(n)
 
 
 def _merge(into: RequestOutput, out: RequestOutput) -> None:

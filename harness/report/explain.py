@@ -54,7 +54,10 @@ def run_notes(runs: list[Run]) -> list[str]:
             notes.append(f"{run.label}: {text} ({which})")
         for p in run.points:
             if p.stop_reason:
-                notes.append(f"{run.label}: conc {p.concurrency} ended before every request was done: {p.stop_reason}")
+                unsent = f" ({p.not_sent} never sent)" if p.not_sent else ""
+                notes.append(
+                    f"{run.label}: conc {p.concurrency} ended before every request was done{unsent}: {p.stop_reason}"
+                )
             if p.valid is False:
                 why = "; ".join(p.validity_reasons) or "no reason given"
                 notes.append(f"{run.label}: conc {p.concurrency} is INVALID: {why}")

@@ -61,6 +61,7 @@ class Point:
     validity_reasons: list[str]  # why the verdict is not "valid"
     fingerprint: str | None
     stop_reason: str | None = None  # pdbench: why the point ended before every request was done
+    not_sent: int | None = None  # pdbench: the requests that stop kept from being sent
     # "valid" | "invalid" | "unverified" (a pdbench point without evidence); None: another
     # tool's file, which has no notion of validity.
     verdict: str | None = None

@@ -42,7 +42,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
 
 VERDICTS = ("valid", "invalid", "unverified")
 # Fields read as counts or numbers: one of another type is left out of the report, with a warning.
-INTEGERS = ("completed", "failed", "num_prompts", *ALIASES["isl"], *ALIASES["osl"])
+INTEGERS = ("completed", "failed", "not_sent", "num_prompts", *ALIASES["isl"], *ALIASES["osl"])
 NUMBERS = ("duration", "benchmark_start_time_unix")
 METADATA_INTEGERS = ("prefill_gpus", "decode_gpus", "gpus")
 M = TypeVar("M", bound=BaseModel)
@@ -346,6 +346,7 @@ def read_point(path: Path, run_root: Path, notes: list[Note]) -> Point:
         validity_reasons=reasons,
         fingerprint=str(fp) if fp else None,
         stop_reason=str(data["stop_reason"]) if data.get("stop_reason") else None,
+        not_sent=_int(data.get("not_sent")),
         verdict=verdict,
         ttft_breakdown=data["ttft_breakdown"] if isinstance(data.get("ttft_breakdown"), dict) else None,
         outputs_match=_outputs_match(md),
