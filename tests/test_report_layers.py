@@ -28,6 +28,10 @@ LAYERS = {
         "workloads",
         "crosscheck",
         "slo_pick",
+        "point_slo",
+        "deployment",
+        "truth",
+        "truth_text",
     },
     "render": {
         "cells",

@@ -27,6 +27,8 @@ from harness.report.points import Note, Point, Run, serving
 from harness.report.profile import profile_table
 from harness.report.slo import slo_notes
 from harness.report.slo_pick import slo_table
+from harness.report.truth import truth_tables
+from harness.report.truth_text import truth_sections
 from harness.report.workloads import prefix_cache_table, schedule_table, sessions_table
 
 
@@ -143,6 +145,7 @@ def build_report(
         kv_handoff_table(loaded.runs),
         profile_table(loaded.runs),
     )
-    report.sections = [t for t in (*tables, crosscheck(loaded.runs, client_notes)) if t is not None]
+    report.sections = truth_sections(truth_tables(loaded.runs, slo), slo)  # the answer first
+    report.sections += [t for t in (*tables, crosscheck(loaded.runs, client_notes)) if t is not None]
     report.notes += [f"{report.rel(n.path)}: {n.text}" for n in client_notes]
     return report

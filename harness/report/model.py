@@ -169,6 +169,11 @@ class SectionTable:
     rows: tuple[tuple[str, ...], ...]
     note: str
     findings: tuple[str, ...] = ()  # what a reader must not miss (a disagreement beyond noise)
+    words: tuple[str, ...] = ()  # headers of the columns after the first two that hold words, not numbers
+
+    def numeric(self) -> list[bool]:
+        """Per column, whether it is aligned right as a number: the first two and `words` are not."""
+        return [i >= 2 and h not in self.words for i, h in enumerate(self.headers)]
 
 
 # A point with a TTFT breakdown: (run, serving, isl, osl, conc, its ttft_breakdown).

@@ -157,9 +157,11 @@ def _sections(report: Report) -> list[str]:
             "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in t.headers) + "</tr></thead>",
             "<tbody>",
         ]
+        numeric = t.numeric()
         for row in t.rows:
             cells_ = [_cell(f"<code>{html.escape(row[0])}</code>"), _cell(html.escape(row[1]))]
-            out.append("<tr>" + "".join(cells_ + [_cell(html.escape(v), True) for v in row[2:]]) + "</tr>")
+            rest = [_cell(html.escape(v), num) for v, num in zip(row[2:], numeric[2:], strict=True)]
+            out.append("<tr>" + "".join(cells_ + rest) + "</tr>")
         out += ["</tbody>", "</table>", f"<p>{html.escape(t.note)}</p>"]
         if t.findings:
             out += ["<ul>", *(f"<li>⚠️ {html.escape(f)}</li>" for f in t.findings), "</ul>"]

@@ -67,9 +67,8 @@ def _sections(report: Report) -> list[str]:
     out: list[str] = []
     for t in report.sections:
         out += [f"## {t.title}", ""]
-        out += _table(
-            list(t.headers), ["---", "---"] + [RIGHT] * (len(t.headers) - 2), [[_esc(c) for c in r] for r in t.rows]
-        )
+        align = [RIGHT if num else "---" for num in t.numeric()]
+        out += _table(list(t.headers), align, [[_esc(c) for c in r] for r in t.rows])
         out += ["", _esc(t.note), ""]
         if t.findings:
             out += [f"- ⚠️ {_esc(f)}" for f in t.findings] + [""]

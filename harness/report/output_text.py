@@ -250,7 +250,7 @@ def _sections(report: Report, keys: dict[str, str], width: int) -> Iterator[Rend
     for t in report.sections:
         yield _heading(t.title)
         rows = [[keys.get(row[0], row[0]), *row[1:]] for row in t.rows]
-        yield from fit(list(t.headers), [False, False] + [True] * (len(t.headers) - 2), rows, width)
+        yield from fit(list(t.headers), t.numeric(), rows, width)
         yield Text(t.note, style="dim")
         if t.findings:
             yield _bullets(list(t.findings))

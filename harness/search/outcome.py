@@ -36,10 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from harness.config.slo import DECODE_SIDE, PREFILL_SIDE, violated_metrics, violations
+from harness.config.slo import DECODE_SIDE, PREFILL_SIDE, violated_metrics
 from harness.interval import Interval, t_interval
 from harness.launch.job import LaunchError
 from harness.launch.record import read_record
+from harness.report.point_slo import failures as _failures
 from harness.report.points import Note, Point, serving
 from harness.report.result_file import NotAResult, read_point
 from harness.rundir import RunDir, read_status
@@ -241,18 +242,6 @@ def _devices(point: Point) -> int | None:
     """The point's devices: its metadata's (else its file name's) prefill + decode; None if unknown."""
     n = (point.prefill_gpus or 0) + (point.decode_gpus or 0)
     return n or None
-
-
-def _failures(point: Point, bounds: Mapping[str, float]) -> list[str]:
-    """Why the point does not meet the bounds, in words; empty when it meets them."""
-    out = violations(bounds, point.ms)
-    if point.verdict == "invalid":
-        out.append("invalid: " + ("; ".join(point.validity_reasons) or "no reason recorded"))
-    if point.failed:
-        out.append(f"{point.failed} failed request{'' if point.failed == 1 else 's'}")
-    if point.stop_reason:
-        out.append(f"cut short: {point.stop_reason}")  # not measured to its end: no evidence it meets
-    return out
 
 
 def _files(run: RunDir) -> list[tuple[Path, int]]:
