@@ -48,8 +48,15 @@ VARIANTS = {
         "example-h200-nixl",
     ),
     "local-tiny-1p2d@local": ("local-tiny-1p2d", [], "local"),
-    # The DeepSeek-V3-shaped model (models.yaml dsv3-shape-4l) on one H200, both connectors.
-    **{r: (r, []) for r in ("gpu-h200-dsv3-1p1d-pdbench", "gpu-h200-dsv3-1p1d-nixl", "gpu-h200-dsv3-single")},
+    # The DeepSeek-V3-shaped model (models.yaml dsr1-shape) on one H200, both connectors.
+    **{
+        r: (r, [])
+        for r in (
+            "dsr1-shape-fp8-h200x1-pdbench-1p1d",
+            "dsr1-shape-fp8-h200x1-nixl-1p1d",
+            "dsr1-shape-fp8-h200x1-none-agg",
+        )
+    },
     "local-tiny-1p2d-vs-aggregated@local": ("local-tiny-1p2d-vs-aggregated", [], "local"),
     "dsr1-fp8-1p2d--decode-dp16-over-2-nodes": (
         "dsr1-fp8-1p2d",

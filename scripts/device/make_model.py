@@ -6,7 +6,7 @@ tokenizer is harness.tiny_model's, locally trained (vocab 2048), for every shape
 
 - `llama-8b-shape`: Llama-3.1-8B (32 layers, 32 heads, 8 KV heads, head dim 128, hidden 4096,
   MLP 14336), bf16: 128 KiB of KV per token.
-- `dsv3-shape-4l`: DeepSeek-V3/R1's per-layer shapes (MLA, routed experts, FP8 block weights as
+- `dsr1-shape`: DeepSeek-V3/R1's per-layer shapes (MLA, routed experts, FP8 block weights as
   DeepSeek-R1-0528 ships them) in 4 layers, the first dense, 3 MoE.
 
     python scripts/device/make_model.py [--shape NAME] [OUT]   # default .cache/models/NAME
@@ -41,7 +41,7 @@ LLAMA_8B = {
 }
 
 # DeepSeek-R1-0528's config.json with fewer layers and experts; every per-layer shape is its own.
-DSV3_4L = {
+DSR1_SHAPE = {
     "architectures": ["DeepseekV3ForCausalLM"],
     "model_type": "deepseek_v3",
     "hidden_size": 7168,
@@ -107,7 +107,7 @@ DSV3_4L = {
     "pad_token_id": tiny_model.CONFIG["pad_token_id"],
 }
 
-SHAPES: dict[str, dict[str, Any]] = {"llama-8b-shape": LLAMA_8B, "dsv3-shape-4l": DSV3_4L}
+SHAPES: dict[str, dict[str, Any]] = {"llama-8b-shape": LLAMA_8B, "dsr1-shape": DSR1_SHAPE}
 # The name llama-8b-shape's callers import.
 CONFIG = LLAMA_8B
 

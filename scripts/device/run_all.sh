@@ -6,8 +6,8 @@
 # x2-nixl (1P1D, prefill GPU 0 -> decode GPU 1; x2-nixl then runs its 2-replica baseline),
 # x2-nixl-b64 (1P1D, KV block size 64), x2-nixl-tcp (UCX_TLS without a GPU transport: the
 # degraded_transport verdict's case). single: one instance on GPU 0, every recipe's reference.
-# dsv3-pdbench, dsv3-nixl, dsv3-single: the same three on one H200 with the DeepSeek-V3-shaped
-# model (build it first: make_model.py --shape dsv3-shape-4l, and carry .cache/models/dsv3-shape-4l).
+# dsr1-shape-pdbench, dsr1-shape-nixl, dsr1-shape-agg: the same three on one H200 with the DeepSeek-V3-shaped
+# model (build it first: make_model.py --shape dsr1-shape, and carry .cache/models/dsr1-shape).
 # SUBMIT_SET adds one --set to every submit. Each job's exit status is printed; a failed one
 # does not stop the next.
 set -uo pipefail
@@ -37,11 +37,11 @@ for step in $steps; do
     single)
       timeout 3300 python3 -m harness submit --recipe gpu-h200-8b-single --launcher local \
         --results-dir "$root" ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
-    dsv3-pdbench | dsv3-nixl)
-      timeout 2700 python3 -m harness submit --recipe "gpu-h200-dsv3-1p1d-${step#dsv3-}" --launcher local \
+    dsr1-shape-pdbench | dsr1-shape-nixl)
+      timeout 2700 python3 -m harness submit --recipe "dsr1-shape-fp8-h200x1-${step#dsr1-shape-}-1p1d" --launcher local \
         --results-dir "$root" ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
-    dsv3-single)
-      timeout 2700 python3 -m harness submit --recipe gpu-h200-dsv3-single --launcher local \
+    dsr1-shape-agg)
+      timeout 2700 python3 -m harness submit --recipe dsr1-shape-fp8-h200x1-none-agg --launcher local \
         --results-dir "$root" ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
     *) echo "run_all: unknown step $step" >&2; false ;;
   esac

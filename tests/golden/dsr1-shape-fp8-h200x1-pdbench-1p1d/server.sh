@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe gpu-h200-dsv3-1p1d-pdbench · fingerprint 3159ffa197bd90a8
+# pdbench node script · recipe dsr1-shape-fp8-h200x1-pdbench-1p1d · fingerprint c41ee31f0ec8280b
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
@@ -16,9 +16,9 @@ export HF_HUB_OFFLINE=1
 # prefill-0: prefill worker 0 on node 0, port 8100, 1 device(s)
 proc_prefill_0() {
   export VLLM_USE_DEEP_GEMM=0
-  exec vllm serve /opt/pdbench/.cache/models/dsv3-shape-4l \
+  exec vllm serve /opt/pdbench/.cache/models/dsr1-shape \
     --port 8100 \
-    --served-model-name dsv3-4l \
+    --served-model-name dsr1-shape \
     --max-model-len 10240 \
     --tensor-parallel-size 1 \
     --trust-remote-code \
@@ -36,9 +36,9 @@ proc_prefill_0() {
 # decode-0: decode worker 0 on node 1, port 8200, 1 device(s)
 proc_decode_0() {
   export VLLM_USE_DEEP_GEMM=0
-  exec vllm serve /opt/pdbench/.cache/models/dsv3-shape-4l \
+  exec vllm serve /opt/pdbench/.cache/models/dsr1-shape \
     --port 8200 \
-    --served-model-name dsv3-4l \
+    --served-model-name dsr1-shape \
     --max-model-len 10240 \
     --tensor-parallel-size 1 \
     --trust-remote-code \

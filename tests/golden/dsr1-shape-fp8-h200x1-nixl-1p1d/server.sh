@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe gpu-h200-dsv3-single · fingerprint 0dc961bb1a409e6a
+# pdbench node script · recipe dsr1-shape-fp8-h200x1-nixl-1p1d · fingerprint 5da617ee224beb22
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
@@ -13,47 +13,75 @@ PDBENCH_PYTHON="${PDBENCH_PYTHON:-python3}"
 export PDBENCH_PYTHON
 export HF_HUB_OFFLINE=1
 
-# aggregated-0: aggregated worker 0 on node 0, port 8300, 1 device(s)
-proc_aggregated_0() {
+# prefill-0: prefill worker 0 on node 0, port 8100, 1 device(s)
+proc_prefill_0() {
+  export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y
   export VLLM_USE_DEEP_GEMM=0
-  export CUDA_VISIBLE_DEVICES=0
-  export HIP_VISIBLE_DEVICES=0
-  exec vllm serve /opt/pdbench/.cache/models/dsv3-shape-4l \
-    --port 8300 \
-    --served-model-name dsv3-4l \
+  export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"
+  export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
+  exec vllm serve /opt/pdbench/.cache/models/dsr1-shape \
+    --port 8100 \
+    --served-model-name dsr1-shape \
     --max-model-len 10240 \
     --tensor-parallel-size 1 \
     --trust-remote-code \
+    --gpu-memory-utilization 0.45 \
     --kv-cache-dtype fp8 \
-    --compilation-config '{"pass_config":{"fuse_allreduce_rms":true,"eliminate_noops":true}}' \
+    --max-num-batched-tokens 32768 \
+    --max-num-seqs 16 \
+    --block-size 256 \
     --no-enable-prefix-caching \
-    --max-cudagraph-capture-size 2048 \
-    --max-num-batched-tokens 8192 \
-    --gpu-memory-utilization 0.9 \
-    --max-num-seqs 256 \
-    --load-format dummy
+    --load-format dummy \
+    --kv-cache-memory-bytes 8G \
+    --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'
 }
 
-# proxy-aggregated: proxy of the aggregated baseline on node 0, port 30000
-proc_proxy_aggregated() {
+# decode-0: decode worker 0 on node 1, port 8200, 1 device(s)
+proc_decode_0() {
+  export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y
+  export VLLM_USE_DEEP_GEMM=0
+  export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"
+  export VLLM_NIXL_SIDE_CHANNEL_PORT=5601
+  exec vllm serve /opt/pdbench/.cache/models/dsr1-shape \
+    --port 8200 \
+    --served-model-name dsr1-shape \
+    --max-model-len 10240 \
+    --tensor-parallel-size 1 \
+    --trust-remote-code \
+    --gpu-memory-utilization 0.45 \
+    --kv-cache-dtype fp8 \
+    --max-num-batched-tokens 256 \
+    --max-num-seqs 256 \
+    --block-size 256 \
+    --no-enable-prefix-caching \
+    --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
+    --load-format dummy \
+    --kv-cache-memory-bytes 8G \
+    --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer"}'
+}
+
+# proxy: PD proxy on node 0, port 30000
+proc_proxy() {
   exec "${PDBENCH_PYTHON}" -m harness proxy \
     --host 127.0.0.1 \
     --port 30000 \
-    --connector none \
+    --connector nixl \
     --policy round_robin \
     --request-timeout-s 600 \
     --stream-idle-timeout-s 300 \
     --timings-dir "${RUN_DIR}/proxy-timings" \
-    --aggregated "http://${PDBENCH_NODE_0_ADDR}:8300"
+    --prefill "http://${PDBENCH_NODE_0_ADDR}:8100" \
+    --decode "http://${PDBENCH_NODE_1_ADDR}:8200"
 }
 
-# bench-aggregated: benchmark client on node 0, through the aggregated baseline's proxy
-proc_bench_aggregated() {
+# bench: benchmark client on node 0, through the proxy
+proc_bench() {
   export PDBENCH_CACHE_DIR="${RUN_DIR}/../../.cache"
   exec "${PDBENCH_PYTHON}" -m harness bench \
-    --config "${RUN_DIR}/bench-aggregated.json" \
+    --config "${RUN_DIR}/bench.json" \
     --results-dir "${RUN_DIR}" \
-    --scrape "aggregated-0=aggregated@http://${PDBENCH_NODE_0_ADDR}:8300"
+    --scrape "prefill-0=prefill@http://${PDBENCH_NODE_0_ADDR}:8100" \
+    --scrape "decode-0=decode@http://${PDBENCH_NODE_1_ADDR}:8200"
 }
 
 # The node's own check that pdbench runs here at all; a failure is recorded as the node's
@@ -100,9 +128,10 @@ case "${1:-node}" in
   node) check_pdbench; exec "$PDBENCH_PYTHON" -m harness node --run-dir "$RUN_DIR" ;;
   proc)
     case "${2:-}" in
-      aggregated-0) proc_aggregated_0 ;;
-      proxy-aggregated) proc_proxy_aggregated ;;
-      bench-aggregated) proc_bench_aggregated ;;
+      prefill-0) proc_prefill_0 ;;
+      decode-0) proc_decode_0 ;;
+      proxy) proc_proxy ;;
+      bench) proc_bench ;;
       *) echo "server.sh: unknown process '${2:-}'" >&2; exit 2 ;;
     esac
     ;;

@@ -1,4 +1,4 @@
-"""The DeepSeek-V3-shaped model (scripts/device/make_model.py --shape dsv3-shape-4l), its
+"""The DeepSeek-V3-shaped model (scripts/device/make_model.py --shape dsr1-shape), its
 models.yaml entry and the one-H200 recipes that serve it (docs/gpu.md, "A DeepSeek-V3-shaped
 model"). Nothing here needs a GPU: the config must load in transformers and in vLLM's own config
 parsing, and the entry must be the full DeepSeek-R1 NVIDIA entry's flags on a smaller model."""
@@ -46,9 +46,9 @@ R1_PER_LAYER = {
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("m") / "dsv3"
+    out = tmp_path_factory.mktemp("m") / "dsr1-shape"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts/device/make_model.py"), "--shape", "dsv3-shape-4l", str(out)],
+        [sys.executable, str(ROOT / "scripts/device/make_model.py"), "--shape", "dsr1-shape", str(out)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -93,9 +93,9 @@ def test_vllm_parses_it_as_an_fp8_mla_model(model_dir: Path) -> None:
 
 
 def test_build_is_idempotent_and_keeps_the_llama_default(tmp_path: Path) -> None:
-    out = make_model.build(tmp_path / "d", make_model.DSV3_4L)
+    out = make_model.build(tmp_path / "d", make_model.DSR1_SHAPE)
     stamp = (out / "tokenizer.json").stat().st_mtime_ns
-    assert make_model.build(out, make_model.DSV3_4L) == out
+    assert make_model.build(out, make_model.DSR1_SHAPE) == out
     assert (out / "tokenizer.json").stat().st_mtime_ns == stamp
     # Another shape into the same directory rebuilds it.
     make_model.build(out, make_model.LLAMA_8B)
@@ -105,20 +105,20 @@ def test_build_is_idempotent_and_keeps_the_llama_default(tmp_path: Path) -> None
 
 def test_models_entry_is_the_full_r1_nvidia_entry_on_dummy_weights() -> None:
     models = yaml.safe_load((ROOT / "models.yaml").read_text())["models"]
-    shape, full = models["dsv3-shape-4l"], models["deepseek-r1-0528-fp8-nvidia"]
+    shape, full = models["dsr1-shape"], models["deepseek-r1-0528-fp8-nvidia"]
     for key in ("prefill_flags", "decode_flags", "aggregated_flags"):
         assert shape[key] == {**full[key], "load-format": "dummy"}, key
     assert shape["max_model_len"] == full["max_model_len"] and shape["precision"] == full["precision"]
-    assert shape["path"] == ".cache/models/dsv3-shape-4l"
+    assert shape["path"] == ".cache/models/dsr1-shape"
     assert shape["env"] == {"VLLM_USE_DEEP_GEMM": "0"}
 
 
 @pytest.mark.parametrize("connector", ["pdbench", "nixl"])
 def test_one_gpu_recipes_share_the_model_split_and_prompts(connector: str) -> None:
-    recipe = yaml.safe_load((ROOT / "recipes" / f"gpu-h200-dsv3-1p1d-{connector}.yaml").read_text())
-    single = yaml.safe_load((ROOT / "recipes" / "gpu-h200-dsv3-single.yaml").read_text())
+    recipe = yaml.safe_load((ROOT / "recipes" / f"dsr1-shape-fp8-h200x1-{connector}-1p1d.yaml").read_text())
+    single = yaml.safe_load((ROOT / "recipes" / "dsr1-shape-fp8-h200x1-none-agg.yaml").read_text())
     assert recipe["connector"]["name"] == connector
-    assert recipe["model"] == single["model"] == "dsv3-shape-4l"
+    assert recipe["model"] == single["model"] == "dsr1-shape"
     assert recipe["benchmark"] == single["benchmark"]
     assert recipe["benchmark"]["shapes"] == [{"isl": 1024, "osl": 64}, {"isl": 4096, "osl": 64}]
     assert recipe["benchmark"]["concurrency"] == [1, 8] and recipe["benchmark"]["sentinels"]
@@ -129,7 +129,10 @@ def test_one_gpu_recipes_share_the_model_split_and_prompts(connector: str) -> No
     assert sum(shares) <= 0.9 and all("kv-cache-memory-bytes" in topo[r]["flags"] for r in ("prefill", "decode"))
 
 
-@pytest.mark.parametrize("recipe", ["gpu-h200-dsv3-1p1d-pdbench", "gpu-h200-dsv3-1p1d-nixl", "gpu-h200-dsv3-single"])
+@pytest.mark.parametrize(
+    "recipe",
+    ["dsr1-shape-fp8-h200x1-pdbench-1p1d", "dsr1-shape-fp8-h200x1-nixl-1p1d", "dsr1-shape-fp8-h200x1-none-agg"],
+)
 def test_validate_accepts_each_recipe(recipe: str) -> None:
     # Without --skip-flag-check: the installed vLLM's parser reads every rendered `vllm serve` line.
     # (Not --launcher local: that also wants the job's ports free here, which parallel tests hold.)
