@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -217,3 +219,15 @@ def test_other_deployments_are_not_repeats(tmp_path: Path) -> None:
         "disagg",
     ]
     assert tables[0].findings == (f"{SHAPE}: disagg wins only below c4 (c1 disagg, c4 agg)",)
+
+
+def test_pdbench_report_prints_it(tmp_path: Path) -> None:
+    run = _run(tmp_path, "job", {1: TPUT[1] * 1.25, 4: TPUT[4] * 0.8})
+    cmd = [sys.executable, "-m", "harness", "report", str(run), "--slo", "ttft_p99=1000"]
+    r = subprocess.run([*cmd, "--format", "md"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (
+        "| 256 | 32 | 4 | 1,053.7 | 842.9 | 1.25x | disagg (crossover) | disagg prefill-bound; agg decode-bound |"
+        in (r.stdout)
+    )
+    assert f"- ⚠️ {SHAPE}: disagg starts to win at c4 (c1 agg, c4 disagg)" in r.stdout
