@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
 
 import typer
 
-from harness import __version__
+from harness import __version__, exit_codes
 from harness.cli_help import Command, Group
 from harness.config.load import PROJECT_ROOT
-from harness.submit.refused import EXIT_CONFIG, Refused
+from harness.submit.refused import Refused
 
 if TYPE_CHECKING:
     from harness.rundir import RunDir
@@ -120,7 +120,7 @@ RunArg = Annotated[str, typer.Argument(metavar="RUN", help=RUN_HELP, show_defaul
 ResultsOpt = Annotated[Path, typer.Option(metavar="DIR", help="Root directory of run directories")]
 
 
-def _fail(msg: str, code: int = EXIT_CONFIG) -> NoReturn:
+def _fail(msg: str, code: int = exit_codes.USAGE) -> NoReturn:
     typer.echo(f"error: {msg}", err=True)
     raise typer.Exit(code)
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import psutil
 
+from harness import exit_codes
 from harness.rundir import Failure, FailureRecords, RunDir
 from harness.supervisor import MARK_ENV, kill_recorded
 
@@ -102,7 +103,7 @@ def main(argv: list[str]) -> int:
         log.error(
             "usage: python -m harness.reaper PID MARK RECORD [RUN_DIR NODE] (stdin: the pipe the node runtime holds)"
         )
-        return 2
+        return exit_codes.USAGE
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the runtime's to handle
     # Watched only while it is still this process's parent: one that died already left nothing to watch.
     parent = int(argv[0])

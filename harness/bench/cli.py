@@ -19,6 +19,7 @@ import typer
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
+from harness import exit_codes
 from harness.bench.client_config import ClientConfig
 
 if TYPE_CHECKING:
@@ -36,7 +37,9 @@ def _goodput(values: list[str]) -> dict[str, str]:
     for item in " ".join(values).replace(",", " ").split():
         name, sep, value = item.partition(":")
         if not sep or not name or not value:
-            raise _fail(f"invalid benchmark config:\n  goodput: expected KEY:VALUE in ms, got {item!r}", 2)
+            raise _fail(
+                f"invalid benchmark config:\n  goodput: expected KEY:VALUE in ms, got {item!r}", exit_codes.USAGE
+            )
         slos[name.strip()] = value.strip()
     return slos
 
@@ -53,15 +56,15 @@ def load_config(config: Path | None, overrides: dict[str, Any]) -> ClientConfig:
         try:
             data = json.loads(config.read_text())
         except (OSError, json.JSONDecodeError) as e:
-            raise _fail(f"cannot read config {config}: {e}", 2) from None
+            raise _fail(f"cannot read config {config}: {e}", exit_codes.USAGE) from None
         if not isinstance(data, dict):
-            raise _fail(f"config {config} must hold a JSON object", 2)
+            raise _fail(f"config {config} must hold a JSON object", exit_codes.USAGE)
     data |= {k: v for k, v in overrides.items() if v is not None}
     try:
         return ClientConfig.model_validate(data)
     except ValidationError as e:
         lines = [f"  {'.'.join(str(x) for x in err['loc']) or '(config)'}: {err['msg']}" for err in e.errors()]
-        raise _fail("invalid benchmark config:\n" + "\n".join(lines), 2) from None
+        raise _fail("invalid benchmark config:\n" + "\n".join(lines), exit_codes.USAGE) from None
 
 
 # The options are generated from ClientConfig's fields (names, help, defaults), so a field
@@ -179,7 +182,7 @@ def _overrides(values: dict[str, Any]) -> dict[str, Any]:
             try:
                 value = json.loads(value)
             except json.JSONDecodeError as e:
-                raise _fail(f"invalid benchmark config:\n  {name}: not JSON: {e}", 2) from None
+                raise _fail(f"invalid benchmark config:\n  {name}: not JSON: {e}", exit_codes.USAGE) from None
         out[name] = value
     return out
 
@@ -207,24 +210,24 @@ def bench_command(**flags: Any) -> None:
         # After a Ctrl-C that cut the sweep short, no other client starts.
         external = [] if any(o.interrupted for o in outcomes) else run_external_clients(cfg)
     except KeyboardInterrupt:
-        raise _fail("interrupted (Ctrl-C)", 130) from None
+        raise _fail("interrupted (Ctrl-C)", exit_codes.INTERRUPTED) from None
     except TargetDied as e:
-        raise _fail(f"the target cannot serve, nothing was sent: {e}", 1) from None
+        raise _fail(f"the target cannot serve, nothing was sent: {e}", exit_codes.FAILED) from None
     except (ResultExistsError, ResultDirUnwritable, DatasetError, TraceError) as e:
-        raise _fail(str(e), 1) from None
+        raise _fail(str(e), exit_codes.FAILED) from None
     except OSError as e:  # e.g. the tokenizer or a result directory that cannot be read or written
-        raise _fail(f"{e.strerror or e}: {e.filename}" if e.filename else str(e), 1) from None
+        raise _fail(f"{e.strerror or e}: {e.filename}" if e.filename else str(e), exit_codes.FAILED) from None
     except Exception as e:  # a defect: its type helps whoever reports it
-        raise _fail(f"unexpected error ({type(e).__name__}): {e}", 1) from None
+        raise _fail(f"unexpected error ({type(e).__name__}): {e}", exit_codes.FAILED) from None
     if any(o.interrupted for o in outcomes):
-        raise _fail(interrupted_summary(outcomes, cfg.result_dir), 130)
+        raise _fail(interrupted_summary(outcomes, cfg.result_dir), exit_codes.INTERRUPTED)
     if warm := next((o for o in outcomes if o.error and o.error.startswith(WARMUPS_FAILED)), None):
-        raise _fail(f"C={warm.concurrency}: {warm.error}; the points left were not run", 1)
+        raise _fail(f"C={warm.concurrency}: {warm.error}; the points left were not run", exit_codes.FAILED)
     if not all(o.ok for o in outcomes):
         bad = [f"C={o.concurrency} ({o.error or o.counts()})" for o in outcomes if not o.ok]
-        raise _fail("not every point succeeded: " + "; ".join(bad), 1)
+        raise _fail("not every point succeeded: " + "; ".join(bad), exit_codes.FAILED)
     if failed := [o.summary for o in external if not o.ok]:
-        raise _fail("; ".join(failed), 1)
+        raise _fail("; ".join(failed), exit_codes.FAILED)
 
 
 def interrupted_summary(outcomes: list[PointOutcome], result_dir: str) -> str:

@@ -18,7 +18,7 @@ import numpy as np
 import typer
 from pydantic import BaseModel, ConfigDict, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
-from harness import atomic
+from harness import atomic, exit_codes
 
 
 class TraceGenSettings(BaseModel):
@@ -104,10 +104,10 @@ def trace_generate_command(
     except ValidationError as e:
         err = e.errors()[0]
         typer.echo(f"Error: --{str(err['loc'][0]).replace('_', '-')}: {err['msg']}", err=True)
-        raise typer.Exit(code=2) from None
+        raise typer.Exit(code=exit_codes.USAGE) from None
     try:
         n = write_trace(out, settings)
     except FileExistsError:
         typer.echo(f"Error: {out} exists; pdbench never overwrites a trace", err=True)
-        raise typer.Exit(code=2) from None
+        raise typer.Exit(code=exit_codes.USAGE) from None
     typer.echo(f"wrote {n} requests to {out}")

@@ -24,6 +24,7 @@ from typing import TextIO
 
 import psutil
 
+from harness import exit_codes
 from harness.config.load import ResolvedRecipe
 from harness.launch.health_wait import HealthWait
 from harness.launch.job import Job, JobInfo, JobState, LaunchError
@@ -129,13 +130,13 @@ def run_local(run_dir: Path, num_nodes: int, timeout_s: float, grace_s: float, e
             if time.monotonic() > deadline:
                 log.error("the job exceeded its time limit of %.0f s; stopping it", timeout_s)
                 failures.record(Failure("launcher", f"the job reached its time limit of {timeout_s:.0f} s"))
-                rc = 124
+                rc = exit_codes.TIMED_OUT
                 break
             time.sleep(0.5)
     except KeyboardInterrupt:
         log.error("interrupted; stopping every node")
         failures.record(Failure("launcher", "interrupted by the user (Ctrl-C)"))
-        rc = 130
+        rc = exit_codes.INTERRUPTED
     except _Terminated as e:
         log.error("received %s; stopping every node", signal.Signals(e.signum).name)
         failures.record(Failure("launcher", f"received {signal.Signals(e.signum).name}"))

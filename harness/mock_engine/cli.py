@@ -7,6 +7,7 @@ from typing import Annotated, NoReturn
 import typer
 from pydantic import ValidationError
 
+from harness import exit_codes
 from harness.mock_engine.server import serve
 from harness.mock_engine.settings import MockEngineConfig
 
@@ -15,7 +16,7 @@ DIST_HELP = "50 | constant:50 | normal:MEAN,STD | exponential:MEAN | uniform:LO,
 
 def _fail(message: str) -> NoReturn:
     typer.echo(f"Error: {message}", err=True)
-    raise typer.Exit(code=2)
+    raise typer.Exit(code=exit_codes.USAGE)
 
 
 def mock_engine_command(

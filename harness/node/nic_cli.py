@@ -13,9 +13,8 @@ from typing import Annotated
 
 import typer
 
+from harness import exit_codes
 from harness.node.nic import PROC_NET_ROUTE, SYSFS, NicError, detect, render_exports
-
-EXIT_CONFIG = 2
 
 
 def nic_command(
@@ -34,7 +33,7 @@ def nic_command(
         result = detect(sysfs=sysfs, fallback_addr=fallback_addr, route_path=route_file)
     except NicError as e:
         typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(EXIT_CONFIG) from None
+        raise typer.Exit(exit_codes.USAGE) from None
     if export:
         for notice in result.notices:
             typer.echo(f"# pdbench nic: {notice}", err=True)

@@ -16,14 +16,14 @@ import typer
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
-from harness import connectors
+from harness import connectors, exit_codes
 from harness.proxy.config import ProxyConfig
 from harness.proxy.server import serve
 
 
 def _fail(message: str) -> NoReturn:
     typer.echo(f"Error: {message}", err=True)
-    raise typer.Exit(code=2)  # 2 = usage error, like Click's own
+    raise typer.Exit(code=exit_codes.USAGE)
 
 
 def _meta(field: FieldInfo) -> dict[str, Any]:

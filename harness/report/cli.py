@@ -10,14 +10,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from harness import atomic
+from harness import atomic, exit_codes
 from harness.config.load import PROJECT_ROOT
 from harness.report.formats import Format
 
 if TYPE_CHECKING:  # the model imports pandas: only `pdbench report` and `collect` should pay for it
     from harness.report.model import Report
 
-EXIT_USAGE = 2
 
 RunsArg = Annotated[
     list[str],
@@ -36,7 +35,7 @@ def _resolve(ref: str, results_dir: Path) -> Path:
         return RunDir.resolve(ref, results_dir).path
     except RunNotFound as e:
         typer.echo(f"error: {ref}: no such run directory or result file ({e})", err=True)
-        raise typer.Exit(EXIT_USAGE) from None
+        raise typer.Exit(exit_codes.USAGE) from None
 
 
 # As collect: a report or plot file is never written over (another run's may be in it).
@@ -46,7 +45,7 @@ _EXISTS = "{} exists; report never overwrites (choose another {})"
 def _refuse_existing(path: Path, option: str) -> None:
     if path.exists():
         typer.echo(f"error: {_EXISTS.format(path, option)}", err=True)
-        raise typer.Exit(EXIT_USAGE)
+        raise typer.Exit(exit_codes.USAGE)
 
 
 def _write(path: Path, option: str, write: Callable[[Path], object]) -> None:
@@ -56,7 +55,7 @@ def _write(path: Path, option: str, write: Callable[[Path], object]) -> None:
         write(path)
     except FileExistsError:  # created since the check at the start
         typer.echo(f"error: {_EXISTS.format(path, option)}", err=True)
-        raise typer.Exit(EXIT_USAGE) from None
+        raise typer.Exit(exit_codes.USAGE) from None
 
 
 def _plot_files(report: Report, plot: Path) -> list[Path]:
@@ -74,12 +73,12 @@ def _labels(
             f"error: --label: {len(labels)} labels for {len(runs)} run(s); give at most one per RUN, in their order",
             err=True,
         )
-        raise typer.Exit(EXIT_USAGE)
+        raise typer.Exit(exit_codes.USAGE)
     named = list(zip(paths, labels, strict=False)) + ([(base, base_label)] if base and base_label is not None else [])
     for _, label in named:
         if not label.strip():
             typer.echo("error: --label: a label is empty; give each run a name", err=True)
-            raise typer.Exit(EXIT_USAGE)
+            raise typer.Exit(exit_codes.USAGE)
     return {path: label.strip() for path, label in named}
 
 
@@ -151,7 +150,7 @@ def report_command(
         chosen = choose(fmt, out, terminal=out is None and sys.stdout.isatty())
     except (SLOError, FormatError) as e:
         typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(EXIT_USAGE) from None
+        raise typer.Exit(exit_codes.USAGE) from None
     if out is not None:
         _refuse_existing(out, "--out")
     if plot is not None:
@@ -163,7 +162,7 @@ def report_command(
         report = build_report(paths, base, slo=bounds, labels=names)
     except RunPathError as e:
         typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(EXIT_USAGE) from None
+        raise typer.Exit(exit_codes.USAGE) from None
     if plot is not None:  # the extra plots' names are known now: refuse before writing anything
         for path in _plot_files(report, plot)[1:]:
             _refuse_existing(path, "--plot")
@@ -173,7 +172,7 @@ def report_command(
             "interactivity (a TPOT p50), so the chart would be empty; nothing written (drop --plot)",
             err=True,
         )
-        raise typer.Exit(1)
+        raise typer.Exit(exit_codes.FAILED)
     if chosen is Format.text and out is None:
         from rich.console import Console
 
@@ -232,7 +231,7 @@ def report_command(
         )
     if report.table.empty:
         typer.echo("error: no usable result files" + ("; no plot written" if plot else ""), err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(exit_codes.FAILED)
 
 
 def collect_command(
@@ -258,25 +257,25 @@ def collect_command(
 
     if out.exists():
         typer.echo(f"error: {out} exists; collect never overwrites (choose another --out)", err=True)
-        raise typer.Exit(EXIT_USAGE)
+        raise typer.Exit(exit_codes.USAGE)
     paths = [_resolve(r, results_dir) for r in runs]
     try:
         result = collect(paths, hw=hw, include_invalid=include_invalid, include_unverified=include_unverified)
     except RunPathError as e:
         typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(EXIT_USAGE) from None
+        raise typer.Exit(exit_codes.USAGE) from None
     for s in result.skipped:
         typer.echo(f"skipped {s.path}: {s.reason}", err=True)
     for n in result.notes:
         typer.echo(f"note: {n}", err=True)
     if not result.entries:
         typer.echo("error: no point to collect; nothing written", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(exit_codes.FAILED)
     try:
         write_new(out, result.entries)
     except FileExistsError as e:
         typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(EXIT_USAGE) from None
+        raise typer.Exit(exit_codes.USAGE) from None
     typer.echo(
         f"wrote {len(result.entries)} entr{'y' if len(result.entries) == 1 else 'ies'} to {out}"
         + (f" ({len(result.skipped)} file(s) skipped)" if result.skipped else "")

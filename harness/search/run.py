@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import exit_codes
 from harness.config.cluster import chosen_profile
 from harness.config.load import ConfigError, ResolvedRecipe
 from harness.invocation import prog
@@ -50,7 +51,6 @@ from harness.submit.run import mark_not_submitted, render_run
 SEARCHES = "searches"  # results/searches/<name>/: a search's directory by default
 POLL_S = 10.0  # between polls of the jobs in flight (sbatch's scheduler is asked each time)
 CANCEL_WAIT_S = 120.0  # for cancelled jobs to end, when the search is stopped
-EXIT_INTERRUPTED = 130
 
 
 def default_search_dir(results_dir: Path, name: str) -> Path:
@@ -547,7 +547,7 @@ class Search:
     def exit_code(self) -> int:
         if self.interrupted is not None:
             say(f"interrupted; resume with: {self.resume}")
-            return EXIT_INTERRUPTED
+            return exit_codes.INTERRUPTED
         unfinished = [s.name for s in self.sdir.states.values() if s.status not in FINAL]
         if self.stop_reason is not None or unfinished:
             why = self.stop_reason or f"{', '.join(unfinished)} did not finish"

@@ -7,6 +7,7 @@ import shlex
 import sys
 import time
 
+from harness import exit_codes
 from harness.config.load import PROJECT_ROOT
 from harness.invocation import prog
 from harness.launch.health_wait import HealthWait
@@ -141,7 +142,7 @@ def follow(job: Job, timeout_s: float) -> int:
         print(f"\ninterrupted: cancelled {job.title}", file=sys.stderr, flush=True)
         if (command := resume_command(job.run)) is not None:
             say(f"resume: {command}")
-        return 130
+        return exit_codes.INTERRUPTED
     except LaunchError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return 1

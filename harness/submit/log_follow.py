@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from harness import exit_codes
 from harness.launch.find import NoJob, job_of
 from harness.launch.job import JobState, LaunchError
 from harness.rundir import RunDir
@@ -78,4 +79,4 @@ def follow_logs(run: RunDir, node: int | None, role: str | None, lines: int, out
             tail.pump(run.log_files(node, role))
             time.sleep(POLL_S)
     except KeyboardInterrupt:
-        return 130
+        return exit_codes.INTERRUPTED

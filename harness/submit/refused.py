@@ -3,10 +3,10 @@ can catch it without loading the pipeline)."""
 
 from __future__ import annotations
 
-EXIT_CONFIG = 2  # a recipe, option or run reference that cannot be used
+from harness import exit_codes
 
 
 class Refused(Exception):
-    def __init__(self, message: str, code: int = EXIT_CONFIG):
+    def __init__(self, message: str, code: int = exit_codes.USAGE):
         super().__init__(message)
         self.code = code
