@@ -232,6 +232,11 @@ def test_nixl_servers_get_cuda_ipc_get_on_unless_the_recipe_says_otherwise(tmp_p
     server = (_render("local-tiny-1p2d-vs-aggregated", tmp_path, cluster="local") / "server.sh").read_text()
     assert server.count("exec vllm serve") == 6  # 1 prefill + 2 decode, then 3 aggregated
     assert server.count("export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y") == 3  # the aggregated servers move no KV
+    # UCX prints the protocol it selected into each NIXL server's log: the lane, proven
+    # (harness.validity.ucx_lanes), read from the logs/ the client is pointed at.
+    assert server.count("export UCX_PROTO_INFO=y") == 3
+    bench = json.loads(next(tmp_path.glob("bench*.json")).read_text())
+    assert bench["server_logs_dir"] == "logs" and bench["kv_connector"] == "nixl"
     off = _render(
         "local-tiny-1p2d",
         tmp_path / "off",
@@ -244,7 +249,7 @@ def test_nixl_servers_get_cuda_ipc_get_on_unless_the_recipe_says_otherwise(tmp_p
         "UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y" not in server and server.count("export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=n") == 4
     )
     bundled = (_render("local-tiny-1p1d-pdbench", tmp_path / "b", cluster="local") / "server.sh").read_text()
-    assert "UCX_CUDA_IPC_ENABLE_GET_ZCOPY" not in bundled
+    assert "UCX_CUDA_IPC_ENABLE_GET_ZCOPY" not in bundled and "UCX_PROTO_INFO" not in bundled
 
 
 def test_lock_plan_and_bench_files(tmp_path: Path) -> None:

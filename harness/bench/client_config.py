@@ -72,6 +72,12 @@ class ClientConfig(BenchmarkSettings):
         "result_dir: each request is tagged (X-Pdbench-Id) and each point gets its TTFT breakdown (ttft_breakdown).",
         json_schema_extra={"cli_flags": ["--timings-dir"], "cli_default": "none, no breakdown"},
     )
+    server_logs_dir: str | None = Field(
+        None,
+        description="Where the scraped servers' logs lie (<name>.log), relative to result_dir: NIXL's KV lane is "
+        "read from decode's, where UCX printed the protocol it selected (UCX_PROTO_INFO).",
+        json_schema_extra={"cli_default": "none, NIXL's lane not proven"},
+    )
     runtime_records_dir: str | None = Field(
         None,
         description="Where the job's nodes record what each server runs on (interpreter, torch and connector "

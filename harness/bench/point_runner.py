@@ -85,6 +85,11 @@ def metadata(cfg: ClientConfig) -> dict[str, Any]:
     return md | cfg.metadata
 
 
+def server_logs(cfg: ClientConfig) -> Path | None:
+    """Where the scraped servers' logs lie (NIXL's lane is read from decode's), if given."""
+    return Path(cfg.result_dir) / cfg.server_logs_dir if cfg.server_logs_dir else None
+
+
 class PointRunner:
     def __init__(
         self,
@@ -273,6 +278,7 @@ class PointRunner:
                 completed=lambda: stops.progress.done - stops.progress.failed,
                 kv_ceiling=self.kv_ceiling,
                 on_invalid=lambda why: stops.on_invalid(label, concurrency, why),
+                logs_dir=server_logs(cfg),
             )
             await probe.start()
         profiler = self._profiler(scope, concurrency)
@@ -334,6 +340,7 @@ class PointRunner:
             probe.out_dir if probe is not None else None,
             records.values(),
             cfg.validity.kv_judged_min_bytes,
+            server_logs(cfg),
         )
         if probe is not None and cfg.kv_connector is not None and probe.disaggregated:
             # How the KV moved, from the connector's own account, against the job's ceiling.

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from harness import connectors
 from harness.rundir.kv_ceiling import KvCeiling
+from harness.rundir.paths import log_name
 from harness.rundir.prefix_cache_summary import PrefixCacheSummary
 from harness.validity import (
     ClientCounts,
@@ -31,6 +32,7 @@ from harness.validity import (
     stopped_early,
 )
 from harness.validity import prefix_cache as cache
+from harness.validity.ucx_lanes import lane_from_logs
 
 SAMPLE_INTERVAL_S = 2.0
 RECEIVES_SETTLE_S = 5.0  # the most a point's end waits for decode's last KV receives to be counted
@@ -68,11 +70,12 @@ class PointProbe:
         completed: Callable[[], int] = lambda: 0,
         on_invalid: Callable[[str], None] = lambda reason: None,
         kv_ceiling: KvCeiling | None = None,
+        logs_dir: Path | None = None,
     ):
         self.targets = [parse_target(t) for t in targets]
         self.out_dir, self.thresholds, self.connector = out_dir, thresholds, connector
         self.completed, self.on_invalid = completed, on_invalid
-        self.kv_ceiling = kv_ceiling
+        self.kv_ceiling, self.logs_dir = kv_ceiling, logs_dir
         self.before: dict[str, str] = {}
         self.peaks: dict[str, dict[str, float]] = {name: {} for name, _, _ in self.targets}
         self.early: tuple[str, float] | None = None  # (reason, seconds into the point) once stopped
@@ -111,7 +114,11 @@ class PointProbe:
         reason = early_reason(servers, self.completed(), self.thresholds, self.connector)
         if reason is None and self._early_transport:
             decode = [(s.before, s.after) for s in servers.values() if s.role == "decode"]
-            reason = kv_transport.early_reason(decode, self.kv_ceiling, self.thresholds)
+            lane = None
+            if self.logs_dir is not None:
+                logs = (self.logs_dir / log_name(name) for name, s in servers.items() if s.role == "decode")
+                lane = lane_from_logs(logs)[0]
+            reason = kv_transport.early_reason(decode, self.kv_ceiling, self.thresholds, lane)
         if reason is not None:
             self.early = (reason, after_s)
             self.on_invalid(reason)

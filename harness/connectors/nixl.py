@@ -21,7 +21,10 @@ ENTRY = Connector(
     # UCX's cuda_ipc turns its get (NIXL's pull) off when NVML reports no NVLink, as for two
     # servers on one GPU, and then reads by software emulation over TCP: 0.35 GB/s against
     # 59-233 GB/s with it on (docs/gpu.md, one H200). Harmless between hosts (no cuda_ipc there).
-    env_defaults={"UCX_CUDA_IPC_ENABLE_GET_ZCOPY": "y"},
+    # UCX_PROTO_INFO: UCX prints the protocol and transport it selected for each operation into the
+    # server's log (a table per endpoint configuration, once): the KV's lane, proven
+    # (harness.validity.ucx_lanes), where vLLM's metrics cannot say it.
+    env_defaults={"UCX_CUDA_IPC_ENABLE_GET_ZCOPY": "y", "UCX_PROTO_INFO": "y"},
     ports=(PortRange(Value.SIDE_CHANNEL_PORT),),
     rdma=True,
     image_modules=("nixl",),

@@ -17,7 +17,7 @@ from harness import connectors
 from harness.config.load import ResolvedRecipe
 from harness.config.schema import Flags
 from harness.connectors.entry import Setting, Value
-from harness.rundir.paths import PROXY_TIMINGS, SECRET, STATE, bench_config_name, metrics_subdir, sentinels_subdir
+from harness.rundir.paths import LOGS, PROXY_TIMINGS, SECRET, STATE, bench_config_name, metrics_subdir, sentinels_subdir
 from harness.rundir.profile_summary import capture_dir
 from harness.topology import JobPlan, Phase, Worker
 
@@ -423,6 +423,7 @@ def bench_config(
         "prefill_gpus": plan.devices("prefill"),
         "decode_gpus": plan.devices("decode"),
         "proxy_timings_dir": PROXY_TIMINGS,
+        "server_logs_dir": LOGS,
         "runtime_records_dir": STATE,
         "kv_connector": rr.recipe.connector.name,
         "metadata": run_meta,

@@ -83,6 +83,11 @@ def bench_config_name(phase: str) -> str:
     return "bench.json" if phase == "disagg" else f"bench-{phase}.json"
 
 
+def log_name(name: str) -> str:
+    """A process's, node's (node<N>) or the client's (bench) log file, in logs/."""
+    return f"{name}.log"
+
+
 def server_record_name(server: str) -> str:
     """A server's interpreter and package versions, written by its node into state/."""
     return f"runtime-{server}.json"
@@ -317,7 +322,7 @@ class RunDir:
 
     def log(self, name: str) -> Path:
         """A process's, node's (node<N>) or the client's (bench) log."""
-        return self.logs / f"{name}.log"
+        return self.logs / log_name(name)
 
     def node_output(self, node: int) -> Path:
         """What a node's server.sh prints outside the node runtime's own log (the local launcher's)."""

@@ -10,7 +10,8 @@ Two sources, per connector (what each exports: harness/connectors/<name>.py):
   read. The point's deltas give sums and bucket counts: the mean rate is exact (bytes over time,
   summed); per-transfer quantiles are interpolated in the time buckets, and a transfer's rate is
   the mean bytes over its time (exact when every transfer has the same size: one prompt length).
-  UCX does not tell vLLM which transport it used, so the lane is not known from these.
+  UCX does not tell vLLM which transport it used: the lane comes from UCX's own protocol
+  selection in decode's log (harness.validity.ucx_lanes), where the job's logs are given.
 Other connectors (Mooncake, MoRI-IO in vLLM 0.32) export no transfer sizes or times: no section.
 """
 
@@ -26,7 +27,9 @@ import numpy as np
 from harness import connectors
 from harness.config.benchmark import ValidityThresholds
 from harness.rundir.kv_handoff_summary import KvHandoffSummary, Spread
+from harness.rundir.paths import log_name
 from harness.validity.series import Scrape, delta
+from harness.validity.ucx_lanes import lane_from_logs
 
 NIXL = "vllm:nixl_"
 MIN_BYTES = ValidityThresholds().kv_judged_min_bytes
@@ -38,12 +41,14 @@ def point_handoff(
     scrapes_dir: Path | None,
     records: Iterable[dict[str, Any]],
     min_bytes: int = MIN_BYTES,
+    logs_dir: Path | None = None,
 ) -> KvHandoffSummary | None:
     """The point's section, from where the connector's entry says its handoff is recorded.
     `targets`: the point's scraped servers (name, role, url), whose scrapes lie in `scrapes_dir`
     as <name>.{before,after}.prom; `records`: the proxy's per-request records of the point, with
     the connector's line of each (its `connector` entry) where it wrote one; `min_bytes`: the
-    smallest transfer the section's judged rate counts."""
+    smallest transfer the section's judged rate counts; `logs_dir`: where the servers' logs lie
+    (NIXL's lane is read from decode's), None when the client was not given it."""
     if connector is None:
         return None
     source = connectors.get_kv(connector).evidence
@@ -59,7 +64,10 @@ def point_handoff(
             return path.read_text(errors="replace") if path.is_file() else ""
 
         decode = [(text(name, "before"), text(name, "after")) for name, role, _ in targets if role == "decode"]
-        return from_nixl_scrapes(decode, min_bytes)
+        if logs_dir is None:
+            return from_nixl_scrapes(decode, min_bytes)
+        lane, note = lane_from_logs(logs_dir / log_name(name) for name, role, _ in targets if role == "decode")
+        return from_nixl_scrapes(decode, min_bytes, lane, note)
     return None
 
 
@@ -106,9 +114,15 @@ def from_connector_records(
     )
 
 
-def from_nixl_scrapes(pairs: Sequence[tuple[str, str]], min_bytes: int = MIN_BYTES) -> KvHandoffSummary | None:
-    """Decode servers' (before, after) /metrics texts of the point; None when no NIXL transfer
-    was observed (or the servers export no NIXL histograms)."""
+def from_nixl_scrapes(
+    pairs: Sequence[tuple[str, str]],
+    min_bytes: int = MIN_BYTES,
+    lane: str | None = None,
+    lane_note: str = "vLLM's NIXL metrics do not say which UCX transport carried the bytes (no server logs given)",
+) -> KvHandoffSummary | None:
+    """Decode servers' (before, after) /metrics texts of the point, and the lane with its note
+    (harness.validity.ucx_lanes); None when no NIXL transfer was observed (or the servers export no
+    NIXL histograms)."""
     before = [Scrape.parse(b) for b, _ in pairs]
     after = [Scrape.parse(a) for _, a in pairs]
 
@@ -144,8 +158,8 @@ def from_nixl_scrapes(pairs: Sequence[tuple[str, str]], min_bytes: int = MIN_BYT
         gbps=gbps,
         gbps_mean=None if size is None else size / (time_s * 1e9),
         post_share=None if post is None else post / time_s,
-        lane=None,
-        lane_note="vLLM's NIXL metrics do not say which UCX transport carried the bytes",
+        lane=lane,
+        lane_note=lane_note,
         note=(
             "decode's NIXL histograms over the point: the mean rate is bytes over time summed; "
             "percentiles interpolated in the time buckets, rates as the mean bytes over those times"

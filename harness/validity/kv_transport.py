@@ -22,6 +22,7 @@ from harness.rundir.kv_handoff_summary import KvHandoffSummary
 from harness.rundir.paths import KV_CEILING, STATE
 from harness.validity.kv_handoff import from_nixl_scrapes
 from harness.validity.rules import PointValidity, RuleResult
+from harness.validity.ucx_lanes import is_emulated
 
 RULE = "kv_transport"
 Status = Literal["passed", "failed", "not_checked"]
@@ -91,7 +92,9 @@ def judge(
         evidence = connectors.get_kv(connector).evidence if connector else None
         causes = evidence.slow_causes if evidence is not None else "a wrong NIC or transport for the path"
         return rule(
-            "failed", f"degraded_transport: {what}, below {need:.0%}{split_finding(h)}; usual causes: {causes}", share
+            "failed",
+            f"degraded_transport: {what}, below {need:.0%}{lane_finding(h)}{split_finding(h)}; usual causes: {causes}",
+            share,
         ), h.model_copy(update={"flag": "degraded_transport"})
     return rule("passed", f"{what} (at least {need:.0%})", share), h
 
@@ -117,6 +120,16 @@ def beyond_fixed_cost(h: KvHandoffSummary, fixed_cost_ms: float) -> tuple[float 
 # NIXL posts one descriptor per block and layer when nothing merges: 32 KiB for an 8B Llama at
 # block size 16; merged ones are MiBs. The report's finding uses the same bound.
 SPLIT_BYTES = 64 << 10
+
+
+def lane_finding(h: KvHandoffSummary) -> str:
+    """What the lane says when UCX read the KV by software emulation (harness.validity.ucx_lanes)."""
+    if not is_emulated(h.lane):
+        return ""
+    return (
+        "; measured: UCX read the KV by software emulation (messages over the lane named): none of the "
+        "transports it was given can read that memory directly"
+    )
 
 
 def split_finding(h: KvHandoffSummary) -> str:
@@ -145,10 +158,13 @@ def with_kv_transport(verdict: PointValidity, r: RuleResult) -> PointValidity:
     )
 
 
-def early_reason(decode: Sequence[tuple[str, str]], ceiling: KvCeiling | None, t: ValidityThresholds) -> str | None:
+def early_reason(
+    decode: Sequence[tuple[str, str]], ceiling: KvCeiling | None, t: ValidityThresholds, lane: str | None = None
+) -> str | None:
     """Why a running NIXL point is already degraded, from its decode servers' /metrics at its start
-    and now (NIXL's histograms count each completed transfer as it ends); None when not (yet) shown."""
+    and now (NIXL's histograms count each completed transfer as it ends) and the lane UCX selected
+    (harness.validity.ucx_lanes); None when not (yet) shown."""
     if ceiling is None or ceiling.gbps is None or not t.kv_min_ceiling_share:
         return None
-    r, _ = judge(from_nixl_scrapes(decode, t.kv_judged_min_bytes), ceiling, t, "nixl")
+    r, _ = judge(from_nixl_scrapes(decode, t.kv_judged_min_bytes, lane), ceiling, t, "nixl")
     return r.detail if r.status == "failed" else None

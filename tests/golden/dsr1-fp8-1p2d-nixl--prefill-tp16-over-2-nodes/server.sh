@@ -22,6 +22,7 @@ proc_prefill_0() {
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
   export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y
+  export UCX_PROTO_INFO=y
   export VLLM_ROCM_USE_AITER=1
   export VLLM_ROCM_USE_AITER_MOE=1
   export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
@@ -56,6 +57,7 @@ proc_prefill_0_f1() {
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
   export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y
+  export UCX_PROTO_INFO=y
   export VLLM_ROCM_USE_AITER=1
   export VLLM_ROCM_USE_AITER_MOE=1
   export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
@@ -91,6 +93,7 @@ proc_decode_0() {
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
   export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y
+  export UCX_PROTO_INFO=y
   export VLLM_ROCM_USE_AITER=1
   export VLLM_ROCM_USE_AITER_MOE=1
   export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
@@ -123,6 +126,7 @@ proc_decode_1() {
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
   export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y
+  export UCX_PROTO_INFO=y
   export VLLM_ROCM_USE_AITER=1
   export VLLM_ROCM_USE_AITER_MOE=1
   export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1

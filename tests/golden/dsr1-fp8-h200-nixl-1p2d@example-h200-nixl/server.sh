@@ -24,6 +24,7 @@ proc_prefill_0() {
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
   export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y
+  export UCX_PROTO_INFO=y
   export VLLM_ENGINE_READY_TIMEOUT_S=3600
   export IBDEVICES=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
@@ -52,6 +53,7 @@ proc_decode_0() {
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
   export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y
+  export UCX_PROTO_INFO=y
   export VLLM_ENGINE_READY_TIMEOUT_S=3600
   export IBDEVICES=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5608
@@ -81,6 +83,7 @@ proc_decode_1() {
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
   export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y
+  export UCX_PROTO_INFO=y
   export VLLM_ENGINE_READY_TIMEOUT_S=3600
   export IBDEVICES=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5616

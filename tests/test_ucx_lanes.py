@@ -1,0 +1,105 @@
+"""NIXL's KV lane from UCX's own account (UCX_PROTO_INFO) in decode's log: two real decode logs of
+one H200 (vLLM 0.20.0, nixl-cu13 1.0.1, two servers on the GPU, 2026-11-29): as pdbench renders
+NIXL (cuda_ipc) and with UCX_TLS=tcp,cuda_copy,sm,self (software emulation over TCP, 0.22 GB/s)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_kv_handoff import GIB, NixlDecode
+from test_kv_transport import T, ceiling
+
+from harness.validity import ucx_lanes
+from harness.validity.kv_handoff import from_nixl_scrapes, point_handoff
+from harness.validity.kv_transport import early_reason, judge
+from harness.validity.ucx_lanes import describe, is_emulated, kv_reads, lane_from_logs, selections
+
+DATA = Path(__file__).parent / "data" / "ucx_proto_info"
+IPC, TCP = DATA / "decode-ipc.log", DATA / "decode-tcp.log"
+
+
+def test_the_kv_read_of_a_real_log_is_found_among_its_tables() -> None:
+    cases = ((IPC, "zero-copy", "cuda_ipc/cuda"), (TCP, "software emulation", "tcp/lo"))
+    for path, protocol, lanes in cases:
+        lines = path.read_text().splitlines()
+        found = selections(lines)
+        # Precondition: a real log, vLLM's own lines between dozens of UCX tables of other operations.
+        assert any("APIServer" in x for x in lines) and len(found) > 40
+        assert sum(s.operation.startswith("remote memory write") for s in found) > 10
+        (read,) = kv_reads(found)
+        assert read.context == "intra-node cfg#2" and "into cuda/GPU0 from cuda" in read.operation
+        assert read.rows == (("0..inf", protocol, lanes),)
+        assert describe(read) == f"{lanes} ({protocol})"
+    assert not is_emulated(describe(kv_reads(selections(IPC.read_text().splitlines()))[0]))
+    assert is_emulated(describe(kv_reads(selections(TCP.read_text().splitlines()))[0]))
+
+
+def row(pid: int, cells: str) -> str:
+    return f"[1795940252.0{pid}] [vm:{pid} :0]   |{cells}|"
+
+
+def test_rows_stay_with_their_process_when_logs_interleave_and_the_largest_size_decides() -> None:
+    lines = [
+        row(1, " ucp_context_0 inter-node cfg#1 | remote memory read by ucp_get* into cuda/GPU0 from cuda "),
+        row(2, " ucp_context_0 self cfg#0 | remote memory read by ucp_get* into cuda/GPU1 from cuda "),
+        row(1, "       0..8192 | short | tcp/eth0 "),
+        row(2, "        0..inf | zero-copy | cuda_copy/cuda "),
+        "(EngineCore pid=1) INFO a vLLM line | with | bars",
+        row(1, "     8193..inf | zero-copy | 50% on rc_mlx5/mlx5_0:1 and 50% on rc_mlx5/mlx5_1:1 "),
+        row(1, " ucp_context_0 inter-node cfg#1 | active message by ucp_am_send* from host memory "),
+        row(1, "        0..inf | multi-frag zero-copy | tcp/eth0 "),
+    ]
+    found = selections(lines)
+    assert len(found) == 3
+    (read,) = kv_reads(found)  # the self configuration is a process's loopback, not the KV path
+    assert len(read.rows) == 2
+    assert describe(read) == "50% on rc_mlx5/mlx5_0:1 and 50% on rc_mlx5/mlx5_1:1 (zero-copy)"
+
+
+def test_the_lane_over_decode_servers_joins_distinct_lanes_and_says_why_there_is_none(tmp_path: Path) -> None:
+    lane, note = lane_from_logs([IPC, TCP, IPC])
+    assert lane == "cuda_ipc/cuda (zero-copy)+tcp/lo (software emulation)"
+    assert "UCX_PROTO_INFO" in note and "decode-ipc.log" in note
+    quiet = tmp_path / "decode-0.log"
+    quiet.write_text("\n".join(x for x in IPC.read_text().splitlines() if "ucp_get" not in x))
+    lane, note = lane_from_logs([quiet, tmp_path / "decode-1.log"])  # no read table; no file at all
+    assert lane is None and "decode-0.log, decode-1.log" in note and "UCX_PROTO_INFO=y" in note
+
+
+def test_a_table_past_the_bound_is_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = IPC.read_text()
+    at = text.index("remote memory read by ucp_get")
+    assert lane_from_logs([IPC])[0] is not None  # precondition: found when the bound is past it
+    monkeypatch.setattr(ucx_lanes, "MAX_BYTES", at - 500)
+    assert lane_from_logs([IPC])[0] is None
+
+
+def test_point_handoff_reads_decodes_log_and_the_rule_names_the_emulation(tmp_path: Path) -> None:
+    decode = NixlDecode()
+    (tmp_path / "decode-0.before.prom").write_text(decode.text())
+    for _ in range(3):  # the real tcp arm: 512 MiB at 0.22 GB/s
+        decode.transfer(0.5 * GIB / 0.22e9, GIB // 2, 85, 0.001)
+    (tmp_path / "decode-0.after.prom").write_text(decode.text())
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "decode-0.log").write_text(TCP.read_text())
+    (logs / "prefill-0.log").write_text(IPC.read_text())  # prefill's tables are not decode's reads
+    targets = [("prefill-0", "prefill", "http://p"), ("decode-0", "decode", "http://d")]
+    h = point_handoff("nixl", targets, tmp_path, [], GIB // 2, logs)
+    assert h is not None and h.lane == "tcp/lo (software emulation)" and "decode-0.log" in h.lane_note
+    unproven = point_handoff("nixl", targets, tmp_path, [], GIB // 2)  # no logs given: as before
+    assert unproven is not None and unproven.lane is None
+    r, section = judge(h, ceiling(2102.8), T.model_copy(update={"kv_judged_min_bytes": GIB // 2}), "nixl")
+    assert r.status == "failed" and section is not None and section.flag == "degraded_transport"
+    assert "lane tcp/lo (software emulation)" in r.detail and "UCX read the KV by software emulation" in r.detail
+    r_unproven, _ = judge(unproven, ceiling(2102.8), T.model_copy(update={"kv_judged_min_bytes": GIB // 2}), "nixl")
+    assert "software emulation" not in r_unproven.detail  # the finding comes from the lane alone
+    # The early check names it too.
+    before = (tmp_path / "decode-0.before.prom").read_text()
+    why = early_reason(
+        [(before, decode.text())], ceiling(2102.8), T.model_copy(update={"kv_judged_min_bytes": 1}), h.lane
+    )
+    assert why is not None and "UCX read the KV by software emulation" in why
+    healthy = from_nixl_scrapes([(before, decode.text())], 1, "cuda_ipc/cuda (zero-copy)")
+    assert healthy is not None and "software emulation" not in judge(healthy, ceiling(2102.8), T, "nixl")[0].detail
