@@ -15,6 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from scripts import render_diff  # noqa: E402
 from tests import test_render, test_report  # noqa: E402
 
 
@@ -33,7 +34,9 @@ def main() -> int:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(output.render(test_report._report(case)))
             written += 1
-    print(f"wrote {written} golden files; review them with: git diff --stat tests/golden")
+    # docs/diffs/: scaled recipes' server.sh against the full ones', rendered as the goldens are.
+    render_diff.main(["--write"])
+    print(f"wrote {written} golden files; review them with: git diff --stat tests/golden docs/diffs")
     return 0
 
 

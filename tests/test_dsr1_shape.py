@@ -115,8 +115,7 @@ def test_models_entry_is_the_full_r1_nvidia_entry_on_dummy_weights() -> None:
 
 @pytest.mark.parametrize("connector", ["pdbench", "nixl"])
 def test_one_gpu_recipes_share_the_model_split_and_prompts(connector: str) -> None:
-    recipe = yaml.safe_load((ROOT / "recipes" / f"dsr1-shape-fp8-h200x1-{connector}-1p1d.yaml").read_text())
-    single = yaml.safe_load((ROOT / "recipes" / "dsr1-shape-fp8-h200x1-none-agg.yaml").read_text())
+    recipe, single = _recipe(f"dsr1-shape-fp8-h200x1-{connector}-1p1d"), _recipe("dsr1-shape-fp8-h200x1-none-agg")
     assert recipe["connector"]["name"] == connector
     assert recipe["model"] == single["model"] == "dsr1-shape"
     assert recipe["benchmark"] == single["benchmark"]
@@ -129,10 +128,57 @@ def test_one_gpu_recipes_share_the_model_split_and_prompts(connector: str) -> No
     assert sum(shares) <= 0.9 and all("kv-cache-memory-bytes" in topo[r]["flags"] for r in ("prefill", "decode"))
 
 
-@pytest.mark.parametrize(
-    "recipe",
-    ["dsr1-shape-fp8-h200x1-pdbench-1p1d", "dsr1-shape-fp8-h200x1-nixl-1p1d", "dsr1-shape-fp8-h200x1-none-agg"],
-)
+X4 = [f"dsr1-shape-fp8-h200x4-{c}-{t}" for c in ("nixl", "pdbench") for t in ("1p2d", "1p1d-wideep")]
+ONE_GPU = ["dsr1-shape-fp8-h200x1-pdbench-1p1d", "dsr1-shape-fp8-h200x1-nixl-1p1d", "dsr1-shape-fp8-h200x1-none-agg"]
+
+
+def _recipe(name: str) -> dict:
+    return yaml.safe_load((ROOT / "recipes" / f"{name}.yaml").read_text())
+
+
+def test_x4_recipes_scale_the_full_ones_to_four_gpus_of_one_node() -> None:
+    assert sorted(p.stem for p in (ROOT / "recipes").glob("dsr1-shape-*.yaml")) == sorted(ONE_GPU + X4)
+    for name in X4:
+        topo = _recipe(name)["topology"]
+        assert (topo["gpus_per_node"], topo["colocate"]) == (4, True), name
+        assert (topo["prefill"]["tp"], topo["prefill"]["ep"]) == (2, 2), name
+    p2 = _recipe("dsr1-shape-fp8-h200x4-nixl-1p2d")["topology"]
+    assert (p2["decode"]["workers"], p2["decode"]["tp"]) == (2, 1) and "ep" not in p2["decode"]
+    wide = _recipe("dsr1-shape-fp8-h200x4-nixl-1p1d-wideep")["topology"]["decode"]
+    assert (wide["workers"], wide["tp"], wide["dp"], wide["ep"], wide["dp_attention"]) == (1, 1, 2, 2, True)
+    # EPLB's redundant experts scaled with the experts: 32 of R1's 256, 8 of 64.
+    full = _recipe("dsr1-fp8-h200-nixl-1p2d-wideep")["topology"]["decode"]["flags"]["eplb-config"]
+    assert wide["flags"]["eplb-config"] == {**full, "num_redundant_experts": full["num_redundant_experts"] * 64 // 256}
+    for topo_name in ("1p2d", "1p1d-wideep"):
+        nixl, bundled = (
+            _recipe(f"dsr1-shape-fp8-h200x4-nixl-{topo_name}"),
+            _recipe(f"dsr1-shape-fp8-h200x4-pdbench-{topo_name}"),
+        )
+        # The baseline: 4 one-GPU replicas in the NIXL recipe; the bundled connector's twin differs
+        # only in its connector and in leaving the baseline to it.
+        assert nixl["topology"]["aggregated"] == {"nodes": 1, "workers": 4, "tp": 1, "port": 8300}
+        assert {k: v for k, v in nixl["topology"].items() if k != "aggregated"} == bundled["topology"]
+        assert nixl["benchmark"] == bundled["benchmark"] and bundled["connector"]["name"] == "pdbench"
+        # Issue 47's table: ISL 1k/4k/8k, OSL 256, c 1..32.
+        bench = nixl["benchmark"]
+        assert [(s["isl"], s["osl"]) for s in bench["shapes"]] == [(1024, 256), (4096, 256), (8192, 256)]
+        assert bench["concurrency"] == [1, 2, 4, 8, 16, 32] and bench["sentinels"]
+
+
+def test_docs_diffs_are_the_rendered_ones() -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import render_diff
+
+    assert [scaled for _, scaled in render_diff.PAIRS] == [X4[0], X4[1]]
+    for full, scaled in render_diff.PAIRS:
+        text = render_diff.diff(full, scaled)
+        # precondition: the diff is of the prefill's TP8 scaled to TP2
+        assert "\n-    --tensor-parallel-size 8 \\\n" in text and "\n+    --tensor-parallel-size 2 \\\n" in text, scaled
+        kept = (ROOT / "docs" / "diffs" / f"{scaled}.diff").read_text()
+        assert text == kept, f"docs/diffs/{scaled}.diff is stale: .venv/bin/python scripts/render_diff.py --write"
+
+
+@pytest.mark.parametrize("recipe", ONE_GPU + X4)
 def test_validate_accepts_each_recipe(recipe: str) -> None:
     # Without --skip-flag-check: the installed vLLM's parser reads every rendered `vllm serve` line.
     # (Not --launcher local: that also wants the job's ports free here, which parallel tests hold.)

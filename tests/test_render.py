@@ -48,13 +48,17 @@ VARIANTS = {
         "example-h200-nixl",
     ),
     "local-tiny-1p2d@local": ("local-tiny-1p2d", [], "local"),
-    # The DeepSeek-V3-shaped model (models.yaml dsr1-shape) on one H200, both connectors.
+    # The DeepSeek-R1-shaped model (models.yaml dsr1-shape) on one H200 and on four, both connectors.
     **{
         r: (r, [])
         for r in (
             "dsr1-shape-fp8-h200x1-pdbench-1p1d",
             "dsr1-shape-fp8-h200x1-nixl-1p1d",
             "dsr1-shape-fp8-h200x1-none-agg",
+            "dsr1-shape-fp8-h200x4-nixl-1p2d",
+            "dsr1-shape-fp8-h200x4-pdbench-1p2d",
+            "dsr1-shape-fp8-h200x4-nixl-1p1d-wideep",
+            "dsr1-shape-fp8-h200x4-pdbench-1p1d-wideep",
         )
     },
     "local-tiny-1p2d-vs-aggregated@local": ("local-tiny-1p2d-vs-aggregated", [], "local"),

@@ -8,6 +8,7 @@
 # degraded_transport verdict's case). single: one instance on GPU 0, every recipe's reference.
 # dsr1-shape-pdbench, dsr1-shape-nixl, dsr1-shape-agg: the same three on one H200 with the DeepSeek-V3-shaped
 # model (build it first: make_model.py --shape dsr1-shape, and carry .cache/models/dsr1-shape).
+# dsr1-shape-x4-{nixl,pdbench}-{1p2d,1p1d-wideep}: the four-H200 recipes (nvidia-h200-x4).
 # SUBMIT_SET adds one --set to every submit. Each job's exit status is printed; a failed one
 # does not stop the next.
 set -uo pipefail
@@ -42,6 +43,9 @@ for step in $steps; do
         --results-dir "$root" ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
     dsr1-shape-agg)
       timeout 2700 python3 -m harness submit --recipe dsr1-shape-fp8-h200x1-none-agg --launcher local \
+        --results-dir "$root" ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
+    dsr1-shape-x4-*)
+      timeout 6300 python3 -m harness submit --recipe "dsr1-shape-fp8-h200x4-${step#dsr1-shape-x4-}" --launcher local \
         --results-dir "$root" ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
     *) echo "run_all: unknown step $step" >&2; false ;;
   esac
