@@ -12,11 +12,12 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import Field, field_validator
 
 from harness.config.cpus import parse_cpus
 from harness.config.load import ConfigError, ResolvedRecipe
 from harness.config.schema import RoleSpec, TimeoutSpec
+from harness.strict import FrozenStrict
 
 Role = Literal["prefill", "decode", "aggregated"]
 ROLES: tuple[Role, Role] = ("prefill", "decode")
@@ -120,31 +121,29 @@ def bench_name(phase: Phase) -> str:
     return "bench" if phase == "disagg" else f"bench-{phase}"
 
 
-class PreflightSpec(BaseModel):
+class PreflightSpec(FrozenStrict):
     """What every node checks before starting a server (see harness/node/preflight.py)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     weights_path: str | None = None  # as the job sees it
     hf_id: str | None = None
     hf_cache: str | None = None
     need_weights: bool = True  # false with --load-format dummy: config and tokenizer only
-    gpus: dict[int, int] = {}  # node -> GPUs its processes use
-    ports: dict[int, list[int]] = {}  # node -> TCP ports its processes bind
-    memory_bytes: dict[int, int] = {}  # node -> host memory its servers reserve (CPU KV cache)
+    gpus: dict[int, int] = Field(default_factory=dict)  # node -> GPUs its processes use
+    ports: dict[int, list[int]] = Field(default_factory=dict)  # node -> TCP ports its processes bind
+    memory_bytes: dict[int, int] = Field(default_factory=dict)  # node -> host memory its servers reserve (CPU KV cache)
     rdma: bool = False  # the connector needs active RDMA ports
-    nsys_nodes: list[int] = []  # nodes that run a server under nsys (benchmark.profile.tool: nsys)
+    nsys_nodes: list[int] = Field(
+        default_factory=list
+    )  # nodes that run a server under nsys (benchmark.profile.tool: nsys)
     node_interface: str | None = None  # the node address is this interface's IPv4
 
 
-class PlanFile(BaseModel):
+class PlanFile(FrozenStrict):
     """plan.json: what the renderer decided, read back as this model by every node runtime.
 
     The workers' derived `name` and `node` are written for readers of the file and
     ignored when it is read back (they follow from role, index and nodes).
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     num_nodes: int
     proxy_node: int

@@ -44,6 +44,7 @@ FLOORS: tuple[tuple[str, int], ...] = (
     ("harness.aio", 1),
     ("harness.limits", 1),
     ("harness.exit_codes", 1),
+    ("harness.strict", 1),
     ("harness.tiny_model", 1),
     ("harness", 1),  # the package itself: __version__
 )

@@ -16,13 +16,13 @@ from typing import Annotated, Any
 
 import numpy as np
 import typer
-from pydantic import BaseModel, ConfigDict, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
+from pydantic import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
 from harness import atomic, exit_codes
+from harness.strict import FrozenStrict
 
 
-class TraceGenSettings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class TraceGenSettings(FrozenStrict):
     sessions: PositiveInt = 20
     turns: PositiveInt = 3
     rate: PositiveFloat = 2.0  # sessions started per second

@@ -10,7 +10,9 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import AfterValidator, Field, PositiveInt, model_validator
+
+from harness.strict import Strict
 
 # lm-eval task and metric names end up as argv words and JSON keys, never in a shell script.
 _TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -33,11 +35,7 @@ MetricKey = Annotated[
 Phase = Literal["disagg", "aggregated"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class AccuracyTask(_Strict):
+class AccuracyTask(Strict):
     name: TaskName = Field("gsm8k", description="lm-eval task name")
     num_fewshot: int | None = Field(None, ge=0, description="lm-eval --num_fewshot; default: the task's own")
     limit: PositiveInt | None = Field(None, description="lm-eval --limit: the first N samples; default: all")
@@ -57,7 +55,7 @@ class AccuracyTask(_Strict):
     )
 
 
-class AccuracySpec(_Strict):
+class AccuracySpec(Strict):
     enabled: bool = Field(False, description="run lm-eval against the job's proxy")
     tasks: list[AccuracyTask] = Field(
         [{"name": "gsm8k"}],

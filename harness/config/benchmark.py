@@ -38,6 +38,7 @@ from harness.config.external_clients import (
 )
 from harness.config.slo import SLOError, check_bounds, result_key
 from harness.rundir.result_name import shape_tag
+from harness.strict import FrozenStrict, Strict
 
 
 class ValidityThresholds(BaseModel):
@@ -79,11 +80,10 @@ class ValidityThresholds(BaseModel):
     )
 
 
-class SentinelSettings(BaseModel):
+class SentinelSettings(Strict):
     """Greedy requests mixed into every point whose answers are known from a path that does not
     disaggregate (harness.bench.sentinels); the validity rule outputs_match judges them."""
 
-    model_config = ConfigDict(extra="forbid")
     enabled: bool = Field(True, description="Mix sentinel prompts into every point.")
     share: float = Field(
         0.02, ge=0, le=0.5, description="Sentinels per point as a share of the point's measured requests."
@@ -111,12 +111,11 @@ class SentinelSettings(BaseModel):
 THINK_TIME_CAP = 10.0
 
 
-class SessionSettings(BaseModel):
+class SessionSettings(Strict):
     """Multi-turn sessions (dataset `sessions`, harness.bench.sessions): turn k's prompt is the whole
     conversation so far (every earlier prompt and the answer the server actually returned) plus new
     user text, so each later turn shares most of its prompt with the turn before it."""
 
-    model_config = ConfigDict(extra="forbid")
     turns: PositiveInt = Field(4, description="Turns (requests) per session, each waiting for the one before.")
     user_tokens: PositiveInt | None = Field(
         None,
@@ -157,11 +156,10 @@ class SessionSettings(BaseModel):
         return THINK_TIME_CAP * self.think_time_s
 
 
-class TraceSettings(BaseModel):
+class TraceSettings(Strict):
     """Replay of a Mooncake-format trace (dataset `mooncake_trace`, file dataset_path): JSON lines of
     `timestamp` (ms), `input_length`, `output_length` and `hash_ids` (equal ids: equal token blocks)."""
 
-    model_config = ConfigDict(extra="forbid")
     speed: PositiveFloat = Field(
         1.0, description="Time factor of the replay: 2.0 sends the trace twice as fast as its timestamps."
     )
@@ -174,10 +172,9 @@ class TraceSettings(BaseModel):
     )
 
 
-class RepeatSettings(BaseModel):
+class RepeatSettings(Strict):
     """How often an SLO search measures each SLO's best concurrency again (harness.bench.slo_ladder)."""
 
-    model_config = ConfigDict(extra="forbid")
     max: NonNegativeInt = Field(
         2, description="At most this many more measurements of each SLO's best concurrency (0: none)."
     )
@@ -189,12 +186,11 @@ class RepeatSettings(BaseModel):
     confidence: float = Field(0.95, gt=0, lt=1, description="Confidence of that t-interval.")
 
 
-class SloSearchSettings(BaseModel):
+class SloSearchSettings(Strict):
     """An SLO search over the concurrency ladder (harness.bench.slo_ladder): per SLO, climb from
     start by doubling while its bounds are met, bisect the ladder between the last point that met
     them and the first that did not, then measure each SLO's best point again (repeats)."""
 
-    model_config = ConfigDict(extra="forbid")
     slos: dict[str, dict[str, StrictFloat]] = Field(
         description="Named SLOs, each a map of <metric>_<stat> (ttft, tpot, itl, e2el; p50, mean, p90, p99, "
         "...) to an upper bound in ms. A point meets an SLO when it meets every bound, its verdict is not "
@@ -225,12 +221,11 @@ class SloSearchSettings(BaseModel):
 ProfileRole = Literal["prefill", "decode", "aggregated"]
 
 
-class ProfileSettings(BaseModel):
+class ProfileSettings(Strict):
     """Profiles of the measured window of chosen points on chosen roles (harness.bench.profile,
     docs/profiling.md): the servers of those roles start with vLLM's profiler configured, and the
     sweep calls their /start_profile and /stop_profile around the point's measured requests."""
 
-    model_config = ConfigDict(extra="forbid")
     roles: list[ProfileRole] = Field(
         default_factory=lambda: list[ProfileRole](["prefill", "decode"]),
         min_length=1,
@@ -315,10 +310,8 @@ def _cli(**kw: Any) -> dict[str, Any]:
 MAX_CONCURRENCY = 100_000
 
 
-class Shape(BaseModel):
+class Shape(FrozenStrict):
     """One traffic shape of a sweep: prompt and output lengths (and their spread)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     isl: PositiveInt = Field(description="Input (prompt) length in tokens.")
     osl: PositiveInt = Field(description="Output length in tokens.")
@@ -341,10 +334,10 @@ class Shape(BaseModel):
         return shape_tag(self.isl, self.osl)
 
 
-class BenchmarkSettings(BaseModel):
+class BenchmarkSettings(Strict):
     # ser_json_inf_nan="strings": an infinite request_rate round-trips through the JSON
     # file a job writes ("Infinity") instead of becoming null.
-    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
+    model_config = ConfigDict(ser_json_inf_nan="strings")
 
     isl: PositiveInt | None = Field(
         None,

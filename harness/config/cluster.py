@@ -22,8 +22,9 @@ from typing import Any
 
 from pydantic import Field
 
-from harness.config.schema import Comment, Env, Image, Strict, Text
+from harness.config.schema import Comment, Env, Image, Text
 from harness.config.spelling import did_you_mean
+from harness.strict import Strict
 
 ENV_VAR = "PDBENCH_CLUSTER"
 DIR_ENV_VAR = "PDBENCH_CLUSTERS_DIR"

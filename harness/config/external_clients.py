@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
+
+from harness.strict import Strict
 
 ClientName = Literal["pdbench", "aiperf", "vllm"]
 ExternalClient = Literal["aiperf", "vllm"]
@@ -26,10 +28,9 @@ VLLM_DATASETS = ("random", "sharegpt")
 AIPERF_VENV = ".venv-aiperf"
 
 
-class AiperfSettings(BaseModel):
+class AiperfSettings(Strict):
     """aiperf (PyPI `aiperf`, run from its own virtual environment as InferenceX does)."""
 
-    model_config = ConfigDict(extra="forbid")
     executable: str = Field(
         f"{AIPERF_VENV}/bin/aiperf",
         description="aiperf's command: an absolute path, or a path relative to pdbench's own checkout, where "
@@ -84,10 +85,9 @@ class AiperfSettings(BaseModel):
         return self.public_dataset or self.weka_trace
 
 
-class VllmBenchSettings(BaseModel):
+class VllmBenchSettings(Strict):
     """`vllm bench serve`, from the vLLM install beside pdbench."""
 
-    model_config = ConfigDict(extra="forbid")
     executable: str = Field(
         "vllm",
         description="The `vllm` command: a bare name is looked up beside pdbench's Python first, then on "

@@ -11,9 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     model_validator,
 )
@@ -23,6 +21,7 @@ from harness.config.accuracy import AccuracySpec
 from harness.config.benchmark import BenchmarkSettings
 from harness.config.cpus import parse_groups
 from harness.config.image_ref import image_reference
+from harness.strict import Strict
 
 # Strings reach job.slurm and server.sh. The renderer quotes every one for the context it
 # lands in; these types reject what no quoting can carry: control characters (a newline
@@ -156,10 +155,6 @@ def _no_control_in_flags(flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
 
 
 Flags = Annotated[dict[FlagName, FlagValue], AfterValidator(_no_control_in_flags)]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class ModelSpec(Strict):

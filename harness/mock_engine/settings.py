@@ -8,7 +8,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator
+from pydantic import Field, NonNegativeInt, PositiveInt, field_validator
+
+from harness.strict import Strict
 
 Role = Literal["prefill", "decode", "both"]
 
@@ -92,10 +94,8 @@ def _distribution_spec(v: Any) -> str:
 # -- configuration -----------------------------------------------------------
 
 
-class MockEngineConfig(BaseModel):
+class MockEngineConfig(Strict):
     """Everything `build_app`/`serve` need; every field has a default."""
-
-    model_config = ConfigDict(extra="forbid")
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)

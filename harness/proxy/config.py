@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from harness import connectors
 from harness.connectors.entry import Connector, ProxyUse
+from harness.strict import Strict
 
 if TYPE_CHECKING:
     ConnectorName = str
@@ -36,10 +37,8 @@ def normalize_url(url: str) -> str:
     return url
 
 
-class ProxyConfig(BaseModel):
+class ProxyConfig(Strict):
     """Every setting of `pdbench proxy`; each field is a flag of the same name (cli.py)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     # Never every interface by default: the benchmark client and node 0's health gate reach
     # the proxy on the same node, so jobs pass 127.0.0.1.

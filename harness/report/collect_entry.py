@@ -8,11 +8,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 
+from harness.strict import Strict
+
 FiniteNonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
-class Router(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Router(Strict):
     name: str = Field(min_length=1)
     version: str = Field(min_length=1)
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from harness.strict import Strict
 
 PROFILES = "profiles"
 
@@ -25,10 +27,9 @@ def point_dir(point_tag: str, instance: str) -> str:
     return f"{PROFILES}/{point_tag}/{instance}"
 
 
-class WindowFigures(BaseModel):
+class WindowFigures(Strict):
     """The medians of one measured window (as the point's result states them)."""
 
-    model_config = ConfigDict(extra="forbid")
     completed: int
     failed: int
     output_throughput: float  # tok/s
@@ -36,18 +37,16 @@ class WindowFigures(BaseModel):
     median_tpot_ms: float
 
 
-class ServerTraces(BaseModel):
+class ServerTraces(Strict):
     """One profiled server's traces of the window, or why there are none."""
 
-    model_config = ConfigDict(extra="forbid")
     instance: str  # e.g. prefill-0
     role: str
     files: list[str] = Field(default_factory=list)  # relative to the run directory
     error: str | None = None
 
 
-class ProfileSummary(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ProfileSummary(Strict):
     tool: Literal["torch", "nsys"]
     # second: a window of its own after the unprofiled one (the point's result); measured: the
     # point's measured window itself was profiled (perturbation false).

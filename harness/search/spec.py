@@ -14,49 +14,46 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+from pydantic import Field, PositiveInt, ValidationError, model_validator
 
 from harness.config.load import PROJECT_ROOT, ConfigError, _read_yaml, _validation_error, parse_override
 from harness.config.schema import SAFE_NAME
 from harness.config.slo import SLOError, check_bounds
+from harness.strict import FrozenStrict
 
 SEARCHES = "searches"
 # A dotted recipe key, as `--set` takes it.
 _RECIPE_KEY = re.compile(r"[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Constraints(_Strict):
+class Constraints(FrozenStrict):
     max_devices: PositiveInt | None = Field(None, description="leave out candidates using more devices")
     max_nodes: PositiveInt | None = Field(None, description="leave out candidates using more nodes")
 
 
-class Repetitions(_Strict):
+class Repetitions(FrozenStrict):
     max: int = Field(2, ge=0, description="extra measurements of each SLO's best concurrency")
     ci_half_width: float = Field(0.03, gt=0, description="stop repeating below this relative half-width")
     confidence: float = Field(0.95, gt=0, lt=1, description="confidence of the t-interval")
 
 
-class Budget(_Strict):
+class Budget(FrozenStrict):
     max_jobs: PositiveInt | None = Field(None, description="jobs launched at most (baseline included)")
     device_hours: float | None = Field(None, gt=0, description="devices x wall hours spent at most")
     nodes_in_flight: PositiveInt | None = Field(None, description="nodes of the jobs running at once, at most")
 
 
-class Baseline(_Strict):
+class Baseline(FrozenStrict):
     aggregated: bool = Field(True, description="measure the aggregated baseline at each winner's device count")
     set: list[str] = Field([], description="overrides of the baseline's job only")
 
 
-class Prune(_Strict):
+class Prune(FrozenStrict):
     enabled: bool = Field(True, description="skip candidates the finished ones show cannot win")
     slack: float = Field(1.1, ge=1, description="a candidate is skipped only when it loses by more than this")
 
 
-class SearchSpec(_Strict):
+class SearchSpec(FrozenStrict):
     description: str = ""
     recipe: str = Field(description="the base recipe (name or path)")
     cluster: str | None = Field(None, description="cluster profile of every candidate")
