@@ -13,7 +13,6 @@ import concurrent.futures
 import http.client
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from typing import Any
 from harness.proxy.backends import Backend
 from harness.proxy.flows import PdbenchFlow, TwoPhaseFlow
 from harness.supervisor import Managed, Supervisor, signal_group
+from harness.validity.series import Scrape
 
 REPO = Path(__file__).resolve().parent.parent
 _LEGS = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="prefill-leg")  # overlapped prefill legs
@@ -429,19 +429,15 @@ def _sse(resp: http.client.HTTPResponse) -> Iterator[str]:
 
 # -- metrics --------------------------------------------------------------------------
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)$")
-
 
 def scrape(url: str) -> dict[str, float]:
-    """Prometheus text -> {'name{labels}': value}, plus {'name': sum over labels}."""
+    """Prometheus text -> {'name{labels}': value} (labels sorted by name), plus {'name': sum over
+    labels}; read by pdbench's one parser (harness.validity.series)."""
     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:
         text = r.read().decode()
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        m = _SAMPLE.match(line.strip())
-        if not m:
-            continue
-        name, labels, value = m.group(1), m.group(2) or "", float(m.group(3))
-        out[name + labels] = value
-        out[name] = out.get(name, 0.0) + value if labels else value
+    for s in Scrape.parse(text).series:
+        labels = "{" + ",".join(f'{k}="{v}"' for k, v in s.labels) + "}" if s.labels else ""
+        out[s.name + labels] = s.value
+        out[s.name] = out.get(s.name, 0.0) + s.value if labels else s.value
     return out
