@@ -34,6 +34,53 @@ stage_summary() {
 ON_EXIT=(stage_summary)
 on_exit() { local f; for f in "${ON_EXIT[@]}"; do "$f" || true; done; }
 trap on_exit EXIT
+# A signal ends the run through the EXIT trap too: it stops what runs in the background.
+trap 'exit 130' INT
+trap 'exit 143' TERM
+# The image and containers stages in the background (the whole suite only): their log and
+# seconds, and the error that ends the run when one fails.
+BG_PID="" BG_DIR=""
+containers_in_background() {
+  BG_DIR=$(mktemp -d /tmp/pdbench-test-bg.XXXXXX)
+  echo "[test $(date -u +%T)] stages image, containers: start, in the background (log: $BG_DIR/log)"
+  set -m  # its own process group, so that the EXIT trap can stop all of it
+  (
+    t0=$(date +%s)
+    image=$(scripts/image/build.sh) || { echo "scripts/image/build.sh could not build the CI image (its error is above);
+  the container tests need it: root, debootstrap and PyPI (or its cache in /var/cache/pdbench-image)" >"$BG_DIR/error"; exit 1; }
+    echo "image $(($(date +%s) - t0))" >>"$BG_DIR/times"
+    read -r tag tarball <<<"$image"
+    t0=$(date +%s)
+    scripts/slurm/containers-up.sh "$tag" "$tarball" || { echo "scripts/slurm/containers-up.sh could not give every node a
+  dockerd and podman the CI image (its error is above); the container tests need docker.io, podman, runc and
+  catatonit (it installs them with apt)" >"$BG_DIR/error"; exit 1; }
+    echo "containers $(($(date +%s) - t0))" >>"$BG_DIR/times"
+  ) </dev/null >"$BG_DIR/log" 2>&1 &
+  BG_PID=$!
+  set +m
+  ON_EXIT+=(containers_stop)
+}
+containers_wait() {
+  local rc=0 name secs
+  wait "$BG_PID" || rc=$?
+  BG_PID=""
+  while read -r name secs; do
+    echo "[test $(date -u +%T)] stage $name (background): done in $secs s"
+    STAGES+=("$(printf '%-10s %5d s (background)' "$name" "$secs")")
+  done < <(cat "$BG_DIR/times" 2>/dev/null)
+  if [ "$rc" != 0 ]; then
+    echo "[test] the background stages' log ($BG_DIR/log):" >&2
+    cat "$BG_DIR/log" >&2
+    die "$(cat "$BG_DIR/error" 2>/dev/null || echo "the image and containers stages exited $rc")"
+  fi
+}
+stop_group() {  # stop_group PID SIGNAL WHAT: stop the process group PID, still running at the exit
+  kill -0 "$1" 2>/dev/null || return 0
+  echo "[test $(date -u +%T)] stopping $3" >&2
+  kill "-$2" -- "-$1" 2>/dev/null || true
+  timeout 60 tail --pid="$1" -f /dev/null || kill -KILL -- "-$1" 2>/dev/null || true
+}
+containers_stop() { [ -z "$BG_PID" ] || stop_group "$BG_PID" TERM "the image and containers stages (log: $BG_DIR/log)"; }
 WHOLE=$(( $# == 0 ))
 if [ "$WHOLE" = 1 ] && [ "$(id -u)" != 0 ]; then
   die "the whole suite (scripts/test.sh with no arguments, what CI runs) needs root, and this is uid $(id -u):
@@ -60,12 +107,10 @@ fi
 # The fast tests mostly wait on fake processes: they run in parallel
 # (pytest-xdist; tests with fixed ports offset them per worker, see conftest.port_base). Tests that start real vLLM or use the one Slurm cluster (marker `vllm`)
 # run serially after them: they share the cluster, fixed ports and the 2 cores.
-# Lint, format and types first: seconds, and a red one needs no half-hour suite to show it.
+# Lint and format first: seconds, and a red one needs no half-hour suite to show it.
 stage lint
 .venv/bin/ruff check harness connector tests benchmarks scripts
 .venv/bin/ruff format --check harness connector tests benchmarks scripts
-stage types
-.venv/bin/mypy
 # -rs: every skipped test and its reason in the summary.
 PYTEST=(.venv/bin/python -m pytest -q -rs)
 PARALLEL=(-n 2 --dist load)
@@ -78,22 +123,25 @@ if [ "$WHOLE" = 1 ]; then
   scripts/slurm/up.sh || die "scripts/slurm/up.sh could not stand up the local Slurm cluster (its error is above);
   the whole suite needs it: root on Debian/Ubuntu, slurmctld, slurmd and munge (it installs them with apt),
   network namespaces and a bridge"
-  stage image
-  image=$(scripts/image/build.sh) || die "scripts/image/build.sh could not build the CI image (its error is above);
-  the container tests need it: root, debootstrap and PyPI (or its cache in /var/cache/pdbench-image)"
-  read -r tag tarball <<<"$image"
-  stage containers
-  scripts/slurm/containers-up.sh "$tag" "$tarball" || die "scripts/slurm/containers-up.sh could not give every node a
-  dockerd and podman the CI image (its error is above); the container tests need docker.io, podman, runc and
-  catatonit (it installs them with apt)"
+  # The CI image and the nodes' container runtimes serve only the container tests of the vllm
+  # stage, and building and loading them mostly waits on pip's cache, tar and image imports:
+  # they run in the background beside the types and the fast tests (which use fake runtimes),
+  # and the vllm stage waits for them.
+  containers_in_background
+  stage types
+  .venv/bin/mypy
   rc=0
   stage fast
   "${PYTEST[@]}" -m "not vllm" "${PARALLEL[@]}" || rc=$?
+  stage wait
+  containers_wait
   stage vllm
   "${PYTEST[@]}" -m vllm || rc=$?
   stage ""
   exit "$rc"
 fi
+stage types
+.venv/bin/mypy
 stage tests
 case " $* " in
   *"not vllm"*) "${PYTEST[@]}" "${PARALLEL[@]}" "$@" ;;
