@@ -18,7 +18,7 @@ from harness.report import output_md, output_text
 from harness.report.build import build_report
 from harness.report.run_summary import run_summaries
 from harness.rundir.kv_ceiling import KvCeiling, missing
-from harness.validity import unverified
+from harness.validity import stopped_early, unverified
 from harness.validity.kv_handoff import from_connector_records, from_nixl_scrapes
 from harness.validity.kv_transport import early_reason, judge, with_kv_transport
 
@@ -62,6 +62,18 @@ def test_just_below_the_share_is_degraded_transport_naming_lane_rate_ceiling_and
     assert all(x in nixl.detail for x in ("UCX_TLS", "pull", "block", "NIC")), nixl.detail
     v = with_kv_transport(unverified("x").model_copy(update={"verdict": "valid", "valid": True, "reasons": []}), r)
     assert v.verdict == "invalid" and v.valid is False and v.reasons[0].startswith("kv_transport: degraded_transport")
+
+
+def test_a_point_stopped_early_for_the_same_finding_says_it_once() -> None:
+    r, _ = judge(from_connector_records("pdbench", at(4.9, path="tcp")), ceiling(100.0), T, "pdbench")
+    valid = unverified("x").model_copy(update={"verdict": "valid", "valid": True, "reasons": []})
+    stopped = stopped_early(valid, r.detail, 10.0)
+    v = with_kv_transport(stopped, r)
+    assert v.verdict == "invalid" and [x.name for x in v.rules] == ["early_evidence", "kv_transport"]
+    assert sum(x.count(r.detail) for x in v.reasons) == 1, v.reasons
+    # Stopped for something else (or with other figures): both reasons stand, the rule's first.
+    other = with_kv_transport(stopped_early(valid, "failed_requests: 3 of 4", 10.0), r)
+    assert other.reasons[0].startswith("kv_transport: degraded_transport") and len(other.reasons) == 2
 
 
 def test_just_above_the_share_passes() -> None:

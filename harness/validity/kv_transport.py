@@ -145,8 +145,10 @@ def split_finding(h: KvHandoffSummary) -> str:
 
 def with_kv_transport(verdict: PointValidity, r: RuleResult) -> PointValidity:
     """The point's verdict with kv_transport added: a failure makes it invalid (its reason first);
-    otherwise the verdict stands."""
-    if r.status != "failed":
+    otherwise the verdict stands. When the early check already stopped the point for this very
+    finding, its reason says it: the rule is added, its several-hundred-character reason not again."""
+    said = any(x.startswith("early_evidence: ") and x.endswith(r.detail) for x in verdict.reasons)
+    if r.status != "failed" or (said and verdict.verdict == "invalid"):
         return verdict.model_copy(update={"rules": [*verdict.rules, r]})
     return verdict.model_copy(
         update={
