@@ -597,6 +597,21 @@ def test_degenerate_points_pass(model_dir: str, tmp_path: Path) -> None:
         (agg,) = assert_inferencex_contract(path)
         data = json.loads(path.read_text())
         assert not any("tpot" in k for k in data) and not any("intvty" in k for k in agg)
+    # A point cut short with requests never sent: its not_sent count is a plain integer key.
+    with FakeServer(policy=lambda n, b: "hang" if n == 1 else None) as srv:
+        (cut,) = _sweep(
+            model_dir,
+            tmp_path / "c",
+            srv.base_url,
+            concurrency=[1],
+            num_prompts=3,
+            point_timeout_s=1.0,
+            prefill_gpus=1,
+            decode_gpus=1,
+        )
+    data = json.loads(cut.read_text())
+    assert (data["completed"], data["failed"], data["not_sent"]) == (1, 1, 1) and data["stop_reason"]
+    assert_inferencex_contract(cut)
     # No request completed: no latency statistic at all (n/a, where vLLM writes 0s).
     data = json.loads(failed.read_text())
     assert data["latency_stats"] == "n/a: no measured request completed" and not data["zero_per_token_stats"]
