@@ -176,6 +176,11 @@ def test_docs_diffs_are_the_rendered_ones() -> None:
         assert "\n-    --tensor-parallel-size 8 \\\n" in text and "\n+    --tensor-parallel-size 2 \\\n" in text, scaled
         kept = (ROOT / "docs" / "diffs" / f"{scaled}.diff").read_text()
         assert text == kept, f"docs/diffs/{scaled}.diff is stale: .venv/bin/python scripts/render_diff.py --write"
+    # docs/gpu.md quotes the wide-EP decode worker's part of its diff, as the file has it.
+    doc = (ROOT / "docs" / "gpu.md").read_text()
+    quoted = doc.split("The wide-EP decode worker's part of the diff:\n\n```diff\n", 1)[1].split("\n```\n", 1)[0]
+    assert "-    --all2all-backend deepep_low_latency" in quoted
+    assert quoted in (ROOT / "docs" / "diffs" / f"{X4[1]}.diff").read_text(), "docs/gpu.md quotes a stale diff"
 
 
 @pytest.mark.parametrize("recipe", ONE_GPU + X4)

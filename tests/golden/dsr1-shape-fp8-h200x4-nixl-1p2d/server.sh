@@ -16,6 +16,7 @@ export HF_HUB_OFFLINE=1
 # prefill-0: prefill worker 0 on node 0, port 8100, 2 device(s)
 proc_prefill_0() {
   export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y
+  export UCX_PROTO_INFO=y
   export VLLM_USE_DEEP_GEMM=0
   export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
@@ -41,6 +42,7 @@ proc_prefill_0() {
 # decode-0: decode worker 0 on node 0, port 8200, 1 device(s)
 proc_decode_0() {
   export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y
+  export UCX_PROTO_INFO=y
   export VLLM_USE_DEEP_GEMM=0
   export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5602
@@ -66,6 +68,7 @@ proc_decode_0() {
 # decode-1: decode worker 1 on node 0, port 8201, 1 device(s)
 proc_decode_1() {
   export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y
+  export UCX_PROTO_INFO=y
   export VLLM_USE_DEEP_GEMM=0
   export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5603
