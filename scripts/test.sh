@@ -6,6 +6,8 @@
 #                            Docker and Podman containers, none of which may skip. Needs root:
 #                            it stops at once, saying why, without it, and before any test
 #                            when the cluster or the nodes' container runtimes cannot come up.
+#                            PDBENCH_TEST_LANES=1 runs its real-vLLM tests in lanes, two at
+#                            once (tests/conftest.py VLLM_LANES).
 #   scripts/test.sh ARGS...  a part: ARGS go to pytest (e.g. -m "not vllm" for the fast tests).
 #                            Any user; as root the Slurm tests it selects must run too, as
 #                            anyone else they skip and the summary's SKIPPED lines say so.
@@ -81,6 +83,13 @@ stop_group() {  # stop_group PID SIGNAL WHAT: stop the process group PID, still 
   timeout 60 tail --pid="$1" -f /dev/null || kill -KILL -- "-$1" 2>/dev/null || true
 }
 containers_stop() { [ -z "$BG_PID" ] || stop_group "$BG_PID" TERM "the image and containers stages (log: $BG_DIR/log)"; }
+# With PDBENCH_TEST_LANES=1, the real-vLLM tests in lanes (tests/conftest.py VLLM_LANES): two at
+# once, the Slurm cluster's beside the local ones, then the lane "alone"; each serially, each
+# line prefixed with its lanes. Off by default until whole runs show the lanes reliable.
+LANE_PID=""
+vllm_lane() { "${PYTEST[@]}" -m vllm --lane "$1" 2>&1 | sed -u "s/^/[$1] /"; }
+# SIGINT, as Ctrl-C would: pytest then ends the test and its fixtures' servers.
+lane_stop() { [ -z "$LANE_PID" ] || stop_group "$LANE_PID" INT "the vllm lane slurm,connector"; }
 WHOLE=$(( $# == 0 ))
 if [ "$WHOLE" = 1 ] && [ "$(id -u)" != 0 ]; then
   die "the whole suite (scripts/test.sh with no arguments, what CI runs) needs root, and this is uid $(id -u):
@@ -106,7 +115,8 @@ if [ "$(id -u)" = 0 ]; then
 fi
 # The fast tests mostly wait on fake processes: they run in parallel
 # (pytest-xdist; tests with fixed ports offset them per worker, see conftest.port_base). Tests that start real vLLM or use the one Slurm cluster (marker `vllm`)
-# run serially after them: they share the cluster, fixed ports and the 2 cores.
+# run serially after them: they share the cluster, fixed ports and the 2 cores (or in lanes,
+# see vllm_lane).
 # Lint and format first: seconds, and a red one needs no half-hour suite to show it.
 stage lint
 .venv/bin/ruff check harness connector tests benchmarks scripts
@@ -136,7 +146,19 @@ if [ "$WHOLE" = 1 ]; then
   stage wait
   containers_wait
   stage vllm
-  "${PYTEST[@]}" -m vllm || rc=$?
+  if [ "${PDBENCH_TEST_LANES:-0}" = 1 ]; then
+    set -m  # the background lane in its own process group, so that the EXIT trap can stop it
+    vllm_lane slurm,connector </dev/null &
+    LANE_PID=$!
+    set +m
+    ON_EXIT+=(lane_stop)
+    vllm_lane local || rc=$?
+    wait "$LANE_PID" || rc=$?
+    LANE_PID=""
+    vllm_lane alone || rc=$?
+  else
+    "${PYTEST[@]}" -m vllm || rc=$?
+  fi
   stage ""
   exit "$rc"
 fi

@@ -26,6 +26,66 @@ def port_base(base: int) -> int:
     return base + offset + 100 * int(worker.removeprefix("gw") or 0)
 
 
+#: The lane of each module of real-vLLM tests (marker `vllm`). With PDBENCH_TEST_LANES=1,
+#: scripts/test.sh runs two lanes as two pytest processes at once (`--lane slurm,connector`
+#: beside `--lane local`), then the lane `alone` by itself: a lane's tests run serially because
+#: they share what the lane owns, while the other lane runs beside them (most of a job's time
+#: its servers start up or wait). A new module of vllm tests must name its lane here: a wrong
+#: guess would let two jobs clash on a port or on the cluster, or load the cores that a
+#: latency bound or a saturation verdict needs to itself.
+VLLM_LANES = {
+    # A p90 TTFT bound that the search's low points must meet, and verdicts on which of the
+    # two cores (prefill on 0, decode on 1) saturates: each failed beside the Slurm lane on a
+    # loaded machine.
+    "test_search_e2e.py": "alone",
+    "test_bottleneck_e2e.py": "alone",
+    # The one three-node Slurm cluster (its nodes in network namespaces): scancel, time limits
+    # and the "nothing left on the nodes" checks assume no other job is on it.
+    "test_slurm.py": "slurm",
+    # The local launcher on the recipes' fixed ports (8100, 8200, 30000, 5600-5601), and the
+    # session's shared jobs (shared_jobs.py), which then run once.
+    "test_accuracy_e2e.py": "local",
+    "test_bench_trace_e2e.py": "local",
+    "test_connector_timings_e2e.py": "local",
+    "test_e2e_vllm.py": "local",
+    "test_external_clients_vllm.py": "local",
+    "test_kv_transport_e2e.py": "local",
+    "test_mooncake_e2e.py": "local",
+    "test_profile_e2e.py": "local",
+    "test_sessions_e2e.py": "local",
+    # Its own fixed ports (18150, 18250, 15650) and a pair of servers shared by a class.
+    "test_connector_e2e.py": "connector",
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--lane",
+        metavar="LANE[,LANE]",
+        help=f"run only the real-vLLM tests of these lanes of tests/conftest.py VLLM_LANES ({', '.join(sorted(set(VLLM_LANES.values())))})",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    lanes = {lane for lane in (config.getoption("lane") or "").split(",") if lane}
+    if unknown := lanes - set(VLLM_LANES.values()):
+        raise pytest.UsageError(f"--lane {','.join(sorted(unknown))}: no such lane in tests/conftest.py VLLM_LANES")
+    keep, drop = [], []
+    for item in items:
+        lane = None
+        if item.get_closest_marker("vllm") is not None:
+            lane = VLLM_LANES.get(item.path.name)
+            if lane is None:
+                raise pytest.UsageError(
+                    f"{item.path}: a module of real-vLLM tests (marker vllm) needs a lane in tests/conftest.py "
+                    f"VLLM_LANES, so that no two of its jobs share a port or the cluster"
+                )
+        (keep if not lanes or lane in lanes else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 @pytest.fixture(scope="session")
 def pdbench_copy_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The finished run directory of shared_jobs.PDBENCH_COPY_C2, for the tests that only read it."""
