@@ -136,7 +136,7 @@ def _delegate(step: Callable[[], T]) -> T:
         _fail(str(e), e.code)
 
 
-@app.command(cls=Command, epilog=_example("pdbench render local-tiny-1p1d --out /tmp/job"))
+@app.command(cls=Command, epilog=_example("pdbench render tiny-fp32-cpu-nixl-1p1d --out /tmp/job"))
 def render(
     out: Annotated[
         Path,
@@ -158,7 +158,7 @@ def render(
     typer.echo(_delegate(lambda: render_into(recipe, set_, cluster, skip_flag_check, out)))
 
 
-@app.command(cls=Command, epilog=_example("pdbench validate local-tiny-1p2d --cluster local --launcher local"))
+@app.command(cls=Command, epilog=_example("pdbench validate tiny-fp32-cpu-nixl-1p2d --cluster local --launcher local"))
 def validate(
     ctx: typer.Context,
     recipe_arg: RecipeArg = None,
@@ -197,7 +197,7 @@ SkipFlagCheck = Annotated[
 @app.command(
     cls=Command,
     epilog=_example(
-        "pdbench submit local-tiny-1p1d --launcher local --set benchmark.concurrency=[1,2]",
+        "pdbench submit tiny-fp32-cpu-nixl-1p1d --launcher local --set benchmark.concurrency=[1,2]",
         "pdbench submit dsr1-fp8-h200-nixl-1p2d --cluster example-h200-nixl --time 04:00:00 --wait",
     ),
 )
@@ -402,7 +402,7 @@ def recipes(
         typer.echo(line)
 
 
-@app.command(cls=Command, epilog=_example("pdbench status", "pdbench status local-tiny-1p1d --json"))
+@app.command(cls=Command, epilog=_example("pdbench status", "pdbench status tiny-fp32-cpu-nixl-1p1d --json"))
 def status(
     run: Annotated[
         str | None,
@@ -439,7 +439,9 @@ class LogRole(str, Enum):
 
 @app.command(
     cls=Command,
-    epilog=_example("pdbench logs local-tiny-1p1d --role decode -n 100", "pdbench logs local-tiny-1p1d --follow"),
+    epilog=_example(
+        "pdbench logs tiny-fp32-cpu-nixl-1p1d --role decode -n 100", "pdbench logs tiny-fp32-cpu-nixl-1p1d --follow"
+    ),
 )
 def logs(
     run: RunArg,
@@ -465,7 +467,7 @@ def logs(
         typer.echo(block)
 
 
-@app.command(cls=Command, epilog=_example("pdbench cancel local-tiny-1p1d"))
+@app.command(cls=Command, epilog=_example("pdbench cancel tiny-fp32-cpu-nixl-1p1d"))
 def cancel(run: RunArg, results_dir: ResultsOpt = PROJECT_ROOT / "results") -> None:
     """Cancel a run's job (scancel, or SIGTERM to the local launcher); the job tears every process down."""
     from harness.submit.manage import cancel as cancel_job
@@ -474,7 +476,7 @@ def cancel(run: RunArg, results_dir: ResultsOpt = PROJECT_ROOT / "results") -> N
     typer.echo(_delegate(lambda: cancel_job(run_dir)))
 
 
-@app.command(cls=Command, epilog=_example("pdbench node --run-dir results/local-tiny-1p1d/RUN --node-id 0"))
+@app.command(cls=Command, epilog=_example("pdbench node --run-dir results/tiny-fp32-cpu-nixl-1p1d/RUN --node-id 0"))
 def node(
     run_dir: Annotated[Path, typer.Option("--run-dir", metavar="DIR", help="The job's run directory")],
     node_id: Annotated[int | None, typer.Option(help="This node's index in the job [default: $SLURM_NODEID]")] = None,
@@ -533,12 +535,12 @@ def _register_components() -> None:
     component(
         "report",
         "Compare runs: tables (md/csv/html/json) with baseline deltas, Pareto plot.",
-        "pdbench report local-tiny-1p1d local-tiny-1p2d --baseline local-tiny-1p1d",
+        "pdbench report tiny-fp32-cpu-nixl-1p1d tiny-fp32-cpu-nixl-1p2d --baseline tiny-fp32-cpu-nixl-1p1d",
     )(report_command)
     component(
         "collect",
         "Write the InferenceX-style aggregate JSON of runs (validated, deduplicated).",
-        "pdbench collect local-tiny-1p1d --out agg.json --hw cpu",
+        "pdbench collect tiny-fp32-cpu-nixl-1p1d --out agg.json --hw cpu",
     )(collect_command)
     component(
         "trace-generate",

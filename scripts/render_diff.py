@@ -30,7 +30,7 @@ DIFFS = ROOT / "docs" / "diffs"
 # (full recipe, scaled recipe) -> docs/diffs/<scaled>.diff
 PAIRS = [
     ("dsr1-fp8-h200-nixl-1p2d", "dsr1-shape-fp8-h200x4-nixl-1p2d"),
-    ("dsr1-fp8-h200-nixl-1p2d-wideep", "dsr1-shape-fp8-h200x4-nixl-1p1d-wideep"),
+    ("dsr1-fp8-h200-nixl-1p1d-wideep", "dsr1-shape-fp8-h200x4-nixl-1p1d-wideep"),
 ]
 
 

@@ -27,7 +27,7 @@ ACCURACY = (
     "accuracy.timeout_s=300",
 )
 
-PDBENCH_COPY_RECIPE = "local-tiny-1p1d-pdbench"
+PDBENCH_COPY_RECIPE = "tiny-fp32-cpu-pdbench-1p1d"
 #: The bundled connector as a job runs it, with the copy model (whose answers show wrong KV):
 #: one point at C=2 of the recipe's shape (ISL 256, OSL 32, 8 prompts), the proxy's two-phase
 #: flow, and the fixture task through the proxy after the sweep. Read by

@@ -219,7 +219,7 @@ def test_node_zero_preflight_checks_the_eval_inputs(tmp_path: Path) -> None:
     overrides = ["accuracy.enabled=true", f'accuracy.tasks=[{{"name": "t", "include_path": "{missing}"}}]']
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    rr = load_recipe("local-tiny-1p1d", overrides)
+    rr = load_recipe("tiny-fp32-cpu-nixl-1p1d", overrides)
     render_job(rr, run_dir, current_context(run_dir, rr.root, rr))
     plan = PlanFile.model_validate_json((run_dir / "plan.json").read_text())
     head = checks_for(plan, plan.proxy_node, run_dir)

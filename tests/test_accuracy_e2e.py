@@ -1,4 +1,4 @@
-"""lm-eval for real against real vLLM through pdbench's proxy: a local-tiny-1p1d-pdbench job of
+"""lm-eval for real against real vLLM through pdbench's proxy: a tiny-fp32-cpu-pdbench-1p1d job of
 the copy model with the fixture task passes its threshold; the same job with the bundled
 connector's debug_corrupt (decode zeroes its last received KV block per layer) falls under it
 and fails, naming the task, the score and the threshold in status.json. The same two jobs check

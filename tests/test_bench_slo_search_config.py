@@ -15,7 +15,7 @@ SEARCH = ["benchmark.slo_search.slos.tight.ttft_p90=800", "benchmark.slo_search.
 
 
 def test_a_search_is_read_with_its_defaults() -> None:
-    rr = load_recipe("local-tiny-1p1d", [*SEARCH, "benchmark.concurrency=1,2,4,8"])
+    rr = load_recipe("tiny-fp32-cpu-nixl-1p1d", [*SEARCH, "benchmark.concurrency=1,2,4,8"])
     search = rr.recipe.benchmark.slo_search
     assert search is not None
     assert search.slos == {"tight": {"ttft_p90": 800.0, "tpot_p90": 40.0}}
@@ -24,10 +24,10 @@ def test_a_search_is_read_with_its_defaults() -> None:
 
 
 def test_a_recipe_without_a_search_keeps_its_fingerprint() -> None:
-    plain = load_recipe("local-tiny-1p1d")
+    plain = load_recipe("tiny-fp32-cpu-nixl-1p1d")
     assert plain.recipe.benchmark.slo_search is None
     assert "slo_search" not in json.dumps(plain.locked())  # left out while off: old fingerprints hold
-    assert load_recipe("local-tiny-1p1d", SEARCH).fingerprint != plain.fingerprint
+    assert load_recipe("tiny-fp32-cpu-nixl-1p1d", SEARCH).fingerprint != plain.fingerprint
 
 
 @pytest.mark.parametrize(
@@ -46,15 +46,15 @@ def test_a_recipe_without_a_search_keeps_its_fingerprint() -> None:
 )
 def test_a_bad_search_is_refused_naming_its_key(sets: list[str], key: str, words: str) -> None:
     with pytest.raises(ConfigError) as e:
-        load_recipe("local-tiny-1p1d", sets)
+        load_recipe("tiny-fp32-cpu-nixl-1p1d", sets)
     assert f"benchmark.{key}" in str(e.value) and words in str(e.value), str(e.value)
 
 
 def test_a_search_in_a_job_of_two_sweeps_is_refused() -> None:
     one_shape = ["benchmark.shapes=[]", "benchmark.isl=16", "benchmark.osl=16"]
     with pytest.raises(ConfigError, match="runs two sweeps"):
-        load_recipe("local-tiny-1p2d-vs-aggregated", [*SEARCH, *one_shape])
-    only = load_recipe("local-tiny-1p2d-vs-aggregated", [*SEARCH, *one_shape, "topology.aggregated_only=true"])
+        load_recipe("tiny-fp32-cpu-nixl-1p2d-vs-agg", [*SEARCH, *one_shape])
+    only = load_recipe("tiny-fp32-cpu-nixl-1p2d-vs-agg", [*SEARCH, *one_shape, "topology.aggregated_only=true"])
     assert only.recipe.benchmark.slo_search is not None
 
 
@@ -62,7 +62,9 @@ def test_the_search_reaches_the_client(tmp_path: Path) -> None:
     from harness.render import RenderContext, render_job
     from harness.rundir import RunDir
 
-    rr = load_recipe("local-tiny-1p1d", [*SEARCH, "benchmark.concurrency=1,2,4", "benchmark.slo_search.start=2"])
+    rr = load_recipe(
+        "tiny-fp32-cpu-nixl-1p1d", [*SEARCH, "benchmark.concurrency=1,2,4", "benchmark.slo_search.start=2"]
+    )
     render_job(rr, tmp_path, RenderContext(str(tmp_path), "/opt/pdbench", "/py", None))
     bench = json.loads(RunDir(tmp_path).bench_config().read_text())
     cfg = ClientConfig.model_validate(bench | {"result_dir": str(tmp_path)})
@@ -80,7 +82,7 @@ def test_a_resumed_search_keeps_its_points_and_says_the_search_decides(tmp_path:
 
     from harness.rundir import ResultName
 
-    recipe = "dsr1-fp8-1p2d"  # renders without a model or vLLM here (--skip-flag-check)
+    recipe = "dsr1-fp8-mi355x-moriio-1p2d"  # renders without a model or vLLM here (--skip-flag-check)
     sets = [*SEARCH, "benchmark.concurrency=[1,2,4,8]", "benchmark.isl=1024", "benchmark.osl=1024"]
     argv = [sys.executable, "-m", "harness", "submit", "--recipe", recipe, "--dry-run", "--skip-flag-check"]
     argv += ["--results-dir", str(tmp_path), *(w for s in sets for w in ("--set", s))]

@@ -496,7 +496,7 @@ def test_bench_json_from_the_job_renderer(tmp_path):
     from harness.render import RenderContext, render_job
 
     ctx = RenderContext(run_dir=str(tmp_path), root="/opt/pdbench", python="python", git_commit="0")
-    render_job(load_recipe("local-tiny-1p1d"), tmp_path, ctx)
+    render_job(load_recipe("tiny-fp32-cpu-nixl-1p1d"), tmp_path, ctx)
     cfg = ClientConfig.model_validate_json((tmp_path / "bench.json").read_text())
     assert cfg.health_check_interval_s > 0 and cfg.server_pids == [] and cfg.dataset == "random"
 

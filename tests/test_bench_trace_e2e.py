@@ -17,7 +17,7 @@ from harness.bench.trace_gen import TraceGenSettings, write_trace
 
 pytestmark = pytest.mark.vllm
 
-RECIPE = "local-tiny-1p1d"
+RECIPE = "tiny-fp32-cpu-nixl-1p1d"
 PORTS = {8100, 8200, 30000, 5600, 5601}
 # vLLM's CPU backend caches prefixes in blocks of 128 tokens: the trace's blocks are that size, so
 # each block a later request re-sends is one whole cache block. 4 sessions of 3 turns (256, 384

@@ -109,7 +109,7 @@ def test_of_several_saturated_servers_the_largest_part_of_ttft_wins() -> None:
     assert _judge(parts=None, roles=roles).dominant is None
 
 
-# Real vLLM, local-tiny-1p1d (prefill on core 0, decode on core 1), 2026-11-26: the point means
+# Real vLLM, tiny-fp32-cpu-nixl-1p1d (prefill on core 0, decode on core 1), 2026-11-26: the point means
 # the verdict read at C=32 of ISL 16 / OSL 256 (decode's TPOT 6.0 -> 16.5 ms) and at C=8 of
 # ISL 2048 / OSL 2, each against its C=1.
 LONG_OUT_C1 = {
@@ -349,7 +349,7 @@ def test_the_decode_wait_rule_takes_the_per_request_transfer_where_the_connector
 
 
 def test_a_result_takes_the_section_only_in_its_format() -> None:
-    fixture = Path(__file__).parent / "fixtures" / "results" / "local-tiny-1p1d" / "20261122T032441Z-e8da34"
+    fixture = Path(__file__).parent / "fixtures" / "results" / "tiny-fp32-cpu-nixl-1p1d" / "20261122T032441Z-e8da34"
     (path,) = fixture.glob("concurrency_1_*.json")
     data = json.loads(path.read_text())
     section = judge(LOW, ROLES_LOW, 10.0, 12.0, QUIET_CLIENT, None, e2el_ms=None).model_dump(mode="json")

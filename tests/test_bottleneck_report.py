@@ -18,7 +18,7 @@ from harness.validity.bottleneck import judge
 
 pytestmark = pytest.mark.timeout(60)
 
-FIXTURE = Path(__file__).parent / "fixtures" / "results" / "local-tiny-1p1d" / "20261122T032441Z-e8da34"
+FIXTURE = Path(__file__).parent / "fixtures" / "results" / "tiny-fp32-cpu-nixl-1p1d" / "20261122T032441Z-e8da34"
 CLIENT = {"cpu_busy": [0.3], "loop_lag_ms": {"median": 0.1, "p99": 0.4}, "warnings": []}
 LOW_ROLES = {
     "prefill": RoleTiming(requests=12, queue_ms=0.4, compute_ms=48.0, tpot_ms=0.0),
@@ -37,7 +37,7 @@ def _sections() -> tuple[dict, dict]:
 
 
 def _run(tmp_path: Path, sections: dict[int, object]) -> Path:
-    run = tmp_path / "local-tiny-1p1d" / FIXTURE.name
+    run = tmp_path / "tiny-fp32-cpu-nixl-1p1d" / FIXTURE.name
     shutil.copytree(FIXTURE, run)
     for conc, section in sections.items():
         (f,) = run.glob(f"concurrency_{conc}_*.json")

@@ -91,18 +91,18 @@ def test_the_recipe_is_named_as_an_argument_or_with_recipe(command):
     neither = invoke(command, *out)
     assert neither.exit_code == 2
     assert "name a recipe: RECIPE or --recipe RECIPE" in neither.output
-    both = invoke(command, "local-tiny-1p1d", "--recipe", "local-tiny-1p2d", *out)
+    both = invoke(command, "tiny-fp32-cpu-nixl-1p1d", "--recipe", "tiny-fp32-cpu-nixl-1p2d", *out)
     assert both.exit_code == 2 and "two recipes named" in both.output
 
 
 def test_validate_and_render_take_the_recipe_either_way(tmp_path):
-    by_arg = pdbench("validate", "local-tiny-1p1d", "--skip-flag-check")
-    by_opt = pdbench("validate", "--recipe", "local-tiny-1p1d", "--skip-flag-check")
+    by_arg = pdbench("validate", "tiny-fp32-cpu-nixl-1p1d", "--skip-flag-check")
+    by_opt = pdbench("validate", "--recipe", "tiny-fp32-cpu-nixl-1p1d", "--skip-flag-check")
     assert by_arg.returncode == 0, by_arg.stderr
-    assert by_arg.stdout == by_opt.stdout and "ok: local-tiny-1p1d" in by_arg.stdout
+    assert by_arg.stdout == by_opt.stdout and "ok: tiny-fp32-cpu-nixl-1p1d" in by_arg.stdout
     a, b = tmp_path / "a", tmp_path / "b"
-    assert pdbench("render", "local-tiny-1p1d", "--out", str(a), "--skip-flag-check").returncode == 0
-    assert pdbench("render", "-r", "local-tiny-1p1d", "--out", str(b), "--skip-flag-check").returncode == 0
+    assert pdbench("render", "tiny-fp32-cpu-nixl-1p1d", "--out", str(a), "--skip-flag-check").returncode == 0
+    assert pdbench("render", "-r", "tiny-fp32-cpu-nixl-1p1d", "--out", str(b), "--skip-flag-check").returncode == 0
     assert (a / "job.slurm").is_file()
     assert (a / "job.slurm").read_text().replace(str(a), "OUT") == (b / "job.slurm").read_text().replace(str(b), "OUT")
 
@@ -110,7 +110,7 @@ def test_validate_and_render_take_the_recipe_either_way(tmp_path):
 def test_submit_takes_the_recipe_as_an_argument(tmp_path):
     done = pdbench(
         "submit",
-        "local-tiny-1p1d",
+        "tiny-fp32-cpu-nixl-1p1d",
         "--launcher",
         "local",
         "--dry-run",
@@ -119,14 +119,14 @@ def test_submit_takes_the_recipe_as_an_argument(tmp_path):
         str(tmp_path),
     )
     assert done.returncode == 0, done.stderr
-    runs = list((tmp_path / "local-tiny-1p1d").iterdir())
+    runs = list((tmp_path / "tiny-fp32-cpu-nixl-1p1d").iterdir())
     assert len(runs) == 1 and (runs[0] / "server.sh").is_file()
 
 
 def test_misspelt_commands_and_options_get_a_suggestion():
     command = pdbench("sumbit")
     assert command.returncode == 2 and "Did you mean 'submit'?" in command.stderr
-    option = pdbench("submit", "--recipee", "local-tiny-1p1d")
+    option = pdbench("submit", "--recipee", "tiny-fp32-cpu-nixl-1p1d")
     assert option.returncode == 2 and "--recipe" in option.stderr.split("No such option", 1)[1]
 
 
@@ -161,13 +161,13 @@ def _on_a_terminal(args: list[str], columns: int) -> str:
 def test_recipes_lists_every_recipe_and_profile():
     shipped = sorted(p.stem for p in (ROOT / "recipes").glob("*.yaml"))
     profiles = sorted(p.stem for p in (ROOT / "clusters").glob("*.yaml"))
-    assert "local-tiny-1p1d" in shipped and "local" in profiles  # precondition: there is something to list
+    assert "tiny-fp32-cpu-nixl-1p1d" in shipped and "local" in profiles  # precondition: there is something to list
     listed = pdbench("recipes", "--json")
     assert listed.returncode == 0, listed.stderr
     data = json.loads(listed.stdout)
     assert [r["name"] for r in data["recipes"]] == shipped
     assert {p["name"] for p in data["cluster_profiles"]} >= set(profiles)
-    tiny = next(r for r in data["recipes"] if r["name"] == "local-tiny-1p1d")
+    tiny = next(r for r in data["recipes"] if r["name"] == "tiny-fp32-cpu-nixl-1p1d")
     assert tiny["model"] == "tiny-llama" and tiny["description"].startswith("tiny Llama")
     # Piped: one line per entry (for grep); on an 80-column terminal: wrapped, nothing cut.
     piped = pdbench("recipes").stdout
@@ -184,4 +184,4 @@ def test_one_name_per_concept():
     assert {n for n, opts in names.items() if "--timings-dir" in opts} == {"bench", "proxy"}
     assert not [n for n, opts in names.items() if opts & {"--result-dir", "--proxy-timings-dir"}]
     # The job's rendered script calls the client by the same name.
-    assert '--results-dir "${RUN_DIR}"' in (ROOT / "tests/golden/local-tiny-1p1d/server.sh").read_text()
+    assert '--results-dir "${RUN_DIR}"' in (ROOT / "tests/golden/tiny-fp32-cpu-nixl-1p1d/server.sh").read_text()

@@ -21,7 +21,7 @@ from cli_run import pdbench as _cli
 from conftest import port_base
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPE = "local-tiny-1p1d"
+RECIPE = "tiny-fp32-cpu-nixl-1p1d"
 pytestmark = pytest.mark.timeout(240)
 
 

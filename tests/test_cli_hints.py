@@ -13,7 +13,7 @@ from cli_run import pdbench
 from test_cli_runs import _finished_point, _runs
 
 ROOT = Path(__file__).resolve().parents[1]
-SLURM = "dsr1-fp8-1p2d"  # renders without a model or vLLM here (--skip-flag-check)
+SLURM = "dsr1-fp8-mi355x-moriio-1p2d"  # renders without a model or vLLM here (--skip-flag-check)
 VENV_BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.timeout(240)
 

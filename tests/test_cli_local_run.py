@@ -33,7 +33,7 @@ from harness.rundir import RunDir
 from harness.submit.follow import follow
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPE = "local-tiny-1p1d"
+RECIPE = "tiny-fp32-cpu-nixl-1p1d"
 pytestmark = pytest.mark.timeout(240)
 
 

@@ -21,8 +21,8 @@ from small_fs import tmpfs
 from harness.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
-LOCAL = "local-tiny-1p1d"
-SLURM = "dsr1-fp8-1p2d"  # renders without a model or vLLM here (--skip-flag-check)
+LOCAL = "tiny-fp32-cpu-nixl-1p1d"
+SLURM = "dsr1-fp8-mi355x-moriio-1p2d"  # renders without a model or vLLM here (--skip-flag-check)
 pytestmark = pytest.mark.timeout(240)
 
 

@@ -14,7 +14,7 @@ from cli_run import pdbench as _cli
 from harness.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPES = ("local-tiny-1p1d", "dsr1-fp8-h200-nixl-1p2d-wideep")  # the second: a long name
+RECIPES = ("tiny-fp32-cpu-nixl-1p1d", "dsr1-fp8-h200-nixl-1p1d-wideep")  # the second: a long name
 pytestmark = pytest.mark.timeout(240)
 
 

@@ -26,7 +26,13 @@ def refused(*args: str) -> str:
 def test_set_takes_the_list_syntax_of_bench(tmp_path: Path) -> None:
     out = tmp_path / "job"
     r = pdbench(
-        "render", "local-tiny-1p1d", "--out", str(out), "--skip-flag-check", "--set", "benchmark.concurrency=1,2,8"
+        "render",
+        "tiny-fp32-cpu-nixl-1p1d",
+        "--out",
+        str(out),
+        "--skip-flag-check",
+        "--set",
+        "benchmark.concurrency=1,2,8",
     )
     assert r.returncode == 0, r.stderr
     lock = yaml.safe_load((out / "recipe.lock.yaml").read_text())
@@ -34,24 +40,26 @@ def test_set_takes_the_list_syntax_of_bench(tmp_path: Path) -> None:
     # The same for the other comma-separated options of `pdbench bench`.
     r = pdbench(
         "validate",
-        "local-tiny-1p1d",
+        "tiny-fp32-cpu-nixl-1p1d",
         "--skip-flag-check",
         *("--set", "benchmark.isl=null", "--set", "benchmark.osl=null"),
         *("--set", "benchmark.shapes=128x64,256x32", "--set", "benchmark.percentiles=50,99"),
     )
-    assert r.returncode == 0 and r.stdout.startswith("ok: local-tiny-1p1d"), r.stderr
+    assert r.returncode == 0 and r.stdout.startswith("ok: tiny-fp32-cpu-nixl-1p1d"), r.stderr
     # A bad item is named like any other bad value.
-    err = refused("validate", "local-tiny-1p1d", "--skip-flag-check", "--set", "benchmark.concurrency=1,x")
+    err = refused("validate", "tiny-fp32-cpu-nixl-1p1d", "--skip-flag-check", "--set", "benchmark.concurrency=1,x")
     assert err.startswith("error: --set benchmark.concurrency: benchmark.concurrency.1: Input should be"), err
 
 
 def test_absurd_concurrency_is_refused_with_the_bound(tmp_path: Path) -> None:
-    err = refused("validate", "local-tiny-1p1d", "--skip-flag-check", "--set", "benchmark.concurrency=[100000000000]")
+    err = refused(
+        "validate", "tiny-fp32-cpu-nixl-1p1d", "--skip-flag-check", "--set", "benchmark.concurrency=[100000000000]"
+    )
     assert "--set benchmark.concurrency: at most 100000 requests in flight per point (got 100000000000)" in err
     # Before any run directory exists.
     r = pdbench(
         "submit",
-        *("-r", "local-tiny-1p1d", "--launcher", "local", "--dry-run", "--skip-flag-check"),
+        *("-r", "tiny-fp32-cpu-nixl-1p1d", "--launcher", "local", "--dry-run", "--skip-flag-check"),
         *("--set", "benchmark.concurrency=[8,100000000000]", "--results-dir", str(tmp_path)),
     )
     assert r.returncode == 2 and "at most 100000 requests in flight" in r.stderr, r.stderr
@@ -59,20 +67,20 @@ def test_absurd_concurrency_is_refused_with_the_bound(tmp_path: Path) -> None:
 
 
 def test_slurm_time_formats(tmp_path: Path) -> None:
-    err = refused("validate", "local-tiny-1p1d", "--skip-flag-check", "--set", "slurm.time_limit=1h")
+    err = refused("validate", "tiny-fp32-cpu-nixl-1p1d", "--skip-flag-check", "--set", "slurm.time_limit=1h")
     assert err.startswith("error: --set slurm.time_limit: '1h' is not a Slurm time: MINUTES, MINUTES:SECONDS,"), err
     assert "DAYS-HOURS:MINUTES:SECONDS or UNLIMITED" in err
     for ok in ("90", "1:30:00", "2-12", "1-00:00:00", "UNLIMITED"):
-        r = pdbench("validate", "local-tiny-1p1d", "--skip-flag-check", "--set", f"slurm.time_limit='{ok}'")
+        r = pdbench("validate", "tiny-fp32-cpu-nixl-1p1d", "--skip-flag-check", "--set", f"slurm.time_limit='{ok}'")
         assert r.returncode == 0, (ok, r.stderr)
     # YAML reads 1:30:00 as 5400 (base 60): a number is refused rather than guessed at.
-    err = refused("validate", "local-tiny-1p1d", "--skip-flag-check", "--set", "slurm.time_limit=1:30:00")
+    err = refused("validate", "tiny-fp32-cpu-nixl-1p1d", "--skip-flag-check", "--set", "slurm.time_limit=1:30:00")
     assert "got the number 5400: write the time as a quoted string" in err, err
     # submit's --time is the same key: refused before a run directory exists.
     r = pdbench(
         "submit",
         "-r",
-        "dsr1-fp8-1p2d",
+        "dsr1-fp8-mi355x-moriio-1p2d",
         "--dry-run",
         "--skip-flag-check",
         "--time",
@@ -85,23 +93,23 @@ def test_slurm_time_formats(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
     # Any Slurm option is named as the option, and the lock file says where the value came from.
     r = pdbench(
-        *("submit", "-r", "dsr1-fp8-1p2d", "--dry-run", "--skip-flag-check", "--gpus-per-node", "4"),
+        *("submit", "-r", "dsr1-fp8-mi355x-moriio-1p2d", "--dry-run", "--skip-flag-check", "--gpus-per-node", "4"),
         *("--results-dir", str(tmp_path)),
     )
     assert r.returncode == 2 and "topology.gpus_per_node is 4 (set by --gpus-per-node)" in r.stderr, r.stderr
     r = pdbench(
-        *("submit", "-r", "local-tiny-1p1d", "--dry-run", "--skip-flag-check", "--time", "1:00:00"),
+        *("submit", "-r", "tiny-fp32-cpu-nixl-1p1d", "--dry-run", "--skip-flag-check", "--time", "1:00:00"),
         *("--set", "slurm.partition=debug", "--results-dir", str(tmp_path)),
     )
     assert r.returncode == 0, r.stderr
-    (lock,) = tmp_path.glob("local-tiny-1p1d/*/recipe.lock.yaml")
+    (lock,) = tmp_path.glob("tiny-fp32-cpu-nixl-1p1d/*/recipe.lock.yaml")
     sources = yaml.safe_load(lock.read_text())["sources"]
     assert sources["slurm.time_limit"] == "--time" and sources["slurm.partition"] == "--set", sources
 
 
 def test_image_references_no_runtime_accepts() -> None:
     for bad in ("vllm openai:latest", "vllm/vllm-openai:v1:v2", "VLLM-OPENAI"):
-        err = refused("validate", "dsr1-fp8-1p2d", "--skip-flag-check", "--set", f"container.image={bad}")
+        err = refused("validate", "dsr1-fp8-mi355x-moriio-1p2d", "--skip-flag-check", "--set", f"container.image={bad}")
         assert f"--set container.image: {bad!r} is not an image any container runtime accepts" in err, err
         assert "[REGISTRY/]NAME[:TAG][@DIGEST]" in err
     # (An NVIDIA recipe: an nvcr.io image under the MI355X one is refused as other hardware.)
@@ -112,17 +120,17 @@ def test_image_references_no_runtime_accepts() -> None:
 
 def test_errors_blame_the_source_of_the_value(tmp_path: Path) -> None:
     # A topology clash made by --set names --set, not the recipe file.
-    err = refused("validate", "local-tiny-1p1d", "--skip-flag-check", "--set", "proxy.port=8100")
+    err = refused("validate", "tiny-fp32-cpu-nixl-1p1d", "--skip-flag-check", "--set", "proxy.port=8100")
     assert err.startswith("error: --set proxy.port: port 8100 of proxy is also used by prefill-0"), err
-    err = refused("validate", "local-tiny-1p1d", "--skip-flag-check", "--set", "model=nope")
+    err = refused("validate", "tiny-fp32-cpu-nixl-1p1d", "--skip-flag-check", "--set", "model=nope")
     assert err.startswith("error: --set model: 'nope' is not in"), err
     # A check across sections names the key it is about, not "(top level)" of the recipe file.
-    err = refused("validate", "dsr1-fp8-1p2d", "--skip-flag-check", "--set", "proxy.workers=2")
+    err = refused("validate", "dsr1-fp8-mi355x-moriio-1p2d", "--skip-flag-check", "--set", "proxy.workers=2")
     assert (
         err.strip() == "error: --set proxy.workers: MoRI-IO keeps its registrations in one proxy process; it must be 1"
     )
     # The same clash written in a recipe file names that file and the key.
-    recipe = yaml.safe_load((PROJECT_ROOT / "recipes" / "local-tiny-1p1d.yaml").read_text())
+    recipe = yaml.safe_load((PROJECT_ROOT / "recipes" / "tiny-fp32-cpu-nixl-1p1d.yaml").read_text())
     recipe["proxy"] = {"port": 8100}
     path = tmp_path / "clash.yaml"
     path.write_text(yaml.safe_dump(recipe))
@@ -131,24 +139,26 @@ def test_errors_blame_the_source_of_the_value(tmp_path: Path) -> None:
 
 
 def test_did_you_mean(tmp_path: Path) -> None:
-    err = refused("validate", "local-tiny-1p1", "--skip-flag-check")
-    assert "recipe not found (did you mean 'local-tiny-1p1d'?)" in err, err
+    err = refused("validate", "tiny-fp32-cpu-nixl-1p1", "--skip-flag-check")
+    assert "recipe not found (did you mean 'tiny-fp32-cpu-nixl-1p1d'?)" in err, err
     # Two recipes as near as each other: both are named, not the first one found.
-    assert {"local-tiny-1p1d", "local-tiny-1p2d"} <= {p.stem for p in (PROJECT_ROOT / "recipes").glob("*.yaml")}
-    err = refused("validate", "local-tiny-1p3d", "--skip-flag-check")
-    assert "recipe not found (did you mean 'local-tiny-1p1d' or 'local-tiny-1p2d'?)" in err, err
-    err = refused("validate", "local-tiny-1p1d", "--skip-flag-check", "--set", "benchmark.concurency=[1]")
+    assert {"tiny-fp32-cpu-nixl-1p1d", "tiny-fp32-cpu-nixl-1p2d"} <= {
+        p.stem for p in (PROJECT_ROOT / "recipes").glob("*.yaml")
+    }
+    err = refused("validate", "tiny-fp32-cpu-nixl-1p3d", "--skip-flag-check")
+    assert "recipe not found (did you mean 'tiny-fp32-cpu-nixl-1p1d' or 'tiny-fp32-cpu-nixl-1p2d'?)" in err, err
+    err = refused("validate", "tiny-fp32-cpu-nixl-1p1d", "--skip-flag-check", "--set", "benchmark.concurency=[1]")
     assert err.startswith("error: --set benchmark.concurency: unknown key (did you mean 'concurrency'?)"), err
-    err = refused("validate", "local-tiny-1p2d", "--cluster", "locl", "--skip-flag-check")
+    err = refused("validate", "tiny-fp32-cpu-nixl-1p2d", "--cluster", "locl", "--skip-flag-check")
     assert "cluster profile 'locl' not found (did you mean 'local'?)" in err, err
-    recipe = yaml.safe_load((PROJECT_ROOT / "recipes" / "local-tiny-1p1d.yaml").read_text())
+    recipe = yaml.safe_load((PROJECT_ROOT / "recipes" / "tiny-fp32-cpu-nixl-1p1d.yaml").read_text())
     recipe["topology"]["prefill"]["wokers"] = recipe["topology"]["prefill"].pop("workers", 1)
     path = tmp_path / "typo.yaml"
     path.write_text(yaml.safe_dump(recipe))
     err = refused("validate", str(path), "--skip-flag-check")
     assert err.startswith(f"error: {path}: topology.prefill.wokers: unknown key (did you mean 'workers'?)"), err
     # Nothing close: no guess.
-    err = refused("validate", "local-tiny-1p1d", "--skip-flag-check", "--set", "benchmark.zzz=1")
+    err = refused("validate", "tiny-fp32-cpu-nixl-1p1d", "--skip-flag-check", "--set", "benchmark.zzz=1")
     assert "unknown key" in err and "did you mean" not in err, err
 
 
@@ -169,7 +179,7 @@ def test_a_profile_that_changes_the_hardware_is_refused(tmp_path: Path) -> None:
     assert "local.yaml: topology.gpus_per_node: this cluster profile moves recipe dsr1-fp8-h200-nixl-1p2d to " in err
     assert "CPU-only nodes (topology.gpus_per_node 0)" in err and "NVIDIA GPUs" in err, err
     # The matching pairs pass the hardware check (the AMD recipe on the AMD profile validates).
-    r = pdbench("validate", "dsr1-fp8-1p2d", "--cluster", "example-mi355x-mori", "--skip-flag-check")
+    r = pdbench("validate", "dsr1-fp8-mi355x-moriio-1p2d", "--cluster", "example-mi355x-mori", "--skip-flag-check")
     assert "moves recipe" not in r.stderr, r.stderr
 
 
@@ -188,16 +198,16 @@ def test_a_set_value_that_changes_the_hardware_is_refused() -> None:
 
 def test_more_ranks_than_the_nodes_have(tmp_path: Path) -> None:
     # CPU-only nodes: one core group (cpu_bind) per rank of a worker.
-    err = refused("validate", "local-tiny-1p1d", "--skip-flag-check", "--set", "topology.prefill.tp=4")
+    err = refused("validate", "tiny-fp32-cpu-nixl-1p1d", "--skip-flag-check", "--set", "topology.prefill.tp=4")
     assert "topology.prefill.cpu_bind: '0' gives 1 core group(s), but each worker has tp*dp = 4 rank(s)" in err, err
     r = pdbench(
         "validate",
-        *("local-tiny-1p1d", "--skip-flag-check", "--set", "topology.prefill.tp=2"),
+        *("tiny-fp32-cpu-nixl-1p1d", "--skip-flag-check", "--set", "topology.prefill.tp=2"),
         *("--set", "topology.prefill.cpu_bind=['0|1']"),
     )
     assert r.returncode == 0, r.stderr
     # GPU nodes: a worker's tp*dp within the node's GPUs (the profile's count).
-    err = refused("validate", "dsr1-fp8-1p2d", "--skip-flag-check", "--set", "topology.gpus_per_node=4")
+    err = refused("validate", "dsr1-fp8-mi355x-moriio-1p2d", "--skip-flag-check", "--set", "topology.gpus_per_node=4")
     assert "tp*dp 8 needs 8 GPUs, but topology.gpus_per_node is 4 (set by --set topology.gpus_per_node)" in err, err
     # A profile's GPU count under a TP8 recipe: both files named.
     profile = tmp_path / "four-gpus.yaml"
@@ -234,20 +244,20 @@ def test_validate_names_the_profile_the_launcher_and_what_submit_would_refuse(tm
     assert "  slurm.partition = h200" in lines and "  site.hf_cache = /lustre/shared/hf-cache" in lines, out
     assert not any(line.startswith("note:") for line in lines), out  # weights from the shared HF cache
     # Without a profile: said, and the download every node would make is a note.
-    out = validate("dsr1-fp8-1p2d", [], None, True, "slurm")
+    out = validate("dsr1-fp8-mi355x-moriio-1p2d", [], None, True, "slurm")
     assert "cluster profile: none (--cluster or $PDBENCH_CLUSTER names one)" in out, out
     assert "note: every node would download deepseek-ai/DeepSeek-R1-0528 from the Hugging Face hub" in out, out
     # Dummy weights: only the config and the tokenizer come from the hub.
     dummy = ["topology.prefill.flags={load-format: dummy}", "topology.decode.flags={load-format: dummy}"]
-    out = validate("dsr1-fp8-1p2d", dummy, None, True, "slurm")
+    out = validate("dsr1-fp8-mi355x-moriio-1p2d", dummy, None, True, "slurm")
     assert "note: every node would download deepseek-ai/DeepSeek-R1-0528's config from the Hugging Face hub" in out
     # What submit would refuse, refused here too: ports that clash once every node runs on this host,
     # (a role's workers take consecutive ports on one host: decode-1 8201, prefill-1 8101)
     clash = ["topology.prefill.workers=2", "topology.prefill.nodes=2", "topology.decode.port=8101"]
     with pytest.raises(Refused, match="port 8101 of decode-0 is also used by prefill-1 on this host"):
-        validate("local-tiny-1p2d", clash, "local", True, "local")
-    assert validate("local-tiny-1p2d", [], "local", True, "local").startswith("ok: local-tiny-1p2d")
-    assert validate("local-tiny-1p2d", [], "local", True, "slurm").startswith("ok: local-tiny-1p2d")
+        validate("tiny-fp32-cpu-nixl-1p2d", clash, "local", True, "local")
+    assert validate("tiny-fp32-cpu-nixl-1p2d", [], "local", True, "local").startswith("ok: tiny-fp32-cpu-nixl-1p2d")
+    assert validate("tiny-fp32-cpu-nixl-1p2d", [], "local", True, "slurm").startswith("ok: tiny-fp32-cpu-nixl-1p2d")
     # and a shared install the nodes would run from that is not there.
     with pytest.raises(Refused, match=r"site\.pdbench_root /lustre/shared/pdbench holds no pdbench checkout"):
         validate("dsr1-fp8-h200-nixl-1p2d", [], "example-h200-nixl", True, "slurm")
@@ -261,6 +271,6 @@ def test_bad_overrides_name_the_override_and_no_internals() -> None:
         "benchmark=5": "error: --set benchmark: expected a mapping of keys (got 5)",
     }
     for override, expected in cases.items():
-        err = refused("validate", "local-tiny-1p1d", "--skip-flag-check", "--set", override)
+        err = refused("validate", "tiny-fp32-cpu-nixl-1p1d", "--skip-flag-check", "--set", override)
         assert err.strip() == expected, (override, err)
         assert "BenchmarkSettings" not in err

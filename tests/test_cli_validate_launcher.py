@@ -12,11 +12,13 @@ from harness.config.load import PROJECT_ROOT
 
 
 def test_validate_checks_for_the_launcher_given(tmp_path: Path) -> None:
-    # Every node of local-tiny-1p2d on one host: a role's workers take consecutive ports there
+    # Every node of tiny-fp32-cpu-nixl-1p2d on one host: a role's workers take consecutive ports there
     # (decode-1 8201), where Slurm nodes each give their first worker the role's port.
-    ok = pdbench("validate", "local-tiny-1p2d", "--cluster", "local", "--skip-flag-check")
+    ok = pdbench("validate", "tiny-fp32-cpu-nixl-1p2d", "--cluster", "local", "--skip-flag-check")
     assert ok.returncode == 0 and ", launcher slurm, " in ok.stdout, ok.stderr
-    ok = pdbench("validate", "local-tiny-1p2d", "--cluster", "local", "--launcher", "local", "--skip-flag-check")
+    ok = pdbench(
+        "validate", "tiny-fp32-cpu-nixl-1p2d", "--cluster", "local", "--launcher", "local", "--skip-flag-check"
+    )
     assert ok.returncode == 0 and ", launcher local, " in ok.stdout, ok.stderr
     # A real clash on one host: prefill-1 takes 8101, which decode's first worker is given.
     clash = [
@@ -27,14 +29,16 @@ def test_validate_checks_for_the_launcher_given(tmp_path: Path) -> None:
         "--set",
         "topology.decode.port=8101",
     ]
-    r = pdbench("validate", "local-tiny-1p2d", "--cluster", "local", "--launcher", "local", "--skip-flag-check", *clash)
+    r = pdbench(
+        "validate", "tiny-fp32-cpu-nixl-1p2d", "--cluster", "local", "--launcher", "local", "--skip-flag-check", *clash
+    )
     assert r.returncode == 2, r.stdout
     assert "port 8101 of decode-0 is also used by prefill-1 on this host (the local launcher" in r.stderr, r.stderr
     # What submit --launcher local refuses the same way.
     r = pdbench(
         "submit",
         "-r",
-        "local-tiny-1p2d",
+        "tiny-fp32-cpu-nixl-1p2d",
         "--cluster",
         "local",
         "--launcher",
@@ -61,6 +65,6 @@ def test_validate_names_the_profile_and_what_it_set(tmp_path: Path) -> None:
         "  container.image = registry.example.internal/vllm/vllm-openai:v0.32.0 (the recipe's: vllm/vllm-openai:v0.32.0)"
         in lines
     ), r.stdout
-    r = pdbench("validate", "dsr1-fp8-1p2d", "--skip-flag-check")
+    r = pdbench("validate", "dsr1-fp8-mi355x-moriio-1p2d", "--skip-flag-check")
     assert r.returncode == 0 and "cluster profile: none" in r.stdout, r.stderr
     assert "note: every node would download deepseek-ai/DeepSeek-R1-0528 from the Hugging Face hub" in r.stdout

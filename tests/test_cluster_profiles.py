@@ -28,13 +28,13 @@ def _render(tmp_path: Path, recipe: str, cluster: str | None, overrides: list[st
 
 
 def test_local_profile_supplies_every_cluster_setting_of_local_tiny_1p2d() -> None:
-    text = (PROJECT_ROOT / "recipes" / "local-tiny-1p2d.yaml").read_text()
+    text = (PROJECT_ROOT / "recipes" / "tiny-fp32-cpu-nixl-1p2d.yaml").read_text()
     data = yaml.safe_load(text)
     # The recipe is portable: nothing of the machine is left in it.
     assert "container" not in data and "slurm" in data and set(data["slurm"]) == {"time_limit"}
     assert set(data["topology"]) == {"prefill", "decode"}
     assert all("cpu_bind" not in data["topology"][r] for r in ("prefill", "decode"))
-    rr = load_recipe("local-tiny-1p2d", cluster="local")
+    rr = load_recipe("tiny-fp32-cpu-nixl-1p2d", cluster="local")
     t = rr.recipe.topology
     assert (t.gpus_per_node, t.nic_detection, t.prefill.cpu_bind, t.decode.cpu_bind) == (0, False, ["0"], ["1"])
     assert rr.recipe.container.runtime == "none" and rr.recipe.slurm.gpu_request == "none"
@@ -42,22 +42,22 @@ def test_local_profile_supplies_every_cluster_setting_of_local_tiny_1p2d() -> No
 
 
 def test_precedence_and_provenance_in_the_lock_file(tmp_path: Path) -> None:
-    out = _render(tmp_path, "local-tiny-1p2d", "local", ['topology.decode.cpu_bind=["0"]', "benchmark.isl=128"])
+    out = _render(tmp_path, "tiny-fp32-cpu-nixl-1p2d", "local", ['topology.decode.cpu_bind=["0"]', "benchmark.isl=128"])
     lock = yaml.safe_load((out / "recipe.lock.yaml").read_text())
     src = lock["sources"]
     assert src["topology.prefill.cpu_bind"] == "clusters/local.yaml"  # profile over recipe
     assert src["topology.decode.cpu_bind"] == "--set"  # --set over profile
-    assert src["benchmark.isl"] == "--set" and src["benchmark.osl"] == "recipes/local-tiny-1p2d.yaml"
+    assert src["benchmark.isl"] == "--set" and src["benchmark.osl"] == "recipes/tiny-fp32-cpu-nixl-1p2d.yaml"
     assert src["topology.prefill.tp"] == "default"
     assert lock["recipe"]["topology"]["decode"]["cpu_bind"] == ["0"]
     assert lock["cluster_profile"].endswith("clusters/local.yaml")
     # The profile's values are part of what the fingerprint covers.
-    other = load_recipe("local-tiny-1p2d", ['topology.decode.cpu_bind=["0"]', "benchmark.isl=128"])
+    other = load_recipe("tiny-fp32-cpu-nixl-1p2d", ['topology.decode.cpu_bind=["0"]', "benchmark.isl=128"])
     assert lock["fingerprint"] != other.fingerprint
 
 
 def test_profile_overrides_the_recipe_and_picks_the_image_by_model(tmp_path: Path) -> None:
-    rr = load_recipe("dsr1-fp8-1p2d", cluster="example-mi355x-mori")
+    rr = load_recipe("dsr1-fp8-mi355x-moriio-1p2d", cluster="example-mi355x-mori")
     assert rr.recipe.container.image == "registry.example.internal/vllm/vllm-openai-rocm:v0.32.0"
     assert rr.recipe.slurm.partition == "mi355x" and rr.recipe.topology.prefill.tp == 8  # recipe kept
     assert rr.provenance["container.image"] == "clusters/example-mi355x-mori.yaml"
@@ -68,18 +68,18 @@ def test_errors_name_the_profile_file_and_key(tmp_path: Path) -> None:
     bad = tmp_path / "site.yaml"
     bad.write_text("slurm:\n  gpu_request: gpus\n")
     with pytest.raises(ConfigError) as e:
-        load_recipe("local-tiny-1p2d", cluster=str(bad))
+        load_recipe("tiny-fp32-cpu-nixl-1p2d", cluster=str(bad))
     assert e.value.file == str(bad) and e.value.key == "slurm.gpu_request"
     bad.write_text("partition: x\n")  # not a profile key
     with pytest.raises(ConfigError) as e:
-        load_recipe("local-tiny-1p2d", cluster=str(bad))
+        load_recipe("tiny-fp32-cpu-nixl-1p2d", cluster=str(bad))
     assert e.value.file == str(bad) and e.value.key == "partition" and "unknown key" in str(e.value)
     bad.write_text("site:\n  model_root: relative/models\n")
     with pytest.raises(ConfigError, match=r"site\.model_root: .relative/models. is not an absolute path") as e:
-        load_recipe("dsr1-fp8-1p2d", cluster=str(bad))
+        load_recipe("dsr1-fp8-mi355x-moriio-1p2d", cluster=str(bad))
     assert e.value.file == str(bad)
     with pytest.raises(ConfigError, match=r"--set container\.runtime: Input should be"):
-        load_recipe("local-tiny-1p2d", ["container.runtime=lxc"], cluster="local")
+        load_recipe("tiny-fp32-cpu-nixl-1p2d", ["container.runtime=lxc"], cluster="local")
 
 
 def test_search_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -106,7 +106,7 @@ def test_search_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_cli_takes_the_profile_from_the_environment(tmp_path: Path) -> None:
     env = dict(os.environ, PDBENCH_CLUSTER="local")
     r = subprocess.run(
-        [sys.executable, "-m", "harness", "validate", "local-tiny-1p2d", "--skip-flag-check"],
+        [sys.executable, "-m", "harness", "validate", "tiny-fp32-cpu-nixl-1p2d", "--skip-flag-check"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -116,7 +116,7 @@ def test_cli_takes_the_profile_from_the_environment(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     env["PDBENCH_CLUSTER"] = "nosuch"
     r = subprocess.run(
-        [sys.executable, "-m", "harness", "validate", "local-tiny-1p2d", "--skip-flag-check"],
+        [sys.executable, "-m", "harness", "validate", "tiny-fp32-cpu-nixl-1p2d", "--skip-flag-check"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -127,7 +127,7 @@ def test_cli_takes_the_profile_from_the_environment(tmp_path: Path) -> None:
 
 
 def test_site_storage_renders_read_only_mounts_and_offline_mode(tmp_path: Path) -> None:
-    out = _render(tmp_path / "amd", "dsr1-fp8-1p2d", "example-mi355x-mori")
+    out = _render(tmp_path / "amd", "dsr1-fp8-mi355x-moriio-1p2d", "example-mi355x-mori")
     server, wrapper, job = ((out / f).read_text() for f in ("server.sh", "container.sh", "job.slurm"))
     assert server.count("exec vllm serve /shared/models/deepseek-ai/DeepSeek-R1-0528") == 3
     assert "export HF_HUB_OFFLINE=1\n" in server and "export HF_HUB_CACHE=/shared/hf-cache\n" in server
@@ -140,14 +140,14 @@ def test_site_storage_renders_read_only_mounts_and_offline_mode(tmp_path: Path) 
     assert "export HF_HUB_OFFLINE=1\n" in server and "export HF_HUB_CACHE=/lustre/shared/hf-cache\n" in server
     assert "-v /lustre/shared/hf-cache:/lustre/shared/hf-cache:ro" in wrapper and "#SBATCH --gpus-per-node=8" in job
     # No site storage: the hub (nothing claims to be offline).
-    out = _render(tmp_path / "hub", "dsr1-fp8-1p2d", None)
+    out = _render(tmp_path / "hub", "dsr1-fp8-mi355x-moriio-1p2d", None)
     assert "HF_HUB_OFFLINE" not in (out / "server.sh").read_text()
 
 
 def test_site_install_location_is_where_the_job_runs_pdbench(tmp_path: Path) -> None:
     from harness.render import current_context
 
-    rr = load_recipe("dsr1-fp8-1p2d", cluster="example-mi355x-mori")
+    rr = load_recipe("dsr1-fp8-mi355x-moriio-1p2d", cluster="example-mi355x-mori")
     ctx = current_context(tmp_path, PROJECT_ROOT, rr)
     assert ctx.root == "/shared/tools/pdbench" and ctx.python == "/shared/tools/pdbench/.venv/bin/python"
     render_job(rr, tmp_path, ctx)
@@ -166,7 +166,7 @@ def test_node_address_from_the_named_interface(monkeypatch: pytest.MonkeyPatch) 
 
 def test_a_failing_nic_detection_fails_the_server(tmp_path: Path) -> None:
     """`eval "$(pdbench nic ...)"` under set -e went on with UCX/NCCL defaults; now it stops."""
-    out = _render(tmp_path / "job", "dsr1-fp8-1p2d-nixl", None)
+    out = _render(tmp_path / "job", "dsr1-fp8-mi355x-nixl-1p2d", None)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     marker = tmp_path / "vllm-started"
@@ -181,7 +181,16 @@ def test_a_failing_nic_detection_fails_the_server(tmp_path: Path) -> None:
 
 
 def _submit_dry_run(tmp_path: Path, *sets: str) -> subprocess.CompletedProcess:
-    args = [sys.executable, "-m", "harness", "submit", "--recipe", "dsr1-fp8-1p2d", "--dry-run", "--skip-flag-check"]
+    args = [
+        sys.executable,
+        "-m",
+        "harness",
+        "submit",
+        "--recipe",
+        "dsr1-fp8-mi355x-moriio-1p2d",
+        "--dry-run",
+        "--skip-flag-check",
+    ]
     args += ["--results-dir", str(tmp_path / "results")]
     for s in sets:
         args += ["--set", s]
@@ -208,7 +217,7 @@ def test_submit_refuses_weights_or_install_it_can_see_are_missing(tmp_path: Path
 def test_a_node_where_pdbench_cannot_run_records_why(tmp_path: Path) -> None:
     """A checkout that is not on the nodes' storage: the node says so as the job's cause,
     instead of a bare 'No such file' in Slurm's output and no status at all."""
-    out = _render(tmp_path / "job", "local-tiny-1p1d", None)
+    out = _render(tmp_path / "job", "tiny-fp32-cpu-nixl-1p1d", None)
     env = dict(os.environ, SLURM_NODEID="1", RUN_DIR=str(out), PDBENCH_PYTHON="/not/shared/.venv/bin/python")
     r = subprocess.run(["bash", str(out / "server.sh")], env=env, timeout=30, capture_output=True, text=True)
     assert r.returncode == 1

@@ -22,43 +22,43 @@ def root(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _error(root: Path, recipe: str = "local-tiny-1p1d", overrides: list[str] | None = None) -> ConfigError:
+def _error(root: Path, recipe: str = "tiny-fp32-cpu-nixl-1p1d", overrides: list[str] | None = None) -> ConfigError:
     with pytest.raises(ConfigError) as e:
         load_recipe(recipe, overrides or [], root=root)
     return e.value
 
 
 def test_shipped_recipes_load() -> None:
-    for name in ("local-tiny-1p1d", "dsr1-fp8-1p2d", "dsr1-fp8-1p2d-nixl"):
+    for name in ("tiny-fp32-cpu-nixl-1p1d", "dsr1-fp8-mi355x-moriio-1p2d", "dsr1-fp8-mi355x-nixl-1p2d"):
         rr = load_recipe(name)
         assert rr.name == name and len(rr.fingerprint) == 16
-    rr = load_recipe("dsr1-fp8-1p2d")
+    rr = load_recipe("dsr1-fp8-mi355x-moriio-1p2d")
     assert rr.recipe.connector.name == "moriio" and rr.recipe.topology.decode.ep == 8
-    assert load_recipe("dsr1-fp8-1p2d-nixl").recipe.connector.name == "nixl"
+    assert load_recipe("dsr1-fp8-mi355x-nixl-1p2d").recipe.connector.name == "nixl"
 
 
 def test_missing_recipe(root: Path) -> None:
     e = _error(root, "no-such-recipe")
     assert e.file.endswith("recipes/no-such-recipe.yaml") and "not found" in str(e)
-    assert "local-tiny-1p1d" in str(e)  # lists what exists
+    assert "tiny-fp32-cpu-nixl-1p1d" in str(e)  # lists what exists
 
 
 def test_unknown_key(root: Path) -> None:
-    p = root / "recipes" / "local-tiny-1p1d.yaml"
+    p = root / "recipes" / "tiny-fp32-cpu-nixl-1p1d.yaml"
     p.write_text(p.read_text().replace("  isl: 256", "  isl: 256\n  input_len: 12"))
     e = _error(root)
     assert e.file == str(p) and e.key == "benchmark.input_len" and "unknown key" in str(e)
 
 
 def test_wrong_type(root: Path) -> None:
-    p = root / "recipes" / "local-tiny-1p1d.yaml"
+    p = root / "recipes" / "tiny-fp32-cpu-nixl-1p1d.yaml"
     p.write_text(p.read_text().replace("concurrency: [1, 4]", "concurrency: [1, many]"))
     e = _error(root)
     assert e.key == "benchmark.concurrency.1" and "integer" in str(e) and "'many'" in str(e)
 
 
 def test_model_not_in_catalogue(root: Path) -> None:
-    p = root / "recipes" / "local-tiny-1p1d.yaml"
+    p = root / "recipes" / "tiny-fp32-cpu-nixl-1p1d.yaml"
     p.write_text(p.read_text().replace("model: tiny-llama", "model: llama-9000"))
     e = _error(root)
     assert e.file == str(p) and e.key == "model"
@@ -73,7 +73,7 @@ def test_bad_catalogue_names_models_yaml(root: Path) -> None:
 
 
 def test_invalid_yaml_names_line(root: Path) -> None:
-    p = root / "recipes" / "local-tiny-1p1d.yaml"
+    p = root / "recipes" / "tiny-fp32-cpu-nixl-1p1d.yaml"
     p.write_text("model: [unclosed\n")
     e = _error(root)
     assert e.file == str(p) and "line" in str(e) and "invalid YAML" in str(e)
@@ -81,7 +81,7 @@ def test_invalid_yaml_names_line(root: Path) -> None:
 
 def test_overrides_typed_and_validated(root: Path) -> None:
     rr = load_recipe(
-        "local-tiny-1p1d",
+        "tiny-fp32-cpu-nixl-1p1d",
         ["benchmark.concurrency=[2, 8]", "benchmark.isl=1024", "topology.decode.flags.max-num-seqs=4"],
         root=root,
     )
@@ -101,27 +101,33 @@ def test_semantic_checks(root: Path) -> None:
 
 
 def test_topology_plan_and_port_conflicts(root: Path) -> None:
-    p = plan(load_recipe("dsr1-fp8-1p2d", root=root))
+    p = plan(load_recipe("dsr1-fp8-mi355x-moriio-1p2d", root=root))
     assert p.num_nodes == 3
     assert [(w.name, w.node) for w in p.workers] == [("prefill-0", 0), ("decode-0", 1), ("decode-1", 2)]
     assert (p.devices("prefill"), p.devices("decode")) == (8, 16)
-    rr = load_recipe("dsr1-fp8-1p2d", root=root)
+    rr = load_recipe("dsr1-fp8-mi355x-moriio-1p2d", root=root)
     with pytest.raises(ConfigError, match="local launcher"):
         check_single_host(rr, p)
     # Two TP4 workers share an 8-GPU node, each with its own devices and port.
     rr = load_recipe(
-        "dsr1-fp8-1p2d", ["topology.decode.nodes=1", "topology.decode.tp=4", "topology.decode.ep=4"], root=root
+        "dsr1-fp8-mi355x-moriio-1p2d",
+        ["topology.decode.nodes=1", "topology.decode.tp=4", "topology.decode.ep=4"],
+        root=root,
     )
     d = plan(rr).role("decode")
     assert [(w.node, w.port, w.visible_devices) for w in d] == [(1, 2584, "0,1,2,3"), (1, 2585, "4,5,6,7")]
     with pytest.raises(ConfigError, match="gpus_per_node"):
-        plan(load_recipe("dsr1-fp8-1p2d", ["topology.decode.nodes=1", "topology.decode.workers=4"], root=root))
+        plan(
+            load_recipe(
+                "dsr1-fp8-mi355x-moriio-1p2d", ["topology.decode.nodes=1", "topology.decode.workers=4"], root=root
+            )
+        )
     with pytest.raises(ConfigError, match="must use all their GPUs"):
-        plan(load_recipe("dsr1-fp8-1p2d", ["topology.decode.workers=1"], root=root))
+        plan(load_recipe("dsr1-fp8-mi355x-moriio-1p2d", ["topology.decode.workers=1"], root=root))
     # One decode worker over both decode nodes: DP16 attention with EP, TP1 per rank.
     p = plan(
         load_recipe(
-            "dsr1-fp8-1p2d",
+            "dsr1-fp8-mi355x-moriio-1p2d",
             [
                 "topology.decode.workers=1",
                 "topology.decode.tp=1",
@@ -141,7 +147,7 @@ def test_topology_plan_and_port_conflicts(root: Path) -> None:
         ("proxy", 0, "proxy"),
     ]
     with pytest.raises(ConfigError, match=r"proxy\.port"):
-        plan(load_recipe("local-tiny-1p1d", ["proxy.port=8100"], root=root))
+        plan(load_recipe("tiny-fp32-cpu-nixl-1p1d", ["proxy.port=8100"], root=root))
 
 
 @pytest.mark.parametrize(
@@ -149,9 +155,9 @@ def test_topology_plan_and_port_conflicts(root: Path) -> None:
     [
         (["--recipe", "no-such-recipe"], "no-such-recipe.yaml: recipe not found"),
         # A value given with --set is named as coming from `--set KEY`.
-        (["--recipe", "local-tiny-1p1d", "--set", "benchmark.isl=abc"], "--set benchmark.isl: Input should"),
-        (["--recipe", "local-tiny-1p1d", "--set", "benchmark.bogus=1"], "--set benchmark.bogus: unknown key"),
-        (["--recipe", "local-tiny-1p1d", "--set", "model=nope"], "--set model: 'nope' is not in"),
+        (["--recipe", "tiny-fp32-cpu-nixl-1p1d", "--set", "benchmark.isl=abc"], "--set benchmark.isl: Input should"),
+        (["--recipe", "tiny-fp32-cpu-nixl-1p1d", "--set", "benchmark.bogus=1"], "--set benchmark.bogus: unknown key"),
+        (["--recipe", "tiny-fp32-cpu-nixl-1p1d", "--set", "model=nope"], "--set model: 'nope' is not in"),
     ],
 )
 def test_cli_exits_2_with_file_and_key(args: list[str], needle: str, tmp_path: Path) -> None:
@@ -167,10 +173,10 @@ def test_cli_exits_2_with_file_and_key(args: list[str], needle: str, tmp_path: P
 
 
 def test_dry_run_creates_run_dir_and_prints_sbatch(tmp_path: Path) -> None:
-    args = [sys.executable, "-m", "harness", "submit", "--recipe", "dsr1-fp8-1p2d", "--dry-run"]
+    args = [sys.executable, "-m", "harness", "submit", "--recipe", "dsr1-fp8-mi355x-moriio-1p2d", "--dry-run"]
     r = subprocess.run([*args, "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    (run_dir,) = (tmp_path / "dsr1-fp8-1p2d").iterdir()
+    (run_dir,) = (tmp_path / "dsr1-fp8-mi355x-moriio-1p2d").iterdir()
     assert f"sbatch --parsable --chdir={run_dir} {run_dir}/job.slurm" in r.stdout
     assert {p.name for p in run_dir.iterdir()} >= {
         "job.slurm",
@@ -181,14 +187,14 @@ def test_dry_run_creates_run_dir_and_prints_sbatch(tmp_path: Path) -> None:
         "logs",
     }
     r2 = subprocess.run([*args, "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
-    assert r2.returncode == 0 and len(list((tmp_path / "dsr1-fp8-1p2d").iterdir())) == 2  # never reused
+    assert r2.returncode == 0 and len(list((tmp_path / "dsr1-fp8-mi355x-moriio-1p2d").iterdir())) == 2  # never reused
 
 
 def test_recipe_name_is_a_safe_directory_name(root: Path) -> None:
     e = _error(root, overrides=["name=../../etc"])
     assert e.key == "name" and "safe name" in str(e)
     bad = root / "recipes" / "my recipe;x.yaml"
-    shutil.copy(root / "recipes" / "local-tiny-1p1d.yaml", bad)
+    shutil.copy(root / "recipes" / "tiny-fp32-cpu-nixl-1p1d.yaml", bad)
     e = _error(root, str(bad))
     assert e.file == str(bad) and e.key == "name" and "set 'name:'" in str(e)
     assert load_recipe(str(bad), ["name=my-recipe"], root=root).name == "my-recipe"
@@ -216,7 +222,7 @@ def test_values_no_quoting_can_carry_are_refused_by_key(root: Path, override: st
 
 def test_multi_line_description_and_quoted_values_load(root: Path) -> None:
     rr = load_recipe(
-        "local-tiny-1p1d",
+        "tiny-fp32-cpu-nixl-1p1d",
         ['description="one\\ntwo"', 'slurm.job_name="a b $(c)"', 'container.mounts={"/data dir": "/data:ro"}'],
         root=root,
     )
@@ -232,7 +238,7 @@ def test_recipe_sets_every_benchmark_setting(root: Path, tmp_path: Path) -> None
     data = tmp_path / "prompts.jsonl"
     data.write_text('{"prompt": "hi"}\n')
     rr = load_recipe(
-        "local-tiny-1p1d",
+        "tiny-fp32-cpu-nixl-1p1d",
         [
             "benchmark.dataset=jsonl",
             f"benchmark.dataset_path={data}",
@@ -279,14 +285,17 @@ def test_validate_checks_without_rendering(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.chdir(tmp_path)
     results = PROJECT_ROOT / "results"
     before = sorted(results.rglob("*")) if results.exists() else []
-    ok = CliRunner().invoke(app, ["validate", "dsr1-fp8-1p2d"])
+    ok = CliRunner().invoke(app, ["validate", "dsr1-fp8-mi355x-moriio-1p2d"])
     assert ok.exit_code == 0, ok.output
-    assert ok.output.startswith("ok: dsr1-fp8-1p2d (") and "1P+2D on 3 node(s), connector moriio" in ok.output
-    bad = CliRunner().invoke(app, ["validate", "local-tiny-1p1d", "--set", "benchmark.percentiles=[90, 120]"])
+    assert (
+        ok.output.startswith("ok: dsr1-fp8-mi355x-moriio-1p2d (")
+        and "1P+2D on 3 node(s), connector moriio" in ok.output
+    )
+    bad = CliRunner().invoke(app, ["validate", "tiny-fp32-cpu-nixl-1p1d", "--set", "benchmark.percentiles=[90, 120]"])
     assert bad.exit_code == 2
     assert "--set benchmark.percentiles: " in bad.output and "within [0, 100]" in bad.output
     # The topology is checked too: the proxy on the prefill server's port.
-    clash = CliRunner().invoke(app, ["validate", "local-tiny-1p1d", "--set", "proxy.port=8100"])
+    clash = CliRunner().invoke(app, ["validate", "tiny-fp32-cpu-nixl-1p1d", "--set", "proxy.port=8100"])
     assert clash.exit_code == 2 and "--set proxy.port: port 8100" in clash.output, clash.output
     # Nothing written: not here, not under the project's results/ (where submit writes).
     assert list(tmp_path.iterdir()) == []
@@ -294,8 +303,8 @@ def test_validate_checks_without_rendering(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_pdbench_connector_keys_checked_at_load(root: Path) -> None:
-    rr = load_recipe("local-tiny-1p1d-pdbench", ["connector.extra_config.io_timeout_s=30"], root=root)
+    rr = load_recipe("tiny-fp32-cpu-pdbench-1p1d", ["connector.extra_config.io_timeout_s=30"], root=root)
     assert rr.recipe.connector.extra_config["io_timeout_s"] == 30
-    e = _error(root, "local-tiny-1p1d-pdbench", ["connector.extra_config.kv_lease_duration=300"])
+    e = _error(root, "tiny-fp32-cpu-pdbench-1p1d", ["connector.extra_config.kv_lease_duration=300"])
     assert e.key == "connector.extra_config" and "unknown key(s) for the pdbench connector: kv_lease_duration" in str(e)
     assert "accepted: host, port" in str(e)

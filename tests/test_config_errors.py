@@ -16,8 +16,8 @@ SEARCH = "benchmark.slo_search"
 
 
 def _recipe(tmp_path: Path, slos: dict, **benchmark) -> Path:
-    """local-tiny-1p1d with an SLO search over these SLOs, as a file of its own."""
-    data = yaml.safe_load((PROJECT_ROOT / "recipes" / "local-tiny-1p1d.yaml").read_text())
+    """tiny-fp32-cpu-nixl-1p1d with an SLO search over these SLOs, as a file of its own."""
+    data = yaml.safe_load((PROJECT_ROOT / "recipes" / "tiny-fp32-cpu-nixl-1p1d.yaml").read_text())
     data["benchmark"] |= {"slo_search": {"slos": slos}, **benchmark}
     path = tmp_path / "search.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -50,7 +50,7 @@ def test_an_error_in_a_recipe_file_names_the_whole_key(
 
 def test_an_error_from_set_names_the_whole_key_it_set() -> None:
     with pytest.raises(ConfigError) as e:
-        load_recipe("local-tiny-1p1d", [f"{SEARCH}.slos.tight.ttft_p90=-5"])
+        load_recipe("tiny-fp32-cpu-nixl-1p1d", [f"{SEARCH}.slos.tight.ttft_p90=-5"])
     assert e.value.key == f"{SEARCH}.slos.tight.ttft_p90"
     # The --set names the key: the message does not say it twice.
     assert (
@@ -61,7 +61,7 @@ def test_an_error_from_set_names_the_whole_key_it_set() -> None:
 
 def test_a_check_across_the_section_names_the_key_it_is_about() -> None:
     with pytest.raises(ConfigError) as e:
-        load_recipe("local-tiny-1p1d", [f"{SEARCH}.slos.tight.ttft_p90=800", "benchmark.concurrency=[4,1]"])
+        load_recipe("tiny-fp32-cpu-nixl-1p1d", [f"{SEARCH}.slos.tight.ttft_p90=800", "benchmark.concurrency=[4,1]"])
     assert e.value.key == "benchmark.concurrency"
     assert e.value.expected.startswith("with slo_search it is the ladder and must be ascending")
 
@@ -86,10 +86,10 @@ def test_a_set_key_with_a_decimal_point_is_named_whole_with_the_way_to_set_it() 
     """`--set` splits its key at every '.': `...ttft_p99.9=800` gives ttft_p99 a mapping {9: 800}.
     The error names the key meant and a --set that sets it, which then loads."""
     with pytest.raises(ConfigError) as e:
-        load_recipe("local-tiny-1p1d", [f"{SEARCH}.slos.tight.ttft_p99.9=800"])
+        load_recipe("tiny-fp32-cpu-nixl-1p1d", [f"{SEARCH}.slos.tight.ttft_p99.9=800"])
     assert e.value.key == f"{SEARCH}.slos.tight.ttft_p99.9"
     fix = f"--set '{SEARCH}.slos.tight={{ttft_p99.9: 800}}'"
     assert e.value.expected.endswith(fix), str(e.value)
-    rr = load_recipe("local-tiny-1p1d", [fix.removeprefix("--set ").strip("'")])
+    rr = load_recipe("tiny-fp32-cpu-nixl-1p1d", [fix.removeprefix("--set ").strip("'")])
     assert rr.recipe.benchmark.slo_search is not None
     assert rr.recipe.benchmark.slo_search.slos == {"tight": {"ttft_p99.9": 800.0}}

@@ -29,7 +29,7 @@ def _bomb(levels: int = 9) -> str:
 def _recipe(tmp_path: Path) -> Path:
     """The bundled local recipe with the bomb inside connector.extra_config (a free-form mapping,
     which validation accepts as it is): without the bound, rendering it walks every alias."""
-    text = (REPO / "recipes" / "local-tiny-1p1d.yaml").read_text()
+    text = (REPO / "recipes" / "tiny-fp32-cpu-nixl-1p1d.yaml").read_text()
     anchor = "    kv_lease_duration: 300\n"
     assert anchor in text
     path = tmp_path / "bomb.yaml"

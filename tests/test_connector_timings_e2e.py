@@ -17,7 +17,7 @@ from harness.rundir.paths import PROXY_TIMINGS
 
 pytestmark = pytest.mark.vllm
 
-RECIPE = "local-tiny-1p1d-pdbench"
+RECIPE = "tiny-fp32-cpu-pdbench-1p1d"
 
 
 def _jsonl(directory: Path, pattern: str) -> dict[str, dict]:

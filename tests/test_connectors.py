@@ -137,7 +137,7 @@ from harness.proxy.flows import make_flow
 from harness.render import RenderContext, render_job
 from harness.validity.connectors import evidence_for
 
-rr = load_recipe("dsr1-fp8-1p2d", ["connector.name=fakekv", "connector.notify_port=7100"])
+rr = load_recipe("dsr1-fp8-mi355x-moriio-1p2d", ["connector.name=fakekv", "connector.notify_port=7100"])
 out = Path(tempfile.mkdtemp())
 render_job(rr, out, RenderContext(run_dir="/runs/x", root="/opt/pdbench", python="python3", git_commit=None))
 cfg = ProxyConfig(connector="fakekv", prefill=["http://a:1"], decode=["http://b:2"])

@@ -29,7 +29,7 @@ def _fake(bin_dir: Path, name: str, body: str) -> None:
 
 def _start_in_setup(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     """container.sh of a docker recipe, held in its first step: `docker version` that waits."""
-    script = render_case("dsr1-fp8-1p2d--podman", tmp_path / "render") / "container.sh"
+    script = render_case("dsr1-fp8-mi355x-moriio-1p2d--podman", tmp_path / "render") / "container.sh"
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     bin_dir = tmp_path / "bin"
@@ -96,7 +96,7 @@ def test_signal_during_setup_is_recorded(tmp_path: Path, sig: signal.Signals, ca
 def _start_with_mktemp(tmp_path: Path, behaviour: str) -> tuple[subprocess.Popen, Path]:
     """container.sh in its first command, `err=$(mktemp)`, whose mktemp `behaviour` decides
     ("hold": waits; "fail": exits 2); fail's own mktemp (with arguments) is the real one."""
-    script = render_case("dsr1-fp8-1p2d--podman", tmp_path / "render") / "container.sh"
+    script = render_case("dsr1-fp8-mi355x-moriio-1p2d--podman", tmp_path / "render") / "container.sh"
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     bin_dir = tmp_path / "bin"
@@ -156,7 +156,7 @@ def _start_in_container(tmp_path: Path, held_in: str = "container") -> tuple[sub
     `pdbench node` (the fake container is a process the signal kills, as it kills a shell).
     held_in "heartbeat": the script waits in its heartbeat's `touch`, which Slurm's signal
     kills like every other process of the task."""
-    script = render_case("dsr1-fp8-1p2d--podman", tmp_path / "render") / "container.sh"
+    script = render_case("dsr1-fp8-mi355x-moriio-1p2d--podman", tmp_path / "render") / "container.sh"
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     bin_dir = tmp_path / "bin"

@@ -18,7 +18,7 @@ from test_preflight import fake_nvidia_smi
 
 from harness.config.load import PROJECT_ROOT
 
-RECIPE = "local-tiny-1p1d"
+RECIPE = "tiny-fp32-cpu-nixl-1p1d"
 
 
 def _ports() -> list[str]:

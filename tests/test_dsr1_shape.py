@@ -147,7 +147,7 @@ def test_x4_recipes_scale_the_full_ones_to_four_gpus_of_one_node() -> None:
     wide = _recipe("dsr1-shape-fp8-h200x4-nixl-1p1d-wideep")["topology"]["decode"]
     assert (wide["workers"], wide["tp"], wide["dp"], wide["ep"], wide["dp_attention"]) == (1, 1, 2, 2, True)
     # EPLB's redundant experts scaled with the experts: 32 of R1's 256, 8 of 64.
-    full = _recipe("dsr1-fp8-h200-nixl-1p2d-wideep")["topology"]["decode"]["flags"]["eplb-config"]
+    full = _recipe("dsr1-fp8-h200-nixl-1p1d-wideep")["topology"]["decode"]["flags"]["eplb-config"]
     assert wide["flags"]["eplb-config"] == {**full, "num_redundant_experts": full["num_redundant_experts"] * 64 // 256}
     for topo_name in ("1p2d", "1p1d-wideep"):
         nixl, bundled = (

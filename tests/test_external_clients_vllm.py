@@ -26,7 +26,7 @@ from harness.rundir.paths import AIPERF_ARTIFACTS, CLIENT_COMMAND, CLIENT_RUN, V
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 
-RECIPE = "local-tiny-1p1d"
+RECIPE = "tiny-fp32-cpu-nixl-1p1d"
 AIPERF = Path(harness.__file__).resolve().parents[1] / ".venv-aiperf" / "bin" / "aiperf"
 
 

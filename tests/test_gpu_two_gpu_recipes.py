@@ -41,7 +41,7 @@ def _visible(script: str, proc: str) -> str:
 
 @pytest.mark.parametrize("connector", ["pdbench", "nixl"])
 def test_prefill_on_gpu_0_and_decode_on_gpu_1_each_seeing_both(tmp_path: Path, connector: str) -> None:
-    recipe = f"gpu-h200x2-8b-1p1d-{connector}"
+    recipe = f"llama8b-shape-bf16-h200x2-{connector}-1p1d"
     assert "CUDA_VISIBLE_DEVICES" not in (ROOT / "recipes" / f"{recipe}.yaml").read_text()
     script = _render(recipe, tmp_path)
     assert _visible(script, "prefill_0") == "0,1"
@@ -52,15 +52,15 @@ def test_prefill_on_gpu_0_and_decode_on_gpu_1_each_seeing_both(tmp_path: Path, c
     assert lock["recipe"]["topology"]["gpus_per_node"] == 2
     assert lock["recipe"]["connector"]["name"] == connector
     # Same model and prompts as the one-GPU recipe, whose single instance is the reference.
-    one = yaml.safe_load((ROOT / "recipes" / f"gpu-h200-8b-1p1d-{connector}.yaml").read_text())
+    one = yaml.safe_load((ROOT / "recipes" / f"llama8b-shape-bf16-h200x1-{connector}-1p1d.yaml").read_text())
     two = yaml.safe_load((ROOT / "recipes" / f"{recipe}.yaml").read_text())
     assert two["model"] == one["model"] and two["benchmark"] == one["benchmark"]
-    single = yaml.safe_load((ROOT / "recipes" / "gpu-h200-8b-single.yaml").read_text())
+    single = yaml.safe_load((ROOT / "recipes" / "llama8b-shape-bf16-h200x1-none-agg.yaml").read_text())
     assert single["model"] == one["model"] and single["benchmark"] == one["benchmark"]
 
 
 def test_nixl_recipe_runs_two_replicas_on_the_same_gpus_after_1p1d(tmp_path: Path) -> None:
-    script = _render("gpu-h200x2-8b-1p1d-nixl", tmp_path)
+    script = _render("llama8b-shape-bf16-h200x2-nixl-1p1d", tmp_path)
     # the baseline: one whole instance a GPU, each its own only, no connector
     assert _visible(script, "aggregated_0") == "0" and _visible(script, "aggregated_1") == "1"
     agg = script.split("proc_aggregated_0() {", 1)[1].split("\n}\n", 1)[0]
@@ -70,7 +70,7 @@ def test_nixl_recipe_runs_two_replicas_on_the_same_gpus_after_1p1d(tmp_path: Pat
 
 
 def test_the_single_instance_reference_is_one_gpu_of_one_node(tmp_path: Path) -> None:
-    script = _render("gpu-h200-8b-single", tmp_path)
+    script = _render("llama8b-shape-bf16-h200x1-none-agg", tmp_path)
     assert re.findall(r"^proc_(\w+)\(\)", script, re.M) == ["aggregated_0", "proxy_aggregated", "bench_aggregated"]
     assert _visible(script, "aggregated_0") == "0"
     plan = json.loads((tmp_path / "plan.json").read_text())

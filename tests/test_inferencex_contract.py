@@ -58,8 +58,8 @@ FIXTURES = Path(__file__).parent / "fixtures" / "results"
 PDBENCH_FIXTURE_RUNS = [
     FIXTURES / "dsr1-fp8-2p4d" / "20261201T100000Z-aaa111",
     FIXTURES / "dsr1-fp8-2p4d" / "20261202T100000Z-bbb222",
-    FIXTURES / "local-tiny-1p1d" / "20261122T032441Z-e8da34",
-    FIXTURES / "local-tiny-1p2d" / "20261122T034324Z-a3eb41",
+    FIXTURES / "tiny-fp32-cpu-nixl-1p1d" / "20261122T032441Z-e8da34",
+    FIXTURES / "tiny-fp32-cpu-nixl-1p2d" / "20261122T034324Z-a3eb41",
 ]
 IX_FIXTURE_RUN = FIXTURES / "inferencex-dsr1-fp8-mi355x-isl_1024_osl_1024"
 # What InferenceX's CI prefixes each copied result with (RESULT_FILENAME of the multinode job).
@@ -666,7 +666,7 @@ def test_collect_holds_what_inferencex_computes() -> None:
 
 
 def test_aggregated_baseline_points_pass_and_are_collected(model_dir: str, tmp_path: Path) -> None:
-    """The baseline of local-tiny-1p2d-vs-aggregated (3 instances of TP 1) as its job writes it:
+    """The baseline of tiny-fp32-cpu-nixl-1p2d-vs-agg (3 instances of TP 1) as its job writes it:
     InferenceX's multinode workflow reads `_gpus_3` as 3 prefill-only GPUs, its single-node branch
     gets the same per-GPU figures from TP = 3; collect writes the same entry, disagg false."""
     from bench_fake_server import FakeServer
@@ -677,7 +677,7 @@ def test_aggregated_baseline_points_pass_and_are_collected(model_dir: str, tmp_p
     out = tmp_path / "render"
     out.mkdir()
     ctx = RenderContext(run_dir=str(out), root="/opt/pdbench", python="python", git_commit="0" * 40)
-    render_job(load_recipe("local-tiny-1p2d-vs-aggregated"), out, ctx)
+    render_job(load_recipe("tiny-fp32-cpu-nixl-1p2d-vs-agg"), out, ctx)
     bench = json.loads((out / "bench-aggregated.json").read_text())
     assert bench["gpus"] == 3 and "prefill_gpus" not in bench
     with FakeServer() as srv:

@@ -41,7 +41,9 @@ def own_memcpy_gbps(nbytes: int, repeats: int = 5) -> float:
 
 @pytest.fixture(scope="module")
 def job_plan() -> PlanFile:
-    rr = load_recipe("local-tiny-1p1d")  # prefill-0 on node 0, decode-0 on node 1 (the local launcher: one host)
+    rr = load_recipe(
+        "tiny-fp32-cpu-nixl-1p1d"
+    )  # prefill-0 on node 0, decode-0 on node 1 (the local launcher: one host)
     return PlanFile.of(rr, plan(rr))
 
 

@@ -116,8 +116,8 @@ def test_bundled_connector_lines_give_exact_per_transfer_rates_and_the_lane() ->
 def test_report_shows_each_points_handoff_and_flags_a_descriptor_split(tmp_path: Path) -> None:
     """The report reads the section through its one model and shows it per point; a point whose
     NIXL transfers went one block-sized descriptor at a time is a finding."""
-    fixture = Path(__file__).parent / "fixtures" / "results" / "local-tiny-1p1d" / "20261122T032441Z-e8da34"
-    run = tmp_path / "local-tiny-1p1d" / fixture.name
+    fixture = Path(__file__).parent / "fixtures" / "results" / "tiny-fp32-cpu-nixl-1p1d" / "20261122T032441Z-e8da34"
+    run = tmp_path / "tiny-fp32-cpu-nixl-1p1d" / fixture.name
     shutil.copytree(fixture, run)
     healthy, split = NixlDecode(), NixlDecode()
     b1, b2 = healthy.text(), split.text()

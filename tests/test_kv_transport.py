@@ -165,7 +165,7 @@ def test_the_settings_are_recipe_keys_checked_at_load(tmp_path: Path) -> None:
     shutil.copytree(PROJECT_ROOT / "recipes", tmp_path / "recipes")
     shutil.copy(PROJECT_ROOT / "models.yaml", tmp_path / "models.yaml")
     rr = load_recipe(
-        "local-tiny-1p1d",
+        "tiny-fp32-cpu-nixl-1p1d",
         ["benchmark.validity.kv_min_ceiling_share=0.2", "benchmark.validity.kv_judged_min_bytes=1048576"],
         root=tmp_path,
     )
@@ -173,14 +173,14 @@ def test_the_settings_are_recipe_keys_checked_at_load(tmp_path: Path) -> None:
     assert rr.recipe.benchmark.validity.kv_judged_min_bytes == 1 << 20
     for bad, needle in (("kv_min_ceiling_share=1.5", "less than or equal to 1"), ("kv_judged_min_bytes=-1", "0")):
         with pytest.raises(ConfigError) as e:
-            load_recipe("local-tiny-1p1d", [f"benchmark.validity.{bad}"], root=tmp_path)
+            load_recipe("tiny-fp32-cpu-nixl-1p1d", [f"benchmark.validity.{bad}"], root=tmp_path)
         key = f"benchmark.validity.{bad.split('=')[0]}"
         assert e.value.key == key and needle in str(e.value), str(e.value)
 
 
 def test_report_shows_ceiling_share_and_the_flag_in_the_runs_summary(tmp_path: Path) -> None:
-    fixture = Path(__file__).parent / "fixtures" / "results" / "local-tiny-1p1d" / "20261122T032441Z-e8da34"
-    run = tmp_path / "local-tiny-1p1d" / fixture.name
+    fixture = Path(__file__).parent / "fixtures" / "results" / "tiny-fp32-cpu-nixl-1p1d" / "20261122T032441Z-e8da34"
+    run = tmp_path / "tiny-fp32-cpu-nixl-1p1d" / fixture.name
     shutil.copytree(fixture, run)
     slow = judge(from_connector_records("pdbench", at(2.0, path="tcp")), ceiling(100.0), T, "pdbench")[1]
     fast = judge(from_connector_records("pdbench", at(60.0)), ceiling(100.0), T, "pdbench")[1]

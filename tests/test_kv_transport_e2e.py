@@ -22,7 +22,7 @@ from harness.validity.kv_transport import judge
 
 pytestmark = pytest.mark.vllm
 
-RECIPE = "local-tiny-1p1d-pdbench"
+RECIPE = "tiny-fp32-cpu-pdbench-1p1d"
 # Every transfer judged (the tiny model's are 1 MiB, under the 64 MiB default) on its plain rate
 # (no fixed cost per transfer: a CPU pull of 1 MiB takes well under the 20 ms GPU default), at 5 %
 # of the ceiling: on this machine a healthy pull moved 3.9 GB/s, 47 % of the node's host copy

@@ -1,5 +1,5 @@
 """A real Mooncake PD job on this CPU: vLLM's MooncakeConnector, Mooncake's transfer engine over
-TCP on loopback, the copy model, the local launcher running local-tiny-1p1d-mooncake.
+TCP on loopback, the copy model, the local launcher running tiny-fp32-cpu-mooncake-1p1d.
 
 It proves what the recording fakes of tests/test_proxy_connectors.py cannot: the proxy learns the
 prefill's engine id from vLLM's own bootstrap server, decode pulls every prompt's KV from prefill
@@ -29,7 +29,7 @@ from test_e2e_vllm import _assert_nothing_left, _assert_outputs_match, _delta, _
 
 pytestmark = pytest.mark.vllm
 
-RECIPE = "local-tiny-1p1d-mooncake"
+RECIPE = "tiny-fp32-cpu-mooncake-1p1d"
 BOOTSTRAP_PORT = 8998  # the recipe's connector.side_channel_port
 
 # Only where torch has no accelerator, and only the one call vLLM's Mooncake worker makes.

@@ -149,7 +149,7 @@ async def _arrived(p: Fake, n: int) -> None:
 def test_rendered_job_points_decode_and_proxy_at_vllms_bootstrap_server(monkeypatch: pytest.MonkeyPatch) -> None:
     """The H200 recipe as rendered: the prefill's vLLM starts its bootstrap server (TP and PP
     rank 0 of DP rank 0) on the port the proxy is told, and reads the transfer protocol."""
-    rr = load_recipe("dsr1-fp8-1p2d-mooncake", ["connector.side_channel_port=9123"])  # not vLLM's default
+    rr = load_recipe("dsr1-fp8-h200-mooncake-1p2d", ["connector.side_channel_port=9123"])  # not vLLM's default
     p = plan(rr)
     argv = [a if isinstance(a, str) else a.text for a in proxy_argv(rr, p)]
     told = [int(argv[i + 1]) for i, a in enumerate(argv) if a == "--bootstrap-port"]

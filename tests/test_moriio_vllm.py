@@ -297,7 +297,7 @@ def test_rendered_extra_config_is_what_vllms_moriio_config_reads(monkeypatch: py
     """Each server's rendered kv-transfer-config, read by vLLM's MoRIIOConfig as every TP rank
     reads it: the proxy's registration address and mode, the server's HTTP port, and ports
     that no two ranks on a node share and every node's preflight checks free."""
-    rr = load_recipe("dsr1-fp8-1p2d")
+    rr = load_recipe("dsr1-fp8-mi355x-moriio-1p2d")
     p = plan(rr)
     argv = [a if isinstance(a, str) else a.text for a in proxy_argv(rr, p)]
     proxy_port, proxy_mode = int(argv[argv.index("--moriio-port") + 1]), argv[argv.index("--moriio-mode") + 1]

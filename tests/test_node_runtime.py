@@ -83,7 +83,7 @@ class Job:
             self.ports["aggregated-1"] = self.ports["aggregated-0"] + 1
             overrides.append(f"topology.aggregated={{nodes: 1, workers: 2, port: {self.ports['aggregated-0']}}}")
             overrides.append(f"topology.aggregated_only={str(aggregated_only).lower()}")
-        rr = load_recipe("local-tiny-1p1d", overrides)
+        rr = load_recipe("tiny-fp32-cpu-nixl-1p1d", overrides)
         # The real renderer writes plan.json and server.sh; the `vllm` and `python -m harness
         # proxy|bench` that server.sh runs are node_fakes' wrappers (see the fakes fixture).
         render_job(rr, run_dir, RenderContext(str(run_dir), str(ROOT), sys.executable, None))

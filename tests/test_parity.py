@@ -19,56 +19,98 @@ CTX = RenderContext(run_dir="/shared/results/RUN", root="/opt/pdbench", python="
 
 # (row id, recipe, rendered file, text that must be there, how many times; None: at least once)
 PARITY = [
-    # MoRI-IO on MI355X (dsr1-fp8-1p2d)
-    ("moriio-all2all-flag", "dsr1-fp8-1p2d", "server.sh", "--all2all-backend mori_low_latency", 2),
-    ("moriio-no-removed-all2all-env", "dsr1-fp8-1p2d", "server.sh", "VLLM_ALL2ALL_BACKEND", 0),
-    ("moriio-read-mode-in-extra-config", "dsr1-fp8-1p2d", "server.sh", '\\"read_mode\\":true', 3),
-    ("moriio-no-ignored-read-mode-env", "dsr1-fp8-1p2d", "server.sh", "VLLM_MORIIO_CONNECTOR_READ_MODE", 0),
-    ("moriio-proxy-registration", "dsr1-fp8-1p2d", "server.sh", '\\"proxy_ping_port\\":\\"36367\\"', 3),
-    ("moriio-http-port", "dsr1-fp8-1p2d", "server.sh", '\\"http_port\\":\\"2584\\"', 3),
-    ("moriio-handshake-port-per-worker", "dsr1-fp8-1p2d", "server.sh", '\\"handshake_port\\":\\"5608\\"', 1),
-    ("moriio-notify-port-per-worker", "dsr1-fp8-1p2d", "server.sh", '\\"notify_port\\":\\"61013\\"', 1),
-    ("engine-ready-timeout", "dsr1-fp8-1p2d", "server.sh", "export VLLM_ENGINE_READY_TIMEOUT_S=3600\n", 3),
-    ("request-id-randomization-off", "dsr1-fp8-1p2d", "server.sh", "export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1", 3),
-    ("ucx-log-level", "dsr1-fp8-1p2d", "server.sh", "export UCX_LOG_LEVEL=warn\n", None),
+    # MoRI-IO on MI355X (dsr1-fp8-mi355x-moriio-1p2d)
+    ("moriio-all2all-flag", "dsr1-fp8-mi355x-moriio-1p2d", "server.sh", "--all2all-backend mori_low_latency", 2),
+    ("moriio-no-removed-all2all-env", "dsr1-fp8-mi355x-moriio-1p2d", "server.sh", "VLLM_ALL2ALL_BACKEND", 0),
+    ("moriio-read-mode-in-extra-config", "dsr1-fp8-mi355x-moriio-1p2d", "server.sh", '\\"read_mode\\":true', 3),
+    (
+        "moriio-no-ignored-read-mode-env",
+        "dsr1-fp8-mi355x-moriio-1p2d",
+        "server.sh",
+        "VLLM_MORIIO_CONNECTOR_READ_MODE",
+        0,
+    ),
+    ("moriio-proxy-registration", "dsr1-fp8-mi355x-moriio-1p2d", "server.sh", '\\"proxy_ping_port\\":\\"36367\\"', 3),
+    ("moriio-http-port", "dsr1-fp8-mi355x-moriio-1p2d", "server.sh", '\\"http_port\\":\\"2584\\"', 3),
+    (
+        "moriio-handshake-port-per-worker",
+        "dsr1-fp8-mi355x-moriio-1p2d",
+        "server.sh",
+        '\\"handshake_port\\":\\"5608\\"',
+        1,
+    ),
+    ("moriio-notify-port-per-worker", "dsr1-fp8-mi355x-moriio-1p2d", "server.sh", '\\"notify_port\\":\\"61013\\"', 1),
+    (
+        "engine-ready-timeout",
+        "dsr1-fp8-mi355x-moriio-1p2d",
+        "server.sh",
+        "export VLLM_ENGINE_READY_TIMEOUT_S=3600\n",
+        3,
+    ),
+    (
+        "request-id-randomization-off",
+        "dsr1-fp8-mi355x-moriio-1p2d",
+        "server.sh",
+        "export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1",
+        3,
+    ),
+    ("ucx-log-level", "dsr1-fp8-mi355x-moriio-1p2d", "server.sh", "export UCX_LOG_LEVEL=warn\n", None),
     (
         "nic-detection-before-every-server",
-        "dsr1-fp8-1p2d",
+        "dsr1-fp8-mi355x-moriio-1p2d",
         "server.sh",
         'nic_env=$("$PDBENCH_PYTHON" -m harness nic',
         3,
     ),
-    ("nicctl-mounted", "dsr1-fp8-1p2d", "container.sh", '-v "$NICCTL:/usr/sbin/nicctl:ro"', 1),
-    ("rdma-devices-and-memlock", "dsr1-fp8-1p2d", "container.sh", "--device /dev/infiniband --ulimit memlock=-1:-1", 1),
-    ("privileged-host-network-ipc", "dsr1-fp8-1p2d", "container.sh", "--network host --ipc host --privileged", 1),
-    ("pycache-outside-the-tree", "dsr1-fp8-1p2d", "container.sh", "PYTHONPYCACHEPREFIX=/tmp/pycache", 1),
-    ("mori-package-in-the-image", "dsr1-fp8-1p2d", "container.sh", "harness.bench.client, mori'", 1),
-    # NIXL (dsr1-fp8-1p2d-nixl)
-    ("nixl-load-failure-policy", "dsr1-fp8-1p2d-nixl", "server.sh", '"kv_load_failure_policy":"fail"', 3),
-    ("nixl-side-channel-ports", "dsr1-fp8-1p2d-nixl", "server.sh", "export VLLM_NIXL_SIDE_CHANNEL_PORT=", 3),
-    ("nixl-side-channel-host-from-rdma", "dsr1-fp8-1p2d-nixl", "server.sh", "VLLM_NIXL_SIDE_CHANNEL_HOST", 0),
+    ("nicctl-mounted", "dsr1-fp8-mi355x-moriio-1p2d", "container.sh", '-v "$NICCTL:/usr/sbin/nicctl:ro"', 1),
+    (
+        "rdma-devices-and-memlock",
+        "dsr1-fp8-mi355x-moriio-1p2d",
+        "container.sh",
+        "--device /dev/infiniband --ulimit memlock=-1:-1",
+        1,
+    ),
+    (
+        "privileged-host-network-ipc",
+        "dsr1-fp8-mi355x-moriio-1p2d",
+        "container.sh",
+        "--network host --ipc host --privileged",
+        1,
+    ),
+    ("pycache-outside-the-tree", "dsr1-fp8-mi355x-moriio-1p2d", "container.sh", "PYTHONPYCACHEPREFIX=/tmp/pycache", 1),
+    ("mori-package-in-the-image", "dsr1-fp8-mi355x-moriio-1p2d", "container.sh", "harness.bench.client, mori'", 1),
+    # NIXL (dsr1-fp8-mi355x-nixl-1p2d)
+    ("nixl-load-failure-policy", "dsr1-fp8-mi355x-nixl-1p2d", "server.sh", '"kv_load_failure_policy":"fail"', 3),
+    ("nixl-side-channel-ports", "dsr1-fp8-mi355x-nixl-1p2d", "server.sh", "export VLLM_NIXL_SIDE_CHANNEL_PORT=", 3),
+    ("nixl-side-channel-host-from-rdma", "dsr1-fp8-mi355x-nixl-1p2d", "server.sh", "VLLM_NIXL_SIDE_CHANNEL_HOST", 0),
     (
         "nixl-ucx-error-handling-none",
-        "dsr1-fp8-1p2d-nixl",
+        "dsr1-fp8-mi355x-nixl-1p2d",
         "container.sh",
         'init["ucx_error_handling_mode"] = "none"',
         1,
     ),
-    ("nixl-package-in-the-image", "dsr1-fp8-1p2d-nixl", "container.sh", "harness.bench.client, nixl'", 1),
-    ("nixl-ucx-log-level", "dsr1-fp8-1p2d-nixl", "server.sh", "export UCX_LOG_LEVEL=warn\n", None),
-    # Mooncake (dsr1-fp8-1p2d-mooncake)
-    ("mooncake-bootstrap-port", "dsr1-fp8-1p2d-mooncake", "server.sh", "export VLLM_MOONCAKE_BOOTSTRAP_PORT=8998\n", 1),
-    ("mooncake-proxy-knows-the-port", "dsr1-fp8-1p2d-mooncake", "server.sh", "--bootstrap-port 8998", 1),
+    ("nixl-package-in-the-image", "dsr1-fp8-mi355x-nixl-1p2d", "container.sh", "harness.bench.client, nixl'", 1),
+    ("nixl-ucx-log-level", "dsr1-fp8-mi355x-nixl-1p2d", "server.sh", "export UCX_LOG_LEVEL=warn\n", None),
+    # Mooncake (dsr1-fp8-h200-mooncake-1p2d)
+    (
+        "mooncake-bootstrap-port",
+        "dsr1-fp8-h200-mooncake-1p2d",
+        "server.sh",
+        "export VLLM_MOONCAKE_BOOTSTRAP_PORT=8998\n",
+        1,
+    ),
+    ("mooncake-proxy-knows-the-port", "dsr1-fp8-h200-mooncake-1p2d", "server.sh", "--bootstrap-port 8998", 1),
     (
         "mooncake-package-set-up",
-        "dsr1-fp8-1p2d-mooncake",
+        "dsr1-fp8-h200-mooncake-1p2d",
         "container.sh",
         "pip install --no-cache-dir mooncake-transfer-engine",
         1,
     ),
     (
         "mooncake-package-in-the-image",
-        "dsr1-fp8-1p2d-mooncake",
+        "dsr1-fp8-h200-mooncake-1p2d",
         "container.sh",
         "harness.bench.client, mooncake.engine'",
         1,
@@ -102,7 +144,9 @@ def test_every_row_is_in_the_docs() -> None:
     assert not missing, f"rows of tests/test_parity.py missing from docs/parity.md: {missing}"
 
 
-@pytest.mark.parametrize("recipe", ["dsr1-fp8-1p2d", "dsr1-fp8-1p2d-nixl", "dsr1-fp8-1p2d-mooncake"])
+@pytest.mark.parametrize(
+    "recipe", ["dsr1-fp8-mi355x-moriio-1p2d", "dsr1-fp8-mi355x-nixl-1p2d", "dsr1-fp8-h200-mooncake-1p2d"]
+)
 def test_the_seeds_sweep(recipe: str, tmp: str) -> None:
     bench = json.loads((_rendered(recipe, tmp) / "bench.json").read_text())
     assert (bench["isl"], bench["osl"], bench["range_ratio"]) == (8192, 1024, 0.8)
@@ -112,7 +156,7 @@ def test_the_seeds_sweep(recipe: str, tmp: str) -> None:
 
 def test_two_workers_on_a_node_get_their_own_moriio_ports() -> None:
     rr = load_recipe(
-        "dsr1-fp8-1p2d",
+        "dsr1-fp8-mi355x-moriio-1p2d",
         ["topology.decode.nodes=1", "topology.decode.tp=4", "topology.decode.ep=4"],
     )
     p = plan(rr)
@@ -133,7 +177,7 @@ def test_two_workers_on_a_node_get_their_own_moriio_ports() -> None:
 
 
 def test_two_prefills_on_a_node_get_their_own_mooncake_bootstrap_ports() -> None:
-    rr = load_recipe("dsr1-fp8-1p2d-mooncake", ["topology.prefill.workers=2", "topology.prefill.tp=4"])
+    rr = load_recipe("dsr1-fp8-h200-mooncake-1p2d", ["topology.prefill.workers=2", "topology.prefill.tp=4"])
     p = plan(rr)
     prefill = p.role("prefill")
     ports = [server_env(rr, w)["VLLM_MOONCAKE_BOOTSTRAP_PORT"] for w in prefill]

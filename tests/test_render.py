@@ -16,7 +16,12 @@ from harness.config.load import ConfigError
 from harness.render import RenderContext, render_job
 
 GOLDEN = Path(__file__).parent / "golden"
-RECIPES = ["local-tiny-1p1d", "dsr1-fp8-1p2d", "dsr1-fp8-1p2d-nixl", "dsr1-fp8-1p2d-mooncake"]
+RECIPES = [
+    "tiny-fp32-cpu-nixl-1p1d",
+    "dsr1-fp8-mi355x-moriio-1p2d",
+    "dsr1-fp8-mi355x-nixl-1p2d",
+    "dsr1-fp8-h200-mooncake-1p2d",
+]
 CTX = RenderContext(
     run_dir="/shared/results/RUN", root="/opt/pdbench", python="/opt/pdbench/.venv/bin/python", git_commit="0123abcd"
 )
@@ -40,14 +45,14 @@ VARIANTS = {
     **{r: (r, []) for r in RECIPES},
     # Recipes on the example GPU sites' cluster profiles (weights and HF cache mounted
     # read-only, offline, GPU request style, node interface) and on the local cluster's.
-    "dsr1-fp8-1p2d@example-mi355x-mori": ("dsr1-fp8-1p2d", [], "example-mi355x-mori"),
+    "dsr1-fp8-mi355x-moriio-1p2d@example-mi355x-mori": ("dsr1-fp8-mi355x-moriio-1p2d", [], "example-mi355x-mori"),
     "dsr1-fp8-h200-nixl-1p2d@example-h200-nixl": ("dsr1-fp8-h200-nixl-1p2d", [], "example-h200-nixl"),
     "dsr1-fp8-h200-nixl-1p2d--nsys-profile@example-h200-nixl": (
         "dsr1-fp8-h200-nixl-1p2d",
         ["benchmark.profile={roles: [prefill, decode], points: [8], tool: nsys}"],
         "example-h200-nixl",
     ),
-    "local-tiny-1p2d@local": ("local-tiny-1p2d", [], "local"),
+    "tiny-fp32-cpu-nixl-1p2d@local": ("tiny-fp32-cpu-nixl-1p2d", [], "local"),
     # The DeepSeek-R1-shaped model (models.yaml dsr1-shape) on one H200 and on four, both connectors.
     **{
         r: (r, [])
@@ -61,9 +66,9 @@ VARIANTS = {
             "dsr1-shape-fp8-h200x4-pdbench-1p1d-wideep",
         )
     },
-    "local-tiny-1p2d-vs-aggregated@local": ("local-tiny-1p2d-vs-aggregated", [], "local"),
-    "dsr1-fp8-1p2d--decode-dp16-over-2-nodes": (
-        "dsr1-fp8-1p2d",
+    "tiny-fp32-cpu-nixl-1p2d-vs-agg@local": ("tiny-fp32-cpu-nixl-1p2d-vs-agg", [], "local"),
+    "dsr1-fp8-mi355x-moriio-1p2d--decode-dp16-over-2-nodes": (
+        "dsr1-fp8-mi355x-moriio-1p2d",
         [
             "topology.decode.workers=1",
             "topology.decode.tp=1",
@@ -72,25 +77,25 @@ VARIANTS = {
             "topology.decode.dp_attention=true",
         ],
     ),
-    "dsr1-fp8-1p2d-nixl--prefill-tp16-over-2-nodes": (
-        "dsr1-fp8-1p2d-nixl",
+    "dsr1-fp8-mi355x-nixl-1p2d--prefill-tp16-over-2-nodes": (
+        "dsr1-fp8-mi355x-nixl-1p2d",
         ["topology.prefill.nodes=2", "topology.prefill.tp=16"],
     ),
-    "dsr1-fp8-1p2d--docker-setup-steps": (
-        "dsr1-fp8-1p2d",
+    "dsr1-fp8-mi355x-moriio-1p2d--docker-setup-steps": (
+        "dsr1-fp8-mi355x-moriio-1p2d",
         [
             'container.setup=[{name: mori, run: "pip install amd-mori"}, {name: check, run: "python3 -c \'import mori\'"}]'
         ],
     ),
     **{
-        f"dsr1-fp8-1p2d--{rt}": ("dsr1-fp8-1p2d", [f"container.runtime={rt}"])
+        f"dsr1-fp8-mi355x-moriio-1p2d--{rt}": ("dsr1-fp8-mi355x-moriio-1p2d", [f"container.runtime={rt}"])
         for rt in ("podman", "enroot", "apptainer", "none")
     },
     # Values that need quoting: mounts with a space and options, sbatch values with a space
     # and '#', a multi-line description.
     **{
-        f"dsr1-fp8-1p2d--{rt}-mounts-sbatch": (
-            "dsr1-fp8-1p2d",
+        f"dsr1-fp8-mi355x-moriio-1p2d--{rt}-mounts-sbatch": (
+            "dsr1-fp8-mi355x-moriio-1p2d",
             [
                 f"container.runtime={rt}",
                 'container.mounts={"/data/models": "/models:ro", "/scratch dir": "/scratch"}',
@@ -103,7 +108,10 @@ VARIANTS = {
     },
     # Secrets pass by name (docker's -e NAME, apptainer's APPTAINERENV_NAME), never by value.
     **{
-        f"dsr1-fp8-1p2d--{rt}-secrets": ("dsr1-fp8-1p2d", [f"container.runtime={rt}", 'secrets=["HF_TOKEN"]'])
+        f"dsr1-fp8-mi355x-moriio-1p2d--{rt}-secrets": (
+            "dsr1-fp8-mi355x-moriio-1p2d",
+            [f"container.runtime={rt}", 'secrets=["HF_TOKEN"]'],
+        )
         for rt in ("docker", "apptainer")
     },
 }
@@ -140,7 +148,7 @@ def _scripts(case: str) -> list[str]:
     recipe, overrides, cluster = variant(case)
     runtime = load_recipe(recipe, overrides, cluster=cluster).recipe.container.runtime
     out = ["job.slurm"]
-    if not (case.startswith("dsr1-fp8-1p2d--") and case.split("--")[1] in SAME_SERVER_SH):
+    if not (case.startswith("dsr1-fp8-mi355x-moriio-1p2d--") and case.split("--")[1] in SAME_SERVER_SH):
         out.append("server.sh")
     if runtime in ("docker", "podman"):
         out.append("container.sh")
@@ -173,8 +181,8 @@ def test_scripts_pass_bash_n_and_shellcheck(case: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("runtime", ["none", "docker", "podman", "enroot", "apptainer"])
 def test_every_container_runtime_renders_clean_shell(runtime: str, tmp_path: Path) -> None:
-    out = _render("dsr1-fp8-1p2d", tmp_path, [f"container.runtime={runtime}"])
-    default = _render("dsr1-fp8-1p2d", tmp_path / "default")
+    out = _render("dsr1-fp8-mi355x-moriio-1p2d", tmp_path, [f"container.runtime={runtime}"])
+    default = _render("dsr1-fp8-mi355x-moriio-1p2d", tmp_path / "default")
     body = lambda d: (d / "server.sh").read_text().split("\n", 2)[2]  # noqa: E731 - past the fingerprint line
     assert body(out) == body(default)
     job = (out / "job.slurm").read_text()
@@ -202,7 +210,7 @@ def test_every_container_runtime_renders_clean_shell(runtime: str, tmp_path: Pat
 
 
 def test_dsr1_commands(tmp_path: Path) -> None:
-    server = (_render("dsr1-fp8-1p2d", tmp_path) / "server.sh").read_text()
+    server = (_render("dsr1-fp8-mi355x-moriio-1p2d", tmp_path) / "server.sh").read_text()
     assert server.count("exec vllm serve deepseek-ai/DeepSeek-R1-0528") == 3
     assert server.count("--enable-expert-parallel") == 2  # decode only
     assert '\\"kv_role\\":\\"kv_producer\\"' in server
@@ -216,13 +224,13 @@ def test_dsr1_commands(tmp_path: Path) -> None:
 
 
 def test_nixl_side_channel_ports_are_distinct_per_worker(tmp_path: Path) -> None:
-    server = (_render("dsr1-fp8-1p2d-nixl", tmp_path) / "server.sh").read_text()
+    server = (_render("dsr1-fp8-mi355x-nixl-1p2d", tmp_path) / "server.sh").read_text()
     ports = [line.split("=")[1] for line in server.splitlines() if "VLLM_NIXL_SIDE_CHANNEL_PORT=" in line]
     assert ports == ["5600", "5608", "5616"]  # 8 ranks each
     # NIC detection sets the side-channel host (the RDMA interface's address, else the node's):
     # nothing after it may overwrite it.
     assert "VLLM_NIXL_SIDE_CHANNEL_HOST" not in server and server.count("nic_env=$(") == 3
-    tiny = (_render("local-tiny-1p2d", tmp_path / "tiny", cluster="local") / "server.sh").read_text()
+    tiny = (_render("tiny-fp32-cpu-nixl-1p2d", tmp_path / "tiny", cluster="local") / "server.sh").read_text()
     assert tiny.count('export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"') == 3  # no detection there
     assert '\\"kv_buffer_device\\":\\"cuda\\"' not in server  # plain JSON: no shell expansion needed
     assert (
@@ -233,7 +241,7 @@ def test_nixl_side_channel_ports_are_distinct_per_worker(tmp_path: Path) -> None
 
 def test_nixl_servers_get_cuda_ipc_get_on_unless_the_recipe_says_otherwise(tmp_path: Path) -> None:
     # UCX turns cuda_ipc's get (NIXL's pull) off without NVLink, e.g. two servers on one GPU.
-    server = (_render("local-tiny-1p2d-vs-aggregated", tmp_path, cluster="local") / "server.sh").read_text()
+    server = (_render("tiny-fp32-cpu-nixl-1p2d-vs-agg", tmp_path, cluster="local") / "server.sh").read_text()
     assert server.count("exec vllm serve") == 6  # 1 prefill + 2 decode, then 3 aggregated
     assert server.count("export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y") == 3  # the aggregated servers move no KV
     # UCX prints the protocol it selected into each NIXL server's log: the lane, proven
@@ -242,7 +250,7 @@ def test_nixl_servers_get_cuda_ipc_get_on_unless_the_recipe_says_otherwise(tmp_p
     bench = json.loads(next(tmp_path.glob("bench*.json")).read_text())
     assert bench["server_logs_dir"] == "logs" and bench["kv_connector"] == "nixl"
     off = _render(
-        "local-tiny-1p2d",
+        "tiny-fp32-cpu-nixl-1p2d",
         tmp_path / "off",
         overrides=["env={UCX_CUDA_IPC_ENABLE_GET_ZCOPY: n}"],
         cluster="local",
@@ -252,13 +260,13 @@ def test_nixl_servers_get_cuda_ipc_get_on_unless_the_recipe_says_otherwise(tmp_p
     assert (
         "UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y" not in server and server.count("export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=n") == 4
     )
-    bundled = (_render("local-tiny-1p1d-pdbench", tmp_path / "b", cluster="local") / "server.sh").read_text()
+    bundled = (_render("tiny-fp32-cpu-pdbench-1p1d", tmp_path / "b", cluster="local") / "server.sh").read_text()
     assert "UCX_CUDA_IPC_ENABLE_GET_ZCOPY" not in bundled and "UCX_PROTO_INFO" not in bundled
 
 
 def test_lock_plan_and_bench_files(tmp_path: Path) -> None:
-    out = _render("local-tiny-1p1d", tmp_path)
-    rr = load_recipe("local-tiny-1p1d")
+    out = _render("tiny-fp32-cpu-nixl-1p1d", tmp_path)
+    rr = load_recipe("tiny-fp32-cpu-nixl-1p1d")
     lock = yaml.safe_load((out / "recipe.lock.yaml").read_text())
     assert lock["fingerprint"] == rr.fingerprint
     assert lock["git_commit"] == "0123abcd" and lock["pdbench_version"]
@@ -275,24 +283,26 @@ def test_lock_plan_and_bench_files(tmp_path: Path) -> None:
 
 
 def test_render_never_overwrites(tmp_path: Path) -> None:
-    _render("local-tiny-1p1d", tmp_path)
+    _render("tiny-fp32-cpu-nixl-1p1d", tmp_path)
     before = (tmp_path / "server.sh").read_text()
     with pytest.raises(FileExistsError):
-        _render("local-tiny-1p1d", tmp_path, ["benchmark.isl=512"])
+        _render("tiny-fp32-cpu-nixl-1p1d", tmp_path, ["benchmark.isl=512"])
     assert (tmp_path / "server.sh").read_text() == before
 
 
 def test_override_changes_fingerprint_and_command(tmp_path: Path) -> None:
-    a = load_recipe("local-tiny-1p1d")
-    b = load_recipe("local-tiny-1p1d", ["topology.decode.flags.max-num-seqs=8"])
+    a = load_recipe("tiny-fp32-cpu-nixl-1p1d")
+    b = load_recipe("tiny-fp32-cpu-nixl-1p1d", ["topology.decode.flags.max-num-seqs=8"])
     assert a.fingerprint != b.fingerprint
-    server = (_render("local-tiny-1p1d", tmp_path, ["topology.decode.flags.max-num-seqs=8"]) / "server.sh").read_text()
+    server = (
+        _render("tiny-fp32-cpu-nixl-1p1d", tmp_path, ["topology.decode.flags.max-num-seqs=8"]) / "server.sh"
+    ).read_text()
     decode = server.split("proc_decode_0()")[1].split("\n}\n")[0]
     assert "--max-num-seqs 8" in decode
 
 
 def test_multi_node_workers_render_headless_followers(tmp_path: Path) -> None:
-    recipe, overrides = VARIANTS["dsr1-fp8-1p2d--decode-dp16-over-2-nodes"]
+    recipe, overrides = VARIANTS["dsr1-fp8-mi355x-moriio-1p2d--decode-dp16-over-2-nodes"]
     server = (_render(recipe, tmp_path, overrides) / "server.sh").read_text()
     leader = server.split("proc_decode_0()")[1].split("\n}\n")[0]
     follower = server.split("proc_decode_0_f1()")[1].split("\n}\n")[0]
@@ -307,7 +317,7 @@ def test_multi_node_workers_render_headless_followers(tmp_path: Path) -> None:
         ("decode-0-f1", 2, "follower"),
     ]
 
-    recipe, overrides = VARIANTS["dsr1-fp8-1p2d-nixl--prefill-tp16-over-2-nodes"]
+    recipe, overrides = VARIANTS["dsr1-fp8-mi355x-nixl-1p2d--prefill-tp16-over-2-nodes"]
     server = (_render(recipe, tmp_path / "tp", overrides) / "server.sh").read_text()
     follower = server.split("proc_prefill_0_f1()")[1].split("\n}\n")[0]
     assert "--tensor-parallel-size 16" in follower and "--nnodes 2" in follower
@@ -316,7 +326,7 @@ def test_multi_node_workers_render_headless_followers(tmp_path: Path) -> None:
 
 
 def test_bundled_connector_gets_a_kv_port_per_worker(tmp_path: Path) -> None:
-    server = (_render("dsr1-fp8-1p2d-nixl", tmp_path, ["connector.name=pdbench"]) / "server.sh").read_text()
+    server = (_render("dsr1-fp8-mi355x-nixl-1p2d", tmp_path, ["connector.name=pdbench"]) / "server.sh").read_text()
     configs = [line for line in server.splitlines() if "--kv-transfer-config" in line]
     ports = [int(re.search(r'\\"port\\":(\d+)', line).group(1)) for line in configs]
     assert ports == [5600, 5608, 5616]
@@ -335,16 +345,18 @@ def test_run_dir_that_no_sbatch_line_can_carry_is_refused(tmp_path: Path) -> Non
     out = tmp_path / "a\\b"
     out.mkdir()
     with pytest.raises(ConfigError, match="#SBATCH"):
-        render_job(load_recipe("local-tiny-1p1d"), out, RenderContext(str(out), "/opt/pdbench", "/py", None))
+        render_job(load_recipe("tiny-fp32-cpu-nixl-1p1d"), out, RenderContext(str(out), "/opt/pdbench", "/py", None))
 
 
 def test_top_level_kv_transfer_config_keys_from_the_recipe(tmp_path: Path) -> None:
-    out = _render("dsr1-fp8-1p2d", tmp_path, ['connector.transfer_config={"kv_load_failure_policy": "recompute"}'])
+    out = _render(
+        "dsr1-fp8-mi355x-moriio-1p2d", tmp_path, ['connector.transfer_config={"kv_load_failure_policy": "recompute"}']
+    )
     assert (out / "server.sh").read_text().count('\\"kv_load_failure_policy\\":\\"recompute\\"') == 3
     from harness.config.load import ConfigError
 
     with pytest.raises(ConfigError, match=r"connector\.transfer_config\.engine_id"):
-        load_recipe("dsr1-fp8-1p2d", ['connector.transfer_config={"engine_id": "x"}'])
+        load_recipe("dsr1-fp8-mi355x-moriio-1p2d", ['connector.transfer_config={"engine_id": "x"}'])
 
 
 SHIPPED = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"))
@@ -372,12 +384,12 @@ def test_proxy_and_client_processes_from_the_recipe(tmp_path: Path) -> None:
     """proxy.workers reaches the proxy's command line (both phases), benchmark.workers the
     client's config; MoRI-IO, whose registrations live in one proxy process, refuses more."""
     out = _render(
-        "local-tiny-1p2d-vs-aggregated", tmp_path, ["proxy.workers=2", "benchmark.workers=3"], cluster="local"
+        "tiny-fp32-cpu-nixl-1p2d-vs-agg", tmp_path, ["proxy.workers=2", "benchmark.workers=3"], cluster="local"
     )
     server = (out / "server.sh").read_text()
     assert server.count("--workers 2") == 2, server
     assert json.loads((out / "bench.json").read_text())["workers"] == 3
-    plain = (_render("local-tiny-1p1d", tmp_path / "plain") / "server.sh").read_text()
+    plain = (_render("tiny-fp32-cpu-nixl-1p1d", tmp_path / "plain") / "server.sh").read_text()
     assert "--workers" not in plain
     with pytest.raises(ConfigError, match=r"proxy\.workers: MoRI-IO"):
-        load_recipe("dsr1-fp8-1p2d", ["proxy.workers=2"])
+        load_recipe("dsr1-fp8-mi355x-moriio-1p2d", ["proxy.workers=2"])

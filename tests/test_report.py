@@ -22,8 +22,8 @@ from harness.rundir import Failure, FailureRecords, RunDir
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 GOLDEN = Path(__file__).parent / "golden" / "report"
-TINY_1P1D = "local-tiny-1p1d/20261122T032441Z-e8da34"
-TINY_1P2D = "local-tiny-1p2d/20261122T034324Z-a3eb41"
+TINY_1P1D = "tiny-fp32-cpu-nixl-1p1d/20261122T032441Z-e8da34"
+TINY_1P2D = "tiny-fp32-cpu-nixl-1p2d/20261122T034324Z-a3eb41"
 DSR1_A = "dsr1-fp8-2p4d/20261201T100000Z-aaa111"
 DSR1_B = "dsr1-fp8-2p4d/20261202T100000Z-bbb222"
 IX = "inferencex-dsr1-fp8-mi355x-isl_1024_osl_1024"

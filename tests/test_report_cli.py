@@ -25,8 +25,8 @@ pytestmark = pytest.mark.timeout(180)
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "results"
-TINY_1P1D = FIXTURES / "local-tiny-1p1d/20261122T032441Z-e8da34"
-TINY_1P2D = FIXTURES / "local-tiny-1p2d/20261122T034324Z-a3eb41"
+TINY_1P1D = FIXTURES / "tiny-fp32-cpu-nixl-1p1d/20261122T032441Z-e8da34"
+TINY_1P2D = FIXTURES / "tiny-fp32-cpu-nixl-1p2d/20261122T034324Z-a3eb41"
 DSR1_A = FIXTURES / "dsr1-fp8-2p4d/20261201T100000Z-aaa111"
 DSR1_B = FIXTURES / "dsr1-fp8-2p4d/20261202T100000Z-bbb222"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -103,7 +103,7 @@ def test_a_terminal_gets_tables_that_fit_80_columns() -> None:
     for title in ("Runs", "Points", "Throughput (tok/s)", "Latency (ms)", "Notes"):
         assert title in lines, title
     # Runs by letter, the baseline named; the requests per point; numbers whole on one line.
-    assert "A  local-tiny-1p1d/20261122T032441Z-e8da34 (baseline)" in lines
+    assert "A  tiny-fp32-cpu-nixl-1p1d/20261122T032441Z-e8da34 (baseline)" in lines
     points = next(line for line in lines if line.startswith("B") and line.split()[1:2] == ["4"])
     assert points.split()[:5] == ["B", "4", "1+2", "16", "0"]  # run, conc, GPUs, requests, failed
     latency = [line for line in lines if line.startswith("B       1 ")]

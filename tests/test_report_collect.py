@@ -16,7 +16,7 @@ from harness.report.collect_entry import CollectEntry
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 DSR1_A = FIXTURES / "dsr1-fp8-2p4d" / "20261201T100000Z-aaa111"
 DSR1_B = FIXTURES / "dsr1-fp8-2p4d" / "20261202T100000Z-bbb222"
-TINY_1P2D = FIXTURES / "local-tiny-1p2d" / "20261122T034324Z-a3eb41"
+TINY_1P2D = FIXTURES / "tiny-fp32-cpu-nixl-1p2d" / "20261122T034324Z-a3eb41"
 
 # InferenceX's utils/process_result.py, multinode branch, in its order.
 IX_KEYS = [

@@ -19,12 +19,12 @@ from harness.rundir.paths import CLIENT_RUN, VLLM_BENCH_RESULT, RunDir
 
 pytestmark = pytest.mark.timeout(60)
 
-FIXTURE = Path(__file__).parent / "fixtures" / "results" / "local-tiny-1p1d" / "20261122T032441Z-e8da34"
+FIXTURE = Path(__file__).parent / "fixtures" / "results" / "tiny-fp32-cpu-nixl-1p1d" / "20261122T032441Z-e8da34"
 TITLE = "Cross-check: pdbench vs vllm bench serve (same servers)"
 
 
 def _run(tmp_path: Path) -> Path:
-    run = tmp_path / "local-tiny-1p1d" / FIXTURE.name
+    run = tmp_path / "tiny-fp32-cpu-nixl-1p1d" / FIXTURE.name
     shutil.copytree(FIXTURE, run)
     return run
 
@@ -96,11 +96,11 @@ def test_agreeing_clients_and_a_cpu_bound_one_explained(tmp_path: Path) -> None:
     assert by_conc["1"]["TPOT diff"] == "+3%" and by_conc["1"]["Tput diff"] == "-3%"
     assert by_conc["4"]["Client CPU vllm"] == "97%" and by_conc["4"]["Client CPU pdbench"] == "41%"
     (finding,) = t.findings
-    assert finding.startswith("local-tiny-1p1d/20261122T032441Z-e8da34 disagg C=4: TTFT p50 differs by +60%")
+    assert finding.startswith("tiny-fp32-cpu-nixl-1p1d/20261122T032441Z-e8da34 disagg C=4: TTFT p50 differs by +60%")
     assert "vLLM's client was CPU-bound" in finding and "pdbench's 41% by its client section" in finding
     # Every output says it.
     md = output_md.render(report)
-    assert f"## {TITLE}" in md and "⚠️ local-tiny-1p1d" in md and "TTFT is shown, not judged" in md
+    assert f"## {TITLE}" in md and "⚠️ tiny-fp32-cpu-nixl-1p1d" in md and "TTFT is shown, not judged" in md
     assert TITLE in output_text.render(report, width=200) and "CPU-bound" in output_text.render(report, width=200)
     assert f"<h2>{TITLE}</h2>" in output_html.render(report)
     doc = json.loads(output_json.render(report))
@@ -127,7 +127,7 @@ def test_a_failed_vllm_point_is_listed_not_compared(tmp_path: Path) -> None:
     (row,) = t.rows
     assert row[2] == "4" and row[-1] == "n/a"
     assert t.findings == (
-        "local-tiny-1p1d/20261122T032441Z-e8da34 disagg C=4: not compared, vllm bench serve wrote "
+        "tiny-fp32-cpu-nixl-1p1d/20261122T032441Z-e8da34 disagg C=4: not compared, vllm bench serve wrote "
         "no readable result (it exited with code 1)",
     )
 

@@ -12,7 +12,7 @@ import pytest
 from cli_run import pdbench
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = ROOT / "tests" / "fixtures" / "results" / "local-tiny-1p1d" / "20261122T032441Z-e8da34"
+RUN = ROOT / "tests" / "fixtures" / "results" / "tiny-fp32-cpu-nixl-1p1d" / "20261122T032441Z-e8da34"
 POINT = "concurrency_4_req_rate_inf_gpus_2_ctx_1_gen_1.json"
 pytestmark = pytest.mark.timeout(120)
 

@@ -18,7 +18,7 @@ from harness.report import breakdown_plot, pareto_plot
 from harness.report.build import build_report
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = ROOT / "tests" / "fixtures" / "results" / "local-tiny-1p1d" / "20261122T032441Z-e8da34"
+RUN = ROOT / "tests" / "fixtures" / "results" / "tiny-fp32-cpu-nixl-1p1d" / "20261122T032441Z-e8da34"
 pytestmark = pytest.mark.timeout(120)
 
 

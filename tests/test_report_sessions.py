@@ -18,7 +18,7 @@ from harness.rundir.session_summary import SessionSummary
 
 pytestmark = pytest.mark.timeout(60)
 
-FIXTURE = Path(__file__).parent / "fixtures" / "results" / "local-tiny-1p1d" / "20261122T032441Z-e8da34"
+FIXTURE = Path(__file__).parent / "fixtures" / "results" / "tiny-fp32-cpu-nixl-1p1d" / "20261122T032441Z-e8da34"
 
 
 def _stats(p50: float | None) -> dict:
@@ -90,7 +90,7 @@ PREFIX_CACHE = {
 
 
 def _run(tmp_path: Path, conc: int, **sections: object) -> Path:
-    run = tmp_path / "local-tiny-1p1d" / FIXTURE.name
+    run = tmp_path / "tiny-fp32-cpu-nixl-1p1d" / FIXTURE.name
     if not run.exists():
         shutil.copytree(FIXTURE, run)
     (f,) = run.glob(f"concurrency_{conc}_*.json")

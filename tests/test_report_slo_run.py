@@ -10,7 +10,7 @@ import pytest
 from cli_run import pdbench
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = ROOT / "tests" / "fixtures" / "results" / "local-tiny-1p1d" / "20261122T032441Z-e8da34"
+RUN = ROOT / "tests" / "fixtures" / "results" / "tiny-fp32-cpu-nixl-1p1d" / "20261122T032441Z-e8da34"
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -51,7 +51,7 @@ def test_one_run_gets_its_best_point_under_the_slo(tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stderr
     # With --out the answer is on stderr too, as the notes are.
-    assert "slo: local-tiny-1p1d/20261122T032441Z-e8da34 (disagg, ISL 256, OSL 32): no point meets" in r.stderr
+    assert "slo: tiny-fp32-cpu-nixl-1p1d/20261122T032441Z-e8da34 (disagg, ISL 256, OSL 32): no point meets" in r.stderr
     text = " ".join((tmp_path / "r.txt").read_text().split())
     assert "no point meets tpot_p99 <= 1 ms, e2el_p95 <= 1 ms (2 judged" in text, text
     assert f"tpot_p99 {pts[1]['p99_tpot_ms']:.1f} ms > 1 ms; e2el_p95: the result has no p95_e2el_ms" in text, text

@@ -27,7 +27,7 @@ from harness.validity.bottleneck import judge
 
 pytestmark = pytest.mark.timeout(60)
 
-FIXTURE = Path(__file__).parent / "fixtures" / "results" / "local-tiny-1p1d" / "20261122T032441Z-e8da34"
+FIXTURE = Path(__file__).parent / "fixtures" / "results" / "tiny-fp32-cpu-nixl-1p1d" / "20261122T032441Z-e8da34"
 RECORDED = {c: FIXTURE / ResultName(c, math.inf, prefill_gpus=1, decode_gpus=1).filename for c in (1, 4)}
 # The recorded 1P1D points (ISL 256 / OSL 32, tiny model "tiny", 1 prefill + 1 decode GPU).
 TPUT = {c: json.loads(RECORDED[c].read_text())["total_token_throughput"] for c in RECORDED}

@@ -96,9 +96,9 @@ def test_hardware_check_stops_without_a_label(tmp_path: Path) -> None:
     step = next(s for s in _steps() if s.get("name") == "Check the hardware label")
     script = tmp_path / "check.sh"
     script.write_text("set -eo pipefail\n" + step["run"])
-    env = {"PATH": "/usr/bin:/bin", "RECIPE": "dsr1-fp8-1p2d"}
+    env = {"PATH": "/usr/bin:/bin", "RECIPE": "dsr1-fp8-mi355x-moriio-1p2d"}
     r = subprocess.run(["bash", str(script)], env=env | {"RUNNER_TYPE": ""}, capture_output=True, text=True)
-    assert r.returncode == 1 and "hardware label unknown for recipe dsr1-fp8-1p2d" in r.stdout
+    assert r.returncode == 1 and "hardware label unknown for recipe dsr1-fp8-mi355x-moriio-1p2d" in r.stdout
     r = subprocess.run(
         ["bash", str(script)], env=env | {"RUNNER_TYPE": "mi355x-disagg"}, capture_output=True, text=True
     )

@@ -13,7 +13,7 @@ from test_bench_results import _result
 from harness.rundir import ResultName
 
 pytestmark = pytest.mark.timeout(180)
-RECIPE = "dsr1-fp8-1p2d"  # renders without a model or vLLM here (--skip-flag-check)
+RECIPE = "dsr1-fp8-mi355x-moriio-1p2d"  # renders without a model or vLLM here (--skip-flag-check)
 
 
 def _submit(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:

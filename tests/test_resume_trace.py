@@ -24,7 +24,7 @@ from harness.rundir import ResultName
 
 pytestmark = pytest.mark.timeout(120)
 FIXTURE = Path(__file__).parent / "fixtures" / "traces" / "sessions-small.jsonl"
-RECIPE = "dsr1-fp8-1p2d"  # renders without a model or vLLM here (--skip-flag-check)
+RECIPE = "dsr1-fp8-mi355x-moriio-1p2d"  # renders without a model or vLLM here (--skip-flag-check)
 
 
 def _submit(results: Path, trace: Path, *args: str) -> subprocess.CompletedProcess:

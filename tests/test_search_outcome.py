@@ -45,7 +45,7 @@ def result(
     metadata: dict[str, Any] = {
         "pdbench_version": "0.1.0",
         "disagg": disagg,
-        "recipe": "local-tiny-1p1d",
+        "recipe": "tiny-fp32-cpu-nixl-1p1d",
         "recipe_fingerprint": "65afccaa4a0cde83",
         "valid": verdict == "valid",
         "validity": {"verdict": verdict, "valid": verdict == "valid", "reasons": [] if verdict == "valid" else ["kv"]},

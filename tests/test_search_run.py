@@ -78,7 +78,7 @@ def test_paths_of_the_search_directory(tmp_path: Path) -> None:
 LADDER = [1, 2, 4]
 TIGHT = {"ttft_p90": 800.0}
 SEARCH: dict[str, Any] = {
-    "recipe": "local-tiny-1p2d",
+    "recipe": "tiny-fp32-cpu-nixl-1p2d",
     "cluster": "local",
     "factors": {
         "prefill": [
@@ -107,7 +107,7 @@ def point(candidate: Candidate, conc: int, started: float) -> dict[str, Any]:
     agg = candidate.kind == "agg"
     meta: dict[str, Any] = {
         "disagg": not agg,
-        "recipe": "local-tiny-1p2d",
+        "recipe": "tiny-fp32-cpu-nixl-1p2d",
         "valid": True,
         "validity": {"verdict": "valid", "valid": True, "reasons": []},
     }

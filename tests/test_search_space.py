@@ -18,7 +18,7 @@ DECODE = [
 ]
 FACTORS: dict[str, Any] = {"prefill": [{"topology.prefill.workers": 1, "topology.prefill.nodes": 1}], "decode": DECODE}
 BASE: dict[str, Any] = {
-    "recipe": "local-tiny-1p2d",
+    "recipe": "tiny-fp32-cpu-nixl-1p2d",
     "cluster": "local",
     "factors": FACTORS,
     "slos": {"tight": {"ttft_p90": 800}},

@@ -11,7 +11,7 @@ from harness.config.load import PROJECT_ROOT, ConfigError
 from harness.search.spec import load_search
 
 GOOD = {
-    "recipe": "local-tiny-1p2d",
+    "recipe": "tiny-fp32-cpu-nixl-1p2d",
     "factors": {"prefill": [{"topology.prefill.workers": 1}, {"topology.prefill.workers": 2}]},
     "slos": {"tight": {"ttft_p90": 800, "tpot_p90": 40}},
     "concurrency": [1, 2, 4],

@@ -14,7 +14,7 @@ import pytest
 from cli_run import pdbench
 from conftest import port_base
 
-LOCAL = "local-tiny-1p1d"
+LOCAL = "tiny-fp32-cpu-nixl-1p1d"
 TOKEN = "hf_pdbenchTestSecret0123456789"  # what a user's HF_TOKEN would hold
 pytestmark = pytest.mark.timeout(240)
 

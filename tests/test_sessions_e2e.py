@@ -17,7 +17,7 @@ from harness.validity.series import Scrape, delta
 
 pytestmark = pytest.mark.vllm
 
-RECIPE = "local-tiny-1p1d"
+RECIPE = "tiny-fp32-cpu-nixl-1p1d"
 PORTS = {8100, 8200, 30000, 5600, 5601}
 SESSIONS, TURNS, CONCURRENCY = 4, 3, 2
 # vLLM's CPU backend caches prompts in blocks of this many tokens; a prefill instance keeps every

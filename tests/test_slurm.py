@@ -182,7 +182,7 @@ def _kill_in_container(run_dir: Path, name: str) -> None:
 def test_1p2d_against_its_aggregated_baseline_on_three_nodes(tmp_path: Path) -> None:
     # One job: the 1P2D sweep at two ISL/OSL shapes, then three aggregated instances on the same
     # three nodes with the same prompts; then the report that answers whether 1P2D pays.
-    recipe = "local-tiny-1p2d-vs-aggregated"
+    recipe = "tiny-fp32-cpu-nixl-1p2d-vs-agg"
     proc = _submit(tmp_path, recipe)
     rc, out = _finish(proc, timeout=1500)
     run_dir = _run_dir(tmp_path, recipe)
@@ -249,9 +249,9 @@ def _assert_ran_in_the_image(md: dict, runtime: str) -> None:
 @pytest.mark.parametrize("runtime", ["docker", "podman"])
 def test_1p2d_in_containers(runtime: str, tmp_path: Path) -> None:
     # Every server, the proxy, the client and the bundled connector run inside containers.
-    proc = _submit(tmp_path, "local-tiny-1p2d", *_in_containers(runtime), BUNDLED_CONNECTOR)
+    proc = _submit(tmp_path, "tiny-fp32-cpu-nixl-1p2d", *_in_containers(runtime), BUNDLED_CONNECTOR)
     rc, out = _finish(proc, timeout=900)
-    run_dir = _run_dir(tmp_path, "local-tiny-1p2d")
+    run_dir = _run_dir(tmp_path, "tiny-fp32-cpu-nixl-1p2d")
     assert rc == 0, out[-4000:]
     files = sorted(run_dir.glob("concurrency_*_gpus_3_ctx_1_gen_2.json"))
     assert len(files) == 2
@@ -275,14 +275,14 @@ def test_missing_image_fails_in_seconds(tmp_path: Path) -> None:
     ensure_containers()
     overrides = ["container.runtime=docker", "container.image=localhost/pdbench-absent:0", "container.privileged=false"]
     t0 = time.monotonic()
-    rc, out = _finish(_submit(tmp_path, "local-tiny-1p1d", *overrides), timeout=180)
+    rc, out = _finish(_submit(tmp_path, "tiny-fp32-cpu-nixl-1p1d", *overrides), timeout=180)
     assert rc == 1 and time.monotonic() - t0 < 90, out[-4000:]
-    reason = _status(_run_dir(tmp_path, "local-tiny-1p1d"))["reason"]
+    reason = _status(_run_dir(tmp_path, "tiny-fp32-cpu-nixl-1p1d"))["reason"]
     assert re.match(
         r"node [01]: image localhost/pdbench-absent:0 is not on node\d and could not be pulled: .+", reason
     ), reason
     # `pdbench doctor` says the same, as a finding with exit 1.
-    problems = _doctor_problems(tmp_path, "local-tiny-1p1d", *overrides)
+    problems = _doctor_problems(tmp_path, "tiny-fp32-cpu-nixl-1p1d", *overrides)
     assert len(problems) == 1 and "image localhost/pdbench-absent:0 is not on node" in problems[0]["cause"], problems
     _assert_clean()
 
@@ -330,15 +330,15 @@ def test_image_without_pdbench_dependencies_fails_in_seconds(tmp_path: Path) -> 
     broken = _broken_image(ensure_containers())
     overrides = ["container.runtime=docker", f"container.image={broken}", "container.privileged=false"]
     t0 = time.monotonic()
-    rc, out = _finish(_submit(tmp_path, "local-tiny-1p1d", *overrides), timeout=180)
+    rc, out = _finish(_submit(tmp_path, "tiny-fp32-cpu-nixl-1p1d", *overrides), timeout=180)
     assert rc == 1 and time.monotonic() - t0 < 90, out[-4000:]
-    reason = _status(_run_dir(tmp_path, "local-tiny-1p1d"))["reason"]
+    reason = _status(_run_dir(tmp_path, "tiny-fp32-cpu-nixl-1p1d"))["reason"]
     assert re.match(
         rf"node [01]: pdbench or the KV connector's package cannot be imported in image {re.escape(broken)} "
         r"on node\d: .*No module named 'pydantic'",
         reason,
     ), reason
-    problems = _doctor_problems(tmp_path, "local-tiny-1p1d", *overrides)
+    problems = _doctor_problems(tmp_path, "tiny-fp32-cpu-nixl-1p1d", *overrides)
     assert len(problems) == 1 and "No module named 'pydantic'" in problems[0]["cause"], problems
     assert problems[0]["where"] in ("node 0", "node 1"), problems
     _assert_clean()
@@ -350,7 +350,17 @@ def test_setup_steps_run_once_per_image_and_node(tmp_path: Path) -> None:
     (Both jobs are `pdbench doctor` runs: the same container.sh as a benchmark's, no vLLM.)"""
     token = os.urandom(6).hex()  # a fresh cache key in every test session
     step = f'container.setup=[{{name: marker, run: "echo {token} > /opt/pdbench-setup-marker"}}]'
-    args = [sys.executable, "-m", "harness", "doctor", "--recipe", "local-tiny-1p2d", "--cluster", "local", "--json"]
+    args = [
+        sys.executable,
+        "-m",
+        "harness",
+        "doctor",
+        "--recipe",
+        "tiny-fp32-cpu-nixl-1p2d",
+        "--cluster",
+        "local",
+        "--json",
+    ]
     args += ["--results-dir", str(tmp_path)]
     for o in [*_in_containers("docker"), step]:
         args += ["--set", o]
@@ -366,7 +376,7 @@ def test_setup_steps_run_once_per_image_and_node(tmp_path: Path) -> None:
         assert "set-up steps: cache hit, localhost/pdbench-setup:" in _setup_log(second, node)
         assert "set-up step marker" not in _setup_log(second, node)
     failing = 'container.setup=[{name: broken-step, run: "echo about to fail; exit 3"}]'
-    problems = _doctor_problems(tmp_path, "local-tiny-1p2d", *_in_containers("docker"), failing)
+    problems = _doctor_problems(tmp_path, "tiny-fp32-cpu-nixl-1p2d", *_in_containers("docker"), failing)
     assert len(problems) == 1, problems
     assert re.match(
         r"set-up step 'broken-step' failed on node\d \(exit 3\); last lines of logs/setup-node\d\.log:",
@@ -383,7 +393,7 @@ def _setup_log(run_dir: Path, node: int) -> str:
 def test_doctor_on_the_cluster(tmp_path: Path) -> None:
     """`pdbench doctor` as a short Slurm job on the three nodes: all pass; a port taken on one
     node fails it, naming that node and the holder."""
-    args = [sys.executable, "-m", "harness", "doctor", "--recipe", "local-tiny-1p2d", "--cluster", "local"]
+    args = [sys.executable, "-m", "harness", "doctor", "--recipe", "tiny-fp32-cpu-nixl-1p2d", "--cluster", "local"]
     args += ["--json", "--results-dir", str(tmp_path)]
     r = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -426,8 +436,8 @@ def test_doctor_on_the_cluster(tmp_path: Path) -> None:
     ],
 )
 def test_process_killed_mid_sweep(victim: str, reason: str, tmp_path: Path) -> None:
-    proc = _submit(tmp_path, "local-tiny-1p1d", *FAULT, *_in_containers("docker"))
-    run_dir = _run_dir(tmp_path, "local-tiny-1p1d")
+    proc = _submit(tmp_path, "tiny-fp32-cpu-nixl-1p1d", *FAULT, *_in_containers("docker"))
+    run_dir = _run_dir(tmp_path, "tiny-fp32-cpu-nixl-1p1d")
     _wait_for(lambda: list(run_dir.glob("concurrency_1_*.json")), 400, "the first result", proc)
     _kill_in_container(run_dir, victim)
     killed_at = time.monotonic()
@@ -451,9 +461,9 @@ def test_process_killed_mid_sweep(victim: str, reason: str, tmp_path: Path) -> N
 
 
 def test_server_never_healthy(tmp_path: Path) -> None:
-    proc = _submit(tmp_path, "local-tiny-1p1d", "timeouts.health_s=10", *_in_containers("docker"))
+    proc = _submit(tmp_path, "tiny-fp32-cpu-nixl-1p1d", "timeouts.health_s=10", *_in_containers("docker"))
     rc, out = _finish(proc, timeout=240)
-    run_dir = _run_dir(tmp_path, "local-tiny-1p1d")
+    run_dir = _run_dir(tmp_path, "tiny-fp32-cpu-nixl-1p1d")
     assert rc == 1, out[-4000:]
     status = _status(run_dir)
     # No vLLM server starts in 10 s here: the first node whose own gate expires names its server.
@@ -467,8 +477,8 @@ def test_server_never_healthy(tmp_path: Path) -> None:
 
 
 def test_scancel_mid_run(tmp_path: Path) -> None:
-    proc = _submit(tmp_path, "local-tiny-1p1d", *FAULT, *_in_containers("docker"))
-    run_dir = _run_dir(tmp_path, "local-tiny-1p1d")
+    proc = _submit(tmp_path, "tiny-fp32-cpu-nixl-1p1d", *FAULT, *_in_containers("docker"))
+    run_dir = _run_dir(tmp_path, "tiny-fp32-cpu-nixl-1p1d")
     _wait_for(lambda: _healthy(run_dir, "prefill-0"), 400, "a healthy prefill", proc)
     r = subprocess.run(
         [sys.executable, "-m", "harness", "cancel", str(run_dir)], capture_output=True, text=True, timeout=60
@@ -491,14 +501,14 @@ def test_time_limit_expires(warning_s: int, tmp_path: Path) -> None:
     # without one, Slurm's SIGTERM at the limit ends it.
     proc = _submit(
         tmp_path,
-        "local-tiny-1p1d",
+        "tiny-fp32-cpu-nixl-1p1d",
         "benchmark.num_prompts=400",
         f"slurm.time_limit_warning_s={warning_s}",
         *_in_containers("docker"),
         extra=("--time", "1"),
     )
     rc, out = _finish(proc, timeout=300)
-    run_dir = _run_dir(tmp_path, "local-tiny-1p1d")
+    run_dir = _run_dir(tmp_path, "tiny-fp32-cpu-nixl-1p1d")
     assert rc == 1, out[-4000:]
     status = _status(run_dir)
     if warning_s:

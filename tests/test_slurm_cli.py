@@ -191,7 +191,7 @@ def test_wait_deadline_counts_from_the_start_not_the_queue(fake_bin: Path, tmp_p
 def _run_dir(tmp_path: Path) -> Path:
     run = tmp_path / "results" / "r1" / "20260101T000000Z-abc123"
     (run / "logs").mkdir(parents=True)
-    rr = load_recipe("local-tiny-1p1d")  # prefill-0 and the proxy on node 0, decode-0 on node 1
+    rr = load_recipe("tiny-fp32-cpu-nixl-1p1d")  # prefill-0 and the proxy on node 0, decode-0 on node 1
     plan = PlanFile.of(rr, topology.plan(rr)).to_json()
     (run / "plan.json").write_text(json.dumps(plan))
     for name in ("prefill-0", "decode-0", "proxy", "bench", "node0", "node1"):

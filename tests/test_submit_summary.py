@@ -15,7 +15,7 @@ from harness.submit.follow import summary
 
 
 def _run(tmp_path: Path, client: str) -> RunDir:
-    path = tmp_path / "results" / "local-tiny-1p1d" / "20261126T020000Z-abc123"
+    path = tmp_path / "results" / "tiny-fp32-cpu-nixl-1p1d" / "20261126T020000Z-abc123"
     path.mkdir(parents=True)
     run = RunDir(path)
     run.bench_config().write_text(json.dumps({"client": client, "concurrency": [2, 4]}))
@@ -32,7 +32,7 @@ def test_an_aiperf_sweep_names_its_point_directories(tmp_path: Path, capsys: pyt
         in out
     )
     assert "no result" not in out and "valid" not in out, out
-    assert f"next: {prog()} report local-tiny-1p1d/abc123" in out, out  # prog(): tests/test_cli_hints.py
+    assert f"next: {prog()} report tiny-fp32-cpu-nixl-1p1d/abc123" in out, out  # prog(): tests/test_cli_hints.py
 
 
 def test_a_pdbench_sweep_keeps_its_point_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

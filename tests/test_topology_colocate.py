@@ -12,7 +12,7 @@ from harness.config.load import ConfigError, load_recipe
 from harness.render.preflight_spec import preflight_spec
 from harness.topology import plan
 
-BASE = "gpu-h200x2-8b-1p1d-nixl"  # colocate: true, 2 GPUs, 1P1D, and its 2-replica baseline
+BASE = "llama8b-shape-bf16-h200x2-nixl-1p1d"  # colocate: true, 2 GPUs, 1P1D, and its 2-replica baseline
 # These tests change the disaggregated GPU count: the recipe's own baseline (2 GPUs) goes first.
 NO_BASELINE = "topology.aggregated=null"
 
@@ -111,7 +111,7 @@ def test_one_host_gives_a_roles_workers_their_own_ports() -> None:
         "topology.decode.nodes=2",
         "topology.aggregated={workers: 4, nodes: 4, port: 8300}",
     ]
-    rr = load_recipe("local-tiny-1p2d", sets)
+    rr = load_recipe("tiny-fp32-cpu-nixl-1p2d", sets)
     on_slurm = {w.name: w.port for w in plan(rr).workers}
     assert on_slurm["decode-0"] == on_slurm["decode-1"] == 8200
     one_host = {w.name: w.port for w in plan(rr, single_host=True).workers}
@@ -130,7 +130,7 @@ def test_one_host_gives_a_roles_workers_their_own_ports() -> None:
 def test_validate_says_an_aggregated_only_job_serves_only_its_instances() -> None:
     r = pdbench(
         "validate",
-        "local-tiny-1p2d-vs-aggregated",
+        "tiny-fp32-cpu-nixl-1p2d-vs-agg",
         *("--cluster", "local", "--skip-flag-check", "--set", "topology.aggregated_only=true"),
     )
     assert r.returncode == 0, r.stderr
@@ -139,7 +139,7 @@ def test_validate_says_an_aggregated_only_job_serves_only_its_instances() -> Non
 
 def test_an_aggregated_only_job_places_only_the_servers_it_starts() -> None:
     # One instance on a one-GPU node: its prefill and decode (never started) take no GPU.
-    rr = load_recipe("gpu-h200-8b-single")
+    rr = load_recipe("llama8b-shape-bf16-h200x1-none-agg")
     assert rr.recipe.topology.aggregated_only and rr.recipe.topology.gpus_per_node == 1
     p = plan(rr)
     assert p.num_nodes == 1
@@ -147,4 +147,4 @@ def test_an_aggregated_only_job_places_only_the_servers_it_starts() -> None:
     assert {w.name for w in p.workers if w.phase == "disagg" and w.visible_devices is not None} == set()
     # ...but the servers it does start must fit.
     with pytest.raises(ConfigError, match=r"topology.aggregated: 2 worker\(s\) per node x tp\*dp 1 needs 2 GPUs"):
-        plan(load_recipe("gpu-h200-8b-single", ["topology.aggregated.workers=2"]))
+        plan(load_recipe("llama8b-shape-bf16-h200x1-none-agg", ["topology.aggregated.workers=2"]))

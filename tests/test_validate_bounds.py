@@ -15,7 +15,7 @@ from cli_run import pdbench
 from harness.config.cpus import parse_cpus, parse_groups
 from harness.config.load import PROJECT_ROOT
 
-RECIPE = "local-tiny-1p1d"
+RECIPE = "tiny-fp32-cpu-nixl-1p1d"
 pytestmark = pytest.mark.timeout(240)
 SERVER_PORT = yaml.safe_load((PROJECT_ROOT / "recipes" / f"{RECIPE}.yaml").read_text())["topology"]["prefill"]["port"]
 NOT_HERE = max(os.sched_getaffinity(0)) + 1

@@ -217,14 +217,17 @@ def test_every_shipped_recipe_passes_vllms_parser(vllm, tmp_path: Path) -> None:
     from harness.topology import plan
 
     for path in sorted((PROJECT_ROOT / "recipes").glob("*.yaml")):
-        for cluster in (None, "local") if path.stem == "local-tiny-1p2d" else (None,):
-            if path.stem == "local-tiny-1p2d" and cluster is None:
+        for cluster in (None, "local") if path.stem == "tiny-fp32-cpu-nixl-1p2d" else (None,):
+            if path.stem == "tiny-fp32-cpu-nixl-1p2d" and cluster is None:
                 continue  # needs its cluster's profile (no GPUs)
             rr = load_recipe(path.stem, cluster=cluster)
             lines = serve_lines(rr, plan(rr))
             problems = check_many([a for _, a, _ in lines], [o for _, _, o in lines])
             assert problems == [], f"{path.name}: {[str(p) for p in problems]}"
-    for recipe, cluster in (("dsr1-fp8-1p2d", "example-mi355x-mori"), ("dsr1-fp8-1p2d-nixl", "example-h200-nixl")):
+    for recipe, cluster in (
+        ("dsr1-fp8-mi355x-moriio-1p2d", "example-mi355x-mori"),
+        ("dsr1-fp8-mi355x-nixl-1p2d", "example-h200-nixl"),
+    ):
         rr = load_recipe(recipe, cluster=cluster)
         lines = serve_lines(rr, plan(rr))
         assert check_many([a for _, a, _ in lines], [o for _, _, o in lines]) == []
@@ -232,7 +235,12 @@ def test_every_shipped_recipe_passes_vllms_parser(vllm, tmp_path: Path) -> None:
 
 def test_render_names_the_recipe_key_of_a_misspelt_flag_or_bad_json(vllm, tmp_path: Path) -> None:
     r = _cli(
-        "render", "local-tiny-1p1d", "--out", str(tmp_path / "a"), "--set", "topology.decode.flags={max-num-seqz: 4}"
+        "render",
+        "tiny-fp32-cpu-nixl-1p1d",
+        "--out",
+        str(tmp_path / "a"),
+        "--set",
+        "topology.decode.flags={max-num-seqz: 4}",
     )
     assert r.returncode == 2, r.stderr
     assert (
@@ -243,7 +251,7 @@ def test_render_names_the_recipe_key_of_a_misspelt_flag_or_bad_json(vllm, tmp_pa
     # A catalogue flag that does not parse names models.yaml's entry.
     r = _cli(
         "render",
-        "local-tiny-1p1d",
+        "tiny-fp32-cpu-nixl-1p1d",
         "--out",
         str(tmp_path / "b"),
         "--set",
@@ -252,18 +260,20 @@ def test_render_names_the_recipe_key_of_a_misspelt_flag_or_bad_json(vllm, tmp_pa
     assert r.returncode == 2 and "topology.prefill.flags.max-num-seqs: --max-num-seqs: " in r.stderr, r.stderr
     r = _cli(
         "render",
-        "local-tiny-1p1d",
+        "tiny-fp32-cpu-nixl-1p1d",
         "--out",
         str(tmp_path / "c"),
         "--set",
         'topology.decode.flags={compilation-config: {"cudagraph_mode": "FULL", "bogus": 1}}',
     )
     assert r.returncode == 2 and "--compilation-config" in r.stderr and "bogus" in r.stderr, r.stderr
-    r = _cli("validate", "local-tiny-1p1d", "--set", "connector.extra_config={}", "--set", "connector.name=mooncake")
+    r = _cli(
+        "validate", "tiny-fp32-cpu-nixl-1p1d", "--set", "connector.extra_config={}", "--set", "connector.name=mooncake"
+    )
     assert r.returncode == 0, r.stderr  # MooncakeConnector is one vLLM knows
     r = _cli(
         "render",
-        "local-tiny-1p1d",
+        "tiny-fp32-cpu-nixl-1p1d",
         "--out",
         str(tmp_path / "d"),
         "--skip-flag-check",

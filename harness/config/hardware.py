@@ -24,6 +24,11 @@ _NAMED = {vendor: re.compile(rf"(?<![a-z0-9])({names})(?![a-z0-9])") for vendor,
 _NAMING_KEYS = ("slurm.partition", "slurm.gres_name", "slurm.constraint")
 
 
+def vendor_of(gpu: str) -> str | None:
+    """The vendor of a GPU name (h200: nvidia, mi355x: amd, cpu: cpu), or None for a name unknown here."""
+    return next((vendor for vendor, names in _GPU_NAMES.items() if re.fullmatch(names, gpu)), None)
+
+
 def evidence(values: dict[str, Any], texts: tuple[str, ...] = ()) -> list[tuple[str, str, str]]:
     """(key, what it says, vendor) for each value that tells the hardware."""
     out = []

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from harness.config import yaml_bounded
 from harness.config.cluster import ClusterProfile, profile_path
+from harness.config.renamed import RENAMED
 from harness.config.schema import SAFE_NAME as _SAFE_NAME
 from harness.config.schema import Catalogue, ModelSpec, Recipe
 from harness.config.spelling import did_you_mean
@@ -118,7 +119,8 @@ class ResolvedRecipe:
             "name": self.name,
             # Without secrets the key is left out, so a recipe's fingerprint is what it was before them.
             "recipe": self.recipe.model_dump(mode="json", exclude=None if self.recipe.secrets else {"secrets"}),
-            "model": {"name": self.recipe.model, **self.model.model_dump(mode="json")},
+            # short_name only names recipes (recipe_names.py): a run's fingerprint stays what runs.
+            "model": {"name": self.recipe.model, **self.model.model_dump(mode="json", exclude={"short_name"})},
         }
 
     def sources(self) -> dict[str, str]:
@@ -374,6 +376,10 @@ def load_recipe(
     """The recipe, merged with a cluster profile (by name or path) and --set overrides, in that order."""
     path = recipe_path(name_or_path, root)
     if not path.is_file():
+        if (new := RENAMED.get(name_or_path)) is not None:
+            raise ConfigError(
+                path, "", f"recipe {name_or_path!r} was renamed to {new!r} (docs/recipes.md, recipe names)"
+            )
         available = sorted(p.stem for p in (root / "recipes").glob("*.yaml"))
         hint = did_you_mean(name_or_path, available)
         raise ConfigError(path, "", f"recipe not found{hint} (available: {', '.join(available) or 'none'})")

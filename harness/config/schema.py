@@ -161,6 +161,14 @@ class ModelSpec(Strict):
     path: Text | None = Field(None, description="local model directory (relative to models.yaml)")
     hf_id: Text | None = Field(None, description="Hugging Face id, resolved by vLLM inside the job")
     precision: Text = Field(description="weights' precision, recorded in results (e.g. fp8, bf16)", examples=["fp8"])
+    short_name: (
+        Annotated[str, _matching(r"[a-z0-9]+(-[a-z0-9]+)*", "lower-case letters and digits joined by '-'")] | None
+    ) = Field(
+        None,
+        description="the model's token in recipe names, <short_name>-<precision>-... (docs/recipes.md); "
+        "a recipe in recipes/ needs it",
+        examples=["dsr1"],
+    )
     tokenizer: Text | None = Field(None, description="tokenizer path or HF id; default: the model's own")
     served_model_name: Text | None = Field(None, description="name the servers answer to; default: the catalogue key")
     max_model_len: int = Field(gt=0, description="vLLM --max-model-len", examples=[16384])

@@ -138,7 +138,7 @@ def report_command(
     """Compare runs: per-GPU throughput, TTFT/TPOT/E2EL, interactivity and failures per concurrency;
     where disaggregated and aggregated points share an ISL/OSL, their Pareto fronts and ratios.
 
-    Example: pdbench report local-tiny-1p2d --baseline local-tiny-1p1d --out report.html"""
+    Example: pdbench report tiny-fp32-cpu-nixl-1p2d --baseline tiny-fp32-cpu-nixl-1p1d --out report.html"""
     from harness.report import output_csv, output_html, output_json, output_md, output_text
     from harness.report.build import build_report
     from harness.report.formats import FormatError, choose

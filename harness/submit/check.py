@@ -13,6 +13,7 @@ from harness.config.bounds import check_lengths
 from harness.config.cluster import chosen_profile
 from harness.config.hardware import check_hardware
 from harness.config.load import PROJECT_ROOT, ConfigError, ResolvedRecipe, load_recipe
+from harness.config.recipe_names import check_recipe_name
 from harness.doctor.findings import local_findings
 from harness.launch.launcher import Launcher
 from harness.launch.local import LocalLauncher
@@ -137,6 +138,10 @@ def validate(
     """`pdbench validate`: what submit checks before it creates a run directory, for this
     launcher, without writing anything; then the cluster profile and what it set, and notes."""
     rr = load(recipe, overrides, cluster)
+    try:
+        check_recipe_name(rr)  # validate only: what a new recipe in recipes/ is checked with
+    except ConfigError as e:
+        raise Refused(str(e)) from None
     p = planned(rr, launcher_for(launcher_kind, rr))
     check_flags(p, skip_flag_check)
     check_secrets(rr, dry_run=True)

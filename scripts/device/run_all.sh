@@ -20,23 +20,23 @@ for step in $steps; do
   echo "run_all: $step starts at $(date -u +%T)"
   case $step in
     pdbench | nixl)
-      timeout 3300 python3 -m harness submit --recipe "gpu-h200-8b-1p1d-$step" --launcher local \
+      timeout 3300 python3 -m harness submit --recipe "llama8b-shape-bf16-h200x1-$step-1p1d" --launcher local \
         --results-dir "$root" ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
     x2-pdbench | x2-nixl)
-      timeout 3300 python3 -m harness submit --recipe "gpu-h200x2-8b-1p1d-${step#x2-}" --launcher local \
+      timeout 3300 python3 -m harness submit --recipe "llama8b-shape-bf16-h200x2-${step#x2-}-1p1d" --launcher local \
         --results-dir "$root" ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
     x2-nixl-b64)
       b64='{gpu-memory-utilization: 0.85, block-size: 64}'
-      timeout 3300 python3 -m harness submit --recipe gpu-h200x2-8b-1p1d-nixl --launcher local --results-dir "$root" \
+      timeout 3300 python3 -m harness submit --recipe llama8b-shape-bf16-h200x2-nixl-1p1d --launcher local --results-dir "$root" \
         --set topology.aggregated=null --set "topology.prefill.flags=$b64" --set "topology.decode.flags=$b64" \
         ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
     x2-nixl-tcp)
-      timeout 1200 python3 -m harness submit --recipe gpu-h200x2-8b-1p1d-nixl --launcher local --results-dir "$root" \
+      timeout 1200 python3 -m harness submit --recipe llama8b-shape-bf16-h200x2-nixl-1p1d --launcher local --results-dir "$root" \
         --set topology.aggregated=null --set 'env={UCX_TLS: "tcp,cuda_copy,sm,self"}' \
         --set 'benchmark.shapes=[{isl: 4096, osl: 64}]' --set 'benchmark.concurrency=[1]' \
         ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
     single)
-      timeout 3300 python3 -m harness submit --recipe gpu-h200-8b-single --launcher local \
+      timeout 3300 python3 -m harness submit --recipe llama8b-shape-bf16-h200x1-none-agg --launcher local \
         --results-dir "$root" ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
     dsr1-shape-pdbench | dsr1-shape-nixl)
       timeout 2700 python3 -m harness submit --recipe "dsr1-shape-fp8-h200x1-${step#dsr1-shape-}-1p1d" --launcher local \
