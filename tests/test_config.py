@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness.config import ConfigError, load_recipe
-from harness.config.load import PROJECT_ROOT, parse_override
+from harness.config.load import PROJECT_ROOT
+from harness.config.overrides import parse_override
 from harness.topology import check_single_host, plan
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from harness.config.load import parse_override
+from harness.config.overrides import parse_override
 from harness.search import space
 from harness.search.spec import LoadedSearch, load_search
 

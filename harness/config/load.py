@@ -1,4 +1,4 @@
-"""Load models.yaml and a recipe, apply --set overrides, resolve and fingerprint.
+"""Load models.yaml and a recipe, apply its overrides (records), resolve and fingerprint.
 
 Every error is a ConfigError that names the file, the key path and what was expected.
 """
@@ -20,22 +20,14 @@ from pydantic import BaseModel, ValidationError
 
 from harness.config import yaml_bounded
 from harness.config.cluster import ClusterProfile, profile_path
+from harness.config.errors import ConfigError
+from harness.config.overrides import Overrides, records
 from harness.config.renamed import RENAMED
 from harness.config.schema import SAFE_NAME as _SAFE_NAME
 from harness.config.schema import Catalogue, ModelSpec, Recipe
 from harness.config.spelling import did_you_mean
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-
-
-class ConfigError(Exception):
-    """Bad configuration; the CLI prints it and exits with code 2."""
-
-    def __init__(self, file: Path | str, key: str, expected: str):
-        self.file, self.key, self.expected = str(file), key, expected
-        # `--set KEY` already names the key.
-        where = f"{self.file}: {key}: " if key and self.file != f"--set {key}" else f"{self.file}: "
-        super().__init__(where + expected)
 
 
 @dataclass(frozen=True)
@@ -301,44 +293,18 @@ def _validate(model: type[BaseModel], data: Any, path: Path, provenance=None, fi
         raise _validation_error(model, path, e, provenance, files) from None
 
 
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """`a.b.c=value` -> (['a','b','c'], value parsed as YAML so numbers and lists keep their type)."""
-    if "=" not in text:
-        raise ConfigError(f"--set {text}", "", "expected KEY.PATH=VALUE, e.g. benchmark.isl=1024")
-    key, raw = text.split("=", 1)
-    parts = key.strip().split(".")
-    if not all(parts):
-        raise ConfigError(f"--set {key}", "", "expected a dotted key path such as benchmark.isl")
-    try:
-        value = yaml_bounded.safe_load(raw) if raw.strip() else ""
-    except yaml_bounded.ExpansionError as e:
-        raise ConfigError(f"--set {key}", "", f"refused: {e}") from None
-    except yaml.YAMLError:
-        value = raw
-    return parts, value
-
-
-def _origin(text: str) -> tuple[str, str]:
-    """('--time', 'slurm.time_limit=...') for an override a command-line option gave, written
-    '--time slurm.time_limit=...' (harness.submit.check.slurm_overrides); ('--set', text) otherwise."""
-    option, sep, rest = text.partition(" ")
-    if sep and re.fullmatch(r"--[a-z][a-z-]*", option) and "=" in rest:
-        return option, rest
-    return "--set", text
-
-
 def apply_overrides(
-    data: dict[str, Any], overrides: list[str], provenance: dict[str, str] | None = None
+    data: dict[str, Any], overrides: Overrides, provenance: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    """`--set` values (and options that set a recipe key: their errors and the lock name the option)."""
-    for given in overrides:
-        label, text = _origin(given)
-        parts, value = parse_override(text)
+    """Each override in order: `--set` and the options that set a recipe key (the lock's sources
+    name the option)."""
+    for o in records(overrides):
+        parts = list(o.key)
         if provenance is not None:
-            nested: Any = value
+            nested: Any = o.value
             for part in reversed(parts):
                 nested = {part: nested}
-            _record(provenance, nested, label)
+            _record(provenance, nested, o.origin)
         node = data
         for i, part in enumerate(parts[:-1]):
             child = node.get(part)
@@ -346,9 +312,9 @@ def apply_overrides(
                 child = node[part] = {}
             if not isinstance(child, dict):
                 where = ".".join(parts[: i + 1])
-                raise ConfigError(f"--set {'.'.join(parts)}", where, "holds a value, not keys below it")
+                raise ConfigError(f"--set {o.dotted}", where, "holds a value, not keys below it")
             node = child
-        node[parts[-1]] = value
+        node[parts[-1]] = o.value
     return data
 
 
@@ -368,7 +334,7 @@ def load_catalogue(path: Path) -> Catalogue:
 
 def load_recipe(
     name_or_path: str,
-    overrides: list[str] | None = None,
+    overrides: Overrides | None = None,
     root: Path = PROJECT_ROOT,
     models_file: Path | None = None,
     cluster: str | None = None,
@@ -397,7 +363,7 @@ def load_recipe(
         files[_label(cluster_file, root)] = cluster_file
         _record(provenance, overlay, _label(cluster_file, root))
         data = _deep_merge(data, overlay)
-    data = apply_overrides(data, overrides or [], provenance)
+    data = apply_overrides(data, overrides or (), provenance)
     recipe: Recipe = _validate(Recipe, data, path, provenance=provenance, files=files)
 
     models_file = models_file or root / "models.yaml"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from harness import atomic
 from harness.config.load import PROJECT_ROOT, ConfigError, ResolvedRecipe
+from harness.config.overrides import Overrides
 from harness.doctor.findings import SUBMIT_HOST, Finding, job_findings, local_findings, node_passed
 from harness.launch.job import Job, LaunchError
 from harness.launch.launcher import Launcher
@@ -32,7 +33,7 @@ def check_launcher(kind: str, rr: ResolvedRecipe, timeout_s: float) -> Launcher:
 
 def doctor(
     recipe: str,
-    overrides: list[str] | None,
+    overrides: Overrides | None,
     cluster: str | None,
     *,
     launcher_kind: str,

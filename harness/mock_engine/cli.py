@@ -1,4 +1,4 @@
-"""`pdbench mock-engine`: a plain Typer-annotated function, registered by harness.cli."""
+"""`pdbench mock-engine`: a plain Typer-annotated function, registered by harness.cli.mock_engine."""
 
 from __future__ import annotations
 

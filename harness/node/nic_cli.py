@@ -1,6 +1,6 @@
 """`pdbench nic`: print this node's RDMA/TCP environment for the job script.
 
-Registered on the main app elsewhere (`app.command("nic")(nic_command)`). In a job
+Registered on the main app by harness.cli.nic. In a job
 script: `eval "$(pdbench nic --export --fallback-addr "$PDBENCH_NODE_ADDR")"`. Only
 `export` lines go to stdout so the eval stays safe; notices go to stderr.
 """

@@ -1,4 +1,4 @@
-"""`pdbench proxy`: its options are generated from ProxyConfig, registered by harness.cli.
+"""`pdbench proxy`: its options are generated from ProxyConfig, registered by harness.cli.proxy.
 
 Each field is a flag of the same name (its json_schema_extra may rename it, give it a metavar,
 a default's text or a unit); the field's description is the help. Typer reads a command's

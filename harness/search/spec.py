@@ -16,7 +16,8 @@ from typing import Any
 
 from pydantic import Field, PositiveInt, ValidationError, model_validator
 
-from harness.config.load import PROJECT_ROOT, ConfigError, _read_yaml, _validation_error, parse_override
+from harness.config.load import PROJECT_ROOT, ConfigError, _read_yaml, _validation_error
+from harness.config.overrides import parse_override
 from harness.config.schema import SAFE_NAME
 from harness.config.slo import SLOError, check_bounds
 from harness.strict import FrozenStrict

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ from harness.config.bounds import check_lengths
 from harness.config.cluster import chosen_profile
 from harness.config.hardware import check_hardware
 from harness.config.load import PROJECT_ROOT, ConfigError, ResolvedRecipe, load_recipe
+from harness.config.overrides import Overrides
 from harness.config.recipe_names import check_recipe_name
 from harness.doctor.findings import local_findings
 from harness.launch.launcher import Launcher
@@ -34,9 +34,9 @@ class Planned:
     here: bool = False  # the nodes are this host (the local launcher): check their files here
 
 
-def load(recipe: str, overrides: list[str] | None, cluster: str | None = None) -> ResolvedRecipe:
+def load(recipe: str, overrides: Overrides | None, cluster: str | None = None) -> ResolvedRecipe:
     try:
-        return load_recipe(recipe, overrides or [], cluster=chosen_profile(cluster))
+        return load_recipe(recipe, overrides or (), cluster=chosen_profile(cluster))
     except ConfigError as e:
         raise Refused(str(e)) from None
 
@@ -133,7 +133,7 @@ def _buildable(rr: ResolvedRecipe) -> bool:
 
 
 def validate(
-    recipe: str, overrides: list[str] | None, cluster: str | None, skip_flag_check: bool, launcher_kind: str = "slurm"
+    recipe: str, overrides: Overrides | None, cluster: str | None, skip_flag_check: bool, launcher_kind: str = "slurm"
 ) -> str:
     """`pdbench validate`: what submit checks before it creates a run directory, for this
     launcher, without writing anything; then the cluster profile and what it set, and notes."""
@@ -192,31 +192,3 @@ def storage_notes(p: Planned) -> list[str]:
         "site.model_root or site.hf_cache is set (a cluster profile's site section, --cluster, says where "
         "the cluster keeps weights)"
     ]
-
-
-# Command-line Slurm options and the recipe keys they set.
-SLURM_KEYS = {
-    "partition": "slurm.partition",
-    "account": "slurm.account",
-    "qos": "slurm.qos",
-    "time": "slurm.time_limit",
-    "nodelist": "slurm.nodelist",
-    "exclude": "slurm.exclude",
-    "reservation": "slurm.reservation",
-    "constraint": "slurm.constraint",
-    "job_name": "slurm.job_name",
-    "gpus_per_node": "topology.gpus_per_node",
-}
-
-
-def slurm_overrides(sbatch: list[str] | None = None, **opts: object) -> list[str]:
-    """Command-line Slurm options become recipe overrides, so the lock file records them; each is
-    written '--OPTION KEY=VALUE' so that an error (and the lock's sources) names the option."""
-    out = [
-        f"--{k.replace('_', '-')} {SLURM_KEYS[k]}={json.dumps(v) if isinstance(v, str) else v}"
-        for k, v in opts.items()
-        if k in SLURM_KEYS and v is not None
-    ]
-    if sbatch:
-        out.append(f"--sbatch slurm.extra_sbatch={json.dumps(list(sbatch))}")
-    return out

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from harness import atomic
 from harness.config.load import PROJECT_ROOT, ConfigError
+from harness.config.overrides import Overrides
 from harness.launch.job import LaunchError
 from harness.launch.launcher import Launcher
 from harness.render import current_context, render_job
@@ -45,7 +46,7 @@ def render_run(p: Planned, run: RunDir, resumed_from: RunDir | None = None) -> N
         raise Refused(f"{e} (run directory {run.path} left unrendered)") from None
 
 
-def render_into(recipe: str, overrides: list[str] | None, cluster: str | None, skip: bool, out: Path) -> str:
+def render_into(recipe: str, overrides: Overrides | None, cluster: str | None, skip: bool, out: Path) -> str:
     p = planned(load(recipe, overrides, cluster))
     check_flags(p, skip)
     out.mkdir(parents=True, exist_ok=True)
@@ -58,7 +59,7 @@ def render_into(recipe: str, overrides: list[str] | None, cluster: str | None, s
 
 def submit(
     recipe: str,
-    overrides: list[str],
+    overrides: Overrides,
     cluster: str | None,
     *,
     launcher_kind: str,

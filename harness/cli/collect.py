@@ -1,0 +1,12 @@
+"""`pdbench collect`: runs as one InferenceX-style aggregate (harness.report.cli)."""
+
+from __future__ import annotations
+
+from harness.cli.root import command
+from harness.report.cli import collect_command
+
+command(
+    "collect",
+    "pdbench collect tiny-fp32-cpu-nixl-1p1d --out agg.json --hw cpu",
+    help="Write the InferenceX-style aggregate JSON of runs (validated, deduplicated).",
+)(collect_command)
