@@ -4,12 +4,14 @@ NIXL (cuda_ipc) and with UCX_TLS=tcp,cuda_copy,sm,self (software emulation over 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 from test_kv_handoff import GIB, NixlDecode
 from test_kv_transport import T, ceiling
 
+from harness.bench.validity_probe import PointProbe
 from harness.validity import ucx_lanes
 from harness.validity.kv_handoff import from_nixl_scrapes, point_handoff
 from harness.validity.kv_transport import early_reason, judge
@@ -103,3 +105,28 @@ def test_point_handoff_reads_decodes_log_and_the_rule_names_the_emulation(tmp_pa
     assert why is not None and "UCX read the KV by software emulation" in why
     healthy = from_nixl_scrapes([(before, decode.text())], 1, "cuda_ipc/cuda (zero-copy)")
     assert healthy is not None and "software emulation" not in judge(healthy, ceiling(2102.8), T, "nixl")[0].detail
+
+
+def test_the_probe_names_the_lane_of_a_transport_it_stops_early(tmp_path: Path) -> None:
+    decode = NixlDecode()
+    before = decode.text()
+    for _ in range(3):  # the real tcp arm: 512 MiB at 0.22 GB/s
+        decode.transfer(0.5 * GIB / 0.22e9, GIB // 2, 85, 0.001)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "decode-0.log").write_text(TCP.read_text())
+    said: list[str] = []
+    probe = PointProbe(
+        ["decode-0=decode@http://127.0.0.1:9"],
+        tmp_path,
+        T.model_copy(update={"kv_judged_min_bytes": 1, "early_check_s": 1}),
+        "nixl",
+        completed=lambda: 3,
+        on_invalid=said.append,
+        kv_ceiling=ceiling(2102.8),
+        logs_dir=logs,
+    )
+    probe.before, probe._started = {"decode-0": before}, time.monotonic() - 5
+    probe._check_early({"decode-0": decode.text()})
+    assert len(said) == 1 and said[0].startswith("degraded_transport"), said
+    assert "lane tcp/lo (software emulation)" in said[0] and "UCX read the KV by software emulation" in said[0]

@@ -114,11 +114,13 @@ class PointProbe:
         reason = early_reason(servers, self.completed(), self.thresholds, self.connector)
         if reason is None and self._early_transport:
             decode = [(s.before, s.after) for s in servers.values() if s.role == "decode"]
-            lane = None
-            if self.logs_dir is not None:
+            reason = kv_transport.early_reason(decode, self.kv_ceiling, self.thresholds)
+            if reason is not None and self.logs_dir is not None:
+                # The lane only names what failed: decode's log is read then, not every sample on the
+                # client's event loop (up to ucx_lanes.MAX_BYTES of it).
                 logs = (self.logs_dir / log_name(name) for name, s in servers.items() if s.role == "decode")
                 lane = lane_from_logs(logs)[0]
-            reason = kv_transport.early_reason(decode, self.kv_ceiling, self.thresholds, lane)
+                reason = kv_transport.early_reason(decode, self.kv_ceiling, self.thresholds, lane) or reason
         if reason is not None:
             self.early = (reason, after_s)
             self.on_invalid(reason)
