@@ -11,6 +11,7 @@ import yaml
 from harness.config.overrides import parse_override
 from harness.search import space
 from harness.search.spec import LoadedSearch, load_search
+from harness.submit.check import launcher_for, load, planned
 
 DECODE = [
     {"topology.decode.workers": 1, "topology.decode.nodes": 1},
@@ -128,3 +129,51 @@ def test_one_baseline_per_device_count() -> None:
 
     picked = space.device_counts([c("1p2d", 1, 2), c("2p1d", 2, 1), c("1p1d", 1, 1)])
     assert [x.name for x in picked] == ["1p2d", "1p1d"]
+
+
+def test_the_local_launcher_keeps_every_topology_and_the_baseline_on_one_host(tmp_path: Path) -> None:
+    # `pdbench search local-tiny-pd --launcher local` runs every node on this host: a role's
+    # workers take its port plus their index, so neither 1P2D, 2P1D, 2P2D nor the N-replica
+    # baseline shares a port; only the search's own constraints exclude (local-tiny-pd's
+    # max_devices 3 excludes 2P2D, lifted here).
+    shipped = load_search("local-tiny-pd")
+    kept = {c.candidate.name: c.excluded for c in space.candidates(shipped, cluster="local", launcher_kind="local")}
+    assert kept == {"1p1d": None, "1p2d": None, "2p1d": None, "2p2d": "4 devices > constraints.max_devices 3"}
+    prefill = [{"topology.prefill.workers": n, "topology.prefill.nodes": n} for n in (1, 2)]
+    s = search(
+        tmp_path, factors={"prefill": prefill, "decode": DECODE}, baseline={"set": ["topology.aggregated.port=8300"]}
+    )
+    choices = space.candidates(s, cluster="local", launcher_kind="local")
+    assert {c.candidate.name: c.excluded for c in choices} == {"1p1d": None, "1p2d": None, "2p1d": None, "2p2d": None}
+    ports = {c.candidate.name: _ports_on_one_host(s, c.candidate) for c in choices}
+    assert ports["2p2d"] == {
+        "prefill-0": 8100, "prefill-1": 8101, "decode-0": 8200, "decode-1": 8201, "proxy": 30000,
+        "prefill-0 kv": 5600, "prefill-1 kv": 5601, "decode-0 kv": 5602, "decode-1 kv": 5603,
+    }  # fmt: skip
+    assert ports["2p1d"]["prefill-1"] == 8101 and ports["1p2d"]["decode-1"] == 8201
+    # Precondition: on Slurm each node gives its first worker the role's port, which one host
+    # could not (what the search used to exclude these candidates for).
+    slurm = planned(load(s.spec.recipe, list(by_name(choices)["2p2d"].candidate.overrides), "local")).plan
+    assert [w.port for w in slurm.role("decode")] == [8200, 8200]
+    for name, used in ports.items():
+        assert len(set(used.values())) == len(used), (name, used)  # one host: no port twice
+
+    # The baseline at each device count: N whole replicas, each on its own port, on the
+    # disaggregated servers' cores (prefill's nodes on core 0, decode's on core 1).
+    for winner, replicas in (("1p2d", 3), ("2p2d", 4)):
+        choice = space.baseline(s, by_name(choices)[winner].candidate, cluster="local", launcher_kind="local")
+        assert choice.excluded is None, choice.excluded
+        b = choice.candidate
+        assert (b.name, b.devices, dict(b.capacity)) == (f"agg{replicas}", replicas, {"aggregated": 2.0})
+        agg = _ports_on_one_host(s, b)
+        assert agg == {**{f"aggregated-{i}": 8300 + i for i in range(replicas)}, "proxy": 30000}
+
+
+def _ports_on_one_host(s: LoadedSearch, c: space.Candidate) -> dict[str, int]:
+    """Every port the candidate's job listens on under the local launcher, by owner (an
+    aggregated-only job starts no disaggregated server)."""
+    rr = load(s.spec.recipe, list(c.overrides), "local")
+    p = planned(rr, launcher_for("local", rr)).plan
+    workers = [w for w in p.workers if w.phase in p.phases]
+    kv = {f"{w.name} kv": w.side_channel_port + r for w in workers if w.side_channel_port for r in range(w.devices)}
+    return {w.name: w.port for w in workers} | {"proxy": p.proxy_port} | kv
