@@ -8,22 +8,26 @@ interpreter and environment (its torch, its GPUs), as a subprocess bounded by TI
 CUDA context ends with it.
 The GPUs are each server's first of its CUDA_VISIBLE_DEVICES (vLLM's device 0 of the list), and
 the probe runs with CUDA_VISIBLE_DEVICES unset, so it addresses them by their physical index.
+When they run on different hosts, the ceiling is the NIC's line rate (harness.node.link_rate) and a
+TCP transfer measured from this node to decode-0's (harness.node.kv_stream): decode-0's node
+listens (`sink`, around its wait for the job's end) and this node sends, when it runs prefill-0.
 Whatever cannot be had is recorded as missing, with the reason; the measurement never fails the job.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from harness import atomic
-from harness.node import kv_ceiling_probe
+from harness.node import kv_ceiling_probe, kv_stream, link_rate
 from harness.node.versions import Interpreter, server_interpreter
 from harness.rundir import RunDir
 from harness.rundir.kv_ceiling import KvCeiling, missing
@@ -38,6 +42,10 @@ TIMEOUT_S = 90.0
 GPU_BYTES = 1 << 30  # one 8B-Llama transfer of 8k tokens; large enough to be bandwidth-bound
 HOST_BYTES = 256 << 20  # past any cache, small enough for a CPU CI node's memory
 REPEATS = 5
+# Across hosts: 256 MiB is 0.2 s at 10 Gb/s, 2 s at 1 Gb/s; the wait for decode-0's node to listen
+# (it starts once its own servers are healthy, before node 0's health gate passes) is a bounded part.
+STREAM_BYTES = 256 << 20
+SINK_WAIT_S = 20.0
 
 
 def first_gpu(env: Mapping[str, str], worker: Worker) -> int | None:
@@ -68,12 +76,7 @@ def measure(
     names = [prefill.name, decode.name]
     here = addrs.get(node)
     if addrs.get(prefill.node) != here or addrs.get(decode.node) != here:
-        return missing(
-            f"prefill-0 runs on node {prefill.node} ({addrs.get(prefill.node)}) and decode-0 on node "
-            f"{decode.node} ({addrs.get(decode.node)}): the ceiling across hosts (the NIC's line rate and a "
-            "measured transfer) is not built",
-            servers=names,
-        )
+        return across_hosts(run_dir, prefill, decode, node, addrs, timeout, **sizes)
     run = RunDir(run_dir)
     found = {w.name: _server_pid(run, w.name, w.node) for w in (prefill, decode)}
     procs = {name: server_interpreter(pid) if pid else f"no process of {name} recorded" for name, pid in found.items()}
@@ -117,6 +120,92 @@ def measure(
         return KvCeiling.model_validate({"status": "measured", **fields, **common, "took_s": took})
     except ValueError as e:  # pydantic's ValidationError is one
         return missing(f"the measurement in {how} printed no record ({e}): {r.stdout[:200]!r}", **common)
+
+
+def across_hosts(
+    run_dir: Path, prefill: Worker, decode: Worker, node: int, addrs: Mapping[int, str], timeout: float, **sizes: int
+) -> KvCeiling:
+    """The ceiling between prefill-0's node (this one) and decode-0's: a measured TCP transfer to
+    decode-0's node's sink, bounded by the line rate of the interface it left by."""
+    src, dst = addrs.get(prefill.node), addrs.get(decode.node)
+    common = {"node": node, "servers": [prefill.name, decode.name], "method": "tcp_stream"}
+    if src != addrs.get(node):
+        return missing(
+            f"prefill-0 runs on node {prefill.node} ({src}), not on node {node} which measures: the "
+            "transfer from prefill-0's host is not built",
+            **common,
+        )
+    if dst == src:
+        return missing(f"decode-0's node {decode.node} shares node {node}'s address {src}", **common)
+    nbytes = sizes.get("stream_bytes", STREAM_BYTES)
+    repeats = sizes.get("repeats", REPEATS)
+    t0 = time.monotonic()
+    run = RunDir(run_dir)
+    sink = _wait_for_sink(run.kv_sink, decode.node, min(SINK_WAIT_S, timeout))
+    if isinstance(sink, str):
+        return missing(sink, **common)
+    try:
+        seconds, local = kv_stream.send(
+            sink[0], sink[1], kv_stream.secret_digest(run.secret), nbytes, repeats, timeout - (time.monotonic() - t0)
+        )
+    except (OSError, ValueError) as e:  # ConnectionError and TimeoutError are OSErrors
+        return missing(f"the transfer to decode-0's node {decode.node} ({sink[0]}:{sink[1]}) failed: {e}", **common)
+    took = time.monotonic() - t0
+    rate = link_rate.line_rate(link_rate.interface_of(local))
+    return KvCeiling.model_validate(
+        {
+            "status": "measured",
+            **common,
+            "src_device": f"node {node} {local}",
+            "dst_device": f"node {decode.node} {sink[0]}",
+            "interface": rate.interface,
+            "line_rate_gbps": rate.gbps,
+            "line_rate_note": rate.note,
+            "bytes": nbytes,
+            "repeats": repeats,
+            "seconds": seconds,
+            "took_s": took,
+        }
+    )
+
+
+def _wait_for_sink(path: Path, node: int, timeout: float) -> tuple[str, int] | str:
+    """decode-0's node's sink (address, port) from its record; why not, as a str, past `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            rec = json.loads(path.read_text())
+            if rec.get("node") != node:
+                return f"{path} is node {rec.get('node')}'s sink, not decode-0's node {node}'s"
+            if rec.get("error"):
+                return f"decode-0's node {node} could not listen for the transfer: {rec['error']}"
+            return str(rec["addr"]), int(rec["port"])
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            return f"{path} does not read as a sink record: {e}"
+        if time.monotonic() > deadline:
+            return f"decode-0's node {node} did not listen for the transfer within {timeout:g} s (no {path.name})"
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def sink(run_dir: Path, plan: PlanFile, node: int, addrs: Mapping[int, str]) -> Iterator[None]:
+    """What this node runs while it waits for the job's end: on decode-0's node, when prefill-0 runs
+    on another host, the listening end of node 0's measured transfer; elsewhere nothing. A sink that
+    cannot listen records why (node 0's ceiling then says so) and the job goes on."""
+    workers = {w.name: w for w in plan.workers}
+    prefill, decode = workers.get("prefill-0"), workers.get("decode-0")
+    run = RunDir(run_dir)
+    with contextlib.ExitStack() as stack:
+        if prefill is not None and decode is not None and decode.node == node and addrs[prefill.node] != addrs[node]:
+            try:
+                stack.enter_context(kv_stream.Sink(addrs[node], node, kv_stream.secret_digest(run.secret), run.kv_sink))
+                log.info("listening for the KV ceiling's transfer from node %d", prefill.node)
+            except OSError as e:
+                log.warning("cannot listen for the KV ceiling's transfer: %s", e)
+                atomic.write_json(run.kv_sink, {"node": node, "error": str(e)})
+        yield
 
 
 def record(run_dir: Path, plan: PlanFile, node: int, addrs: Mapping[int, str]) -> KvCeiling:

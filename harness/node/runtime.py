@@ -16,6 +16,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -283,7 +284,9 @@ def _run_phase(
     if not ctx.is_head:
         log.info("node %d ready; waiting for the benchmark to finish", ctx.node_id)
         bound = t.health_s + t.smoke_s + kv_ceiling.TIMEOUT_S + t.bench_s + accuracy_step.bound_s(ctx.run_dir, phase)
-        _wait(ctx, done, bound, "the job's end" if last else f"the end of {phase}", check)
+        # decode-0's node on another host than prefill-0's listens for node 0's measured transfer.
+        with kv_ceiling.sink(ctx.run_dir, ctx.plan, ctx.node_id, addrs) if phase == "disagg" else nullcontext():
+            _wait(ctx, done, bound, "the job's end" if last else f"the end of {phase}", check)
         return
 
     servers = [p for p in ctx.processes() if p.kind == "server" and p.phase == phase]

@@ -45,6 +45,7 @@ EVALS = "evals"
 ACCURACY_SUMMARY = "pdbench-accuracy.json"  # pdbench's verdict of one eval, beside lm-eval's files
 SECRET = f"{STATE}/kv_secret"
 KV_CEILING = "kv_ceiling.json"  # in state/: the same-job KV ceiling (harness.rundir.kv_ceiling)
+KV_SINK = "kv_sink.json"  # in state/: where decode-0's node listens for the KV ceiling's transfer
 IMAGE_RECORD_GLOB = "image-*.json"
 IMAGE_RECORD_JOB = "image-job.json"  # one image file for the whole job (enroot, apptainer)
 PROC_RECORD_GLOB = "procs-node*.json"
@@ -354,6 +355,10 @@ class RunDir:
     @property
     def kv_ceiling(self) -> Path:
         return self.state / KV_CEILING
+
+    @property
+    def kv_sink(self) -> Path:
+        return self.state / KV_SINK
 
     def image_records(self) -> list[Path]:
         return sorted(self.state.glob(IMAGE_RECORD_GLOB))

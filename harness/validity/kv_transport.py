@@ -5,8 +5,9 @@ A point's achieved KV rate (its `kv_handoff` section: bytes over transfer time s
 transfers of at least `validity.kv_judged_min_bytes`) against the ceiling measured in the same
 job before the sweep (state/kv_ceiling.json, harness.rundir.kv_ceiling):
 - below `validity.kv_min_ceiling_share` of it: failed, `degraded_transport`, the point invalid;
-- above the fastest copy the ceiling measured (with OVER_CEILING's slack): a metric error, the
-  rate cannot be what moved the bytes; not checked, and flagged;
+- above the fastest copy the ceiling measured, or across hosts the NIC's line rate (with
+  OVER_CEILING's slack): a metric error, the rate cannot be what moved the bytes; not checked,
+  and flagged;
 - no section, no ceiling, or no transfer large enough: not checked, saying which.
 """
 
@@ -72,7 +73,7 @@ def judge(
         )
         return rule(
             "not_checked",
-            f"metric_error: {what}, above the fastest copy the node made ({best:.1f} GB/s): the connector's "
+            f"metric_error: {what}, above {ceiling.best_what} ({best:.1f} GB/s): the connector's "
             "timing leaves part of the transfer out",
             rate / ceiling.gbps,
         ), h.model_copy(update={"share": rate / ceiling.gbps, "flag": "metric_error"})
