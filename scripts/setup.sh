@@ -56,8 +56,9 @@ if [ -z "${PDBENCH_NO_VLLM:-}" ]; then
   fi
 fi
 
-# accuracy: lm-eval, so that CI runs the accuracy evals (docs/accuracy.md).
-"$VENV/bin/python" -m pip install -q -e ".[test,accuracy]"
+# accuracy: lm-eval, so that CI runs the accuracy evals (docs/accuracy.md); router: vllm-router,
+# for recipes with proxy.kind vllm-router and the check of its arguments in validate.
+"$VENV/bin/python" -m pip install -q -e ".[test,accuracy,router]"
 if [ -z "${PDBENCH_NO_VLLM:-}" ]; then
   # Mooncake's transfer engine (CPU build) for the real Mooncake job; it needs libibverbs from
   # apt, which only root installs: without root a missing library leaves that one test skipped.

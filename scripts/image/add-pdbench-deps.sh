@@ -15,10 +15,12 @@ trap 'rm -rf "$work"' EXIT
 "$PY" - "$1" > "$work/requirements.txt" <<'PYEOF'
 import sys, tomllib
 with open(sys.argv[1], "rb") as f:
-    print("\n".join(tomllib.load(f)["project"]["dependencies"]))
+    project = tomllib.load(f)["project"]
+# The router extra too: a recipe's proxy.kind vllm-router runs in the image's Python.
+print("\n".join(project["dependencies"] + project["optional-dependencies"]["router"]))
 PYEOF
 # Direct references (name @ url) and editable installs cannot be constraints.
 "$PY" -m pip freeze --exclude-editable | grep -v ' @ ' > "$work/constraints.txt" || true
 "$PY" -m pip install --no-input -q -c "$work/constraints.txt" -r "$work/requirements.txt"
-"$PY" -c "import aiohttp, pydantic, typer, jinja2, yaml, psutil, httptools, zmq, prometheus_client"
+"$PY" -c "import aiohttp, pydantic, typer, jinja2, yaml, psutil, httptools, zmq, prometheus_client, vllm_router.launch_router"
 echo "pdbench's dependencies are importable by $("$PY" -c 'import sys; print(sys.executable)')"
