@@ -6,13 +6,17 @@ loopback addresses here (127.0.0.1 and 127.0.0.2: the kernel routes all of 127/8
 from __future__ import annotations
 
 import json
+import os
 import socket
 import statistics
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from harness import atomic
 from harness.config import load_recipe
 from harness.config.benchmark import ValidityThresholds
 from harness.node import kv_ceiling, kv_stream, link_rate
@@ -90,6 +94,28 @@ def test_the_line_rate_is_a_devices_speed_and_nothing_else_is(tmp_path: Path) ->
     assert link_rate.line_rate(None, tmp_path).note.startswith("no interface of this node holds")
 
 
+def _rdma_port(sysfs: Path, dev: str, port: int, rate: str) -> None:
+    d = sysfs / "class" / "infiniband" / dev / "ports" / str(port)
+    d.mkdir(parents=True)
+    (d / "rate").write_text(rate + "\n")
+
+
+def test_the_rdma_ports_ucx_was_given_are_the_line_rate(tmp_path: Path) -> None:
+    _rdma_port(tmp_path, "mlx5_0", 1, "400 Gb/sec (4X NDR)")
+    _rdma_port(tmp_path, "mlx5_1", 1, "200 Gb/sec (4X HDR)")
+    r = link_rate.rdma_line_rate("mlx5_0:1,mlx5_1:1", tmp_path)
+    assert r is not None and r.gbps == pytest.approx(75.0) and r.interface == "mlx5_0:1,mlx5_1:1"
+    assert r.note == "UCX_NET_DEVICES of prefill-0: mlx5_0:1 400 Gb/sec (4X NDR), mlx5_1:1 200 Gb/sec (4X HDR)"
+    r = link_rate.rdma_line_rate("mlx5_0:1", tmp_path)
+    assert r is not None and r.gbps == pytest.approx(50.0)
+    # TCP (an interface name), unset, or a device not on this node: not RDMA, the route's interface counts
+    assert link_rate.rdma_line_rate("eth0", tmp_path) is None and link_rate.rdma_line_rate(None, tmp_path) is None
+    assert link_rate.rdma_line_rate("mlx5_7:1", tmp_path) is None
+    _rdma_port(tmp_path, "mlx5_2", 1, "garbage")
+    r = link_rate.rdma_line_rate("mlx5_2:1", tmp_path)
+    assert r is not None and r.gbps is None and "not a rate in Gb/sec" in r.note
+
+
 def test_the_interface_is_the_one_holding_the_source_address() -> None:
     assert link_rate.interface_of("127.0.0.1") == "lo"
     assert link_rate.interface_of("192.0.2.77") is None  # TEST-NET-1: on no interface here
@@ -116,6 +142,25 @@ def test_node_0_measures_a_transfer_to_decodes_node(run_dir: Path, job_plan: Pla
     assert c.took_s is not None and c.took_s < kv_ceiling.TIMEOUT_S
     assert "tcp_stream, node 0 127.0.0.1 -> node 1 127.0.0.2 over lo, 8 MiB, median of 3" in c.describe()
     assert "no line rate: lo is a virtual interface" in c.describe()
+
+
+def test_the_rdma_ports_of_prefills_ucx_bound_the_transfer(
+    run_dir: Path, job_plan: PlanFile, sink: kv_stream.Sink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # prefill-0's server runs with the NIC detection's UCX_NET_DEVICES; this node's sysfs has the port.
+    sysfs = run_dir / "sys"
+    _rdma_port(sysfs, "mlx5_0", 1, "400 Gb/sec (4X NDR)")
+    monkeypatch.setattr(link_rate, "SYSFS", sysfs)
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"} | {"UCX_NET_DEVICES": "mlx5_0:1"}
+    server = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, env=env)
+    try:
+        atomic.write_json(RunDir(run_dir).proc_record(0), [{"name": "prefill-0", "pid": server.pid, "create_time": 0}])
+        c = kv_ceiling.measure(run_dir, job_plan, 0, HOSTS, stream_bytes=4 * MIB, repeats=2)
+    finally:
+        server.communicate(timeout=10)  # closing its stdin ends it
+    assert c.status == "measured" and c.interface == "mlx5_0:1" and c.line_rate_gbps == pytest.approx(50.0), c
+    assert c.best_gbps == pytest.approx(50.0) and c.gbps == pytest.approx(min(50.0, c.measured_gbps or 0))
+    assert "line rate 50.00 GB/s (UCX_NET_DEVICES of prefill-0: mlx5_0:1 400 Gb/sec (4X NDR))" in c.describe()
 
 
 def test_the_sink_serves_only_this_jobs_sender(run_dir: Path, sink: kv_stream.Sink) -> None:

@@ -151,7 +151,11 @@ def across_hosts(
     except (OSError, ValueError) as e:  # ConnectionError and TimeoutError are OSErrors
         return missing(f"the transfer to decode-0's node {decode.node} ({sink[0]}:{sink[1]}) failed: {e}", **common)
     took = time.monotonic() - t0
-    rate = link_rate.line_rate(link_rate.interface_of(local))
+    # RDMA ports the NIC detection gave prefill-0's UCX carry the KV; else the transfer's interface.
+    pid = _server_pid(run, prefill.name, prefill.node)
+    interp = server_interpreter(pid) if pid else None
+    env = interp.env if isinstance(interp, Interpreter) else {}
+    rate = link_rate.rdma_line_rate(env.get("UCX_NET_DEVICES")) or link_rate.line_rate(link_rate.interface_of(local))
     return KvCeiling.model_validate(
         {
             "status": "measured",

@@ -9,11 +9,14 @@ driver does not know (virtio). sysfs also shows the network namespace that mount
 that only entered another one (`nsenter --net`, as the CPU Slurm cluster's nodes do) reads the
 host's interface of the same name there; the interface's hardware address, asked of the kernel in
 this namespace, tells them apart. What is not a line rate is recorded as none, saying why.
+Where the NIC detection gave the KV's servers RDMA ports (UCX_NET_DEVICES), the KV crosses those,
+not the route's interface: their rate is the line rate (`rdma_line_rate`).
 """
 
 from __future__ import annotations
 
 import fcntl
+import re
 import socket
 import struct
 from dataclasses import dataclass
@@ -30,6 +33,28 @@ class LineRate:
     interface: str | None
     gbps: float | None  # GB/s (bytes); None when sysfs gives no line rate for it
     note: str  # what sysfs said, e.g. "100000 Mb/s" or why there is none
+
+
+def rdma_line_rate(net_devices: str | None, sysfs: Path | None = None) -> LineRate | None:
+    """The line rate of the RDMA ports the NIC detection gave a server's UCX (its UCX_NET_DEVICES,
+    e.g. "mlx5_0:1,mlx5_1:1", harness.node.nic): the sum of each port's `rate` in sysfs ("400
+    Gb/sec (4X NDR)"), what UCX may stripe one transfer over at most. None when the value names no
+    RDMA port here (TCP: an interface name, or unset); a port without a readable rate gives none."""
+    ib = (sysfs or SYSFS) / "class" / "infiniband"
+    named = [d.strip().partition(":") for d in (net_devices or "").split(",")]
+    ports = [(dev, port) for dev, sep, port in named if sep and (ib / dev).is_dir()]
+    if not ports:
+        return None
+    names = ",".join(f"{dev}:{port}" for dev, port in ports)
+    said, total = [], 0.0
+    for dev, port in ports:
+        raw = _read(ib / dev / "ports" / port / "rate")
+        m = re.match(r"\s*([\d.]+)\s*Gb/sec", raw or "")
+        if m is None:
+            return LineRate(names, None, f"{ib / dev / 'ports' / port / 'rate'} reads {raw!r}, not a rate in Gb/sec")
+        total += float(m.group(1))
+        said.append(f"{dev}:{port} {raw}")
+    return LineRate(names, total / 8, f"UCX_NET_DEVICES of prefill-0: {', '.join(said)}")
 
 
 def interface_of(addr: str) -> str | None:
@@ -60,12 +85,12 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def line_rate(interface: str | None, sysfs: Path = SYSFS, hwaddr: str | None = None) -> LineRate:
+def line_rate(interface: str | None, sysfs: Path | None = None, hwaddr: str | None = None) -> LineRate:
     """What sysfs says of `interface`'s line rate. `hwaddr`: its hardware address as this
     namespace's kernel gives it (looked up when None)."""
     if interface is None:
         return LineRate(None, None, "no interface of this node holds the transfer's source address")
-    d = sysfs / "class" / "net" / interface
+    d = (sysfs or SYSFS) / "class" / "net" / interface
     if not d.is_dir():
         return LineRate(interface, None, f"{d} does not exist")
     own = hwaddr if hwaddr is not None else hardware_address(interface)
