@@ -66,9 +66,10 @@ def _server_pid(run: RunDir, name: str, node: int) -> int | None:
 def measure(
     run_dir: Path, plan: PlanFile, node: int, addrs: Mapping[int, str], timeout: float = TIMEOUT_S, **sizes: int
 ) -> KvCeiling:
-    """The ceiling between prefill-0's and decode-0's devices, measured here when both run on this
-    host (`addrs`: each node's address; the local launcher's nodes share one). Their processes are
-    found in their nodes' records. `sizes`: gpu_bytes, host_bytes, repeats."""
+    """The ceiling between prefill-0's and decode-0's devices: a copy here when both run on this
+    host (`addrs`: each node's address; the local launcher's nodes share one), else a transfer to
+    decode-0's node (across_hosts). Their processes are found in their nodes' records. `sizes`:
+    gpu_bytes, host_bytes, stream_bytes, repeats."""
     workers = {w.name: w for w in plan.workers}
     prefill, decode = workers.get("prefill-0"), workers.get("decode-0")
     if prefill is None or decode is None:
@@ -127,7 +128,7 @@ def across_hosts(
 ) -> KvCeiling:
     """The ceiling between prefill-0's node (this one) and decode-0's: a measured TCP transfer to
     decode-0's node's sink, bounded by the line rate of the interface it left by."""
-    src, dst = addrs.get(prefill.node), addrs.get(decode.node)
+    src = addrs.get(prefill.node)
     common = {"node": node, "servers": [prefill.name, decode.name], "method": "tcp_stream"}
     if src != addrs.get(node):
         return missing(
@@ -135,8 +136,6 @@ def across_hosts(
             "transfer from prefill-0's host is not built",
             **common,
         )
-    if dst == src:
-        return missing(f"decode-0's node {decode.node} shares node {node}'s address {src}", **common)
     nbytes = sizes.get("stream_bytes", STREAM_BYTES)
     repeats = sizes.get("repeats", REPEATS)
     t0 = time.monotonic()
