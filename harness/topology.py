@@ -419,6 +419,10 @@ def _check_ports(rr: ResolvedRecipe, plan_: JobPlan, single_host: bool) -> None:
         for r in range(w.devices)
     ]
     claims.append((plan_.proxy_node, rr.recipe.proxy.port, "proxy", "proxy.port"))
+    if rr.recipe.proxy.kind == "vllm-router":
+        claims.append(
+            (plan_.proxy_node, rr.recipe.proxy.router_metrics_port, "vllm-router's metrics", "proxy.metrics_port")
+        )
     for node, port, owner, key in claims:
         slot = (0 if single_host else node, port)
         if slot in used and used[slot] != (owner, key):

@@ -67,6 +67,12 @@ VARIANTS = {
         )
     },
     "tiny-fp32-cpu-nixl-1p2d-vs-agg@local": ("tiny-fp32-cpu-nixl-1p2d-vs-agg", [], "local"),
+    # vllm-router as the job's router, with its own arguments per connector: NIXL by URL (and
+    # the aggregated baseline in its regular mode), Mooncake with bootstrap ports, MoRI-IO by discovery.
+    **{
+        f"{recipe}--vllm-router": (recipe, ["proxy.kind=vllm-router"])
+        for recipe in ("tiny-fp32-cpu-nixl-1p2d-vs-agg", "dsr1-fp8-h200-mooncake-1p2d", "dsr1-fp8-mi355x-moriio-1p2d")
+    },
     "dsr1-fp8-mi355x-moriio-1p2d--decode-dp16-over-2-nodes": (
         "dsr1-fp8-mi355x-moriio-1p2d",
         [

@@ -5,7 +5,10 @@ before the first point:
   the interpreter and its torch, connector library and pdbench versions that the server's node
   recorded (harness.node.versions);
 - image_digest: the container image each node ran, as the job scripts recorded it (docker and
-  podman: the image's id per node; enroot and apptainer: the image file's sha256, once).
+  podman: the image's id per node; enroot and apptainer: the image file's sha256, once);
+- router: the job's PD router (metadata.proxy) and its version. vllm-router runs in the job's
+  Python on the client's node (`python -m vllm_router.launch_router`), so the installed
+  distribution this interpreter sees is the one that ran; pdbench's proxy is pdbench's version.
 
 A value that cannot be had is null, with the reason beside it; nothing is guessed.
 """
@@ -13,14 +16,16 @@ A value that cannot be had is null, with the reason beside it; nothing is guesse
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import json
+import sys
 import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import connectors
+from harness import __version__, connectors
 from harness.bench.client_config import ClientConfig
 from harness.bench.validity_probe import parse_target
 from harness.rundir.package_probe import PROBE_TIMEOUT_S, keys
@@ -132,7 +137,24 @@ async def runtime_metadata(cfg: ClientConfig, log: Callable[[str], None]) -> dic
     else:
         reason = "not run by a pdbench job (no runtime_records_dir): only the server's GET /version was asked"
         records = dict.fromkeys(servers, reason)
-    return {
+    out = {
         "runtime_versions": {name: server_entry(v, records[name]) for name, v in zip(servers, served, strict=True)},
         "image_digest": image_digest(directory, cfg.metadata.get("container_runtime")),
     }
+    kind = cfg.metadata.get("proxy")
+    if isinstance(kind, str):
+        out["router"] = router_record(kind)
+    return out
+
+
+def router_record(kind: str) -> dict[str, Any]:
+    """{kind, version, python} of the job's router; version null with the reason when unknown."""
+    if kind == "pdbench":
+        return {"kind": kind, "version": __version__, "python": sys.executable}
+    if kind == "vllm-router":
+        try:
+            version = importlib.metadata.version("vllm-router")
+        except importlib.metadata.PackageNotFoundError:
+            return {"kind": kind, "version": None, "python": sys.executable, "reason": "no vllm-router distribution"}
+        return {"kind": kind, "version": version, "python": sys.executable}
+    return {"kind": kind, "version": None, "python": None, "reason": f"unknown router kind {kind!r}"}

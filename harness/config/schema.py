@@ -333,8 +333,33 @@ class ConnectorSpec(Strict):
         return self
 
 
+ProxyKind = Literal["pdbench", "vllm-router"]
+ROUTER_METRICS_PORT = 29000  # vllm-router's own default
+
+
 class ProxySpec(Strict):
-    kind: Literal["pdbench"] = Field("pdbench", description="the PD proxy (pdbench's own, on node 0)")
+    kind: ProxyKind = Field(
+        "pdbench",
+        description=(
+            "the PD router on node 0: pdbench's own proxy, or vllm-router (PyPI vllm-router, in the job's "
+            "Python) with its own arguments for the connector (NIXL, Mooncake, MoRI-IO by discovery); "
+            "vllm-router writes no per-request timings, so a result has no TTFT breakdown"
+        ),
+    )
+    # Left out of the lock (and the fingerprint) while unset: pdbench-proxy recipes keep theirs.
+    metrics_port: int | None = Field(
+        None,
+        ge=1024,
+        le=65535,
+        exclude_if=lambda v: v is None,
+        description=f"kind vllm-router: its Prometheus port on node 0 (loopback), which it always binds; "
+        f"default: {ROUTER_METRICS_PORT}",
+    )
+
+    @property
+    def router_metrics_port(self) -> int:
+        return self.metrics_port or ROUTER_METRICS_PORT
+
     port: int = Field(30000, ge=1024, le=65535, description="the proxy's HTTP port on node 0 (loopback)")
     policy: Literal["round_robin", "least_outstanding", "prefix_hash", "session"] = Field(
         "round_robin",
@@ -545,6 +570,26 @@ class Recipe(Strict):
         if self.proxy.overlap and "overlap" not in use.settings:
             early = " or ".join(connectors.accepting("overlap"))
             raise ValueError(f"proxy.overlap: only the {early} connector can pull early, not {self.connector.name}")
+        return self
+
+    @model_validator(mode="after")
+    def _router_serves_connector(self) -> Recipe:
+        p = self.proxy
+        if p.kind != "vllm-router":
+            return self
+        if connectors.get(self.connector.name).vllm_router is None:
+            served = ", ".join(n for n in connectors.kv_names() if connectors.get(n).vllm_router is not None)
+            raise ValueError(
+                f"proxy.kind: vllm-router does not serve the {self.connector.name} connector "
+                f"(it serves {served}); use proxy.kind: pdbench for {self.connector.name}"
+            )
+        # What only pdbench's proxy does: refused, not silently dropped.
+        if p.policy != "round_robin":
+            raise ValueError(f"proxy.policy: {p.policy} is pdbench's proxy's; with vllm-router use round_robin")
+        if p.workers != 1:
+            raise ValueError("proxy.workers: vllm-router is one process (its own threads); it must be 1")
+        if p.port == p.router_metrics_port:
+            raise ValueError(f"proxy.metrics_port: {p.router_metrics_port} is also proxy.port")
         return self
 
     @model_validator(mode="after")

@@ -115,6 +115,16 @@ class ProxyUse:
 
 
 @dataclass(frozen=True)
+class RouterUse:
+    """How vllm-router (proxy.kind: vllm-router) serves this connector: its `--kv-connector`
+    value, and whether the workers register on its ZMQ discovery address (MoRI-IO) instead of
+    being named by URL."""
+
+    kv_connector: Literal["nixl", "mooncake", "moriio"]
+    discovery: bool = False
+
+
+@dataclass(frozen=True)
 class Connector:
     name: str
     title: str  # as prose names it: "MoRI-IO"
@@ -136,6 +146,8 @@ class Connector:
     image_modules: tuple[str, ...] = ()  # importable in the image besides vLLM
     packages: tuple[Package, ...] = ()  # versions recorded with every result
     evidence: KvEvidence | None = None  # None: no KV moves (aggregated)
+    # None: vllm-router has no flow for it (the bundled connector's runs only in pdbench's proxy).
+    vllm_router: RouterUse | None = None
 
     @property
     def moves_kv(self) -> bool:

@@ -7,7 +7,17 @@ the bootstrap server for the engine id of each DP rank before it calls a prefill
 `build_prom_metrics` for it ("TODO(mooncake-stats)"): nothing reaches /metrics.
 """
 
-from harness.connectors.entry import Connector, EnvVar, KvEvidence, Package, PortRange, ProxyUse, Setting, Value
+from harness.connectors.entry import (
+    Connector,
+    EnvVar,
+    KvEvidence,
+    Package,
+    PortRange,
+    ProxyUse,
+    RouterUse,
+    Setting,
+    Value,
+)
 
 ENTRY = Connector(
     name="mooncake",
@@ -35,4 +45,5 @@ ENTRY = Connector(
         None,
         "vLLM 0.32 exports no Mooncake transfer counters to /metrics (its stats have no build_prom_metrics)",
     ),
+    vllm_router=RouterUse("mooncake"),
 )

@@ -8,7 +8,7 @@ so each worker gets its own bases from the topology. vLLM 0.32 keeps no MoRI-IO 
 nothing of its transfers reaches /metrics.
 """
 
-from harness.connectors.entry import Connector, KvEvidence, Package, PortRange, ProxyUse, Setting, Value
+from harness.connectors.entry import Connector, KvEvidence, Package, PortRange, ProxyUse, RouterUse, Setting, Value
 
 ENTRY = Connector(
     name="moriio",
@@ -42,4 +42,5 @@ ENTRY = Connector(
         None,
         "vLLM 0.32 exports no MoRI-IO transfer counters to /metrics (it keeps no connector stats)",
     ),
+    vllm_router=RouterUse("moriio", discovery=True),
 )

@@ -7,7 +7,17 @@ handshake. Its counters (vLLM 0.32 `nixl/stats.py`, `NixlPromMetrics`): decode o
 `vllm:nixl_num_notifications_after_expiry`.
 """
 
-from harness.connectors.entry import Connector, EnvVar, KvEvidence, Package, PortRange, ProxyUse, Setting, Value
+from harness.connectors.entry import (
+    Connector,
+    EnvVar,
+    KvEvidence,
+    Package,
+    PortRange,
+    ProxyUse,
+    RouterUse,
+    Setting,
+    Value,
+)
 
 ENTRY = Connector(
     name="nixl",
@@ -48,4 +58,5 @@ ENTRY = Connector(
             "per block (small block size, a wrapped block pool: see bytes per descriptor), or a wrong NIC"
         ),
     ),
+    vllm_router=RouterUse("nixl"),
 )

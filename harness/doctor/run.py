@@ -16,7 +16,7 @@ from harness.launch.local import LocalLauncher
 from harness.launch.slurm import SlurmLauncher
 from harness.render import current_context, render_job
 from harness.rundir import RunDir
-from harness.submit.check import ensure_model, flag_problems, load, planned
+from harness.submit.check import ensure_model, flag_problems, load, planned, router_problems
 from harness.submit.follow import say
 from harness.submit.refused import Refused
 
@@ -48,6 +48,7 @@ def doctor(
     ensure_model(rr)
     flags = flag_problems(p)
     findings = [Finding(SUBMIT_HOST, "vllm-flags", problem) for problem in flags or []]
+    findings += [Finding(SUBMIT_HOST, "vllm-router", problem) for problem in router_problems(p)]
     findings += local_findings(rr, p.plan, str(rr.root))
     # The check job's run directory is kept apart from the benchmark runs (results/.doctor/).
     run = RunDir.create(results_dir / ".doctor", rr.name)

@@ -422,7 +422,8 @@ def bench_config(
         "result_dir": ".",
         "prefill_gpus": plan.devices("prefill"),
         "decode_gpus": plan.devices("decode"),
-        "proxy_timings_dir": PROXY_TIMINGS,
+        # vllm-router writes no per-request timings: no TTFT breakdown rather than an empty one.
+        "proxy_timings_dir": PROXY_TIMINGS if rr.recipe.proxy.kind == "pdbench" else None,
         "server_logs_dir": LOGS,
         "runtime_records_dir": STATE,
         "kv_connector": rr.recipe.connector.name,

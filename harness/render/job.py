@@ -21,6 +21,7 @@ from harness.config.load import ConfigError, ResolvedRecipe
 from harness.render import commands as cmd
 from harness.render.commands import Shell, Word, quote
 from harness.render.preflight_spec import preflight_spec
+from harness.render.vllm_router import router_argv
 from harness.rundir import TIME_LIMIT_WARNING, RunDir
 from harness.rundir.paths import IMAGE_RECORD_JOB, SLURM_OUTPUT, image_record_name, script_names
 from harness.topology import JobPlan, PlanFile, bench_name, plan
@@ -116,13 +117,16 @@ def _procs(rr: ResolvedRecipe, p: JobPlan, root: str) -> list[dict[str, Any]]:
     for proc in p.processes():
         if proc.kind == "proxy":
             what = "PD proxy" if proc.phase == "disagg" else "proxy of the aggregated baseline"
+            router = rr.recipe.proxy.kind == "vllm-router"
+            if router:
+                what = f"vllm-router as the {what}"
             procs.append(
                 {
                     "name": proc.name,
                     "func": proc.name.replace("-", "_"),
                     "summary": f"{what} on node {p.proxy_node}, port {proc.port}",
                     "env": [],
-                    "argv": cmd.proxy_argv(rr, p, proc.phase),
+                    "argv": router_argv(rr, p, proc.phase) if router else cmd.proxy_argv(rr, p, proc.phase),
                     "nic": False,
                 }
             )
@@ -265,8 +269,17 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext, job_plan: 
     p = job_plan if job_plan is not None else plan(rr)
     env = _environment()
     common = {"name": rr.name, "fingerprint": rr.fingerprint, "version": __version__, "names": script_names()}
+    # What every node's Python must import before anything starts: pdbench's node, and
+    # vllm-router where it is the job's router (a missing package fails the node at once).
+    node_modules = [
+        "harness.node.runtime",
+        *(["vllm_router.launch_router"] if rr.recipe.proxy.kind == "vllm-router" else []),
+    ]
     server = env.get_template("server.sh.j2").render(
-        **common, procs=_procs(rr, p, ctx.root), job_env=_env({**cmd.storage_env(rr), **rr.recipe.env})
+        **common,
+        procs=_procs(rr, p, ctx.root),
+        job_env=_env({**cmd.storage_env(rr), **rr.recipe.env}),
+        node_import="import " + ", ".join(node_modules),
     )
     # The weights and the HF cache, read-only at the same paths, unless the recipe mounts them itself.
     mounts = sorted({**cmd.storage_mounts(rr, ctx.root), **rr.recipe.container.mounts}.items())
@@ -312,6 +325,8 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext, job_plan: 
                 "harness.bench.client",
                 # What the connector needs importable in the image besides vLLM.
                 *connectors.get_kv(rr.recipe.connector.name).image_modules,
+                # proxy.kind vllm-router runs in the image's Python too.
+                *(["vllm_router.launch_router"] if rr.recipe.proxy.kind == "vllm-router" else []),
             ],
             # What the set-up steps' cache is keyed by, besides the base image's id.
             setup_digest=hashlib.sha256(

@@ -61,6 +61,8 @@ def preflight_spec(rr: ResolvedRecipe, p: JobPlan, root: str) -> PreflightSpec:
     if profile is not None and profile.tool == "nsys":
         nsys_nodes = sorted({n for w in p.workers if w.role in profile.roles for n in w.nodes})
     ports.setdefault(p.proxy_node, set()).add(p.proxy_port)
+    if rr.recipe.proxy.kind == "vllm-router":
+        ports[p.proxy_node].add(rr.recipe.proxy.router_metrics_port)
     for value in entry.proxy.ports:
         port = cmd.job_value(rr, value)
         assert isinstance(port, int), f"{c.name}: the proxy's {value} is not a port"

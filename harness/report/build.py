@@ -17,7 +17,7 @@ from harness.report.breakdown import breakdowns, columns
 from harness.report.crosscheck import crosscheck
 from harness.report.decide import decide
 from harness.report.deltas import with_deltas
-from harness.report.explain import run_notes
+from harness.report.explain import router_notes, run_notes
 from harness.report.kv_handoff import kv_handoff_table
 from harness.report.load import dedupe, load_runs
 from harness.report.model import BREAKDOWN_COLUMNS, ID_COLUMNS, METRICS, OUTPUT_COLUMNS, Report
@@ -125,7 +125,7 @@ def build_report(
     if base_run is not None:
         df, notes = with_deltas(df)
         report.notes += notes
-    report.notes += run_notes(loaded.runs)
+    report.notes += run_notes(loaded.runs) + router_notes(loaded.runs)
     report.table = df
     report.slo = slo
     report.decisions = decide(df, slo)

@@ -62,3 +62,29 @@ def run_notes(runs: list[Run]) -> list[str]:
                 why = "; ".join(p.validity_reasons) or "no reason given"
                 notes.append(f"{run.label}: conc {p.concurrency} is INVALID: {why}")
     return notes
+
+
+# What only pdbench's proxy gives a run, named where a run went through another router.
+WITHOUT_PDBENCH_PROXY = (
+    "no TTFT breakdown and so no router-bound verdict (the router writes no per-request timings), "
+    "and the bundled connector (pdbench) cannot run behind it; validity is judged from the servers' "
+    "own /metrics and the outputs are checked against the reference as under pdbench's proxy"
+)
+
+
+def router_notes(runs: list[Run]) -> list[str]:
+    """One note per run served through a router other than pdbench's proxy (metadata.proxy)."""
+    notes = []
+    for run in runs:
+        kinds = {str(p.metadata.get("proxy")) for p in run.points if p.metadata.get("proxy") not in (None, "pdbench")}
+        for kind in sorted(kinds):
+            versions = sorted(
+                {
+                    str(r.get("version"))
+                    for p in run.points
+                    if isinstance(r := p.metadata.get("router"), dict) and r.get("kind") == kind and r.get("version")
+                }
+            )
+            ran = f"{kind} {', '.join(versions)}" if versions else f"{kind} (version not recorded)"
+            notes.append(f"{run.label}: served through {ran}: {WITHOUT_PDBENCH_PROXY}")
+    return notes

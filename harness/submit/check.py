@@ -96,10 +96,28 @@ def flag_problems(p: Planned) -> list[str] | None:
     return [f"vLLM rejects a flag: {problem}" for problem in problems]
 
 
+def router_problems(p: Planned) -> list[str]:
+    """proxy.kind vllm-router: each of its command lines through vllm-router's own parser, where
+    the package is importable here (else a note: the node's check finds it missing)."""
+    if p.rr.recipe.proxy.kind != "vllm-router":
+        return []
+    from harness.render import vllm_router
+
+    problems = []
+    try:
+        for phase in p.plan.phases:
+            problems += [
+                f"vllm-router rejects its {phase} line: {e}"
+                for e in vllm_router.check_argv(vllm_router.router_argv(p.rr, p.plan, phase))
+            ]
+    except vllm_router.RouterUnavailable as e:
+        note(f"note: proxy.kind vllm-router: its arguments were not checked: {e}")
+    return problems
+
+
 def check_flags(p: Planned, skip: bool) -> None:
-    if skip:
-        return
-    problems = flag_problems(p)
+    # The router's parser is cheap and has nothing to do with vLLM's: skip only vLLM's.
+    problems = ([] if skip else flag_problems(p) or []) + router_problems(p)
     if problems:
         raise Refused("\n".join(problems))
 

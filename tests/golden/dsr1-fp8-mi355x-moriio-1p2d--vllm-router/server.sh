@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# pdbench node script · recipe dsr1-fp8-mi355x-moriio-1p2d · fingerprint 9754bea9fb2695aa
+# Runs on every node of the job (one Slurm task per node).
+#   bash server.sh             run this node: `pdbench node` starts, health-gates and
+#                              tears down the processes below that belong to this node
+#   bash server.sh proc NAME   run one process in the foreground (what `pdbench node` calls)
+# PDBENCH_NODE_ADDR and PDBENCH_NODE_<i>_ADDR are set by `pdbench node` once every node
+# has reported its address.
+set -euo pipefail
+RUN_DIR="${RUN_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}"
+export RUN_DIR
+PDBENCH_PYTHON="${PDBENCH_PYTHON:-python3}"
+export PDBENCH_PYTHON
+export UCX_LOG_LEVEL=warn
+
+# prefill-0: prefill worker 0 on node 0, port 2584, 8 device(s)
+proc_prefill_0() {
+  # RDMA devices, GID index and QoS of this node (TCP settings when there is no RDMA).
+  # Assigned first, so that a failing detection fails the node (set -e) instead of
+  # leaving UCX/NCCL on their defaults.
+  local nic_env
+  nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
+  eval "$nic_env"
+  export VLLM_ROCM_USE_AITER=1
+  export VLLM_ROCM_USE_AITER_MOE=1
+  export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
+  export VLLM_ENGINE_READY_TIMEOUT_S=3600
+  export UCX_LOG_LEVEL=warn
+  exec vllm serve deepseek-ai/DeepSeek-R1-0528 \
+    --port 2584 \
+    --served-model-name deepseek-r1-0528-fp8 \
+    --max-model-len 16384 \
+    --tensor-parallel-size 8 \
+    --trust-remote-code \
+    --block-size 1 \
+    --gpu-memory-utilization 0.85 \
+    --max-num-batched-tokens 32768 \
+    --max-num-seqs 64 \
+    --kv-cache-dtype fp8 \
+    --no-enable-prefix-caching \
+    --kv-transfer-config "{\"kv_connector\":\"MoRIIOConnector\",\"kv_role\":\"kv_producer\",\"kv_connector_extra_config\":{\"proxy_ip\":\"${PDBENCH_NODE_0_ADDR}\",\"proxy_ping_port\":\"36367\",\"http_port\":\"2584\",\"handshake_port\":\"5600\",\"notify_port\":\"61005\",\"read_mode\":true}}"
+}
+
+# decode-0: decode worker 0 on node 1, port 2584, 8 device(s)
+proc_decode_0() {
+  # RDMA devices, GID index and QoS of this node (TCP settings when there is no RDMA).
+  # Assigned first, so that a failing detection fails the node (set -e) instead of
+  # leaving UCX/NCCL on their defaults.
+  local nic_env
+  nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
+  eval "$nic_env"
+  export VLLM_ROCM_USE_AITER=1
+  export VLLM_ROCM_USE_AITER_MOE=1
+  export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
+  export VLLM_ENGINE_READY_TIMEOUT_S=3600
+  export UCX_LOG_LEVEL=warn
+  exec vllm serve deepseek-ai/DeepSeek-R1-0528 \
+    --port 2584 \
+    --served-model-name deepseek-r1-0528-fp8 \
+    --max-model-len 16384 \
+    --tensor-parallel-size 8 \
+    --enable-expert-parallel \
+    --trust-remote-code \
+    --block-size 1 \
+    --gpu-memory-utilization 0.85 \
+    --max-num-seqs 256 \
+    --kv-cache-dtype fp8 \
+    --no-enable-prefix-caching \
+    --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
+    --all2all-backend mori_low_latency \
+    --kv-transfer-config "{\"kv_connector\":\"MoRIIOConnector\",\"kv_role\":\"kv_consumer\",\"kv_connector_extra_config\":{\"proxy_ip\":\"${PDBENCH_NODE_0_ADDR}\",\"proxy_ping_port\":\"36367\",\"http_port\":\"2584\",\"handshake_port\":\"5608\",\"notify_port\":\"61013\",\"read_mode\":true}}"
+}
+
+# decode-1: decode worker 1 on node 2, port 2584, 8 device(s)
+proc_decode_1() {
+  # RDMA devices, GID index and QoS of this node (TCP settings when there is no RDMA).
+  # Assigned first, so that a failing detection fails the node (set -e) instead of
+  # leaving UCX/NCCL on their defaults.
+  local nic_env
+  nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
+  eval "$nic_env"
+  export VLLM_ROCM_USE_AITER=1
+  export VLLM_ROCM_USE_AITER_MOE=1
+  export VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
+  export VLLM_ENGINE_READY_TIMEOUT_S=3600
+  export UCX_LOG_LEVEL=warn
+  exec vllm serve deepseek-ai/DeepSeek-R1-0528 \
+    --port 2584 \
+    --served-model-name deepseek-r1-0528-fp8 \
+    --max-model-len 16384 \
+    --tensor-parallel-size 8 \
+    --enable-expert-parallel \
+    --trust-remote-code \
+    --block-size 1 \
+    --gpu-memory-utilization 0.85 \
+    --max-num-seqs 256 \
+    --kv-cache-dtype fp8 \
+    --no-enable-prefix-caching \
+    --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
+    --all2all-backend mori_low_latency \
+    --kv-transfer-config "{\"kv_connector\":\"MoRIIOConnector\",\"kv_role\":\"kv_consumer\",\"kv_connector_extra_config\":{\"proxy_ip\":\"${PDBENCH_NODE_0_ADDR}\",\"proxy_ping_port\":\"36367\",\"http_port\":\"2584\",\"handshake_port\":\"5616\",\"notify_port\":\"61021\",\"read_mode\":true}}"
+}
+
+# proxy: vllm-router as the PD proxy on node 0, port 30000
+proc_proxy() {
+  exec "${PDBENCH_PYTHON}" -m vllm_router.launch_router \
+    --host 127.0.0.1 \
+    --port 30000 \
+    --prometheus-host 127.0.0.1 \
+    --prometheus-port 29000 \
+    --policy round_robin \
+    --request-timeout-secs 600 \
+    --worker-startup-timeout-secs 3600 \
+    --worker-startup-check-interval 1 \
+    --disable-retries \
+    --log-level warning \
+    --vllm-pd-disaggregation \
+    --kv-connector moriio \
+    --vllm-discovery-address "${PDBENCH_NODE_ADDR}:36367"
+}
+
+# bench: benchmark client on node 0, through the proxy
+proc_bench() {
+  export PDBENCH_CACHE_DIR="${RUN_DIR}/../../.cache"
+  exec "${PDBENCH_PYTHON}" -m harness bench \
+    --config "${RUN_DIR}/bench.json" \
+    --results-dir "${RUN_DIR}" \
+    --scrape "prefill-0=prefill@http://${PDBENCH_NODE_0_ADDR}:2584" \
+    --scrape "decode-0=decode@http://${PDBENCH_NODE_1_ADDR}:2584" \
+    --scrape "decode-1=decode@http://${PDBENCH_NODE_2_ADDR}:2584"
+}
+
+# The node's own check that pdbench runs here at all; a failure is recorded as the node's
+# cause, as `pdbench node` would record its own (it cannot when it cannot start).
+check_pdbench() {
+  local out
+  NODE=${SLURM_NODEID:-0}
+  STATE="$RUN_DIR/state"
+  mkdir -p "$STATE"
+  # Bounded: a checkout on a hung network filesystem must not hang the node.
+  if ! out=$(timeout 120 "$PDBENCH_PYTHON" -c 'import harness.node.runtime, vllm_router.launch_router' 2>&1); then
+    fail "pdbench cannot run on $(hostname) with PDBENCH_PYTHON=$PDBENCH_PYTHON: $(printf '%s\n' "$out" | last_line /dev/stdin) (pdbench must be installed at the same path on every node: shared storage, or site.pdbench_root)"
+  fi
+}
+json_str() {
+  local s=$1
+  s=${s//\\/\\\\}; s=${s//\"/\\\"}; s=${s//$'\t'/\\t}; s=${s//$'\r'/}; s=${s//$'\n'/\\n}
+  printf '"%s"' "$s"
+}
+# fail CAUSE [LOG]: state/root_cause and state/abort, each written once (ln does not
+# replace), so the first cause of the job wins; then exit.
+fail() {
+  local cause=$1 log=${2:-} tail="" reason tmp
+  reason="node $NODE: $cause"
+  if [ -n "$log" ]; then
+    tail=$(tail -n 15 "$RUN_DIR/$log" 2>/dev/null | cut -c1-400 || true)
+    reason="$reason; last lines of $log:"$'\n'"${tail:-  (empty)}"
+  fi
+  echo "pdbench: $reason" >&2
+  mkdir -p "$STATE" 2>/dev/null || true  # a failure before the run's state/ was made
+  tmp=$(mktemp "$STATE/.failure-node$NODE.XXXXXX")
+  printf '{"node": %s, "cause": %s, "process": null, "role": null, "log": %s, "log_tail": %s, "primary": true, "time": %s, "reason": %s}\n' \
+    "$NODE" "$(json_str "$cause")" "$( [ -n "$log" ] && json_str "$log" || echo null)" \
+    "$( [ -n "$log" ] && json_str "$tail" || echo null)" "$(date +%s.%N)" "$(json_str "$reason")" >"$tmp"
+  ln "$tmp" "$STATE/root_cause" 2>/dev/null || true
+  ln "$tmp" "$STATE/abort" 2>/dev/null || true
+  rm -f "$tmp"
+  exit 1
+}
+# last_line FILE: the last non-empty line of FILE, cut for a one-line cause.
+last_line() { grep -v '^\s*$' "$1" 2>/dev/null | tail -n 1 | cut -c1-300; }
+
+case "${1:-node}" in
+  node) check_pdbench; exec "$PDBENCH_PYTHON" -m harness node --run-dir "$RUN_DIR" ;;
+  proc)
+    case "${2:-}" in
+      prefill-0) proc_prefill_0 ;;
+      decode-0) proc_decode_0 ;;
+      decode-1) proc_decode_1 ;;
+      proxy) proc_proxy ;;
+      bench) proc_bench ;;
+      *) echo "server.sh: unknown process '${2:-}'" >&2; exit 2 ;;
+    esac
+    ;;
+  *) echo "usage: server.sh [node | proc NAME]" >&2; exit 2 ;;
+esac
