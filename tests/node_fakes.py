@@ -204,15 +204,24 @@ def run_bench(args: argparse.Namespace) -> None:
         data=json.dumps({"model": "fake", "prompt": "hi", "max_tokens": 4}).encode(),
         headers={"Content-Type": "application/json"},
     )
+    start = time.time()
     with urllib.request.urlopen(req, timeout=5) as r:
         text = json.loads(r.read())["choices"][0]["text"]
+    end = time.time()
     result = {
         "concurrency": 1,
+        "max_concurrency": 1,
         "completed": 1,
         "failed": 0,
         "num_prompts": 1,
         "text": text,
         "partial": args.exit_code != 0,
+        # The measured window and tokens, as pdbench bench writes them (power accounting reads them).
+        "benchmark_start_time_unix": start,
+        "benchmark_end_time_unix": end,
+        "duration": end - start,
+        "total_input_tokens": 1,
+        "total_output_tokens": 4,
     }
     (run_dir / args.result_name).write_text(json.dumps(result))
     print(f"bench: wrote {args.result_name}", flush=True)

@@ -32,6 +32,7 @@ FLOORS: tuple[tuple[str, int], ...] = (
     ("harness.validity", 5),
     ("harness.mock_engine", 5),
     ("harness.evals", 5),
+    ("harness.power", 5),
     ("harness.render", 4),
     ("harness.launch", 4),
     ("harness.topology", 3),

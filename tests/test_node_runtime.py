@@ -9,9 +9,11 @@ $RUN_DIR/fakepids/, so every test can check that nothing outlived the job.
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -24,6 +26,7 @@ from pathlib import Path
 import psutil
 import pytest
 from node_fakes import AGGREGATED_RESULT_NAME, RESULT_NAME, write_bin
+from power_fakes import FAKE_NVIDIA_SMI, fake_bin
 
 from benchmarks.common import free_ports
 from harness import tiny_model
@@ -36,6 +39,7 @@ from harness.render import RenderContext, render_job
 from harness.rundir import Failure
 from harness.rundir.kv_ceiling import read as read_kv_ceiling
 from harness.rundir.paths import server_record_name
+from harness.rundir.power_samples import read_record
 from harness.supervisor import Supervisor
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -243,19 +247,21 @@ def test_happy_path(make_job) -> None:
     assert not list((job.run_dir / "metrics").glob("proxy.*"))
 
     logs = {p.name for p in (job.run_dir / "logs").glob("*.log")}  # (+ node<i>.out of the launcher)
-    assert logs == {f"{n}.log" for n in ("prefill-0", "decode-0", "proxy", "bench", "node0", "node1")}
+    assert logs == {
+        f"{n}.log" for n in ("prefill-0", "decode-0", "proxy", "bench", "node0", "node1", "power-node0", "power-node1")
+    }
     assert "smoke request through the proxy answered ' fake from proxy'" in job.log("node0")
     assert "node 1 finished" in job.log("node1")
 
     recorded = {e["name"] for e in job.recorded_procs()}
-    assert recorded == {"prefill-0", "decode-0", "proxy", "bench"}
+    assert recorded == {"prefill-0", "decode-0", "proxy", "bench", "power-node0", "power-node1"}
     # Each node recorded what its servers run on, in the server's own interpreter (for the results).
     for name, node in (("prefill-0", 0), ("decode-0", 1)):
         rec = json.loads((job.run_dir / "state" / server_record_name(name)).read_text())
         assert (rec["server"], rec["node"], rec["python"]) == (name, node, os.path.normpath(sys.executable))
         assert rec["versions"]["torch"] == importlib.metadata.version("torch"), rec
     nodes = json.loads((job.run_dir / "state" / "procs-node1.json").read_text())
-    assert [e["name"] for e in nodes] == ["decode-0"]
+    assert [e["name"] for e in nodes] == ["decode-0", "power-node1"]
     # Node 0 measured the KV ceiling before the sweep, in prefill-0's interpreter (with both
     # servers up on this host: the local launcher's nodes share an address): no CUDA, a host copy.
     ceiling = read_kv_ceiling(job.run_dir / "state" / "kv_ceiling.json")
@@ -685,7 +691,14 @@ def test_sigterm_to_node_runtime(make_job) -> None:
     assert status["state"] == "failed" and status["exit_code"] == 143
     assert status["reason"] == "node 0: received SIGTERM (the local launcher recorded no reason)"
     assert json.loads((job.run_dir / "state" / "abort").read_text())["reason"] == status["reason"]
-    assert {e["name"] for e in job.recorded_procs()} == {"prefill-0", "decode-0", "proxy", "bench"}
+    assert {e["name"] for e in job.recorded_procs()} == {
+        "prefill-0",
+        "decode-0",
+        "proxy",
+        "bench",
+        "power-node0",
+        "power-node1",
+    }
     job.assert_nothing_left()
 
 
@@ -877,6 +890,9 @@ def test_aggregated_baseline_runs_after_the_disaggregated_sweep(make_job) -> Non
             "proxy-aggregated",
             "bench-aggregated",
             "decode-0",
+            "power-node0",  # the disaggregated phase's sampler and the baseline's, on node 0
+            "power-node0",
+            "power-node1",
         ]
     )
     for name in ("aggregated-0", "aggregated-1"):
@@ -908,6 +924,7 @@ def test_aggregated_only_job_runs_just_the_aggregated_servers(make_job) -> None:
         "aggregated-0",
         "aggregated-1",
         "bench-aggregated",
+        "power-node0",
         "proxy-aggregated",
     ]
     assert not (job.run_dir / "bench.json").exists() and (job.run_dir / "bench-aggregated.json").is_file()
@@ -937,4 +954,68 @@ def test_an_invalid_repeat_of_an_slo_search_fails_the_job(make_job) -> None:
         status["reason"] == f"node 0: invalid result point(s): repeats/2/{RESULT_NAME}: no KV transfer seen on decode-0"
     )
     assert f"without validity evidence (no server /metrics): repeats/1/{RESULT_NAME}" in job.log("node0")
+    job.assert_nothing_left()
+
+
+# --- GPU power: the sampler on every node, node 0's accounting ---------------------------------
+
+
+def _telemetry_here() -> str | None:
+    found = [n for n in ("nvidia-smi", "amd-smi") if shutil.which(n)]
+    if importlib.util.find_spec("pynvml") is not None:
+        found.append("pynvml")
+    return ", ".join(found) or None
+
+
+def test_without_gpu_telemetry_power_is_recorded_missing_and_the_job_unaffected(make_job) -> None:
+    if found := _telemetry_here():
+        pytest.skip(f"this machine has GPU telemetry ({found}); the missing path needs one without")
+    job = make_job()
+    rc, _took = job.run()
+    assert rc == 0 and job.status()["state"] == "succeeded", job.logs()
+    for node in (0, 1):
+        rec = read_record(job.run_dir / "power" / "raw" / f"node{node}.json")
+        assert rec is not None and rec.status == "missing" and "nvidia-smi is not on PATH" in rec.reason, rec
+    point = json.loads((job.run_dir / "power" / "points" / RESULT_NAME).read_text())
+    assert point["power_valid"] is None and point["total"] is None and point["roles"] == {}, point
+    assert point["missing"].startswith("node 0 (prefill-0): telemetry missing: nvml: pynvml is not importable")
+    assert not (job.run_dir / "power" / "disagg").exists()  # no package without samples
+    assert f"power {RESULT_NAME}: missing: " in job.log("node0")
+    job.assert_nothing_left()
+
+
+def test_power_is_sampled_on_every_node_and_accounted_per_role(make_job, tmp_path: Path, monkeypatch) -> None:
+    if importlib.util.find_spec("pynvml") is not None:
+        pytest.skip("pynvml is importable here: the sampler would read NVML, not the nvidia-smi double")
+    smi = fake_bin(tmp_path / "smi", "nvidia-smi", FAKE_NVIDIA_SMI)
+    monkeypatch.setenv("PATH", f"{smi}{os.pathsep}{os.environ['PATH']}")
+    job = make_job()
+    rc, _took = job.run()
+    assert rc == 0, job.logs()
+    for node in (0, 1):
+        rec = read_record(job.run_dir / "power" / "raw" / f"node{node}.json")
+        assert rec is not None and rec.status == "sampling" and rec.backend == "nvidia-smi", rec
+    point = json.loads((job.run_dir / "power" / "points" / RESULT_NAME).read_text())
+    assert point["power_valid"] is True, (point["reasons"], job.log("node0")[-3000:])
+    result = json.loads((job.run_dir / RESULT_NAME).read_text())
+    assert (point["start_unix"], point["end_unix"]) == (
+        result["benchmark_start_time_unix"],
+        result["benchmark_end_time_unix"],
+    )
+    # Each one-node server owns its node's GPUs: both doubles' GPUs, 100.5 W and 200.25 W.
+    for role, server in (("prefill", "prefill-0"), ("decode", "decode-0")):
+        grp = point["roles"][role]
+        assert grp["gpus"] == 2 and grp["mean_w"] == pytest.approx((100.5 + 200.25) / 2), grp
+        assert grp["energy_j"] == pytest.approx(300.75 * point["duration_s"]) and grp["peak_w"] == 200.25
+        assert point["servers"][server]["energy_j"] == grp["energy_j"]  # one server a role
+    assert point["roles"]["prefill"]["j_per_input_token"] == pytest.approx(point["roles"]["prefill"]["energy_j"] / 1)
+    assert point["roles"]["decode"]["j_per_output_token"] == pytest.approx(point["roles"]["decode"]["energy_j"] / 4)
+    manifest = json.loads((job.run_dir / "power" / "disagg" / "manifest.json").read_text())
+    assert [d["gpu_index"] for d in manifest["expected_devices"]] == [0, 1, 0, 1]
+    assert [v["power_coverage_valid"] for v in manifest["window_validations"]] == [True]
+    # The local launcher's two nodes are one host: both sample the same GPUs (the same UUIDs),
+    # which the package does not publish as four GPUs.
+    assert {tuple(d["gpu_uuids"]) for d in manifest["observed_devices"]} == {("GPU-aaaa",), ("GPU-bbbb",)}
+    assert manifest["publication_valid"] is False
+    assert (job.run_dir / "power" / "disagg" / "windows" / RESULT_NAME).is_file()
     job.assert_nothing_left()

@@ -124,7 +124,12 @@ class ResolvedRecipe:
 
     @property
     def fingerprint(self) -> str:
-        canonical = json.dumps(self.locked(), sort_keys=True, separators=(",", ":"))
+        locked = self.locked()
+        # What the cluster charges is not what runs: the prices (recorded in the lock, read for each
+        # point's cost) stay out of the fingerprint, so a price change keeps a recipe's runs together.
+        for key in ("gpu_hour_usd", "kwh_usd"):
+            locked["recipe"].get("site", {}).pop(key, None)
+        canonical = json.dumps(locked, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 

@@ -478,6 +478,22 @@ class SiteSpec(Strict):
         ),
         examples=["ens1f0np0"],
     )
+    # What the cluster costs, for each point's dollars (harness.power.energy): left out of the lock
+    # while unset, and of the fingerprint always (harness.config.load).
+    gpu_hour_usd: float | None = Field(
+        None,
+        gt=0,
+        exclude_if=lambda v: v is None,
+        description="price of one GPU for one hour in US dollars: each point's cost and $ per million tokens",
+        examples=[2.5],
+    )
+    kwh_usd: float | None = Field(
+        None,
+        gt=0,
+        exclude_if=lambda v: v is None,
+        description="price of one kWh of GPU energy in US dollars, added to the GPU-hours where given",
+        examples=[0.12],
+    )
 
 
 class SlurmSpec(Strict):

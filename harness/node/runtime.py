@@ -32,6 +32,8 @@ from harness.node.probes import is_healthy, smoke_request
 from harness.node.secrets import ensure_job_secret
 from harness.node.signal_cause import describe_signal
 from harness.node.versions import record_servers
+from harness.power.account import account as account_power
+from harness.power.account import wait_for_samplers
 from harness.rundir import TIME_LIMIT_WARNING, Failure, ResultName, RunDir, write_status
 from harness.rundir.paths import REPEATS
 from harness.supervisor import Supervisor
@@ -254,11 +256,24 @@ def _run_phase(
     mine = [p for p in ctx.processes(ctx.node_id) if p.phase == phase]
     if len(ctx.plan.job_plan().phases) > 1:
         log.info("node %d: phase %s", ctx.node_id, phase)
+    phase_started = time.time()
     for p in mine:
         start(p.name)
+    # The GPU power sampler of a node with servers in this phase ticks through it, their loading
+    # included; its end never fails the job (no telemetry is recorded as missing; a sampler that
+    # stopped leaves a gap, judged per point by node 0's accounting).
+    sampler = f"power-node{ctx.node_id}"
+    if mine:
+        sup.start(
+            sampler,
+            [sys.executable, "-m", "harness.power.sampler", "--run-dir", str(ctx.run_dir), "--node", str(ctx.node_id)],
+            dict(os.environ),
+            cwd=ctx.run_dir,
+        )
     bench = bench_name(phase)
 
     def check(ignore: tuple[str, ...] = ()) -> None:
+        ignore = (*ignore, sampler)
         dead = [d for d in sup.exited() if d[0] not in ignore]
         if dead:
             raise Failed(_exit_failure(ctx, *dead[0]))
@@ -315,6 +330,10 @@ def _run_phase(
     targets = {p.name: f"http://{addrs[p.node]}:{p.port}" for p in servers}
     metrics = ctx.run.metrics(phase)
     scrape_all(targets, metrics, "before")
+    sampling = sorted({p.node for p in ctx.processes() if p.phase == phase})
+    if late := wait_for_samplers(ctx.run_dir, sampling):
+        log.warning("no power sampler record from node(s) %s: their GPUs' points will say so", late)
+    earlier = set(ctx.run.result_names())
     start(bench)
     deadline = time.monotonic() + t.bench_s
     while (rc := sup.procs[bench].popen.poll()) is None:
@@ -327,6 +346,7 @@ def _run_phase(
     if rc != 0:
         check(ignore=(bench,))  # a server or the proxy that died first is the cause
     scrape_all(targets, metrics, "after")
+    _account_power(ctx, phase, [f for f in ctx.run.results() if f.name not in earlier], phase_started)
     # Before the other nodes are told to stop: the eval needs this phase's servers.
     accuracy = accuracy_step.after_sweep(ctx.run_dir, phase) if rc == 0 else []
     if last:
@@ -343,6 +363,25 @@ def _run_phase(
         log.warning("result point(s) without validity evidence (no server /metrics): %s", ", ".join(unverified))
     if invalid:
         raise PhaseFailed(Failure(ctx.node_id, "invalid result point(s): " + "; ".join(invalid)))
+
+
+def _account_power(ctx: NodeContext, phase: Phase, results: list[Path], started: float) -> None:
+    """Each point's energy and cost, and the phase's power package, while the samplers still tick.
+    Best effort: power accounting never fails the job (a point's record says what is missing)."""
+    if not results:
+        return
+    try:
+        points = account_power(ctx.run_dir, ctx.plan, phase, results, started)
+    except Exception:
+        log.exception("power accounting of phase %s failed; its points have no energy record", phase)
+        return
+    for p in points:
+        verdict = (
+            "valid" if p.power_valid else ("missing: " + (p.missing or "")) if p.power_valid is None else "invalid"
+        )
+        log.info(
+            "power %s: %s%s", p.result, verdict, "" if p.power_valid is not False else f" ({'; '.join(p.reasons)})"
+        )
 
 
 def _point_results(run_dir: Path) -> list[tuple[str, Path]]:

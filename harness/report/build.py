@@ -17,6 +17,7 @@ from harness.report.breakdown import breakdowns, columns
 from harness.report.crosscheck import crosscheck
 from harness.report.decide import decide
 from harness.report.deltas import with_deltas
+from harness.report.energy import energy_table
 from harness.report.explain import router_notes, run_notes
 from harness.report.kv_handoff import kv_handoff_table
 from harness.report.load import dedupe, load_runs
@@ -144,6 +145,7 @@ def build_report(
         bottleneck_table(loaded.runs),
         kv_handoff_table(loaded.runs),
         profile_table(loaded.runs),
+        energy_table(loaded.runs),
     )
     report.sections = truth_sections(truth_tables(loaded.runs, slo), slo)  # the answer first
     report.sections += [t for t in (*tables, crosscheck(loaded.runs, client_notes)) if t is not None]

@@ -122,6 +122,29 @@ LAYOUT: tuple[Entry, ...] = (
         "report (cross-check), InferenceX's process_agentic_result.py, humans",
     ),
     Entry(
+        p.POWER_RAW + "/node<N>.csv, node<N>.json",
+        "each node's GPU power samples (time, host, GPU index and UUID, W, the GPU's energy counter where it "
+        "has one) through each phase, and what its sampler read them with, or why it had nothing (missing)",
+        "pdbench node (its power sampler)",
+        "node 0's power accounting",
+    ),
+    Entry(
+        p.POWER_POINTS + "/" + ResultName.TEMPLATE,
+        "each point's GPU energy per role and server over its measured window (J, mean and peak W, J per "
+        "input token on prefill, per output token on decode, per request), power_valid and why not, and "
+        "its cost at the cluster's prices ($ per million input and output tokens)",
+        "pdbench node (node 0)",
+        "report, humans",
+    ),
+    Entry(
+        p.power_package_subdir("<phase>") + "/",
+        "the phase's samples and measured windows as the dcgm-power v1 package (manifest.json, samples.csv, "
+        "windows/<result>.json) that InferenceX's aggregate_power_multinode.py reads (it refuses pdbench's "
+        "producer; docs/power.md)",
+        "pdbench node (node 0)",
+        "InferenceX's aggregate_power_multinode.py, humans",
+    ),
+    Entry(
         p.LOGS + "/",
         "node<N>.log, <server>.log, proxy.log, bench.log, <client>-conc_<C>.log (another client's output), "
         "container-node<N>.log, setup-node<N>.log, node<N>.out (local launcher)",

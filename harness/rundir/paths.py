@@ -61,6 +61,12 @@ CLIENT_RUN = "client_run.json"  # how the run went: exit code, wall and CPU seco
 # measured again, each repeat k under repeats/<k>/ laid out as the run directory (result, evidence).
 SLO_SEARCH = "slo_search.json"
 REPEATS = "repeats"
+# GPU power (harness.power): each node's samples under power/raw/, one energy record per point
+# under power/points/, and per phase the dcgm-power v1 package InferenceX's
+# utils/aggregate_power_multinode.py reads (power/<phase>/: manifest.json, samples.csv, windows/).
+POWER = "power"
+POWER_RAW = f"{POWER}/raw"
+POWER_POINTS = f"{POWER}/points"
 
 
 def client_point_subdir(client: str, concurrency: int | str, phase: str = "disagg") -> str:
@@ -125,6 +131,11 @@ def script_names(node: str = "$NODE") -> dict[str, str]:
         "slurm_job_record": f"slurm-job-node{node}",
         "setup_beat": f"setup-beat-node{node}",
     }
+
+
+def power_package_subdir(phase: str) -> str:
+    """One phase's dcgm-power v1 package: power/<phase> (power/disagg, power/aggregated)."""
+    return f"{POWER}/{phase}"
 
 
 def metrics_subdir(phase: str) -> str:
@@ -391,6 +402,21 @@ class RunDir:
     @property
     def proxy_timings(self) -> Path:
         return self.path / PROXY_TIMINGS
+
+    def power_samples(self, node: int) -> Path:
+        """One node's GPU power samples (harness.rundir.power_samples)."""
+        return self.path / POWER_RAW / f"node{node}.csv"
+
+    def power_record(self, node: int) -> Path:
+        """What one node's power sampler used, or why it has nothing."""
+        return self.path / POWER_RAW / f"node{node}.json"
+
+    def power_package(self, phase: str) -> Path:
+        return self.path / power_package_subdir(phase)
+
+    def power_point(self, result_name: str) -> Path:
+        """A point's energy and cost, named after its result file."""
+        return self.path / POWER_POINTS / result_name
 
     def metrics(self, phase: str = "disagg") -> Path:
         return self.path / metrics_subdir(phase)
