@@ -7,7 +7,11 @@ and no option name is ever cut, whatever the terminal width: piped output, COLUM
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import typer
@@ -111,3 +115,35 @@ def test_help_states_every_default(path, cmd):
     for opt in _options(cmd):
         entry = next(e for head, e in entries.items() if set(_names(opt)) <= set(NAME.findall(head)))
         assert re.search(r"default|required", entry, re.I), f"no default stated: {entry}"
+
+
+def _imported(tmp_path: Path, *args: str) -> set[str]:
+    """The modules in sys.modules when `pdbench ARGS` (harness.cli.main, as the entry point and
+    `python -m harness` run it) exits."""
+    out = tmp_path / "modules.json"
+    code = (
+        "import atexit, json, sys; "
+        f"atexit.register(lambda: open({str(out)!r}, 'w').write(json.dumps(sorted(sys.modules)))); "
+        f"sys.argv = ['pdbench', *{list(args)!r}]; "
+        "from harness.cli import main; main()"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return set(json.loads(out.read_text()))
+
+
+def test_a_command_imports_its_own_module_only_and_the_help_lists_them_all(tmp_path: Path) -> None:
+    from harness.cli import MODULES
+
+    # The precondition: `--help` imports every command module, with the heavy ones among them.
+    every = _imported(tmp_path, "--help")
+    assert {f"harness.cli.{m}" for m in MODULES} <= every
+    assert {"harness.proxy.app", "harness.config.schema", "harness.render.job"} & every
+    # `pdbench node`, which every job starts on each node: none of the others' modules.
+    node = _imported(tmp_path, "node", "--help")
+    assert "harness.cli.node" in node
+    assert node & {f"harness.cli.{m}" for m in MODULES if m != "node"} == set()
+    assert node & {"harness.proxy.app", "harness.config.schema", "aiohttp", "numpy"} == set()
+    # A typo still gets the full list to suggest from.
+    r = subprocess.run([sys.executable, "-m", "harness", "nod"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Did you mean 'node'?" in r.stderr
