@@ -5,6 +5,7 @@ and writes state/kv_ceiling.json; what cannot be measured is recorded as missing
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -71,6 +72,22 @@ def test_the_probe_copies_host_memory_when_no_gpu_is_named() -> None:
     assert out["method"] == "host_memcpy" and out["bytes"] == SIZE and out["repeats"] == 3
     assert len(out["seconds"]) == 3 and all(s > 0 for s in out["seconds"])
     assert out["src_device"].startswith("host")
+
+
+def test_without_gpu_device_nodes_the_probe_copies_host_memory_without_importing_torch() -> None:
+    # The precondition: this host has no GPU device node (a CPU CI machine); torch is importable.
+    if any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/kfd")):
+        pytest.skip("this host has GPU device nodes")
+    code = (
+        "import json, sys; from harness.node import kv_ceiling_probe as k; "
+        f"out = k.measure(0, 0, 1 << 20, {SIZE}, 2); "
+        "import importlib.util; assert importlib.util.find_spec('torch'); "
+        "print(json.dumps([out['method'], out['reason'], 'torch' in sys.modules]))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    method, reason, torch_imported = json.loads(r.stdout)
+    assert method == "host_memcpy" and "no GPU device node" in reason and torch_imported is False
 
 
 def test_the_node_measures_the_host_ceiling_in_prefills_interpreter(servers: Path, job_plan: PlanFile) -> None:
