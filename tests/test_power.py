@@ -141,21 +141,24 @@ def test_missing_telemetry_is_missing_never_zero() -> None:
 # --- the sampler against its sources' doubles ------------------------------------------------------
 
 
-def _env(path_dirs: list[Path], pythonpath: Path) -> dict[str, str]:
+def _env(path_dirs: list[Path], *pythonpath: Path) -> dict[str, str]:
     # PATH: the doubles and the system's basics only, so no real SMI is found; PYTHONPATH: a
     # pynvml double or one that is not importable, so the real library is never reached.
     return dict(
         os.environ,
         PATH=os.pathsep.join([*map(str, path_dirs), "/usr/bin", "/bin"]),
-        PYTHONPATH=os.pathsep.join([str(pythonpath), str(ROOT)]),
+        PYTHONPATH=os.pathsep.join([*map(str, pythonpath), str(ROOT)]),
     )
 
 
 @pytest.fixture
 def no_pynvml(tmp_path: Path) -> Path:
+    """pynvml not importable; nor pydantic: the sampler runs in a node's interpreter, which may
+    have the standard library alone (the H200 machine's Python has pynvml and no pydantic)."""
     d = tmp_path / "no-pynvml"
     d.mkdir()
-    (d / "pynvml.py").write_text("raise ModuleNotFoundError(\"No module named 'pynvml'\")\n")
+    for name in ("pynvml", "pydantic"):
+        (d / f"{name}.py").write_text(f"raise ModuleNotFoundError(\"No module named '{name}'\")\n")
     return d
 
 
@@ -178,16 +181,16 @@ def test_selftest_without_any_source_says_missing(tmp_path: Path, no_pynvml: Pat
 
 @pytest.mark.parametrize("source", ["nvidia-smi", "amd-smi", "nvml"])
 def test_selftest_prints_each_sources_readings(tmp_path: Path, no_pynvml: Path, source: str) -> None:
-    bin_dir, pythonpath = tmp_path / "bin", no_pynvml
+    bin_dir, pythonpath = tmp_path / "bin", [no_pynvml]
     if source == "nvidia-smi":
         fake_bin(bin_dir, "nvidia-smi", FAKE_NVIDIA_SMI)
     elif source == "amd-smi":
         fake_bin(bin_dir, "amd-smi", FAKE_AMD_SMI)
     else:
-        pythonpath = tmp_path / "fake-nvml"
-        pythonpath.mkdir()
-        (pythonpath / "pynvml.py").write_text(FAKE_PYNVML)
-    r = _selftest(_env([bin_dir], pythonpath))
+        pythonpath.insert(0, tmp_path / "fake-nvml")
+        pythonpath[0].mkdir()
+        (pythonpath[0] / "pynvml.py").write_text(FAKE_PYNVML)
+    r = _selftest(_env([bin_dir], *pythonpath))
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith(f"source: {source}"), r.stdout
@@ -237,7 +240,9 @@ def test_node_sampler_appends_until_stopped(tmp_path: Path, no_pynvml: Path) -> 
     assert rec is not None and rec.status == "sampling" and rec.backend == "nvidia-smi" and rec.node == 3
     assert rec.gpus == ["0:GPU-aaaa", "1:GPU-bbbb"] and "pynvml is not importable" in rec.reason
     rows, skipped = read(run.power_samples(3))
-    assert skipped == []
+    assert (
+        skipped == [] and b"\r" not in run.power_samples(3).read_bytes()
+    )  # plain lines, as the tail reader splits them
     for index, uuid, watts in GPUS:
         mine = [s for s in rows if s.gpu_index == index]
         assert {(s.gpu_uuid, s.power_w) for s in mine} == {(uuid, watts)}

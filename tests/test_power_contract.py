@@ -32,7 +32,7 @@ from harness.power.account import account
 from harness.power.package import PRODUCER, SCOPES
 from harness.render import RenderContext, render_job
 from harness.rundir import RunDir
-from harness.rundir.power_samples import Sample, SamplerRecord, append
+from harness.rundir.power_samples import Sample, SamplerRecord, append, write_record
 from harness.topology import PlanFile
 
 pytestmark = pytest.mark.timeout(60)
@@ -100,8 +100,7 @@ def point(tmp_path: Path) -> tuple[RunDir, Path]:
         started_at_unix=START - 60,
         gpus=["0:GPU-p", "1:GPU-d"],
     )
-    run.power_record(0).parent.mkdir(parents=True)
-    run.power_record(0).write_text(rec.model_dump_json())
+    write_record(run.power_record(0), rec)
     t = START - 5.0
     while t < END + 2.0:  # prefill ramps 300 -> 600 W; decode holds 450 W
         append(

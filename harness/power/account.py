@@ -214,5 +214,5 @@ def _write_package(
         started_at=started_at,
         stopped_at=time.time(),
         producer_commit=lock.get("git_commit"),
-        samplers=[r.model_dump(mode="json") for r in live.values()],
+        samplers=[r.to_json() for r in live.values()],
     )

@@ -41,9 +41,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Protocol
 
-from harness import atomic
 from harness.rundir import RunDir
-from harness.rundir.power_samples import Backend, Sample, SamplerRecord, append
+from harness.rundir.power_samples import Backend, Sample, SamplerRecord, append, write_record
 
 log = logging.getLogger(__name__)
 
@@ -284,9 +283,12 @@ class Sampler:
         self.ticks += 1
         return samples
 
-    def run(self, duration_s: float | None = None, echo: bool = False) -> None:
+    def run(self, duration_s: float | None = None, echo: bool = False, delay_s: float = 0.0) -> None:
+        """Tick until stopped (or `duration_s`), the first tick after `delay_s`."""
         end = None if duration_s is None else time.monotonic() + duration_s
-        next_at = time.monotonic()
+        next_at = time.monotonic() + delay_s
+        if delay_s and not self.source.paced:
+            self.stop.wait(delay_s)
         while not self.stop.is_set() and (end is None or time.monotonic() < end):
             for s in self.tick():
                 if echo:
@@ -323,7 +325,7 @@ def run_node(run_dir: Path, node: int, interval_s: float) -> int:
             interval_s=interval_s,
             started_at_unix=started,
         )
-        atomic.write_text(record_path, rec.model_dump_json(indent=2) + "\n")
+        write_record(record_path, rec)
         log.warning("node %d: no GPU power telemetry: %s", node, e)
         return 0
     if source.backend == "amd-smi":
@@ -348,9 +350,9 @@ def run_node(run_dir: Path, node: int, interval_s: float) -> int:
             started_at_unix=started,
             gpus=[f"{s.gpu_index}:{s.gpu_uuid}" for s in first],
         )
-        atomic.write_text(record_path, rec.model_dump_json(indent=2) + "\n")
+        write_record(record_path, rec)
         log.info("node %d: sampling %d GPU(s) through %s every %.2f s", node, len(first), source.backend, interval_s)
-        sampler.run()
+        sampler.run(delay_s=interval_s)  # the first tick was the one above
     except Unavailable as e:  # the source died mid-run: the gap it leaves is judged per point
         log.error("node %d: power sampling stopped: %s", node, e)
         return 1

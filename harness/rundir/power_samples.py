@@ -16,31 +16,41 @@ never as rows of zeros.
 from __future__ import annotations
 
 import csv
+import json
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from harness import atomic
 
 COLUMNS = ("timestamp_unix", "hostname", "gpu_index", "gpu_uuid", "power_w", "energy_j")
 
 Backend = Literal["nvml", "nvidia-smi", "amd-smi"]
 
 
-class SamplerRecord(BaseModel):
-    """What a node's sampler used, or why it has nothing (status missing)."""
+@dataclass(frozen=True)
+class SamplerRecord:
+    """What a node's sampler used, or why it has nothing (status missing). A dataclass, not a
+    pydantic model: the sampler runs in the node's interpreter with the standard library alone."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     status: Literal["sampling", "missing"]
-    reason: str = ""  # why missing; for sampling, why this backend (the ones tried before it)
-    backend: Backend | None = None
-    source_metric: str | None = None  # e.g. "nvmlDeviceGetPowerUsage"
     hostname: str
     node: int
     interval_s: float
     started_at_unix: float
-    gpus: list[str] = []  # "<index>:<uuid>" of every GPU sampled
+    reason: str = ""  # why missing; for sampling, why this backend (the ones tried before it)
+    backend: Backend | None = None
+    source_metric: str | None = None  # e.g. "nvmlDeviceGetPowerUsage"
+    gpus: list[str] = field(default_factory=list)  # "<index>:<uuid>" of every GPU sampled
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def write_record(path: Path, rec: SamplerRecord) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic.write_json(path, rec.to_json(), indent=2)
 
 
 @dataclass(frozen=True)
@@ -69,7 +79,7 @@ def append(path: Path, samples: list[Sample]) -> None:
     new = not path.exists() or path.stat().st_size == 0
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", newline="") as f:
-        w = csv.writer(f)
+        w = csv.writer(f, lineterminator="\n")
         if new:
             w.writerow(COLUMNS)
         w.writerows(s.row() for s in samples)
@@ -102,9 +112,18 @@ def read(path: Path) -> tuple[list[Sample], list[str]]:
 
 
 def read_record(path: Path) -> SamplerRecord | None:
+    """The node's record; None when there is none. A record that does not read raises ValueError
+    naming the file."""
     if not path.is_file():
         return None
-    return SamplerRecord.model_validate_json(path.read_text())
+    try:
+        data = json.loads(path.read_text())
+        rec = SamplerRecord(**data)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{path}: not a power sampler record ({e})") from None
+    if rec.status not in ("sampling", "missing"):
+        raise ValueError(f"{path}: status {rec.status!r} is neither sampling nor missing")
+    return rec
 
 
 def last_timestamps(path: Path, tail_bytes: int = 16384) -> dict[int, float]:
