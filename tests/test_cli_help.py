@@ -147,3 +147,12 @@ def test_a_command_imports_its_own_module_only_and_the_help_lists_them_all(tmp_p
     # A typo still gets the full list to suggest from.
     r = subprocess.run([sys.executable, "-m", "harness", "nod"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Did you mean 'node'?" in r.stderr
+
+
+def test_every_command_module_is_in_the_entry_points_list() -> None:
+    """A new module in harness/cli that harness.cli.MODULES leaves out would never register."""
+    from harness.cli import MODULES
+
+    shared = {"__init__", "root", "options", "formatting"}
+    files = {p.stem for p in (Path(__file__).resolve().parents[1] / "harness" / "cli").glob("*.py")} - shared
+    assert files == set(MODULES)
