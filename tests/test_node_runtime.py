@@ -61,6 +61,7 @@ class Job:
         cpu_bind: str | None = None,
         aggregated: bool = False,
         aggregated_only: bool = False,
+        overrides: tuple[str, ...] = (),
     ):
         self.run_dir = run_dir
         self.num_nodes = 2
@@ -80,6 +81,7 @@ class Job:
             f"topology.prefill.cpu_bind={json.dumps([cpu_bind] if cpu_bind else [])}",
             "topology.decode.cpu_bind=[]",
             *(f"timeouts.{k}={v}" for k, v in self.timeouts.items()),
+            *overrides,
         ]
         if aggregated:
             # The baseline: two whole instances on node 0 (ports port and port + 1), the same two
@@ -981,6 +983,23 @@ def test_without_gpu_telemetry_power_is_recorded_missing_and_the_job_unaffected(
     assert point["missing"].startswith("node 0 (prefill-0): telemetry missing: nvml: pynvml is not importable")
     assert not (job.run_dir / "power" / "disagg").exists()  # no package without samples
     assert f"power {RESULT_NAME}: missing: " in job.log("node0")
+    job.assert_nothing_left()
+
+
+def test_a_recipe_that_requires_power_fails_the_job_without_it(make_job) -> None:
+    if found := _telemetry_here():
+        pytest.skip(f"this machine has GPU telemetry ({found}); the missing path needs one without")
+    job = make_job(overrides=("benchmark.validity.require_power=true",))
+    rc, _took = job.run()
+    assert rc != 0, job.logs()
+    status = job.status()
+    assert status["state"] == "failed" and status["results"] == [RESULT_NAME], status  # the point is kept
+    assert status["reason"].startswith(
+        "node 0: GPU power is required (benchmark.validity.require_power): "
+        f"{RESULT_NAME}: missing (node 0 (prefill-0): telemetry missing: nvml: pynvml is not importable"
+    ), status["reason"]
+    point = json.loads((job.run_dir / "power" / "points" / RESULT_NAME).read_text())
+    assert point["power_valid"] is None  # recorded as missing, as without the requirement
     job.assert_nothing_left()
 
 

@@ -78,6 +78,13 @@ class ValidityThresholds(BaseModel):
         description="After a point stopped early: go on with the next point (the job still fails at the end, "
         "as for any invalid point), or run no more points (stop_sweep).",
     )
+    # Left out of the lock (and the fingerprint) while false.
+    require_power: bool = Field(
+        False,
+        exclude_if=lambda v: not v,
+        description="Fail the job when a point's GPU power is missing or invalid (InferenceX's REQUIRE_POWER: "
+        "a power study); otherwise such a point's power record says why and the job goes on.",
+    )
 
 
 class SentinelSettings(Strict):

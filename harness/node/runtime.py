@@ -33,7 +33,7 @@ from harness.node.secrets import ensure_job_secret
 from harness.node.signal_cause import describe_signal
 from harness.node.versions import record_servers
 from harness.power.account import account as account_power
-from harness.power.account import wait_for_samplers
+from harness.power.account import power_required, wait_for_samplers
 from harness.rundir import TIME_LIMIT_WARNING, Failure, ResultName, RunDir, write_status
 from harness.rundir.paths import REPEATS
 from harness.supervisor import Supervisor
@@ -346,7 +346,7 @@ def _run_phase(
     if rc != 0:
         check(ignore=(bench,))  # a server or the proxy that died first is the cause
     scrape_all(targets, metrics, "after")
-    _account_power(ctx, phase, [f for f in ctx.run.results() if f.name not in earlier], phase_started)
+    power = _account_power(ctx, phase, [f for f in ctx.run.results() if f.name not in earlier], phase_started)
     # Before the other nodes are told to stop: the eval needs this phase's servers.
     accuracy = accuracy_step.after_sweep(ctx.run_dir, phase) if rc == 0 else []
     if last:
@@ -357,6 +357,10 @@ def _run_phase(
         raise PhaseFailed(_exit_failure(ctx, bench, rc, primary=False))
     if accuracy:
         raise PhaseFailed(Failure(ctx.node_id, "; ".join(accuracy)))
+    if power:
+        raise PhaseFailed(
+            Failure(ctx.node_id, "GPU power is required (benchmark.validity.require_power): " + "; ".join(power))
+        )
     invalid = _invalid_points(ctx.run_dir)
     unverified = _unverified_points(ctx.run_dir)
     if unverified:  # kept, but collect leaves them out unless asked: say so where users look
@@ -365,16 +369,18 @@ def _run_phase(
         raise PhaseFailed(Failure(ctx.node_id, "invalid result point(s): " + "; ".join(invalid)))
 
 
-def _account_power(ctx: NodeContext, phase: Phase, results: list[Path], started: float) -> None:
+def _account_power(ctx: NodeContext, phase: Phase, results: list[Path], started: float) -> list[str]:
     """Each point's energy and cost, and the phase's power package, while the samplers still tick.
-    Best effort: power accounting never fails the job (a point's record says what is missing)."""
+    Power never fails the job unless the recipe requires it (benchmark.validity.require_power):
+    then the points without valid power are returned, each with why."""
     if not results:
-        return
+        return []
+    required = power_required(ctx.run_dir)
     try:
         points = account_power(ctx.run_dir, ctx.plan, phase, results, started)
-    except Exception:
+    except Exception as e:
         log.exception("power accounting of phase %s failed; its points have no energy record", phase)
-        return
+        return [f"the power accounting of phase {phase} failed: {type(e).__name__}: {e}"] if required else []
     for p in points:
         verdict = (
             "valid" if p.power_valid else ("missing: " + (p.missing or "")) if p.power_valid is None else "invalid"
@@ -382,6 +388,13 @@ def _account_power(ctx: NodeContext, phase: Phase, results: list[Path], started:
         log.info(
             "power %s: %s%s", p.result, verdict, "" if p.power_valid is not False else f" ({'; '.join(p.reasons)})"
         )
+    if not required:
+        return []
+    return [
+        f"{p.result}: " + (f"missing ({p.missing})" if p.power_valid is None else f"invalid ({'; '.join(p.reasons)})")
+        for p in points
+        if p.power_valid is not True
+    ]
 
 
 def _point_results(run_dir: Path) -> list[tuple[str, Path]]:

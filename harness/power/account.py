@@ -33,6 +33,17 @@ SETTLE_S = 10.0  # at most this long for every sampler's first sample after the 
 SAMPLER_START_S = 15.0  # at most this long for the samplers' first tick before the client starts
 
 
+def required(lock: dict[str, Any]) -> bool:
+    """benchmark.validity.require_power: a point without valid power fails the job."""
+    bench = (lock.get("recipe") or {}).get("benchmark") or {}
+    return bool((bench.get("validity") or {}).get("require_power"))
+
+
+def power_required(run_dir: Path) -> bool:
+    lock = RunDir(run_dir).lock
+    return lock.is_file() and required(yaml.safe_load(lock.read_text()))
+
+
 def prices(lock: dict[str, Any]) -> Prices:
     site = (lock.get("recipe") or {}).get("site") or {}
     return Prices(site.get("gpu_hour_usd"), site.get("kwh_usd"))
@@ -215,4 +226,5 @@ def _write_package(
         stopped_at=time.time(),
         producer_commit=lock.get("git_commit"),
         samplers=[r.to_json() for r in live.values()],
+        required=required(lock),
     )
