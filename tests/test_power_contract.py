@@ -9,10 +9,10 @@ directory (nothing of it is committed) and run it on what node 0's accounting wr
 reader's code, not by a copy of its rules. Without the git directory they skip, saying so.
 
 As it is, InferenceX refuses the package for what pdbench says about itself and nothing else:
-the producer (pdbench.power, not srt-slurm.dcgm-power; and InferenceX's srt-slurm commit pin),
-the source metric and scope (NVML's reading, not DCGM's), the absent DCGM exporter. With those
+the producer (pdbench.power, not srt-slurm.dcgm-power; its commit pin passes when given
+pdbench's commit instead of srt-slurm's), the source metric and scope (NVML's reading, not DCGM's), the absent DCGM exporter. With those
 four of its checks given pdbench's values, everything else passes and its role energies are
-pdbench's own.
+pdbench's own. Its single-node utils/aggregate_power.py reads the node's raw samples as they are.
 """
 
 from __future__ import annotations
@@ -46,6 +46,9 @@ RESULT = "concurrency_8_req_rate_inf_gpus_2_ctx_1_gen_1.json"
 START, END = 1_800_000_010.125, 1_800_000_040.375
 
 
+_SINGLE: list[ModuleType] = []  # aggregate_power, as the multinode script imported it
+
+
 def _inferencex(tmp: Path) -> ModuleType:
     git_dir = Path(os.environ.get("PDBENCH_INFERENCEX_GIT") or MIRROR)
     if not git_dir.exists():
@@ -66,7 +69,9 @@ def _inferencex(tmp: Path) -> ModuleType:
     try:
         for name in ("aggregate_power", "aggregate_power_multinode"):
             sys.modules.pop(name, None)
-        return importlib.import_module("aggregate_power_multinode")
+        multinode = importlib.import_module("aggregate_power_multinode")
+        _SINGLE.append(sys.modules["aggregate_power"])
+        return multinode
     finally:
         sys.path.remove(str(out))
 
@@ -181,3 +186,20 @@ def test_inferencex_agrees_on_everything_else(point, tmp_path: Path, monkeypatch
     assert dec["energy_j"] == pytest.approx(450.0 * duration)
     assert pre["energy_j"] == pytest.approx(300.0 * duration + 10.0 * duration**2 / 2, rel=1e-6)
     assert ours["cost"]["gpu_time_usd"] == pytest.approx(3.0 * 2 * duration / 3600)
+
+
+def test_inferencex_single_node_script_reads_the_raw_samples_as_they_are(point, tmp_path: Path) -> None:
+    # utils/aggregate_power.py (single node, the aggregated baseline's path) reads an SMI-style CSV
+    # by its column names: power/raw/node0.csv's timestamp_unix, gpu_index and power_w are found as
+    # they are, with no producer check to refuse.
+    _inferencex(tmp_path)
+    single = _SINGLE[-1]
+    run, result = point
+    agg = tmp_path / "agg-single.json"
+    agg.write_text(json.dumps({"hw": "h200"}))
+    rc = single.run(run.power_samples(0), result, agg, expected_num_gpus=2, require_power=True)
+    out = json.loads(agg.read_text())
+    assert rc == 0 and out["power_valid"] == 1, out
+    total = json.loads(run.power_point(RESULT).read_text())["total"]
+    assert out["total_gpu_energy_j"] == round(total["energy_j"], 3)
+    assert out["joules_per_successful_query"] == round(total["j_per_request"], 6)

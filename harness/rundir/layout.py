@@ -126,7 +126,7 @@ LAYOUT: tuple[Entry, ...] = (
         "each node's GPU power samples (time, host, GPU index and UUID, W, the GPU's energy counter where it "
         "has one) through each phase, and what its sampler read them with, or why it had nothing (missing)",
         "pdbench node (its power sampler)",
-        "node 0's power accounting",
+        "node 0's power accounting, InferenceX's aggregate_power.py (--csv, one node)",
     ),
     Entry(
         p.POWER_POINTS + "/" + ResultName.TEMPLATE,
