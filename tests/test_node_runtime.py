@@ -1003,6 +1003,18 @@ def test_a_recipe_that_requires_power_fails_the_job_without_it(make_job) -> None
     job.assert_nothing_left()
 
 
+def test_power_sampling_can_be_turned_off(make_job) -> None:
+    job = make_job(overrides=("benchmark.validity.power_interval_s=0",))
+    rc, _took = job.run()
+    assert rc == 0, job.logs()
+    assert not any(e["name"].startswith("power-") for e in job.recorded_procs())  # no sampler started
+    assert not (job.run_dir / "power" / "raw").exists()
+    point = json.loads((job.run_dir / "power" / "points" / RESULT_NAME).read_text())
+    assert point["power_valid"] is None
+    assert point["missing"] == "GPU power sampling is off (benchmark.validity.power_interval_s: 0)"
+    job.assert_nothing_left()
+
+
 def test_power_is_sampled_on_every_node_and_accounted_per_role(make_job, tmp_path: Path, monkeypatch) -> None:
     if importlib.util.find_spec("pynvml") is not None:
         pytest.skip("pynvml is importable here: the sampler would read NVML, not the nvidia-smi double")

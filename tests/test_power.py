@@ -333,3 +333,14 @@ def test_prices_are_recorded_in_the_lock_and_kept_out_of_the_fingerprint() -> No
     assert priced.fingerprint == plain.fingerprint
     with pytest.raises(ConfigError, match=r"site\.gpu_hour_usd"):
         load_recipe("llama8b-shape-bf16-h200x2-nixl-1p1d", ["site.gpu_hour_usd=-1"])
+
+
+@pytest.mark.parametrize("interval", ["0.01", "2.5"])
+def test_a_sampling_interval_is_off_or_within_the_gap_bound(interval: str) -> None:
+    with pytest.raises(
+        ConfigError, match=r"benchmark\.validity\.power_interval_s: must be 0 \(off\) or from 0\.05 to 2 s"
+    ):
+        load_recipe("tiny-fp32-cpu-nixl-1p1d", [f"benchmark.validity.power_interval_s={interval}"])
+    assert (
+        "power_interval_s" not in load_recipe("tiny-fp32-cpu-nixl-1p1d", []).locked()["recipe"]["benchmark"]["validity"]
+    )

@@ -37,6 +37,7 @@ from harness.config.external_clients import (
     check_clients,
 )
 from harness.config.slo import SLOError, check_bounds, result_key
+from harness.rundir.power_samples import DEFAULT_INTERVAL_S as POWER_INTERVAL_S
 from harness.rundir.result_name import shape_tag
 from harness.strict import FrozenStrict, Strict
 
@@ -78,13 +79,26 @@ class ValidityThresholds(BaseModel):
         description="After a point stopped early: go on with the next point (the job still fails at the end, "
         "as for any invalid point), or run no more points (stop_sweep).",
     )
-    # Left out of the lock (and the fingerprint) while false.
+    # Left out of the lock (and the fingerprint) at their defaults.
+    power_interval_s: NonNegativeFloat = Field(
+        POWER_INTERVAL_S,
+        exclude_if=lambda v: v == POWER_INTERVAL_S,
+        description="Seconds between GPU power samples on every node (0.05 to 2: InferenceX refuses gaps over "
+        "3 s); 0: no power sampler, each point's power is recorded as off.",
+    )
     require_power: bool = Field(
         False,
         exclude_if=lambda v: not v,
         description="Fail the job when a point's GPU power is missing or invalid (InferenceX's REQUIRE_POWER: "
         "a power study); otherwise such a point's power record says why and the job goes on.",
     )
+
+    @field_validator("power_interval_s")
+    @classmethod
+    def _power_interval(cls, v: float) -> float:
+        if v and not 0.05 <= v <= 2.0:
+            raise ValueError(f"must be 0 (off) or from 0.05 to 2 s, got {v}")
+        return v
 
 
 class SentinelSettings(Strict):

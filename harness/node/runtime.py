@@ -33,7 +33,7 @@ from harness.node.secrets import ensure_job_secret
 from harness.node.signal_cause import describe_signal
 from harness.node.versions import record_servers
 from harness.power.account import account as account_power
-from harness.power.account import power_required, wait_for_samplers
+from harness.power.account import power_interval, power_required, wait_for_samplers
 from harness.rundir import TIME_LIMIT_WARNING, Failure, ResultName, RunDir, write_status
 from harness.rundir.paths import REPEATS
 from harness.supervisor import Supervisor
@@ -263,13 +263,10 @@ def _run_phase(
     # included; its end never fails the job (no telemetry is recorded as missing; a sampler that
     # stopped leaves a gap, judged per point by node 0's accounting).
     sampler = f"power-node{ctx.node_id}"
-    if mine:
-        sup.start(
-            sampler,
-            [sys.executable, "-m", "harness.power.sampler", "--run-dir", str(ctx.run_dir), "--node", str(ctx.node_id)],
-            dict(os.environ),
-            cwd=ctx.run_dir,
-        )
+    interval = power_interval(ctx.run_dir)
+    if mine and interval:
+        argv = ["--run-dir", str(ctx.run_dir), "--node", str(ctx.node_id), "--interval", str(interval)]
+        sup.start(sampler, [sys.executable, "-m", "harness.power.sampler", *argv], dict(os.environ), cwd=ctx.run_dir)
     bench = bench_name(phase)
 
     def check(ignore: tuple[str, ...] = ()) -> None:
@@ -330,7 +327,7 @@ def _run_phase(
     targets = {p.name: f"http://{addrs[p.node]}:{p.port}" for p in servers}
     metrics = ctx.run.metrics(phase)
     scrape_all(targets, metrics, "before")
-    sampling = sorted({p.node for p in ctx.processes() if p.phase == phase})
+    sampling = sorted({p.node for p in ctx.processes() if p.phase == phase}) if interval else []
     if late := wait_for_samplers(ctx.run_dir, sampling):
         log.warning("no power sampler record from node(s) %s: their GPUs' points will say so", late)
     earlier = set(ctx.run.result_names())

@@ -24,12 +24,20 @@ from harness.power import package
 from harness.power.energy import Gpu, PointPower, Prices, Tokens, point_power
 from harness.power.sampler import CALL_TIMEOUT_S
 from harness.rundir import ResultName, RunDir
-from harness.rundir.power_samples import Sample, SamplerRecord, last_timestamps, read, read_record
+from harness.rundir.power_samples import (
+    DEFAULT_INTERVAL_S,
+    Sample,
+    SamplerRecord,
+    last_timestamps,
+    read,
+    read_record,
+)
 from harness.topology import PlanFile
 
 log = logging.getLogger(__name__)
 
 SETTLE_S = 10.0  # at most this long for every sampler's first sample after the last window
+OFF = "GPU power sampling is off (benchmark.validity.power_interval_s: 0)"
 SAMPLER_START_S = 15.0  # at most this long for the samplers' first tick before the client starts
 
 
@@ -39,9 +47,23 @@ def required(lock: dict[str, Any]) -> bool:
     return bool((bench.get("validity") or {}).get("require_power"))
 
 
-def power_required(run_dir: Path) -> bool:
+def interval_s(lock: dict[str, Any]) -> float:
+    """benchmark.validity.power_interval_s: seconds between samples; 0: no sampler."""
+    bench = (lock.get("recipe") or {}).get("benchmark") or {}
+    return float((bench.get("validity") or {}).get("power_interval_s", DEFAULT_INTERVAL_S))
+
+
+def _lock(run_dir: Path) -> dict[str, Any]:
     lock = RunDir(run_dir).lock
-    return lock.is_file() and required(yaml.safe_load(lock.read_text()))
+    return yaml.safe_load(lock.read_text()) if lock.is_file() else {}
+
+
+def power_required(run_dir: Path) -> bool:
+    return required(_lock(run_dir))
+
+
+def power_interval(run_dir: Path) -> float:
+    return interval_s(_lock(run_dir))
 
 
 def prices(lock: dict[str, Any]) -> Prices:
@@ -118,7 +140,7 @@ def _wait_for_samples(run: RunDir, nodes: Sequence[int], after: float, timeout_s
 def account(run_dir: Path, plan: PlanFile, phase: str, results: Sequence[Path], started_at: float) -> list[PointPower]:
     """Write every point's energy and cost, and the phase's package; returns the points' records."""
     run = RunDir(run_dir)
-    lock = yaml.safe_load(run.lock.read_text()) if run.lock.is_file() else {}
+    lock = _lock(run_dir)
     phase_nodes = sorted({n for w in plan.workers if w.phase == phase for n in w.nodes})
     records = {n: read_record(run.power_record(n)) for n in phase_nodes}
     sampling = [n for n, r in records.items() if r is not None and r.status == "sampling"]
@@ -137,7 +159,9 @@ def account(run_dir: Path, plan: PlanFile, phase: str, results: Sequence[Path], 
             samples.setdefault((n, s.gpu_index), []).append(s)
     gpus, problems = phase_gpus(plan, phase, records, samples)
     missing = None
-    if not sampling:
+    if not interval_s(lock):
+        missing, problems = OFF, []
+    elif not sampling:
         missing = "; ".join(problems) or "no node of this phase ran a power sampler"
     role_gpus: dict[str, int] = {}
     for w in plan.workers:

@@ -42,11 +42,10 @@ from types import FrameType
 from typing import Protocol
 
 from harness.rundir import RunDir
-from harness.rundir.power_samples import Backend, Sample, SamplerRecord, append, write_record
+from harness.rundir.power_samples import DEFAULT_INTERVAL_S, Backend, Sample, SamplerRecord, append, write_record
 
 log = logging.getLogger(__name__)
 
-DEFAULT_INTERVAL_S = 0.25  # InferenceX refuses gaps over 3 s; NVML's reading updates every ~0.1 s
 AMD_MIN_INTERVAL_S = 1.0
 CALL_TIMEOUT_S = 5.0  # one nvidia-smi/amd-smi call or one tick's lines
 NICE = 10  # below the servers and the client on a shared CPU

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from harness import atomic
 
+DEFAULT_INTERVAL_S = 0.25  # InferenceX refuses gaps over 3 s; NVML's reading updates every ~0.1 s
 COLUMNS = ("timestamp_unix", "hostname", "gpu_index", "gpu_uuid", "power_w", "energy_j")
 
 Backend = Literal["nvml", "nvidia-smi", "amd-smi"]
