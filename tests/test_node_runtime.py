@@ -1026,6 +1026,7 @@ def test_power_is_sampled_on_every_node_and_accounted_per_role(make_job, tmp_pat
     for node in (0, 1):
         rec = read_record(job.run_dir / "power" / "raw" / f"node{node}.json")
         assert rec is not None and rec.status == "sampling" and rec.backend == "nvidia-smi", rec
+        assert rec.phase == "disagg" and rec.interval_s == 0.25
     point = json.loads((job.run_dir / "power" / "points" / RESULT_NAME).read_text())
     assert point["power_valid"] is True, (point["reasons"], job.log("node0")[-3000:])
     result = json.loads((job.run_dir / RESULT_NAME).read_text())

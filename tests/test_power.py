@@ -17,6 +17,7 @@ from power_fakes import FAKE_AMD_SMI, FAKE_NVIDIA_SMI, FAKE_PYNVML, GPUS, fake_b
 
 from harness.config import load_recipe
 from harness.config.load import ConfigError
+from harness.power.account import wait_for_samplers
 from harness.power.energy import (
     MAX_SAMPLE_GAP_S,
     Cost,
@@ -31,7 +32,7 @@ from harness.power.energy import (
 )
 from harness.report.build import build_report
 from harness.rundir import RunDir
-from harness.rundir.power_samples import Sample, read, read_record
+from harness.rundir.power_samples import Sample, SamplerRecord, read, read_record, write_record
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -344,3 +345,13 @@ def test_a_sampling_interval_is_off_or_within_the_gap_bound(interval: str) -> No
     assert (
         "power_interval_s" not in load_recipe("tiny-fp32-cpu-nixl-1p1d", []).locked()["recipe"]["benchmark"]["validity"]
     )
+
+
+def test_node_0_waits_for_this_phases_samplers_not_an_earlier_ones(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "run")
+    rec = SamplerRecord(status="missing", hostname="h", node=0, interval_s=0.25, started_at_unix=1.0, phase="disagg")
+    write_record(run.power_record(0), rec)
+    t0 = time.monotonic()
+    assert wait_for_samplers(run.path, [0, 1], "aggregated", timeout_s=0.5) == [0, 1]  # bounded
+    assert 0.5 <= time.monotonic() - t0 < 5
+    assert wait_for_samplers(run.path, [0], "disagg", timeout_s=0.5) == []

@@ -265,7 +265,16 @@ def _run_phase(
     sampler = f"power-node{ctx.node_id}"
     interval = power_interval(ctx.run_dir)
     if mine and interval:
-        argv = ["--run-dir", str(ctx.run_dir), "--node", str(ctx.node_id), "--interval", str(interval)]
+        argv = [
+            "--run-dir",
+            str(ctx.run_dir),
+            "--node",
+            str(ctx.node_id),
+            "--phase",
+            phase,
+            "--interval",
+            str(interval),
+        ]
         sup.start(sampler, [sys.executable, "-m", "harness.power.sampler", *argv], dict(os.environ), cwd=ctx.run_dir)
     bench = bench_name(phase)
 
@@ -328,7 +337,7 @@ def _run_phase(
     metrics = ctx.run.metrics(phase)
     scrape_all(targets, metrics, "before")
     sampling = sorted({p.node for p in ctx.processes() if p.phase == phase}) if interval else []
-    if late := wait_for_samplers(ctx.run_dir, sampling):
+    if late := wait_for_samplers(ctx.run_dir, sampling, phase):
         log.warning("no power sampler record from node(s) %s: their GPUs' points will say so", late)
     earlier = set(ctx.run.result_names())
     start(bench)

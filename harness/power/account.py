@@ -111,15 +111,23 @@ def phase_gpus(
     return gpus, problems
 
 
-def wait_for_samplers(run_dir: Path, nodes: Sequence[int], timeout_s: float = SAMPLER_START_S) -> list[int]:
-    """Wait (bounded) until every node's sampler has recorded what it samples (its first tick
-    made) or that it has nothing, so the first point's window has samples before it; returns
-    the nodes that did not record in time."""
+def wait_for_samplers(run_dir: Path, nodes: Sequence[int], phase: str, timeout_s: float = SAMPLER_START_S) -> list[int]:
+    """Wait (bounded) until every node's sampler of this phase (not an earlier phase's) has
+    recorded what it samples (its first tick made) or that it has nothing, so the first point's
+    window has samples before it; returns the nodes that did not in time."""
     run = RunDir(run_dir)
     deadline = time.monotonic() + timeout_s
+
+    def recorded(node: int) -> bool:
+        try:
+            rec = read_record(run.power_record(node))
+        except ValueError:
+            return False
+        return rec is not None and rec.phase == phase
+
     pending = list(nodes)
     while pending:
-        pending = [n for n in pending if not run.power_record(n).is_file()]
+        pending = [n for n in pending if not recorded(n)]
         if not pending or time.monotonic() > deadline:
             break
         time.sleep(0.2)

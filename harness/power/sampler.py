@@ -301,7 +301,7 @@ class Sampler:
                 self.stop.wait(max(0.0, next_at - time.monotonic()))
 
 
-def run_node(run_dir: Path, node: int, interval_s: float) -> int:
+def run_node(run_dir: Path, node: int, interval_s: float, phase: str = "") -> int:
     """The node's sampler: the record first (sampling, or missing and why), then ticks until
     SIGTERM/SIGINT. Exits 0 when there is nothing to sample: missing telemetry is not a failure."""
     run = RunDir(run_dir)
@@ -323,6 +323,7 @@ def run_node(run_dir: Path, node: int, interval_s: float) -> int:
             node=node,
             interval_s=interval_s,
             started_at_unix=started,
+            phase=phase,
         )
         write_record(record_path, rec)
         log.warning("node %d: no GPU power telemetry: %s", node, e)
@@ -348,6 +349,7 @@ def run_node(run_dir: Path, node: int, interval_s: float) -> int:
             interval_s=interval_s,
             started_at_unix=started,
             gpus=[f"{s.gpu_index}:{s.gpu_uuid}" for s in first],
+            phase=phase,
         )
         write_record(record_path, rec)
         log.info("node %d: sampling %d GPU(s) through %s every %.2f s", node, len(first), source.backend, interval_s)
@@ -389,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.power.sampler", description=__doc__.splitlines()[0])
     ap.add_argument("--run-dir", type=Path, help="sample into this run directory's power/raw/")
     ap.add_argument("--node", type=int, default=0)
+    ap.add_argument("--phase", default="", help="the job's phase it samples with (its record says so)")
     ap.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S, help="seconds between ticks")
     ap.add_argument("--selftest", type=float, metavar="S", help="sample S seconds to stdout and exit")
     args = ap.parse_args(argv)
@@ -399,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         return selftest(args.selftest, args.interval)
     if args.run_dir is None:
         ap.error("--run-dir or --selftest is required")
-    return run_node(args.run_dir, args.node, args.interval)
+    return run_node(args.run_dir, args.node, args.interval, args.phase)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ class SamplerRecord:
     backend: Backend | None = None
     source_metric: str | None = None  # e.g. "nvmlDeviceGetPowerUsage"
     gpus: list[str] = field(default_factory=list)  # "<index>:<uuid>" of every GPU sampled
+    phase: str = ""  # the job's phase whose servers it samples with (disagg, aggregated)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
