@@ -310,6 +310,15 @@ def test_report_shows_energy_cost_and_where_disaggregation_gets_cheaper(tmp_path
         "(C=1 $2.000 vs $1.500, C=4 $0.500 vs $0.800)",
     ), section.findings
 
+    # within an SLO that the C=4 points miss (median TTFT 225 ms), only C=1 is compared
+    slo = {"ttft_p50": 100.0}
+    [section] = [s for s in build_report([run.path], slo=slo).sections if s.title == "Energy and cost per point"]
+    assert section.findings == (
+        f"{FIXTURE_RUN.name} (ISL 256, OSL 32): disaggregated is not cheaper per output token at the highest "
+        "concurrency compared (C=1 $2.000 vs $1.500)",
+    )
+    assert section.note.endswith("within the SLO ttft_p50 <= 100).")
+
     # a point without telemetry says so; it has no cost to compare, so no break-even is claimed
     name = "concurrency_4_req_rate_inf_gpus_2.json"
     run.power_point(name).write_text(_priced(name, "aggregated", None, valid=None).model_dump_json())

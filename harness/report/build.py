@@ -145,7 +145,7 @@ def build_report(
         bottleneck_table(loaded.runs),
         kv_handoff_table(loaded.runs),
         profile_table(loaded.runs),
-        energy_table(loaded.runs),
+        energy_table(loaded.runs, slo),
     )
     report.sections = truth_sections(truth_tables(loaded.runs, slo), slo)  # the answer first
     report.sections += [t for t in (*tables, crosscheck(loaded.runs, client_notes)) if t is not None]

@@ -4,12 +4,13 @@ baseline, counting only correct points (valid, outputs not failed)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from pydantic import ValidationError
 
 from harness.power.energy import GroupPower, PointPower
 from harness.report.model import SectionTable
+from harness.report.point_slo import failures
 from harness.report.points import Point, Run, serving
 from harness.rundir import RunDir
 
@@ -43,9 +44,14 @@ def point_power(run: Run, p: Point) -> PointPower | None:
         return None
 
 
-def correct(p: Point) -> bool:
-    """A point whose tokens count: not invalid, and its outputs not found to differ."""
-    return p.valid is not False and p.verdict != "invalid" and p.outputs_match != "failed"
+def correct(p: Point, slo: Mapping[str, float] | None = None) -> bool:
+    """A point whose tokens count: valid, no request failed, not cut short, its outputs not found to
+    differ, and within the report's SLO when one is given."""
+    return p.valid is not False and not failures(p, slo or {}) and p.outputs_match != "failed"
+
+
+def _slo_text(slo: Mapping[str, float]) -> str:
+    return ", ".join(f"{k} <= {v:g}" for k, v in slo.items())
 
 
 def _num(v: float | None, fmt: str) -> str:
@@ -85,13 +91,14 @@ def _row(run: Run, p: Point, pp: PointPower) -> tuple[str, ...]:
     )
 
 
-def break_even(found: list[tuple[Run, Point, PointPower]]) -> list[str]:
+def break_even(found: list[tuple[Run, Point, PointPower]], slo: Mapping[str, float] | None = None) -> list[str]:
     """Per run and shape with both kinds of point: from which concurrency on the disaggregated
-    points cost less per output token than the aggregated ones at the same concurrency."""
+    points cost less per output token than the aggregated ones at the same concurrency, among
+    the correct points (meeting the SLO when one is given)."""
     cost: dict[tuple[str, int | None, int | None], dict[str, dict[int, float]]] = {}
     for run, p, pp in found:
         usd = None if pp.cost is None else pp.cost.usd_per_mtok_output
-        if usd is None or not correct(p):
+        if usd is None or not correct(p, slo):
             continue
         cost.setdefault((run.label, p.isl, p.osl), {}).setdefault(serving(p), {})[p.concurrency] = usd
     out = []
@@ -113,7 +120,7 @@ def break_even(found: list[tuple[Run, Point, PointPower]]) -> list[str]:
     return out
 
 
-def energy_table(runs: list[Run]) -> SectionTable | None:
+def energy_table(runs: list[Run], slo: Mapping[str, float] | None = None) -> SectionTable | None:
     found = [(run, p, pp) for run in runs for p in run.points if (pp := point_power(run, p)) is not None]
     if not found:
         return None
@@ -129,7 +136,8 @@ def energy_table(runs: list[Run]) -> SectionTable | None:
         "$: the GPUs' time at the cluster's site.gpu_hour_usd, plus their energy at site.kwh_usd where given; "
         "$/Mtok out divides every GPU's cost by the output tokens (the aggregated baseline's comparison). "
         "Power missing: no telemetry (never read as zero); invalid: a GPU's samples did not cover the window. "
-        "The break-even counts correct points only (valid, outputs not failed).",
-        tuple(break_even(found)),
+        "The break-even counts correct points only (valid, no failed request, not cut short, outputs not "
+        "failed" + (f", within the SLO {_slo_text(slo)})." if slo else ")."),
+        tuple(break_even(found, slo)),
         words=("Power",),
     )
