@@ -17,6 +17,7 @@ from power_fakes import FAKE_AMD_SMI, FAKE_NVIDIA_SMI, FAKE_PYNVML, GPUS, fake_b
 
 from harness.config import load_recipe
 from harness.config.load import ConfigError
+from harness.power import package
 from harness.power.account import wait_for_samplers
 from harness.power.energy import (
     MAX_SAMPLE_GAP_S,
@@ -364,3 +365,27 @@ def test_node_0_waits_for_this_phases_samplers_not_an_earlier_ones(tmp_path: Pat
     assert wait_for_samplers(run.path, [0, 1], "aggregated", timeout_s=0.5) == [0, 1]  # bounded
     assert 0.5 <= time.monotonic() - t0 < 5
     assert wait_for_samplers(run.path, [0], "disagg", timeout_s=0.5) == []
+
+
+def test_a_planned_gpu_without_samples_fails_the_package(tmp_path: Path) -> None:
+    samples = {(0, 0): _series(0, 0, "GPU-p", lambda t: 300.0)}
+    manifest = package.write(
+        tmp_path / "pkg",
+        gpus=[PREFILL, DECODE],
+        hostnames={0: "host"},
+        samples=samples,
+        windows=[package.Window("r.json", "disagg", 8, 2.0, 6.0, 4.0)],
+        backend="nvml",
+        interval_s=0.25,
+        request_timeout_s=5.0,
+        started_at=0.0,
+        stopped_at=10.0,
+        producer_commit=None,
+        samplers=[],
+    )
+    assert [d["gpu_index"] for d in manifest["expected_devices"]] == [0, 1]
+    assert [d["gpu_index"] for d in manifest["observed_devices"]] == [0]
+    assert manifest["window_validations"][0]["reason_codes"] == ["measurement_window_not_bracketed"]
+    assert manifest["publication_valid"] is False
+    window = json.loads((tmp_path / "pkg" / "windows" / "r.json").read_text())
+    assert (window["status"], window["benchmark_start_time_unix"], window["duration"]) == ("completed", 2.0, 4.0)

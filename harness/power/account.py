@@ -247,7 +247,7 @@ def _write_package(
     backends = sorted({r.backend for r in live.values() if r.backend})
     package.write(
         run.power_package(phase),
-        gpus=[g for g in gpus if (g.node, g.index) in samples],
+        gpus=gpus,  # every GPU of the plan: one without samples fails the package, as it should
         hostnames=hostnames,
         samples=samples,
         windows=windows,
