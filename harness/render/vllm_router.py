@@ -74,7 +74,9 @@ def check_argv(argv: list[Word]) -> list[str]:
     try:
         with contextlib.redirect_stderr(err):
             parsed = parse_router_args(args)
-        parsed._validate_router_args()
+        # What its launcher checks before it starts the router (mode, URLs); private, so optional.
+        if callable(validate := getattr(parsed, "_validate_router_args", None)):
+            validate()
     except SystemExit:
         return [err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else "its parser exited"]
     except (ValueError, argparse.ArgumentError) as e:
