@@ -99,8 +99,7 @@ def line_rate(interface: str | None, sysfs: Path | None = None, hwaddr: str | No
         return LineRate(
             interface,
             None,
-            f"{d} is another network namespace's {interface} (address {seen}; this node's is {own}): sysfs "
-            "was mounted outside this node's namespace",
+            f"sysfs shows another network namespace's {interface} (address {seen}, not this node's {own})",
         )
     speed = _read(d / "speed")
     # A bond has no device of its own but a real speed: the sum of its links'.
