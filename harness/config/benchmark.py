@@ -62,7 +62,8 @@ class ValidityThresholds(BaseModel):
         description="A disaggregated point whose KV rate (bytes over the transfer time beyond "
         "kv_fixed_cost_ms a transfer, over the transfers of at least kv_judged_min_bytes) is below this share "
         "of the job's measured ceiling (state/kv_ceiling.json: a device-to-device or host copy between "
-        "prefill's and decode's devices) is invalid: degraded_transport. 0: never judged.",
+        "prefill's and decode's devices, or across hosts a TCP transfer between their nodes, at most the NIC's "
+        "line rate) is invalid: degraded_transport. 0: never judged.",
     )
     kv_fixed_cost_ms: NonNegativeFloat = Field(
         20.0,
