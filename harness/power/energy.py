@@ -132,6 +132,10 @@ class PointPower(BaseModel):
     roles: dict[str, GroupPower] = {}
     servers: dict[str, GroupPower] = {}
     max_sample_gap_s: dict[str, float] = {}
+    # A GPU that servers of several roles use (two instances on one GPU) -> those servers. Each
+    # role's energy counts it whole (its GPUs' board energy), so the roles' energies overlap and do
+    # not add up to the total, which counts every physical GPU once, as the GPU-time cost does.
+    shared_gpus: dict[str, list[str]] = {}
     cost: Cost | None = None
 
 
@@ -140,6 +144,32 @@ class Tokens:
     completed: int
     input: int
     output: int
+
+
+def _physical(g: Gpu) -> str:
+    """One physical GPU, however many servers (and local-launcher nodes) use and sample it."""
+    return g.uuid or f"{g.hostname}/gpu{g.index}"
+
+
+def _distinct(gpus: Sequence[Gpu]) -> list[Gpu]:
+    """Each physical GPU once: the first of the entries naming it (their samples are the same
+    GPU's, read by each node that samples it)."""
+    first: dict[str, Gpu] = {}
+    for g in gpus:
+        first.setdefault(_physical(g), g)
+    return list(first.values())
+
+
+def _shared(gpus: Sequence[Gpu]) -> dict[str, list[str]]:
+    roles: dict[str, set[str]] = {}
+    servers: dict[str, list[str]] = {}
+    labels: dict[str, str] = {}
+    for g in gpus:
+        key = _physical(g)
+        roles.setdefault(key, set()).add(g.role)
+        servers.setdefault(key, []).append(g.server)
+        labels.setdefault(key, g.label)
+    return {labels[k]: list(dict.fromkeys(servers[k])) for k in servers if len(roles[k]) > 1}
 
 
 def _group(
@@ -230,7 +260,8 @@ def point_power(
             counters[g] = _counter(rows, start, end)
         out.power_valid = not out.reasons
     if out.power_valid:
-        out.total = _group(gpus, energy, peaks, counters, duration, tokens.completed)
+        out.shared_gpus = _shared(gpus)
+        out.total = _group(_distinct(gpus), energy, peaks, counters, duration, tokens.completed)
         if tokens.input:
             out.total.j_per_input_token = out.total.energy_j / tokens.input
         if tokens.output:
@@ -238,7 +269,8 @@ def point_power(
         if tokens.input + tokens.output:
             out.j_per_total_token = out.total.energy_j / (tokens.input + tokens.output)
         for role in dict.fromkeys(g.role for g in gpus):
-            grp = _group([g for g in gpus if g.role == role], energy, peaks, counters, duration, tokens.completed)
+            mine = _distinct([g for g in gpus if g.role == role])
+            grp = _group(mine, energy, peaks, counters, duration, tokens.completed)
             if role == "prefill" and tokens.input:
                 grp.j_per_input_token = grp.energy_j / tokens.input
             if role == "decode" and tokens.output:
@@ -246,10 +278,12 @@ def point_power(
             out.roles[role] = grp
         for server in dict.fromkeys(g.server for g in gpus):
             out.servers[server] = _group(
-                [g for g in gpus if g.server == server], energy, peaks, counters, duration, tokens.completed
+                _distinct([g for g in gpus if g.server == server]), energy, peaks, counters, duration, tokens.completed
             )
     counts = dict(role_gpus) if role_gpus is not None else _role_gpus(gpus)
-    out.cost = cost(out, tokens, prices, sum(counts.values()), counts)
+    # The GPU-time of the whole is its physical GPUs': two roles' servers on one GPU pay for one.
+    whole = len({_physical(g) for g in gpus}) if gpus else sum(counts.values())
+    out.cost = cost(out, tokens, prices, whole, counts)
     return out
 
 
