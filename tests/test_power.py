@@ -301,7 +301,10 @@ def test_report_shows_energy_cost_and_where_disaggregation_gets_cheaper(tmp_path
     for name, (phase, usd) in priced.items():
         run.power_point(name).parent.mkdir(parents=True, exist_ok=True)
         run.power_point(name).write_text(_priced(name, phase, usd).model_dump_json())
-    [section] = [s for s in build_report([run.path]).sections if s.title == "Energy and cost per point"]
+    report = build_report([run.path])
+    # The energy records are named after the results they account, and are no results themselves.
+    assert list(run.path.glob("power/points/concurrency_*.json")) and not report.skipped, report.skipped
+    [section] = [s for s in report.sections if s.title == "Energy and cost per point"]
     rows = {(r[1], r[3]): dict(zip(section.headers, r, strict=True)) for r in section.rows}
     assert set(rows) == {("disagg", "1"), ("agg", "1"), ("disagg", "4"), ("agg", "4")}
     assert rows[("disagg", "1")]["Power"] == "valid" and rows[("disagg", "1")]["Prefill J/in tok"] == "0.0123"
