@@ -53,14 +53,25 @@ def current_context(run_dir: Path, root: Path, rr: ResolvedRecipe | None = None)
     return RenderContext(str(run_dir.resolve()), str(root.resolve()), python, git_commit(root))
 
 
+#: A tree shipped without its .git (scripts/device/snapshot.sh's `git archive`) names its commit here.
+COMMIT_FILE = ".pdbench-commit"
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
 def git_commit(root: Path) -> str | None:
+    """The commit the project at `root` runs: git's HEAD, else the commit its COMMIT_FILE names."""
     try:
         out = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
         )
         return out.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        named = (root / COMMIT_FILE).read_text().strip()
+    except OSError:
         return None
+    return named if _COMMIT.fullmatch(named) else None
 
 
 def _argv_lines(argv: list[Word], indent: int) -> str:

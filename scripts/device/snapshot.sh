@@ -7,6 +7,8 @@ cd "$(git rev-parse --show-toplevel)"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 git archive HEAD | tar -x -C "$tmp"
+# The archive has no .git: the commit for the runs' records (harness.render.job.COMMIT_FILE).
+git rev-parse HEAD >"$tmp/.pdbench-commit"
 for p in "$@"; do mkdir -p "$tmp/$(dirname "$p")"; cp -r "$p" "$tmp/$(dirname "$p")/"; done
 mkdir -p .cache
 tar -czf .cache/device-src.tar.gz.tmp -C "$tmp" .
