@@ -32,6 +32,7 @@ LAYERS = {
         "deployment",
         "truth",
         "truth_text",
+        "energy",
     },
     "render": {
         "cells",

@@ -21,9 +21,10 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import Field
 
 from harness.rundir.power_samples import Sample
+from harness.strict import Strict
 
 MAX_SAMPLE_GAP_S = 3.0  # InferenceX's (srt-slurm contract.MAX_SAMPLE_GAP_SECONDS)
 J_PER_KWH = 3.6e6
@@ -83,10 +84,9 @@ def largest_gap(times: Sequence[float], start: float, end: float) -> float | Non
     return max((b - a for a, b in itertools.pairwise(seq)), default=0.0)
 
 
-class GroupPower(BaseModel):
+class GroupPower(Strict):
     """A role's or a server's GPUs over the window."""
 
-    model_config = ConfigDict(extra="forbid")
     gpus: int
     energy_j: float
     mean_w: float  # per GPU: energy / window / GPUs
@@ -97,8 +97,7 @@ class GroupPower(BaseModel):
     j_per_request: float | None = None
 
 
-class Cost(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Cost(Strict):
     gpu_hour_usd: float | None = None
     kwh_usd: float | None = None
     gpus: int
@@ -113,10 +112,9 @@ class Cost(BaseModel):
     note: str = ""
 
 
-class PointPower(BaseModel):
+class PointPower(Strict):
     """power/points/<result file>: one point's energy and cost (harness.rundir RunDir.power_point)."""
 
-    model_config = ConfigDict(extra="forbid")
     result: str
     phase: str
     start_unix: float | None = None
@@ -125,17 +123,17 @@ class PointPower(BaseModel):
     # True: every GPU bracketed, no gap over the bound; False: reasons say why; None: no telemetry
     # at all (missing, with its reason), never read as zero.
     power_valid: bool | None
-    reasons: list[str] = []
+    reasons: list[str] = Field(default_factory=list)
     missing: str | None = None
     total: GroupPower | None = None
     j_per_total_token: float | None = None
-    roles: dict[str, GroupPower] = {}
-    servers: dict[str, GroupPower] = {}
-    max_sample_gap_s: dict[str, float] = {}
+    roles: dict[str, GroupPower] = Field(default_factory=dict)
+    servers: dict[str, GroupPower] = Field(default_factory=dict)
+    max_sample_gap_s: dict[str, float] = Field(default_factory=dict)
     # A GPU that servers of several roles use (two instances on one GPU) -> those servers. Each
     # role's energy counts it whole (its GPUs' board energy), so the roles' energies overlap and do
     # not add up to the total, which counts every physical GPU once, as the GPU-time cost does.
-    shared_gpus: dict[str, list[str]] = {}
+    shared_gpus: dict[str, list[str]] = Field(default_factory=dict)
     cost: Cost | None = None
 
 
