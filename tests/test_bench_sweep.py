@@ -706,7 +706,9 @@ def test_a_load_process_without_requests_in_flight_is_not_busy(model_dir, tmp_pa
     c1 = json.loads(one.path.read_text())
     c2 = json.loads(two.path.read_text())
     assert one.ok and c1["completed"] == 6 and c1["client"]["workers"] == 2  # the precondition: an idle process
-    assert c1["client"]["cpu_busy"][1] == 0.0 and c1["client"]["warnings"] == [], c1["client"]
+    # No CPU warning for either process (the event-loop lag is the machine's: a loaded CI host lags)
+    cpu_warnings = [w for w in c1["client"]["warnings"] if w.startswith("load process")]
+    assert c1["client"]["cpu_busy"][1] == 0.0 and cpu_warnings == [], c1["client"]
     assert c1["bottleneck"]["verdict"] != "client-bound", c1["bottleneck"]
     assert all(b > 0 for b in c2["client"]["cpu_busy"]), c2["client"]  # both worked at C=2
     assert _load_workers() == []
