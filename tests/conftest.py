@@ -26,7 +26,7 @@ def port_base(base: int) -> int:
     return base + offset + 100 * int(worker.removeprefix("gw") or 0)
 
 
-#: The lane of each module of real-vLLM tests (marker `vllm`). Unless PDBENCH_TEST_LANES=0,
+#: The lane of each module of real-vLLM tests (marker `vllm`). With PDBENCH_TEST_LANES=1,
 #: scripts/test.sh runs two lanes as two pytest processes at once (`--lane slurm,connector`
 #: beside `--lane local`), then the lane `alone` by itself: a lane's tests run serially because
 #: they share what the lane owns, while the other lane runs beside them (most of a job's time
