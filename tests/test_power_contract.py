@@ -39,7 +39,8 @@ pytestmark = pytest.mark.timeout(60)
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMIT = "843c6254ff69b567f772f6a5fd97675af3d04431"
-MIRROR = Path("/work/.mirror/SemiAnalysisAI+InferenceX/repo")
+# A fetched mirror beside the checkout (the tool library's layout), else PDBENCH_INFERENCEX_GIT.
+MIRROR = ROOT.parent / ".mirror" / "SemiAnalysisAI+InferenceX" / "repo"
 SCRIPTS = ("utils/aggregate_power.py", "utils/aggregate_power_multinode.py")
 PDBENCH_COMMIT = "0123456789abcdef0123456789abcdef01234567"
 RESULT = "concurrency_8_req_rate_inf_gpus_2_ctx_1_gen_1.json"
