@@ -25,6 +25,15 @@ Goal (exit 0 only when met): at every streamed concurrency, pdbench's CPU per re
 more than 1.1x vllm-router's tokens per client read (else its figure would be flattered by
 batching). pdbench's and vllm-router's cost above the floor is printed beside it.
 
+The router's own overhead, by vllm-router's published method (its docs/benchmarks/
+router_overhead.md: mock workers, the router's mean latency minus the direct mean, the router
+process's CPU alone, at least three repeats): for pdbench and vllm-router at every streamed
+concurrency, each round's mean latency (and mean TTFT, and mean time per streamed token after
+the first) minus "direct"'s in the same round, and the router's own CPU per request and per
+token; mean ± the 95% t-interval over the rounds (harness.interval, as the report's repeats).
+Direct is one hop to decode: a PD request through a router also makes the (zero-delay) prefill
+leg, so that hop is part of the router's figure, as it is of any PD router's. Not judged.
+
 Then, labelled as such, the batched (ITL 0) table of the earlier version: the decode's 64
 tokens come in one write, so it measures per-request work (CPU per request, req/s, latency)
 and hides the per-token relay cost. Its references: "direct" (one hop) and "two-phase
@@ -66,6 +75,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from benchmarks.common import conditions_text, free_port, rotated, spread  # noqa: E402
+from harness.interval import t_interval  # noqa: E402
 
 PROMPT = " ".join(["benchmark"] * 128)
 TWO_PHASE = "two-phase direct"
@@ -637,6 +647,64 @@ def report_streamed(runs: list[Run], args: argparse.Namespace) -> tuple[list[tup
     return goals, rows
 
 
+def _mean(xs: list[float]) -> float:
+    return statistics.fmean(xs) if xs else float("nan")
+
+
+def _per_token_s(run: Run) -> list[float]:
+    """Each request's mean time per streamed token after the first."""
+    return [(lat - ttft) / (STREAM_OSL - 1) for lat, ttft in zip(run.latencies, run.ttfts, strict=True)]
+
+
+def overhead_rows(runs: list[Run], args: argparse.Namespace) -> list[dict]:
+    """Each router's overhead over direct, by vllm-router's method (router_overhead.md): per round,
+    its mean minus direct's mean in the same round; router-only CPU; the interval over the rounds."""
+    rows: list[dict[str, Any]] = []
+    for c in args.stream_concurrency:
+        direct = {r.round: r for r in pick(runs, "direct", c)}
+        for name in ("pdbench", "vllm-router"):
+            rs = [r for r in pick(runs, name, c) if r.round in direct and r.latencies and direct[r.round].latencies]
+            if len(rs) < 2:
+                continue
+            added = {
+                "latency_ms": [(_mean(r.latencies) - _mean(direct[r.round].latencies)) * 1e3 for r in rs],
+                "ttft_ms": [(_mean(r.ttfts) - _mean(direct[r.round].ttfts)) * 1e3 for r in rs],
+                "per_token_us": [(_mean(_per_token_s(r)) - _mean(_per_token_s(direct[r.round]))) * 1e6 for r in rs],
+            }
+            cpu = {
+                "cpu_us_per_request": [r.cpu_us_per_request for r in rs],
+                "cpu_us_per_token": [r.cpu_us_per_token for r in rs],
+            }
+            rows.append(
+                {"target": name, "concurrency": c, "rounds": len(rs)}
+                | {f"added_{k}": t_interval(v).to_json() | {"rounds": v} for k, v in added.items()}
+                | {k: t_interval(v).to_json() | {"rounds": v} for k, v in cpu.items()}
+            )
+    return rows
+
+
+def report_overhead(rows: list[dict], runs: list[Run], args: argparse.Namespace) -> None:
+    """Print the overhead table (not judged)."""
+    print(
+        f"\nRouter overhead by vllm-router's method (docs/benchmarks/router_overhead.md; not judged). Conditions: "
+        f"the streamed runs above (mock workers: zero-delay prefill, decode ITL {STREAM_ITL_MS:g} ms, OSL "
+        f"{STREAM_OSL}); per round, the router's mean minus direct's mean in the same round (direct: one hop to "
+        f"decode, so the prefill leg is in the router's figure); router-only CPU = its process tree; mean ± 95% "
+        f"t-interval over {args.rounds} rounds; {os.cpu_count()} CPUs, shared; 1-min load average at the runs' "
+        f"starts {loads_text(runs)}"
+    )
+    print(
+        f"{'conc':>4}  {'router':<12} {'+mean latency ms':>17} {'+mean TTFT ms':>15} {'+per token us':>15} "
+        f"{'CPU us/req':>13} {'CPU us/token':>13}"
+    )
+    for row in rows:
+        cell = lambda key, d=2, row=row: t_interval(row[key]["rounds"]).text(d)  # noqa: E731
+        print(
+            f"{row['concurrency']:>4}  {row['target']:<12} {cell('added_latency_ms'):>17} {cell('added_ttft_ms'):>15} "
+            f"{cell('added_per_token_us', 1):>15} {cell('cpu_us_per_request', 0):>13} {cell('cpu_us_per_token'):>13}"
+        )
+
+
 def report_batched(runs: list[Run], args: argparse.Namespace) -> list[dict]:
     """Print the batched (ITL 0) table, judged by no goal; return its rows."""
     ms = 1000.0
@@ -735,6 +803,8 @@ def main() -> int:
     batched = [] if args.no_batched else run_phase(args, tmp / "batched", batched=True)
     when["end"] = conditions_text()
     goals, stream_rows = report_streamed(streamed, args)
+    overhead = overhead_rows(streamed, args)
+    report_overhead(overhead, streamed, args)
     batch_rows = report_batched(batched, args) if batched else []
     print(f"\nstarted {when['streamed']}; streamed part ended {when['batched']}; all ended {when['end']}")
     print()
@@ -747,6 +817,7 @@ def main() -> int:
                 {
                     "conditions": when,
                     "streamed": stream_rows,
+                    "overhead": overhead,
                     "batched": batch_rows,
                     "goals": [{"what": t, "goal": g, "met": ok} for t, g, ok in goals],
                 },

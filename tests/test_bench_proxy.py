@@ -161,3 +161,26 @@ def test_streamed_verdict_needs_cheaper_tokens_no_failures_and_no_more_batching(
     # Cheaper only because pdbench got its tokens more batched than the peer did: not a pass.
     assert not verdict(6.0, 11.0, 0, 2.0, 1.0)
     assert verdict(10.0, 11.0, 0, 1.1, 1.0) and not verdict(10.0, 11.0, 0, 1.11, 1.0)
+
+
+def test_overhead_is_each_rounds_mean_minus_direct_with_router_only_cpu() -> None:
+    osl = bench_proxy.STREAM_OSL
+
+    def run(target: str, rnd: int, lat: float, ttft: float, cpu_s: float = 0.0) -> bench_proxy.Run:
+        r = bench_proxy.Run(target, 8, rnd, 0.0, cpu_s=cpu_s, sent=2, tokens=2 * osl)
+        r.latencies, r.ttfts = [lat, lat + 0.002], [ttft, ttft]
+        return r
+
+    # Direct drifts from round to round; the router adds 3 ms, 4 ms, 5 ms over its own round's direct.
+    runs = [run("direct", k, 0.100 * k, 0.010) for k in (1, 2, 3)]
+    runs += [run("pdbench", k, 0.100 * k + 0.002 + k * 0.001, 0.011, cpu_s=0.001 * k) for k in (1, 2, 3)]
+    args = type("A", (), {"stream_concurrency": [8], "rounds": 3})()
+    (row,) = bench_proxy.overhead_rows(runs, args)  # type: ignore[arg-type]  # only the fields it reads
+    assert row["target"] == "pdbench" and row["rounds"] == 3  # vllm-router has no runs: no row
+    added = row["added_latency_ms"]
+    assert added["rounds"] == pytest.approx([3.0, 4.0, 5.0]) and added["mean"] == pytest.approx(4.0)
+    assert added["half_width"] == pytest.approx(4.303 * 1.0 / 3**0.5, rel=1e-3)  # t(0.975, 2) * s / sqrt(n)
+    assert row["added_ttft_ms"]["mean"] == pytest.approx(1.0)
+    # Per streamed token after the first: the added time after the first token, over OSL - 1 tokens.
+    assert row["added_per_token_us"]["rounds"] == pytest.approx([(a - 1.0) * 1e3 / (osl - 1) for a in (3, 4, 5)])
+    assert row["cpu_us_per_request"]["rounds"] == pytest.approx([500.0, 1000.0, 1500.0])  # its own CPU alone
