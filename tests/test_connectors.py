@@ -1,4 +1,4 @@
-"""The table of KV connectors (harness/connectors/) is the one place connector knowledge lives:
+"""The table of KV connectors (harness/kv_connectors/) is the one place connector knowledge lives:
 the recipe schema, the proxy and its CLI, render and validity take their names and facts from
 it, and a connector added to the table reaches every one of them without another edit."""
 
@@ -13,7 +13,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from harness import connectors
+from harness import kv_connectors as connectors
 from harness.config.schema import ConnectorSpec
 from harness.proxy import cli as proxy_cli
 from harness.proxy.config import ProxyConfig
@@ -27,7 +27,7 @@ def test_every_entry_is_whole_and_named_by_its_module() -> None:
     assert connectors.TABLE, "the table is empty"
     for name, entry in connectors.TABLE.items():
         assert entry.name == name
-        assert (ROOT / "harness" / "connectors" / f"{name}.py").is_file(), name
+        assert (ROOT / "harness" / "kv_connectors" / f"{name}.py").is_file(), name
         assert entry.proxy.flow in FLOWS, f"{name}: flow {entry.proxy.flow!r} is not in harness.proxy.flows.FLOWS"
         assert entry.proxy.settings <= set(ProxyConfig.model_fields), name
         assert set(entry.proxy.required) <= set(ProxyConfig.model_fields), name
@@ -105,13 +105,13 @@ def test_an_unknown_name_is_named_with_the_known_ones() -> None:
 
 
 # Run in a fresh interpreter: one entry added to the table before the consumers are imported,
-# exactly as a new module listed in harness/connectors/__init__.py would be.
+# exactly as a new module listed in harness/kv_connectors/__init__.py would be.
 _NEW_CONNECTOR = """
 import dataclasses, json, sys, tempfile
 from pathlib import Path
-from harness import connectors
-from harness.connectors import nixl
-from harness.connectors.entry import EnvVar, KvEvidence, Package, PortRange, ProxyUse, Setting, Value
+from harness import kv_connectors as connectors
+from harness.kv_connectors import nixl
+from harness.kv_connectors.entry import EnvVar, KvEvidence, Package, PortRange, ProxyUse, Setting, Value
 
 connectors.TABLE["fakekv"] = dataclasses.replace(
     nixl.ENTRY,
@@ -135,7 +135,7 @@ from harness.config import load_recipe
 from harness.proxy.config import ProxyConfig
 from harness.proxy.flows import make_flow
 from harness.render import RenderContext, render_job
-from harness.validity.connectors import evidence_for
+from harness.validity.kv_evidence import evidence_for
 
 rr = load_recipe("dsr1-fp8-mi355x-moriio-1p2d", ["connector.name=fakekv", "connector.notify_port=7100"])
 out = Path(tempfile.mkdtemp())

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import harness
-from harness import connectors
+from harness import kv_connectors
 from harness.bench.client_config import ClientConfig
 from harness.bench.runtime_info import (
     image_digest,
@@ -180,7 +180,7 @@ def test_pdbench_run_from_its_tree_reports_its_version(monkeypatch) -> None:
 
     monkeypatch.setattr(package_probe.md, "version", missing)
     monkeypatch.setattr(package_probe, "_by_import", [{}])
-    out = package_probe.probe(connectors.packages())
+    out = package_probe.probe(kv_connectors.packages())
     assert out["versions"]["pdbench"] == harness.__version__ and "pdbench" not in out["reasons"]
     assert out["versions"]["torch"] is None and "no distribution torch" in out["reasons"]["torch"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.connectors import get_kv, kv_names
+from harness.kv_connectors import get_kv, kv_names
 from harness.validity import ClientCounts, ServerScrapes, ValidityThresholds
 from harness.validity import evaluate as _evaluate
 

@@ -15,7 +15,7 @@ from pydantic import (
     model_validator,
 )
 
-from harness import connectors
+from harness import kv_connectors
 from harness.config.benchmark import ENDPOINT_PATHS, BenchmarkSettings
 from harness.rundir.paths import METRICS, SENTINELS
 
@@ -98,7 +98,7 @@ class ClientConfig(BenchmarkSettings):
     kv_connector: str | None = Field(
         None,
         description="The disaggregated deployment's KV connector: which of its counters prove a KV transfer "
-        "(harness.validity.connectors). Without it only vLLM's scheduler counters and any connector-looking "
+        "(harness.validity.kv_evidence). Without it only vLLM's scheduler counters and any connector-looking "
         "failure counters are read.",
         json_schema_extra={"cli_default": "none"},
     )
@@ -222,7 +222,7 @@ class ClientConfig(BenchmarkSettings):
     @classmethod
     def _check_connector(cls, v: str | None) -> str | None:
         if v is not None:
-            connectors.get_kv(v)  # the connector table is the one list of names
+            kv_connectors.get_kv(v)  # the connector table is the one list of names
         return v
 
     @field_validator("base_url")

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import __version__, connectors
+from harness import __version__, kv_connectors
 from harness.bench.client_config import ClientConfig
 from harness.bench.validity_probe import parse_target
 from harness.rundir.package_probe import PROBE_TIMEOUT_S, keys
@@ -35,7 +35,7 @@ VERSION_TIMEOUT_S = 5.0
 # A node records its servers once they are healthy, which may be just after node 0 saw them
 # healthy: wait for the records that long, and for the node's own bound on reading them.
 RECORD_WAIT_S = PROBE_TIMEOUT_S + 10.0
-PACKAGE_KEYS = keys(connectors.packages())
+PACKAGE_KEYS = keys(kv_connectors.packages())
 
 
 def served_vllm_version(base_url: str, timeout: float = VERSION_TIMEOUT_S) -> tuple[str | None, str | None]:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harness import connectors
+from harness import kv_connectors
 from harness.rundir.kv_ceiling import KvCeiling
 from harness.rundir.paths import log_name
 from harness.rundir.prefix_cache_summary import PrefixCacheSummary
@@ -136,7 +136,7 @@ class PointProbe:
         point's end."""
         if self.connector is None or not self.disaggregated:
             return False
-        ev = connectors.get_kv(self.connector).evidence
+        ev = kv_connectors.get_kv(self.connector).evidence
         return ev is not None and ev.handoff == "vllm_nixl_metrics"
 
     async def cancel(self) -> None:

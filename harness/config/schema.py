@@ -16,7 +16,7 @@ from pydantic import (
     model_validator,
 )
 
-from harness import connectors
+from harness import kv_connectors
 from harness.config.accuracy import AccuracySpec
 from harness.config.benchmark import BenchmarkSettings
 from harness.config.cpus import parse_groups
@@ -285,11 +285,11 @@ TransferConfigKey = Literal["kv_load_failure_policy", "kv_port", "enable_permute
 if TYPE_CHECKING:
     ConnectorName = str
 else:  # the table's KV connectors, as a Literal so that the recipe reference lists them
-    ConnectorName = Literal[connectors.kv_names()]
+    ConnectorName = Literal[kv_connectors.kv_names()]
 
 
 class ConnectorSpec(Strict):
-    name: ConnectorName = Field(description=f"KV connector: {connectors.described(connectors.kv_names(), 'or ')}")
+    name: ConnectorName = Field(description=f"KV connector: {kv_connectors.described(kv_connectors.kv_names(), 'or ')}")
     kv_buffer_device: Literal["cpu", "cuda"] | None = Field(
         None, description="kv_transfer_config.kv_buffer_device; cpu for vLLM on CPU; default: vLLM's"
     )
@@ -323,7 +323,7 @@ class ConnectorSpec(Strict):
     @model_validator(mode="after")
     def _extra_keys(self) -> ConnectorSpec:
         # A connector that rejects unknown keys at start-up: say so before the job queues.
-        accepted = connectors.get(self.name).extra_keys
+        accepted = kv_connectors.get(self.name).extra_keys
         unknown = sorted(set(self.extra_config) - set(accepted)) if accepted is not None else []
         if unknown:
             raise ValueError(
@@ -577,14 +577,14 @@ class Recipe(Strict):
 
     @model_validator(mode="after")
     def _proxy_workers(self) -> Recipe:
-        use = connectors.get(self.connector.name).proxy
+        use = kv_connectors.get(self.connector.name).proxy
         if self.proxy.workers > 1 and use.single_process:
             raise ValueError(
-                f"proxy.workers: {connectors.get(self.connector.name).title} keeps its registrations in one proxy "
+                f"proxy.workers: {kv_connectors.get(self.connector.name).title} keeps its registrations in one proxy "
                 "process; it must be 1"
             )
         if self.proxy.overlap and "overlap" not in use.settings:
-            early = " or ".join(connectors.accepting("overlap"))
+            early = " or ".join(kv_connectors.accepting("overlap"))
             raise ValueError(f"proxy.overlap: only the {early} connector can pull early, not {self.connector.name}")
         return self
 
@@ -593,8 +593,8 @@ class Recipe(Strict):
         p = self.proxy
         if p.kind != "vllm-router":
             return self
-        if connectors.get(self.connector.name).vllm_router is None:
-            served = ", ".join(n for n in connectors.kv_names() if connectors.get(n).vllm_router is not None)
+        if kv_connectors.get(self.connector.name).vllm_router is None:
+            served = ", ".join(n for n in kv_connectors.kv_names() if kv_connectors.get(n).vllm_router is not None)
             raise ValueError(
                 f"proxy.kind: vllm-router does not serve the {self.connector.name} connector "
                 f"(it serves {served}); use proxy.kind: pdbench for {self.connector.name}"

@@ -25,13 +25,13 @@ from typing import Any
 
 import psutil
 
-from harness import atomic, connectors
+from harness import atomic, kv_connectors
 from harness.rundir import RunDir, package_probe
 
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = package_probe.PROBE_TIMEOUT_S
-PACKAGE_KEYS = package_probe.keys(connectors.packages())
+PACKAGE_KEYS = package_probe.keys(kv_connectors.packages())
 # The environment variables that decide an interpreter's sys.path: servers that share the
 # interpreter and these share one probe.
 _PATH_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONNOUSERSITE", "PYTHONSAFEPATH")
@@ -98,7 +98,7 @@ def probe(interp: Interpreter, timeout: float = PROBE_TIMEOUT_S) -> dict[str, An
     source = Path(package_probe.__file__).read_text()
     try:
         r = subprocess.run(
-            [interp.python, "-c", source, json.dumps(connectors.packages())],
+            [interp.python, "-c", source, json.dumps(kv_connectors.packages())],
             env=interp.env,
             cwd="/",  # nothing of the run directory on sys.path
             stdin=subprocess.DEVNULL,

@@ -16,7 +16,7 @@ import typer
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
-from harness import connectors, exit_codes
+from harness import exit_codes, kv_connectors
 from harness.proxy.config import ProxyConfig
 from harness.proxy.server import serve
 
@@ -40,7 +40,7 @@ def _optional(annotation: Any) -> Any:
 
 def _choices(name: str, annotation: Any) -> tuple[str, ...]:
     if name == "connector":  # the table's names, each with what it is
-        return (connectors.described(connectors.proxy_names()),)
+        return (kv_connectors.described(kv_connectors.proxy_names()),)
     return tuple(map(str, get_args(annotation))) if get_origin(annotation) is Literal else ()
 
 

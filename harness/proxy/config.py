@@ -6,18 +6,18 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from harness import connectors
-from harness.connectors.entry import Connector, ProxyUse
+from harness import kv_connectors
+from harness.kv_connectors.entry import Connector, ProxyUse
 from harness.strict import Strict
 
 if TYPE_CHECKING:
     ConnectorName = str
 else:  # every connector of the table; none: each request whole to one --aggregated instance
-    ConnectorName = Literal[connectors.proxy_names()]
+    ConnectorName = Literal[kv_connectors.proxy_names()]
 Policy = Literal["round_robin", "least_outstanding", "prefix_hash", "session"]
 
 # The settings some connectors take (ProxyUse.settings): any other connector rejects them.
-_CONNECTOR_SETTINGS = frozenset(s for c in connectors.TABLE.values() for s in c.proxy.settings)
+_CONNECTOR_SETTINGS = frozenset(s for c in kv_connectors.TABLE.values() for s in c.proxy.settings)
 
 
 def _cli(**meta: Any) -> dict[str, Any]:
@@ -152,7 +152,7 @@ class ProxyConfig(Strict):
 
     @property
     def entry(self) -> Connector:
-        return connectors.get(self.connector)
+        return kv_connectors.get(self.connector)
 
     @property
     def use(self) -> ProxyUse:
@@ -188,7 +188,7 @@ class ProxyConfig(Strict):
                 raise ValueError(f"connector {name} needs {setting} (--{setting.replace('_', '-')})")
         for setting in sorted(_CONNECTOR_SETTINGS - use.settings):
             if getattr(self, setting) != type(self).model_fields[setting].get_default(call_default_factory=True):
-                raise ValueError(f"{setting} only applies to connector {' or '.join(connectors.accepting(setting))}")
+                raise ValueError(f"{setting} only applies to connector {' or '.join(kv_connectors.accepting(setting))}")
         if len(self.bootstrap_ports) > 1 and len(self.bootstrap_ports) != len(self.prefill):
             raise ValueError("give one bootstrap port, or one per prefill URL")
         if self.workers > 1 and use.single_process:

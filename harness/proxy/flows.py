@@ -19,7 +19,7 @@ import json
 import random
 from typing import Any, ClassVar
 
-from harness import connectors
+from harness import kv_connectors
 from harness.proxy.backends import Backend, hash64
 
 try:  # orjson is several times faster; the stdlib is the fallback.
@@ -409,8 +409,8 @@ FLOWS: dict[str, type[Flow]] = {
 
 
 def make_flow(connector: str, moriio_mode: str | None = None, overlap: bool = False) -> Flow:
-    """The flow of a connector of the table (harness.connectors), with the proxy's settings."""
-    name = connectors.get(connector).proxy.flow
+    """The flow of a connector of the table (harness.kv_connectors), with the proxy's settings."""
+    name = kv_connectors.get(connector).proxy.flow
     try:
         flow = FLOWS[name]
     except KeyError:

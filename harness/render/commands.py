@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import connectors
+from harness import kv_connectors
 from harness.config.load import ResolvedRecipe
 from harness.config.schema import Flags
-from harness.connectors.entry import Setting, Value
+from harness.kv_connectors.entry import Setting, Value
 from harness.rundir.paths import LOGS, PROXY_TIMINGS, SECRET, STATE, bench_config_name, metrics_subdir, sentinels_subdir
 from harness.rundir.profile_summary import capture_dir
 from harness.topology import JobPlan, Phase, Worker
@@ -94,7 +94,7 @@ def _setting(rr: ResolvedRecipe, setting: Setting, worker: Worker) -> Word | int
 
 def kv_transfer_config(rr: ResolvedRecipe, worker: Worker) -> dict[str, Any]:
     c = rr.recipe.connector
-    entry = connectors.get_kv(c.name)
+    entry = kv_connectors.get_kv(c.name)
     cfg: dict[str, Any] = {
         "kv_connector": entry.vllm_class,
         "kv_role": "kv_producer" if worker.role == "prefill" else "kv_consumer",
@@ -154,7 +154,7 @@ def server_env(rr: ResolvedRecipe, worker: Worker) -> dict[str, Word]:
     """Environment of one vLLM server, later keys winning: the connector's defaults, model, role,
     recipe, topology, then the connector's job values."""
     m, role = rr.model, getattr(rr.recipe.topology, worker.role)
-    kv = connectors.get_kv(rr.recipe.connector.name)
+    kv = kv_connectors.get_kv(rr.recipe.connector.name)
     env: dict[str, Word] = dict(kv.env_defaults) if worker.role in ("prefill", "decode") else {}
     env.update({**m.env, **model_role_env(rr, worker.role)})
     env.update(rr.recipe.env)
@@ -322,11 +322,11 @@ def json_word(obj: Any) -> Word:
 
 def proxy_argv(rr: ResolvedRecipe, plan: JobPlan, phase: Phase = "disagg") -> list[Word]:
     p, c = rr.recipe.proxy, rr.recipe.connector
-    use = connectors.get_kv(c.name).proxy
+    use = kv_connectors.get_kv(c.name).proxy
     if phase == "aggregated":
         # The baseline: the same proxy, forwarding each request whole to one instance.
         words: list[Word] = [PYTHON, "-m", "harness", "proxy", "--host", "127.0.0.1", "--port", str(p.port)]
-        words += ["--connector", connectors.NONE.name, "--policy", p.policy]
+        words += ["--connector", kv_connectors.NONE.name, "--policy", p.policy]
         if p.workers > 1:
             words += ["--workers", str(p.workers)]
         words += ["--request-timeout-s", f"{p.request_timeout_s:g}"]

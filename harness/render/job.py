@@ -16,7 +16,7 @@ from typing import Any
 import jinja2
 import yaml
 
-from harness import __version__, atomic, connectors
+from harness import __version__, atomic, kv_connectors
 from harness.config.load import ConfigError, ResolvedRecipe
 from harness.render import commands as cmd
 from harness.render.commands import Shell, Word, quote
@@ -335,7 +335,7 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext, job_plan: 
                 "harness.proxy.server",
                 "harness.bench.client",
                 # What the connector needs importable in the image besides vLLM.
-                *connectors.get_kv(rr.recipe.connector.name).image_modules,
+                *kv_connectors.get_kv(rr.recipe.connector.name).image_modules,
                 # proxy.kind vllm-router runs in the image's Python too.
                 *(["vllm_router.launch_router"] if rr.recipe.proxy.kind == "vllm-router" else []),
             ],

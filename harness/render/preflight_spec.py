@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from harness import connectors
+from harness import kv_connectors
 from harness.config.load import ResolvedRecipe
-from harness.connectors.entry import PortRange
+from harness.kv_connectors.entry import PortRange
 from harness.render import commands as cmd
 from harness.topology import JobPlan, PreflightSpec, Worker
 
@@ -27,7 +27,7 @@ def _ports(rr: ResolvedRecipe, used: PortRange, w: Worker, rank: int, per_node: 
 
 def preflight_spec(rr: ResolvedRecipe, p: JobPlan, root: str) -> PreflightSpec:
     t, c = rr.recipe.topology, rr.recipe.connector
-    entry = connectors.get_kv(c.name)
+    entry = kv_connectors.get_kv(c.name)
     gpus: dict[int, int] = {}
     ports: dict[int, set[int]] = {}
     memory: dict[int, int] = {}

@@ -16,7 +16,7 @@ import argparse
 import contextlib
 import io
 
-from harness import connectors
+from harness import kv_connectors
 from harness.config.load import ResolvedRecipe
 from harness.render.commands import NODE_ADDR, PYTHON, Shell, Word, concrete, node_addr
 from harness.topology import JobPlan, Phase
@@ -40,14 +40,14 @@ def router_argv(rr: ResolvedRecipe, plan: JobPlan, phase: Phase = "disagg") -> l
             *(Shell(f"http://{node_addr(w.node).text}:{w.port}") for w in plan.role("aggregated")),
         ]
         return argv
-    use = connectors.get_kv(c.name).vllm_router
+    use = kv_connectors.get_kv(c.name).vllm_router
     assert use is not None, f"validate refuses vllm-router with {c.name}"
     argv += ["--vllm-pd-disaggregation", "--kv-connector", use.kv_connector]
     if use.discovery:
         # Workers on every node register, so it binds the node's address (their proxy_ip).
         argv += ["--vllm-discovery-address", Shell(f"{NODE_ADDR.text}:{c.proxy_ping_port}")]
         return argv
-    bootstrap = connectors.get_kv(c.name).proxy.bootstrap_port is not None
+    bootstrap = kv_connectors.get_kv(c.name).proxy.bootstrap_port is not None
     for w in plan.role("prefill"):
         argv += ["--prefill", Shell(f"http://{node_addr(w.node).text}:{w.port}")]
         if bootstrap:  # Mooncake's bootstrap server on the prefill's HTTP leader

@@ -21,7 +21,7 @@ PROBE_TIMEOUT_S = 20.0
 # (the key in the record, distribution names to try in order, the import name). A build may
 # ship a package under another distribution name (nixl-cu12); the import name finds it then.
 Spec = tuple[str, tuple[str, ...], str]
-# What every probe reports; the caller adds the KV connectors' packages (harness.connectors),
+# What every probe reports; the caller adds the KV connectors' packages (harness.kv_connectors),
 # which this script, run with the standard library alone, cannot import.
 PACKAGES: tuple[Spec, ...] = (
     # The installed vLLM distribution: its version carries the build's label (0.32.0+cpu), which

@@ -1,7 +1,7 @@
 """How a point's KV moved: bytes, transfers, the time and rate per transfer and the lane, from
 what the connector itself reports (the format: harness.rundir.kv_handoff_summary).
 
-Two sources, per connector (what each exports: harness/connectors/<name>.py):
+Two sources, per connector (what each exports: harness/kv_connectors/<name>.py):
 - the bundled connector writes one line per request on decode (connector/timings.py): its bytes,
   its pull and the pull's wait for prefill's answer, and whether the bytes came by CUDA IPC or TCP.
   The transfer is the pull less that wait, per request: exact percentiles and the proven lane.
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from harness import connectors
+from harness import kv_connectors
 from harness.config.benchmark import ValidityThresholds
 from harness.rundir.kv_handoff_summary import KvHandoffSummary, Spread
 from harness.rundir.paths import log_name
@@ -51,7 +51,7 @@ def point_handoff(
     (NIXL's lane is read from decode's), None when the client was not given it."""
     if connector is None:
         return None
-    source = connectors.get_kv(connector).evidence
+    source = kv_connectors.get_kv(connector).evidence
     how = source.handoff if source is not None else None
     if how == "connector_records":
         return from_connector_records(

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from harness import connectors
+from harness import kv_connectors
 from harness.config.benchmark import ValidityThresholds
 from harness.rundir.kv_ceiling import KvCeiling
 from harness.rundir.kv_handoff_summary import KvHandoffSummary
@@ -90,7 +90,7 @@ def judge(
     beyond = "" if not fixed_ms else f" ({effective:.2f} GB/s beyond {fixed_ms:g} ms a transfer)"
     what = f"{moved}{beyond}, {percent(share)} of the ceiling {ceiling.describe()}"
     if share < need:
-        evidence = connectors.get_kv(connector).evidence if connector else None
+        evidence = kv_connectors.get_kv(connector).evidence if connector else None
         causes = evidence.slow_causes if evidence is not None else "a wrong NIC or transport for the path"
         return rule(
             "failed",

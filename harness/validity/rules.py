@@ -7,7 +7,7 @@ rule (`kv_transferred`, the one that proves decode loaded the prompt's KV rather
 it), for an aggregated one every server-side rule; else "valid". `valid` mirrors it as
 true / false / null (null: unverified, so a caller that rejects only `valid is False` keeps
 unverified points and one that wants evidence can ask for `true`). Which counters prove a
-transfer depends on the connector: harness.validity.connectors.
+transfer depends on the connector: harness.validity.kv_evidence.
 """
 
 from __future__ import annotations
@@ -16,21 +16,21 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from harness import connectors
+from harness import kv_connectors
 from harness.config.benchmark import ValidityThresholds
-from harness.connectors.entry import KvEvidence
-from harness.validity.connectors import EXTERNAL_HITS, LOCAL_COMPUTE, evidence_for
+from harness.kv_connectors.entry import KvEvidence
+from harness.validity.kv_evidence import EXTERNAL_HITS, LOCAL_COMPUTE, evidence_for
 from harness.validity.series import Scrape, delta
 
 PROMPT_TOKENS = r"vllm:prompt_tokens(_total)?"
 GENERATION_TOKENS = r"vllm:generation_tokens(_total)?"
-_NAMES = "|".join(connectors.kv_names())
+_NAMES = "|".join(kv_connectors.kv_names())
 TRANSFER_BYTES = rf"(vllm:)?\w*({_NAMES}|kv)\w*bytes_transferred(_total|_sum)?"
 # Decode-side transfer durations (NIXL's reads, the bundled connector's pulls): sum and count;
 # each connector's own receive histogram, and names that look like one.
 _RECEIVE_HISTS = [
     e.evidence.received.removesuffix("_count")
-    for e in connectors.TABLE.values()
+    for e in kv_connectors.TABLE.values()
     if e.evidence and e.evidence.received and e.evidence.received.endswith("_count")
 ]
 _TRANSFER_HIST = "|".join(
@@ -166,7 +166,7 @@ def evaluate(
     thresholds: ValidityThresholds = ValidityThresholds(),
     connector: str | None = None,
 ) -> PointValidity:
-    """`connector`: the deployment's KV connector (harness.validity.connectors), None when unknown."""
+    """`connector`: the deployment's KV connector (harness.validity.kv_evidence), None when unknown."""
     ev = evidence_for(connector)
     found: dict[str, set[str]] = {}
     roles: dict[str, RoleStats] = {}

@@ -1,6 +1,6 @@
 """Which UCX transport carried NIXL's KV, from UCX's own account in a server's log.
 
-With `UCX_PROTO_INFO=y` (NIXL's env default, harness/connectors/nixl.py) UCX prints, the first
+With `UCX_PROTO_INFO=y` (NIXL's env default, harness/kv_connectors/nixl.py) UCX prints, the first
 time an endpoint configuration performs an operation, the protocol it selected per message size
 and the transport lanes it runs on. A real one from decode's log (vLLM 0.20, nixl-cu13 1.0.1,
 two servers on one H200):

@@ -11,7 +11,7 @@ keyed by the client's X-Pdbench-Id that the proxy passes on) for the per-request
 """
 
 from connector.config import ACCEPTED_KEYS
-from harness.connectors.entry import Connector, KvEvidence, Package, PortRange, ProxyUse, Setting, Value
+from harness.kv_connectors.entry import Connector, KvEvidence, Package, PortRange, ProxyUse, Setting, Value
 
 ENTRY = Connector(
     name="pdbench",

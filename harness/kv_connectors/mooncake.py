@@ -7,7 +7,7 @@ the bootstrap server for the engine id of each DP rank before it calls a prefill
 `build_prom_metrics` for it ("TODO(mooncake-stats)"): nothing reaches /metrics.
 """
 
-from harness.connectors.entry import (
+from harness.kv_connectors.entry import (
     Connector,
     EnvVar,
     KvEvidence,

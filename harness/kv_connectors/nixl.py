@@ -7,7 +7,7 @@ handshake. Its counters (vLLM 0.32 `nixl/stats.py`, `NixlPromMetrics`): decode o
 `vllm:nixl_num_notifications_after_expiry`.
 """
 
-from harness.connectors.entry import (
+from harness.kv_connectors.entry import (
     Connector,
     EnvVar,
     KvEvidence,

@@ -8,7 +8,7 @@ so each worker gets its own bases from the topology. vLLM 0.32 keeps no MoRI-IO 
 nothing of its transfers reaches /metrics.
 """
 
-from harness.connectors.entry import Connector, KvEvidence, Package, PortRange, ProxyUse, RouterUse, Setting, Value
+from harness.kv_connectors.entry import Connector, KvEvidence, Package, PortRange, ProxyUse, RouterUse, Setting, Value
 
 ENTRY = Connector(
     name="moriio",

@@ -4,6 +4,6 @@ Not a recipe's connector.name (the baseline is topology.aggregated); the proxy r
 `--connector none` with --aggregated instances.
 """
 
-from harness.connectors.entry import Connector, ProxyUse
+from harness.kv_connectors.entry import Connector, ProxyUse
 
 ENTRY = Connector(name="none", title="no KV connector", summary="", proxy=ProxyUse(flow="none", instances="aggregated"))

@@ -8,8 +8,8 @@ reads the table: the lists below are computed from it, never kept beside it.
 
 from __future__ import annotations
 
-from harness.connectors import mooncake, moriio, nixl, none, pdbench
-from harness.connectors.entry import Connector
+from harness.kv_connectors import mooncake, moriio, nixl, none, pdbench
+from harness.kv_connectors.entry import Connector
 
 # In the order help texts and the recipe reference list them.
 _MODULES = (nixl, moriio, mooncake, pdbench, none)

@@ -5,7 +5,7 @@ Every connector, through vLLM's scheduler (`v1/core/sched/scheduler.py`, `v1/met
 recorded when decode admits the request, and `vllm:prompt_tokens_by_source{source="local_compute"}`
 the prompt tokens decode computed itself. Together they say decode did not prefill; they do not
 say that a load completed. Only a connector's own counters say that, and the connectors differ:
-each connector's entry (harness/connectors/<name>.py, `evidence`) names its counters, or says
+each connector's entry (harness/kv_connectors/<name>.py, `evidence`) names its counters, or says
 what it does not export.
 
 Where a connector exports none (Mooncake, MoRI-IO in vLLM 0.32) the KV rule rests on the
@@ -16,8 +16,8 @@ rule's detail says so on every point. `docs/validity.md` lists the facts per con
 
 from __future__ import annotations
 
-from harness import connectors
-from harness.connectors.entry import KvEvidence
+from harness import kv_connectors
+from harness.kv_connectors.entry import KvEvidence
 
 # Counters are matched by their exposed `_total` series (never `_created`, which holds a time).
 # Counted by vLLM's scheduler for any connector: (family pattern, labels).
@@ -27,7 +27,7 @@ EXTERNAL_HITS = [
 ]
 LOCAL_COMPUTE = (r"vllm:prompt_tokens_by_source(_total)?", {"source": "local_compute"})
 
-_ANY = "|".join(connectors.kv_names())
+_ANY = "|".join(kv_connectors.kv_names())
 # A deployment whose connector pdbench was not told (`pdbench bench` against any server): any
 # family that looks like a connector's failure, expiry or receive counter.
 GENERIC = KvEvidence(
@@ -43,6 +43,6 @@ def evidence_for(connector: str | None) -> KvEvidence:
     """The connector's evidence; raises ValueError naming the known ones for an unknown name."""
     if connector is None:
         return GENERIC
-    evidence = connectors.get_kv(connector).evidence
+    evidence = kv_connectors.get_kv(connector).evidence
     assert evidence is not None  # every connector that moves KV says what it exports
     return evidence
