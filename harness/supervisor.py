@@ -67,6 +67,7 @@ class Supervisor:
         # Every descendant ever seen, so one that left its group is still found after its
         # parent has exited: pid -> psutil.Process (which guards against PID reuse).
         self._seen: dict[int, psutil.Process] = {}
+        self._owner: dict[int, str] = {}  # a descendant seen under a supervised process: pid -> its name
         self._stopped_since: dict[str, float] = {}  # name -> when it was first seen stopped
         # Every process started here carries it in its environment, and what they start inherits it.
         self.mark = f"{os.getpid()}-{psutil.Process().create_time()}"
@@ -157,6 +158,7 @@ class Supervisor:
             try:
                 for child in psutil.Process(m.pid).children(recursive=True):
                     self._seen.setdefault(child.pid, child)
+                    self._owner.setdefault(child.pid, m.name)
             except psutil.NoSuchProcess:
                 continue
 
@@ -183,7 +185,8 @@ class Supervisor:
         log.warning("%s (pid %d) still runs %.0f s after Ctrl-C; stopping it", name, m.pid, grace)
 
     def stop(self, name: str, grace: float) -> None:
-        self._terminate([self.procs.pop(name)], grace)
+        """One process and the descendants seen under it; every other process's stay running."""
+        self._terminate([self.procs.pop(name)], grace, own_only=True)
 
     def stop_all(self, grace: float) -> None:
         """SIGTERM every group, SIGKILL what is left after `grace` seconds, reap everything."""
@@ -193,12 +196,17 @@ class Supervisor:
         procs.sort(key=lambda m: order.get(m.name.split("-")[0], 2))
         self._terminate(procs, grace)
 
-    def _terminate(self, procs: list[Managed], grace: float) -> None:
+    def _terminate(self, procs: list[Managed], grace: float, own_only: bool = False) -> None:
         self.refresh()
-        own = {m.pid for m in procs}
+        own, names = {m.pid for m in procs}, {m.name for m in procs}
         # Descendants only: the supervised processes themselves are reaped through Popen,
-        # so that their real exit status (e.g. -9) is kept.
-        tree = [p for pid, p in self._seen.items() if pid not in own and _alive(p)]
+        # so that their real exit status (e.g. -9) is kept. own_only: not the descendants seen
+        # under another process (a server's engine cores), nor orphans of unknown parentage.
+        tree = [
+            p
+            for pid, p in self._seen.items()
+            if pid not in own and _alive(p) and (not own_only or self._owner.get(pid) in names)
+        ]
         for m in procs:
             try:
                 tree += [c for c in psutil.Process(m.pid).children(recursive=True) if c.pid not in self._seen]
@@ -230,6 +238,7 @@ class Supervisor:
                 log.error("%s (pid %d) could not be reaped", m.name, m.pid)
         for pid in [pid for pid, p in self._seen.items() if not _alive(p)]:
             del self._seen[pid]
+            self._owner.pop(pid, None)
 
 
 def _alive(p: psutil.Process) -> bool:

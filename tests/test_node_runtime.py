@@ -1051,3 +1051,24 @@ def test_power_is_sampled_on_every_node_and_accounted_per_role(make_job, tmp_pat
     assert manifest["publication_valid"] is False
     assert (job.run_dir / "power" / "disagg" / "windows" / RESULT_NAME).is_file()
     job.assert_nothing_left()
+
+
+def test_supervisor_stop_of_one_process_leaves_the_others_descendants(tmp_path: Path) -> None:
+    """A router arm's turn stops the router before it alone: the servers' children (vLLM's engine
+    cores) are descendants the supervisor has seen too, and must keep running."""
+    sup = Supervisor(tmp_path / "logs")
+    child = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); print('up', flush=True); time.sleep(60)"
+    a = sup.start("server", [sys.executable, "-c", child], os.environ)
+    b = sup.start("proxy", [sys.executable, "-c", child], os.environ)
+    try:
+        _wait_for(lambda: "up" in a.log_path.read_text() and "up" in b.log_path.read_text(), 20, "both to start")
+        sup.refresh()  # both children seen, as the node's checks see them
+        kids = {m.name: psutil.Process(m.pid).children() for m in (a, b)}
+        assert all(len(k) == 1 for k in kids.values()), kids
+        sup.stop("proxy", 2)
+        assert b.popen.poll() is not None and not kids["proxy"][0].is_running()
+        assert a.popen.poll() is None and kids["server"][0].is_running()  # the precondition of the next arm
+    finally:
+        sup.stop_all(2)
+    assert not kids["server"][0].is_running()
+
