@@ -23,6 +23,7 @@ MODULES = (
     "validate",
     "submit",
     "search",
+    "predict",
     "doctor",
     "recipes",
     "status",

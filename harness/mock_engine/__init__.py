@@ -42,6 +42,8 @@ Behaviour:
   emits EOS after `eos_after` tokens (finish_reason "stop") unless `ignore_eos` is true;
   with `eos_after` unset it never does. With `max_model_len`, prompt + max_tokens above
   it is HTTP 400, as vLLM. A wrong `model` is HTTP 404, as vLLM.
+- Queueing: with `max_num_seqs` at most that many requests are served at once; the rest wait
+  in arrival order and their TTFT and token times count from admission.
 - Streaming: vLLM-shaped SSE chunks (`text_completion` / `chat.completion.chunk`; chat
   opens with a role chunk), the finish reason on the last token's chunk, a usage chunk
   (`choices: []`) when `stream_options.include_usage`, then `data: [DONE]`.

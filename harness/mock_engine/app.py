@@ -55,6 +55,7 @@ class Engine:
         self.ttft, self.itl = cfg.ttft, cfg.itl
         self.instant = self.ttft.is_zero and self.itl.is_zero
         self.counters = EngineCounters()
+        self.slots = asyncio.Semaphore(cfg.max_num_seqs) if cfg.max_num_seqs else None
         self.metrics = EngineMetrics(self.counters, cfg.model)
         self.arrivals: dict[Any, float] = {}  # transport -> when its request began to arrive
         self.ids = itertools.count()
@@ -253,8 +254,12 @@ class Engine:
             return _error(e.status, str(e), e.etype)
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{self.id_prefix}{next(self.ids):08x}"
         self.counters.admitted(p["prompt_tokens"], p["external_hits"])
-        finished = False
+        finished = held = False
         try:
+            if self.slots is not None:
+                await self.slots.acquire()
+                held = True
+                t0 = time.perf_counter()  # served from admission, as a scheduler's queue does
             if p["stream"]:
                 resp = await self._stream(request, rid, chat, p, t0)
             else:
@@ -262,6 +267,8 @@ class Engine:
             finished = True
             return resp
         finally:
+            if held:
+                self.slots.release()  # type: ignore[union-attr]  # held only with slots
             if finished:
                 self.counters.finished(p["n"], p["finish"])
             else:

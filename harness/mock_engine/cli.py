@@ -49,6 +49,10 @@ def mock_engine_command(
         ),
     ] = None,
     kv_port: Annotated[int, typer.Option("--kv-port", help="remote_port (TCP) advertised to decode.")] = 5600,
+    max_num_seqs: Annotated[
+        int | None,
+        typer.Option("--max-num-seqs", help="Serve at most N requests at once; the rest queue [default: no limit]"),
+    ] = None,
 ) -> None:
     """Run a mock OpenAI-compatible engine with injected latencies and vLLM's PD behaviour."""
     fields = dict(
@@ -65,6 +69,7 @@ def mock_engine_command(
         engine_id=engine_id,
         kv_host=kv_host,
         kv_port=kv_port,
+        max_num_seqs=max_num_seqs,
     )
     try:
         config = MockEngineConfig(**{k: v for k, v in fields.items() if v is not None})

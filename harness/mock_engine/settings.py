@@ -114,6 +114,10 @@ class MockEngineConfig(Strict):
     kv_host: str | None = None  # remote_host in kv_transfer_params; None: host (or 127.0.0.1)
     kv_port: int = Field(5600, ge=0, le=65535)  # vLLM's default NIXL side-channel port
     block_size: PositiveInt = 16
+    # At most this many requests served at once (vLLM's max_num_seqs); the rest wait in arrival
+    # order and their latencies count from admission: the queueing a model of serving must predict.
+    # None: every request is served at once.
+    max_num_seqs: PositiveInt | None = None
 
     _ttft: Distribution
     _itl: Distribution

@@ -133,6 +133,13 @@ def report_command(
     baseline_label: Annotated[
         str | None, typer.Option(help="A name for the --baseline run [default: its directory's]")
     ] = None,
+    predict: Annotated[
+        bool,
+        typer.Option(
+            help="Add predicted against measured: each point predicted from the run's other points "
+            "(docs/predict.md), with the error."
+        ),
+    ] = False,
     results_dir: ResultsOpt = PROJECT_ROOT / "results",
 ) -> None:
     """Compare runs: per-GPU throughput, TTFT/TPOT/E2EL, interactivity and failures per concurrency;
@@ -163,6 +170,14 @@ def report_command(
     except RunPathError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(exit_codes.USAGE) from None
+    if predict:
+        from harness.report.points import Note
+        from harness.report.predicted import predicted_table
+
+        predict_notes: list[Note] = []
+        if (table := predicted_table(report.runs, predict_notes)) is not None:
+            report.sections.append(table)
+        report.notes += [f"{report.rel(n.path)}: {n.text}" for n in predict_notes]
     if plot is not None:  # the extra plots' names are known now: refuse before writing anything
         for path in _plot_files(report, plot)[1:]:
             _refuse_existing(path, "--plot")

@@ -196,6 +196,13 @@ LAYOUT: tuple[Entry, ...] = (
         "container.sh",
         "pdbench node (inside the container), container.sh",
     ),
+    Entry(
+        p.PERF_PROFILE,
+        "per-role performance profile fitted from the run's points: prefill time vs prompt tokens, "
+        "decode step time vs batch, KV hand-off and proxy time, each fit with its error and input range",
+        "pdbench predict, pdbench report --predict",
+        "pdbench predict (--from)",
+    ),
     Entry(p.SECRET, "the job's KV secret (mode 0600)", "pdbench node", "the bundled connector in vLLM"),
     Entry(
         "slurm_job_id",

@@ -1,0 +1,66 @@
+"""The engine limits a prediction assumes (vLLM's max_num_seqs and max_num_batched_tokens), from a
+recipe's or a run's resolved flags: the model's per-role flags under the recipe's role flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.rundir import RunDir
+
+VLLM_MAX_NUM_SEQS = 256  # vLLM's online-serving defaults where the recipe sets neither
+VLLM_MAX_BATCHED_TOKENS = 8192
+Limits = tuple[int, int]  # (max_num_seqs, max_batched_tokens)
+DEFAULT: Limits = (VLLM_MAX_NUM_SEQS, VLLM_MAX_BATCHED_TOKENS)
+
+
+class LimitsError(Exception):
+    """A flag that is not a positive integer; the message names the key."""
+
+
+def _flags(model: dict[str, Any], topology: dict[str, Any], role: str) -> dict[str, Any]:
+    own = model.get(f"{role}_flags")
+    if role == "aggregated" and own is None:
+        own = model.get("decode_flags")
+    return {**(own or {}), **((topology.get(role) or {}).get("flags") or {})}
+
+
+def _int(flags: dict[str, Any], name: str, default: int, where: str) -> int:
+    v = flags.get(name, default)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise LimitsError(f"{where}.flags.{name}: not a positive integer ({v!r})")
+    return v
+
+
+def limits(model: dict[str, Any], topology: dict[str, Any], phase: str, where: str = "topology") -> Limits:
+    """Decode's sequences and prefill's batch tokens (disagg), or the aggregated servers' both."""
+    if phase == "agg":
+        f = _flags(model, topology, "aggregated")
+        at = f"{where}.aggregated"
+        return _int(f, "max-num-seqs", VLLM_MAX_NUM_SEQS, at), _int(
+            f, "max-num-batched-tokens", VLLM_MAX_BATCHED_TOKENS, at
+        )
+    seqs = _int(_flags(model, topology, "decode"), "max-num-seqs", VLLM_MAX_NUM_SEQS, f"{where}.decode")
+    tokens = _int(
+        _flags(model, topology, "prefill"), "max-num-batched-tokens", VLLM_MAX_BATCHED_TOKENS, f"{where}.prefill"
+    )
+    return seqs, tokens
+
+
+def of_run(run: Path) -> dict[str, Limits]:
+    """Per phase, the limits a run's servers had (its recipe.lock.yaml); {} where it has no lock."""
+    lock_path = RunDir(run).lock
+    if not lock_path.is_file():
+        return {}
+    try:
+        lock = yaml.safe_load(lock_path.read_text())
+        model, topology = lock["model"], lock["recipe"]["topology"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as e:
+        raise LimitsError(f"{lock_path}: unreadable as a recipe lock ({e})") from None
+    where = f"{lock_path}: recipe.topology"
+    out = {"disagg": limits(model, topology, "disagg", where)}
+    if topology.get("aggregated"):
+        out["agg"] = limits(model, topology, "agg", where)
+    return out

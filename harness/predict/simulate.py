@@ -1,0 +1,244 @@
+"""A discrete-event simulation of one deployment under a closed-loop load: C clients, each sending
+its next request when the last one finished, as `pdbench bench` drives a point.
+
+The model, per request: proxy and client time (overhead), then the prefill queue of its instance
+(round-robin over the prefill workers), the prompt's compute, the KV hand-off, then the decode
+instance's queue and its continuous batch until the last token. A prefill instance is a batch server:
+it takes the waiting prompts in arrival order up to `max_num_seqs` prompts and `max_batched_tokens`
+tokens and computes them in `prefill(tokens)` (the intercept paid once per batch). A decode instance
+runs steps of `decode_step(B)` for its B running sequences (at most `max_num_seqs`; the rest wait),
+one token per sequence per step; a sequence that arrives during a step joins at the next one. An
+aggregated instance does both in one step, as vLLM's scheduler does: the step's admitted prompts
+are computed with the running batch's decode and delay it, so prefill stalls decode there.
+
+Service times are the profile's fits; with `jitter` each one is drawn around its fit with the fit's
+residual spread (seeded), which spreads the percentiles as the measured noise does. The run is
+bounded: `max_events` events or `requests` finished requests, whichever comes first; a run that
+hits the event bound says so (`truncated`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    phase: str  # disagg | agg
+    concurrency: int
+    isl: int
+    osl: int
+    prefill_workers: int
+    decode_workers: int  # 0 for agg
+    prefill_ms: Callable[[int], float]  # batch's prompt tokens -> ms
+    decode_step_ms: Callable[[int], float]  # running batch -> ms per step
+    kv_ms: float = 0.0
+    overhead_ms: float = 0.0
+    max_num_seqs: int = 256
+    max_batched_tokens: int = 8192
+    prefill_jitter_ms: float = 0.0  # sd of a prefill batch's time around its fit
+    step_jitter_ms: float = 0.0  # sd of a decode step's time around its fit
+    requests: int = 0  # measured requests; 0: max(64, 8 * concurrency)
+    warmup_per_client: int = 1  # each client's first requests, left out of the figures
+    seed: int = 0
+    max_events: int = 2_000_000
+
+
+@dataclass
+class SimResult:
+    ttft_ms: list[float]
+    tpot_ms: list[float]
+    duration_s: float
+    output_tokens: int
+    truncated: bool
+    mean_decode_batch: float  # running sequences per decode (or aggregated) instance while it steps
+
+    def percentile(self, what: str, q: float) -> float:
+        xs = self.ttft_ms if what == "ttft" else self.tpot_ms
+        return float(np.percentile(xs, q)) if xs else float("nan")
+
+    @property
+    def output_throughput(self) -> float:
+        return self.output_tokens / self.duration_s if self.duration_s > 0 else 0.0
+
+
+@dataclass
+class _Req:
+    rid: int
+    client: int
+    start: float
+    first: float = -1.0
+    last: float = -1.0
+    left: int = 0  # tokens still to emit
+    measured: bool = True
+
+
+@dataclass
+class _Instance:
+    waiting: deque[_Req] = field(default_factory=deque)
+    running: list[_Req] = field(default_factory=list)
+    busy: bool = False
+    batch_time: float = 0.0  # integral of the running sequences over the time it stepped
+    busy_time: float = 0.0
+    last_t: float = 0.0
+
+
+class _Sim:
+    def __init__(self, cfg: SimConfig) -> None:
+        self.cfg = cfg
+        self.rng = random.Random(cfg.seed)
+        self.events: list[tuple[float, int, str, int, object]] = []
+        self.seq = itertools.count()
+        self.rids = itertools.count()
+        agg = cfg.phase == "agg"
+        self.prefill = [_Instance() for _ in range(cfg.prefill_workers)]
+        self.decode = self.prefill if agg else [_Instance() for _ in range(cfg.decode_workers)]
+        self.rr_p = itertools.cycle(range(len(self.prefill)))
+        self.rr_d = itertools.cycle(range(len(self.decode)))
+        self.sent = [0] * cfg.concurrency
+        self.target = cfg.requests or max(64, 8 * cfg.concurrency)
+        self.done: list[_Req] = []
+        self.finishes: list[float] = []  # the measured requests' finish times
+
+    def at(self, t: float, kind: str, where: int, obj: object = None) -> None:
+        heapq.heappush(self.events, (t, next(self.seq), kind, where, obj))
+
+    def draw(self, mean: float, sd: float) -> float:
+        return max(0.0, self.rng.gauss(mean, sd)) if sd > 0 else mean
+
+    def send(self, t: float, client: int) -> None:
+        r = _Req(next(self.rids), client, t, left=self.cfg.osl)
+        r.measured = self.sent[client] >= self.cfg.warmup_per_client
+        self.sent[client] += 1
+        self.at(t + self.cfg.overhead_ms / 1000.0, "prefill_arrive", next(self.rr_p), r)
+
+    def _admit(self, inst: _Instance, limit_tokens: bool) -> list[_Req]:
+        """The waiting requests this step takes, in arrival order, within the batch's limits."""
+        cfg, tokens = self.cfg, 0
+        out: list[_Req] = []
+        room = cfg.max_num_seqs - len(inst.running)
+        while inst.waiting and len(out) < room:
+            if limit_tokens and out and tokens + cfg.isl > cfg.max_batched_tokens:
+                break
+            out.append(inst.waiting.popleft())
+            tokens += cfg.isl
+        return out
+
+    def _account(self, inst: _Instance, t: float) -> None:
+        if inst.busy:
+            inst.batch_time += len(inst.running) * (t - inst.last_t)
+            inst.busy_time += t - inst.last_t
+        inst.last_t = t
+
+    def start_prefill(self, t: float, i: int) -> None:
+        """A disaggregated prefill instance: one batch of waiting prompts."""
+        inst = self.prefill[i]
+        if inst.busy or not inst.waiting:
+            return
+        cfg = self.cfg
+        batch = self._admit(inst, limit_tokens=True)
+        tokens = len(batch) * cfg.isl
+        inst.busy = True
+        dt = self.draw(cfg.prefill_ms(tokens), cfg.prefill_jitter_ms) / 1000.0
+        self.at(t + dt, "prefill_done", i, batch)
+
+    def start_step(self, t: float, i: int) -> None:
+        """A decode (or aggregated) instance's next step over its running batch."""
+        inst = self.decode[i]
+        if inst.busy:
+            return
+        cfg = self.cfg
+        self._account(inst, t)
+        agg = cfg.phase == "agg"
+        new = self._admit(inst, limit_tokens=agg)
+        if not new and not inst.running:
+            return
+        dt = 0.0
+        if agg and new:
+            dt += self.draw(cfg.prefill_ms(len(new) * cfg.isl), cfg.prefill_jitter_ms)
+        decoding = len(inst.running) + (0 if agg else len(new))
+        if decoding:
+            dt += self.draw(cfg.decode_step_ms(decoding), cfg.step_jitter_ms)
+        inst.running.extend(new)
+        inst.busy = True
+        self.at(t + dt / 1000.0, "step_done", i)
+
+    def step_done(self, t: float, i: int) -> None:
+        inst = self.decode[i]
+        self._account(inst, t)
+        inst.busy = False
+        still: list[_Req] = []
+        for r in inst.running:
+            if r.first < 0:
+                r.first = t  # its first token: an aggregated prompt's step, or decode's first step
+            r.left -= 1
+            if r.left <= 0:
+                self.finish(t, r)
+            else:
+                still.append(r)
+        inst.running = still
+        self.start_step(t, i)
+
+    def finish(self, t: float, r: _Req) -> None:
+        r.last = t
+        if r.measured:
+            self.done.append(r)
+            self.finishes.append(t)
+        if len(self.done) < self.target:
+            self.send(t, r.client)
+
+    def run(self) -> SimResult:
+        cfg = self.cfg
+        for c in range(cfg.concurrency):
+            self.send(0.0, c)
+        n = 0
+        t = 0.0
+        while self.events and len(self.done) < self.target and n < cfg.max_events:
+            t, _, kind, i, obj = heapq.heappop(self.events)
+            n += 1
+            if kind == "prefill_arrive":
+                if cfg.phase == "agg":
+                    self.decode[i].waiting.append(obj)  # type: ignore[arg-type]
+                    self.start_step(t, i)
+                else:
+                    self.prefill[i].waiting.append(obj)  # type: ignore[arg-type]
+                    self.start_prefill(t, i)
+            elif kind == "prefill_done":
+                self.prefill[i].busy = False
+                for r in obj:  # type: ignore[attr-defined]
+                    self.at(t + cfg.kv_ms / 1000.0, "decode_arrive", next(self.rr_d), r)
+                self.start_prefill(t, i)
+            elif kind == "decode_arrive":
+                self.decode[i].waiting.append(obj)  # type: ignore[arg-type]
+                self.start_step(t, i)
+            else:
+                self.step_done(t, i)
+        # Throughput between the first and the last measured finish: the steady state, without
+        # the ramp of the clients' first requests.
+        f = self.finishes
+        span = f[-1] - f[0] if len(f) > 1 else 0.0
+        busy = sum(inst.busy_time for inst in self.decode)
+        batch = sum(inst.batch_time for inst in self.decode) / busy if busy > 0 else 0.0
+        return SimResult(
+            ttft_ms=[(r.first - r.start) * 1000.0 for r in self.done],
+            tpot_ms=[(r.last - r.first) * 1000.0 / (cfg.osl - 1) for r in self.done if cfg.osl > 1],
+            duration_s=span,
+            output_tokens=(len(f) - 1) * cfg.osl if len(f) > 1 else 0,
+            truncated=n >= cfg.max_events,
+            mean_decode_batch=batch,
+        )
+
+
+def simulate(cfg: SimConfig) -> SimResult:
+    if cfg.concurrency < 1 or cfg.isl < 1 or cfg.osl < 1 or cfg.prefill_workers < 1:
+        raise ValueError("concurrency, isl, osl and prefill workers must be at least 1")
+    if cfg.phase == "disagg" and cfg.decode_workers < 1:
+        raise ValueError("a disaggregated deployment needs at least one decode worker")
+    return _Sim(cfg).run()

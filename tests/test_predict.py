@@ -1,0 +1,169 @@
+"""The predictor against what is known exactly: a closed loop on a serial server (the simulator),
+and a sweep of the mock engine whose timing its config sets (fitted times, held-out points)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_mock_engine import Engine
+
+from harness import tiny_model
+from harness.bench import ClientConfig, run_sweep_detailed
+from harness.predict.fit import fit_profile
+from harness.predict.holdout import leave_one_out, median_abs_error
+from harness.predict.model import Deployment, predict
+from harness.predict.observe import observations
+from harness.predict.simulate import SimConfig, simulate
+from harness.rundir import perf_profile
+from harness.rundir.paths import PERF_PROFILE
+
+pytestmark = pytest.mark.timeout(180)
+
+# The mock: one request at a time (max_num_seqs 1), TTFT then ITL per further token.
+TTFT_MS, ITL_MS, OSL = 40.0, 5.0, 8
+SERVICE_MS = TTFT_MS + (OSL - 1) * ITL_MS
+CONCURRENCY = [1, 2, 4, 8]
+ENGINE = (1, 8192)  # the mock's max_num_seqs, and a batch-token limit it never reaches
+
+
+@pytest.mark.parametrize("c", [1, 3, 8])
+def test_a_serial_server_queues_each_request_behind_the_others(c: int) -> None:
+    # Closed loop of c clients on one server of one slot: each request waits for the c - 1 others.
+    cfg = SimConfig("agg", c, 16, OSL, 1, 0, lambda t: TTFT_MS, lambda b: ITL_MS, max_num_seqs=1)
+    r = simulate(cfg)
+    assert r.percentile("ttft", 50) == pytest.approx((c - 1) * SERVICE_MS + TTFT_MS)
+    assert r.percentile("tpot", 50) == pytest.approx(ITL_MS)
+    assert r.output_throughput == pytest.approx(OSL / SERVICE_MS * 1000)
+
+
+def test_decode_batches_share_a_step_and_prefill_batches_pay_per_token() -> None:
+    # 1P1D, prefill 0.1 ms per token, decode step 2 + 0.5 B ms: at 4 clients decode runs 4 at once.
+    cfg = SimConfig("disagg", 4, 100, 50, 1, 1, lambda t: 0.1 * t, lambda b: 2 + 0.5 * b)
+    r = simulate(cfg)
+    assert r.mean_decode_batch == pytest.approx(4, abs=0.3)
+    assert r.percentile("tpot", 50) == pytest.approx(4.0, rel=0.1)
+    assert not r.truncated
+
+
+def test_the_event_bound_holds() -> None:
+    cfg = SimConfig("agg", 4, 16, 1000, 1, 0, lambda t: 1.0, lambda b: 1.0, requests=1000, max_events=500)
+    assert simulate(cfg).truncated
+
+
+@pytest.fixture(scope="module")
+def mock_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sweep of the aggregated mock at several concurrencies: the run directory's result files."""
+    tmp = tmp_path_factory.mktemp("predict")
+    model = str(tiny_model.build(tmp / "m"))
+    run = tmp / "run"
+    with Engine(model="tiny", ttft_ms=TTFT_MS, itl_ms=ITL_MS, max_num_seqs=1) as engine:
+        cfg = ClientConfig(
+            base_url=engine.url,
+            model="tiny",
+            tokenizer=model,
+            isl=16,
+            osl=OSL,
+            concurrency=CONCURRENCY,
+            num_prompts=24,
+            num_warmups=0,
+            result_dir=str(run),
+            gpus=1,
+            health_check_interval_s=0,
+        )
+        outcomes = run_sweep_detailed(cfg)
+    assert all(o.ok for o in outcomes), [o.error for o in outcomes]
+    return run
+
+
+def test_a_profile_of_the_mock_finds_its_configured_times(mock_run: Path) -> None:
+    obs = observations(mock_run)
+    assert [o.concurrency for o in obs] == CONCURRENCY and {o.phase for o in obs} == {"agg"}
+    profile = fit_profile(obs, mock_run, ENGINE)
+    # Two-sided: the prompt's time is the mock's TTFT, a step its ITL (the client's own time on top).
+    assert TTFT_MS * 0.95 <= profile.prefill.at(16) <= TTFT_MS * 1.25
+    assert ITL_MS * 0.9 <= profile.decode_step.at(1) <= ITL_MS * 1.25
+    path = mock_run / PERF_PROFILE
+    perf_profile.write(path, [profile])
+    assert perf_profile.read(path) == [profile]
+
+
+def test_held_out_concurrencies_are_predicted_within_a_fifth(mock_run: Path) -> None:
+    obs = observations(mock_run)
+    checked = leave_one_out(obs, mock_run, {"agg": ENGINE})
+    assert all(c.predicted is not None for c in checked)
+    # The highest concurrency is predicted from the three below it, beyond the profiled range.
+    top = checked[-1]
+    assert top.observed.concurrency == 8
+    for metric in ("p90_ttft_ms", "mean_tpot_ms", "output_tps_per_gpu"):
+        err = top.error(metric)
+        assert err is not None and abs(err) <= 0.2, (metric, top.pair(metric))
+    mae = median_abs_error(checked, "p90_ttft_ms")
+    assert mae is not None and mae <= 0.2
+
+
+def test_the_queue_makes_most_of_the_held_out_ttft(mock_run: Path) -> None:
+    # The precondition of the test above: without the queue (service time alone) the prediction
+    # would miss by far, so meeting the measured TTFT there takes the queueing term.
+    obs = observations(mock_run)
+    profile = fit_profile(obs[:3], mock_run, ENGINE)
+    measured = obs[3].ttft_ms["p90"]
+    assert profile.overhead_ms + profile.prefill.at(16) < 0.2 * measured
+    assert abs(predict(profile, Deployment.of(profile), 8, 16, OSL).ttft_ms["p90"] / measured - 1) <= 0.2
+
+
+def test_a_run_without_results_is_refused_by_name(tmp_path: Path) -> None:
+    from harness.predict.observe import ObservationError
+
+    with pytest.raises(ObservationError, match=str(tmp_path)):
+        observations(tmp_path)
+    bad = tmp_path / "perf_profile.json"
+    bad.write_text(json.dumps({"format": 1, "profiles": [{"phase": "agg"}]}))
+    with pytest.raises(perf_profile.ProfileError, match=r"perf_profile\.json: profiles\.0\.prefill"):
+        perf_profile.read(bad)
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    r = CliRunner().invoke(app, list(args))
+    return r.exit_code, r.output
+
+
+def test_pdbench_predict_answers_per_concurrency_without_running(mock_run: Path) -> None:
+    rc, out = _cli(
+        "predict",
+        "tiny-fp32-cpu-nixl-1p2d-vs-agg",
+        "--set",
+        "topology.aggregated_only=true",
+        "--set",
+        "benchmark.concurrency=[1,8,64]",
+        "--set",
+        f"benchmark.shapes=[16x{OSL}]",
+        "--from",
+        str(mock_run),
+    )
+    assert rc == 0, out
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith("16/")]
+    assert [int(r[1]) for r in rows] == [1, 8, 64]
+    assert rows[0][-1] == "no"  # within what the run measured
+    assert "outside the profiled" in " ".join(rows[-1])  # 64 clients: beyond it, and said so
+
+
+def test_pdbench_predict_names_what_is_missing(mock_run: Path, tmp_path: Path) -> None:
+    rc, out = _cli("predict", "tiny-fp32-cpu-nixl-1p2d", "--from", str(mock_run))
+    assert rc == 2 and "topology.prefill/decode: no run of" in out and "measured disagg serving" in out
+    rc, out = _cli("predict", "tiny-fp32-cpu-nixl-1p2d", "--from", str(tmp_path / "nope"))
+    assert rc == 2 and f"--from {tmp_path / 'nope'}: no such run directory" in out
+
+
+def test_the_report_shows_predicted_against_measured(mock_run: Path) -> None:
+    rc, out = _cli("report", str(mock_run), "--predict", "--format", "md")
+    assert rc == 0, out
+    section = out.split("## Predicted against measured")[1]
+    rows = [line for line in section.splitlines() if line.startswith("| run")]
+    assert len(rows) == 1 + len(CONCURRENCY)  # the header and one row per point
+    assert "median absolute error over 4 held-out point(s)" in section
