@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from harness.evals.lm_eval_run import META_ENV, _move_up
 from harness.evals.meta_env import EvalJob, Role, meta_env
-from harness.evals.run import META_ENV, _move_up
 
 # meta_env.json keys build_row reads, with the JSON types _write_lm_eval_meta_json gives them.
 META_TYPES: dict[str, type | tuple[type, ...]] = {

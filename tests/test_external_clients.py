@@ -30,7 +30,7 @@ import harness
 from harness.bench.client_config import ClientConfig
 from harness.bench.dataset import length_bounds
 from harness.bench.external.aiperf_command import aiperf_argv
-from harness.bench.external.run import clients_to_run, phase_of, run_bounded, run_external_clients
+from harness.bench.external.point_processes import clients_to_run, phase_of, run_bounded, run_external_clients
 from harness.bench.external.vllm_command import random_lengths, vllm_argv
 from harness.config.benchmark import BenchmarkSettings
 from harness.config.external_clients import AiperfSettings
@@ -280,7 +280,7 @@ def test_the_real_vllm_command_is_found_beside_pdbench() -> None:
 def test_aiperf_gets_the_hub_online_for_a_local_tokenizer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The job runs offline (HF_HUB_OFFLINE=1); aiperf 0.13.0 then looks a tokenizer up in the hub's
     cache only and fails on a local directory, which needs no hub: its environment drops the flag."""
-    from harness.bench.external.run import client_env
+    from harness.bench.external.point_processes import client_env
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     local = _cfg(tmp_path, tokenizer=str(tmp_path))

@@ -25,8 +25,8 @@ from harness.launch.job import Job, JobInfo, JobState
 from harness.launch.launcher import Launcher
 from harness.rundir import RunDir
 from harness.rundir.result_name import ResultName
+from harness.search.driver import Search, prepare
 from harness.search.layout import CandidateState, SearchDir, SearchDirError, differences
-from harness.search.run import Search, prepare
 from harness.search.space import Candidate
 from harness.submit.refused import Refused
 
@@ -497,7 +497,7 @@ def test_a_job_whose_nodes_recorded_its_end_is_asked_again_within_a_second(tmp_p
 
 def test_an_end_recorded_long_ago_is_polled_at_poll_s_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A launcher slow to report the end is not asked every second for ever."""
-    monkeypatch.setattr("harness.search.run.END_WAIT_S", 0.0)
+    monkeypatch.setattr("harness.search.driver.END_WAIT_S", 0.0)
     gaps = _poll_gaps(tmp_path, poll_s=1.5)
     assert all(g >= 1.4 for g in gaps), gaps
 
@@ -528,7 +528,7 @@ def test_a_job_cancelled_while_queued_is_recorded_without_waiting_for_a_status(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No node ran, so nothing will write its status.json: no STATUS_SETTLE_S wait for one."""
-    monkeypatch.setattr("harness.search.run.STATUS_SETTLE_S", 3.0)
+    monkeypatch.setattr("harness.search.driver.STATUS_SETTLE_S", 3.0)
     assert _cancelled_while_queued(tmp_path / "queued", started=False) < 1.5
     # A job whose nodes started may still be writing it (NFS shows it late): waited for.
     assert _cancelled_while_queued(tmp_path / "started", started=True) >= 3.0
@@ -546,7 +546,7 @@ def test_a_flag_vllm_rejects_fails_its_candidate_before_the_first_launch(
             refused_while.append(list(fake.launched))
             raise Refused("vLLM rejects a flag: topology.prefill.flags.x: --x: unrecognized arguments: --x")
 
-    monkeypatch.setattr("harness.search.run.check_flags", check_flags)
+    monkeypatch.setattr("harness.search.driver.check_flags", check_flags)
     s = start(tmp_path, fake, budget={"nodes_in_flight": 3})
     s.skip_flag_check = False
     assert s.run() == 1

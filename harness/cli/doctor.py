@@ -41,7 +41,7 @@ def doctor(
 ) -> None:
     """Check everything a recipe's job needs on the nodes it would get: image, pdbench in the image,
     weights, GPUs, ports, RDMA, memory, disk, clocks; and its vLLM flags here. Exit 0 when all pass."""
-    from harness.doctor.run import doctor as run_doctor
+    from harness.doctor.check_job import doctor as run_doctor
 
     name = recipe(ctx, recipe_arg, recipe_opt)
     records = overrides(set_)

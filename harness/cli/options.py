@@ -119,6 +119,6 @@ def overrides(sets: list[str] | None, *typed: Override) -> list[Override]:
 
 def run_dir(ref: str, results_dir: Path) -> RunDir:
     """The run a RUN argument names, or `error: ...` and exit 2."""
-    from harness.submit.run import resolve_run
+    from harness.submit.pipeline import resolve_run
 
     return delegate(lambda: resolve_run(ref, results_dir))

@@ -27,7 +27,7 @@ def render(
     skip_flag_check: SkipFlagCheck = False,
 ) -> None:
     """Render a recipe's job.slurm, server.sh and their data files into a directory."""
-    from harness.submit.run import render_into
+    from harness.submit.pipeline import render_into
 
     name = recipe(ctx, recipe_arg, recipe_opt)
     records = overrides(set_)

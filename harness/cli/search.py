@@ -46,7 +46,7 @@ def search(
     recipe key) as jobs, each up its concurrency ladder to the highest point that meets the SLO, and
     report the winner per SLO with its confidence interval, the aggregated baseline and the cost.
     Running it again resumes: finished candidates are kept."""
-    from harness.search.run import prepare
+    from harness.search.driver import prepare
 
     # --set stays text here: it joins the search file's own `set:` list, which the search
     # directory records and a resume must give again; each candidate's load parses it.

@@ -88,7 +88,7 @@ def submit(
     ] = None,
 ) -> None:
     """Render a recipe into a new run directory and run it (sbatch, or the local launcher)."""
-    from harness.submit.run import submit as submit_recipe
+    from harness.submit.pipeline import submit as submit_recipe
 
     name = recipe(ctx, recipe_arg, recipe_opt)
     records = overrides(

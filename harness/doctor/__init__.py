@@ -7,6 +7,6 @@ the preflight every real job runs before starting a server (container.sh: runtim
 pdbench importable in it; `pdbench node`: weights, GPUs, ports, RDMA, memory, disk,
 clock) and stops. One line per problem, naming the node and the cause.
 
-findings.py holds what was found and how to read it; run.py is the pipeline, the submit
+findings.py holds what was found and how to read it; check_job.py is the pipeline, the submit
 pipeline's check and render stages (harness.submit) with a short check job as its launch.
 """

@@ -18,8 +18,8 @@ import harness
 from harness.config.accuracy import AccuracySpec, problems
 from harness.evals.command import Endpoint
 from harness.evals.data import missing_data
+from harness.evals.lm_eval_run import run_eval
 from harness.evals.meta_env import EvalJob, Role
-from harness.evals.run import run_eval
 from harness.evals.summary import failures
 from harness.rundir import RunDir
 

@@ -219,7 +219,7 @@ class ReportEntry:
     """A candidate's line in the search: what was decided for it and, once it ran, its outcome."""
 
     candidate: Candidate
-    status: str  # harness.search.run's word for it (finished, failed, skipped, excluded, ...)
+    status: str  # harness.search.driver's word for it (finished, failed, skipped, excluded, ...)
     reason: str
     run: Path | None
     outcome: CandidateOutcome | None

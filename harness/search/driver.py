@@ -45,8 +45,8 @@ from harness.search.space import Candidate, Choice
 from harness.search.spec import LoadedSearch, load_search
 from harness.submit.check import check_flags, check_storage, launcher_for, load, planned
 from harness.submit.follow import FOLLOW_SLACK_S, STATUS_SETTLE_S, say
+from harness.submit.pipeline import mark_not_submitted, render_run
 from harness.submit.refused import Refused
-from harness.submit.run import mark_not_submitted, render_run
 
 SEARCHES = "searches"  # results/searches/<name>/: a search's directory by default
 POLL_S = 10.0  # between polls of the jobs in flight (sbatch's scheduler is asked each time)
