@@ -67,6 +67,7 @@ class Process:
     port: int | None = None  # HTTP port for health checks (servers and proxy)
     cpu_bind: str | None = None
     phase: Phase = "disagg"
+    arm: str | None = None  # a router arm after the job's own proxy (proxy.arms): started by the node in turn
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class JobPlan:
     proxy_port: int
     proxy_node: int = 0
     aggregated_only: bool = False  # topology.aggregated_only: no disaggregated phase
+    arms: tuple[str, ...] = ()  # proxy.arms after the first (proxy.kind): measured in turn in the disagg phase
 
     def role(self, role: Role) -> list[Worker]:
         return [w for w in self.workers if w.role == role]
@@ -100,6 +102,11 @@ class JobPlan:
                     if r > 0
                 ]
             procs.append(Process(proxy_name(phase), self.proxy_node, "proxy", None, self.proxy_port, phase=phase))
+            if phase == "disagg":
+                procs += [
+                    Process(arm_proxy_name(a), self.proxy_node, "proxy", None, self.proxy_port, phase=phase, arm=a)
+                    for a in self.arms
+                ]
         return procs
 
     def to_json(self) -> dict:
@@ -108,8 +115,12 @@ class JobPlan:
             "proxy_node": self.proxy_node,
             "proxy_port": self.proxy_port,
             **({"aggregated_only": True} if self.aggregated_only else {}),
+            **({"arms": list(self.arms)} if self.arms else {}),
             "workers": [dict(asdict(w), name=w.name, node=w.node) for w in self.workers],
-            "processes": [asdict(p) for p in self.processes()],
+            # A process's arm only where it has one: plans without arms read as before.
+            "processes": [
+                {k: v for k, v in asdict(p).items() if k != "arm" or v is not None} for p in self.processes()
+            ],
         }
 
 
@@ -119,6 +130,15 @@ def proxy_name(phase: Phase) -> str:
 
 def bench_name(phase: Phase) -> str:
     return "bench" if phase == "disagg" else f"bench-{phase}"
+
+
+def arm_proxy_name(arm: str) -> str:
+    """The router of a later arm (proxy.arms), on the proxy's node and port once the one before it stopped."""
+    return f"proxy-arm-{arm}"
+
+
+def arm_bench_name(arm: str) -> str:
+    return f"bench-arm-{arm}"
 
 
 class PreflightSpec(FrozenStrict):
@@ -149,6 +169,7 @@ class PlanFile(FrozenStrict):
     proxy_node: int
     proxy_port: int
     aggregated_only: bool = False
+    arms: tuple[str, ...] = ()
     workers: tuple[Worker, ...]
     processes: tuple[Process, ...]
     recipe: str
@@ -171,6 +192,7 @@ class PlanFile(FrozenStrict):
             proxy_node=p.proxy_node,
             proxy_port=p.proxy_port,
             aggregated_only=p.aggregated_only,
+            arms=p.arms,
             workers=p.workers,
             processes=tuple(p.processes()),
             recipe=rr.name,
@@ -186,7 +208,7 @@ class PlanFile(FrozenStrict):
         )
 
     def job_plan(self) -> JobPlan:
-        return JobPlan(self.num_nodes, self.workers, self.proxy_port, self.proxy_node, self.aggregated_only)
+        return JobPlan(self.num_nodes, self.workers, self.proxy_port, self.proxy_node, self.aggregated_only, self.arms)
 
     def processes_on(self, node: int | None = None) -> list[Process]:
         return [p for p in self.processes if node is None or p.node == node]
@@ -331,6 +353,7 @@ def plan(rr: ResolvedRecipe, single_host: bool = False) -> JobPlan:
         workers=tuple(workers),
         proxy_port=rr.recipe.proxy.port,
         aggregated_only=topo.aggregated_only,
+        arms=tuple(rr.recipe.proxy.arms[1:]),
     )
     _check_ports(rr, plan_, single_host=single_host)
     return plan_
@@ -419,7 +442,7 @@ def _check_ports(rr: ResolvedRecipe, plan_: JobPlan, single_host: bool) -> None:
         for r in range(w.devices)
     ]
     claims.append((plan_.proxy_node, rr.recipe.proxy.port, "proxy", "proxy.port"))
-    if rr.recipe.proxy.kind == "vllm-router":
+    if "vllm-router" in (rr.recipe.proxy.kind, *rr.recipe.proxy.arms):
         claims.append(
             (plan_.proxy_node, rr.recipe.proxy.router_metrics_port, "vllm-router's metrics", "proxy.metrics_port")
         )

@@ -223,7 +223,7 @@ def run_bench(args: argparse.Namespace) -> None:
         "total_input_tokens": 1,
         "total_output_tokens": 4,
     }
-    (run_dir / args.result_name).write_text(json.dumps(result))
+    (run_dir / args.result_subdir / args.result_name).write_text(json.dumps(result))
     print(f"bench: wrote {args.result_name}", flush=True)
     if args.keep_on_sigint:
 
@@ -249,6 +249,9 @@ def as_fake(kind: str, argv: list[str]) -> list[str]:
         config = argv[argv.index("--config") + 1]
         if config.endswith("bench-aggregated.json"):
             return ["bench", "--proxy-port", str(ports["proxy"]), "--result-name", AGGREGATED_RESULT_NAME]
+        if Path(config).name.startswith("bench-arm-"):
+            arm = Path(config).name.removeprefix("bench-arm-").removesuffix(".json")
+            return ["bench", "--proxy-port", str(ports["proxy"]), "--result-subdir", f"arms/{arm}"]
         return ["bench", "--proxy-port", str(ports["proxy"]), *flags.get("bench", [])]
     port = int(argv[argv.index("--port") + 1])
     name = next(n for n, p in ports.items() if p == port)
@@ -266,6 +269,10 @@ def write_bin(bin_dir: Path) -> Path:
         "python": (
             'if [ "${1:-}" = -m ] && [ "${2:-}" = harness ] && { [ "${3:-}" = proxy ] || [ "${3:-}" = bench ]; }; then\n'
             f'  exec {real} {me} as "$3" "${{@:4}}"\n'
+            "fi\n"
+            # vllm-router as a router arm: a fake proxy on its port.
+            'if [ "${1:-}" = -m ] && [ "${2:-}" = vllm_router.launch_router ]; then\n'
+            f'  exec {real} {me} as proxy "${{@:3}}"\n'
             "fi\n"
             f'exec {real} "$@"\n'
         ),
@@ -303,6 +310,7 @@ def main(argv: list[str] | None = None) -> None:
         help="as pdbench bench on Ctrl-C: write the result as interrupted, exit 130",
     )
     b.add_argument("--result-name", default=RESULT_NAME)
+    b.add_argument("--result-subdir", default=".", help="a router arm's folder in the run (arms/<arm>)")
     args = ap.parse_args(argv)
     (run_server if args.cmd == "server" else run_bench)(args)
 

@@ -1072,3 +1072,32 @@ def test_supervisor_stop_of_one_process_leaves_the_others_descendants(tmp_path: 
         sup.stop_all(2)
     assert not kids["server"][0].is_running()
 
+
+def test_router_arms_measure_the_same_servers_one_router_after_the_other(make_job) -> None:
+    (metrics_port,) = free_ports(1)
+    arms = ("proxy.arms=[pdbench, vllm-router]", f"proxy.metrics_port={metrics_port}")
+    job = make_job(overrides=arms)
+    rc, _took = job.run()
+    assert rc == 0, job.logs()
+    # The job's own router's point is the run's result; the later arm's is under arms/<arm>/.
+    assert job.status()["results"] == [RESULT_NAME]
+    later = json.loads((job.run_dir / "arms" / "vllm-router" / RESULT_NAME).read_text())
+    assert later["text"] == " fake from proxy"  # through the router on the proxy's port
+    node0 = job.log("node0")
+    # The servers stayed up: started once; the job's router stopped before the arm's started.
+    assert node0.count("started prefill-0") == 1
+    order = [
+        "started bench",
+        "router arm vllm-router: stopping proxy, starting proxy-arm-vllm-router",
+        "stopped proxy ",
+        "started proxy-arm-vllm-router",
+        "router arm vllm-router: smoke request answered",
+        "started bench-arm-vllm-router",
+    ]
+    at = [node0.find(x) for x in order]
+    assert -1 not in at and at == sorted(at), (at, node0)
+    for name in ("prefill-0", "decode-0"):  # the arm's own /metrics around its sweep
+        assert (job.run_dir / "arms" / "vllm-router" / "metrics" / f"{name}.after.prom").is_file()
+    recorded = [e["name"] for e in job.recorded_procs()]
+    assert {"proxy", "bench", "proxy-arm-vllm-router", "bench-arm-vllm-router"} <= set(recorded)
+    job.assert_nothing_left()

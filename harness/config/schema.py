@@ -380,6 +380,18 @@ class ProxySpec(Strict):
             "and needs 1"
         ),
     )
+    # Left out of the lock (and the fingerprint) while unset: recipes without arms keep theirs.
+    arms: list[ProxyKind] = Field(
+        [],
+        exclude_if=lambda v: not v,
+        description=(
+            "router arms in one job: the routers that measure the same servers, prompts and seeds one after "
+            "the other, kind first (e.g. [pdbench, vllm-router]); each is started, health-gated, measured over "
+            "the whole sweep and stopped before the next; kind's points are the run's results, each other "
+            "arm's go to arms/<arm>/; every point carries metadata.arm; no direct arm: a PD request needs a "
+            "router to carry its kv_transfer_params"
+        ),
+    )
     overlap: bool = Field(
         False,
         description=(
@@ -589,14 +601,37 @@ class Recipe(Strict):
         return self
 
     @model_validator(mode="after")
+    def _router_arms(self) -> Recipe:
+        arms, kind = self.proxy.arms, self.proxy.kind
+        if not arms:
+            return self
+        if len(arms) < 2 or len(set(arms)) != len(arms) or arms[0] != kind:
+            raise ValueError(
+                f"proxy.arms: {arms} must name two or more routers, each once, proxy.kind ({kind}) first "
+                "(its points are the run's results)"
+            )
+        use = kv_connectors.get(self.connector.name)
+        if self.topology.aggregated is not None:
+            raise ValueError("proxy.arms: the arms measure the disaggregated servers; drop topology.aggregated")
+        if use.proxy.single_process or (use.vllm_router is not None and use.vllm_router.discovery):
+            raise ValueError(
+                f"proxy.arms: the {self.connector.name} connector's workers register with the router they start "
+                "with, so a later arm would have none; use one proxy.kind per job"
+            )
+        if self.benchmark.slo_search is not None:
+            raise ValueError("proxy.arms: an SLO search measures one deployment per job; drop benchmark.slo_search")
+        return self
+
+    @model_validator(mode="after")
     def _router_serves_connector(self) -> Recipe:
         p = self.proxy
-        if p.kind != "vllm-router":
+        if "vllm-router" not in (p.kind, *p.arms):
             return self
+        key = "proxy.kind" if p.kind == "vllm-router" else "proxy.arms"
         if kv_connectors.get(self.connector.name).vllm_router is None:
             served = ", ".join(n for n in kv_connectors.kv_names() if kv_connectors.get(n).vllm_router is not None)
             raise ValueError(
-                f"proxy.kind: vllm-router does not serve the {self.connector.name} connector "
+                f"{key}: vllm-router does not serve the {self.connector.name} connector "
                 f"(it serves {served}); use proxy.kind: pdbench for {self.connector.name}"
             )
         # What only pdbench's proxy does: refused, not silently dropped.

@@ -7,6 +7,7 @@ Every node tears down all of its processes on success, failure, signal or timeou
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import logging
@@ -35,9 +36,9 @@ from harness.node.versions import record_servers
 from harness.power.account import account as account_power
 from harness.power.account import power_interval, power_required, wait_for_samplers
 from harness.rundir import TIME_LIMIT_WARNING, Failure, ResultName, RunDir, write_status
-from harness.rundir.paths import REPEATS
+from harness.rundir.paths import ARMS, REPEATS
 from harness.supervisor import Supervisor
-from harness.topology import Phase, PlanFile, Process, bench_name
+from harness.topology import Phase, PlanFile, Process, arm_bench_name, arm_proxy_name, bench_name, proxy_name
 from harness.validity.scrape import scrape_all
 
 log = logging.getLogger(__name__)
@@ -253,7 +254,8 @@ def _run_phase(
 ) -> None:
     """One phase of the job: its servers and proxy up, health-gated; node 0 runs its client."""
     t = ctx.timeouts
-    mine = [p for p in ctx.processes(ctx.node_id) if p.phase == phase]
+    # A later router arm's process starts in its turn, after the sweep (_run_arms).
+    mine = [p for p in ctx.processes(ctx.node_id) if p.phase == phase and p.arm is None]
     if len(ctx.plan.job_plan().phases) > 1:
         log.info("node %d: phase %s", ctx.node_id, phase)
     phase_started = time.time()
@@ -340,18 +342,10 @@ def _run_phase(
     if late := wait_for_samplers(ctx.run_dir, sampling, phase):
         log.warning("no power sampler record from node(s) %s: their GPUs' points will say so", late)
     earlier = set(ctx.run.result_names())
-    start(bench)
-    deadline = time.monotonic() + t.bench_s
-    while (rc := sup.procs[bench].popen.poll()) is None:
-        check(ignore=(bench,))
-        if time.monotonic() > deadline:
-            raise Failed(
-                Failure(ctx.node_id, f"the benchmark did not finish within {t.bench_s:.0f} s (partial results kept)")
-            )
-        time.sleep(0.5)
-    if rc != 0:
-        check(ignore=(bench,))  # a server or the proxy that died first is the cause
+    rc = _sweep(ctx, sup, start, bench, check)
     scrape_all(targets, metrics, "after")
+    if rc == 0 and phase == "disagg" and ctx.plan.arms:
+        rc, bench = _run_arms(ctx, sup, start, check, targets, bench)
     power = _account_power(ctx, phase, [f for f in ctx.run.results() if f.name not in earlier], phase_started)
     # Before the other nodes are told to stop: the eval needs this phase's servers.
     accuracy = accuracy_step.after_sweep(ctx.run_dir, phase) if rc == 0 else []
@@ -373,6 +367,58 @@ def _run_phase(
         log.warning("result point(s) without validity evidence (no server /metrics): %s", ", ".join(unverified))
     if invalid:
         raise PhaseFailed(Failure(ctx.node_id, "invalid result point(s): " + "; ".join(invalid)))
+
+
+def _sweep(ctx: NodeContext, sup: Supervisor, start: Callable[[str], None], bench: str, check, *ignore: str) -> int:
+    """Run one client to its end (bounded by timeouts.bench_s); its exit code."""
+    t = ctx.timeouts
+    start(bench)
+    deadline = time.monotonic() + t.bench_s
+    while (rc := sup.procs[bench].popen.poll()) is None:
+        check(ignore=(bench, *ignore))
+        if time.monotonic() > deadline:
+            raise Failed(
+                Failure(ctx.node_id, f"the benchmark did not finish within {t.bench_s:.0f} s (partial results kept)")
+            )
+        time.sleep(0.5)
+    if rc != 0:
+        check(ignore=(bench, *ignore))  # a server or the proxy that died first is the cause
+    return rc
+
+
+def _run_arms(
+    ctx: NodeContext, sup: Supervisor, start: Callable[[str], None], check, targets: dict[str, str], bench: str
+) -> tuple[int, str]:
+    """Each later router arm in turn over the same servers (proxy.arms): the router before it stopped
+    (its port free), this one started, health-gated and smoke-tested, the whole sweep measured into
+    arms/<arm>/ with its own /metrics before and after, and it stays up until the next arm's turn.
+    Returns the first failing client's exit code and name (0 and the last client's when all passed)."""
+    t, done = ctx.timeouts, [bench]
+    previous = proxy_name("disagg")
+    for arm in ctx.plan.arms:
+        router, client = arm_proxy_name(arm), arm_bench_name(arm)
+        log.info("router arm %s: stopping %s, starting %s", arm, previous, router)
+        sup.stop(previous, t.teardown_s)
+        where = ctx.run.arm(arm)
+        where.path.mkdir(parents=True, exist_ok=True)
+        start(router)
+        finished = tuple(done)  # the clients that ended before this arm: not a failure
+        url = f"http://127.0.0.1:{ctx.plan.proxy_port}/health"
+        _wait_healthy(ctx, {router: url}, t.health_s, functools.partial(check, ignore=finished), primary=False)
+        try:
+            text = smoke_request(f"http://127.0.0.1:{ctx.plan.proxy_port}", ctx.plan.served_model_name, t.smoke_s)
+        except (RuntimeError, OSError, TimeoutError) as e:
+            check(ignore=finished)
+            raise Failed(Failure(ctx.node_id, f"router arm {arm}: {e}", primary=False)) from e
+        log.info("router arm %s: smoke request answered %r", arm, text)
+        scrape_all(targets, where.metrics(), "before")
+        rc = _sweep(ctx, sup, start, client, check, *done)
+        scrape_all(targets, where.metrics(), "after")
+        if rc != 0:
+            return rc, client
+        done.append(client)
+        previous = router
+    return 0, done[-1]
 
 
 def _account_power(ctx: NodeContext, phase: Phase, results: list[Path], started: float) -> list[str]:
@@ -408,7 +454,8 @@ def _point_results(run_dir: Path) -> list[tuple[str, Path]]:
     under repeats/<k>/ (named by their path in the run, as they measure the same points again)."""
     run = RunDir(run_dir)
     repeats = sorted((run_dir / REPEATS).glob(f"*/{ResultName.GLOB}"))
-    return [(f.name, f) for f in run.results()] + [(str(f.relative_to(run_dir)), f) for f in repeats]
+    arms = sorted((run_dir / ARMS).glob(f"*/{ResultName.GLOB}"))  # router arms' (proxy.arms)
+    return [(f.name, f) for f in run.results()] + [(str(f.relative_to(run_dir)), f) for f in repeats + arms]
 
 
 def _invalid_points(run_dir: Path) -> list[str]:

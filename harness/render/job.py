@@ -19,12 +19,13 @@ import yaml
 from harness import __version__, atomic, kv_connectors
 from harness.config.load import ConfigError, ResolvedRecipe
 from harness.render import commands as cmd
+from harness.render.arms import arm_bench_argv, arm_bench_config
 from harness.render.commands import Shell, Word, quote
 from harness.render.preflight_spec import preflight_spec
 from harness.render.vllm_router import router_argv
 from harness.rundir import TIME_LIMIT_WARNING, RunDir
 from harness.rundir.paths import IMAGE_RECORD_JOB, SLURM_OUTPUT, image_record_name, script_names
-from harness.topology import JobPlan, PlanFile, bench_name, plan
+from harness.topology import JobPlan, PlanFile, arm_bench_name, bench_name, plan
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "slurm_templates"
 # The job script reads the image file once for its sha256 (enroot, apptainer), before any
@@ -128,7 +129,9 @@ def _procs(rr: ResolvedRecipe, p: JobPlan, root: str) -> list[dict[str, Any]]:
     for proc in p.processes():
         if proc.kind == "proxy":
             what = "PD proxy" if proc.phase == "disagg" else "proxy of the aggregated baseline"
-            router = rr.recipe.proxy.kind == "vllm-router"
+            if proc.arm is not None:
+                what = "router arm after the job's own router"
+            router = (proc.arm or rr.recipe.proxy.kind) == "vllm-router"
             if router:
                 what = f"vllm-router as the {what}"
             procs.append(
@@ -173,6 +176,18 @@ def _procs(rr: ResolvedRecipe, p: JobPlan, root: str) -> list[dict[str, Any]]:
                 # (harness.bench.tokenizer); a hidden directory, so no tool takes it for a run.
                 "env": _env({"PDBENCH_CACHE_DIR": Shell("${RUN_DIR}/../../.cache")}),
                 "argv": cmd.bench_argv(p, phase),
+                "nic": False,
+            }
+        )
+    for arm in p.arms:
+        name = arm_bench_name(arm)
+        procs.append(
+            {
+                "name": name,
+                "func": name.replace("-", "_"),
+                "summary": f"benchmark client on node {p.proxy_node}, through router arm {arm}",
+                "env": _env({"PDBENCH_CACHE_DIR": Shell("${RUN_DIR}/../../.cache")}),
+                "argv": arm_bench_argv(p, arm),
                 "nic": False,
             }
         )
@@ -230,6 +245,7 @@ def run_metadata(rr: ResolvedRecipe, p: JobPlan, ctx: RenderContext) -> dict[str
         "connector": c.name,
         "kv_buffer_device": c.kv_buffer_device,
         "proxy": rr.recipe.proxy.kind,
+        **({"arm": rr.recipe.proxy.kind} if rr.recipe.proxy.arms else {}),
         "disagg": True,
         "num_nodes": p.num_nodes,
         "gpus_per_node": t.gpus_per_node,
@@ -284,7 +300,7 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext, job_plan: 
     # vllm-router where it is the job's router (a missing package fails the node at once).
     node_modules = [
         "harness.node.runtime",
-        *(["vllm_router.launch_router"] if rr.recipe.proxy.kind == "vllm-router" else []),
+        *(["vllm_router.launch_router"] if "vllm-router" in (rr.recipe.proxy.kind, *rr.recipe.proxy.arms) else []),
     ]
     server = env.get_template("server.sh.j2").render(
         **common,
@@ -337,7 +353,11 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext, job_plan: 
                 # What the connector needs importable in the image besides vLLM.
                 *kv_connectors.get_kv(rr.recipe.connector.name).image_modules,
                 # proxy.kind vllm-router runs in the image's Python too.
-                *(["vllm_router.launch_router"] if rr.recipe.proxy.kind == "vllm-router" else []),
+                *(
+                    ["vllm_router.launch_router"]
+                    if "vllm-router" in (rr.recipe.proxy.kind, *rr.recipe.proxy.arms)
+                    else []
+                ),
             ],
             # What the set-up steps' cache is keyed by, besides the base image's id.
             setup_digest=hashlib.sha256(
@@ -368,6 +388,11 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext, job_plan: 
     }
     if "disagg" in p.phases:
         files[run.bench_config("disagg")] = json.dumps(bench, indent=2) + "\n"
+    for arm in p.arms:
+        cfg = arm_bench_config(rr, p, run_metadata(rr, p, ctx), arm, ctx.root)
+        files[run.arm_bench_config(arm)] = (
+            json.dumps(cfg | {"resume": True} if ctx.resumed_from else cfg, indent=2) + "\n"
+        )
     if "aggregated" in p.phases:
         agg = cmd.aggregated_bench_config(rr, p, aggregated_run_metadata(rr, p, ctx), ctx.root)
         if ctx.resumed_from:

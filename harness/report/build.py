@@ -12,6 +12,7 @@ import pandas as pd
 
 from harness.config.slo import result_key
 from harness.report.accuracy import accuracy_rows
+from harness.report.arms import arms_table
 from harness.report.bottleneck import bottleneck_table
 from harness.report.breakdown import breakdowns, columns
 from harness.report.crosscheck import crosscheck
@@ -137,7 +138,9 @@ def build_report(
     report.accuracy, accuracy_notes = accuracy_rows(loaded.runs)
     report.notes += accuracy_notes
     client_notes: list[Note] = []
+    arm_notes: list[Note] = []
     tables = (
+        arms_table(loaded.runs, arm_notes),
         slo_table(df, slo) if slo else None,
         sessions_table(loaded.runs),
         schedule_table(loaded.runs),
@@ -149,5 +152,5 @@ def build_report(
     )
     report.sections = truth_sections(truth_tables(loaded.runs, slo), slo)  # the answer first
     report.sections += [t for t in (*tables, crosscheck(loaded.runs, client_notes)) if t is not None]
-    report.notes += [f"{report.rel(n.path)}: {n.text}" for n in client_notes]
+    report.notes += [f"{report.rel(n.path)}: {n.text}" for n in client_notes + arm_notes]
     return report

@@ -17,13 +17,14 @@ from harness.report.result_file import NotAResult, read_point
 from harness.report.result_names import looks_like_result_name
 from harness.rundir import RunDir, read_status
 from harness.rundir.accuracy_summary import AccuracySummary
-from harness.rundir.paths import CLIENTS, CONTROL_FILES, EVALS, POWER, REPEATS, SENTINEL_REFERENCE, SENTINELS
+from harness.rundir.paths import ARMS, CLIENTS, CONTROL_FILES, EVALS, POWER, REPEATS, SENTINEL_REFERENCE, SENTINELS
 
 # A pdbench run's folders of records whose files may be named like results but are not its points:
 # other clients' (the cross-check reads them), an SLO search's repeats of a point it has already
-# (pdbench search reads them) and the points' energy records and power windows (named after the
-# result they account; harness.report.energy reads them).
-RECORD_DIRS = frozenset({SENTINELS, EVALS, CLIENTS, REPEATS, POWER})
+# (pdbench search reads them), the points' energy records and power windows (named after the
+# result they account; harness.report.energy reads them) and the later router arms' points (the
+# same points through another router: harness.report.arms sets them beside the run's own).
+RECORD_DIRS = frozenset({SENTINELS, EVALS, CLIENTS, REPEATS, POWER, ARMS})
 
 
 class RunPathError(Exception):

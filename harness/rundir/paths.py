@@ -45,7 +45,6 @@ EVALS = "evals"
 ACCURACY_SUMMARY = "pdbench-accuracy.json"  # pdbench's verdict of one eval, beside lm-eval's files
 SECRET = f"{STATE}/kv_secret"
 KV_CEILING = "kv_ceiling.json"  # in state/: the same-job KV ceiling (harness.rundir.kv_ceiling)
-PERF_PROFILE = "perf_profile.json"  # the per-role profile `pdbench predict` fitted (harness.rundir.perf_profile)
 KV_SINK = "kv_sink.json"  # in state/: where decode-0's node listens for the KV ceiling's transfer
 IMAGE_RECORD_GLOB = "image-*.json"
 IMAGE_RECORD_JOB = "image-job.json"  # one image file for the whole job (enroot, apptainer)
@@ -62,6 +61,10 @@ CLIENT_RUN = "client_run.json"  # how the run went: exit code, wall and CPU seco
 # measured again, each repeat k under repeats/<k>/ laid out as the run directory (result, evidence).
 SLO_SEARCH = "slo_search.json"
 REPEATS = "repeats"
+# Router arms (proxy.arms): each arm after the job's own router measures the same servers into
+# arms/<arm>/, laid out as the run directory (results, metrics/, sentinels/); the job's own router's
+# points stay the run's results.
+ARMS = "arms"
 # GPU power (harness.power): each node's samples under power/raw/, one energy record per point
 # under power/points/, and per phase the dcgm-power v1 package InferenceX's
 # utils/aggregate_power_multinode.py reads (power/<phase>/: manifest.json, samples.csv, windows/).
@@ -84,6 +87,16 @@ def client_log_name(client: str, concurrency: int | str, phase: str = "disagg") 
 def repeat_subdir(repeat: int) -> str:
     """Where repeat k (1..) of an SLO search's points goes: repeats/<k>."""
     return f"{REPEATS}/{repeat}"
+
+
+def arm_subdir(arm: str) -> str:
+    """Where a later router arm's points go: arms/<arm>."""
+    return f"{ARMS}/{arm}"
+
+
+def arm_bench_config_name(arm: str) -> str:
+    """A later router arm's client settings: bench-arm-<arm>.json."""
+    return f"bench-arm-{arm}.json"
 
 
 def bench_config_name(phase: str) -> str:
@@ -168,7 +181,6 @@ CONTROL_FILES = frozenset(
         NOT_SUBMITTED,
         DOCTOR_MARKER,
         SLO_SEARCH,
-        PERF_PROFILE,
         bench_config_name("disagg"),
         bench_config_name("aggregated"),
     }
@@ -297,6 +309,13 @@ class RunDir:
     def container_script(self) -> Path:
         return self.path / CONTAINER_SCRIPT
 
+    def arm(self, arm: str) -> RunDir:
+        """A later router arm's results, laid out as a run directory's (results(), metrics())."""
+        return RunDir(self.path / arm_subdir(arm))
+
+    def arm_bench_config(self, arm: str) -> Path:
+        return self.path / arm_bench_config_name(arm)
+
     def bench_config(self, phase: str = "disagg") -> Path:
         return self.path / bench_config_name(phase)
 
@@ -368,10 +387,6 @@ class RunDir:
     @property
     def kv_ceiling(self) -> Path:
         return self.state / KV_CEILING
-
-    @property
-    def perf_profile(self) -> Path:
-        return self.path / PERF_PROFILE
 
     @property
     def kv_sink(self) -> Path:
