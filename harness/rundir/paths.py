@@ -45,6 +45,7 @@ EVALS = "evals"
 ACCURACY_SUMMARY = "pdbench-accuracy.json"  # pdbench's verdict of one eval, beside lm-eval's files
 SECRET = f"{STATE}/kv_secret"
 KV_CEILING = "kv_ceiling.json"  # in state/: the same-job KV ceiling (harness.rundir.kv_ceiling)
+PERF_PROFILE = "perf_profile.json"  # the per-role profile `pdbench predict` fitted (harness.rundir.perf_profile)
 KV_SINK = "kv_sink.json"  # in state/: where decode-0's node listens for the KV ceiling's transfer
 IMAGE_RECORD_GLOB = "image-*.json"
 IMAGE_RECORD_JOB = "image-job.json"  # one image file for the whole job (enroot, apptainer)
@@ -181,6 +182,7 @@ CONTROL_FILES = frozenset(
         NOT_SUBMITTED,
         DOCTOR_MARKER,
         SLO_SEARCH,
+        PERF_PROFILE,
         bench_config_name("disagg"),
         bench_config_name("aggregated"),
     }
@@ -387,6 +389,10 @@ class RunDir:
     @property
     def kv_ceiling(self) -> Path:
         return self.state / KV_CEILING
+
+    @property
+    def perf_profile(self) -> Path:
+        return self.path / PERF_PROFILE
 
     @property
     def kv_sink(self) -> Path:
