@@ -105,3 +105,20 @@ def test_report_sets_the_arms_side_by_side_with_an_interval_over_runs(tmp_path: 
     assert "?" not in cell["Output tok/s"]
     # Without a second arm there is nothing to set beside: no section.
     assert not [s for s in build_report([FIXTURE]).sections if s.title.startswith("Router arms")]
+
+
+def test_validate_passes_a_vllm_router_arms_line_through_its_parser(monkeypatch) -> None:
+    from harness.render import vllm_router
+    from harness.submit.check import Planned, router_problems
+
+    rr = load_recipe(RECIPE, [ARMS])  # pdbench's proxy first: vllm-router only as the later arm
+    checked: list[list] = []
+
+    def refuse(argv: list) -> list[str]:
+        checked.append(argv)
+        return ["refused for the test"]
+
+    monkeypatch.setattr(vllm_router, "check_argv", refuse)
+    assert router_problems(Planned(rr, plan(rr))) == ["vllm-router rejects its disagg line: refused for the test"]
+    assert "--vllm-pd-disaggregation" in checked[0]
+    assert router_problems(Planned(load_recipe(RECIPE), plan(load_recipe(RECIPE)))) == []  # no router, no check

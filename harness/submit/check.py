@@ -97,9 +97,10 @@ def flag_problems(p: Planned) -> list[str] | None:
 
 
 def router_problems(p: Planned) -> list[str]:
-    """proxy.kind vllm-router: each of its command lines through vllm-router's own parser, where
-    the package is importable here (else a note: the node's check finds it missing)."""
-    if p.rr.recipe.proxy.kind != "vllm-router":
+    """proxy.kind (or a router arm of proxy.arms) vllm-router: each of its command lines through
+    vllm-router's own parser, where the package is importable here (else a note: the node's check
+    finds it missing). As an arm it serves the disaggregated servers only (validate's rule)."""
+    if "vllm-router" not in (p.rr.recipe.proxy.kind, *p.rr.recipe.proxy.arms):
         return []
     from harness.render import vllm_router
 
