@@ -97,6 +97,7 @@ def test_report_sets_the_arms_side_by_side_with_an_interval_over_runs(tmp_path: 
     own = json.loads(next(runs[0].glob("concurrency_1_*.json")).read_text())
     assert by[("pdbench", "1")]["Runs"] == "1" and by[("pdbench", "1")]["Output tok/s"].endswith("± ?")
     assert [r[0] for r in section.rows[:2]] == ["pdbench", "vllm-router"]  # per concurrency, the arms together
+    assert "vllm-router: no TTFT breakdown" in section.note and "pdbench: no TTFT" not in section.note
     two = build_report(runs)
     (section,) = [s for s in two.sections if s.title.startswith("Router arms")]
     cell = {(r[0], r[3]): dict(zip(section.headers, r, strict=True)) for r in section.rows}[("vllm-router", "1")]

@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable
 
 from harness.interval import t_interval
+from harness.report.explain import WITHOUT_PDBENCH_PROXY
 from harness.report.model import SectionTable
 from harness.report.points import Note, Point, Run
 from harness.report.result_file import NotAResult, read_point
@@ -109,5 +110,6 @@ def arms_table(runs: list[Run], notes: list[Note]) -> SectionTable | None:
             "and stopped before the next; mean ± 95% t-interval over the runs given (a repeat is the same cell in "
             "another run; one run: ± ?); invalid points are left out; there is no direct arm: a PD request needs "
             "a router to carry its kv_transfer_params"
+            + "".join(f"; {a}: {WITHOUT_PDBENCH_PROXY}" for a in order if a != "pdbench")
         ),
     )
