@@ -73,6 +73,11 @@ VARIANTS = {
         f"{recipe}--vllm-router": (recipe, ["proxy.kind=vllm-router"])
         for recipe in ("tiny-fp32-cpu-nixl-1p2d-vs-agg", "dsr1-fp8-h200-mooncake-1p2d", "dsr1-fp8-mi355x-moriio-1p2d")
     },
+    # Router arms (proxy.arms): vllm-router's sweep, then pdbench's proxy and its client over the same servers.
+    "tiny-fp32-cpu-nixl-1p1d--router-arms": (
+        "tiny-fp32-cpu-nixl-1p1d",
+        ["proxy.kind=vllm-router", "proxy.arms=[vllm-router, pdbench]"],
+    ),
     "dsr1-fp8-mi355x-moriio-1p2d--decode-dp16-over-2-nodes": (
         "dsr1-fp8-mi355x-moriio-1p2d",
         [

@@ -129,11 +129,13 @@ def _procs(rr: ResolvedRecipe, p: JobPlan, root: str) -> list[dict[str, Any]]:
     for proc in p.processes():
         if proc.kind == "proxy":
             what = "PD proxy" if proc.phase == "disagg" else "proxy of the aggregated baseline"
-            if proc.arm is not None:
-                what = "router arm after the job's own router"
             router = (proc.arm or rr.recipe.proxy.kind) == "vllm-router"
             if router:
                 what = f"vllm-router as the {what}"
+            if proc.arm is not None:
+                what = (
+                    f"router arm {proc.arm} ({'vllm-router' if router else 'the PD proxy'}), after the job's own router"
+                )
             procs.append(
                 {
                     "name": proc.name,
