@@ -28,6 +28,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "results" / RECIPE / "20261122T03
         (RECIPE, ["proxy.arms=[pdbench]"], "two or more routers"),
         (RECIPE, ["proxy.arms=[pdbench, pdbench]"], "each once"),
         ("tiny-fp32-cpu-pdbench-1p1d", [ARMS], "proxy.arms: vllm-router does not serve the pdbench connector"),
+        ("tiny-fp32-cpu-pdbench-1p1d", [ARMS], "leave vllm-router out of proxy.arms for pdbench"),
         ("dsr1-fp8-mi355x-moriio-1p2d", [ARMS], "the moriio connector's workers register with the router"),
         ("tiny-fp32-cpu-nixl-1p2d-vs-agg", [ARMS], "drop topology.aggregated"),
         (RECIPE, [ARMS, "proxy.policy=session"], "proxy.policy: session is pdbench's proxy's"),

@@ -632,7 +632,12 @@ class Recipe(Strict):
             served = ", ".join(n for n in kv_connectors.kv_names() if kv_connectors.get(n).vllm_router is not None)
             raise ValueError(
                 f"{key}: vllm-router does not serve the {self.connector.name} connector "
-                f"(it serves {served}); use proxy.kind: pdbench for {self.connector.name}"
+                f"(it serves {served}); "
+                + (
+                    f"use proxy.kind: pdbench for {self.connector.name}"
+                    if key == "proxy.kind"
+                    else f"leave vllm-router out of proxy.arms for {self.connector.name}"
+                )
             )
         # What only pdbench's proxy does: refused, not silently dropped.
         if p.policy != "round_robin":
