@@ -91,7 +91,10 @@ def answer(rr: ResolvedRecipe, runs: Sequence[Path], concurrencies: Sequence[int
         profile = profile.model_copy(
             update={"max_num_seqs": target.max_num_seqs, "max_batched_tokens": target.max_batched_tokens}
         )
-        rows = [predict(profile, target.deployment, c, s.isl, s.osl) for s in shapes for c in conc]
+        bench = rr.recipe.benchmark
+        rows = [
+            predict(profile, target.deployment, c, s.isl, s.osl, bench.num_prompts_for(c)) for s in shapes for c in conc
+        ]
         tables.append(Table(target, run, rows))
     return tables
 

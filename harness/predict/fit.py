@@ -115,7 +115,7 @@ def _refine_agg(profile: PerfProfile, obs: Sequence[Observation]) -> LinearFit:
     def residuals(theta: np.ndarray) -> np.ndarray:
         step = d0.model_copy(update=line_of(theta) | {"rms_ms": 0.0})
         p = profile.model_copy(update={"decode_step": step})
-        sims = [simulate(_sim_config(p, o, CALIBRATION_REQUESTS, jitter=False)) for o in obs]
+        sims = [simulate(_sim_config(p, o, min(o.requests, CALIBRATION_REQUESTS), jitter=False)) for o in obs]
         return np.array([np.mean(s.tpot_ms) if s.tpot_ms else 0.0 for s in sims]) / measured - 1.0
 
     # A batch that never varied fixes the intercept only: the slope stays what the line said (0).

@@ -63,7 +63,7 @@ def leave_one_out(obs: Sequence[Observation], run: Path, engines: Mapping[str, L
                 held.prefill_gpus // held.prefill_workers,
                 held.decode_gpus // held.decode_workers if held.decode_workers else 0,
             )
-            out.append(Checked(held, predict(profile, d, held.concurrency, held.isl, held.osl)))
+            out.append(Checked(held, predict(profile, d, held.concurrency, held.isl, held.osl, held.requests)))
     return out
 
 

@@ -29,6 +29,7 @@ class Observation:
     tpot_ms: float  # mean
     e2el_ms: float  # mean
     output_throughput: float  # tokens/s
+    requests: int  # sent in the point (completed + failed, else num_prompts)
     prefill_workers: int
     decode_workers: int  # 0: aggregated
     prefill_gpus: int  # aggregated: all of them
@@ -109,6 +110,7 @@ def observe(p: Point) -> Observation:
         tpot_ms=_need(p, "mean_tpot_ms"),
         e2el_ms=_need(p, "mean_e2el_ms"),
         output_throughput=p.output_throughput,
+        requests=p.requests or p.completed or 0,
         prefill_workers=pw,
         decode_workers=dw,
         prefill_gpus=p.prefill_gpus or 0,

@@ -12,9 +12,10 @@ aggregated instance does both in one step, as vLLM's scheduler does: the step's 
 are computed with the running batch's decode and delay it, so prefill stalls decode there.
 
 Service times are the profile's fits; with `jitter` each one is drawn around its fit with the fit's
-residual spread (seeded), which spreads the percentiles as the measured noise does. The run is
-bounded: `max_events` events or `requests` finished requests, whichever comes first; a run that
-hits the event bound says so (`truncated`).
+residual spread (seeded), which spreads the percentiles as the measured noise does. As the client
+does, the clients start at once and send `requests` requests in all (the point's num_prompts), all
+of them measured, the start's burst included. The run is bounded by `max_events` events; a run that
+hits the bound says so (`truncated`).
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ class SimConfig:
     max_batched_tokens: int = 8192
     prefill_jitter_ms: float = 0.0  # sd of a prefill batch's time around its fit
     step_jitter_ms: float = 0.0  # sd of a decode step's time around its fit
-    requests: int = 0  # measured requests; 0: max(64, 8 * concurrency)
-    warmup_per_client: int = 1  # each client's first requests, left out of the figures
+    requests: int = 0  # requests sent, as the point's num_prompts; 0: max(64, 8 * concurrency)
+    warmup_per_client: int = 0  # each client's first requests, left out of the figures
     seed: int = 0
     max_events: int = 2_000_000
 
@@ -104,6 +105,7 @@ class _Sim:
         self.rr_d = itertools.cycle(range(len(self.decode)))
         self.sent = [0] * cfg.concurrency
         self.target = cfg.requests or max(64, 8 * cfg.concurrency)
+        self.total_sent = 0
         self.done: list[_Req] = []
         self.finishes: list[float] = []  # the measured requests' finish times
 
@@ -117,6 +119,7 @@ class _Sim:
         r = _Req(next(self.rids), client, t, left=self.cfg.osl)
         r.measured = self.sent[client] >= self.cfg.warmup_per_client
         self.sent[client] += 1
+        self.total_sent += 1
         self.at(t + self.cfg.overhead_ms / 1000.0, "prefill_arrive", next(self.rr_p), r)
 
     def _admit(self, inst: _Instance, limit_tokens: bool) -> list[_Req]:
@@ -191,16 +194,16 @@ class _Sim:
         if r.measured:
             self.done.append(r)
             self.finishes.append(t)
-        if len(self.done) < self.target:
+        if self.total_sent < self.target:
             self.send(t, r.client)
 
     def run(self) -> SimResult:
         cfg = self.cfg
-        for c in range(cfg.concurrency):
+        for c in range(min(cfg.concurrency, self.target)):
             self.send(0.0, c)
         n = 0
         t = 0.0
-        while self.events and len(self.done) < self.target and n < cfg.max_events:
+        while self.events and n < cfg.max_events:
             t, _, kind, i, obj = heapq.heappop(self.events)
             n += 1
             if kind == "prefill_arrive":
@@ -220,17 +223,17 @@ class _Sim:
                 self.start_step(t, i)
             else:
                 self.step_done(t, i)
-        # Throughput between the first and the last measured finish: the steady state, without
-        # the ramp of the clients' first requests.
+        # Throughput as the client reports it: the measured tokens over the time from the first
+        # measured request's start to the last finish (the clients' ramp included).
         f = self.finishes
-        span = f[-1] - f[0] if len(f) > 1 else 0.0
+        span = f[-1] - min(r.start for r in self.done) if f else 0.0
         busy = sum(inst.busy_time for inst in self.decode)
         batch = sum(inst.batch_time for inst in self.decode) / busy if busy > 0 else 0.0
         return SimResult(
             ttft_ms=[(r.first - r.start) * 1000.0 for r in self.done],
             tpot_ms=[(r.last - r.first) * 1000.0 / (cfg.osl - 1) for r in self.done if cfg.osl > 1],
             duration_s=span,
-            output_tokens=(len(f) - 1) * cfg.osl if len(f) > 1 else 0,
+            output_tokens=len(f) * cfg.osl,
             truncated=n >= cfg.max_events,
             mean_decode_batch=batch,
         )
