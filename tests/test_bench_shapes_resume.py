@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 
 from harness import tiny_model
 from harness.bench import ClientConfig, run_sweep_detailed
-from harness.bench.cli import load_config
+from harness.bench.bench_command import load_config
 from harness.config.benchmark import BenchmarkSettings
 
 pytestmark = pytest.mark.timeout(60)

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from harness import __version__, tiny_model
 from harness.bench import ClientConfig, run_sweep, run_sweep_detailed
-from harness.bench.cli import bench_command
+from harness.bench.bench_command import bench_command
 from harness.bench.results import ResultExistsError
 from harness.bench.watchdog import TargetDied
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from harness import kv_connectors as connectors
 from harness.config.schema import ConnectorSpec
-from harness.proxy import cli as proxy_cli
+from harness.proxy import proxy_command as proxy_cli
 from harness.proxy.config import ProxyConfig
 from harness.proxy.flows import FLOWS, make_flow
 

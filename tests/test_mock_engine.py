@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from harness import tiny_model
 from harness.bench import ClientConfig, run_sweep_detailed
 from harness.mock_engine import Distribution, MockEngineConfig, build_app
-from harness.mock_engine.cli import mock_engine_command
+from harness.mock_engine.engine_command import mock_engine_command
 
 pytestmark = pytest.mark.timeout(60)
 

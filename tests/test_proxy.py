@@ -28,7 +28,7 @@ from typer.testing import CliRunner
 
 from benchmarks.common import free_port
 from harness.proxy import ProxyConfig, serving
-from harness.proxy import cli as proxy_cli
+from harness.proxy import proxy_command as proxy_cli
 
 DEADLINE_S = 20.0
 KV = {

@@ -52,7 +52,7 @@ LAYERS = {
         "text_fit",
         "collect",
     },
-    "cli": {"formats", "cli"},
+    "cli": {"formats", "report_commands"},
 }
 RANK = {name: i for i, layer in enumerate(LAYERS.values()) for name in layer}
 

@@ -1,8 +1,8 @@
-"""`pdbench bench`: the benchmark client; its options come from ClientConfig (harness.bench.cli)."""
+"""`pdbench bench`: the benchmark client; its options come from ClientConfig (harness.bench.bench_command)."""
 
 from __future__ import annotations
 
-from harness.bench.cli import bench_command
+from harness.bench.bench_command import bench_command
 from harness.cli.root import command
 
 command(

@@ -1,9 +1,9 @@
-"""`pdbench collect`: runs as one InferenceX-style aggregate (harness.report.cli)."""
+"""`pdbench collect`: runs as one InferenceX-style aggregate (harness.report.report_commands)."""
 
 from __future__ import annotations
 
 from harness.cli.root import command
-from harness.report.cli import collect_command
+from harness.report.report_commands import collect_command
 
 command(
     "collect",

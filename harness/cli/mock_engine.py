@@ -1,9 +1,9 @@
-"""`pdbench mock-engine`: the mock OpenAI-compatible engine (harness.mock_engine.cli)."""
+"""`pdbench mock-engine`: the mock OpenAI-compatible engine (harness.mock_engine.engine_command)."""
 
 from __future__ import annotations
 
 from harness.cli.root import command
-from harness.mock_engine.cli import mock_engine_command
+from harness.mock_engine.engine_command import mock_engine_command
 
 command(
     "mock-engine",

@@ -1,9 +1,9 @@
-"""`pdbench proxy`: the PD proxy; its options come from ProxyConfig (harness.proxy.cli)."""
+"""`pdbench proxy`: the PD proxy; its options come from ProxyConfig (harness.proxy.proxy_command)."""
 
 from __future__ import annotations
 
 from harness.cli.root import command
-from harness.proxy.cli import proxy_command
+from harness.proxy.proxy_command import proxy_command
 
 command(
     "proxy",

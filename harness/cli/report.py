@@ -1,9 +1,9 @@
-"""`pdbench report`: runs compared (harness.report.cli)."""
+"""`pdbench report`: runs compared (harness.report.report_commands)."""
 
 from __future__ import annotations
 
 from harness.cli.root import command
-from harness.report.cli import report_command
+from harness.report.report_commands import report_command
 
 command(
     "report",

@@ -2,7 +2,7 @@
 how its points are judged: harness.validity applies them).
 
 A recipe's `benchmark:` section is this model; `pdbench bench` takes the same fields as
-flags (generated from them, harness.bench.cli) and in its --config file (ClientConfig,
+flags (generated from them, harness.bench.bench_command) and in its --config file (ClientConfig,
 which adds where to send the requests and where to write). Nothing else copies a field.
 
 Field metadata that only the CLI needs sits in `json_schema_extra`:

@@ -10,7 +10,7 @@ Public API (kept stable; other components and benchmarks build on it):
     cfg = MockEngineConfig(port=8100, model="tiny", ttft_ms=50, itl_ms="normal:10,1", role="prefill")
     app = build_app(cfg)   # an aiohttp web.Application: run it in-process with web.AppRunner
     serve(cfg)             # or block here until SIGINT/SIGTERM (uvloop when importable)
-    # harness.mock_engine.cli.mock_engine_command: the Typer command behind `pdbench mock-engine`
+    # harness.mock_engine.engine_command.mock_engine_command: the Typer command behind `pdbench mock-engine`
 
 Endpoints: POST /v1/completions and /v1/chat/completions (streaming and not),
 GET /v1/models, /health (200) and /metrics (Prometheus text with vLLM's names:
