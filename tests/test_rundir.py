@@ -89,14 +89,15 @@ def test_status_falls_back_to_the_failure_records(tmp_path: Path) -> None:
 
 
 def test_results_readme_is_generated_from_the_layout() -> None:
-    from harness.rundir import layout
+    from harness.rundir import file_table as layout
 
     readme = Path(__file__).resolve().parent.parent / "results" / "README.md"
-    assert readme.read_text() == layout.markdown(), "run: python -m harness.rundir.layout > results/README.md"
+    assert readme.read_text() == layout.markdown(), "run: python -m harness.rundir.file_table > results/README.md"
 
 
 def test_every_name_of_a_run_directory_is_in_the_layout() -> None:
-    from harness.rundir import layout, paths
+    from harness.rundir import file_table as layout
+    from harness.rundir import paths
 
     words = [w.strip(",") for e in layout.LAYOUT for w in e.name.replace("/", " ").split()]
     documented = [re.sub(r"<[^>]*>|\[[^]]*\]", "*", w) for w in words]  # <N>, [-<phase>]: any

@@ -26,7 +26,7 @@ from harness.launch.launcher import Launcher
 from harness.rundir import RunDir
 from harness.rundir.result_name import ResultName
 from harness.search.driver import Search, prepare
-from harness.search.layout import CandidateState, SearchDir, SearchDirError, differences
+from harness.search.search_dir import CandidateState, SearchDir, SearchDirError, differences
 from harness.search.space import Candidate
 from harness.submit.refused import Refused
 

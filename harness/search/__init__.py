@@ -3,7 +3,7 @@ The confidence intervals are harness.interval's, shared with the SLO ladder insi
 
 spec.py: the search file (searches/<name>.yaml), loaded and checked.
 space.py: the candidates (the factors' product, each planned; exclusions; the aggregated baseline).
-layout.py: the search directory's paths and its state (state.json), one owner.
+search_dir.py: the search directory's paths and its state (state.json), one owner.
 driver.py: runs the candidates as jobs within the budget, resumes a search, writes the report.
 outcome.py: a candidate's outcome, read from its run directory.
 prune.py: whether a candidate is worth running, given the finished ones.

@@ -37,10 +37,10 @@ from harness.launch.launcher import Launcher
 from harness.rundir import RunDir, read_status
 from harness.search import space
 from harness.search.decide import choose_all
-from harness.search.layout import FINAL, CandidateState, SearchDir, SearchDirError, Status
 from harness.search.outcome import EXCLUDED, CandidateOutcome, ReportEntry, read_outcome
 from harness.search.prune import Decision, next_decision
 from harness.search.report import write_report
+from harness.search.search_dir import FINAL, CandidateState, SearchDir, SearchDirError, Status
 from harness.search.space import Candidate, Choice
 from harness.search.spec import LoadedSearch, load_search
 from harness.submit.check import check_flags, check_storage, launcher_for, load, planned

@@ -7,7 +7,7 @@ spent against the full grid's estimate (harness.search.decide says what each mea
 draws every measured point of every candidate, throughput per device against interactivity:
 each candidate's Pareto front over its ladder points as a line, repeats as small rings, a cross
 over each point meeting no SLO, and each SLO's winner as a star with its interval. All three files are written atomically; their
-names are harness.search.layout's.
+names are harness.search.search_dir's.
 
 Where the limit moves: from each candidate's run directory, read as `pdbench report` reads it,
 the report's own line per sweep (harness.report.bottleneck.limit_lines) and, per SLO, the
@@ -28,8 +28,8 @@ from harness.report.bottleneck import limit_lines
 from harness.report.load import load_runs
 from harness.report.pareto import pareto_front
 from harness.search.decide import Choice, Spend, choose_all, spend
-from harness.search.layout import PARETO, REPORT_JSON, REPORT_MD
 from harness.search.outcome import ReportEntry
+from harness.search.search_dir import PARETO, REPORT_JSON, REPORT_MD
 
 X_LABEL = "Interactivity (tok/s/user = 1000 / median TPOT)"
 Y_LABEL = "Total throughput per device (tok/s/device)"

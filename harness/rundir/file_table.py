@@ -1,5 +1,5 @@
 """What each file of a run directory is, who writes it and who reads it: the source of
-results/README.md (`python -m harness.rundir.layout > results/README.md`; a test keeps the
+results/README.md (`python -m harness.rundir.file_table > results/README.md`; a test keeps the
 committed page equal to this)."""
 
 from __future__ import annotations
@@ -220,7 +220,7 @@ def markdown() -> str:
         "# results/\n\n"
         "Default home of run directories; everything here but this file is ignored by git. One run is\n"
         "`results/<recipe>/<UTC timestamp>-<short id>/`, never reused or overwritten. Generated from\n"
-        "harness/rundir/layout.py (`python -m harness.rundir.layout > results/README.md`);\n"
+        "harness/rundir/file_table.py (`python -m harness.rundir.file_table > results/README.md`);\n"
         "harness.rundir.RunDir owns every name below.\n\n"
         "| file | what | written by | read by |\n|---|---|---|---|\n" + "\n".join(rows) + "\n"
     )
