@@ -33,6 +33,7 @@ LAYERS = {
         "truth",
         "truth_text",
         "energy",
+        "arms",
         "predicted",
     },
     "render": {
