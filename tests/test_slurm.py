@@ -452,14 +452,16 @@ def test_doctor_on_the_cluster(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "victim, reason",
+    "victim, reason, router",
     [
-        ("decode-0", "decode-0 (decode) on node 1 was killed by signal 9"),
-        ("proxy", "proxy (proxy) on node 0 was killed by signal 9"),
+        ("decode-0", "decode-0 (decode) on node 1 was killed by signal 9", "pdbench"),
+        # The job's router is vllm-router here: it runs, serves the first point and is supervised
+        # like pdbench's proxy on a Slurm node, in a container (issue 48), at no extra job's cost.
+        ("proxy", "proxy (proxy) on node 0 was killed by signal 9", "vllm-router"),
     ],
 )
-def test_process_killed_mid_sweep(victim: str, reason: str, tmp_path: Path) -> None:
-    proc = _submit(tmp_path, "tiny-fp32-cpu-nixl-1p1d", *FAULT, *_in_containers("docker"))
+def test_process_killed_mid_sweep(victim: str, reason: str, router: str, tmp_path: Path) -> None:
+    proc = _submit(tmp_path, "tiny-fp32-cpu-nixl-1p1d", *FAULT, *_in_containers("docker"), f"proxy.kind={router}")
     run_dir = _run_dir(tmp_path, "tiny-fp32-cpu-nixl-1p1d")
     _wait_for(lambda: list(run_dir.glob("concurrency_1_*.json")), 400, "the first result", proc)
     _kill_in_container(run_dir, victim)
@@ -474,6 +476,10 @@ def test_process_killed_mid_sweep(victim: str, reason: str, tmp_path: Path) -> N
     results = {p.name: json.loads(p.read_text()) for p in run_dir.glob("concurrency_*.json")}
     first = results.pop("concurrency_1_req_rate_inf_gpus_2_ctx_1_gen_1.json")  # the finished point is kept
     assert first["metadata"]["valid"] is True and first["failed"] == 0
+    assert first["metadata"]["proxy"] == router, first["metadata"]["proxy"]
+    if router == "vllm-router":
+        assert "-m vllm_router.launch_router" in (run_dir / "server.sh").read_text()
+        assert first["metadata"]["router"]["kind"] == "vllm-router" and first["metadata"]["router"]["version"]
     # The second point may have started before the abort reached node 0: then its requests
     # failed or were never sent (the client records both) and it is marked invalid, never passed
     # off as valid.
