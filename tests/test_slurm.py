@@ -217,6 +217,7 @@ def test_1p2d_against_its_aggregated_baseline_on_three_nodes(tmp_path: Path) -> 
         for shape in shapes
         for split in ("gpus_3_ctx_1_gen_2", "gpus_3")
     )
+    judged = 0
     for name in names:
         r = json.loads((run_dir / name).read_text())
         assert r["failed"] == 0 and r["completed"] == r["num_prompts"], name
@@ -229,8 +230,20 @@ def test_1p2d_against_its_aggregated_baseline_on_three_nodes(tmp_path: Path) -> 
             assert b["kv_transfer_ms"]["mean"] > 0, name
             # each point's KV rate judged against the ceiling across hosts
             (rule,) = [x for x in md["validity"]["rules"] if x["name"] == "kv_transport"]
-            assert rule["status"] == "passed" and f"of the ceiling {ceiling.describe()}" in rule["detail"], rule
             assert r["kv_handoff"]["ceiling_gbps"] == pytest.approx(ceiling.gbps) and rule["measured"] > 0.001, rule
+            if rule["status"] == "not_checked":
+                # These "hosts" are namespaces of one kernel and veth has no line rate, so the
+                # ceiling is the fastest TCP stream; UCX may move a point's KV faster than that
+                # (a quiet machine: 1.64 against 1.3 GB/s on 2026-11-29). The rule then declines
+                # to judge (a metric error naming the bound) instead of passing the point on it.
+                assert "metric_error" in rule["detail"] and "above the fastest transfer measured" in rule["detail"], (
+                    rule
+                )
+                assert rule["measured"] > 1.0, rule  # its share of the ceiling: above it
+            else:
+                assert rule["status"] == "passed" and f"of the ceiling {ceiling.describe()}" in rule["detail"], rule
+                judged += 1
+    assert judged >= 1  # the c=4 points move their KV at 5-30 % of the ceiling: judged and passed
     assert (run_dir / "metrics" / "aggregated" / "concurrency_4_isl_1024_osl_16" / "aggregated-2.after.prom").is_file()
     assert len(assert_inferencex_contract(run_dir)) == 8
     nodes = {json.loads((run_dir / "nodes" / f"{i}.json").read_text())["host"] for i in range(3)}
