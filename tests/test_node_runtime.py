@@ -414,6 +414,9 @@ def test_a_frozen_server_is_the_cause_and_stops_the_sweep(make_job) -> None:
     runner.start()
     try:
         _wait_for(lambda: "bench: wrote" in job.log("bench"), 90, "the bench's point under way")
+        # Node 1 polls its own health gate apart from node 0's: frozen before it saw decode-0
+        # healthy, that gate's bound would be the cause instead.
+        _wait_for(lambda: "node 1 ready" in job.log("node1"), 30, "node 1 past its own health gate")
         decode = next(f for f in job.fake_procs() if f["name"] == "decode-0")
         t0 = time.monotonic()
         os.kill(decode["pid"], signal.SIGSTOP)
