@@ -66,13 +66,13 @@ def test_report_md(written: list[Path]) -> None:
     )
     # 1P1D: best 4 for tight at 550 ± 24.8 from 3 samples, limited on decode at 6
     assert (
-        "| 1p1d | 1/1 | done | ran: nothing measured bounds it yet (tight) | 4 | 550.0 ± 24.8 (n=3) | "
+        "| 1p1d | 1/1 | done | measured | ran: nothing measured bounds it yet (tight) | 4 | 550.0 ± 24.8 (n=3) | "
         "decode at c=6: tpot_p90 45.0 ms > 40 ms | 8 | 750.0 ± ? (n=1) | unknown (c=8, the highest measured, "
         "meets: no limit seen) |"
     ) in md
-    assert "| 2p1d | 2/1 | skipped | skipped: decode-bound 1p1d bounds it \\| at <= 403.3 |" in md
-    assert "| 2p2d | 2/2 | excluded | 4 devices > max_devices 3 |" in md
-    assert "| agg-2 | agg 2 | done | ran: the aggregated baseline is never pruned | 1 | 250.0 ± ? (n=1) |" in md
+    assert "| 2p1d | 2/1 | skipped | skipped | skipped: decode-bound 1p1d bounds it \\| at <= 403.3 |" in md
+    assert "| 2p2d | 2/2 | excluded | excluded | 4 devices > max_devices 3 |" in md
+    assert "| agg-2 | agg 2 | done | measured | ran: the aggregated baseline is never pruned | 1 | 250.0 ± ? (n=1) |" in md
     assert (
         "- tight: winner 1p1d at c=4, 550.0 ± 24.8 tok/s/device; "
         "aggregated baseline agg-2 at c=1, 250.0 ± ? tok/s/device: ratio 2.20x"

@@ -58,6 +58,7 @@ class Prediction:
     output_throughput: float  # tokens/s
     decode_batch: float  # running sequences per decode instance
     extrapolating: list[str] = field(default_factory=list)
+    seed_throughputs: tuple[float, ...] = ()  # each seed's output tokens/s: the simulation's own spread
 
     @property
     def output_throughput_per_gpu(self) -> float | None:
@@ -130,6 +131,7 @@ def predict(
         output_throughput=float(np.mean([r.output_throughput for r in runs])),
         decode_batch=batch,
         extrapolating=notes,
+        seed_throughputs=tuple(r.output_throughput for r in runs),
     )
 
 

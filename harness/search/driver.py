@@ -8,6 +8,12 @@ the nodes in flight stay within budget.nodes_in_flight; a foreground launcher (t
 runs one job at a time to its end. Then the aggregated baseline at each SLO winner's device
 count, then the report.
 
+Prediction (harness.search.foresee, `predict:` in the search file): once a disaggregated
+candidate is measured, its run's profile predicts every candidate still planned before it is
+considered; they are measured in order of predicted objective, and after the throughput bound a
+second rule prunes a candidate whose optimistic prediction cannot beat the best measured one.
+Each candidate's prediction is kept in state.json and beside its run (prediction.json).
+
 Resume: the same search in the same directory keeps done, skipped and excluded candidates,
 re-attaches to a job still running and runs failed or cancelled ones again in a new run
 directory (the old one kept). A job cancelled from outside the search stops further launches;
@@ -21,7 +27,7 @@ import shlex
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +40,10 @@ from harness.invocation import prog
 from harness.launch.find import NoJob, job_of
 from harness.launch.job import END_WAIT_S, Job, JobInfo, JobState, LaunchError, nap, recorded_end
 from harness.launch.launcher import Launcher
+from harness.predict.answer import PredictError, profiles_of
 from harness.rundir import RunDir, read_status
-from harness.search import space
+from harness.rundir.perf_profile import PerfProfile
+from harness.search import foresee, space
 from harness.search.decide import choose_all
 from harness.search.outcome import EXCLUDED, CandidateOutcome, ReportEntry, read_outcome
 from harness.search.prune import Decision, next_decision
@@ -133,6 +141,8 @@ class Search:
         self.make_launcher: Callable[[str, ResolvedRecipe], Launcher] = launcher_for
         self.poll_s = POLL_S
         self.margin_s = float(FOLLOW_SLACK_S)  # past the job's own time limit: teardown, the launcher's polls
+        self.profile: tuple[str, PerfProfile] | None = None  # (its run, relative), once one is fitted
+        self.no_profile: dict[str, str] = {}  # run -> why no profile came of it
 
     @property
     def slos(self) -> dict[str, dict[str, float]]:
@@ -199,6 +209,7 @@ class Search:
             planned_at=time.time(),
             earlier_runs=(*old.earlier_runs, *([old.run] if old.run else [])),
             earlier_outcomes=(*old.earlier_outcomes, *([old.outcome] if old.outcome else [])),
+            forecast=old.forecast,
         )
 
     def check_flags_first(self, names: Sequence[str]) -> list[str]:
@@ -260,7 +271,7 @@ class Search:
     # --- running ---------------------------------------------------------------------------
 
     def run_all(self, names: Sequence[str]) -> None:
-        queue = list(names)
+        queue = self.by_prediction(list(names))
         while queue or self.in_flight:
             while queue and self.stop_reason is None and self.interrupted is None:
                 c = self.sdir.states[queue[0]].candidate
@@ -268,6 +279,7 @@ class Search:
                     break  # wait for a job to end
                 queue.pop(0)
                 self.consider(c)
+                queue = self.by_prediction(queue)
             if self.stop_reason is not None or self.interrupted is not None:
                 for name in queue:
                     why = self.stop_reason or "the search was interrupted"
@@ -277,15 +289,81 @@ class Search:
                 self.poll()
 
     def consider(self, c: Candidate) -> None:
-        """Launch the candidate, or skip it with the reason (pruning, budget)."""
-        decision = self.decide(c)
+        """Launch the candidate, or skip it with the reason (pruning, by bound or by prediction; budget)."""
+        decision, rule = self.decide(c), "throughput-bound"
+        f = self.forecast(c)
+        if decision.run and f is not None:
+            why = foresee.prunes(f, self.finished(), self.slos, self.spec.predict)
+            if why is not None:
+                decision, rule = Decision(False, why), foresee.RULE
+            else:
+                decision = Decision(True, decision.reason + "; " + _predicted(f, self.slos))
         if decision.run:
-            decision = self.budget(c) or decision
+            over = self.budget(c)
+            decision, rule = (over, "budget") if over else (decision, rule)
         if not decision.run:
-            self.sdir.put(self.sdir.states[c.name].update(status="skipped", reason=decision.reason))
+            self.sdir.put(self.sdir.states[c.name].update(status="skipped", reason=decision.reason, pruned_by=rule))
             say(f"{c.name}: skipped: {decision.reason}")
             return
         self.launch(c, decision.reason)
+
+    # --- prediction --------------------------------------------------------------------------
+
+    def by_prediction(self, queue: list[str]) -> list[str]:
+        """The planned disaggregated candidates in order of predicted objective (highest first),
+        those without a prediction first as they were; the others (baselines) after, as they were."""
+        if self.spec.predict == "off":
+            return queue
+        disagg = [n for n in queue if self.sdir.states[n].candidate.kind == "disagg"]
+        rest = [n for n in queue if n not in disagg]
+        found = {n: self.forecast(self.sdir.states[n].candidate) for n in disagg}
+        ordered = sorted(disagg, key=lambda n: -(f.objective if (f := found[n]) else math.inf))
+        if ordered != disagg:
+            say("order by prediction: " + ", ".join(ordered))
+        return ordered + rest
+
+    def forecast(self, c: Candidate) -> foresee.Forecast | None:
+        """The candidate's prediction, made once (kept in state.json: a resume keeps it), from the
+        profile of the first disaggregated candidate measured; None while there is none."""
+        if self.spec.predict == "off" or c.kind != "disagg":
+            return None
+        state = self.sdir.states[c.name]
+        if state.forecast is not None:
+            return foresee.Forecast.from_json(state.forecast)
+        profile = self.source_profile()
+        if profile is None:
+            return None
+        source, prof = profile
+        try:
+            rr = load(self.spec.recipe, list(c.overrides), self.spec.cluster)
+            f = foresee.forecast(c, rr, prof, source, self.slos, self.spec.concurrency)
+        except (Refused, PredictError) as e:
+            say(f"{c.name}: no prediction: {e}")
+            return None
+        self.sdir.put(state.update(forecast=f.to_json()))
+        return f
+
+    def source_profile(self) -> tuple[str, PerfProfile] | None:
+        """The disaggregated profile of the first finished candidate whose run gives one."""
+        if self.profile is not None:
+            return self.profile
+        for s in self.sdir.states.values():
+            run = self.sdir.run_path(s)
+            if s.status != "done" or s.candidate.kind != "disagg" or run is None or s.run in self.no_profile:
+                continue
+            try:
+                found = [p for p in profiles_of(run) if p.phase == "disagg"]
+            except PredictError as e:
+                found, why = [], str(e)
+            else:
+                why = "no disaggregated points"
+            if found:
+                self.profile = (s.run or str(run), found[0])
+                say(f"prediction: profile of {s.run} ({s.name})")
+                return self.profile
+            self.no_profile[s.run or str(run)] = why
+            say(f"prediction: no profile from {s.run}: {why}")
+        return None
 
     def decide(self, c: Candidate) -> Decision:
         if not self.spec.prune.enabled:
@@ -536,6 +614,8 @@ class Search:
                 self.sdir.run_path(s),
                 CandidateOutcome.from_json(s.outcome) if s.outcome else None,
                 tuple(CandidateOutcome.from_json(o) for o in s.earlier_outcomes),
+                s.forecast,
+                s.pruned_by,
             )
             for s in self.sdir.states.values()
         ]
@@ -587,6 +667,16 @@ class Search:
 
 class _Interrupted(Exception):
     """The search got SIGINT or SIGTERM: stop launching, cancel what flies."""
+
+
+def _predicted(f: foresee.Forecast, slos: Mapping[str, Any]) -> str:
+    parts = [f"{slo}: {f.slos[slo].text()}" for slo in slos if slo in f.slos]
+    why = (
+        f"extrapolating ({'; '.join(f.extrapolating)})"
+        if f.extrapolating
+        else ", ".join(f"{k} not predicted" for k in f.unjudged) or "the band reaches the best measured"
+    )
+    return f"predicted {'; '.join(parts)}: measured, {why}"
 
 
 def _summary(outcome: CandidateOutcome) -> str:

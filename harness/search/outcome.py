@@ -224,6 +224,8 @@ class ReportEntry:
     run: Path | None
     outcome: CandidateOutcome | None
     earlier: tuple[CandidateOutcome, ...] = ()  # earlier attempts' jobs (failed, cancelled): they spent too
+    forecast: Mapping[str, Any] | None = None  # harness.search.foresee.Forecast's JSON, made before it ran
+    pruned_by: str | None = None  # the rule that skipped it (throughput-bound, prediction, budget)
 
 
 # The status of a candidate left out of the search by its constraints: not part of the grid.

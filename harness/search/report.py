@@ -9,6 +9,10 @@ each candidate's Pareto front over its ladder points as a line, repeats as small
 over each point meeting no SLO, and each SLO's winner as a star with its interval. All three files are written atomically; their
 names are harness.search.search_dir's.
 
+Prediction (harness.search.foresee): per candidate, measured or pruned (and by which rule: the
+throughput bound, the prediction, the budget), per SLO its objective as predicted before it ran
+with its band, and for a measured one the error of that prediction against the measured mean.
+
 Where the limit moves: from each candidate's run directory, read as `pdbench report` reads it,
 the report's own line per sweep (harness.report.bottleneck.limit_lines) and, per SLO, the
 verdict of the candidate's best point (its first measurement, the run's top-level file).
@@ -28,6 +32,7 @@ from harness.report.bottleneck import limit_lines
 from harness.report.load import load_runs
 from harness.report.pareto import pareto_front
 from harness.search.decide import Choice, Spend, choose_all, spend
+from harness.search.foresee import SLOForecast, error
 from harness.search.outcome import ReportEntry
 from harness.search.search_dir import PARETO, REPORT_JSON, REPORT_MD
 
@@ -116,6 +121,24 @@ def _slo_cells(e: ReportEntry, slo: str) -> list[str]:
     return [str(o.best), value, o.limit.text()]
 
 
+def _how(e: ReportEntry) -> str:
+    """Measured, or pruned by which rule (or skipped by the budget), or the status as it is."""
+    if e.outcome is not None:
+        return "measured"
+    if e.status == "skipped" and e.pruned_by:
+        return "budget" if e.pruned_by == "budget" else f"pruned: {e.pruned_by}"
+    return e.status
+
+
+def _prediction_cells(e: ReportEntry, slo: str) -> list[str]:
+    s = ((e.forecast or {}).get("slos") or {}).get(slo)
+    if s is None:
+        return ["", ""]
+    predicted = SLOForecast.from_json(s).text()
+    err = error(e.forecast, e.outcome, slo)
+    return [predicted, "" if err is None else f"{err:+.1%}"]
+
+
 def _run(e: ReportEntry, search_dir: Path) -> str | None:
     if e.run is None:
         return None
@@ -160,14 +183,17 @@ def _markdown(r: _Report) -> str:
         "## Candidates",
         "",
     ]
-    head = ["candidate", "P/D devices", "status", "reason"]
+    predicted = any(e.forecast for e in r.entries)  # the columns of a search that predicted
+    head = ["candidate", "P/D devices", "status", "measured or pruned", "reason"]
     for name in r.slos:
         head += [f"{name}: best c", f"{name}: tok/s/device", f"{name}: limit"]
+        if predicted:
+            head += [f"{name}: predicted before it ran [band]", f"{name}: prediction error"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for e in r.entries:
-        row = [e.candidate.name, _devices(e), e.status, e.reason]
+        row = [e.candidate.name, _devices(e), e.status, _how(e), e.reason]
         for name in r.slos:
-            row += _slo_cells(e, name)
+            row += _slo_cells(e, name) + (_prediction_cells(e, name) if predicted else [])
         lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
     lines += ["", *_limit_section(r.slos, r.entries, r.limits)]
     lines += ["## Cost", "", r.spent.text() + ".", ""]
@@ -197,6 +223,10 @@ def _as_json(r: _Report) -> dict[str, Any]:
                 "outcome": e.outcome.to_json() if e.outcome else None,
                 "limits": lim.to_json() if (lim := r.limits.get(c.name)) else None,
                 "earlier": [o.to_json() for o in e.earlier],
+                "measured_or_pruned": _how(e),
+                "pruned_by": e.pruned_by,
+                "forecast": dict(e.forecast) if e.forecast else None,
+                "prediction_error": {name: error(e.forecast, e.outcome, name) for name in r.slos},
             }
         )
     return {

@@ -2,8 +2,8 @@
 
 search.yaml     the search as it was run: the spec as loaded (with --set and the cluster
                 folded in), the launcher, and their hash; a resume with another is refused
-state.json      one entry per candidate (status, reason, run, job, times, outcome), rewritten
-                atomically after every change
+state.json      one entry per candidate (status, reason, run, job, times, outcome, the prediction
+                made before it ran, the rule that pruned it), rewritten atomically after every change
 runs/<candidate>/   the candidate's results directory: its run directories lie under it
 report.md, report.json, pareto.png   the report (harness.search.report writes them)
 """
@@ -59,6 +59,8 @@ class CandidateState:
     outcome: dict[str, Any] | None = None  # CandidateOutcome.to_json()
     earlier_runs: tuple[str, ...] = ()  # runs of earlier attempts (failed or cancelled), kept
     earlier_outcomes: tuple[dict[str, Any], ...] = ()  # their outcomes: they spent device-hours too
+    forecast: dict[str, Any] | None = None  # harness.search.foresee.Forecast.to_json(), made before it ran
+    pruned_by: str | None = None  # the rule that skipped it: throughput-bound, prediction, budget
 
     @property
     def name(self) -> str:
@@ -85,6 +87,8 @@ class CandidateState:
             "outcome": self.outcome,
             "earlier_runs": list(self.earlier_runs),
             "earlier_outcomes": list(self.earlier_outcomes),
+            "forecast": self.forecast,
+            "pruned_by": self.pruned_by,
         }
 
     @classmethod
@@ -112,6 +116,8 @@ class CandidateState:
             data.get("outcome"),
             tuple(data.get("earlier_runs") or ()),
             tuple(data.get("earlier_outcomes") or ()),
+            data.get("forecast"),
+            data.get("pruned_by"),
         )
 
     def update(self, **changes: Any) -> CandidateState:

@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, PositiveInt, ValidationError, model_validator
 
@@ -71,6 +71,11 @@ class SearchSpec(FrozenStrict):
     budget: Budget = Budget()
     baseline: Baseline = Baseline()
     prune: Prune = Prune()
+    predict: Literal["off", "order", "prune", "prune-all"] = Field(
+        "prune",
+        description="use the prediction from the first measured candidate: off, order the rest by it, prune by it "
+        "(never where it extrapolates), or prune-all (extrapolating too); harness/search/foresee.py",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> SearchSpec:
