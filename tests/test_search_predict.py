@@ -295,3 +295,26 @@ def test_the_band_is_the_fits_spread_and_the_seeds_and_widens_where_it_extrapola
     assert foresee.band_of(profile, p((100.0, 100.0, 100.0), ["isl"])) == pytest.approx(0.2 * foresee.WIDEN)
     quiet = profile.model_copy(update={"prefill": fit.model_copy(update={"rms_ms": 0.0})})
     assert foresee.band_of(quiet, p((100.0, 100.0, 100.0), [])) == foresee.FLOOR
+
+
+def test_each_measured_point_carries_its_prediction_and_the_report_shows_the_error(tmp_path: Path) -> None:
+    from harness.report.build import build_report
+    from harness.report.prior import TITLE
+    from harness.rundir.prior_prediction import read
+
+    fake = WorldLauncher()
+    s = begin(tmp_path, fake, predict="order")
+    assert s.run() == 0
+    state = SearchDir(s.sdir.path).read_state()
+    assert state["1p1d"].run is not None and not RunDir(s.sdir.path / state["1p1d"].run).prior_prediction.exists()
+    for name in ("1p2d", "2p1d"):
+        run = s.sdir.path / str(state[name].run)
+        prior = read(RunDir(run).prior_prediction)
+        assert prior.made_at < float(state[name].started_at or 0) and prior.source == state["1p1d"].run
+        assert [p.concurrency for p in prior.points] == LADDER
+        report = build_report([run])
+        table = next(t for t in report.sections if t.title == TITLE)
+        assert [r[2] for r in table.rows] == [str(c) for c in LADDER]
+        errors = [float(r[-3].rstrip("%")) / 100 for r in table.rows]
+        # Two-sided, every point: the measured goodput per device within 15 % of the prediction.
+        assert all(-0.15 <= e <= 0.15 for e in errors), (name, errors)

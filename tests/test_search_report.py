@@ -72,7 +72,9 @@ def test_report_md(written: list[Path]) -> None:
     ) in md
     assert "| 2p1d | 2/1 | skipped | skipped | skipped: decode-bound 1p1d bounds it \\| at <= 403.3 |" in md
     assert "| 2p2d | 2/2 | excluded | excluded | 4 devices > max_devices 3 |" in md
-    assert "| agg-2 | agg 2 | done | measured | ran: the aggregated baseline is never pruned | 1 | 250.0 ± ? (n=1) |" in md
+    assert (
+        "| agg-2 | agg 2 | done | measured | ran: the aggregated baseline is never pruned | 1 | 250.0 ± ? (n=1) |" in md
+    )
     assert (
         "- tight: winner 1p1d at c=4, 550.0 ± 24.8 tok/s/device; "
         "aggregated baseline agg-2 at c=1, 250.0 ± ? tok/s/device: ratio 2.20x"

@@ -2,7 +2,7 @@
 
 - prefill: the service time of a prompt vs its tokens. A point's fastest request found no queue,
   so its TTFT less the proxy's and client's time (and, disaggregated, the KV hand-off and decode's
-  first step) is one prompt's compute; per prompt length the least of them is taken and a line
+  first step) is one prompt's compute; per prompt length the lowest concurrency's is taken and a line
   fitted through them (numpy.linalg.lstsq). With one prompt length only, the time is taken as
   proportional to the tokens (prefill is compute-bound, so a batch of k prompts costs about k
   times one), flagged by r2 None.
@@ -151,12 +151,16 @@ def fit_profile(
     kv = statistics.median(kvs) if kvs else 0.0
     kv_source = next((o.kv_source for o in obs if o.kv_ms is not None), "none")
 
-    fastest: dict[int, float] = {}
+    # Per prompt length, the lowest concurrency's fastest request: there decode's first step is
+    # taken at the batch its TPOT was measured at; at a high concurrency the fastest request's first
+    # step can run at a smaller batch than the point's mean TPOT says, and the difference would
+    # take the prompt's whole time away.
+    fastest: dict[int, tuple[int, float]] = {}
     for o in obs:
         before = overhead + (kv + o.tpot_ms if phase == "disagg" else 0.0)
         service = max(o.ttft_min_ms - before, 0.01)
-        fastest[o.isl] = min(fastest.get(o.isl, service), service)
-    prefill = line(list(fastest), list(fastest.values()), "prompt_tokens", proportional_if_flat=True)
+        fastest[o.isl] = min(fastest.get(o.isl, (o.concurrency, service)), (o.concurrency, service))
+    prefill = line(list(fastest), [v for _, v in fastest.values()], "prompt_tokens", proportional_if_flat=True)
     decode = line([decode_batch(o) for o in obs], [o.tpot_ms for o in obs], "decode_batch", proportional_if_flat=False)
     o0 = obs[0]
     profile = PerfProfile(

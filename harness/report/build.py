@@ -26,6 +26,7 @@ from harness.report.model import BREAKDOWN_COLUMNS, ID_COLUMNS, METRICS, OUTPUT_
 from harness.report.normalise import interactivity, per_gpu
 from harness.report.outputs_check import drifts, outputs_text
 from harness.report.points import Note, Point, Run, serving
+from harness.report.prior import prior_table
 from harness.report.profile import profile_table
 from harness.report.slo import slo_notes
 from harness.report.slo_pick import slo_table
@@ -139,6 +140,7 @@ def build_report(
     report.notes += accuracy_notes
     client_notes: list[Note] = []
     arm_notes: list[Note] = []
+    prior_notes: list[Note] = []
     tables = (
         arms_table(loaded.runs, arm_notes),
         slo_table(df, slo) if slo else None,
@@ -148,9 +150,10 @@ def build_report(
         bottleneck_table(loaded.runs),
         kv_handoff_table(loaded.runs),
         profile_table(loaded.runs),
+        prior_table(loaded.runs, prior_notes),
         energy_table(loaded.runs, slo),
     )
     report.sections = truth_sections(truth_tables(loaded.runs, slo), slo)  # the answer first
     report.sections += [t for t in (*tables, crosscheck(loaded.runs, client_notes)) if t is not None]
-    report.notes += [f"{report.rel(n.path)}: {n.text}" for n in client_notes + arm_notes]
+    report.notes += [f"{report.rel(n.path)}: {n.text}" for n in client_notes + arm_notes + prior_notes]
     return report

@@ -203,6 +203,13 @@ LAYOUT: tuple[Entry, ...] = (
         "pdbench predict, pdbench report --predict",
         "pdbench predict (--from)",
     ),
+    Entry(
+        p.PRIOR_PREDICTION,
+        "what was predicted for each ladder point before the run ran (TTFT p90, TPOT, goodput per device, "
+        "its band and extrapolation), from another run's profile",
+        "pdbench search (a candidate it predicted)",
+        "pdbench report (predicted before it ran)",
+    ),
     Entry(p.SECRET, "the job's KV secret (mode 0600)", "pdbench node", "the bundled connector in vLLM"),
     Entry(
         "slurm_job_id",

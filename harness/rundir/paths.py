@@ -46,6 +46,7 @@ ACCURACY_SUMMARY = "pdbench-accuracy.json"  # pdbench's verdict of one eval, bes
 SECRET = f"{STATE}/kv_secret"
 KV_CEILING = "kv_ceiling.json"  # in state/: the same-job KV ceiling (harness.rundir.kv_ceiling)
 PERF_PROFILE = "perf_profile.json"  # the per-role profile `pdbench predict` fitted (harness.rundir.perf_profile)
+PRIOR_PREDICTION = "prediction.json"  # predicted before the run ran (harness.rundir.prior_prediction)
 KV_SINK = "kv_sink.json"  # in state/: where decode-0's node listens for the KV ceiling's transfer
 IMAGE_RECORD_GLOB = "image-*.json"
 IMAGE_RECORD_JOB = "image-job.json"  # one image file for the whole job (enroot, apptainer)
@@ -183,6 +184,7 @@ CONTROL_FILES = frozenset(
         DOCTOR_MARKER,
         SLO_SEARCH,
         PERF_PROFILE,
+        PRIOR_PREDICTION,
         bench_config_name("disagg"),
         bench_config_name("aggregated"),
     }
@@ -393,6 +395,10 @@ class RunDir:
     @property
     def perf_profile(self) -> Path:
         return self.path / PERF_PROFILE
+
+    @property
+    def prior_prediction(self) -> Path:
+        return self.path / PRIOR_PREDICTION
 
     @property
     def kv_sink(self) -> Path:

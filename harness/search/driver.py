@@ -41,7 +41,7 @@ from harness.launch.find import NoJob, job_of
 from harness.launch.job import END_WAIT_S, Job, JobInfo, JobState, LaunchError, nap, recorded_end
 from harness.launch.launcher import Launcher
 from harness.predict.answer import PredictError, profiles_of
-from harness.rundir import RunDir, read_status
+from harness.rundir import RunDir, prior_prediction, read_status
 from harness.rundir.perf_profile import PerfProfile
 from harness.search import foresee, space
 from harness.search.decide import choose_all
@@ -405,6 +405,11 @@ class Search:
             check_storage(p)
             run = RunDir.create(self.sdir.results_dir(c.name), rr.name)
             render_run(p, run)
+            if state.forecast is not None:  # beside the run: the report sets it against what it measures
+                prior = foresee.prior(
+                    foresee.Forecast.from_json(state.forecast), rr, f"pdbench search {self.loaded.name}"
+                )
+                prior_prediction.write(run.prior_prediction, prior)
         except Refused as e:
             self.end(state, "failed", f"not launched: {e}")
             return

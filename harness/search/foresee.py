@@ -45,6 +45,7 @@ from harness.config.slo import violated_metrics
 from harness.predict.answer import PredictError, targets
 from harness.predict.model import Prediction, predict
 from harness.rundir.perf_profile import PerfProfile
+from harness.rundir.prior_prediction import PredictedPoint, PriorPrediction
 from harness.search.outcome import CandidateOutcome
 from harness.search.space import Candidate
 
@@ -304,3 +305,22 @@ def error(f: Mapping[str, Any] | None, outcome: CandidateOutcome | None, slo: st
     if pred is None or o is None or o.interval is None or not o.interval.mean:
         return None
     return (pred - o.interval.mean) / o.interval.mean
+
+
+def prior(f: Forecast, rr: ResolvedRecipe, by: str) -> PriorPrediction:
+    """The forecast as the run directory keeps it beside what the run will measure."""
+    shape = rr.recipe.benchmark.shape_list()[0]
+    points = [
+        PredictedPoint(
+            concurrency=p.concurrency,
+            isl=shape.isl,
+            osl=shape.osl,
+            ttft_p90_ms=p.ttft_p90_ms,
+            tpot_mean_ms=p.tpot_mean_ms,
+            goodput_per_device=p.goodput_per_device,
+            band=p.band,
+            extrapolating=list(p.extrapolating),
+        )
+        for p in f.points
+    ]
+    return PriorPrediction(made_at=f.made_at, source=f.source, by=by, points=points)

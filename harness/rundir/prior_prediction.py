@@ -1,0 +1,60 @@
+"""A run's prediction made before it ran (`prediction.json`): per ladder point, what the search
+predicted from another run's profile (harness.search.foresee), so that the report can set it
+beside what the run then measured.
+
+Written by `pdbench search` when it launches a candidate it predicted, read by `pdbench report`;
+this model is the one definition of the format, so a reader's error names the file and the field.
+Times are ms, throughput total tokens/s per device.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harness.atomic import write_text
+
+
+class PredictionError(Exception):
+    """A prediction file that cannot be read; the message names the file and the field."""
+
+
+class PredictedPoint(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    concurrency: int = Field(ge=1)
+    isl: int = Field(ge=1)
+    osl: int = Field(ge=1)
+    ttft_p90_ms: float = Field(ge=0)
+    tpot_mean_ms: float = Field(ge=0)
+    goodput_per_device: float = Field(ge=0)
+    band: float = Field(ge=0)  # the relative half-width of the prediction
+    extrapolating: list[str] = []
+
+
+class PriorPrediction(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    format: Literal[1] = 1
+    made_at: float  # unix time, before the run's job was launched
+    source: str  # the run whose profile predicted it (for a search: relative to its directory)
+    by: str  # what made it: "pdbench search <name>"
+    points: list[PredictedPoint]
+
+
+def write(path: Path, prediction: PriorPrediction) -> None:
+    write_text(path, prediction.model_dump_json(indent=2) + "\n")
+
+
+def read(path: Path) -> PriorPrediction:
+    try:
+        return PriorPrediction.model_validate(json.loads(path.read_text()))
+    except OSError as e:
+        raise PredictionError(f"{path}: unreadable: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise PredictionError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "(top level)"
+        raise PredictionError(f"{path}: {where}: {first['msg']}") from None
