@@ -318,3 +318,39 @@ def test_each_measured_point_carries_its_prediction_and_the_report_shows_the_err
         errors = [float(r[-3].rstrip("%")) / 100 for r in table.rows]
         # Two-sided, every point: the measured goodput per device within 15 % of the prediction.
         assert all(-0.15 <= e <= 0.15 for e in errors), (name, errors)
+
+
+def test_a_profile_given_with_from_orders_and_prunes_from_the_start(tmp_path: Path) -> None:
+    first = WorldLauncher()
+    s1 = begin(tmp_path / "before", first, predict="off")
+    assert s1.run() == 0
+    measured = s1.sdir.path / str(SearchDir(s1.sdir.path).read_state()["1p1d"].run)
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text((tmp_path / "before" / "s.yaml").read_text().replace("predict: 'off'", "predict: prune"))
+    fake = WorldLauncher()
+    s = prepare(
+        str(spec),
+        search_dir=tmp_path / "search",
+        results_dir=tmp_path / "results",
+        launcher_kind="slurm",
+        cluster=None,
+        skip_flag_check=True,
+        from_run=measured,
+    )
+    s.make_launcher = lambda kind, rr: fake
+    s.poll_s = 0.01
+    fake.sdir = s.sdir
+    assert f"--from {measured}" in s.resume
+    assert s.run() == 0
+    # The best predicted first; the rest cannot reach what it measured.
+    assert fake.launched == ["1p2d"]
+    state = SearchDir(s.sdir.path).read_state()
+    assert {state[n].pruned_by for n in ("1p1d", "2p1d")} == {foresee.RULE}
+    assert state["1p2d"].forecast is not None and state["1p2d"].forecast["source"] == str(measured.resolve())
+
+    from harness.submit.refused import Refused
+
+    with pytest.raises(Refused, match=rf"--from {tmp_path}.*no result files"):
+        prepare(str(spec), search_dir=tmp_path / "x", results_dir=tmp_path, launcher_kind="slurm", cluster=None,
+                from_run=tmp_path)  # fmt: skip

@@ -41,6 +41,15 @@ def search(
     ] = None,
     results_dir: ResultsOpt = RESULTS,
     skip_flag_check: SkipFlagCheck = False,
+    from_run: Annotated[
+        Path | None,
+        typer.Option(
+            "--from",
+            metavar="RUN",
+            help="A measured disaggregated run whose profile predicts the candidates from the start "
+            "(the search's `predict:`; without it, the first candidate measured)",
+        ),
+    ] = None,
 ) -> None:
     """Find the best deployment: run a search file's candidates (xP+yD, per-role parallelism, any
     recipe key) as jobs, each up its concurrency ladder to the highest point that meets the SLO, and
@@ -59,6 +68,7 @@ def search(
             cluster=cluster,
             overrides=list(set_ or []),
             skip_flag_check=skip_flag_check,
+            from_run=from_run,
         ).run()
     )
     raise typer.Exit(rc)

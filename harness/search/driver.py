@@ -74,6 +74,7 @@ def prepare(
     cluster: str | None,
     overrides: Sequence[str] = (),
     skip_flag_check: bool = False,
+    from_run: Path | None = None,
 ) -> Search:
     """The search REF (a name in searches/ or a path) loaded and its directory begun (or checked,
     when resuming); Refused for a search that cannot start. Its run() runs it, see there."""
@@ -88,13 +89,30 @@ def prepare(
     loaded = LoadedSearch(loaded.name, loaded.path, spec)
     sdir = SearchDir(search_dir or default_search_dir(results_dir, loaded.name))
     definition = {"name": loaded.name, "file": str(loaded.path), "launcher": launcher_kind, "spec": spec.to_json()}
+    profile = None
+    if from_run is not None:  # it decides what is pruned: part of the search as run
+        definition["from"] = str(from_run.resolve())
+        profile = given_profile(from_run)
     try:
         resuming = sdir.begin(definition)
     except SearchDirError as e:
         raise Refused(str(e)) from None
     say(f"search {loaded.name}: {'resuming in' if resuming else 'directory'} {sdir.path}")
-    resume = resume_command(ref, sdir.path, launcher_kind, cluster, overrides)
-    return Search(loaded, sdir, launcher_kind, resume, skip_flag_check=skip_flag_check)
+    resume = resume_command(ref, sdir.path, launcher_kind, cluster, overrides, from_run)
+    s = Search(loaded, sdir, launcher_kind, resume, skip_flag_check=skip_flag_check)
+    s.profile = profile
+    return s
+
+
+def given_profile(run: Path) -> tuple[str, PerfProfile]:
+    """`--from RUN`'s disaggregated profile (fitted, stored in the run); Refused naming the run."""
+    try:
+        found = [p for p in profiles_of(run) if p.phase == "disagg"]
+    except (PredictError, ValueError) as e:
+        raise Refused(f"--from {run}: {e}") from None
+    if not found:
+        raise Refused(f"--from {run}: no disaggregated points to profile (the search predicts xP+yD)")
+    return str(run.resolve()), found[0]
 
 
 def _started(run: RunDir) -> bool:
@@ -103,11 +121,18 @@ def _started(run: RunDir) -> bool:
 
 
 def resume_command(
-    ref: str, search_dir: Path, launcher_kind: str, cluster: str | None, overrides: Sequence[str]
+    ref: str,
+    search_dir: Path,
+    launcher_kind: str,
+    cluster: str | None,
+    overrides: Sequence[str],
+    from_run: Path | None = None,
 ) -> str:
     words = ["search", ref, "--search-dir", str(search_dir), "--launcher", launcher_kind]
     if cluster is not None:
         words += ["--cluster", cluster]
+    if from_run is not None:
+        words += ["--from", str(from_run)]
     for o in overrides:
         words += ["--set", o]
     return f"{prog()} {shlex.join(words)}"
@@ -337,14 +362,14 @@ class Search:
         try:
             rr = load(self.spec.recipe, list(c.overrides), self.spec.cluster)
             f = foresee.forecast(c, rr, prof, source, self.slos, self.spec.concurrency)
-        except (Refused, PredictError) as e:
+        except (Refused, PredictError, ValueError) as e:
             say(f"{c.name}: no prediction: {e}")
             return None
         self.sdir.put(state.update(forecast=f.to_json()))
         return f
 
     def source_profile(self) -> tuple[str, PerfProfile] | None:
-        """The disaggregated profile of the first finished candidate whose run gives one."""
+        """`--from RUN`'s profile, else that of the first finished candidate whose run gives one."""
         if self.profile is not None:
             return self.profile
         for s in self.sdir.states.values():
@@ -353,7 +378,7 @@ class Search:
                 continue
             try:
                 found = [p for p in profiles_of(run) if p.phase == "disagg"]
-            except PredictError as e:
+            except (PredictError, ValueError) as e:
                 found, why = [], str(e)
             else:
                 why = "no disaggregated points"
