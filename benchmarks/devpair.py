@@ -146,6 +146,11 @@ def start_server(
         argv += ["--kv-transfer-config", json.dumps(kv)]
     argv += extra_args or []
     e = dict(os.environ)
+    if "--distributed-executor-backend" not in argv:
+        # One engine process holding its worker, as vLLM runs one GPU (models.yaml's CPU models
+        # say why: a start without the third process's imports).
+        argv += ["--distributed-executor-backend", "uni"]
+        e["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     e.update(
         {
             "VLLM_CPU_KVCACHE_SPACE": "1",

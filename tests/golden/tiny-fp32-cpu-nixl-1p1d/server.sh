@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe tiny-fp32-cpu-nixl-1p1d · fingerprint 8cc84949eefb85e1
+# pdbench node script · recipe tiny-fp32-cpu-nixl-1p1d · fingerprint 914195d46b23ec9f
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
@@ -18,6 +18,7 @@ proc_prefill_0() {
   export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y
   export UCX_PROTO_INFO=y
   export VLLM_CPU_KVCACHE_SPACE=1
+  export VLLM_ENABLE_V1_MULTIPROCESSING=0
   export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
   export VLLM_CPU_OMP_THREADS_BIND=0
@@ -30,6 +31,7 @@ proc_prefill_0() {
     --dtype float32 \
     --enforce-eager \
     --max-num-seqs 64 \
+    --distributed-executor-backend uni \
     --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_buffer_device":"cpu","kv_connector_extra_config":{"kv_lease_duration":300}}'
 }
 
@@ -38,6 +40,7 @@ proc_decode_0() {
   export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y
   export UCX_PROTO_INFO=y
   export VLLM_CPU_KVCACHE_SPACE=1
+  export VLLM_ENABLE_V1_MULTIPROCESSING=0
   export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5601
   export VLLM_CPU_OMP_THREADS_BIND=1
@@ -50,6 +53,7 @@ proc_decode_0() {
     --dtype float32 \
     --enforce-eager \
     --max-num-seqs 64 \
+    --distributed-executor-backend uni \
     --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_buffer_device":"cpu","kv_connector_extra_config":{"kv_lease_duration":300}}'
 }
 

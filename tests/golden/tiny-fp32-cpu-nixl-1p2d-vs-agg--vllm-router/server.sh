@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe tiny-fp32-cpu-nixl-1p2d-vs-agg · fingerprint 0f10e1a45abc270d
+# pdbench node script · recipe tiny-fp32-cpu-nixl-1p2d-vs-agg · fingerprint 4f89c6b1706e74a8
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
@@ -24,6 +24,7 @@ proc_prefill_0() {
   export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y
   export UCX_PROTO_INFO=y
   export VLLM_CPU_KVCACHE_SPACE=1
+  export VLLM_ENABLE_V1_MULTIPROCESSING=0
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
   exec vllm serve /opt/pdbench/.cache/models/tiny-llama \
     --port 8100 \
@@ -34,6 +35,7 @@ proc_prefill_0() {
     --dtype float32 \
     --enforce-eager \
     --max-num-seqs 64 \
+    --distributed-executor-backend uni \
     --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_buffer_device":"cpu","kv_connector_extra_config":{"kv_lease_duration":300}}'
 }
 
@@ -48,6 +50,7 @@ proc_decode_0() {
   export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y
   export UCX_PROTO_INFO=y
   export VLLM_CPU_KVCACHE_SPACE=1
+  export VLLM_ENABLE_V1_MULTIPROCESSING=0
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5601
   exec vllm serve /opt/pdbench/.cache/models/tiny-llama \
     --port 8200 \
@@ -58,6 +61,7 @@ proc_decode_0() {
     --dtype float32 \
     --enforce-eager \
     --max-num-seqs 64 \
+    --distributed-executor-backend uni \
     --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_buffer_device":"cpu","kv_connector_extra_config":{"kv_lease_duration":300}}'
 }
 
@@ -72,6 +76,7 @@ proc_decode_1() {
   export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y
   export UCX_PROTO_INFO=y
   export VLLM_CPU_KVCACHE_SPACE=1
+  export VLLM_ENABLE_V1_MULTIPROCESSING=0
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5602
   exec vllm serve /opt/pdbench/.cache/models/tiny-llama \
     --port 8200 \
@@ -82,6 +87,7 @@ proc_decode_1() {
     --dtype float32 \
     --enforce-eager \
     --max-num-seqs 64 \
+    --distributed-executor-backend uni \
     --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_buffer_device":"cpu","kv_connector_extra_config":{"kv_lease_duration":300}}'
 }
 
@@ -114,6 +120,7 @@ proc_aggregated_0() {
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
   export VLLM_CPU_KVCACHE_SPACE=1
+  export VLLM_ENABLE_V1_MULTIPROCESSING=0
   exec vllm serve /opt/pdbench/.cache/models/tiny-llama \
     --port 8300 \
     --served-model-name tiny \
@@ -122,7 +129,8 @@ proc_aggregated_0() {
     --load-format dummy \
     --dtype float32 \
     --enforce-eager \
-    --max-num-seqs 64
+    --max-num-seqs 64 \
+    --distributed-executor-backend uni
 }
 
 # aggregated-1: aggregated worker 1 on node 1, port 8300, 1 device(s)
@@ -134,6 +142,7 @@ proc_aggregated_1() {
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
   export VLLM_CPU_KVCACHE_SPACE=1
+  export VLLM_ENABLE_V1_MULTIPROCESSING=0
   exec vllm serve /opt/pdbench/.cache/models/tiny-llama \
     --port 8300 \
     --served-model-name tiny \
@@ -142,7 +151,8 @@ proc_aggregated_1() {
     --load-format dummy \
     --dtype float32 \
     --enforce-eager \
-    --max-num-seqs 64
+    --max-num-seqs 64 \
+    --distributed-executor-backend uni
 }
 
 # aggregated-2: aggregated worker 2 on node 2, port 8300, 1 device(s)
@@ -154,6 +164,7 @@ proc_aggregated_2() {
   nic_env=$("$PDBENCH_PYTHON" -m harness nic --export --fallback-addr "${PDBENCH_NODE_ADDR}")
   eval "$nic_env"
   export VLLM_CPU_KVCACHE_SPACE=1
+  export VLLM_ENABLE_V1_MULTIPROCESSING=0
   exec vllm serve /opt/pdbench/.cache/models/tiny-llama \
     --port 8300 \
     --served-model-name tiny \
@@ -162,7 +173,8 @@ proc_aggregated_2() {
     --load-format dummy \
     --dtype float32 \
     --enforce-eager \
-    --max-num-seqs 64
+    --max-num-seqs 64 \
+    --distributed-executor-backend uni
 }
 
 # proxy-aggregated: vllm-router as the proxy of the aggregated baseline on node 0, port 30000

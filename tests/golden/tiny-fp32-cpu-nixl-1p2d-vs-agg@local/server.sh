@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe tiny-fp32-cpu-nixl-1p2d-vs-agg · fingerprint b2ac6437b629f72b
+# pdbench node script · recipe tiny-fp32-cpu-nixl-1p2d-vs-agg · fingerprint c73fa7fba0747078
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
@@ -18,6 +18,7 @@ proc_prefill_0() {
   export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y
   export UCX_PROTO_INFO=y
   export VLLM_CPU_KVCACHE_SPACE=1
+  export VLLM_ENABLE_V1_MULTIPROCESSING=0
   export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
   export VLLM_CPU_OMP_THREADS_BIND=0
@@ -30,6 +31,7 @@ proc_prefill_0() {
     --dtype float32 \
     --enforce-eager \
     --max-num-seqs 64 \
+    --distributed-executor-backend uni \
     --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_buffer_device":"cpu","kv_connector_extra_config":{"kv_lease_duration":300}}'
 }
 
@@ -38,6 +40,7 @@ proc_decode_0() {
   export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y
   export UCX_PROTO_INFO=y
   export VLLM_CPU_KVCACHE_SPACE=1
+  export VLLM_ENABLE_V1_MULTIPROCESSING=0
   export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5601
   export VLLM_CPU_OMP_THREADS_BIND=1
@@ -50,6 +53,7 @@ proc_decode_0() {
     --dtype float32 \
     --enforce-eager \
     --max-num-seqs 64 \
+    --distributed-executor-backend uni \
     --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_buffer_device":"cpu","kv_connector_extra_config":{"kv_lease_duration":300}}'
 }
 
@@ -58,6 +62,7 @@ proc_decode_1() {
   export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y
   export UCX_PROTO_INFO=y
   export VLLM_CPU_KVCACHE_SPACE=1
+  export VLLM_ENABLE_V1_MULTIPROCESSING=0
   export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5602
   export VLLM_CPU_OMP_THREADS_BIND=1
@@ -70,6 +75,7 @@ proc_decode_1() {
     --dtype float32 \
     --enforce-eager \
     --max-num-seqs 64 \
+    --distributed-executor-backend uni \
     --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_buffer_device":"cpu","kv_connector_extra_config":{"kv_lease_duration":300}}'
 }
 
@@ -91,6 +97,7 @@ proc_proxy() {
 # aggregated-0: aggregated worker 0 on node 0, port 8300, 1 device(s)
 proc_aggregated_0() {
   export VLLM_CPU_KVCACHE_SPACE=1
+  export VLLM_ENABLE_V1_MULTIPROCESSING=0
   export VLLM_CPU_OMP_THREADS_BIND=0
   exec vllm serve /opt/pdbench/.cache/models/tiny-llama \
     --port 8300 \
@@ -100,12 +107,14 @@ proc_aggregated_0() {
     --load-format dummy \
     --dtype float32 \
     --enforce-eager \
-    --max-num-seqs 64
+    --max-num-seqs 64 \
+    --distributed-executor-backend uni
 }
 
 # aggregated-1: aggregated worker 1 on node 1, port 8300, 1 device(s)
 proc_aggregated_1() {
   export VLLM_CPU_KVCACHE_SPACE=1
+  export VLLM_ENABLE_V1_MULTIPROCESSING=0
   export VLLM_CPU_OMP_THREADS_BIND=1
   exec vllm serve /opt/pdbench/.cache/models/tiny-llama \
     --port 8300 \
@@ -115,12 +124,14 @@ proc_aggregated_1() {
     --load-format dummy \
     --dtype float32 \
     --enforce-eager \
-    --max-num-seqs 64
+    --max-num-seqs 64 \
+    --distributed-executor-backend uni
 }
 
 # aggregated-2: aggregated worker 2 on node 2, port 8300, 1 device(s)
 proc_aggregated_2() {
   export VLLM_CPU_KVCACHE_SPACE=1
+  export VLLM_ENABLE_V1_MULTIPROCESSING=0
   export VLLM_CPU_OMP_THREADS_BIND=1
   exec vllm serve /opt/pdbench/.cache/models/tiny-llama \
     --port 8300 \
@@ -130,7 +141,8 @@ proc_aggregated_2() {
     --load-format dummy \
     --dtype float32 \
     --enforce-eager \
-    --max-num-seqs 64
+    --max-num-seqs 64 \
+    --distributed-executor-backend uni
 }
 
 # proxy-aggregated: proxy of the aggregated baseline on node 0, port 30000
