@@ -37,6 +37,20 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && "$VENV/bin/python" -c "
   echo "pdbench already installed in $VENV"
   exit 0
 fi
+# aiperf's venv shares nothing with .venv: it installs beside it (pip unpacks on one core, and
+# this machine has two), and the end of this script waits for it.
+AIPERF_PID="" AIPERF_LOG=""
+if ! aiperf_ready; then
+  AIPERF_LOG=$(mktemp /tmp/pdbench-setup-aiperf.XXXXXX)
+  (
+    [ -x "$AIPERF_VENV/bin/python" ] || python3 -m venv "$AIPERF_VENV"
+    echo '*' > "$AIPERF_VENV/.gitignore"  # a venv inside the checkout: git ignores it
+    "$AIPERF_VENV/bin/python" -m pip install -q "aiperf==$AIPERF_VERSION"
+  ) </dev/null >"$AIPERF_LOG" 2>&1 &
+  AIPERF_PID=$!
+  # A failed main install must not leave it running.
+  trap '[ -z "$AIPERF_PID" ] || kill "$AIPERF_PID" 2>/dev/null || true' EXIT
+fi
 "$VENV/bin/python" -m pip install -q -U pip
 
 if [ -z "${PDBENCH_NO_VLLM:-}" ]; then
@@ -67,10 +81,16 @@ if [ -z "${PDBENCH_NO_VLLM:-}" ]; then
     echo "setup.sh: warning: Mooncake's transfer engine is not installed (not root); its job test skips" >&2
   fi
 fi
-if ! aiperf_ready; then
-  [ -x "$AIPERF_VENV/bin/python" ] || python3 -m venv "$AIPERF_VENV"
-  echo '*' > "$AIPERF_VENV/.gitignore"  # a venv inside the checkout: git ignores it
-  "$AIPERF_VENV/bin/python" -m pip install -q "aiperf==$AIPERF_VERSION"
+if [ -n "$AIPERF_PID" ]; then
+  rc=0
+  wait "$AIPERF_PID" || rc=$?
+  AIPERF_PID=""
+  if [ "$rc" != 0 ] || ! aiperf_ready; then
+    cat "$AIPERF_LOG" >&2
+    echo "setup.sh: installing aiperf==$AIPERF_VERSION into $AIPERF_VENV failed (exit $rc; its output is above)" >&2
+    exit 1
+  fi
+  rm -f "$AIPERF_LOG"
 fi
 echo "$want" > "$STAMP"
 echo "pdbench installed in $VENV in $((SECONDS / 60)) min $((SECONDS % 60)) s"
