@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.config.cpus import parse_groups
 from harness.proxy.backends import Backend
 from harness.proxy.flows import PdbenchFlow, TwoPhaseFlow
 from harness.supervisor import Managed, Supervisor, signal_group
@@ -151,6 +152,7 @@ def start_server(
         # say why: a start without the third process's imports).
         argv += ["--distributed-executor-backend", "uni"]
         e["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        e["OMP_NUM_THREADS"] = str(len(parse_groups(cpus)[0]))  # as harness.render.commands
     e.update(
         {
             "VLLM_CPU_KVCACHE_SPACE": "1",

@@ -118,8 +118,14 @@ def _finish(proc: subprocess.Popen, watcher: ProcessWatcher, timeout: float) -> 
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate(timeout=30)
+        # Ctrl-C first, as a user would: the launcher tears its nodes down. They run in sessions of
+        # their own, so a SIGKILL of its group alone leaves them serving into the next test.
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            out, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate(timeout=30)
         pytest.fail(f"the job did not end within {timeout} s:\n{out[-4000:]}")
     finally:
         watcher.stop()

@@ -22,6 +22,7 @@ proc_prefill_0() {
   export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
   export VLLM_CPU_OMP_THREADS_BIND=0
+  export OMP_NUM_THREADS=1
   exec vllm serve /opt/pdbench/.cache/models/tiny-llama \
     --port 8100 \
     --served-model-name tiny \
@@ -44,6 +45,7 @@ proc_decode_0() {
   export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5601
   export VLLM_CPU_OMP_THREADS_BIND=1
+  export OMP_NUM_THREADS=1
   exec vllm serve /opt/pdbench/.cache/models/tiny-llama \
     --port 8200 \
     --served-model-name tiny \
@@ -66,6 +68,7 @@ proc_decode_1() {
   export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5602
   export VLLM_CPU_OMP_THREADS_BIND=1
+  export OMP_NUM_THREADS=1
   exec vllm serve /opt/pdbench/.cache/models/tiny-llama \
     --port 8200 \
     --served-model-name tiny \
