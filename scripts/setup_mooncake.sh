@@ -16,7 +16,7 @@ fi
 if ! "$VENV/bin/python" -c \
   "import importlib.metadata as m, sys; sys.exit(m.version('mooncake-transfer-engine-non-cuda') != '$MOONCAKE_VERSION')" \
   2>/dev/null; then
-  "$VENV/bin/python" -m pip install -q --no-compile "mooncake-transfer-engine-non-cuda==$MOONCAKE_VERSION"
+  "$VENV/bin/python" -m pip install -q "mooncake-transfer-engine-non-cuda==$MOONCAKE_VERSION"
 fi
 "$VENV/bin/python" -c 'import mooncake.engine' || {
   echo "setup_mooncake.sh: mooncake.engine does not import (is libibverbs.so.1 installed?)" >&2
