@@ -35,6 +35,7 @@ LAYERS = {
         "energy",
         "arms",
         "predicted",
+        "prior",
     },
     "render": {
         "cells",

@@ -13,17 +13,17 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from harness.atomic import write_text
+from harness.strict import FrozenStrict
 
 
 class PredictionError(Exception):
     """A prediction file that cannot be read; the message names the file and the field."""
 
 
-class PredictedPoint(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class PredictedPoint(FrozenStrict):
     concurrency: int = Field(ge=1)
     isl: int = Field(ge=1)
     osl: int = Field(ge=1)
@@ -31,11 +31,10 @@ class PredictedPoint(BaseModel):
     tpot_mean_ms: float = Field(ge=0)
     goodput_per_device: float = Field(ge=0)
     band: float = Field(ge=0)  # the relative half-width of the prediction
-    extrapolating: list[str] = []
+    extrapolating: list[str] = Field(default_factory=list)
 
 
-class PriorPrediction(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class PriorPrediction(FrozenStrict):
     format: Literal[1] = 1
     made_at: float  # unix time, before the run's job was launched
     source: str  # the run whose profile predicted it (for a search: relative to its directory)
