@@ -7,13 +7,13 @@ definition of the format, so a reader's error names the file and the field. Time
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from harness.atomic import write_text
+from harness.rundir.json_model import read_model
 
 
 class ProfileError(Exception):
@@ -79,13 +79,4 @@ def write(path: Path, profiles: list[PerfProfile]) -> None:
 
 
 def read(path: Path) -> list[PerfProfile]:
-    try:
-        return ProfileFile.model_validate(json.loads(path.read_text())).profiles
-    except OSError as e:
-        raise ProfileError(f"{path}: unreadable: {e.strerror or e}") from None
-    except json.JSONDecodeError as e:
-        raise ProfileError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"]) or "(top level)"
-        raise ProfileError(f"{path}: {where}: {first['msg']}") from None
+    return read_model(path, ProfileFile, ProfileError).profiles

@@ -9,13 +9,13 @@ Times are ms, throughput total tokens/s per device.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from harness.atomic import write_text
+from harness.rundir.json_model import read_model
 from harness.strict import FrozenStrict
 
 
@@ -47,13 +47,4 @@ def write(path: Path, prediction: PriorPrediction) -> None:
 
 
 def read(path: Path) -> PriorPrediction:
-    try:
-        return PriorPrediction.model_validate(json.loads(path.read_text()))
-    except OSError as e:
-        raise PredictionError(f"{path}: unreadable: {e.strerror or e}") from None
-    except json.JSONDecodeError as e:
-        raise PredictionError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"]) or "(top level)"
-        raise PredictionError(f"{path}: {where}: {first['msg']}") from None
+    return read_model(path, PriorPrediction, PredictionError)
