@@ -24,10 +24,12 @@ pytestmark = pytest.mark.vllm
 
 RECIPE = "tiny-fp32-cpu-pdbench-1p1d"
 # Every transfer judged (the tiny model's are 1 MiB, under the 64 MiB default) on its plain rate
-# (no fixed cost per transfer: a CPU pull of 1 MiB takes well under the 20 ms GPU default), at 5 %
-# of the ceiling: on this machine a healthy pull moved 3.9 GB/s, 47 % of the node's host copy
-# (8.3 GB/s); slowed by 50 ms per 256 KiB chunk, 0.1 %.
-SHARE = 0.05
+# (no fixed cost per transfer: a CPU pull of 1 MiB takes well under the 20 ms GPU default), at 1 %
+# of the ceiling. The node's host copy, the ceiling, is 3-13 GB/s by the machine's load; healthy
+# pulls moved 0.58 GB/s against a quiet 12.9 GB/s (4.5 %: the engine and the connector's
+# receiver share one process and one pinned core, as on one GPU) and 1.4 GB/s against a loaded
+# 3.0 GB/s (47 %); slowed by 50 ms per 256 KiB chunk, 0.04 %.
+SHARE = 0.01
 JUDGE = (
     "benchmark.validity.kv_judged_min_bytes=0",
     "benchmark.validity.kv_fixed_cost_ms=0",
@@ -52,7 +54,7 @@ def test_a_slowed_transport_is_degraded_and_the_same_connector_unslowed_is_not(
     validity = point["metadata"]["validity"]
     assert validity["valid"] is False, validity
     assert validity["reasons"][0].startswith("kv_transport: degraded_transport: lane tcp: "), validity["reasons"]
-    assert f"of the ceiling {ceiling.describe()}, below 5%" in validity["reasons"][0], validity["reasons"]
+    assert f"of the ceiling {ceiling.describe()}, below 1%" in validity["reasons"][0], validity["reasons"]
     handoff = point["kv_handoff"]
     assert handoff["flag"] == "degraded_transport" and handoff["lane"] == "tcp", handoff
     assert handoff["share"] < SHARE / 5 and handoff["ceiling_gbps"] == pytest.approx(ceiling.gbps), handoff
