@@ -4,7 +4,8 @@
 #   bash scripts/device/run_all.sh RESULTS_ROOT [STEP...]    (default: pdbench nixl single)
 # One H200: pdbench, nixl (1P1D on the one GPU). Two H200s (nvidia-h200-x2): x2-pdbench,
 # x2-nixl (1P1D, prefill GPU 0 -> decode GPU 1; x2-nixl then runs its 2-replica baseline),
-# x2-nixl-b64 (1P1D, KV block size 64), x2-nixl-tcp (UCX_TLS without a GPU transport: the
+# x2-nixl-b64 (1P1D, KV block size 64), x2-pdbench-grid (bundled 1P1D, then two replicas on the
+# same GPUs behind the proxy: ISL 1k-32k x c 1-64, issue 44's table), x2-nixl-tcp (UCX_TLS without a GPU transport: the
 # degraded_transport verdict's case). single: one instance on GPU 0, every recipe's reference.
 # dsr1-shape-pdbench, dsr1-shape-nixl, dsr1-shape-agg: the same three on one H200 with the DeepSeek-V3-shaped
 # model (build it first: make_model.py --shape dsr1-shape, and carry .cache/models/dsr1-shape).
@@ -29,6 +30,11 @@ for step in $steps; do
       b64='{gpu-memory-utilization: 0.85, block-size: 64}'
       timeout 3300 python3 -m harness submit --recipe llama8b-shape-bf16-h200x2-nixl-1p1d --launcher local --results-dir "$root" \
         --set topology.aggregated=null --set "topology.prefill.flags=$b64" --set "topology.decode.flags=$b64" \
+        ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
+    x2-pdbench-grid)
+      replicas='{nodes: 1, workers: 2, port: 8300, flags: {gpu-memory-utilization: 0.85}}'
+      timeout 3300 python3 -m harness submit --recipe llama8b-shape-bf16-h200x2-pdbench-1p1d --launcher local \
+        --results-dir "$root" --set "topology.aggregated=$replicas" --set 'benchmark.concurrency=[1, 8, 32, 64]' \
         ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
     x2-nixl-tcp)
       timeout 1200 python3 -m harness submit --recipe llama8b-shape-bf16-h200x2-nixl-1p1d --launcher local --results-dir "$root" \
