@@ -13,6 +13,11 @@
 #                            anyone else they skip and the summary's SKIPPED lines say so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Bytecode is written (into git-ignored __pycache__ folders) even where the environment asks
+# Python not to: otherwise every process compiles the project from source again (each xdist
+# worker's and each stage's collection, pytest's assertion rewriting of ~180 test modules,
+# every pdbench process a test starts). Collecting the suite: 31 s of CPU against 48 s.
+unset PYTHONDONTWRITEBYTECODE
 die() { echo "[test] ERROR: $*" >&2; exit 1; }
 # Each stage's start, end and seconds, and at the exit (a failed stage too) the whole list:
 # where a run's time went, without reading timestamps off the log.
@@ -76,6 +81,30 @@ containers_wait() {
     die "$(cat "$BG_DIR/error" 2>/dev/null || echo "the image and containers stages exited $rc")"
   fi
 }
+# mypy in the background (the whole suite only): its output and seconds, waited for later.
+TYPES_PID="" TYPES_LOG=""
+types_in_background() {
+  TYPES_LOG=$(mktemp /tmp/pdbench-test-types.XXXXXX)
+  echo "[test $(date -u +%T)] stage types: start, in the background (log: $TYPES_LOG)"
+  set -m  # its own process group, so that the EXIT trap can stop it
+  ( t0=$(date +%s); rc=0; .venv/bin/mypy || rc=$?; echo "types $(($(date +%s) - t0))" >"$TYPES_LOG.time"; exit $rc ) \
+    </dev/null >"$TYPES_LOG" 2>&1 &
+  TYPES_PID=$!
+  set +m
+  ON_EXIT+=(types_stop)
+}
+types_wait() {
+  local rc=0 name secs
+  wait "$TYPES_PID" || rc=$?
+  TYPES_PID=""
+  cat "$TYPES_LOG"
+  if read -r name secs <"$TYPES_LOG.time" 2>/dev/null; then
+    echo "[test $(date -u +%T)] stage $name (background): done in $secs s"
+    STAGES+=("$(printf '%-10s %5d s (background)' "$name" "$secs")")
+  fi
+  [ "$rc" = 0 ] || die "mypy found type errors (its output is above)"
+}
+types_stop() { [ -z "$TYPES_PID" ] || stop_group "$TYPES_PID" TERM "mypy (log: $TYPES_LOG)"; }
 stop_group() {  # stop_group PID SIGNAL WHAT: stop the process group PID, still running at the exit
   kill -0 "$1" 2>/dev/null || return 0
   echo "[test $(date -u +%T)] stopping $3" >&2
@@ -130,6 +159,9 @@ PARALLEL=(-n 2 --dist load)
 if [ "$WHOLE" = 1 ]; then
   # Each suite names its 25 slowest tests, setup and teardown (a shared fixture's servers) too.
   PYTEST+=(--durations=25)
+  # The types in the background from here: the cluster's stage mostly waits on apt and its
+  # daemons; a type error fails the run after the fast tests, with mypy's output.
+  types_in_background
   # The cluster and the nodes' container runtimes first (the tests would do it, once each):
   # what cannot come up fails the run here, with its own error above this line.
   stage cluster
@@ -141,12 +173,11 @@ if [ "$WHOLE" = 1 ]; then
   # they run in the background beside the types and the fast tests (which use fake runtimes),
   # and the vllm stage waits for them.
   containers_in_background
-  stage types
-  .venv/bin/mypy
   rc=0
   stage fast
   "${PYTEST[@]}" -m "not vllm" "${PARALLEL[@]}" || rc=$?
   stage wait
+  types_wait
   containers_wait
   stage vllm
   if [ "${PDBENCH_TEST_LANES:-0}" = 1 ]; then
