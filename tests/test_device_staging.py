@@ -132,3 +132,57 @@ def test_device_install_installs_every_wheel_once(staged: tuple[Path, dict], tmp
     marker = (site / device.MARKER).stat().st_mtime_ns
     assert device.install(stage, site) == ["fakea-1.0", "fakeb-2.0"]  # already there: nothing redone
     assert (site / device.MARKER).stat().st_mtime_ns == marker
+
+
+def test_release_for_knows_the_default_and_the_last_release_on_torch_2_11() -> None:
+    default = build.release_for(build.DEFAULT_VLLM)
+    # The set shown to run on an H200 (docs/gpu.md): the default must not move.
+    assert default.requirements == ["vllm==0.20.0", "nixl==1.0.1", "nixl-cu13==1.0.1", "orjson"]
+    assert default.uploaded_prior_to == "2026-05-05T00:00:00Z"
+    push = build.release_for("0.26.0")
+    assert push.requirements == ["vllm==0.26.0", "nixl==1.3.2", "nixl-cu13==1.3.2", "orjson"]
+    assert build.release_for("0.26.0", nixl="1.4.0").requirements[1:3] == ["nixl==1.4.0", "nixl-cu13==1.4.0"]
+
+
+def test_release_for_refuses_an_unknown_release_without_nixl_and_date_and_a_bad_date() -> None:
+    with pytest.raises(SystemExit, match=r"vLLM 0\.25\.0 is not one of .*--nixl and --uploaded-prior-to"):
+        build.release_for("0.25.0", nixl="1.3.0")
+    assert build.release_for("0.25.0", "1.3.0", "2026-07-15T00:00:00Z").requirements[0] == "vllm==0.25.0"
+    with pytest.raises(SystemExit, match=r"--uploaded-prior-to 'July 2026' is not an ISO 8601 time"):
+        build.release_for("0.26.0", uploaded_prior_to="July 2026")
+
+
+FAKE_PIP = """
+import json, sys
+from pathlib import Path
+argv = sys.argv[1:]
+Path(sys.argv[0]).with_suffix(".argv").write_text(json.dumps(argv))
+report = argv[argv.index("--report") + 1]
+install = [{"metadata": {"name": n, "version": v}} for n, v in
+           [("vllm", "0.26.0"), ("torch", "2.11.0"), ("nvidia_nvvm", "13.3.73"), ("orjson", "3.11.0")]]
+Path(report).write_text(json.dumps({"install": install}))
+"""
+
+
+def test_resolve_asks_pip_for_the_release_and_keeps_what_the_device_lacks(tmp_path: Path) -> None:
+    pip = tmp_path / "fakepip.py"
+    pip.write_text(FAKE_PIP)
+    device_pkgs = tmp_path / "device_pkgs.json"
+    device_pkgs.write_text(json.dumps([{"name": "torch", "version": "2.11.0"}]))
+    release = build.release_for("0.26.0")
+    pins = build.resolve([sys.executable, str(pip)], device_pkgs, tmp_path, release)
+    argv = json.loads(pip.with_suffix(".argv").read_text())
+    assert argv[argv.index("--uploaded-prior-to") + 1] == "2026-07-26T00:00:00Z"
+    assert argv[-4:] == release.requirements and "--dry-run" in argv
+    # torch: the device has it; nvidia-nvvm: dropped (CUDA compiler for JIT kernels, 66 MiB).
+    assert "nvidia-nvvm" in build.DROP
+    assert pins == ["orjson==3.11.0", "vllm==0.26.0"]
+
+
+def test_pack_records_the_release_and_repacks_for_another(staged: tuple[Path, dict]) -> None:
+    out, m = staged
+    assert m["requirements"][0] == "vllm==0.20.0" and m["uploaded_prior_to"] == "2026-05-05T00:00:00Z"
+    push = build.release_for("0.26.0")
+    m2 = build.pack(out / "wheels", out, part_bytes=8192, release=push)
+    assert m2["requirements"] == push.requirements and m2["uploaded_prior_to"] == push.uploaded_prior_to
+    assert json.loads((out / "manifest.json").read_text()) == m2

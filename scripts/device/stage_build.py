@@ -1,9 +1,10 @@
 """Build, here, the parts that install vLLM on a bare GPU machine with no network (docs/gpu.md).
 
     python scripts/device/stage_build.py --device-pkgs device_pkgs.json [--out .cache/device-stage]
+        [--vllm 0.26.0 [--nixl 1.3.2 --uploaded-prior-to 2026-07-26T00:00:00Z]]
 
-1. resolve: vLLM 0.20.0 + NIXL for CUDA 13 (+ pdbench's runtime deps) for CPython 3.12 on
-   manylinux x86-64, as PyPI had them on one date (reproducible), with pip's resolver;
+1. resolve: vLLM (0.20.0 unless --vllm) + NIXL for CUDA 13 (+ pdbench's runtime deps) for
+   CPython 3.12 on manylinux x86-64, as PyPI had them on one date (reproducible), with pip's resolver;
    keep what the device lacks (its `pip list --format=json`), minus the large packages
    vLLM imports only for features the GPU recipes do not use (DROP);
 2. download those wheels (`pip download --no-deps`) into OUT/wheels (present ones are kept);
@@ -27,23 +28,87 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-REQUIREMENTS = ["vllm==0.20.0", "nixl==1.0.1", "nixl-cu13==1.0.1", "orjson"]
-# PyPI as of this date: the set resolved then (and shown to run on an H200) stays the same.
-UPLOADED_PRIOR_TO = "2026-05-05T00:00:00Z"
 PYTHON_VERSION = "3.12"
+
+
+@dataclass(frozen=True)
+class Release:
+    """One vLLM release to stage: the NIXL that goes with it and the date PyPI is read as of
+    (the set resolved then stays the same)."""
+
+    vllm: str
+    nixl: str
+    uploaded_prior_to: str
+
+    @property
+    def requirements(self) -> list[str]:
+        return [f"vllm=={self.vllm}", f"nixl=={self.nixl}", f"nixl-cu13=={self.nixl}", "orjson"]
+
+
+# Releases that match the machine's image (torch 2.11.0 built for CUDA 13: vLLM pins torch exactly,
+# and torch cannot be carried). 0.20.0: shown to run on an H200 (docs/gpu.md). 0.26.0: the last
+# release pinning torch 2.11.0 and so the newest the image can run; the first with NIXL's push
+# connector is 0.24.0 (NixlPushConnector); NIXL and date: the newest NIXL on PyPI the day after
+# its upload (2026-07-25).
+RELEASES = {
+    r.vllm: r
+    for r in (
+        Release("0.20.0", "1.0.1", "2026-05-05T00:00:00Z"),
+        Release("0.26.0", "1.3.2", "2026-07-26T00:00:00Z"),
+    )
+}
+DEFAULT_VLLM = "0.20.0"
+
+
+def release_for(vllm: str, nixl: str | None = None, uploaded_prior_to: str | None = None) -> Release:
+    """The release to stage: a known one (RELEASES), its NIXL or date replaced where given; any
+    other vLLM needs both."""
+    known = RELEASES.get(vllm)
+    nixl = nixl or (known.nixl if known else None)
+    date = uploaded_prior_to or (known.uploaded_prior_to if known else None)
+    if nixl is None or date is None:
+        raise SystemExit(
+            f"stage_build: vLLM {vllm} is not one of {sorted(RELEASES)}: give --nixl and --uploaded-prior-to"
+        )
+    try:
+        datetime.fromisoformat(date)
+    except ValueError:
+        raise SystemExit(
+            f"stage_build: --uploaded-prior-to {date!r} is not an ISO 8601 time (2026-07-26T00:00:00Z)"
+        ) from None
+    return Release(vllm, nixl, date)
+
+
 # Imported by vLLM only for kernels, tools or telemetry the GPU recipes do not use (FlashInfer,
 # CUTLASS DSL, TileLang, ...): 1.5 GB that would need 25 more calls. nixl-cu12: nixl's
 # CUDA 12 build, the device runs CUDA 13. apache-tvm-ffi stays: xgrammar imports it at start.
+# Later releases (0.26.0) add: CUTLASS DSL's libraries, split out of it; the CUDA compiler that
+# humming-kernels' cu13 extra pulls (nvcc, nvvm, crt, cccl: JIT of quantized kernels; humming
+# stays, vLLM checks has_humming); tokenspeed-mla and its Triton fork (DeepSeek-R1 MLA only);
+# PyNvVideoCodec (video inputs, imported where a video is decoded). 411 MiB, 8 calls.
 DROP = frozenset(
     {
         "flashinfer-python",
         "flashinfer-cubin",
         "nvidia-cutlass-dsl",
         "nvidia-cutlass-dsl-libs-base",
+        "nvidia-cutlass-dsl-libs-core",
+        "nvidia-cutlass-dsl-libs-cu12",
+        "nvidia-cutlass-dsl-libs-cu13",
+        "nvidia-cuda-nvcc",
+        "nvidia-nvvm",
+        "nvidia-cuda-crt",
+        "nvidia-cuda-cccl",
+        "nvidia-cuda-nvdisasm",
+        "tokenspeed-mla",
+        "tokenspeed-triton",
+        "pynvvideocodec",
         "quack-kernels",
         "tilelang",
         "z3-solver",
@@ -73,7 +138,7 @@ def pip_platform_args() -> list[str]:
     return [*args, "--platform", "manylinux2014_x86_64", "--platform", "manylinux1_x86_64"]
 
 
-def resolve(pip: list[str], device_pkgs: Path, work: Path) -> list[str]:
+def resolve(pip: list[str], device_pkgs: Path, work: Path, release: Release) -> list[str]:
     """`name==version` of every wheel to carry: the resolved set minus the device's and DROP."""
     have = {norm(p["name"]) for p in json.loads(device_pkgs.read_text())}
     report = work / "resolve-report.json"
@@ -87,11 +152,11 @@ def resolve(pip: list[str], device_pkgs: Path, work: Path) -> list[str]:
             "--report",
             str(report),
             "--uploaded-prior-to",
-            UPLOADED_PRIOR_TO,
+            release.uploaded_prior_to,
             "--target",
             str(work / "unused"),
             *pip_platform_args(),
-            *REQUIREMENTS,
+            *release.requirements,
         ],
         check=True,
         timeout=PIP_TIMEOUT_S,
@@ -105,7 +170,7 @@ def resolve(pip: list[str], device_pkgs: Path, work: Path) -> list[str]:
     return sorted(out)
 
 
-def download(pip: list[str], pins: list[str], wheels: Path) -> None:
+def download(pip: list[str], pins: list[str], wheels: Path, uploaded_prior_to: str) -> None:
     wheels.mkdir(parents=True, exist_ok=True)
     subprocess.run(
         [
@@ -116,7 +181,7 @@ def download(pip: list[str], pins: list[str], wheels: Path) -> None:
             "-d",
             str(wheels),
             "--uploaded-prior-to",
-            UPLOADED_PRIOR_TO,
+            uploaded_prior_to,
             *pip_platform_args(),
             *pins,
         ],
@@ -164,7 +229,7 @@ def wheel_entries(wheels: Path) -> list[dict[str, Any]]:
     ]
 
 
-def pack(wheels: Path, out: Path, part_bytes: int) -> dict[str, Any]:
+def pack(wheels: Path, out: Path, part_bytes: int, release: Release = RELEASES[DEFAULT_VLLM]) -> dict[str, Any]:
     """Split the wheels' tar into parts and write the manifest; unchanged wheels rewrite nothing."""
     entries = wheel_entries(wheels)
     if not entries:
@@ -175,6 +240,8 @@ def pack(wheels: Path, out: Path, part_bytes: int) -> dict[str, Any]:
         if (
             old.get("wheels") == entries
             and old.get("part_bytes") == part_bytes
+            and old.get("requirements") == release.requirements
+            and old.get("uploaded_prior_to") == release.uploaded_prior_to
             and all(
                 (out / "parts" / p["name"]).is_file() and sha256_file(out / "parts" / p["name"]) == p["sha256"]
                 for p in old["parts"]
@@ -195,8 +262,8 @@ def pack(wheels: Path, out: Path, part_bytes: int) -> dict[str, Any]:
     manifest = {
         "format": 1,
         "python": PYTHON_VERSION,
-        "requirements": REQUIREMENTS,
-        "uploaded_prior_to": UPLOADED_PRIOR_TO,
+        "requirements": release.requirements,
+        "uploaded_prior_to": release.uploaded_prior_to,
         "part_bytes": part_bytes,
         "blob_size": len(blob),
         "blob_sha256": hashlib.sha256(blob).hexdigest(),
@@ -226,11 +293,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device-pkgs", type=Path, help="the device's `python3 -m pip list --format=json`")
     ap.add_argument("--out", type=Path, default=REPO / ".cache/device-stage")
     ap.add_argument("--part-mib", type=int, default=PART_MIB)
+    ap.add_argument("--vllm", default=DEFAULT_VLLM, help=f"the vLLM release (known: {', '.join(RELEASES)})")
+    ap.add_argument("--nixl", help="nixl and nixl-cu13's version (default: the known release's)")
+    ap.add_argument("--uploaded-prior-to", help="read PyPI as of this time (default: the known release's)")
     ap.add_argument("--pip", default=f"{sys.executable} -m pip", help="pip >= 26 (it has --uploaded-prior-to)")
     ap.add_argument("--pack-only", action="store_true", help="pack OUT/wheels as they are (no network)")
     ap.add_argument("--calls", action="store_true", help="print each call's carry list (JSON) and exit")
     a = ap.parse_args(argv)
     part_bytes = a.part_mib << 20
+    release = release_for(a.vllm, a.nixl, a.uploaded_prior_to)
     if a.calls:
         manifest = json.loads((a.out / "manifest.json").read_text())
         print(json.dumps(calls(manifest, a.out, part_bytes + (1 << 20))))
@@ -240,11 +311,14 @@ def main(argv: list[str] | None = None) -> int:
         if a.device_pkgs is None:
             ap.error("--device-pkgs is required (or --pack-only)")
         pip = a.pip.split()
-        pins = resolve(pip, a.device_pkgs, a.out)
+        pins = resolve(pip, a.device_pkgs, a.out, release)
         _write_atomic(a.out / "pins.txt", ("\n".join(pins) + "\n").encode())
-        download(pip, pins, a.out / "wheels")
-    m = pack(a.out / "wheels", a.out, part_bytes)
-    print(f"{len(m['wheels'])} wheels, {m['blob_size'] / 2**20:.0f} MiB in {len(m['parts'])} parts under {a.out}")
+        download(pip, pins, a.out / "wheels", release.uploaded_prior_to)
+    m = pack(a.out / "wheels", a.out, part_bytes, release)
+    print(
+        f"vLLM {release.vllm}: {len(m['wheels'])} wheels, {m['blob_size'] / 2**20:.0f} MiB "
+        f"in {len(m['parts'])} parts under {a.out}"
+    )
     return 0
 
 
