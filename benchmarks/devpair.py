@@ -23,9 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.config.cpus import parse_groups
+from harness.config.executor import BACKEND_FLAG, as_run, flag_value, replaces_uni
+from harness.config.load import load_catalogue
+from harness.config.schema import ModelSpec
 from harness.proxy.backends import Backend
 from harness.proxy.flows import PdbenchFlow, TwoPhaseFlow
+from harness.render.commands import flag_words, omp_threads
 from harness.supervisor import Managed, Supervisor, signal_group
 from harness.validity.series import Scrape
 
@@ -122,6 +125,7 @@ def start_server(
     env: dict[str, str] | None = None,
     extra_args: list[str] | None = None,
     max_model_len: int = 2048,
+    tp: int = 1,
 ) -> Server:
     if not port_free(port):
         raise RuntimeError(f"port {port} is in use: {name} would talk to someone else's server")
@@ -145,17 +149,20 @@ def start_server(
         argv += ["--load-format", "dummy"]
     if kv is not None:
         argv += ["--kv-transfer-config", json.dumps(kv)]
+    if tp > 1:
+        argv += ["--tensor-parallel-size", str(tp)]
+    # The catalogue's executor and environment for this model, as a job's server of `tp` ranks
+    # runs them (models.yaml's CPU models: `uni` in one engine process, `mp` past one rank).
+    entry = catalogue_entry(model)
+    backend = {BACKEND_FLAG: flag_value(entry.prefill_flags, BACKEND_FLAG)}
+    flags, model_env = as_run(backend, entry.env, replaces_uni(entry.prefill_flags, tp))
+    argv += flag_words(flags)
     argv += extra_args or []
     e = dict(os.environ)
-    if "--distributed-executor-backend" not in argv:
-        # One engine process holding its worker, as vLLM runs one GPU (models.yaml's CPU models
-        # say why: a start without the third process's imports).
-        argv += ["--distributed-executor-backend", "uni"]
-        e["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        e["OMP_NUM_THREADS"] = str(len(parse_groups(cpus)[0]))  # as harness.render.commands
+    e.update(model_env)
     e.update(
         {
-            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "OMP_NUM_THREADS": omp_threads(cpus),
             "VLLM_CPU_OMP_THREADS_BIND": cpus,
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), e.get("PYTHONPATH")])),
         }
@@ -163,6 +170,15 @@ def start_server(
     e.update(env or {})
     sup = Supervisor(log_dir)
     return Server(name, port, sup, sup.start(name, argv, e, cwd=REPO))
+
+
+def catalogue_entry(model: str) -> ModelSpec:
+    """models.yaml's entry whose path is the model directory `model`."""
+    models = REPO / "models.yaml"
+    for entry in load_catalogue(models).models.values():
+        if entry.path is not None and (models.parent / entry.path).resolve() == Path(model).resolve():
+            return entry
+    raise ValueError(f"{model}: no model of {models} has this path (its executor and environment come from there)")
 
 
 def wait_healthy(servers: list[Server], timeout: float = 300.0) -> None:
@@ -232,9 +248,6 @@ def start_pair(
         raise ValueError(f"TP 1 or 2 on this pair's two cores; pin one of {PINS}")
     cpus_p, cpus_d = ("0|1" if prefill_tp == 2 else "0"), ("0|1" if decode_tp == 2 else "1")
 
-    def tp_args(tp: int) -> list[str]:
-        return ["--tensor-parallel-size", "2", "--distributed-executor-backend", "mp"] if tp == 2 else []
-
     env_p: dict[str, str] = {}
     env_d: dict[str, str] = {}
     p_extra = dict(extra or {})
@@ -258,7 +271,8 @@ def start_pair(
         dummy=dummy,
         kv=kv_config(connector, "kv_producer", p_extra),
         max_model_len=max_model_len,
-        extra_args=[*(extra_args or []), *tp_args(prefill_tp)],
+        extra_args=extra_args,
+        tp=prefill_tp,
     )
     d = start_server(
         "decode",
@@ -270,7 +284,8 @@ def start_pair(
         dummy=dummy,
         kv=kv_config(connector, "kv_consumer", d_extra, failure_policy),
         max_model_len=max_model_len,
-        extra_args=[*(extra_args or []), *tp_args(decode_tp)],
+        extra_args=extra_args,
+        tp=decode_tp,
     )
     pair = Pair(p, d, p_extra)
     try:

@@ -15,6 +15,7 @@ from typing import Any
 
 from harness import kv_connectors
 from harness.config.cpus import parse_groups
+from harness.config.executor import as_run, catalogue_flags, replaces_catalogue_uni
 from harness.config.load import ResolvedRecipe
 from harness.config.schema import Flags
 from harness.kv_connectors.entry import Setting, Value
@@ -154,10 +155,10 @@ def notify_port(rr: ResolvedRecipe, worker: Worker) -> int:
 def server_env(rr: ResolvedRecipe, worker: Worker) -> dict[str, Word]:
     """Environment of one vLLM server, later keys winning: the connector's defaults, model, role,
     recipe, topology, then the connector's job values."""
-    m, role = rr.model, getattr(rr.recipe.topology, worker.role)
+    role = getattr(rr.recipe.topology, worker.role)
     kv = kv_connectors.get_kv(rr.recipe.connector.name)
     env: dict[str, Word] = dict(kv.env_defaults) if worker.role in ("prefill", "decode") else {}
-    env.update({**m.env, **model_role_env(rr, worker.role)})
+    env.update(model_role_env(rr, worker.role))
     env.update(rr.recipe.env)
     env.update(role.env)
     nic_detection = rr.recipe.topology.nic_detection
@@ -177,24 +178,30 @@ def server_env(rr: ResolvedRecipe, worker: Worker) -> dict[str, Word]:
         # models) torch keeps a thread per core of the machine, and once the node pins the server to
         # its group those threads spin against each other (a tiny-llama decode's TPOT: 331 ms,
         # against about 2 ms with one thread).
-        env.setdefault("OMP_NUM_THREADS", str(len(parse_groups(worker.cpu_bind)[0])))
+        env.setdefault("OMP_NUM_THREADS", omp_threads(worker.cpu_bind))
     return env
 
 
+def omp_threads(cpu_bind: str) -> str:
+    """OMP_NUM_THREADS of a pinned CPU server: one per core of its first rank's group."""
+    return str(len(parse_groups(cpu_bind)[0]))
+
+
 def model_role_env(rr: ResolvedRecipe, role: str) -> dict[str, str]:
-    """The model's environment for one role (aggregated servers default to decode's)."""
+    """The model's environment for one role: its env, then the role's (aggregated servers default
+    to decode's), as the role's executor runs it (harness.config.executor)."""
     m = rr.model
     if role == "prefill":
-        return m.prefill_env
-    return m.aggregated_env if role == "aggregated" and m.aggregated_env is not None else m.decode_env
+        own = m.prefill_env
+    else:
+        own = m.aggregated_env if role == "aggregated" and m.aggregated_env is not None else m.decode_env
+    return as_run({}, {**m.env, **own}, replaces_catalogue_uni(rr, role))[1]
 
 
 def model_role_flags(rr: ResolvedRecipe, role: str) -> dict[str, Any]:
-    """The model's `vllm serve` flags for one role (aggregated servers default to decode's)."""
-    m = rr.model
-    if role == "prefill":
-        return m.prefill_flags
-    return m.aggregated_flags if role == "aggregated" and m.aggregated_flags is not None else m.decode_flags
+    """The model's `vllm serve` flags for one role (aggregated servers default to decode's), its
+    one-process `uni` executor as `mp` where the role's servers have more than one rank."""
+    return as_run(catalogue_flags(rr, role), {}, replaces_catalogue_uni(rr, role))[0]
 
 
 def server_argv(rr: ResolvedRecipe, worker: Worker, root: str | None = None, rank: int = 0) -> list[Word]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from harness.config.bounds import check_lengths
 from harness.config.cluster import chosen_profile
+from harness.config.executor import check_executor
 from harness.config.hardware import check_hardware
 from harness.config.load import PROJECT_ROOT, ConfigError, ResolvedRecipe, load_recipe
 from harness.config.overrides import Overrides
@@ -47,6 +48,7 @@ def planned(rr: ResolvedRecipe, launcher: Launcher | None = None) -> Planned:
         check_hardware(rr)
         check_lengths(rr)
         job_plan = plan(rr, single_host=launcher is not None and launcher.single_host)
+        check_executor(rr, {w.role for w in job_plan.workers})
         if launcher is not None:
             launcher.check(rr, job_plan)
     except ConfigError as e:
