@@ -40,16 +40,26 @@ fi
 # aiperf's venv shares nothing with .venv: it installs beside it (pip unpacks on one core, and
 # this machine has two), and the end of this script waits for it.
 AIPERF_PID="" AIPERF_LOG=""
+# A failed main install must not leave aiperf's running: the subshell and the pip it started,
+# their own process group (set -m below). TERM, then KILL what is left after 20 s.
+aiperf_stop() {
+  [ -n "$AIPERF_PID" ] && kill -0 -- "-$AIPERF_PID" 2>/dev/null || return 0
+  echo "setup.sh: stopping the aiperf install (log: $AIPERF_LOG)" >&2
+  kill -TERM -- "-$AIPERF_PID" 2>/dev/null || true
+  timeout 20 tail --pid="$AIPERF_PID" -f /dev/null || true
+  kill -KILL -- "-$AIPERF_PID" 2>/dev/null || true  # what of the group outlived the subshell
+}
 if ! aiperf_ready; then
   AIPERF_LOG=$(mktemp /tmp/pdbench-setup-aiperf.XXXXXX)
+  set -m  # its own process group, which the EXIT trap stops whole
   (
     [ -x "$AIPERF_VENV/bin/python" ] || python3 -m venv "$AIPERF_VENV"
     echo '*' > "$AIPERF_VENV/.gitignore"  # a venv inside the checkout: git ignores it
     "$AIPERF_VENV/bin/python" -m pip install -q "aiperf==$AIPERF_VERSION"
   ) </dev/null >"$AIPERF_LOG" 2>&1 &
   AIPERF_PID=$!
-  # A failed main install must not leave it running.
-  trap '[ -z "$AIPERF_PID" ] || kill "$AIPERF_PID" 2>/dev/null || true' EXIT
+  set +m
+  trap aiperf_stop EXIT
 fi
 "$VENV/bin/python" -m pip install -q -U pip
 
