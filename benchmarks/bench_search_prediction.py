@@ -33,8 +33,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
-from test_search_predict import begin, world_point  # noqa: E402
-from test_search_run import FakeJob, FakeLauncher  # noqa: E402
+from helpers.search_launcher import FakeJob, FakeLauncher  # noqa: E402
+from helpers.search_world import begin, world_point  # noqa: E402
 
 from harness import atomic  # noqa: E402
 from harness.config.slo import violated_metrics  # noqa: E402

@@ -14,6 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the test modules import their helpers as `helpers.*`
 
 from scripts import render_diff  # noqa: E402
 from tests import test_render, test_report  # noqa: E402

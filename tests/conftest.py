@@ -43,7 +43,7 @@ VLLM_LANES = {
     # and the "nothing left on the nodes" checks assume no other job is on it.
     "test_slurm.py": "slurm",
     # The local launcher on the recipes' fixed ports (8100, 8200, 30000, 5600-5601), and the
-    # session's shared jobs (shared_jobs.py), which then run once.
+    # session's shared jobs (helpers/shared_jobs.py), which then run once.
     "test_accuracy_e2e.py": "local",
     "test_bench_trace_e2e.py": "local",
     "test_connector_timings_e2e.py": "local",
@@ -89,8 +89,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def pdbench_copy_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The finished run directory of shared_jobs.PDBENCH_COPY_C2, for the tests that only read it."""
-    from shared_jobs import PDBENCH_COPY_C2, PDBENCH_COPY_RECIPE, run_finished_job
+    """The finished run directory of helpers.shared_jobs.PDBENCH_COPY_C2, for the tests that only read it."""
+    from helpers.shared_jobs import PDBENCH_COPY_C2, PDBENCH_COPY_RECIPE, run_finished_job
 
     results = tmp_path_factory.mktemp("pdbench-copy-job")
     return run_finished_job(results, *PDBENCH_COPY_C2, recipe=PDBENCH_COPY_RECIPE, timeout=600)

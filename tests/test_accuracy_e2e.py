@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 from conftest import require_vllm
-from shared_jobs import ACCURACY, PDBENCH_COPY_RECIPE
-from shared_jobs import EVAL_THRESHOLD as THRESHOLD
-from test_accuracy_contract import collect_rows
-from test_e2e_vllm import _assert_nothing_left, _assert_outputs_match, _finish, _launch
+from helpers.accuracy_rows import collect_rows
+from helpers.e2e_jobs import assert_nothing_left, assert_outputs_match, finish, launch
+from helpers.shared_jobs import ACCURACY, PDBENCH_COPY_RECIPE
+from helpers.shared_jobs import EVAL_THRESHOLD as THRESHOLD
 
 pytestmark = pytest.mark.vllm
 
@@ -56,13 +56,13 @@ def test_copy_task_passes_through_the_proxy(pdbench_copy_job: Path) -> None:
     ]
     assert json.loads((run_dir / "status.json").read_text())["state"] == "succeeded"
     (point,) = run_dir.glob("concurrency_2_*.json")
-    _assert_outputs_match(json.loads(point.read_text()), run_dir)
+    assert_outputs_match(json.loads(point.read_text()), run_dir)
 
 
 def test_corrupted_kv_drops_the_score_and_fails_the_job(tmp_path: Path) -> None:
     require_vllm()
-    proc, watcher = _launch(tmp_path, *OVERRIDES, "connector.extra_config.debug_corrupt=true", recipe=RECIPE)
-    rc, out = _finish(proc, watcher, timeout=600)
+    proc, watcher = launch(tmp_path, *OVERRIDES, "connector.extra_config.debug_corrupt=true", recipe=RECIPE)
+    rc, out = finish(proc, watcher, timeout=600)
     assert rc != 0, out[-4000:]
     (run_dir,) = (tmp_path / RECIPE).iterdir()
     s = _summary(run_dir)
@@ -80,4 +80,4 @@ def test_corrupted_kv_drops_the_score_and_fails_the_job(tmp_path: Path) -> None:
     why = r["metadata"]["validity"]["reasons"][0]
     assert why.startswith("outputs_match: ") and " (prompt '" in why and "first differs at token " in why, why
     assert "reference '" in why and "answer '" in why, why
-    _assert_nothing_left(watcher)
+    assert_nothing_left(watcher)

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from bench_fake_server import FakeServer
+from helpers.bench_fake_server import FakeServer
 
 from harness.bench.client import RequestOutput, Target, build_payload
 from harness.bench.loadgen import LoadRun, Progress, arrival_offsets

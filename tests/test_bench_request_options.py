@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from bench_fake_server import FakeServer
+from helpers.bench_fake_server import FakeServer
 
 from harness import tiny_model
 

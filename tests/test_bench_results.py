@@ -6,6 +6,7 @@ import json
 import math
 
 import pytest
+from helpers.bench_results import bench_result
 
 from harness.bench.results import BenchResult, ResultExistsError, write_result
 from harness.rundir import ResultName
@@ -13,47 +14,15 @@ from harness.rundir import ResultName
 pytestmark = pytest.mark.timeout(30)
 
 
-def _result(**kw):
-    fields = dict(
-        date="20250101-000000",
-        model_id="m",
-        tokenizer_id="t",
-        num_prompts=1,
-        request_rate="inf",
-        max_concurrency=1,
-        range_ratio=1.0,
-        range_ratio_convention="inferencex",
-        random_input_len=8,
-        random_output_len=8,
-        duration=1.0,
-        completed=1,
-        failed=0,
-        total_input_tokens=8,
-        total_output_tokens=8,
-        request_throughput=1.0,
-        output_throughput=8.0,
-        total_token_throughput=16.0,
-        max_output_tokens_per_s=8.0,
-        max_concurrent_requests=1,
-        input_lens=[8],
-        output_lens=[8],
-        ttfts=[0.1],
-        itls=[[0.01]],
-        errors=[],
-        **{f"{s}_{k}_ms": 1.0 for s in ("mean", "median", "std") for k in ("ttft", "tpot", "itl", "e2el")},
-    )
-    return BenchResult(**(fields | kw))
-
-
 def test_write_never_overwrites(tmp_path):
     path = tmp_path / "sub" / ResultName(1, math.inf, prefill_gpus=1, decode_gpus=1).filename
-    write_result(_result(**{"p99.9_ttft_ms": 2.0}, metadata={"run": "a"}), path)
+    write_result(bench_result(**{"p99.9_ttft_ms": 2.0}, metadata={"run": "a"}), path)
     data = json.loads(path.read_text())
     assert data["p99.9_ttft_ms"] == 2.0 and data["metadata"] == {"run": "a"}
     assert data["request_rate"] == "inf" and data["backend"] == "openai"
     original = path.read_bytes()
     with pytest.raises(ResultExistsError, match="already exists"):
-        write_result(_result(completed=99), path)
+        write_result(bench_result(completed=99), path)
     assert path.read_bytes() == original
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file left behind
 
@@ -125,7 +94,7 @@ def test_keys_are_a_superset_of_vllm_and_ix(tmp_path):
             True,
         )
         outs.append(o)
-    fields = {k: v for k, v in _result().model_dump().items() if not k.endswith("_ms")}
+    fields = {k: v for k, v in bench_result().model_dump().items() if not k.endswith("_ms")}
     fields |= compute_metrics(outs, [90, 99, 99.9])
     path = write_result(BenchResult(**fields), tmp_path / "r.json")
     data = json.loads(path.read_text())
@@ -136,7 +105,7 @@ def test_keys_are_a_superset_of_vllm_and_ix(tmp_path):
 
 def test_zero_tpot_statistics_move_out_of_inferencex_division(tmp_path):
     # One sample: its std is 0; no sample at all (every request failed, or one token each): all 0.
-    r = _result(**{"std_tpot_ms": 0.0, "p99_tpot_ms": 0.0, "p99_ttft_ms": 0.0})
+    r = bench_result(**{"std_tpot_ms": 0.0, "p99_tpot_ms": 0.0, "p99_ttft_ms": 0.0})
     data = json.loads(write_result(r, tmp_path / "r.json").read_text())
     assert data["zero_per_token_stats"] == {"std_tpot_ms": 0.0, "p99_tpot_ms": 0.0}
     assert "std_tpot_ms" not in data and data["mean_tpot_ms"] == 1.0
@@ -157,7 +126,7 @@ def test_keys_inferencex_would_choke_on_are_refused(key, value, needle):
     from pydantic import ValidationError
 
     with pytest.raises(ValidationError, match=needle):
-        _result(**{key: value})
+        bench_result(**{key: value})
 
 
 def test_concurrent_writers_one_wins(tmp_path):
@@ -168,7 +137,7 @@ def test_concurrent_writers_one_wins(tmp_path):
 
     def write(i):
         try:
-            write_result(_result(completed=i), path)
+            write_result(bench_result(completed=i), path)
             wins.append(i)
         except ResultExistsError:
             losses.append(i)

@@ -8,39 +8,20 @@ import json
 from pathlib import Path
 
 import pytest
-from bench_fake_server import FakeServer
+from helpers.bench_configs import SENTINEL_PROMPTS, sentinel_config
+from helpers.bench_fake_server import FakeServer
 
 from harness import tiny_model
-from harness.bench import ClientConfig, run_sweep
+from harness.bench import run_sweep
 from harness.bench.sentinels import Answer, first_divergence
 from harness.config.benchmark import SentinelSettings
 
 pytestmark = pytest.mark.timeout(60)
 
-N = 20  # measured requests per point: 4 sentinels (the minimum) leave after 0, 4.5, 9 and 13.5 of them
-
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     return str(tiny_model.build(tmp_path_factory.mktemp("tok") / "m"))
-
-
-def _cfg(model_dir: str, result_dir: Path, target: str, reference: str | None, **kw) -> ClientConfig:
-    base = dict(
-        base_url=target,
-        model="tiny",
-        tokenizer=model_dir,
-        isl=32,
-        osl=8,
-        concurrency=[2],
-        num_prompts=N,
-        num_warmups=0,
-        result_dir=str(result_dir),
-        prefill_gpus=1,
-        decode_gpus=1,
-        scrape=[f"prefill-0=prefill@{reference}"] if reference else [],
-    )
-    return ClientConfig(**(base | kw))
 
 
 def _sentinel_bodies(srv: FakeServer) -> list[dict]:
@@ -49,18 +30,18 @@ def _sentinel_bodies(srv: FakeServer) -> list[dict]:
 
 def test_matching_sentinels_pass_and_are_recorded(model_dir: str, tmp_path: Path) -> None:
     with FakeServer(token_delay=0.005) as ref, FakeServer(token_delay=0.005) as target:
-        (path,) = run_sweep(_cfg(model_dir, tmp_path, target.base_url, ref.base_url))
+        (path,) = run_sweep(sentinel_config(model_dir, tmp_path, target.base_url, ref.base_url))
         ref_bodies, target_bodies = list(ref.bodies), list(target.bodies)
     # Precondition: the reference answered exactly the 4 sentinels, and only those.
     assert len(ref_bodies) == 4 and all(b.get("return_token_ids") for b in ref_bodies)
     sent = [b for b in target_bodies if b.get("return_token_ids")]
     assert sorted(b["prompt"] for b in sent) == sorted(b["prompt"] for b in ref_bodies)
     assert all(b["temperature"] == 0 and b["seed"] == 0 and b["max_tokens"] == 8 for b in sent)
-    assert len(target_bodies) == N + 4
+    assert len(target_bodies) == SENTINEL_PROMPTS + 4
 
     result = json.loads(path.read_text())
     # Their latencies are not the point's: it counts the measured requests only.
-    assert result["completed"] == N and len(result["ttfts"]) == N
+    assert result["completed"] == SENTINEL_PROMPTS and len(result["ttfts"]) == SENTINEL_PROMPTS
     s = result["sentinels"]
     assert s == {
         "reference": f"prefill-0: whole requests to {ref.base_url}/v1/completions before the measured requests",
@@ -83,8 +64,8 @@ def test_matching_sentinels_pass_and_are_recorded(model_dir: str, tmp_path: Path
     # Spread over the point: each left once its share of the first N - C measured requests had
     # finished, so the last one left with a whole wave (C = 2) still to come.
     assert [r["sent_after_measured"] for r in rows] == sorted(r["sent_after_measured"] for r in rows)
-    assert [r["sent_after_measured"] >= k * (N - 2) / 4 for k, r in enumerate(rows)] == [True] * 4
-    assert rows[-1]["sent_after_measured"] <= N - 2
+    assert [r["sent_after_measured"] >= k * (SENTINEL_PROMPTS - 2) / 4 for k, r in enumerate(rows)] == [True] * 4
+    assert rows[-1]["sent_after_measured"] <= SENTINEL_PROMPTS - 2
     assert all(r["reference"]["token_ids"] == list(range(8)) == r["answer"]["token_ids"] for r in rows)
     reference = json.loads((tmp_path / "sentinels" / "reference.json").read_text())
     assert [r["prompt_len"] for r in reference["points"]["concurrency_2"]] == [32] * 4
@@ -96,7 +77,7 @@ def test_a_diverging_sentinel_makes_the_point_invalid(model_dir: str, tmp_path: 
         return "diverge" if body.get("return_token_ids") and len(seen) == 2 else None
 
     with FakeServer() as ref, FakeServer(policy=diverge_second) as target:
-        (path,) = run_sweep(_cfg(model_dir, tmp_path, target.base_url, ref.base_url))
+        (path,) = run_sweep(sentinel_config(model_dir, tmp_path, target.base_url, ref.base_url))
     result = json.loads(path.read_text())
     assert result["sentinels"]["matched"] == 3 and result["sentinels"]["first_divergence"].count(3) == 1
     md = result["metadata"]
@@ -108,7 +89,7 @@ def test_a_diverging_sentinel_makes_the_point_invalid(model_dir: str, tmp_path: 
 
 def test_tolerance_allows_a_late_divergence(model_dir: str, tmp_path: Path) -> None:
     with FakeServer() as ref, FakeServer(policy=lambda n, b: "diverge" if b.get("return_token_ids") else None) as t:
-        cfg = _cfg(model_dir, tmp_path, t.base_url, ref.base_url, sentinels=SentinelSettings(match_tokens=3))
+        cfg = sentinel_config(model_dir, tmp_path, t.base_url, ref.base_url, sentinels=SentinelSettings(match_tokens=3))
         (path,) = run_sweep(cfg)
     s = json.loads(path.read_text())["sentinels"]
     # Every sentinel parted at token 3; the first 3 tokens agree, which is what was asked.
@@ -117,7 +98,7 @@ def test_tolerance_allows_a_late_divergence(model_dir: str, tmp_path: Path) -> N
 
 def test_without_a_reference_outputs_are_not_checked(model_dir: str, tmp_path: Path) -> None:
     with FakeServer() as target:
-        (path,) = run_sweep(_cfg(model_dir, tmp_path, target.base_url, None))
+        (path,) = run_sweep(sentinel_config(model_dir, tmp_path, target.base_url, None))
         assert not _sentinel_bodies(target)
     result = json.loads(path.read_text())
     rule = {r["name"]: r for r in result["metadata"]["validity"]["rules"]}["outputs_match"]
@@ -144,11 +125,11 @@ def test_references_overlap_the_warmups_and_precede_the_measured_requests(model_
     # A slow reference (8 tokens x 50 ms) and a fast target: the reference answers go on while the
     # first point's warmups run, and its first measured request waits for the last of them.
     with FakeServer(token_delay=0.05) as ref, FakeServer(token_delay=0.002) as target:
-        run_sweep(_cfg(model_dir, tmp_path, target.base_url, ref.base_url, num_warmups=4))
+        run_sweep(sentinel_config(model_dir, tmp_path, target.base_url, ref.base_url, num_warmups=4))
         plain = [i for i, b in enumerate(target.bodies) if not b.get("return_token_ids")]
         warmups_end = max(target.ended[i] for i in plain[:4])
         first_measured = target.arrived[plain[4]]
         ref_start, ref_end = min(ref.arrived), max(ref.ended.values())
-    assert len(ref.arrived) == 4 and len(plain) == 4 + N  # precondition: 4 references, 4 warmups
+    assert len(ref.arrived) == 4 and len(plain) == 4 + SENTINEL_PROMPTS  # precondition: 4 references, 4 warmups
     assert ref_start < warmups_end < ref_end  # the warmups ran while the reference answered
     assert first_measured >= ref_end

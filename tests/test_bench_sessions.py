@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bench_fake_server import FakeServer
-from test_bench_interrupt import Terminal
+from helpers.bench_fake_server import FakeServer
+from helpers.harness_procs import wait_ok
+from helpers.terminal import Terminal
 
 from benchmarks.common import free_port, free_ports, start_mock_engine
 from harness import tiny_model
@@ -441,7 +442,7 @@ def test_a_session_stays_on_one_decode_behind_the_session_policy(model_dir, tmp_
                 [sys.executable, "-m", "harness", *proxy_args], stdout=log, stderr=subprocess.STDOUT
             )
         procs.append(proxy)
-        _wait_ok(f"http://127.0.0.1:{proxy_port}/health", proxy)
+        wait_ok(f"http://127.0.0.1:{proxy_port}/health", [proxy], timeout=30.0)
         settings = {"turns": turns, "num_sessions": sessions, "num_warmup_sessions": 0}
         cfg = _cfg(
             model_dir, tmp_path, f"http://127.0.0.1:{proxy_port}", sessions=settings, proxy_timings_dir="timings"
@@ -462,20 +463,6 @@ def test_a_session_stays_on_one_decode_behind_the_session_policy(model_dir, tmp_
     assert sum(served) == 12 and all(n % turns == 0 for n in served), served
     b = result["ttft_breakdown"]
     assert b["requests"] == b["of"] == 12, b
-
-
-def _wait_ok(url: str, proc: subprocess.Popen, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "the proxy exited"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"{url} never answered 200")
 
 
 def _finished(port: int) -> int:

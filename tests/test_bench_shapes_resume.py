@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from bench_fake_server import FakeServer
+from helpers.bench_configs import sweep_config
+from helpers.bench_fake_server import FakeServer
 from pydantic import ValidationError
-from test_bench_sweep import _cfg
 from transformers import AutoTokenizer
 
 from harness import tiny_model
@@ -27,7 +27,7 @@ SHAPES = [{"isl": 24, "osl": 3}, {"isl": 40, "osl": 5, "range_ratio": 0.5}]
 
 
 def _shapes_cfg(model_dir, tmp_path, url, **kw):
-    return _cfg(model_dir, tmp_path, url, isl=None, osl=None, shapes=SHAPES, num_warmups=1, **kw)
+    return sweep_config(model_dir, tmp_path, url, isl=None, osl=None, shapes=SHAPES, num_warmups=1, **kw)
 
 
 def test_each_shape_gets_its_own_sweep_files_and_prompts(model_dir, tmp_path):
@@ -127,9 +127,11 @@ def test_resume_runs_only_the_points_not_done(model_dir, tmp_path):
 
 def test_resume_reruns_a_point_made_with_other_settings(model_dir, tmp_path):
     with FakeServer() as srv:
-        run_sweep_detailed(_cfg(model_dir, tmp_path, srv.base_url, concurrency=[1], num_prompts=2))
+        run_sweep_detailed(sweep_config(model_dir, tmp_path, srv.base_url, concurrency=[1], num_prompts=2))
     with FakeServer() as srv:
-        (o,) = run_sweep_detailed(_cfg(model_dir, tmp_path, srv.base_url, concurrency=[1], num_prompts=3, resume=True))
+        (o,) = run_sweep_detailed(
+            sweep_config(model_dir, tmp_path, srv.base_url, concurrency=[1], num_prompts=3, resume=True)
+        )
         assert len(srv.bodies) == 3 + 2
     assert not o.kept and json.loads(o.path.read_text())["num_prompts"] == 3
     assert len(list((tmp_path / "superseded").iterdir())) == 1

@@ -78,7 +78,7 @@ def test_a_resumed_search_keeps_its_points_and_says_the_search_decides(tmp_path:
     import subprocess
     import sys
 
-    from test_bench_results import _result
+    from helpers.bench_results import bench_result
 
     from harness.rundir import ResultName
 
@@ -91,7 +91,7 @@ def test_a_resumed_search_keeps_its_points_and_says_the_search_decides(tmp_path:
     model = json.loads((old / "bench.json").read_text())["model"]
     for c in (1, 2):
         n = max(16, 10 * c)  # the defaults: min_prompts, prompts_multiplier
-        r = _result(max_concurrency=c, num_prompts=n, completed=n, random_input_len=1024, random_output_len=1024)
+        r = bench_result(max_concurrency=c, num_prompts=n, completed=n, random_input_len=1024, random_output_len=1024)
         r = r.model_copy(update={"model_id": model})
         (old / ResultName(c, float("inf"), prefill_gpus=8, decode_gpus=16).filename).write_text(r.model_dump_json())
     r = subprocess.run([*argv, "--resume", str(old)], capture_output=True, text=True, timeout=120)

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from bench_fake_server import FakeServer
+from helpers.bench_fake_server import FakeServer
 
 from harness import tiny_model
 from harness.bench import ClientConfig, run_sweep_detailed

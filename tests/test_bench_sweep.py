@@ -12,7 +12,8 @@ import time
 import numpy as np
 import pytest
 import typer
-from bench_fake_server import FakeServer
+from helpers.bench_configs import sweep_config
+from helpers.bench_fake_server import FakeServer
 from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
@@ -30,23 +31,6 @@ def model_dir(tmp_path_factory):
     return str(tiny_model.build(tmp_path_factory.mktemp("tok") / "m"))
 
 
-def _cfg(model_dir, result_dir, base_url, **kw):
-    base = dict(
-        base_url=base_url,
-        model="tiny",
-        tokenizer=model_dir,
-        isl=32,
-        osl=6,
-        concurrency=[1, 2],
-        num_prompts=4,
-        result_dir=str(result_dir),
-        prefill_gpus=1,
-        decode_gpus=2,
-        metadata={"recipe": "test"},
-    )
-    return ClientConfig(**(base | kw))
-
-
 def _app():
     app = typer.Typer()
     app.command()(bench_command)
@@ -58,7 +42,7 @@ def test_sweep_counts_failures_and_writes_named_files(model_dir, tmp_path, worke
     # Arrival numbers: C=1 warmups 0-1, measured 2-5; C=2 warmups 6-9, measured 10-13.
     failures = {3: "500", 12: "midstream", 0: "500"}  # 0 is a warmup: not counted
     with FakeServer(policy=lambda n, body: failures.get(n)) as srv:
-        cfg = _cfg(model_dir, tmp_path, srv.base_url, workers=workers)
+        cfg = sweep_config(model_dir, tmp_path, srv.base_url, workers=workers)
         paths = run_sweep(cfg)
         bodies = list(srv.bodies)
 
@@ -110,7 +94,7 @@ def test_sweep_counts_failures_and_writes_named_files(model_dir, tmp_path, worke
 
 def test_existing_result_is_not_overwritten(model_dir, tmp_path):
     with FakeServer() as srv:
-        cfg = _cfg(model_dir, tmp_path, srv.base_url)
+        cfg = sweep_config(model_dir, tmp_path, srv.base_url)
         existing = tmp_path / "concurrency_2_req_rate_inf_gpus_3_ctx_1_gen_2.json"
         existing.write_text("original")
         with pytest.raises(ResultExistsError, match="concurrency_2"):
@@ -123,7 +107,7 @@ def test_existing_result_is_not_overwritten(model_dir, tmp_path):
 @pytest.mark.parametrize("workers", [1, 2])
 def test_request_timeout_fails_instead_of_hanging(model_dir, tmp_path, workers):
     with FakeServer(policy=lambda n, b: "hang" if n % 2 else None) as srv:
-        cfg = _cfg(
+        cfg = sweep_config(
             model_dir, tmp_path, srv.base_url, workers=workers, concurrency=[2], num_warmups=0, request_timeout_s=0.5
         )
         t0 = time.monotonic()
@@ -137,7 +121,7 @@ def test_request_timeout_fails_instead_of_hanging(model_dir, tmp_path, workers):
 @pytest.mark.parametrize("workers", [1, 2])
 def test_point_timeout_keeps_finished_requests(model_dir, tmp_path, workers):
     with FakeServer(policy=lambda n, b: "hang" if n == 1 else None) as srv:
-        cfg = _cfg(
+        cfg = sweep_config(
             model_dir,
             tmp_path,
             srv.base_url,
@@ -158,17 +142,19 @@ def test_point_timeout_keeps_finished_requests(model_dir, tmp_path, workers):
 
 def test_truncated_stream_and_connection_refused_fail(model_dir, tmp_path):
     with FakeServer(policy=lambda n, b: "no_done") as srv:
-        (out,) = run_sweep_detailed(_cfg(model_dir, tmp_path / "a", srv.base_url, concurrency=[2], num_warmups=0))
+        (out,) = run_sweep_detailed(
+            sweep_config(model_dir, tmp_path / "a", srv.base_url, concurrency=[2], num_warmups=0)
+        )
     assert out.failed == 4 and "[DONE]" in json.loads(out.path.read_text())["errors"][0]
     with FakeServer() as srv:
         url = srv.base_url
     # Nothing listens: with health checks (the default) the sweep refuses to start...
     with pytest.raises(TargetDied, match="not reachable"):
-        run_sweep_detailed(_cfg(model_dir, tmp_path / "b", url, concurrency=[1], num_warmups=0))
+        run_sweep_detailed(sweep_config(model_dir, tmp_path / "b", url, concurrency=[1], num_warmups=0))
     assert not (tmp_path / "b").exists()
     # ...without them every request fails with the connection error.
     (out,) = run_sweep_detailed(
-        _cfg(model_dir, tmp_path / "c", url, concurrency=[1], num_warmups=0, health_check_interval_s=0)
+        sweep_config(model_dir, tmp_path / "c", url, concurrency=[1], num_warmups=0, health_check_interval_s=0)
     )
     assert out.failed == 4 and "Connect" in json.loads(out.path.read_text())["errors"][0]
 
@@ -178,7 +164,7 @@ def test_error_mid_stream_fails_the_request_at_once(model_dir, tmp_path, workers
     with FakeServer(policy=lambda n, b: "error_then_more") as srv:
         t0 = time.monotonic()
         (out,) = run_sweep_detailed(
-            _cfg(
+            sweep_config(
                 model_dir, tmp_path, srv.base_url, workers=workers, concurrency=[2], num_warmups=0, request_timeout_s=30
             )
         )
@@ -192,7 +178,7 @@ def test_error_mid_stream_fails_the_request_at_once(model_dir, tmp_path, workers
 def test_target_death_by_health_check_stops_at_once(model_dir, tmp_path, workers):
     # Requests 0 and 1 finish; the rest hang until the target is declared dead.
     with FakeServer(policy=lambda n, b: "hang" if n >= 2 else None) as srv:
-        cfg = _cfg(
+        cfg = sweep_config(
             model_dir,
             tmp_path,
             srv.base_url,
@@ -222,7 +208,7 @@ def test_target_death_by_server_pid_stops_at_once(model_dir, tmp_path, workers):
     server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         with FakeServer(policy=lambda n, b: "hang") as srv:
-            cfg = _cfg(
+            cfg = sweep_config(
                 model_dir,
                 tmp_path,
                 srv.base_url,
@@ -260,7 +246,9 @@ def test_health_route_absent_means_no_checks(model_dir, tmp_path, capsys):
     with FakeServer() as srv:
         srv.health = None
         (out,) = run_sweep_detailed(
-            _cfg(model_dir, tmp_path, srv.base_url, concurrency=[1], num_warmups=0, health_check_interval_s=0.05)
+            sweep_config(
+                model_dir, tmp_path, srv.base_url, concurrency=[1], num_warmups=0, health_check_interval_s=0.05
+            )
         )
         assert srv.health_checks == 1
     assert out.ok
@@ -270,7 +258,7 @@ def test_health_route_absent_means_no_checks(model_dir, tmp_path, capsys):
 @pytest.mark.parametrize("workers", [1, 2])
 def test_total_timeout_keeps_partial_results(model_dir, tmp_path, workers):
     with FakeServer(policy=lambda n, b: "hang" if n == 1 else None) as srv:
-        cfg = _cfg(
+        cfg = sweep_config(
             model_dir,
             tmp_path,
             srv.base_url,
@@ -294,7 +282,7 @@ def test_total_timeout_keeps_partial_results(model_dir, tmp_path, workers):
 @pytest.mark.parametrize("workers", [1, 2])
 def test_chat_endpoint_at_a_request_rate(model_dir, tmp_path, workers):
     with FakeServer() as srv:
-        cfg = _cfg(
+        cfg = sweep_config(
             model_dir, tmp_path, srv.base_url, workers=workers, endpoint="chat", concurrency=[2], request_rate=200
         )
         (out,) = run_sweep_detailed(cfg)
@@ -317,7 +305,7 @@ def test_request_rate_and_burstiness_shape_the_arrivals(model_dir, tmp_path, wor
     Late sends only merge gaps, which raises it. (Seed 0 here: 99.8 req/s, CV 1.79.)"""
     n, rate, burstiness = 400, 100.0, 0.25
     with FakeServer() as srv:
-        cfg = _cfg(
+        cfg = sweep_config(
             model_dir,
             tmp_path,
             srv.base_url,
@@ -343,7 +331,7 @@ def test_cooldown_quiets_the_target_between_points(model_dir, tmp_path):
     (warmups, then the measured requests) the load never pauses that long."""
     cooldown = 2.0
     with FakeServer() as srv:
-        cfg = _cfg(model_dir, tmp_path, srv.base_url, concurrency=[1, 2], cooldown_s=cooldown)
+        cfg = sweep_config(model_dir, tmp_path, srv.base_url, concurrency=[1, 2], cooldown_s=cooldown)
         first, second = run_sweep_detailed(cfg)
     arrived, ended = srv.arrived, [srv.ended[i] for i in range(len(srv.arrived))]  # every handler is done
     assert first.ok and second.ok
@@ -359,7 +347,7 @@ def test_cli_exit_codes(model_dir, tmp_path):
     runner = CliRunner()
     with FakeServer(policy=lambda n, b: "500" if n == 5 else None) as srv:
         cfg_file = tmp_path / "bench.json"
-        cfg_file.write_text(_cfg(model_dir, tmp_path / "ok", srv.base_url).model_dump_json())
+        cfg_file.write_text(sweep_config(model_dir, tmp_path / "ok", srv.base_url).model_dump_json())
         res = runner.invoke(_app(), ["--config", str(cfg_file), "--concurrency", "1", "--num-warmups", "0"])
         assert res.exit_code == 0, res.output
         assert len(list((tmp_path / "ok").iterdir())) == 1
@@ -415,7 +403,7 @@ def test_cli_exit_codes(model_dir, tmp_path):
 
 def test_goodput_burstiness_prefix_and_keys(model_dir, tmp_path):
     with FakeServer() as srv:
-        cfg = _cfg(
+        cfg = sweep_config(
             model_dir,
             tmp_path / "a",
             srv.base_url,
@@ -456,7 +444,7 @@ def test_file_datasets(model_dir, tmp_path):
     tok = AutoTokenizer.from_pretrained(model_dir)
     with FakeServer() as srv:
         (a,) = run_sweep_detailed(
-            _cfg(
+            sweep_config(
                 model_dir,
                 tmp_path / "a",
                 srv.base_url,
@@ -469,7 +457,7 @@ def test_file_datasets(model_dir, tmp_path):
         )
         sent = [(b["prompt"], b["max_tokens"]) for b in srv.bodies]
         (b,) = run_sweep_detailed(
-            _cfg(
+            sweep_config(
                 model_dir,
                 tmp_path / "b",
                 srv.base_url,
@@ -503,9 +491,9 @@ def test_bench_json_from_the_job_renderer(tmp_path):
 
 def test_rich_progress_and_plain_lines(model_dir, tmp_path, capsys):
     with FakeServer() as srv:
-        assert run_sweep_detailed(_cfg(model_dir, tmp_path / "r", srv.base_url, progress="rich"))[0].ok
+        assert run_sweep_detailed(sweep_config(model_dir, tmp_path / "r", srv.base_url, progress="rich"))[0].ok
         rich_err = capsys.readouterr().err
-        assert run_sweep_detailed(_cfg(model_dir, tmp_path / "p", srv.base_url))[0].ok
+        assert run_sweep_detailed(sweep_config(model_dir, tmp_path / "p", srv.base_url))[0].ok
         plain_err = capsys.readouterr().err
     assert "C=2 warmup" in rich_err and "4/4" in rich_err  # the bar's final state
     assert "C=1: 2 warmups, then 4 requests at rate inf" in plain_err  # stderr is no terminal here
@@ -644,7 +632,7 @@ def test_load_worker_death_keeps_the_others_results_and_stops(model_dir, tmp_pat
     it), those never sent count as not sent, the points left are not run, nothing waits for a
     timeout and no load process outlives the sweep."""
     with FakeServer(policy=lambda n, b: "hang" if n >= 4 else None) as srv:
-        cfg = _cfg(
+        cfg = sweep_config(
             model_dir,
             tmp_path,
             srv.base_url,
@@ -682,7 +670,7 @@ def test_several_load_processes_merge_raw_samples(model_dir, tmp_path):
     """Two load processes: one result with every request's own samples (so percentiles are
     exact), never more than the concurrency in flight across both, and the client's report."""
     with FakeServer() as srv:
-        cfg = _cfg(model_dir, tmp_path, srv.base_url, workers=2, concurrency=[3], num_prompts=12, num_warmups=2)
+        cfg = sweep_config(model_dir, tmp_path, srv.base_url, workers=2, concurrency=[3], num_prompts=12, num_warmups=2)
         (out,) = run_sweep_detailed(cfg)
         assert len(srv.bodies) == 14
     r = json.loads(out.path.read_text())
@@ -701,7 +689,9 @@ def test_a_load_process_without_requests_in_flight_is_not_busy(model_dir, tmp_pa
     over that instant read as 105 % busy on an H200 node (2 load processes on 16 cores) and made
     every C=1 point client-bound; it did no work, so it reports none."""
     with FakeServer() as srv:
-        cfg = _cfg(model_dir, tmp_path, srv.base_url, workers=2, concurrency=[1, 2], num_prompts=6, num_warmups=1)
+        cfg = sweep_config(
+            model_dir, tmp_path, srv.base_url, workers=2, concurrency=[1, 2], num_prompts=6, num_warmups=1
+        )
         one, two = run_sweep_detailed(cfg)
     c1 = json.loads(one.path.read_text())
     c2 = json.loads(two.path.read_text())

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bench_fake_server import FakeServer
+from helpers.bench_fake_server import FakeServer
 
 from harness import aio, tiny_model
 from harness.bench.client import RequestOutput, Target, build_payload

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from bench_fake_server import FakeServer
-from small_fs import fill, tmpfs
+from helpers.bench_fake_server import FakeServer
+from helpers.small_fs import fill, tmpfs
 
 from harness import tiny_model
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from conftest import require_vllm
-from test_e2e_vllm import RECIPE, _assert_nothing_left, _finish, _launch, _run_dir
+from helpers.e2e_jobs import RECIPE, assert_nothing_left, finish, launch, only_run_dir
 
 from harness.report.bottleneck import limit_lines
 from harness.report.load import load_runs
@@ -28,12 +28,12 @@ def _job(tmp_path: Path, *overrides: str) -> tuple[Path, dict[int, dict[str, Any
     """Run the recipe with the overrides; its run directory and results by concurrency."""
     # Sentinels check the answers (test_e2e_vllm does); here they would only add requests.
     common = ("benchmark.num_warmups=2", "benchmark.cooldown_s=0", "benchmark.sentinels.enabled=false")
-    proc, watcher = _launch(tmp_path, *common, *overrides)
-    rc, out = _finish(proc, watcher, timeout=300)
+    proc, watcher = launch(tmp_path, *common, *overrides)
+    rc, out = finish(proc, watcher, timeout=300)
     assert rc == 0, out[-4000:]
-    run_dir = _run_dir(tmp_path)
+    run_dir = only_run_dir(tmp_path)
     assert json.loads((run_dir / "status.json").read_text())["state"] == "succeeded"
-    _assert_nothing_left(watcher)
+    assert_nothing_left(watcher)
     results = {}
     for f in run_dir.glob("concurrency_*.json"):
         r = json.loads(f.read_text())

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import typer
-from cli_run import pdbench
+from helpers.cli_run import pdbench
 from typer.testing import CliRunner
 
 from harness import __version__

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_run import pdbench as _cli
 from conftest import port_base
+from helpers.cli_run import pdbench as _cli
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = "tiny-fp32-cpu-nixl-1p1d"

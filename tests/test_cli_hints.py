@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_run import pdbench
-from test_cli_runs import _finished_point, _runs
+from helpers.cli_run import pdbench
+from helpers.run_dirs import finished_point, recipe_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 SLURM = "dsr1-fp8-mi355x-moriio-1p2d"  # renders without a model or vLLM here (--skip-flag-check)
@@ -23,8 +23,8 @@ def _run_with_a_point(results: Path) -> str:
     argv = ["submit", "-r", SLURM, "--dry-run", "--skip-flag-check", "--results-dir", str(results)]
     r = pdbench(*argv, "--set", "benchmark.concurrency=[1]")
     assert r.returncode == 0, r.stderr
-    (run,) = _runs(results, SLURM)
-    _finished_point(run, 1)
+    (run,) = recipe_runs(results, SLURM)
+    finished_point(run, 1)
     run.not_submitted.unlink()
     assert not run.never_submitted
     return f"{SLURM}/{run.short_id}"

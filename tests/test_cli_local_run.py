@@ -21,8 +21,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from cli_run import pdbench as _cli
 from conftest import port_base
+from helpers.cli_run import pdbench as _cli
 
 from harness.launch.find import job_of
 from harness.launch.job import JobInfo, JobState, LaunchError

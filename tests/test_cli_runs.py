@@ -14,9 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_run import pdbench as _cli
 from conftest import port_base
-from small_fs import tmpfs
+from helpers.cli_run import pdbench as _cli
+from helpers.run_dirs import finished_point, recipe_runs
+from helpers.small_fs import tmpfs
 
 from harness.rundir import RunDir
 
@@ -26,17 +27,13 @@ SLURM = "dsr1-fp8-mi355x-moriio-1p2d"  # renders without a model or vLLM here (-
 pytestmark = pytest.mark.timeout(240)
 
 
-def _runs(results: Path, recipe: str) -> list[RunDir]:
-    return [RunDir(p) for p in sorted((results / recipe).iterdir())] if (results / recipe).is_dir() else []
-
-
 def _only_new(results: Path, recipe: str, before: list[RunDir]) -> RunDir:
-    (new,) = [r for r in _runs(results, recipe) if r not in before]
+    (new,) = [r for r in recipe_runs(results, recipe) if r not in before]
     return new
 
 
 def _dry_run(results: Path) -> RunDir:
-    before = _runs(results, LOCAL)
+    before = recipe_runs(results, LOCAL)
     r = _cli(
         "submit", "-r", LOCAL, "--launcher", "local", "--dry-run", "--skip-flag-check", "--results-dir", str(results)
     )
@@ -77,7 +74,7 @@ def test_a_failed_sbatch_is_marked_never_submitted(tmp_path: Path) -> None:
     r = _cli("submit", "-r", SLURM, "--skip-flag-check", "--results-dir", str(results), env=env)
     assert r.returncode == 1, r.stdout
     assert "sbatch failed (1): sbatch: error: invalid partition specified: h200" in r.stderr, r.stderr
-    (run,) = _runs(results, SLURM)
+    (run,) = recipe_runs(results, SLURM)
     assert f"run directory {run.path} kept, marked never submitted" in r.stderr
     assert "Traceback" not in r.stderr
 
@@ -124,7 +121,7 @@ def test_a_launched_run_is_the_latest_and_ends_with_its_points(tmp_path: Path) -
     results = tmp_path / "results"
     r = _local_submit(tmp_path, 'echo "stand-in vllm: no GPU here" >&2\nexit 1\n', health_s=60)
     assert r.returncode == 1, r.stdout + r.stderr
-    (launched,) = _runs(results, LOCAL)
+    (launched,) = recipe_runs(results, LOCAL)
     assert launched.launched
     # The summary: every planned point (none measured), why, and where to look next.
     ref = f"{LOCAL}/{launched.short_id} --results-dir {results}"
@@ -159,29 +156,8 @@ def test_a_launched_run_is_the_latest_and_ends_with_its_points(tmp_path: Path) -
     assert r.returncode == 0 and r.stdout.startswith(f"run: {twin}\n"), r.stdout + r.stderr
 
 
-def _finished_point(run: RunDir, concurrency: int) -> None:
-    """A complete, valid result of the run's point, made with the run's own client settings."""
-    from test_bench_results import _result
-
-    from harness.rundir import ResultName
-
-    cfg = json.loads(run.bench_config().read_text())
-    n = max(cfg["min_prompts"], cfg["prompts_multiplier"] * concurrency)
-    result = _result(
-        max_concurrency=concurrency,
-        num_prompts=n,
-        completed=n,
-        model_id=cfg["model"],
-        random_input_len=cfg["isl"],
-        random_output_len=cfg["osl"],
-        metadata={"valid": True},
-    )
-    name = ResultName(concurrency, float("inf"), prefill_gpus=cfg["prefill_gpus"], decode_gpus=cfg["decode_gpus"])
-    (run.path / name.filename).write_text(result.model_dump_json())
-
-
 def _resume(results: Path, old: RunDir, *sets: str) -> tuple[subprocess.CompletedProcess, RunDir]:
-    before = _runs(results, SLURM)
+    before = recipe_runs(results, SLURM)
     argv = ["submit", "-r", SLURM, "--dry-run", "--skip-flag-check", "--results-dir", str(results)]
     r = _cli(*argv, *(a for s in sets for a in ("--set", s)), "--resume", str(old.path))
     assert r.returncode == 0, r.stderr
@@ -202,9 +178,9 @@ def test_resume_says_which_points_it_keeps_and_which_it_measures(tmp_path: Path)
         "benchmark.concurrency=[1,2]",
     )
     assert r.returncode == 0, r.stderr
-    (old,) = _runs(results, SLURM)
+    (old,) = recipe_runs(results, SLURM)
     for c in (1, 2):
-        _finished_point(old, c)
+        finished_point(old, c)
 
     # Every point of the same sweep is finished: nothing is submitted, and the run says so.
     r, new = _resume(results, old, "benchmark.concurrency=[1,2]")

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_run import pdbench as _cli
+from helpers.cli_run import pdbench as _cli
 
 from harness.rundir import RunDir
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_run import pdbench
+from helpers.cli_run import pdbench
 
 from harness.config.load import PROJECT_ROOT
 

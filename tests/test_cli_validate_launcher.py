@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from cli_run import pdbench
+from helpers.cli_run import pdbench
 
 from harness.config.load import PROJECT_ROOT
 

@@ -9,7 +9,6 @@ no requests, every block's ref count zero, all blocks free.
 
 from __future__ import annotations
 
-import itertools
 import pickle
 from typing import Any
 
@@ -18,99 +17,23 @@ from conftest import require_vllm
 
 require_vllm(module_level=True)  # CI sets PDBENCH_REQUIRE_VLLM: a missing vLLM fails, never skips
 
-import torch  # noqa: E402
-from vllm import SamplingParams  # noqa: E402
-from vllm.config import (  # noqa: E402
-    CacheConfig,
-    DeviceConfig,
-    KVTransferConfig,
-    ModelConfig,
-    SchedulerConfig,
-    VllmConfig,
+from helpers.connector_engines import (  # noqa: E402
+    assert_empty,
+    finished_outputs,
+    make_request,
+    make_scheduler,
+    model_dir,  # noqa: F401  (fixture)
+    request_ids,
 )
 from vllm.utils.hashing import sha256  # noqa: E402
-from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
+from vllm.v1.core.kv_cache_utils import init_none_hash  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec  # noqa: E402
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
-from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
 from connector.metadata import PdbenchMetadata  # noqa: E402
 
-BS = 16
-EOS = 0
-NUM_BLOCKS = 200
-
-
-@pytest.fixture(scope="session")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    from harness.tiny_model import build
-
-    return str(build(tmp_path_factory.mktemp("model") / "tiny"))
-
-
-def make_scheduler(model_dir: str, role: str, policy: str = "fail", **extra: Any) -> Scheduler:
-    vc = VllmConfig(
-        model_config=ModelConfig(model=model_dir, dtype="float32", seed=0),
-        scheduler_config=SchedulerConfig(
-            max_num_seqs=16,
-            max_num_batched_tokens=512,
-            max_model_len=2048,
-            enable_chunked_prefill=True,
-            is_encoder_decoder=False,
-        ),
-        cache_config=CacheConfig(block_size=BS, cache_dtype="auto", enable_prefix_caching=True),
-        kv_transfer_config=KVTransferConfig(
-            kv_connector="PdbenchConnector",
-            kv_connector_module_path="connector",
-            kv_role=role,
-            kv_load_failure_policy=policy,
-            kv_connector_extra_config={"host": "p-host", "port": 15690, **extra},
-        ),
-        device_config=DeviceConfig("cpu"),
-    )
-    vc.cache_config.num_gpu_blocks = NUM_BLOCKS
-    kcc = KVCacheConfig(
-        num_blocks=NUM_BLOCKS,
-        kv_cache_tensors=[],
-        kv_cache_groups=[
-            KVCacheGroupSpec(
-                ["layer"], FullAttentionSpec(block_size=BS, num_kv_heads=1, head_size=1, dtype=torch.float32)
-            )
-        ],
-    )
-    return Scheduler(
-        vllm_config=vc,
-        kv_cache_config=kcc,
-        log_stats=True,
-        structured_output_manager=StructuredOutputManager(vc),
-        block_size=BS,
-    )
-
-
-_ids = itertools.count(1)
 init_none_hash(sha256)
-
-
-def make_request(
-    num_tokens: int, *, params: dict[str, Any] | None = None, max_tokens: int = 4, prefix: list[int] | None = None
-) -> Request:
-    n = next(_ids)
-    prefix = prefix or []
-    prompt = prefix + [(n * 7919 + i) % 2000 + 3 for i in range(num_tokens - len(prefix))]
-    sp = SamplingParams(max_tokens=max_tokens)
-    sp.update_from_generation_config({}, EOS)
-    req = Request(
-        request_id=f"req-{n}",
-        prompt_token_ids=prompt,
-        sampling_params=sp,
-        pooling_params=None,
-        mm_features=None,
-        block_hasher=get_request_block_hasher(BS, sha256),
-    )
-    req.kv_transfer_params = params
-    return req
 
 
 def remote_params(n_tokens: int, **over: Any) -> dict[str, Any]:
@@ -118,7 +41,7 @@ def remote_params(n_tokens: int, **over: Any) -> dict[str, Any]:
         "do_remote_prefill": True,
         "do_remote_decode": False,
         "remote_engine_id": "P-engine",
-        "remote_request_id": f"p-{next(_ids)}",
+        "remote_request_id": f"p-{next(request_ids)}",
         "remote_host": "p-host",
         "remote_port": 15690,
         "remote_num_tokens": n_tokens,
@@ -152,23 +75,10 @@ def step(s: Scheduler, token: int = 5, **kv: Any) -> tuple[Any, PdbenchMetadata,
     return so, meta, out
 
 
-def assert_empty(s: Scheduler) -> None:
-    assert not s.requests and not s.waiting and not s.running
-    assert not s.finished_recving_kv_req_ids and not s.failed_recving_kv_req_ids
-    mgr = s.kv_cache_manager
-    assert not mgr.coordinator.single_type_managers[0].req_to_blocks
-    assert all(b.ref_cnt == 0 for b in mgr.block_pool.blocks)
-    assert mgr.block_pool.free_block_queue.num_free_blocks == mgr.block_pool.num_gpu_blocks - 1
-
-
-def finished_outputs(out: dict[int, Any]) -> list[Any]:
-    return [o for outs in out.values() for o in outs.outputs if o.finish_reason is not None]
-
-
 # -- prefill (kv_producer) --------------------------------------------------------------
 
 
-def test_prefill_keeps_blocks_until_decode_acks(model_dir: str) -> None:
+def test_prefill_keeps_blocks_until_decode_acks(model_dir: str) -> None:  # noqa: F811
     s = make_scheduler(model_dir, "kv_producer")
     req = make_request(100, params={"do_remote_decode": True}, max_tokens=1)
     s.add_request(req)
@@ -195,7 +105,7 @@ def test_prefill_keeps_blocks_until_decode_acks(model_dir: str) -> None:
     assert_empty(s)
 
 
-def test_prefill_abort_frees_at_once_and_sends_nothing(model_dir: str) -> None:
+def test_prefill_abort_frees_at_once_and_sends_nothing(model_dir: str) -> None:  # noqa: F811
     s = make_scheduler(model_dir, "kv_producer")
     req = make_request(300, params={"do_remote_decode": True}, max_tokens=1)
     s.add_request(req)
@@ -207,7 +117,7 @@ def test_prefill_abort_frees_at_once_and_sends_nothing(model_dir: str) -> None:
     assert_empty(s)
 
 
-def test_plain_requests_are_untouched(model_dir: str) -> None:
+def test_plain_requests_are_untouched(model_dir: str) -> None:  # noqa: F811
     s = make_scheduler(model_dir, "kv_producer")
     req = make_request(40, max_tokens=2)
     s.add_request(req)
@@ -229,7 +139,7 @@ def _decode_until_done(s: Scheduler, req: Request, max_steps: int = 10) -> list[
     raise AssertionError(f"{req.request_id} did not finish")
 
 
-def test_decode_loads_asynchronously_then_runs(model_dir: str) -> None:
+def test_decode_loads_asynchronously_then_runs(model_dir: str) -> None:  # noqa: F811
     s = make_scheduler(model_dir, "kv_consumer")
     params = remote_params(100)
     req = make_request(100, params=params, max_tokens=3)
@@ -254,7 +164,7 @@ def test_decode_loads_asynchronously_then_runs(model_dir: str) -> None:
     assert_empty(s)
 
 
-def test_decode_transfers_only_blocks_missing_locally(model_dir: str) -> None:
+def test_decode_transfers_only_blocks_missing_locally(model_dir: str) -> None:  # noqa: F811
     s = make_scheduler(model_dir, "kv_consumer")
     prefix = [(i * 31) % 2000 + 3 for i in range(64)]  # 4 full blocks
     warm = make_request(80, prefix=prefix, max_tokens=1)
@@ -274,7 +184,7 @@ def test_decode_transfers_only_blocks_missing_locally(model_dir: str) -> None:
     assert_empty(s)
 
 
-def test_decode_with_everything_cached_releases_prefill(model_dir: str) -> None:
+def test_decode_with_everything_cached_releases_prefill(model_dir: str) -> None:  # noqa: F811
     s = make_scheduler(model_dir, "kv_consumer")
     prefix = [(i * 17) % 2000 + 3 for i in range(64)]
     warm = make_request(70, prefix=prefix, max_tokens=1)
@@ -292,7 +202,7 @@ def test_decode_with_everything_cached_releases_prefill(model_dir: str) -> None:
 
 
 @pytest.mark.parametrize("policy", ["fail", "recompute"])
-def test_decode_load_failure_follows_policy(model_dir: str, policy: str) -> None:
+def test_decode_load_failure_follows_policy(model_dir: str, policy: str) -> None:  # noqa: F811
     s = make_scheduler(model_dir, "kv_consumer", policy=policy)
     req = make_request(100, params=remote_params(100), max_tokens=2)
     s.add_request(req)
@@ -313,7 +223,7 @@ def test_decode_load_failure_follows_policy(model_dir: str, policy: str) -> None
     assert_empty(s)
 
 
-def test_decode_abort_while_loading_waits_for_the_worker(model_dir: str) -> None:
+def test_decode_abort_while_loading_waits_for_the_worker(model_dir: str) -> None:  # noqa: F811
     s = make_scheduler(model_dir, "kv_consumer")
     req = make_request(100, params=remote_params(100))
     s.add_request(req)
@@ -328,7 +238,7 @@ def test_decode_abort_while_loading_waits_for_the_worker(model_dir: str) -> None
     assert_empty(s)
 
 
-def test_decode_abort_before_scheduling_releases_prefill(model_dir: str) -> None:
+def test_decode_abort_before_scheduling_releases_prefill(model_dir: str) -> None:  # noqa: F811
     s = make_scheduler(model_dir, "kv_consumer")
     req = make_request(100, params=remote_params(100))
     s.add_request(req)
@@ -339,7 +249,7 @@ def test_decode_abort_before_scheduling_releases_prefill(model_dir: str) -> None
     assert_empty(s)
 
 
-def test_incomplete_params_compute_locally(model_dir: str) -> None:
+def test_incomplete_params_compute_locally(model_dir: str) -> None:  # noqa: F811
     s = make_scheduler(model_dir, "kv_consumer")
     req = make_request(50, params=remote_params(50, remote_host=None))
     s.add_request(req)
@@ -349,7 +259,7 @@ def test_incomplete_params_compute_locally(model_dir: str) -> None:
     assert_empty(s)
 
 
-def test_many_concurrent_requests_leave_no_blocks(model_dir: str) -> None:
+def test_many_concurrent_requests_leave_no_blocks(model_dir: str) -> None:  # noqa: F811
     s = make_scheduler(model_dir, "kv_consumer")
     reqs = [make_request(40 + i, params=remote_params(40 + i), max_tokens=2) for i in range(10)]
     for r in reqs:
@@ -364,7 +274,7 @@ def test_many_concurrent_requests_leave_no_blocks(model_dir: str) -> None:
     assert_empty(s)
 
 
-def test_metadata_pickles(model_dir: str) -> None:
+def test_metadata_pickles(model_dir: str) -> None:  # noqa: F811
     s = make_scheduler(model_dir, "kv_consumer")
     s.add_request(make_request(40, params=remote_params(40)))
     so = s.schedule()

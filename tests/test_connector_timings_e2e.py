@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import require_vllm
-from test_e2e_vllm import _assert_nothing_left, _finish, _launch
+from helpers.e2e_jobs import assert_nothing_left, finish, jsonl_by_id, launch
 
 from connector.timings import PREFIX
 from harness.bench.ttft_breakdown import DECODE_SPLIT, decode_split
@@ -20,11 +20,6 @@ pytestmark = pytest.mark.vllm
 RECIPE = "tiny-fp32-cpu-pdbench-1p1d"
 
 
-def _jsonl(directory: Path, pattern: str) -> dict[str, dict]:
-    lines = [json.loads(x) for f in sorted(directory.glob(pattern)) for x in f.read_text().splitlines()]
-    return {x["id"]: x for x in lines}
-
-
 @pytest.mark.parametrize("overlap", [False, True], ids=["two-phase", "overlapped"])
 def test_every_request_gets_its_kv_transfer_and_the_parts_still_add_up(
     tmp_path: Path, overlap: bool, request: pytest.FixtureRequest
@@ -32,7 +27,7 @@ def test_every_request_gets_its_kv_transfer_and_the_parts_still_add_up(
     require_vllm()
     watcher = None
     if overlap:
-        proc, watcher = _launch(
+        proc, watcher = launch(
             tmp_path,
             "benchmark.concurrency=[2]",
             "benchmark.osl=8",
@@ -40,7 +35,7 @@ def test_every_request_gets_its_kv_transfer_and_the_parts_still_add_up(
             "model=pdbench-copy",
             recipe=RECIPE,
         )
-        rc, out = _finish(proc, watcher, timeout=300)
+        rc, out = finish(proc, watcher, timeout=300)
         assert rc == 0, out[-4000:]
         (run_dir,) = (tmp_path / RECIPE).iterdir()
     else:
@@ -53,8 +48,8 @@ def test_every_request_gets_its_kv_transfer_and_the_parts_still_add_up(
     # Per request, from the run directory's files: every request the proxy recorded (warm-ups
     # too) has decode's line, and its transfer and first step lie inside its decode leg (an early
     # pull's wait for prefill, which the transfer leaves out, lies in the prefill leg).
-    proxy = _jsonl(run_dir / PROXY_TIMINGS, "proxy-timings-*.jsonl")
-    lines = _jsonl(run_dir / PROXY_TIMINGS, f"{PREFIX}*.jsonl")
+    proxy = jsonl_by_id(run_dir / PROXY_TIMINGS, "proxy-timings-*.jsonl")
+    lines = jsonl_by_id(run_dir / PROXY_TIMINGS, f"{PREFIX}*.jsonl")
     assert len(proxy) >= r["completed"] and set(proxy) <= set(lines), set(proxy) - set(lines)
     overrun = []
     for rid, rec in proxy.items():
@@ -89,4 +84,4 @@ def test_every_request_gets_its_kv_transfer_and_the_parts_still_add_up(
     parts = sum(b[p]["mean"] for p in ("router_ms", "prefill_ms", "decode_ms", "client_ms"))
     assert parts == pytest.approx(b["ttft_ms"]["mean"], rel=0.01) and b["adds_up"]["share"] >= 0.95, b
     if watcher is not None:  # (the shared job's fixture checked its own)
-        _assert_nothing_left(watcher)
+        assert_nothing_left(watcher)

@@ -13,8 +13,16 @@ from conftest import require_vllm
 
 require_vllm(module_level=True)  # CI sets PDBENCH_REQUIRE_VLLM: a missing vLLM fails, never skips
 
-from test_connector_scheduler import BS, make_request, model_dir  # noqa: E402, F401  (fixture)
-from test_connector_worker import LAYERS, TOTAL_HEADS, C, engines, prefill_and_params  # noqa: E402, F401
+from helpers.connector_engines import (  # noqa: E402
+    BS,
+    LAYERS,
+    TOTAL_HEADS,
+    C,
+    engines,  # noqa: F401  (fixture)
+    make_request,
+    model_dir,  # noqa: F401  (fixture)
+    prefill_and_params,
+)
 from vllm.v1.request import RequestStatus  # noqa: E402
 
 from connector.timings import PREFIX  # noqa: E402

@@ -13,156 +13,22 @@ import time
 from typing import Any
 
 import pytest
-from conftest import port_base, require_vllm
+from conftest import require_vllm
 
 require_vllm(module_level=True)  # CI sets PDBENCH_REQUIRE_VLLM: a missing vLLM fails, never skips
 
-import torch  # noqa: E402
-from test_connector_scheduler import (  # noqa: E402
+from helpers.connector_engines import (  # noqa: E402
     BS,
-    NUM_BLOCKS,
+    LAYERS,
+    TOTAL_HEADS,
+    C,
     assert_empty,
-    finished_outputs,
+    engines,  # noqa: F401  (fixture)
     make_request,
-    make_scheduler,
     model_dir,  # noqa: F401  (fixture)
+    prefill_and_params,
 )
-from vllm.distributed.kv_transfer.kv_connector.utils import KVOutputAggregator  # noqa: E402
-from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  # noqa: E402
-from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import RequestStatus  # noqa: E402
-
-from connector.connector import PdbenchConnector  # noqa: E402
-from connector.heads import head_span  # noqa: E402
-
-C, LAYERS = 8, 2
-TOTAL_HEADS = 4  # the tiny model's KV heads; each rank holds its TP share (heads.head_span)
-
-
-class Engine:
-    def __init__(
-        self,
-        model_dir: str,  # noqa: F811 - a str here, not the fixture
-        role: str,
-        port: int,
-        tp: int = 1,
-        policy: str = "fail",
-        monkeypatch: pytest.MonkeyPatch | None = None,
-        **extra: Any,
-    ) -> None:
-        extra = {"host": "127.0.0.1", "port": port, "io_timeout_s": 2.0, "register_timeout_s": 2.0, **extra}
-        self.port = port
-        self.s = make_scheduler(model_dir, role, policy, **extra)
-        self.s.vllm_config.parallel_config.tensor_parallel_size = tp
-        self.s.connector._sched.tp_size = tp  # type: ignore[union-attr]
-        self.kv: list[dict[str, torch.Tensor]] = []
-        self.spans = [head_span(r, tp, TOTAL_HEADS) for r in range(tp)]
-        self.workers: list[PdbenchConnector] = []
-        import vllm.distributed.parallel_state as ps
-
-        assert monkeypatch is not None
-        for rank in range(tp):
-            monkeypatch.setattr(ps, "get_tensor_model_parallel_rank", lambda r=rank: r)
-            w = PdbenchConnector(self.s.vllm_config, KVConnectorRole.WORKER, self.s.kv_cache_config)
-            heads = self.spans[rank][1] - self.spans[rank][0]
-            caches = {f"layers.{i}.attn": torch.zeros(NUM_BLOCKS, heads, BS, C) for i in range(LAYERS)}
-            w.register_kv_caches(caches)
-            self.kv.append(caches)
-            self.workers.append(w)
-        self.agg = KVOutputAggregator(tp)
-
-    @staticmethod
-    def value(token: int, pos: int, layer: int, head: int) -> float:
-        """What the fake forward writes for the model's KV head `head` (exact in float32)."""
-        return float((token % 997) * 16384 + pos * 8 + layer * 4 + head)
-
-    def step(self) -> dict[int, Any]:
-        so = self.s.schedule()
-        outs = []
-        for rank, w in enumerate(self.workers):
-            w.bind_connector_metadata(so.kv_connector_metadata)
-            for req_id, n in so.num_scheduled_tokens.items():  # fake forward: write this step's KV
-                req = self.s.requests[req_id]
-                blocks = self.s.kv_cache_manager.get_block_ids(req_id)[0]
-                start = req.num_computed_tokens - n  # schedule() already advanced it
-                for pos in range(start, start + n):
-                    tok = req.all_token_ids[pos]
-                    for li, t in enumerate(self.kv[rank].values()):
-                        for h in range(t.shape[1]):
-                            t[blocks[pos // BS], h, pos % BS, :] = self.value(tok, pos, li, self.spans[rank][0] + h)
-            res = w.get_transfer_results(so.finished_req_ids)
-            from vllm.v1.outputs import KVConnectorOutput
-
-            kvo = KVConnectorOutput(
-                finished_sending=res.finished_sending,
-                finished_recving=res.finished_recving,
-                failed_recving=res.failed_recving,
-                invalid_block_ids=w.get_block_ids_with_load_errors(),
-                kv_connector_stats=w.get_kv_connector_stats(),
-            )
-            ids = list(so.num_scheduled_tokens)
-            outs.append(
-                ModelRunnerOutput(
-                    req_ids=ids,
-                    req_id_to_index={r: i for i, r in enumerate(ids)},
-                    sampled_token_ids=[[5] for _ in ids],
-                    logprobs=None,
-                    prompt_logprobs_dict={},
-                    pooler_output=None,
-                    kv_connector_output=kvo,
-                )
-            )
-            w.clear_connector_metadata()
-        out = self.agg.aggregate(outs)
-        assert out is not None
-        return self.s.update_from_output(so, out)
-
-    def run_until(self, cond: Any, timeout: float = 10.0) -> list[Any]:
-        fin: list[Any] = []
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout:
-            fin += finished_outputs(self.step())
-            if cond(fin):
-                return fin
-            time.sleep(0.005)
-        raise AssertionError("condition not reached")
-
-    def slot(self, rank: int, layer: int, req_id: str, pos: int, head: int = 0) -> float:
-        """Rank `rank`'s value of the model's KV head `head` (it must hold it)."""
-        blocks = self.s.kv_cache_manager.get_block_ids(req_id)[0]
-        t = list(self.kv[rank].values())[layer]
-        return float(t[blocks[pos // BS], head - self.spans[rank][0], pos % BS, 0])
-
-    def close(self) -> None:
-        for w in self.workers:
-            w.shutdown()
-
-
-@pytest.fixture
-def engines(model_dir: str, monkeypatch: pytest.MonkeyPatch) -> Any:  # noqa: F811
-    made: list[Engine] = []
-    free, limit = port_base(15640), port_base(15660)
-
-    def make(role: str, port: int | None = None, **k: Any) -> Engine:
-        nonlocal free
-        if port is None:  # a producer's rank r listens on port + r
-            port, free = free, free + k.get("tp", 1)
-            assert free <= limit, "out of test KV ports"
-        e = Engine(model_dir, role, port, monkeypatch=monkeypatch, **k)
-        made.append(e)
-        return e
-
-    yield make
-    for e in made:
-        e.close()
-
-
-def prefill_and_params(p: Engine, n_tokens: int, prefix: list[int] | None = None) -> tuple[Any, dict[str, Any]]:
-    req = make_request(n_tokens, params={"do_remote_decode": True}, max_tokens=1, prefix=prefix)
-    p.s.add_request(req)
-    (fin,) = p.run_until(lambda f: any(o.request_id == req.request_id for o in f))
-    p.step()  # as the engine does (it keeps stepping while blocks are held): the worker learns of it
-    return req, fin.kv_transfer_params
 
 
 @pytest.mark.parametrize(
@@ -177,7 +43,7 @@ def prefill_and_params(p: Engine, n_tokens: int, prefix: list[int] | None = None
         (8, 2),  # 4 heads on 8 prefill ranks: replicated; the ranks no one reads are released
     ],
 )
-def test_decode_slots_hold_prefill_kv_and_both_sides_end_empty(engines: Any, p_tp: int, d_tp: int) -> None:
+def test_decode_slots_hold_prefill_kv_and_both_sides_end_empty(engines: Any, p_tp: int, d_tp: int) -> None:  # noqa: F811
     p = engines("kv_producer", tp=p_tp)
     d = engines("kv_consumer", tp=d_tp)
     # Decode's block ids differ from prefill's: it has other requests' blocks first.
@@ -203,7 +69,7 @@ def test_decode_slots_hold_prefill_kv_and_both_sides_end_empty(engines: Any, p_t
     assert_empty(d.s)
 
 
-def test_failed_pull_with_fail_policy_errors_and_frees(engines: Any) -> None:
+def test_failed_pull_with_fail_policy_errors_and_frees(engines: Any) -> None:  # noqa: F811
     p = engines("kv_producer", lease_s=0.5)
     d = engines("kv_consumer")
     _preq, params = prefill_and_params(p, 64)
@@ -218,7 +84,7 @@ def test_failed_pull_with_fail_policy_errors_and_frees(engines: Any) -> None:
     assert_empty(d.s)
 
 
-def test_failed_pull_with_recompute_policy_recomputes(engines: Any) -> None:
+def test_failed_pull_with_recompute_policy_recomputes(engines: Any) -> None:  # noqa: F811
     p = engines("kv_producer", lease_s=0.5)
     d = engines("kv_consumer", policy="recompute")
     _, params = prefill_and_params(p, 64)
@@ -232,7 +98,7 @@ def test_failed_pull_with_recompute_policy_recomputes(engines: Any) -> None:
     assert_empty(d.s)
 
 
-def test_transfer_stats_reach_the_scheduler(engines: Any) -> None:
+def test_transfer_stats_reach_the_scheduler(engines: Any) -> None:  # noqa: F811
     p = engines("kv_producer")
     d = engines("kv_consumer")
     _preq, params = prefill_and_params(p, 40)
@@ -255,7 +121,7 @@ def test_transfer_stats_reach_the_scheduler(engines: Any) -> None:
     assert red["Num recv"] == 1 and red["Recv throughput (MB/s)"] > 0
 
 
-def test_job_secret_from_extra_config_gates_the_pull(engines: Any, tmp_path: Any) -> None:
+def test_job_secret_from_extra_config_gates_the_pull(engines: Any, tmp_path: Any) -> None:  # noqa: F811
     from harness.node.secrets import ensure_job_secret
 
     secret = str(ensure_job_secret(tmp_path / "job"))
@@ -280,7 +146,7 @@ def test_job_secret_from_extra_config_gates_the_pull(engines: Any, tmp_path: Any
 
 
 @pytest.mark.parametrize("idle_wait_s", [5.0, 0.0])
-def test_an_idle_step_waits_for_its_pull_and_reports_it(engines: Any, idle_wait_s: float) -> None:
+def test_an_idle_step_waits_for_its_pull_and_reports_it(engines: Any, idle_wait_s: float) -> None:  # noqa: F811
     """A decode step with nothing to compute but a pull in flight waits for the pull (up to
     idle_wait_s) and reports it in that step; with 0 it returns at once and a later step does."""
     p = engines("kv_producer")
@@ -309,7 +175,7 @@ def test_an_idle_step_waits_for_its_pull_and_reports_it(engines: Any, idle_wait_
     d.run_until(lambda f: dreq.is_finished(), timeout=10)
 
 
-def test_decode_sent_before_prefill_finished_pulls_by_the_proxys_key(engines: Any) -> None:
+def test_decode_sent_before_prefill_finished_pulls_by_the_proxys_key(engines: Any) -> None:  # noqa: F811
     """The proxy's overlapped flow: decode gets the request (and allocates, and pulls) while
     prefill has not even scheduled it; its pull waits at prefill for the key's blocks."""
     p = engines("kv_producer")

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_render import render_case
+from helpers.render_cases import render_case
 
 from harness.rundir import TIME_LIMIT_WARNING, RunDir, read_status
 

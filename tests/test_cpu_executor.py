@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_run import pdbench
+from helpers.cli_run import pdbench
 
 from harness.config.executor import BACKEND_FLAG, ONE_PROCESS_ENV
 from harness.config.load import PROJECT_ROOT, load_recipe

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from conftest import port_base
-from test_preflight import fake_nvidia_smi
+from helpers.gpu_fakes import fake_nvidia_smi
 
 from harness.config.load import PROJECT_ROOT
 

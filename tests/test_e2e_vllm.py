@@ -6,144 +6,33 @@ is the one job that covers both phases on one host."""
 
 from __future__ import annotations
 
-import functools
-import importlib.metadata
 import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 from conftest import port_base, require_vllm
-from test_inferencex_contract import assert_inferencex_contract
+from helpers.e2e_jobs import (
+    RECIPE,
+    assert_nothing_left,
+    assert_outputs_match,
+    assert_runtime_recorded,
+    finish,
+    launch,
+    metric_delta,
+    only_run_dir,
+)
+from helpers.inferencex_contract import assert_inferencex_contract
 
-import harness
-from harness.render.vllm_flags import vllm_version
 from harness.validity.series import Scrape, delta
 
 pytestmark = pytest.mark.vllm
 
-RECIPE = "tiny-fp32-cpu-nixl-1p1d"
-PORTS = {8100, 8200, 30000, 5600, 5601}
 VS_AGG = "tiny-fp32-cpu-nixl-1p1d-vs-agg"
-
-
-class ProcessWatcher:
-    """Records every descendant of a process while it runs, to check none outlives the job."""
-
-    def __init__(self, pid: int):
-        self.root = psutil.Process(pid)
-        self.seen: dict[int, float] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                for p in self.root.children(recursive=True):
-                    try:
-                        self.seen.setdefault(p.pid, p.create_time())
-                    except psutil.NoSuchProcess:
-                        pass
-            except psutil.NoSuchProcess:
-                return
-            self._stop.wait(0.2)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    def survivors(self) -> list[str]:
-        alive = []
-        for pid, created in self.seen.items():
-            try:
-                p = psutil.Process(pid)
-                if abs(p.create_time() - created) < 1 and p.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(f"{pid} {p.name()} {' '.join(p.cmdline())[:120]}")
-            except psutil.NoSuchProcess:
-                pass
-        return alive
-
-
-def _listening(ports: set[int]) -> set[int]:
-    return {
-        c.laddr.port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN and c.laddr.port in ports
-    }
-
-
-def _launch(
-    results: Path, *overrides: str, recipe: str = RECIPE, extra: tuple[str, ...] = (), ports: set[int] = PORTS
-) -> tuple[subprocess.Popen, ProcessWatcher]:
-    assert not _listening(ports), f"ports already in use: {_listening(ports)}"
-    args = [
-        sys.executable,
-        "-m",
-        "harness",
-        "submit",
-        "--recipe",
-        recipe,
-        "--launcher",
-        "local",
-        "--results-dir",
-        str(results),
-        *extra,
-    ]
-    for o in overrides:
-        args += ["--set", o]
-    proc = subprocess.Popen(
-        args,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        preexec_fn=_default_sigint,
-    )
-    return proc, ProcessWatcher(proc.pid)
-
-
-def _default_sigint() -> None:
-    # The launcher gets Ctrl-C's SIGINT as a terminal's foreground job does. A shell without
-    # job control starts background commands (a CI runner's, say) with SIGINT ignored, and
-    # Python keeps an ignored SIGINT ignored: reset it, so the test does not depend on that.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def _finish(proc: subprocess.Popen, watcher: ProcessWatcher, timeout: float) -> tuple[int, str]:
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        # Ctrl-C first, as a user would: the launcher tears its nodes down. They run in sessions of
-        # their own, so a SIGKILL of its group alone leaves them serving into the next test.
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            out, _ = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, _ = proc.communicate(timeout=30)
-        pytest.fail(f"the job did not end within {timeout} s:\n{out[-4000:]}")
-    finally:
-        watcher.stop()
-    return proc.returncode, out
-
-
-def _assert_nothing_left(watcher: ProcessWatcher, ports: set[int] = PORTS) -> None:
-    deadline = time.monotonic() + 10
-    while watcher.survivors() and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert watcher.survivors() == []
-    assert len(watcher.seen) >= 3  # the watcher did see the job's processes
-    assert not _listening(ports)
-
-
-def _run_dir(results: Path, recipe: str = RECIPE) -> Path:
-    (run_dir,) = (results / recipe).iterdir()
-    return run_dir
 
 
 def _own_ports() -> tuple[list[str], set[int]]:
@@ -155,14 +44,6 @@ def _own_ports() -> tuple[list[str], set[int]]:
     ports |= {"proxy.port": base + 30, "connector.side_channel_port": base + 40}
     listening = {*ports.values(), base + 21, base + 41}
     return [f"{k}={v}" for k, v in ports.items()], listening
-
-
-def _delta(run_dir: Path, server: str, pattern: str, **labels: str) -> float:
-    """Counter increase over the whole sweep, from the node runtime's scrapes."""
-    scrape = lambda phase: Scrape.parse((run_dir / "metrics" / f"{server}.{phase}.prom").read_text())  # noqa: E731
-    found = delta(scrape("before"), scrape("after"), pattern, **labels)
-    assert found is not None, f"{server} exports no {pattern}"
-    return found[0]
 
 
 def _assert_ttft_breakdown(r: dict) -> None:
@@ -184,49 +65,12 @@ def _assert_ttft_breakdown(r: dict) -> None:
         assert kv["transfers"] >= 1 and 0 < kv["mean"] < b["decode_ms"]["mean"], b
 
 
-@functools.cache
-def _installed_vllm_reports() -> str:
-    """vllm.__version__ of the installed vLLM (what its server's /version serves)."""
-    r = subprocess.run(
-        [sys.executable, "-c", "import vllm; print(vllm.__version__)"], capture_output=True, text=True, timeout=300
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
-    return r.stdout.strip().splitlines()[-1]
-
-
-def _assert_runtime_recorded(meta: dict, servers: frozenset[str] = frozenset({"prefill-0", "decode-0"})) -> None:
-    """What ran is recorded, not what was asked for: each server's own vLLM version (its GET
-    /version) and its interpreter's packages, as installed here; no container, said so."""
-    assert set(meta["runtime_versions"]) == servers
-    for name, server in meta["runtime_versions"].items():
-        assert server["vllm"] == _installed_vllm_reports(), (name, server)
-        assert server["vllm_package"] == vllm_version() is not None, (name, server)
-        assert server["torch"] == importlib.metadata.version("torch"), (name, server)
-        assert server["nixl"] == importlib.metadata.version("nixl"), (name, server)
-        assert server["pdbench"] == harness.__version__ and server["python"] == os.path.normpath(sys.executable)
-        assert "vllm" not in server["reasons"] and "torch" not in server["reasons"]
-    image = meta["image_digest"]
-    assert image["digest"] is None and "container.runtime is none" in image["reason"], image
-
-
-def _assert_outputs_match(r: dict, run_dir: Path, reference: str = "prefill-0") -> None:
-    """The point's sentinels, answered through the deployment, equal the reference instance's
-    own whole answers token for token (the copy model reads its answer out of the prompt's KV)."""
-    s = r["sentinels"]
-    assert s["sent"] == s["answered"] == s["compared"] == s["exact"] == s["matched"] == 4, s
-    assert s["unit"] == "token" and s["first_divergence"] == [None] * 4 and s["reference"].startswith(f"{reference}:")
-    rules = {x["name"]: x for x in r["metadata"]["validity"]["rules"]}
-    assert rules["outputs_match"]["status"] == "passed", rules["outputs_match"]
-    rows = json.loads((run_dir / s["record"]).read_text())["sentinels"]
-    assert all(len(x["answer"]["token_ids"]) == r["random_output_len"] for x in rows), rows
-
-
 def test_local_1p1d_and_two_replicas_real_vllm(tmp_path: Path) -> None:
     require_vllm()
     overrides, ports = _own_ports()
-    proc, watcher = _launch(tmp_path, "model=pdbench-copy", *overrides, recipe=VS_AGG, ports=ports)
-    rc, out = _finish(proc, watcher, timeout=900)
-    run_dir = _run_dir(tmp_path, VS_AGG)
+    proc, watcher = launch(tmp_path, "model=pdbench-copy", *overrides, recipe=VS_AGG, ports=ports)
+    rc, out = finish(proc, watcher, timeout=900)
+    run_dir = only_run_dir(tmp_path, VS_AGG)
     assert rc == 0, out[-4000:]
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "succeeded"
@@ -256,26 +100,26 @@ def test_local_1p1d_and_two_replicas_real_vllm(tmp_path: Path) -> None:
         assert rules["kv_transferred"]["status"] == "passed" and rules["kv_transferred"]["measured"] >= 0.98
         assert (run_dir / "metrics" / f"concurrency_{conc}" / "decode-0.after.prom").is_file()
         _assert_ttft_breakdown(r)
-        _assert_runtime_recorded(r["metadata"])
-        _assert_outputs_match(r, run_dir)
+        assert_runtime_recorded(r["metadata"])
+        assert_outputs_match(r, run_dir)
         sent_prompt_tokens += r["total_input_tokens"]
     # InferenceX's ingestion reads these very files unchanged, and collect agrees with it.
     assert len(assert_inferencex_contract(run_dir)) == 4
 
     # KV was transferred, not recomputed: every prompt token decode saw was an external hit.
-    hits = _delta(run_dir, "decode-0", "vllm:external_prefix_cache_hits_total")
-    prompt = _delta(run_dir, "decode-0", "vllm:prompt_tokens_total")
-    computed = _delta(run_dir, "decode-0", "vllm:prompt_tokens_by_source_total", source="local_compute")
+    hits = metric_delta(run_dir, "decode-0", "vllm:external_prefix_cache_hits_total")
+    prompt = metric_delta(run_dir, "decode-0", "vllm:prompt_tokens_total")
+    computed = metric_delta(run_dir, "decode-0", "vllm:prompt_tokens_by_source_total", source="local_compute")
     assert hits == prompt >= sent_prompt_tokens > 0
     assert computed == 0
-    assert _delta(run_dir, "decode-0", "vllm:nixl_num_failed_transfers_total") == 0
+    assert metric_delta(run_dir, "decode-0", "vllm:nixl_num_failed_transfers_total") == 0
 
     _assert_two_replicas_served(run_dir, results)
     _assert_report_compares_at_two_cores(run_dir, results)
 
     logs = {p.name for p in (run_dir / "logs").iterdir()}
     assert {"prefill-0.log", "decode-0.log", "proxy.log", "bench.log", "node0.log", "node1.log"} <= logs
-    _assert_nothing_left(watcher, ports)
+    assert_nothing_left(watcher, ports)
 
 
 def _assert_two_replicas_served(run_dir: Path, results: dict[tuple[int, bool], dict]) -> None:
@@ -288,8 +132,8 @@ def _assert_two_replicas_served(run_dir: Path, results: dict[tuple[int, bool], d
     assert plan["aggregated-1"]["port"] == plan["aggregated-0"]["port"] + 1  # one host: a port each
     for conc in (1, 4):
         r = results[(conc, False)]
-        _assert_runtime_recorded(r["metadata"], frozenset(replicas))
-        _assert_outputs_match(r, run_dir, reference="aggregated-0")
+        assert_runtime_recorded(r["metadata"], frozenset(replicas))
+        assert_outputs_match(r, run_dir, reference="aggregated-0")
         # The same prompts as the 1P1D point: one seed per point, whatever the phase (its
         # sentinels, drawn from it beside the measured requests, are the same).
         assert _sentinel_prompts(run_dir, r) == _sentinel_prompts(run_dir, results[(conc, True)]) != []
@@ -339,9 +183,9 @@ def _assert_report_compares_at_two_cores(run_dir: Path, results: dict[tuple[int,
 def test_decode_without_kv_connector_is_invalid(tmp_path: Path) -> None:
     require_vllm()
     # Decode re-prefills every prompt: the numbers would describe colocated serving.
-    proc, watcher = _launch(tmp_path, "topology.decode.kv_transfer=false", "benchmark.concurrency=[2]")
-    rc, out = _finish(proc, watcher, timeout=900)
-    run_dir = _run_dir(tmp_path)
+    proc, watcher = launch(tmp_path, "topology.decode.kv_transfer=false", "benchmark.concurrency=[2]")
+    rc, out = finish(proc, watcher, timeout=900)
+    run_dir = only_run_dir(tmp_path)
     assert rc != 0, out[-4000:]
     (f,) = run_dir.glob("concurrency_*.json")  # the result is kept, marked invalid
     meta = json.loads(f.read_text())["metadata"]
@@ -351,7 +195,7 @@ def test_decode_without_kv_connector_is_invalid(tmp_path: Path) -> None:
     assert status["state"] == "failed" and status["reason"].startswith(
         "node 0: invalid result point(s): concurrency_2_"
     )
-    _assert_nothing_left(watcher)
+    assert_nothing_left(watcher)
 
 
 def test_failed_server_tears_everything_down(tmp_path: Path) -> None:
@@ -382,23 +226,23 @@ def test_failed_server_tears_everything_down(tmp_path: Path) -> None:
     assert r.returncode == 2 and "topology.decode.flags.no-such-flag: --no-such-flag" in r.stderr, r.stderr
     # Prefill is still starting when decode dies, and a starting vLLM ignores SIGTERM: the
     # teardown is the SIGTERM grace, then SIGKILL. A short grace takes the same path sooner.
-    proc, watcher = _launch(
+    proc, watcher = launch(
         tmp_path, "topology.decode.flags.no-such-flag=true", "timeouts.teardown_s=5", extra=("--skip-flag-check",)
     )
-    rc, out = _finish(proc, watcher, timeout=300)
-    run_dir = _run_dir(tmp_path)
+    rc, out = finish(proc, watcher, timeout=300)
+    run_dir = only_run_dir(tmp_path)
     assert rc != 0, out[-4000:]
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "failed"
     assert status["reason"].startswith("decode-0 (decode) on node 1 exited with code "), status["reason"]
     assert "no-such-flag" in status["reason"]  # vLLM's own complaint, from the log tail
     assert not list(run_dir.glob("concurrency_*.json"))
-    _assert_nothing_left(watcher)
+    assert_nothing_left(watcher)
 
 
 def test_ctrl_c_tears_everything_down_and_resume_measures_only_the_rest(tmp_path: Path) -> None:
     require_vllm()
-    proc, watcher = _launch(tmp_path)
+    proc, watcher = launch(tmp_path)
     deadline = time.monotonic() + 400
     first = None
     while time.monotonic() < deadline and proc.poll() is None:
@@ -409,18 +253,18 @@ def test_ctrl_c_tears_everything_down_and_resume_measures_only_the_rest(tmp_path
         time.sleep(0.5)
     assert first is not None and proc.poll() is None, "the job did not finish its first point"
     os.kill(proc.pid, signal.SIGINT)  # what Ctrl-C sends to the foreground process
-    rc, out = _finish(proc, watcher, timeout=120)
+    rc, out = finish(proc, watcher, timeout=120)
     assert rc == 130, out[-4000:]
-    interrupted = _run_dir(tmp_path)
+    interrupted = only_run_dir(tmp_path)
     status = json.loads((interrupted / "status.json").read_text())
     assert status["state"] == "failed"
     assert status["reason"] == "the local launcher: interrupted by the user (Ctrl-C)"
-    _assert_nothing_left(watcher)
+    assert_nothing_left(watcher)
     kept = first.read_bytes()
 
     # A new run keeps the finished point and measures only the one the interruption cut.
-    proc, watcher = _launch(tmp_path, extra=("--resume", str(interrupted)))
-    rc, out = _finish(proc, watcher, timeout=900)
+    proc, watcher = launch(tmp_path, extra=("--resume", str(interrupted)))
+    rc, out = finish(proc, watcher, timeout=900)
     assert rc == 0, out[-4000:]
     assert "1 finished point(s) kept" in out
     (resumed,) = (d for d in (tmp_path / RECIPE).iterdir() if d != interrupted)
@@ -431,7 +275,7 @@ def test_ctrl_c_tears_everything_down_and_resume_measures_only_the_rest(tmp_path
     assert r["completed"] == r["num_prompts"] and r["failed"] == 0 and r["metadata"]["resumed_from"] == str(interrupted)
     assert json.loads((resumed / "status.json").read_text())["state"] == "succeeded"
     assert interrupted.joinpath(first.name).read_bytes() == kept  # the interrupted run is left as it was
-    _assert_nothing_left(watcher)
+    assert_nothing_left(watcher)
 
 
 def test_bundled_connector_job(pdbench_copy_job: Path) -> None:
@@ -442,7 +286,7 @@ def test_bundled_connector_job(pdbench_copy_job: Path) -> None:
     (f,) = run_dir.glob("concurrency_2_*.json")
     result = json.loads(f.read_text())
     _assert_ttft_breakdown(result)
-    _assert_outputs_match(result, run_dir)
+    assert_outputs_match(result, run_dir)
     meta = result["metadata"]
     assert meta["valid"] is True, meta["validity"]
     assert {r["name"]: r["status"] for r in meta["validity"]["rules"]}["kv_transferred"] == "passed"

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from helpers.external_clients import AGENTIC_READS
 from pydantic import ValidationError
 
 import harness
@@ -37,10 +38,6 @@ from harness.config.external_clients import AiperfSettings
 from harness.rundir.paths import AIPERF_ARTIFACTS, CLIENT_COMMAND, CLIENT_RUN, VLLM_BENCH_RESULT, RunDir
 
 pytestmark = pytest.mark.timeout(60)
-
-# What process_agentic_result.py reads, relative to the RESULT_DIR it is given (see above).
-AGENTIC_READS = ("aiperf_artifacts/profile_export.jsonl", "aiperf_artifacts/profile_export_aiperf.json")
-AGENTIC_RECORD_METRICS = ("time_to_first_token", "request_latency", "inter_token_latency", "output_sequence_length")
 
 
 def _cfg(tmp_path: Path, **kw: object) -> ClientConfig:

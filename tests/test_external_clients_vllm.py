@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import require_vllm
-from test_external_clients import AGENTIC_READS, AGENTIC_RECORD_METRICS
+from helpers.external_clients import AGENTIC_READS, AGENTIC_RECORD_METRICS
 
 import harness
 from harness.rundir.paths import AIPERF_ARTIFACTS, CLIENT_COMMAND, CLIENT_RUN, VLLM_BENCH_RESULT, RunDir

@@ -8,43 +8,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from helpers.kv_fakes import GIB, NixlDecode, line
 
 from harness.report import output_md
 from harness.report.build import build_report
 from harness.validity.kv_handoff import describe, from_connector_records, from_nixl_scrapes, point_handoff
-
-GIB = 1 << 30
-# vLLM 0.32 nixl/stats.py's buckets (0.20's are the same).
-XFER_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0]
-POST_BUCKETS = [0.001, *XFER_BUCKETS]
-BYTES_BUCKETS = [2 ** (10 + i) for i in range(1, 25, 2)]
-DESC_BUCKETS = [10, 20, 30, 50, 75, 100, 200, 400, 1000, 2000, 4000, 10000, 20000, 50000]
-
-
-class NixlDecode:
-    """A decode server's NIXL histograms, exposed as vLLM exposes them (one engine)."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        labels = ["model_name", "engine"]
-
-        def hist(name: str, buckets: list) -> Histogram:
-            return Histogram(name, name, labels, buckets=buckets, registry=self.registry).labels("tiny", "0")
-
-        self.xfer = hist("vllm:nixl_xfer_time_seconds", XFER_BUCKETS)
-        self.post = hist("vllm:nixl_post_time_seconds", POST_BUCKETS)
-        self.size = hist("vllm:nixl_bytes_transferred", BYTES_BUCKETS)
-        self.desc = hist("vllm:nixl_num_descriptors", DESC_BUCKETS)
-
-    def transfer(self, seconds: float, nbytes: int, descriptors: int, post_s: float) -> None:
-        self.xfer.observe(seconds)
-        self.size.observe(nbytes)
-        self.desc.observe(descriptors)
-        self.post.observe(post_s)
-
-    def text(self) -> str:
-        return generate_latest(self.registry).decode()
 
 
 def test_nixl_point_counts_only_the_points_transfers_and_finds_the_descriptor_split() -> None:
@@ -89,10 +57,6 @@ def test_two_decode_servers_add_up() -> None:
     h = from_nixl_scrapes([(before[0], a.text()), (before[1], b.text())])
     assert h is not None and h.transfers == 2 and h.bytes_total == 2 * GIB
     assert h.gbps_mean == pytest.approx(2 * GIB / 0.06 / 1e9)
-
-
-def line(pull: float, wait: float, nbytes: int, path: str = "ipc", ok: bool = True) -> dict:
-    return {"id": "x", "pull_ms": pull, "pull_wait_ms": wait, "bytes": nbytes, "path": path, "ok": ok}
 
 
 def test_bundled_connector_lines_give_exact_per_transfer_rates_and_the_lane() -> None:

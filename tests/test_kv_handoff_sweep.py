@@ -7,34 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
-from metrics_server import serve_metrics
-from test_kv_handoff import NixlDecode
-from test_mock_engine import Engine
+from helpers.kv_fakes import NixlMetrics
+from helpers.mock_engine import Engine
 
 from harness import tiny_model
 from harness.bench import ClientConfig, run_sweep_detailed
 
 pytestmark = pytest.mark.timeout(120)
-
-
-class NixlMetrics:
-    """A decode server's /metrics whose NIXL histograms record one 64 MiB transfer in 20 ms of 8
-    descriptors at every scrape: the point's scrapes differ by the transfers between them."""
-
-    def __init__(self) -> None:
-        self.decode = NixlDecode()
-        self.scrapes = 0
-        self.server = serve_metrics(self._render)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def _render(self) -> str:
-        self.scrapes += 1
-        self.decode.transfer(0.02, 64 << 20, 8, 0.001)
-        return self.decode.text()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def test_each_point_carries_its_nixl_handoff(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

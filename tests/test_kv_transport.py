@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_kv_handoff import NixlDecode, line
+from helpers.kv_fakes import NixlDecode, T, ceiling, line
 
 from harness.config import ConfigError, load_recipe
 from harness.config.benchmark import ValidityThresholds
@@ -17,28 +17,12 @@ from harness.config.load import PROJECT_ROOT
 from harness.report import output_md, output_text
 from harness.report.build import build_report
 from harness.report.run_summary import run_summaries
-from harness.rundir.kv_ceiling import KvCeiling, missing
+from harness.rundir.kv_ceiling import missing
 from harness.validity import stopped_early, unverified
 from harness.validity.kv_handoff import from_connector_records, from_nixl_scrapes
 from harness.validity.kv_transport import early_reason, judge, with_kv_transport
 
 GIB, MIB = 1 << 30, 1 << 20
-# The share's edges on transfers of 1 GiB and more, with no fixed cost allowed (the plain rate).
-T = ValidityThresholds(kv_min_ceiling_share=0.05, kv_judged_min_bytes=GIB, kv_fixed_cost_ms=0)
-
-
-def ceiling(gbps: float, best: float | None = None) -> KvCeiling:
-    """A measured ceiling whose median copy ran at `gbps` (and its fastest at `best`)."""
-    rates = [gbps * 0.9, gbps, best or gbps]
-    return KvCeiling(
-        status="measured",
-        method="cuda_peer_copy",
-        src_device="cuda:1 H200",
-        dst_device="cuda:0 H200",
-        bytes=GIB,
-        repeats=3,
-        seconds=[GIB / (r * 1e9) for r in rates],
-    )
 
 
 def at(gbps: float, n: int = 4, nbytes: int = GIB, path: str = "ipc") -> list[dict]:

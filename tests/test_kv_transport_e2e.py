@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import require_vllm
-from test_connector_timings_e2e import _jsonl
-from test_e2e_vllm import _assert_nothing_left, _finish, _launch
+from helpers.e2e_jobs import assert_nothing_left, finish, jsonl_by_id, launch
 
 from connector.timings import PREFIX
 from harness.config.benchmark import ValidityThresholds
@@ -42,8 +41,8 @@ def test_a_slowed_transport_is_degraded_and_the_same_connector_unslowed_is_not(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     require_vllm()
-    proc, watcher = _launch(tmp_path, "benchmark.concurrency=[1]", *JUDGE, *SLOWED, recipe=RECIPE)
-    rc, out = _finish(proc, watcher, timeout=400)
+    proc, watcher = launch(tmp_path, "benchmark.concurrency=[1]", *JUDGE, *SLOWED, recipe=RECIPE)
+    rc, out = finish(proc, watcher, timeout=400)
     assert rc == 1, out[-4000:]
     (run_dir,) = (tmp_path / RECIPE).iterdir()
     ceiling = read_kv_ceiling(run_dir / STATE / KV_CEILING)
@@ -60,14 +59,14 @@ def test_a_slowed_transport_is_degraded_and_the_same_connector_unslowed_is_not(
     assert handoff["share"] < SHARE / 5 and handoff["ceiling_gbps"] == pytest.approx(ceiling.gbps), handoff
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "failed" and "degraded_transport" in status["reason"], status
-    _assert_nothing_left(watcher)
+    assert_nothing_left(watcher)
 
     # Unslowed: the session's job of the same recipe and connector (conftest.pdbench_copy_job),
     # its pulls judged by the same rule at the same settings against its own ceiling.
     shared = request.getfixturevalue("pdbench_copy_job")
     own = read_kv_ceiling(shared / STATE / KV_CEILING)
     assert own is not None and own.method == "host_memcpy", own
-    lines = list(_jsonl(shared / PROXY_TIMINGS, f"{PREFIX}*.jsonl").values())
+    lines = list(jsonl_by_id(shared / PROXY_TIMINGS, f"{PREFIX}*.jsonl").values())
     h = from_connector_records("pdbench", lines, 0)
     assert h is not None and h.transfers >= 8 and h.lane == "tcp", h
     r, section = judge(

@@ -10,8 +10,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from test_kv_handoff_sweep import NixlMetrics
-from test_mock_engine import Engine
+from helpers.kv_fakes import NixlMetrics
+from helpers.mock_engine import Engine
 
 from harness import atomic, tiny_model
 from harness.bench import ClientConfig, run_sweep_detailed

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import http.client
 import itertools
 import json
 import random
-import socket
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -17,67 +14,16 @@ from typing import Any
 import numpy as np
 import pytest
 import typer
-from aiohttp import web
+from helpers.mock_engine import Engine
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from harness import tiny_model
 from harness.bench import ClientConfig, run_sweep_detailed
-from harness.mock_engine import Distribution, MockEngineConfig, build_app
+from harness.mock_engine import Distribution, MockEngineConfig
 from harness.mock_engine.engine_command import mock_engine_command
 
 pytestmark = pytest.mark.timeout(60)
-
-
-class Engine:
-    """build_app(config) served in a background thread on an ephemeral port."""
-
-    def __init__(self, **fields: Any) -> None:
-        self.config = MockEngineConfig(**fields)
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._sock = socket.socket()
-        self._sock.bind(("127.0.0.1", 0))
-        self.port = self._sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> Engine:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-
-    async def _start(self) -> None:
-        self._runner = web.AppRunner(build_app(self.config), handler_cancellation=True)
-        await self._runner.setup()
-        await web.SockSite(self._runner, self._sock).start()
-
-    def post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
-        req = urllib.request.Request(
-            self.url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=10) as r:
-                return r.status, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
-
-    def get(self, path: str) -> tuple[int, bytes]:
-        with urllib.request.urlopen(self.url + path, timeout=10) as r:
-            return r.status, r.read()
-
-    def metrics(self) -> dict[str, float]:
-        """Each sample by name (and '/finished_reason' where it has one), as Prometheus parses it."""
-        out = {}
-        for family in text_string_to_metric_families(self.get("/metrics")[1].decode()):
-            for sample in family.samples:
-                reason = sample.labels.get("finished_reason")
-                out[sample.name + (f"/{reason}" if reason else "")] = sample.value
-        return out
 
 
 def _events(raw: bytes) -> list[Any]:

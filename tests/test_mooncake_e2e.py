@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from conftest import require_vllm
-from test_e2e_vllm import _assert_nothing_left, _assert_outputs_match, _delta, _finish, _launch, _listening
+from helpers.e2e_jobs import assert_nothing_left, assert_outputs_match, finish, launch, listening_ports, metric_delta
 
 pytestmark = pytest.mark.vllm
 
@@ -86,10 +86,10 @@ def test_local_1p1d_mooncake_real_vllm(tmp_path: Path, monkeypatch: pytest.Monke
     (site / "sitecustomize.py").write_text(CPU_DEVICE_INDEX)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p))
     monkeypatch.setenv("VLLM_LOG_STATS_INTERVAL", "1")  # Mooncake's counters reach the log every second
-    assert not _listening({BOOTSTRAP_PORT})
+    assert not listening_ports({BOOTSTRAP_PORT})
 
-    proc, watcher = _launch(tmp_path / "results", "model=pdbench-copy", "benchmark.concurrency=[2]", recipe=RECIPE)
-    rc, out = _finish(proc, watcher, timeout=600)
+    proc, watcher = launch(tmp_path / "results", "model=pdbench-copy", "benchmark.concurrency=[2]", recipe=RECIPE)
+    rc, out = finish(proc, watcher, timeout=600)
     assert rc == 0, out[-4000:]
     (run_dir,) = (tmp_path / "results" / RECIPE).iterdir()
     assert json.loads((run_dir / "status.json").read_text())["state"] == "succeeded"
@@ -103,12 +103,12 @@ def test_local_1p1d_mooncake_real_vllm(tmp_path: Path, monkeypatch: pytest.Monke
     # vLLM 0.32 exports no Mooncake counters to /metrics: validity says so instead of guessing.
     assert rules["no_failed_or_expired_transfers"]["status"] == "not_checked"
     assert all(v["mooncake-transfer-engine"] for v in meta["runtime_versions"].values())
-    _assert_outputs_match(r, run_dir)
+    assert_outputs_match(r, run_dir)
 
     # Decode computed no prompt token itself: all came from prefill.
-    hits = _delta(run_dir, "decode-0", "vllm:external_prefix_cache_hits_total")
-    prompt = _delta(run_dir, "decode-0", "vllm:prompt_tokens_total")
-    computed = _delta(run_dir, "decode-0", "vllm:prompt_tokens_by_source_total", source="local_compute")
+    hits = metric_delta(run_dir, "decode-0", "vllm:external_prefix_cache_hits_total")
+    prompt = metric_delta(run_dir, "decode-0", "vllm:prompt_tokens_total")
+    computed = metric_delta(run_dir, "decode-0", "vllm:prompt_tokens_by_source_total", source="local_compute")
     assert hits == prompt >= r["total_input_tokens"] > 0 and computed == 0
 
     # The bootstrap flow: the engine id the proxy sends decode is the one prefill's vLLM
@@ -127,5 +127,5 @@ def test_local_1p1d_mooncake_real_vllm(tmp_path: Path, monkeypatch: pytest.Monke
     for s in sent + _mooncake_stats((logs / "decode-0.log").read_text()):
         assert s["Num failed transfers"] == s["Num failed recvs"] == s["Num KV expired reqs"] == 0, s
 
-    _assert_nothing_left(watcher)
-    assert not _listening({BOOTSTRAP_PORT})
+    assert_nothing_left(watcher)
+    assert not listening_ports({BOOTSTRAP_PORT})

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from conftest import require_vllm
-from test_proxy import CHUNKS, COMPLETION, DONE, Fake, read_all, run, stack
+from helpers.proxy_fakes import CHUNKS, COMPLETION, DONE, Fake, read_all, run, stack
 
 from harness.config import load_recipe
 from harness.render.commands import concrete, kv_transfer_config, proxy_argv, server_env

@@ -32,8 +32,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from conftest import require_vllm
-from test_proxy import CHUNKS, COMPLETION, DONE, Fake, read_all, run, wait_health
-from test_proxy_connectors import moriio_stack
+from helpers.proxy_fakes import CHUNKS, COMPLETION, DONE, Fake, moriio_stack, read_all, run, wait_health
 
 from harness.config import load_recipe
 from harness.render.commands import concrete, kv_transfer_config, node_addr, proxy_argv

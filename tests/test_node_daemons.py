@@ -1,4 +1,4 @@
-"""The "nothing left behind" check of the Slurm tests (tests/node_daemons.py) against real
+"""The "nothing left behind" check of the Slurm tests (tests/helpers/node_daemons.py) against real
 processes named slurmd, dockerd and containerd (sleep, exec'd under those names), real pid
 files and real unix sockets; a node namespace is stood in for by the list of its pids."""
 
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from node_daemons import NodeDaemon, check_daemons, comm_and_state, expected_daemons, leftovers
+from helpers.node_daemons import NodeDaemon, check_daemons, comm_and_state, expected_daemons, leftovers
 
 
 class Node:

@@ -2,8 +2,8 @@
 
 Each test renders the local 1P1D recipe with the real renderer (plan.json, server.sh) and
 runs it through harness.launch.local.run_local or `bash server.sh` directly, with the `vllm`
-and `python -m harness proxy|bench` of server.sh answered by tests/node_fakes.py. The fakes record their PIDs in
-$RUN_DIR/fakepids/, so every test can check that nothing outlived the job.
+and `python -m harness proxy|bench` of server.sh answered by tests/helpers/node_fakes.py. The
+fakes record their PIDs in $RUN_DIR/fakepids/, so every test can check that nothing outlived the job.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from node_fakes import AGGREGATED_RESULT_NAME, RESULT_NAME, write_bin
-from power_fakes import FAKE_NVIDIA_SMI, fake_bin
+from helpers.node_fakes import AGGREGATED_RESULT_NAME, RESULT_NAME, write_bin
+from helpers.power_fakes import FAKE_NVIDIA_SMI, fake_bin
 
 from benchmarks.common import free_ports
 from harness import tiny_model
@@ -43,7 +43,7 @@ from harness.rundir.power_samples import read_record
 from harness.supervisor import Supervisor
 
 ROOT = Path(__file__).resolve().parents[1]
-FAKES = Path(__file__).with_name("node_fakes.py")
+FAKES = Path(__file__).parent / "helpers" / "node_fakes.py"
 pytestmark = pytest.mark.timeout(60)
 
 FAST = {"rendezvous_s": 10, "health_s": 10, "smoke_s": 5, "bench_s": 10, "teardown_s": 3, "job_s": 25}

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from power_fakes import FAKE_AMD_SMI, FAKE_NVIDIA_SMI, FAKE_PYNVML, GPUS, fake_bin
+from helpers.power_fakes import FAKE_AMD_SMI, FAKE_NVIDIA_SMI, FAKE_PYNVML, GPUS, fake_bin
 
 from harness.config import load_recipe
 from harness.config.load import ConfigError

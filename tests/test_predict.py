@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_mock_engine import Engine
+from helpers.mock_engine import Engine
 
 from harness import tiny_model
 from harness.bench import ClientConfig, run_sweep_detailed

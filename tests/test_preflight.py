@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_nic import add_device, roce_port
+from helpers.gpu_fakes import fake_nvidia_smi, fake_tool
+from helpers.nic_fakes import add_device, roce_port
 
 from harness.node import preflight as pf
 from harness.node.preflight import clock
@@ -103,53 +104,6 @@ def test_duplicate_and_invalid_ports() -> None:
 
 # --------------------------------------------------------------------------- GPUs
 
-FAKE_NVIDIA_SMI = """\
-import json, sys
-data = json.load(open({data!r}))
-args = sys.argv[1:]
-def fields(prefix):
-    return next(a.split("=", 1)[1].split(",") for a in args if a.startswith(prefix))
-if "--format=csv,noheader,nounits" not in args:
-    sys.exit("unexpected format")
-if any(a.startswith("--query-gpu=") for a in args):
-    rows, cols = data["gpus"], fields("--query-gpu=")
-elif any(a.startswith("--query-compute-apps=") for a in args):
-    rows, cols = data["apps"], fields("--query-compute-apps=")
-else:
-    sys.exit(2)
-for c in cols:
-    if rows and c not in rows[0]:
-        print(f'Field "{{c}}" is not a valid field to query.', file=sys.stderr)
-        sys.exit(2)
-for r in rows:
-    print(", ".join(str(r[c]) for c in cols))
-"""
-
-
-def _tool(bin_dir: Path, name: str, body: str) -> None:
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    exe = bin_dir / name
-    exe.write_text(body)
-    exe.chmod(0o755)
-
-
-def fake_nvidia_smi(
-    tmp_path: Path, n: int, apps: list[tuple[int, int, str]] = (), used: dict[int, int] | None = None
-) -> dict:
-    """An `nvidia-smi` that answers --query-gpu / --query-compute-apps with the asked-for
-    columns, as `--format=csv,noheader,nounits` prints them: '0, GPU-0000-..., 3'.
-    apps: (gpu index, pid, used_memory MiB as printed, e.g. "71234" or "[N/A]")."""
-    uuid = "GPU-{:04d}-8a4f-2c1e-9b7d-5e6f7a8b9c0d".format
-    gpus = [
-        {"index": i, "uuid": uuid(i), "memory.used": (used or {}).get(i, 3), "name": "NVIDIA H100 80GB HBM3"}
-        for i in range(n)
-    ]
-    rows = [{"gpu_uuid": uuid(g), "pid": pid, "used_memory": mem, "process_name": "python3"} for g, pid, mem in apps]
-    data = tmp_path / "nvidia.json"
-    data.write_text(json.dumps({"gpus": gpus, "apps": rows}))
-    _tool(tmp_path / "bin", "nvidia-smi", f"#!{sys.executable}\n" + FAKE_NVIDIA_SMI.format(data=str(data)))
-    return {"PATH": str(tmp_path / "bin")}
-
 
 def test_no_gpu_tool(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
@@ -187,7 +141,7 @@ def test_too_few_nvidia_gpus(tmp_path: Path) -> None:
 
 
 def test_hanging_gpu_tool_is_reported_in_time(tmp_path: Path) -> None:
-    _tool(tmp_path / "bin", "nvidia-smi", f"#!/bin/sh\n{SLEEP} 30\n")
+    fake_tool(tmp_path / "bin", "nvidia-smi", f"#!/bin/sh\n{SLEEP} 30\n")
     start = time.monotonic()
     (problem,) = pf.check_gpus(8, env={"PATH": str(tmp_path / "bin")}, timeout_s=1)
     assert time.monotonic() - start < 3
@@ -195,7 +149,7 @@ def test_hanging_gpu_tool_is_reported_in_time(tmp_path: Path) -> None:
 
 
 def test_failing_gpu_tool(tmp_path: Path) -> None:
-    _tool(
+    fake_tool(
         tmp_path / "bin",
         "nvidia-smi",
         '#!/bin/sh\necho "NVIDIA-SMI has failed because it couldn\'t communicate with the NVIDIA driver." >&2\nexit 9\n',
@@ -244,7 +198,7 @@ def fake_amd_smi(tmp_path: Path, gpus: list[dict], processes: object) -> dict:
     (tmp_path / "list.json").write_text(json.dumps(gpus, indent=4))
     proc = processes if isinstance(processes, str) else json.dumps(processes, indent=4)
     (tmp_path / "process.json").write_text(proc)
-    _tool(
+    fake_tool(
         tmp_path / "bin",
         "amd-smi",
         f'#!/bin/sh\ncase "$1 $2" in\n  "list --json") {CAT} {tmp_path}/list.json ;;\n'
@@ -281,7 +235,7 @@ def test_amd_too_few_and_unreadable_output(tmp_path: Path) -> None:
 
 
 def test_hanging_amd_smi(tmp_path: Path) -> None:
-    _tool(tmp_path / "bin", "amd-smi", f"#!/bin/sh\n{SLEEP} 30\n")
+    fake_tool(tmp_path / "bin", "amd-smi", f"#!/bin/sh\n{SLEEP} 30\n")
     start = time.monotonic()
     (problem,) = pf.check_gpus(8, env={"PATH": str(tmp_path / "bin")}, timeout_s=1)
     assert time.monotonic() - start < 3 and "`amd-smi list --json` did not answer within 1 s" in problem
@@ -289,7 +243,7 @@ def test_hanging_amd_smi(tmp_path: Path) -> None:
 
 def test_auto_prefers_nvidia_smi(tmp_path: Path) -> None:
     env = fake_nvidia_smi(tmp_path, 1)
-    _tool(tmp_path / "bin", "amd-smi", "#!/bin/sh\nexit 1\n")
+    fake_tool(tmp_path / "bin", "amd-smi", "#!/bin/sh\nexit 1\n")
     assert pf.check_gpus(1, env=env) == []
     assert pf.check_gpus(1, vendor="amd", env=env)[0].startswith("`amd-smi list --json` failed (exit 1)")
 

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-from bench_fake_server import FakeServer
 from conftest import require_vllm
+from helpers.profile_fakes import PROFILE_PROMPTS, ProfiledFake, profiled_sweep
 
 from harness import tiny_model
-from harness.bench import ClientConfig, run_sweep, stops
+from harness.bench import ClientConfig, stops
 from harness.bench.profile import PointProfiler, perturbation
 from harness.bench.sweep import INTERRUPTED, run_sweep_detailed
 from harness.config import load_recipe
@@ -344,77 +344,23 @@ def test_shlex_round_trip_of_the_rendered_torch_flag(tmp_path: Path) -> None:
 # --- the sweep: which window is profiled, and what the result keeps ------------------------
 
 
-class _ProfiledFake(FakeServer):
-    """The bench tests' fake server (tests/bench_fake_server.py) with vLLM's profiler endpoints:
-    each call's perf_counter time recorded; on stop a trace file written into `capture`."""
-
-    def __init__(self, capture: Path, mounted: bool = True) -> None:
-        super().__init__(token_delay=0.002)
-        self.capture, self.mounted = capture, mounted
-        self.profile_calls: list[tuple[str, float, dict]] = []
-
-    async def _start(self) -> None:
-        self._stopping = asyncio.Event()
-        app = web.Application()
-        app.router.add_post("/v1/completions", self._handle)
-        if self.mounted:
-            app.router.add_post("/start_profile", self._start_profile)
-            app.router.add_post("/stop_profile", self._stop_profile)
-        self._runner = web.AppRunner(app, shutdown_timeout=1.0)
-        await self._runner.setup()
-        await web.SockSite(self._runner, self._sock).start()
-
-    async def _start_profile(self, request: web.Request) -> web.Response:
-        self.profile_calls.append(("start", time.perf_counter(), await request.json()))
-        return web.Response(status=200)
-
-    async def _stop_profile(self, request: web.Request) -> web.Response:
-        self.profile_calls.append(("stop", time.perf_counter(), {}))
-        prefix = next(b for c, _, b in reversed(self.profile_calls) if c == "start")["profile_prefix"]
-        self.capture.mkdir(parents=True, exist_ok=True)
-        (self.capture / f"{prefix}_rank0.1.pt.trace.json.gz").write_bytes(b"{}")
-        return web.Response(status=200)
-
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(tiny_model.build(tmp_path_factory.mktemp("tok") / "m"))
 
 
-N = 6  # measured requests per point
-
-
-def _sweep(model_dir: str, out: Path, srv: _ProfiledFake, **profile: object) -> dict[int, dict]:
-    cfg = ClientConfig(
-        base_url=srv.base_url,
-        model="tiny",
-        tokenizer=model_dir,
-        isl=16,
-        osl=4,
-        concurrency=[1, 2],
-        num_prompts=N,
-        num_warmups=1,
-        result_dir=str(out),
-        health_check_interval_s=0,
-        sentinels={"enabled": False},
-        scrape=[f"decode-0=decode@{srv.base_url}"],  # no /metrics: the points are not checked
-        profile={"points": [2], "roles": ["decode"], "stop_timeout_s": 10, **profile},
-    )
-    return {json.loads(p.read_text())["max_concurrency"]: json.loads(p.read_text()) for p in run_sweep(cfg)}
-
-
 def test_the_second_window_alone_is_profiled_and_the_result_stays_unprofiled(model_dir: str, tmp_path: Path) -> None:
-    srv = _ProfiledFake(tmp_path / capture_dir("decode-0"))
+    srv = ProfiledFake(tmp_path / capture_dir("decode-0"))
     with srv:
-        results = _sweep(model_dir, tmp_path, srv)
+        results = profiled_sweep(model_dir, tmp_path, srv)
     calls = srv.profile_calls
     assert [c for c, _, _ in calls] == ["start", "stop"] and calls[0][2] == {"profile_prefix": "concurrency_2"}
     assert "profile" not in results[1]
     r = results[2]
     # C=1: 1 warmup + N; C=2: 1 warmup, N measured, then N more between the start and the stop.
-    assert len(srv.bodies) == (1 + N) + (1 + N + N)
-    c2 = range(1 + N, len(srv.bodies))
-    measured, profiled = list(c2)[1 : 1 + N], list(c2)[1 + N :]
+    assert len(srv.bodies) == (1 + PROFILE_PROMPTS) + (1 + PROFILE_PROMPTS + PROFILE_PROMPTS)
+    c2 = range(1 + PROFILE_PROMPTS, len(srv.bodies))
+    measured, profiled = list(c2)[1 : 1 + PROFILE_PROMPTS], list(c2)[1 + PROFILE_PROMPTS :]
     started, stopped = calls[0][1], calls[1][1]
     assert max(srv.ended[i] for i in measured) < started < min(srv.arrived[i] for i in profiled)
     assert max(srv.ended[i] for i in profiled) < stopped
@@ -423,9 +369,9 @@ def test_the_second_window_alone_is_profiled_and_the_result_stays_unprofiled(mod
     assert not set(prompts[0]) & set(prompts[1])
     assert {srv.bodies[i]["max_tokens"] for i in c2} == {4}
     prof = r["profile"]
-    assert prof["window"] == "second" and prof["errors"] == [] and r["completed"] == N
+    assert prof["window"] == "second" and prof["errors"] == [] and r["completed"] == PROFILE_PROMPTS
     assert prof["unprofiled"]["median_ttft_ms"] == pytest.approx(r["median_ttft_ms"])
-    assert prof["profiled"]["completed"] == N and set(prof["perturbation"]) == {
+    assert prof["profiled"]["completed"] == PROFILE_PROMPTS and set(prof["perturbation"]) == {
         "output_throughput",
         "median_ttft_ms",
         "median_tpot_ms",
@@ -441,11 +387,11 @@ def test_the_second_window_alone_is_profiled_and_the_result_stays_unprofiled(mod
 
 
 def test_without_perturbation_the_measured_window_itself_is_profiled(model_dir: str, tmp_path: Path) -> None:
-    srv = _ProfiledFake(tmp_path / capture_dir("decode-0"))
+    srv = ProfiledFake(tmp_path / capture_dir("decode-0"))
     with srv:
-        results = _sweep(model_dir, tmp_path, srv, perturbation=False)
-    assert len(srv.bodies) == (1 + N) * 2  # no second window
-    measured = range(len(srv.bodies) - N, len(srv.bodies))
+        results = profiled_sweep(model_dir, tmp_path, srv, perturbation=False)
+    assert len(srv.bodies) == (1 + PROFILE_PROMPTS) * 2  # no second window
+    measured = range(len(srv.bodies) - PROFILE_PROMPTS, len(srv.bodies))
     (start, t0, _), (stop, t1, _) = srv.profile_calls
     assert (start, stop) == ("start", "stop")
     assert t0 < min(srv.arrived[i] for i in measured) and max(srv.ended[i] for i in measured) < t1
@@ -456,20 +402,20 @@ def test_without_perturbation_the_measured_window_itself_is_profiled(model_dir: 
 
 
 def test_a_server_without_the_profiler_costs_the_point_nothing(model_dir: str, tmp_path: Path) -> None:
-    srv = _ProfiledFake(tmp_path / capture_dir("decode-0"), mounted=False)
+    srv = ProfiledFake(tmp_path / capture_dir("decode-0"), mounted=False)
     with srv:
-        results = _sweep(model_dir, tmp_path, srv)
+        results = profiled_sweep(model_dir, tmp_path, srv)
     r = results[2]
-    assert r["completed"] == N and r["failed"] == 0  # the point is kept
+    assert r["completed"] == PROFILE_PROMPTS and r["failed"] == 0  # the point is kept
     (server,) = r["profile"]["servers"]
     assert server["files"] == [] and "404" in server["error"] and "without vLLM's profiler" in server["error"]
     # No profiler ran: no second window, whose figures would pass for the profiler's cost.
-    assert len(srv.bodies) == (1 + N) * 2
+    assert len(srv.bodies) == (1 + PROFILE_PROMPTS) * 2
     assert r["profile"]["profiled"] is None and r["profile"]["perturbation"] is None
     assert r["profile"]["errors"] == ["not profiled: no server's profiler started"]
 
 
-class _SlowStop(_ProfiledFake):
+class _SlowStop(ProfiledFake):
     """A profiled server whose /stop_profile answers only once released (a trace written for
     minutes), bounded so that nothing outlives the test."""
 
@@ -485,7 +431,7 @@ class _SlowStop(_ProfiledFake):
         return web.Response(status=200)
 
 
-class _CtrlCAtStart(_ProfiledFake):
+class _CtrlCAtStart(ProfiledFake):
     """The target, profiled too: the profiled window's /start_profile brings a Ctrl-C (SIGINT to
     this process, as a terminal sends it) while the sweep waits for its answer."""
 
@@ -509,7 +455,7 @@ def test_a_ctrl_c_in_the_profiled_window_waits_a_short_bound_for_traces(
         isl=16,
         osl=4,
         concurrency=[2, 4],
-        num_prompts=N,
+        num_prompts=PROFILE_PROMPTS,
         num_warmups=1,
         result_dir=str(tmp_path),
         health_check_interval_s=0,
@@ -529,7 +475,7 @@ def test_a_ctrl_c_in_the_profiled_window_waits_a_short_bound_for_traces(
     assert [(o.concurrency, o.interrupted) for o in outcomes] == [(2, False), (4, True)]  # C=4 not run
     assert outcomes[0].path is not None
     result = json.loads(outcomes[0].path.read_text())
-    assert result["completed"] == N  # the measured window is the point's result, whole
+    assert result["completed"] == PROFILE_PROMPTS  # the measured window is the point's result, whole
     prof = result["profile"]
     by = {s["instance"]: s for s in prof["servers"]}
     assert by["prefill-0"]["files"] == ["profiles/concurrency_2/prefill-0/concurrency_2_rank0.1.pt.trace.json.gz"]

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 from conftest import require_vllm
-from test_e2e_vllm import _assert_nothing_left, _finish, _launch
-from test_inferencex_contract import assert_inferencex_contract
+from helpers.e2e_jobs import assert_nothing_left, finish, launch
+from helpers.inferencex_contract import assert_inferencex_contract
 
 pytestmark = pytest.mark.vllm
 
@@ -41,8 +41,8 @@ def _steps(trace: Path) -> list[tuple[int, int]]:
 
 def test_profiles_of_one_point_for_prefill_and_decode(tmp_path: Path) -> None:
     require_vllm()
-    proc, watcher = _launch(tmp_path, recipe=RECIPE)
-    rc, out = _finish(proc, watcher, timeout=420)
+    proc, watcher = launch(tmp_path, recipe=RECIPE)
+    rc, out = finish(proc, watcher, timeout=420)
     assert rc == 0, out[-4000:]
     (run_dir,) = (tmp_path / RECIPE).iterdir()
     assert json.loads((run_dir / "status.json").read_text())["state"] == "succeeded"
@@ -92,4 +92,4 @@ def test_profiles_of_one_point_for_prefill_and_decode(tmp_path: Path) -> None:
 
     log = (run_dir / "logs" / "bench.log").read_text()
     assert "C=2 profiled: " in log and "profiled/unprofiled: output_throughput" in log
-    _assert_nothing_left(watcher)
+    assert_nothing_left(watcher)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_profile import _ProfiledFake, _sweep
+from helpers.profile_fakes import ProfiledFake, profiled_sweep
 
 from harness import tiny_model
 from harness.report import output_md
@@ -20,9 +20,9 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def test_the_report_shows_the_perturbation_beside_the_profiled_point(model_dir: str, tmp_path: Path) -> None:
-    srv = _ProfiledFake(tmp_path / capture_dir("decode-0"))
+    srv = ProfiledFake(tmp_path / capture_dir("decode-0"))
     with srv:
-        results = _sweep(model_dir, tmp_path, srv)
+        results = profiled_sweep(model_dir, tmp_path, srv)
     ratios = results[2]["profile"]["perturbation"]
     report = build_report([tmp_path])
     (table,) = [t for t in report.sections if t.title == "Profiled points"]

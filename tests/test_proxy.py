@@ -13,204 +13,36 @@ import asyncio
 import json
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
 import typer
-from aiohttp import web
-from aiohttp.test_utils import TestServer
-from multidict import CIMultiDict
+from helpers.proxy_fakes import (
+    CHUNKS,
+    COMPLETION,
+    DEADLINE_S,
+    DONE,
+    KV,
+    NIXL_PREFILL_KV,
+    Fake,
+    counts,
+    metrics_text,
+    read_all,
+    run,
+    stack,
+    wait_health,
+)
 from typer.testing import CliRunner
 
 from benchmarks.common import free_port
-from harness.proxy import ProxyConfig, serving
+from harness.proxy import ProxyConfig
 from harness.proxy import proxy_command as proxy_cli
-
-DEADLINE_S = 20.0
-KV = {
-    "do_remote_prefill": True,
-    "do_remote_decode": False,
-    "remote_engine_id": "engine-abc",
-    "remote_block_ids": [3, 4, 5],
-    "remote_host": "10.0.0.1",
-    "remote_port": 5600,
-}
-CHUNKS = [f'data: {{"choices":[{{"index":0,"text":"tok{i}"}}]}}\n\n'.encode() for i in range(3)]
-DONE = b"data: [DONE]\n\n"
-
-
-def run(coro_fn: Callable[[], Awaitable[None]]) -> None:
-    asyncio.run(asyncio.wait_for(coro_fn(), DEADLINE_S))
-
-
-@dataclass
-class Fake:
-    """A fake vLLM server: records requests; answers as a prefill or a decode.
-
-    Not the mock engine, on purpose: the proxy tests steer each upstream from the test
-    (stall before headers or after the first chunk, answer only after another fake got its
-    request, flip health) and inspect the headers and bodies the proxy forwarded; the
-    mock engine (used by the proxy's connector and benchmark tests) cannot be steered so.
-    """
-
-    role: str
-    healthy: bool = True
-    stall_after_first: bool = False  # decode: send one chunk, then go silent
-    stall_before_headers: bool = False  # hold the request without answering
-    status: int = 200  # non-200: answer with a vLLM-style error body
-    kv: dict[str, Any] | None = field(default_factory=lambda: dict(KV))  # prefill's answer
-    wait_for: Fake | None = None  # hold the answer until that fake got a request
-    received: list[tuple[CIMultiDict[str], dict[str, Any]]] = field(default_factory=list)
-    started: asyncio.Event = field(default_factory=asyncio.Event)
-    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
-    url: str = ""
-    server: TestServer | None = None
-
-    def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_get("/health", self.health)
-        app.router.add_get("/v1/models", self.models)
-        app.router.add_post("/v1/completions", self.generate)
-        app.router.add_post("/v1/chat/completions", self.generate)
-        return app
-
-    async def health(self, request: web.Request) -> web.Response:
-        return web.Response(status=200 if self.healthy else 503)
-
-    async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": f"tiny-{self.role}"}]})
-
-    async def generate(self, request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        self.received.append((request.headers.copy(), body))
-        self.started.set()
-        try:
-            if self.wait_for is not None:
-                await asyncio.wait_for(self.wait_for.started.wait(), 5)
-            if self.stall_before_headers:
-                await asyncio.sleep(DEADLINE_S * 2)
-            if self.status != 200:
-                err = {"object": "error", "message": "prompt too long", "type": "BadRequestError", "code": self.status}
-                return web.json_response(err, status=self.status)
-            if self.role == "prefill":
-                out: dict[str, Any] = {"id": "p", "choices": [{"index": 0, "text": "x"}]}
-                if self.kv is not None:
-                    out["kv_transfer_params"] = self.kv
-                return web.json_response(out)
-            if not body.get("stream"):
-                return web.json_response({"id": "d", "choices": [{"index": 0, "text": "full"}]})
-            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-            await resp.prepare(request)
-            for i, chunk in enumerate(CHUNKS):
-                await resp.write(chunk)
-                if self.stall_after_first:
-                    await asyncio.sleep(DEADLINE_S * 2)  # cancelled when the proxy hangs up
-                await asyncio.sleep(0.01 * i)
-            await resp.write(DONE)
-            return resp
-        except asyncio.CancelledError:
-            self.cancelled.set()
-            raise
-
-
-async def start_fake(fake: Fake) -> TestServer:
-    server = TestServer(fake.app(), host="127.0.0.1", handler_cancellation=True)
-    await server.start_server()
-    fake.server = server
-    fake.url = str(server.make_url("")).rstrip("/")
-    return server
-
-
-@asynccontextmanager
-async def proxy_client(config: ProxyConfig) -> AsyncIterator[aiohttp.ClientSession]:
-    """The proxy as `pdbench proxy` runs it (its own HTTP server) on a free port, and a client of it."""
-    config = config.model_copy(update={"host": "127.0.0.1", "port": 0})
-    async with serving(config) as proxy, aiohttp.ClientSession(base_url=f"http://127.0.0.1:{proxy.port}") as client:
-        yield client
-
-
-@asynccontextmanager
-async def stack(
-    prefills: list[Fake],
-    decodes: list[Fake],
-    extra_prefill_urls: tuple[str, ...] = (),
-    wait_ready: bool = True,
-    **cfg: Any,
-) -> AsyncIterator[aiohttp.ClientSession]:
-    """Start the fakes and a proxy in front of them; yield a client of the proxy."""
-    servers = []
-    try:
-        for fake in [*prefills, *decodes]:
-            servers.append(await start_fake(fake))
-        config = ProxyConfig(
-            prefill=[*extra_prefill_urls, *(f.url for f in prefills)],
-            decode=[f.url for f in decodes],
-            **{"health_interval_s": 0.05, "health_failures": 1, **cfg},
-        )
-        async with proxy_client(config) as client:
-            if wait_ready:
-                await wait_health(client, 200)
-            yield client
-    finally:
-        for server in servers:
-            await server.close()
 
 
 def dead_url() -> str:
     """A URL on which nothing listens (port freed right away)."""
     return f"http://127.0.0.1:{free_port()}"
-
-
-async def wait_health(
-    client: aiohttp.ClientSession, status: int, pred: Callable[[dict], bool] = lambda b: True
-) -> dict:
-    body: dict[str, Any] = {}
-    for _ in range(250):  # bounded: 250 x 20 ms
-        resp = await client.get("/health")
-        body = await resp.json()
-        if resp.status == status and pred(body):
-            return body
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"/health never returned {status}; last {body}")
-
-
-def counts(body: dict[str, Any]) -> dict[str, Any]:
-    keys = ("status", "prefill_instances", "decode_instances", "expected_prefill", "expected_decode")
-    return {k: body[k] for k in keys}
-
-
-async def metrics_text(client: aiohttp.ClientSession) -> str:
-    resp = await client.get("/metrics")
-    assert resp.status == 200
-    assert resp.headers["Content-Type"].startswith("text/plain")
-    return await resp.text()
-
-
-COMPLETION = {
-    "model": "tiny",
-    "prompt": "hello",
-    "max_tokens": 7,
-    "min_tokens": 3,
-    "stream": True,
-    "stream_options": {"include_usage": True},
-    "ignore_eos": True,
-}
-NIXL_PREFILL_KV = {
-    "do_remote_decode": True,
-    "do_remote_prefill": False,
-    "remote_engine_id": None,
-    "remote_block_ids": None,
-    "remote_host": None,
-    "remote_port": None,
-}
-
-
-async def read_all(resp: aiohttp.ClientResponse) -> bytes:
-    return b"".join([chunk async for chunk in resp.content.iter_any()])
 
 
 # -- the NIXL two-phase flow ----------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp.test_utils import TestServer
-from test_proxy import metrics_text, proxy_client, run, wait_health
+from helpers.proxy_fakes import metrics_text, proxy_client, run, wait_health
 
 import harness.mock_engine as mock
 from harness.proxy import ProxyConfig

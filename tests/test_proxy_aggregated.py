@@ -6,7 +6,17 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from test_proxy import CHUNKS, COMPLETION, DONE, Fake, metrics_text, proxy_client, read_all, start_fake, wait_health
+from helpers.proxy_fakes import (
+    CHUNKS,
+    COMPLETION,
+    DONE,
+    Fake,
+    metrics_text,
+    proxy_client,
+    read_all,
+    start_fake,
+    wait_health,
+)
 
 from harness.proxy.config import ProxyConfig
 

@@ -13,14 +13,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import msgpack
 import pytest
 import zmq
 import zmq.asyncio
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from test_proxy import (
+from helpers.proxy_fakes import (
     CHUNKS,
     COMPLETION,
     DONE,
@@ -28,16 +27,16 @@ from test_proxy import (
     NIXL_PREFILL_KV,
     Fake,
     counts,
-    free_port,
     metrics_text,
+    moriio_stack,
     proxy_client,
     read_all,
     run,
     stack,
-    start_fake,
     wait_health,
 )
 
+from benchmarks.common import free_port
 from harness.proxy import ProxyConfig
 from harness.proxy.backends import Pool
 from harness.proxy.flows import affinity_key, parse_request
@@ -95,28 +94,6 @@ class Dealer:
 
     async def send_raw(self, raw: bytes) -> None:
         await self.sock.send(raw)
-
-
-@asynccontextmanager
-async def moriio_stack(
-    fakes: list[Fake], **cfg: Any
-) -> AsyncIterator[tuple[aiohttp.ClientSession, zmq.asyncio.Context, str]]:
-    servers = [await start_fake(f) for f in fakes]
-    port = free_port()
-    config = ProxyConfig(
-        connector="moriio",
-        moriio_host="127.0.0.1",
-        moriio_port=port,
-        **{"health_interval_s": 0.05, "health_failures": 1, **cfg},
-    )
-    ctx = zmq.asyncio.Context()
-    try:
-        async with proxy_client(config) as client:
-            yield client, ctx, f"tcp://127.0.0.1:{port}"
-    finally:
-        ctx.destroy(linger=0)
-        for s in servers:
-            await s.close()
 
 
 def test_moriio_gen1_registration_dedup_and_read_flow() -> None:

@@ -6,72 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import aiohttp
-from test_proxy import CHUNKS, DONE, Fake, run, start_fake, wait_health
+from helpers.proxy_fakes import (
+    CHUNKS,
+    DONE,
+    PIECE,
+    PIECES,
+    Fake,
+    http_server,
+    post,
+    read_response,
+    run,
+    start_fake,
+    wait_health,
+)
 
 from harness.proxy import ProxyConfig, serving
-from harness.proxy.http import HttpConnection, HttpServer, Reply, Request, Stream
-
-PIECE = b"x" * (1 << 20)
-PIECES = 64
-
-
-@asynccontextmanager
-async def http_server(keepalive_s: float = 75.0) -> AsyncIterator[tuple[int, dict[str, int]]]:
-    """An HttpServer with test routes; yields its port and the streaming route's progress."""
-    progress = {"written": 0}
-
-    async def echo(request: Request, conn: HttpConnection) -> Reply:
-        return Reply(json.dumps({"path": request.path, "body": request.body.decode()}).encode())
-
-    async def big(request: Request, conn: HttpConnection) -> Stream:
-        stream = conn.stream(request, 200, "application/octet-stream")
-        for _ in range(PIECES):
-            await stream.write(PIECE)
-            progress["written"] += 1
-        stream.end()
-        return stream
-
-    async def broken(request: Request, conn: HttpConnection) -> Reply:
-        raise RuntimeError("handler bug")
-
-    routes = {("POST", "/echo"): echo, ("GET", "/big"): big, ("GET", "/broken"): broken}
-    server = HttpServer(routes, max_body=1024, keepalive_s=keepalive_s)  # type: ignore[dict-item]
-    loop = asyncio.get_running_loop()
-    listener = await loop.create_server(server.protocol, "127.0.0.1", 0)
-    sweeper = asyncio.ensure_future(server.sweep())
-    try:
-        yield listener.sockets[0].getsockname()[1], progress
-    finally:
-        sweeper.cancel()
-        listener.close()
-        server.close_all()
-
-
-async def read_response(reader: asyncio.StreamReader) -> tuple[bytes, dict[str, str], bytes]:
-    """(status line, headers, body) of one Content-Length or chunked response."""
-    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
-    status, *lines = head.decode("latin-1").split("\r\n")[:-2]
-    headers = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in lines)}
-    if "content-length" in headers:
-        body = await asyncio.wait_for(reader.readexactly(int(headers["content-length"])), 5)
-    else:
-        assert headers.get("transfer-encoding") == "chunked"
-        parts = []
-        while True:
-            size = int(await asyncio.wait_for(reader.readline(), 5), 16)
-            parts.append(await asyncio.wait_for(reader.readexactly(size + 2), 5))
-            if size == 0:
-                break
-        body = b"".join(p[:-2] for p in parts)
-    return status.encode(), headers, body
-
-
-def post(path: str, body: bytes, extra: str = "") -> bytes:
-    return f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n{extra}\r\n".encode() + body
 
 
 def test_pipelined_requests_are_answered_in_order_on_one_connection() -> None:

@@ -17,8 +17,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from bench_fake_server import FakeServer
-from test_proxy_http import http_server, post, read_response
+from helpers.bench_fake_server import FakeServer
+from helpers.harness_procs import wait_ok
+from helpers.proxy_fakes import http_server, post, read_response
 
 from benchmarks.common import free_ports, start_mock_engine
 from harness import tiny_model
@@ -121,19 +122,6 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(10)
 
 
-def _wait_ok(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "exited early"
-        try:
-            with urllib.request.urlopen(url, timeout=1) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"{url} not ready in {timeout:g} s")
-
-
 @pytest.mark.skipif(resource.getrlimit(resource.RLIMIT_NOFILE)[1] <= 256, reason="the hard open-file limit is 256")
 def test_the_proxy_and_the_client_raise_their_open_file_limit(tmp_path: Path) -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -195,7 +183,7 @@ def test_a_proxy_out_of_descriptors_answers_503_and_ejects_no_backend(tmp_path: 
         proxy = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, preexec_fn=pinned)
     held: list[socket.socket] = []
     try:
-        _wait_ok(f"http://127.0.0.1:{proxy_port}/health", proxy)
+        wait_ok(f"http://127.0.0.1:{proxy_port}/health", [proxy], timeout=30.0)
         time.sleep(0.5)  # the first health polls' connections settle
         # Fill the proxy's descriptors with idle client connections, each accepted (one fd each).
         while _fds(proxy.pid) < limit:

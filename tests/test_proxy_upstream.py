@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import pytest
-from test_proxy import COMPLETION, Fake, proxy_client, run, start_fake, wait_health
+from helpers.proxy_fakes import COMPLETION, Fake, proxy_client, run, start_fake, wait_health
 
 from harness.proxy import ProxyConfig
 from harness.proxy.upstream import HIGH_WATER, UpstreamClient, UpstreamFailure

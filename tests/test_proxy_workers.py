@@ -10,8 +10,9 @@ import time
 
 import aiohttp
 import pytest
-from test_proxy import COMPLETION, DEADLINE_S, Fake, free_port, run, start_fake
+from helpers.proxy_fakes import COMPLETION, DEADLINE_S, Fake, run, start_fake
 
+from benchmarks.common import free_port
 from harness.proxy import ProxyConfig
 from harness.proxy.backends import Backend, Pool
 from harness.proxy.shared import SharedState

@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.cli_run import pdbench
 
 from harness.config.load import PROJECT_ROOT, load_catalogue, load_recipe
 from harness.config.recipe_names import GRAMMAR, facts_of, name_problem
 from harness.config.renamed import RENAMED
-from tests.cli_run import pdbench
 
 USER_FACING = ("docs", "recipes", "scripts", "searches", "benchmarks", "clusters", "slurm_templates")
 RECIPES = sorted(p.stem for p in (PROJECT_ROOT / "recipes").glob("*.yaml"))

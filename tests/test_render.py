@@ -10,27 +10,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.render_cases import VARIANTS, render_case, render_recipe, variant
 
 from harness.config import load_recipe
 from harness.config.load import ConfigError
 from harness.render import RenderContext, render_job
 
 GOLDEN = Path(__file__).parent / "golden"
-RECIPES = [
-    "tiny-fp32-cpu-nixl-1p1d",
-    "dsr1-fp8-mi355x-moriio-1p2d",
-    "dsr1-fp8-mi355x-nixl-1p2d",
-    "dsr1-fp8-h200-mooncake-1p2d",
-]
-CTX = RenderContext(
-    run_dir="/shared/results/RUN", root="/opt/pdbench", python="/opt/pdbench/.venv/bin/python", git_commit="0123abcd"
-)
-
-
-def _render(recipe: str, out: Path, overrides: list[str] | None = None, cluster: str | None = None) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    render_job(load_recipe(recipe, overrides or [], cluster=cluster), out, CTX)
-    return out
 
 
 def _shellcheck() -> str:
@@ -38,94 +24,6 @@ def _shellcheck() -> str:
     if exe is None:
         pytest.fail("shellcheck is not installed (scripts/setup.sh installs it)")
     return exe
-
-
-# Golden cases: the shipped recipes, multi-node workers and every container runtime.
-VARIANTS = {
-    **{r: (r, []) for r in RECIPES},
-    # Recipes on the example GPU sites' cluster profiles (weights and HF cache mounted
-    # read-only, offline, GPU request style, node interface) and on the local cluster's.
-    "dsr1-fp8-mi355x-moriio-1p2d@example-mi355x-mori": ("dsr1-fp8-mi355x-moriio-1p2d", [], "example-mi355x-mori"),
-    "dsr1-fp8-h200-nixl-1p2d@example-h200-nixl": ("dsr1-fp8-h200-nixl-1p2d", [], "example-h200-nixl"),
-    "dsr1-fp8-h200-nixl-1p2d--nsys-profile@example-h200-nixl": (
-        "dsr1-fp8-h200-nixl-1p2d",
-        ["benchmark.profile={roles: [prefill, decode], points: [8], tool: nsys}"],
-        "example-h200-nixl",
-    ),
-    "tiny-fp32-cpu-nixl-1p2d@local": ("tiny-fp32-cpu-nixl-1p2d", [], "local"),
-    # The DeepSeek-R1-shaped model (models.yaml dsr1-shape) on one H200 and on four, both connectors.
-    **{
-        r: (r, [])
-        for r in (
-            "dsr1-shape-fp8-h200x1-pdbench-1p1d",
-            "dsr1-shape-fp8-h200x1-nixl-1p1d",
-            "dsr1-shape-fp8-h200x1-none-agg",
-            "dsr1-shape-fp8-h200x4-nixl-1p2d",
-            "dsr1-shape-fp8-h200x4-pdbench-1p2d",
-            "dsr1-shape-fp8-h200x4-nixl-1p1d-wideep",
-            "dsr1-shape-fp8-h200x4-pdbench-1p1d-wideep",
-        )
-    },
-    "tiny-fp32-cpu-nixl-1p2d-vs-agg@local": ("tiny-fp32-cpu-nixl-1p2d-vs-agg", [], "local"),
-    # vllm-router as the job's router, with its own arguments per connector: NIXL by URL (and
-    # the aggregated baseline in its regular mode), Mooncake with bootstrap ports, MoRI-IO by discovery.
-    **{
-        f"{recipe}--vllm-router": (recipe, ["proxy.kind=vllm-router"])
-        for recipe in ("tiny-fp32-cpu-nixl-1p2d-vs-agg", "dsr1-fp8-h200-mooncake-1p2d", "dsr1-fp8-mi355x-moriio-1p2d")
-    },
-    # Router arms (proxy.arms): vllm-router's sweep, then pdbench's proxy and its client over the same servers.
-    "tiny-fp32-cpu-nixl-1p1d--router-arms": (
-        "tiny-fp32-cpu-nixl-1p1d",
-        ["proxy.kind=vllm-router", "proxy.arms=[vllm-router, pdbench]"],
-    ),
-    "dsr1-fp8-mi355x-moriio-1p2d--decode-dp16-over-2-nodes": (
-        "dsr1-fp8-mi355x-moriio-1p2d",
-        [
-            "topology.decode.workers=1",
-            "topology.decode.tp=1",
-            "topology.decode.dp=16",
-            "topology.decode.ep=16",
-            "topology.decode.dp_attention=true",
-        ],
-    ),
-    "dsr1-fp8-mi355x-nixl-1p2d--prefill-tp16-over-2-nodes": (
-        "dsr1-fp8-mi355x-nixl-1p2d",
-        ["topology.prefill.nodes=2", "topology.prefill.tp=16"],
-    ),
-    "dsr1-fp8-mi355x-moriio-1p2d--docker-setup-steps": (
-        "dsr1-fp8-mi355x-moriio-1p2d",
-        [
-            'container.setup=[{name: mori, run: "pip install amd-mori"}, {name: check, run: "python3 -c \'import mori\'"}]'
-        ],
-    ),
-    **{
-        f"dsr1-fp8-mi355x-moriio-1p2d--{rt}": ("dsr1-fp8-mi355x-moriio-1p2d", [f"container.runtime={rt}"])
-        for rt in ("podman", "enroot", "apptainer", "none")
-    },
-    # Values that need quoting: mounts with a space and options, sbatch values with a space
-    # and '#', a multi-line description.
-    **{
-        f"dsr1-fp8-mi355x-moriio-1p2d--{rt}-mounts-sbatch": (
-            "dsr1-fp8-mi355x-moriio-1p2d",
-            [
-                f"container.runtime={rt}",
-                'container.mounts={"/data/models": "/models:ro", "/scratch dir": "/scratch"}',
-                'slurm.partition="gpu a"',
-                'slurm.extra_sbatch=["--exclusive", "--comment=pd #1", "--mem=0"]',
-                'description="DeepSeek-R1 1P2D\\nsecond line: $(not run)"',
-            ],
-        )
-        for rt in ("docker", "enroot", "apptainer")
-    },
-    # Secrets pass by name (docker's -e NAME, apptainer's APPTAINERENV_NAME), never by value.
-    **{
-        f"dsr1-fp8-mi355x-moriio-1p2d--{rt}-secrets": (
-            "dsr1-fp8-mi355x-moriio-1p2d",
-            [f"container.runtime={rt}", 'secrets=["HF_TOKEN"]'],
-        )
-        for rt in ("docker", "apptainer")
-    },
-}
 
 
 # The container runtime and Slurm options change only job.slurm (and container.sh, which
@@ -142,17 +40,6 @@ SAME_SERVER_SH = (
     "docker-secrets",
     "apptainer-secrets",
 )
-
-
-def variant(case: str) -> tuple[str, list[str], str | None]:
-    """(recipe, overrides, cluster profile) of a golden case."""
-    recipe, overrides, *cluster = VARIANTS[case]
-    return recipe, overrides, cluster[0] if cluster else None
-
-
-def render_case(case: str, out: Path) -> Path:
-    recipe, overrides, cluster = variant(case)
-    return _render(recipe, out, overrides, cluster)
 
 
 def _scripts(case: str) -> list[str]:
@@ -192,8 +79,8 @@ def test_scripts_pass_bash_n_and_shellcheck(case: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("runtime", ["none", "docker", "podman", "enroot", "apptainer"])
 def test_every_container_runtime_renders_clean_shell(runtime: str, tmp_path: Path) -> None:
-    out = _render("dsr1-fp8-mi355x-moriio-1p2d", tmp_path, [f"container.runtime={runtime}"])
-    default = _render("dsr1-fp8-mi355x-moriio-1p2d", tmp_path / "default")
+    out = render_recipe("dsr1-fp8-mi355x-moriio-1p2d", tmp_path, [f"container.runtime={runtime}"])
+    default = render_recipe("dsr1-fp8-mi355x-moriio-1p2d", tmp_path / "default")
     body = lambda d: (d / "server.sh").read_text().split("\n", 2)[2]  # noqa: E731 - past the fingerprint line
     assert body(out) == body(default)
     job = (out / "job.slurm").read_text()
@@ -221,7 +108,7 @@ def test_every_container_runtime_renders_clean_shell(runtime: str, tmp_path: Pat
 
 
 def test_dsr1_commands(tmp_path: Path) -> None:
-    server = (_render("dsr1-fp8-mi355x-moriio-1p2d", tmp_path) / "server.sh").read_text()
+    server = (render_recipe("dsr1-fp8-mi355x-moriio-1p2d", tmp_path) / "server.sh").read_text()
     assert server.count("exec vllm serve deepseek-ai/DeepSeek-R1-0528") == 3
     assert server.count("--enable-expert-parallel") == 2  # decode only
     assert '\\"kv_role\\":\\"kv_producer\\"' in server
@@ -235,13 +122,13 @@ def test_dsr1_commands(tmp_path: Path) -> None:
 
 
 def test_nixl_side_channel_ports_are_distinct_per_worker(tmp_path: Path) -> None:
-    server = (_render("dsr1-fp8-mi355x-nixl-1p2d", tmp_path) / "server.sh").read_text()
+    server = (render_recipe("dsr1-fp8-mi355x-nixl-1p2d", tmp_path) / "server.sh").read_text()
     ports = [line.split("=")[1] for line in server.splitlines() if "VLLM_NIXL_SIDE_CHANNEL_PORT=" in line]
     assert ports == ["5600", "5608", "5616"]  # 8 ranks each
     # NIC detection sets the side-channel host (the RDMA interface's address, else the node's):
     # nothing after it may overwrite it.
     assert "VLLM_NIXL_SIDE_CHANNEL_HOST" not in server and server.count("nic_env=$(") == 3
-    tiny = (_render("tiny-fp32-cpu-nixl-1p2d", tmp_path / "tiny", cluster="local") / "server.sh").read_text()
+    tiny = (render_recipe("tiny-fp32-cpu-nixl-1p2d", tmp_path / "tiny", cluster="local") / "server.sh").read_text()
     assert tiny.count('export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"') == 3  # no detection there
     assert '\\"kv_buffer_device\\":\\"cuda\\"' not in server  # plain JSON: no shell expansion needed
     assert (
@@ -252,7 +139,7 @@ def test_nixl_side_channel_ports_are_distinct_per_worker(tmp_path: Path) -> None
 
 def test_nixl_servers_get_cuda_ipc_get_on_unless_the_recipe_says_otherwise(tmp_path: Path) -> None:
     # UCX turns cuda_ipc's get (NIXL's pull) off without NVLink, e.g. two servers on one GPU.
-    server = (_render("tiny-fp32-cpu-nixl-1p2d-vs-agg", tmp_path, cluster="local") / "server.sh").read_text()
+    server = (render_recipe("tiny-fp32-cpu-nixl-1p2d-vs-agg", tmp_path, cluster="local") / "server.sh").read_text()
     assert server.count("exec vllm serve") == 6  # 1 prefill + 2 decode, then 3 aggregated
     assert server.count("export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y") == 3  # the aggregated servers move no KV
     # UCX prints the protocol it selected into each NIXL server's log: the lane, proven
@@ -260,7 +147,7 @@ def test_nixl_servers_get_cuda_ipc_get_on_unless_the_recipe_says_otherwise(tmp_p
     assert server.count("export UCX_PROTO_INFO=y") == 3
     bench = json.loads(next(tmp_path.glob("bench*.json")).read_text())
     assert bench["server_logs_dir"] == "logs" and bench["kv_connector"] == "nixl"
-    off = _render(
+    off = render_recipe(
         "tiny-fp32-cpu-nixl-1p2d",
         tmp_path / "off",
         overrides=["env={UCX_CUDA_IPC_ENABLE_GET_ZCOPY: n}"],
@@ -271,12 +158,12 @@ def test_nixl_servers_get_cuda_ipc_get_on_unless_the_recipe_says_otherwise(tmp_p
     assert (
         "UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y" not in server and server.count("export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=n") == 4
     )
-    bundled = (_render("tiny-fp32-cpu-pdbench-1p1d", tmp_path / "b", cluster="local") / "server.sh").read_text()
+    bundled = (render_recipe("tiny-fp32-cpu-pdbench-1p1d", tmp_path / "b", cluster="local") / "server.sh").read_text()
     assert "UCX_CUDA_IPC_ENABLE_GET_ZCOPY" not in bundled and "UCX_PROTO_INFO" not in bundled
 
 
 def test_lock_plan_and_bench_files(tmp_path: Path) -> None:
-    out = _render("tiny-fp32-cpu-nixl-1p1d", tmp_path)
+    out = render_recipe("tiny-fp32-cpu-nixl-1p1d", tmp_path)
     rr = load_recipe("tiny-fp32-cpu-nixl-1p1d")
     lock = yaml.safe_load((out / "recipe.lock.yaml").read_text())
     assert lock["fingerprint"] == rr.fingerprint
@@ -294,10 +181,10 @@ def test_lock_plan_and_bench_files(tmp_path: Path) -> None:
 
 
 def test_render_never_overwrites(tmp_path: Path) -> None:
-    _render("tiny-fp32-cpu-nixl-1p1d", tmp_path)
+    render_recipe("tiny-fp32-cpu-nixl-1p1d", tmp_path)
     before = (tmp_path / "server.sh").read_text()
     with pytest.raises(FileExistsError):
-        _render("tiny-fp32-cpu-nixl-1p1d", tmp_path, ["benchmark.isl=512"])
+        render_recipe("tiny-fp32-cpu-nixl-1p1d", tmp_path, ["benchmark.isl=512"])
     assert (tmp_path / "server.sh").read_text() == before
 
 
@@ -306,7 +193,7 @@ def test_override_changes_fingerprint_and_command(tmp_path: Path) -> None:
     b = load_recipe("tiny-fp32-cpu-nixl-1p1d", ["topology.decode.flags.max-num-seqs=8"])
     assert a.fingerprint != b.fingerprint
     server = (
-        _render("tiny-fp32-cpu-nixl-1p1d", tmp_path, ["topology.decode.flags.max-num-seqs=8"]) / "server.sh"
+        render_recipe("tiny-fp32-cpu-nixl-1p1d", tmp_path, ["topology.decode.flags.max-num-seqs=8"]) / "server.sh"
     ).read_text()
     decode = server.split("proc_decode_0()")[1].split("\n}\n")[0]
     assert "--max-num-seqs 8" in decode
@@ -314,7 +201,7 @@ def test_override_changes_fingerprint_and_command(tmp_path: Path) -> None:
 
 def test_multi_node_workers_render_headless_followers(tmp_path: Path) -> None:
     recipe, overrides = VARIANTS["dsr1-fp8-mi355x-moriio-1p2d--decode-dp16-over-2-nodes"]
-    server = (_render(recipe, tmp_path, overrides) / "server.sh").read_text()
+    server = (render_recipe(recipe, tmp_path, overrides) / "server.sh").read_text()
     leader = server.split("proc_decode_0()")[1].split("\n}\n")[0]
     follower = server.split("proc_decode_0_f1()")[1].split("\n}\n")[0]
     for text in (leader, follower):
@@ -329,7 +216,7 @@ def test_multi_node_workers_render_headless_followers(tmp_path: Path) -> None:
     ]
 
     recipe, overrides = VARIANTS["dsr1-fp8-mi355x-nixl-1p2d--prefill-tp16-over-2-nodes"]
-    server = (_render(recipe, tmp_path / "tp", overrides) / "server.sh").read_text()
+    server = (render_recipe(recipe, tmp_path / "tp", overrides) / "server.sh").read_text()
     follower = server.split("proc_prefill_0_f1()")[1].split("\n}\n")[0]
     assert "--tensor-parallel-size 16" in follower and "--nnodes 2" in follower
     assert "--node-rank 1" in follower and "--headless" in follower
@@ -337,7 +224,9 @@ def test_multi_node_workers_render_headless_followers(tmp_path: Path) -> None:
 
 
 def test_bundled_connector_gets_a_kv_port_per_worker(tmp_path: Path) -> None:
-    server = (_render("dsr1-fp8-mi355x-nixl-1p2d", tmp_path, ["connector.name=pdbench"]) / "server.sh").read_text()
+    server = (
+        render_recipe("dsr1-fp8-mi355x-nixl-1p2d", tmp_path, ["connector.name=pdbench"]) / "server.sh"
+    ).read_text()
     configs = [line for line in server.splitlines() if "--kv-transfer-config" in line]
     ports = [int(re.search(r'\\"port\\":(\d+)', line).group(1)) for line in configs]
     assert ports == [5600, 5608, 5616]
@@ -360,7 +249,7 @@ def test_run_dir_that_no_sbatch_line_can_carry_is_refused(tmp_path: Path) -> Non
 
 
 def test_top_level_kv_transfer_config_keys_from_the_recipe(tmp_path: Path) -> None:
-    out = _render(
+    out = render_recipe(
         "dsr1-fp8-mi355x-moriio-1p2d", tmp_path, ['connector.transfer_config={"kv_load_failure_policy": "recompute"}']
     )
     assert (out / "server.sh").read_text().count('\\"kv_load_failure_policy\\":\\"recompute\\"') == 3
@@ -377,7 +266,7 @@ SHIPPED = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "recipes
 def test_every_shipped_recipe_renders_clean_shell(recipe: str, tmp_path: Path) -> None:
     # The catalogue beyond the golden cases: each renders, and its scripts pass bash -n and
     # shellcheck (tests/test_vllm_flags.py runs their serve lines through vLLM's parser).
-    out = _render(recipe, tmp_path)
+    out = render_recipe(recipe, tmp_path)
     scripts = [p for p in (out / n for n in ("job.slurm", "server.sh", "container.sh")) if p.exists()]
     for path in scripts:
         r = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True, timeout=30)
@@ -394,13 +283,13 @@ def test_every_shipped_recipe_renders_clean_shell(recipe: str, tmp_path: Path) -
 def test_proxy_and_client_processes_from_the_recipe(tmp_path: Path) -> None:
     """proxy.workers reaches the proxy's command line (both phases), benchmark.workers the
     client's config; MoRI-IO, whose registrations live in one proxy process, refuses more."""
-    out = _render(
+    out = render_recipe(
         "tiny-fp32-cpu-nixl-1p2d-vs-agg", tmp_path, ["proxy.workers=2", "benchmark.workers=3"], cluster="local"
     )
     server = (out / "server.sh").read_text()
     assert server.count("--workers 2") == 2, server
     assert json.loads((out / "bench.json").read_text())["workers"] == 3
-    plain = (_render("tiny-fp32-cpu-nixl-1p1d", tmp_path / "plain") / "server.sh").read_text()
+    plain = (render_recipe("tiny-fp32-cpu-nixl-1p1d", tmp_path / "plain") / "server.sh").read_text()
     assert "--workers" not in plain
     with pytest.raises(ConfigError, match=r"proxy\.workers: MoRI-IO"):
         load_recipe("dsr1-fp8-mi355x-moriio-1p2d", ["proxy.workers=2"])

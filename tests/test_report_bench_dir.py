@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from bench_fake_server import FakeServer
-from cli_run import pdbench
-from test_bench_sentinels import _cfg
+from helpers.bench_configs import sentinel_config
+from helpers.bench_fake_server import FakeServer
+from helpers.cli_run import pdbench
 
 from harness import tiny_model
 from harness.bench.sweep import run_sweep_detailed
@@ -20,7 +20,7 @@ def test_report_of_a_bench_folder_skips_no_sentinel_record(tmp_path: Path) -> No
     model = str(tiny_model.build(tmp_path / "model"))
     out = tmp_path / "out"
     with FakeServer(token_delay=0.001) as reference, FakeServer(token_delay=0.001) as target:
-        (point,) = run_sweep_detailed(_cfg(model, out, target.base_url, reference.base_url))
+        (point,) = run_sweep_detailed(sentinel_config(model, out, target.base_url, reference.base_url))
     assert point.path is not None, point.error  # the bench wrote its point
     # Precondition: the bench wrote its sentinel records beside the point, named like it.
     records = sorted(p.relative_to(out).as_posix() for p in (out / "sentinels").glob("*.json"))

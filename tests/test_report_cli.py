@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_report_decide import _browser, _write_run
-from test_report_outputs_check import _run, _summary
+from helpers.decide_runs import headless_browser, write_decide_run
+from helpers.outputs_check_runs import outputs_check_run, write_eval_summary
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -144,7 +144,7 @@ def test_the_format_comes_from_the_out_extension(tmp_path: Path) -> None:
 
 
 def test_csv_and_json_carry_the_ttft_breakdown_and_the_decision(tmp_path: Path) -> None:
-    _write_run(tmp_path / "run")
+    write_decide_run(tmp_path / "run")
     r = _pdbench("report", str(tmp_path / "run"), "--out", str(tmp_path / "r.csv"))
     assert r.returncode == 0, r.stderr
     rows = {
@@ -168,8 +168,8 @@ def test_csv_and_json_carry_the_ttft_breakdown_and_the_decision(tmp_path: Path) 
 
 
 def test_output_checks_show_in_the_terminal_format(tmp_path: Path) -> None:
-    run = _run(tmp_path)
-    _summary(run, "disagg", "after", 0.41, 0.0121)
+    run = outputs_check_run(tmp_path)
+    write_eval_summary(run, "disagg", "after", 0.41, 0.0121)
     r = _pdbench("report", str(run), "--format", "text", COLUMNS="80")
     assert r.returncode == 0, r.stderr
     text = _flat(r.stdout)
@@ -199,7 +199,7 @@ def test_absolute_throughput_when_the_gpu_split_is_unknown(tmp_path: Path) -> No
 
 def test_slo_says_when_it_cannot_apply(tmp_path: Path) -> None:
     # A bound on a latency no point records: vllm-serve has no TTFT p99.9, the decide run has both kinds.
-    _write_run(tmp_path / "run")
+    write_decide_run(tmp_path / "run")
     r = _pdbench("report", str(tmp_path / "run"), "--slo", "ttft_p99.9=100")
     assert "--slo ttft_p99.9: no point of those ISL/OSLs records p99.9_ttft_ms, so none can meet it" in r.stdout
 
@@ -247,7 +247,7 @@ def test_html_results_table_fits_a_1400px_window(tmp_path: Path) -> None:
     measured.write_text(page.read_text().replace("</body>", probe + "</body>"))
     dom = subprocess.run(
         [
-            _browser(),
+            headless_browser(),
             "--headless=new",
             "--no-sandbox",  # as root, in a container
             "--disable-gpu",

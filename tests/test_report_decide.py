@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -15,61 +13,17 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from test_bench_results import _result
+from helpers.decide_runs import headless_browser, write_decide_run
 
 from harness.report.build import build_report
 from harness.report.decide import decide
 from harness.report.slo import SLOError, parse_slo
-from harness.rundir import ResultName
 
 pytestmark = pytest.mark.timeout(120)
-OSL = 100
-
-# (serving, isl, conc) -> (total tok/s, median TPOT ms, p99 TTFT ms); 3 GPUs either way.
-POINTS = {
-    ("disagg", 1024, 1): (300.0, 10.0, 100.0),
-    ("disagg", 1024, 4): (900.0, 20.0, 300.0),
-    ("agg", 1024, 1): (240.0, 12.5, 80.0),
-    ("agg", 1024, 4): (600.0, 25.0, 500.0),
-    ("disagg", 4096, 1): (600.0, 10.0, 400.0),
-    ("agg", 4096, 1): (1200.0, 10.0, 200.0),
-}
-
-
-def _write_run(run: Path) -> None:
-    run.mkdir(parents=True)
-    for (kind, isl, conc), (tput, tpot, ttft) in POINTS.items():
-        if kind == "disagg":
-            md = {"disagg": True, "prefill_gpus": 1, "decode_gpus": 2, "recipe": "r", "valid": True}
-            name = ResultName(conc, math.inf, f"isl_{isl}_osl_{OSL}", prefill_gpus=1, decode_gpus=2).filename
-        else:
-            md = {"disagg": False, "gpus": 3, "tp": 1, "recipe": "r", "valid": True}
-            name = ResultName(conc, math.inf, f"isl_{isl}_osl_{OSL}", gpus=3).filename
-        md["validity"] = {"verdict": "valid", "valid": True, "reasons": []}
-        part = lambda ms: {"mean": ms, "median": ms, "p99": ms}  # noqa: E731
-        breakdown = {"requests": 1, "of": 1, "ttft_ms": part(ttft / 2), "router_ms": part(1.0)}
-        if kind == "disagg":
-            breakdown |= {"prefill_ms": part(ttft / 4), "kv_transfer_ms": {"mean": 5.0, "transfers": 1}}
-            breakdown |= {"decode_ms": part(ttft / 4 - 2.0), "client_ms": part(1.0)}
-        else:
-            breakdown |= {"decode_ms": part(ttft / 2 - 2.0), "client_ms": part(1.0)}
-        r = _result(
-            max_concurrency=conc,
-            random_input_len=isl,
-            random_output_len=OSL,
-            total_token_throughput=tput,
-            output_throughput=tput / 2,
-            median_tpot_ms=tpot,
-            p99_ttft_ms=ttft,
-            median_ttft_ms=ttft / 2,
-            metadata=md,
-            ttft_breakdown=breakdown,
-        )
-        (run / name).write_text(r.model_dump_json())
 
 
 def test_ratios_fronts_and_slo_choice(tmp_path: Path) -> None:
-    _write_run(tmp_path / "run")
+    write_decide_run(tmp_path / "run")
     report = build_report([tmp_path / "run"], slo=parse_slo("ttft_p99=350,tpot_p50=15"))
     assert set(report.table["serving"]) == {"disagg", "agg"} and len(report.table) == 6  # nothing deduplicated
     short, long_ = report.decisions
@@ -96,7 +50,7 @@ def test_ratios_fronts_and_slo_choice(tmp_path: Path) -> None:
 def test_slo_on_a_key_outside_the_table_columns(tmp_path: Path) -> None:
     # TTFT p95 is no column of the table; the SLO's key (harness.config.slo) adds it. Only the
     # short shape's c1 points record it here, so only they can meet it.
-    _write_run(tmp_path / "run")
+    write_decide_run(tmp_path / "run")
     for f in (tmp_path / "run").glob("concurrency_1_*isl_1024*.json"):
         data = json.loads(f.read_text())
         f.write_text(json.dumps(data | {"p95_ttft_ms": 90.0}))
@@ -110,7 +64,7 @@ def test_slo_on_a_key_outside_the_table_columns(tmp_path: Path) -> None:
 
 
 def test_invalid_points_stay_off_the_fronts(tmp_path: Path) -> None:
-    _write_run(tmp_path / "run")
+    write_decide_run(tmp_path / "run")
     f = next((tmp_path / "run").glob("concurrency_4_*isl_1024*_gpus_3_ctx_1_gen_2.json"))
     data = json.loads(f.read_text())
     data["metadata"] |= {"valid": False, "validity": {"verdict": "invalid", "valid": False, "reasons": ["x"]}}
@@ -134,7 +88,7 @@ def test_slo_errors_name_the_key(text: str, needle: str) -> None:
 
 
 def test_cli_prints_ratios_writes_plots_and_refuses_a_bad_slo(tmp_path: Path) -> None:
-    _write_run(tmp_path / "run")
+    write_decide_run(tmp_path / "run")
     cmd = [sys.executable, "-m", "harness", "report", str(tmp_path / "run")]
     r = subprocess.run(
         [*cmd, "--slo", "ttft_p99=350", "--plot", str(tmp_path / "p.png")], capture_output=True, text=True, timeout=120
@@ -151,13 +105,6 @@ def test_cli_prints_ratios_writes_plots_and_refuses_a_bad_slo(tmp_path: Path) ->
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     bad = subprocess.run([*cmd, "--slo", "latency=3"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--slo: 'latency=3': expected KEY=MS" in bad.stderr
-
-
-def _browser() -> str:
-    exe = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-    if exe is None:
-        pytest.fail("no headless browser (scripts/setup.sh installs Debian's chromium)")
-    return exe
 
 
 async def _inspect(port: int) -> dict:
@@ -192,7 +139,7 @@ async def _inspect(port: int) -> dict:
 
 
 def test_html_report_renders_in_a_headless_browser(tmp_path: Path) -> None:
-    _write_run(tmp_path / "run")
+    write_decide_run(tmp_path / "run")
     page = tmp_path / "report.html"
     r = subprocess.run(
         [sys.executable, "-m", "harness", "report", str(tmp_path / "run"), "-f", "html", "--out", str(page)],
@@ -203,7 +150,7 @@ def test_html_report_renders_in_a_headless_browser(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     browser = subprocess.Popen(
         [
-            _browser(),
+            headless_browser(),
             "--headless=new",
             "--no-sandbox",  # as root, in a container
             "--disable-gpu",

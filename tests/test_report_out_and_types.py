@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cli_run import pdbench
+from helpers.cli_run import pdbench
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "tests" / "fixtures" / "results" / "tiny-fp32-cpu-nixl-1p1d" / "20261122T032441Z-e8da34"

@@ -9,12 +9,18 @@ import csv
 import io
 import json
 import math
-import shutil
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
+from helpers.outputs_check_runs import (
+    DSR1_A,
+    NAME,
+    edit_result,
+    outputs_check_run,
+    outputs_rule,
+    sentinel_section,
+    write_eval_summary,
+)
 from typer.testing import CliRunner
 
 from harness.cli import app
@@ -23,122 +29,13 @@ from harness.report.accuracy import compare
 from harness.report.build import build_report
 from harness.report.collect import collect
 from harness.rundir import RunDir
-from harness.rundir.sentinel_summary import SentinelSummary, Tolerance
-
-FIXTURES = Path(__file__).parent / "fixtures" / "results"
-DSR1_A = FIXTURES / "dsr1-fp8-2p4d" / "20261201T100000Z-aaa111"
-NAME = "concurrency_{}_req_rate_inf_gpus_48_ctx_16_gen_32.json"
-T0 = 1_800_000_000.0
-REFERENCE = "prefill-0: whole requests to http://127.0.0.1:8100 before the sweep"
-
-
-def _sentinels(
-    conc: int,
-    divergence: Sequence[int | None],
-    not_compared: int = 0,
-    unanswered: int = 0,
-    unit: str = "token",
-    **fields: Any,
-) -> dict[str, Any]:
-    """The bench client's section, through the model it writes with: `divergence` holds the
-    compared sentinels' first divergence (None: equal), then come `not_compared` answered only
-    by the measured path and `unanswered` not answered at all. `fields` overrides the rest."""
-    compared = len(divergence)
-    matched = sum(d is None for d in divergence)
-    summary = {
-        "reference": REFERENCE,
-        "sent": compared + not_compared + unanswered,
-        "answered": compared + not_compared,
-        "compared": compared,
-        "exact": matched,
-        "matched": matched,
-        "match_rate": round(matched / compared, 4) if compared else None,
-        "first_divergence": (*divergence, *[None] * (not_compared + unanswered)),
-        "unit": unit if compared else None,
-        "tolerance": Tolerance(match_tokens=None, max_diverged=0),
-        "record": f"sentinels/{NAME.format(conc)}",
-    }
-    return SentinelSummary(**summary | fields).model_dump(mode="json")
-
-
-def _outputs_rule(rate: float | None, status: str) -> dict[str, Any]:
-    return {"name": "outputs_match", "status": status, "measured": rate, "threshold": 1.0, "detail": "d"}
-
-
-def _edit(run: Path, conc: int, **top: Any) -> dict[str, Any]:
-    path = run / NAME.format(conc)
-    d = json.loads(path.read_text())
-    d |= top
-    path.write_text(json.dumps(d))
-    return d
-
-
-def _fail_outputs(run: Path, conc: int) -> None:
-    """A point whose outputs_match failed, as harness/validity writes it."""
-    path = run / NAME.format(conc)
-    d = json.loads(path.read_text())
-    reason = "outputs_match: sentinel 2 diverged at token 17 (prompt 'abc'): ' x y' vs ' x z'"
-    d["metadata"] |= {
-        "valid": False,
-        "validity_reasons": [reason],
-        "validity": {
-            "verdict": "invalid",
-            "valid": False,
-            "reasons": [reason],
-            "rules": [_outputs_rule(0.75, "failed")],
-        },
-    }
-    path.write_text(json.dumps(d))
-
-
-def _run(tmp_path: Path, name: str = "run") -> Path:
-    """DSR1_A (a pdbench run: 64, 128, 256; 256 invalid by kv_transferred) with sentinels. The
-    sweep ran 256 first, then 64, then 128, and 128's outputs diverged."""
-    run = tmp_path / name
-    shutil.copytree(DSR1_A, run)
-    _edit(run, 256, benchmark_start_time_unix=T0, sentinels=_sentinels(256, [None] * 4))
-    _edit(run, 64, benchmark_start_time_unix=T0 + 60, sentinels=_sentinels(64, [None] * 4))
-    _edit(run, 128, benchmark_start_time_unix=T0 + 120, sentinels=_sentinels(128, [None, 17, None, None]))
-    _fail_outputs(run, 128)
-    # The client's records of the sentinels, named like results, are not results.
-    for conc in (64, 128, 256):
-        record = RunDir(run).sentinel_record(NAME.format(conc)[:-5])
-        record.parent.mkdir(parents=True, exist_ok=True)
-        record.write_text(json.dumps({"sentinels": []}))
-    return run
-
-
-def _summary(run: Path, phase: str, when: str, score: float | None, stderr: float | None, **kw: Any) -> None:
-    task = {
-        "task": "gsm8k",
-        "metric": "exact_match,strict-match",
-        "score": score,
-        "stderr": stderr,
-        "threshold": 0.7,
-        "passed": None if score is None else score >= 0.7,
-        "samples": 1319,
-    }
-    doc = {
-        "phase": phase,
-        "when": when,
-        "concurrency": 256,
-        "lm_eval_version": "0.4.9",
-        "base_url": "http://127.0.0.1:8000",
-        "elapsed_s": 812.5,
-        "tasks": [task],
-        "passed": task["passed"],
-        "error": None,
-    } | kw
-    path = RunDir(run).accuracy_summary(phase, when)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc))
-
+from harness.rundir.sentinel_summary import Tolerance
 
 # --- the points table ------------------------------------------------------------------------
 
 
 def test_points_table_shows_each_points_match_in_every_format(tmp_path: Path) -> None:
-    run = _run(tmp_path)
+    run = outputs_check_run(tmp_path)
     report = build_report([run], root=tmp_path)
     assert [s.path.name for s in report.skipped] == []  # the sentinel records were not read as results
     rows = {r["conc"]: r for _, r in report.table.iterrows()}
@@ -165,24 +62,24 @@ def test_points_table_shows_each_points_match_in_every_format(tmp_path: Path) ->
 
 
 def test_unanswered_tolerated_and_unchecked_points_say_so(tmp_path: Path) -> None:
-    run = _run(tmp_path)
+    run = outputs_check_run(tmp_path)
     # 256: one of 4 not answered; 64: a tolerance of the first 8 tokens let a divergence at 12 pass.
-    _edit(run, 256, sentinels=_sentinels(256, [None, None, None], unanswered=1))
+    edit_result(run, 256, sentinels=sentinel_section(256, [None, None, None], unanswered=1))
     tolerance = Tolerance(match_tokens=8, max_diverged=0)
-    tolerated = _sentinels(64, [None, 12, None, None], matched=4, match_rate=1.0, tolerance=tolerance)
-    _edit(run, 64, sentinels=tolerated)
+    tolerated = sentinel_section(64, [None, 12, None, None], matched=4, match_rate=1.0, tolerance=tolerance)
+    edit_result(run, 64, sentinels=tolerated)
     report = build_report([run], root=tmp_path)
     rows = {r["conc"]: r["outputs"] for _, r in report.table.iterrows()}
     assert rows[256] == "3/3 (1 of 4 unanswered)"
     assert rows[64] == "4/4 (3 exact; first divergence at token 12)"
     # Nothing answered: no rate. A point with the rule but no sentinels: the rule's status.
-    _edit(run, 256, sentinels=_sentinels(256, [], unanswered=4))
-    d = _edit(run, 64, sentinels=None)
+    edit_result(run, 256, sentinels=sentinel_section(256, [], unanswered=4))
+    d = edit_result(run, 64, sentinels=None)
     d["metadata"]["validity"] = {
         "verdict": "valid",
         "valid": True,
         "reasons": [],
-        "rules": [_outputs_rule(None, "not_checked")],
+        "rules": [outputs_rule(None, "not_checked")],
     }
     (run / NAME.format(64)).write_text(json.dumps(d))
     report = build_report([run], root=tmp_path)
@@ -192,10 +89,10 @@ def test_unanswered_tolerated_and_unchecked_points_say_so(tmp_path: Path) -> Non
 
 
 def test_a_malformed_sentinels_block_is_named_and_the_point_kept(tmp_path: Path) -> None:
-    run = _run(tmp_path)
-    _edit(run, 64, sentinels=_sentinels(64, [None] * 4) | {"first_divergence": "17"})
+    run = outputs_check_run(tmp_path)
+    edit_result(run, 64, sentinels=sentinel_section(64, [None] * 4) | {"first_divergence": "17"})
     # Counts that cannot be: more compared than answered.
-    _edit(run, 256, sentinels=_sentinels(256, [None] * 4) | {"answered": 3})
+    edit_result(run, 256, sentinels=sentinel_section(256, [None] * 4) | {"answered": 3})
     report = build_report([run], root=tmp_path)
     assert sorted(report.table["conc"]) == [64, 128, 256]
     note = next(n for n in report.notes if NAME.format(64) in n)
@@ -208,11 +105,11 @@ def test_a_malformed_sentinels_block_is_named_and_the_point_kept(tmp_path: Path)
 
 
 def test_the_rate_counts_only_compared_sentinels_and_says_the_unit(tmp_path: Path) -> None:
-    run = _run(tmp_path)
+    run = outputs_check_run(tmp_path)
     # 64: 4 answered, the reference answered 3 of them, positions in characters (no token ids
     # came back). 256: 3 of 4 answered, none compared.
-    _edit(run, 64, sentinels=_sentinels(64, [None, 9, None], not_compared=1, unit="character"))
-    _edit(run, 256, sentinels=_sentinels(256, [], not_compared=3, unanswered=1))
+    edit_result(run, 64, sentinels=sentinel_section(64, [None, 9, None], not_compared=1, unit="character"))
+    edit_result(run, 256, sentinels=sentinel_section(256, [], not_compared=3, unanswered=1))
     report = build_report([run], root=tmp_path)
     rows = {r["conc"]: r for _, r in report.table.iterrows()}
     assert rows[64]["outputs"] == "2/3 (first divergence at character 9; 1 not compared)"
@@ -247,7 +144,7 @@ def test_older_results_have_no_outputs_column_or_sections(tmp_path: Path) -> Non
 
 
 def test_match_rate_in_sweep_order_flags_the_fall(tmp_path: Path) -> None:
-    run = _run(tmp_path)
+    run = outputs_check_run(tmp_path)
     report = build_report([run], root=tmp_path)
     (drift,) = report.drifts
     # Precondition: the sweep's order is not the concurrencies' order.
@@ -263,10 +160,10 @@ def test_match_rate_in_sweep_order_flags_the_fall(tmp_path: Path) -> None:
 
 
 def test_date_orders_the_sweep_without_start_times_and_a_steady_rate_is_not_flagged(tmp_path: Path) -> None:
-    run = _run(tmp_path)
+    run = outputs_check_run(tmp_path)
     for conc, date, divergence in ((64, "20261201-100300", [None] * 4), (128, "20261201-100100", [None] * 4)):
-        _edit(run, conc, benchmark_start_time_unix=None, date=date, sentinels=_sentinels(conc, divergence))
-    _edit(run, 256, benchmark_start_time_unix=None, date="20261201-100200")
+        edit_result(run, conc, benchmark_start_time_unix=None, date=date, sentinels=sentinel_section(conc, divergence))
+    edit_result(run, 256, benchmark_start_time_unix=None, date="20261201-100200")
     (drift,) = build_report([run], root=tmp_path).drifts
     assert [s.conc for s in drift.steps] == [128, 256, 64] and drift.fall is None
     md = output_md.render(build_report([run], root=tmp_path))
@@ -275,8 +172,8 @@ def test_date_orders_the_sweep_without_start_times_and_a_steady_rate_is_not_flag
 
 
 def test_a_rise_after_a_fall_still_shows_the_largest_fall(tmp_path: Path) -> None:
-    run = _run(tmp_path)
-    _edit(run, 64, sentinels=_sentinels(64, [5, 5, None, None]))  # 50 %, between 100 % and 75 %
+    run = outputs_check_run(tmp_path)
+    edit_result(run, 64, sentinels=sentinel_section(64, [5, 5, None, None]))  # 50 %, between 100 % and 75 %
     (drift,) = build_report([run], root=tmp_path).drifts
     assert [s.match_rate for s in drift.steps] == [1.0, 0.5, 0.75]
     assert drift.fall is not None and (drift.fall[0].conc, drift.fall[1].conc) == (256, 64)
@@ -293,10 +190,10 @@ def test_confidence_interval_of_the_difference() -> None:
 
 
 def test_accuracy_beside_threshold_baseline_and_before(tmp_path: Path) -> None:
-    run = _run(tmp_path)
-    _summary(run, "disagg", "before", 0.81, 0.0108)
-    _summary(run, "disagg", "after", 0.74, 0.0121)
-    _summary(run, "aggregated", "after", 0.80, 0.0110)
+    run = outputs_check_run(tmp_path)
+    write_eval_summary(run, "disagg", "before", 0.81, 0.0108)
+    write_eval_summary(run, "disagg", "after", 0.74, 0.0121)
+    write_eval_summary(run, "aggregated", "after", 0.80, 0.0110)
     report = build_report([run], root=tmp_path)
     assert [(r.phase, r.when) for r in report.accuracy] == [
         ("disagg", "before"),
@@ -327,10 +224,10 @@ def test_accuracy_beside_threshold_baseline_and_before(tmp_path: Path) -> None:
 
 
 def test_a_failed_or_unfinished_eval_is_said_and_a_bad_summary_skipped(tmp_path: Path) -> None:
-    run = _run(tmp_path)
-    _summary(run, "disagg", "after", 0.41, 0.013)
-    _summary(run, "disagg", "before", None, None, error="lm-eval exited 1 after 600 s", passed=None)
-    _summary(run, "aggregated", "after", 0.8, 0.01, tasks=[{"task": "gsm8k", "metric": "m", "score": "high"}])
+    run = outputs_check_run(tmp_path)
+    write_eval_summary(run, "disagg", "after", 0.41, 0.013)
+    write_eval_summary(run, "disagg", "before", None, None, error="lm-eval exited 1 after 600 s", passed=None)
+    write_eval_summary(run, "aggregated", "after", 0.8, 0.01, tasks=[{"task": "gsm8k", "metric": "m", "score": "high"}])
     report = build_report([run], root=tmp_path)
     assert any(
         n == "run: accuracy BELOW THRESHOLD (disagg after the sweep): gsm8k exact_match,strict-match 0.41 < 0.7"
@@ -348,8 +245,8 @@ def test_a_failed_or_unfinished_eval_is_said_and_a_bad_summary_skipped(tmp_path:
 
 
 def test_cli_report_shows_the_checks(tmp_path: Path) -> None:
-    run = _run(tmp_path)
-    _summary(run, "disagg", "after", 0.8, 0.01)
+    run = outputs_check_run(tmp_path)
+    write_eval_summary(run, "disagg", "after", 0.8, 0.01)
     r = CliRunner().invoke(app, ["report", str(run)])
     assert r.exit_code == 0, r.output
     assert "| 3/4 (first divergence at token 17) |" in r.stdout
@@ -360,7 +257,7 @@ def test_cli_report_shows_the_checks(tmp_path: Path) -> None:
 
 
 def test_collect_leaves_out_points_that_failed_outputs_match(tmp_path: Path) -> None:
-    run = _run(tmp_path)
+    run = outputs_check_run(tmp_path)
     # Precondition: 128 is otherwise a valid point; only its outputs failed.
     assert json.loads((DSR1_A / NAME.format(128)).read_text())["metadata"]["valid"] is True
     result = collect([run], hw="x")

@@ -11,8 +11,8 @@ import struct
 from pathlib import Path
 
 import pytest
-from cli_run import pdbench
-from test_report_decide import _write_run  # results written through the result model
+from helpers.cli_run import pdbench
+from helpers.decide_runs import write_decide_run
 
 from harness.report import breakdown_plot, pareto_plot
 from harness.report.build import build_report
@@ -51,7 +51,7 @@ def test_one_runs_html_has_the_throughput_interactivity_chart(tmp_path: Path) ->
 
 
 def test_the_ttft_bars_legend_covers_no_bar(tmp_path: Path) -> None:
-    _write_run(tmp_path / "run")
+    write_decide_run(tmp_path / "run")
     report = build_report([tmp_path / "run"])
     assert len(report.breakdowns) == 6  # precondition: a bar per point
     fig = breakdown_plot.figure(report)
@@ -67,7 +67,7 @@ def test_the_ttft_bars_legend_covers_no_bar(tmp_path: Path) -> None:
 
 
 def test_plot_never_writes_over_a_file(tmp_path: Path) -> None:
-    _write_run(tmp_path / "run")
+    write_decide_run(tmp_path / "run")
     png = tmp_path / "p.png"
     r = pdbench("report", str(tmp_path / "run"), "--plot", str(png))
     assert r.returncode == 0 and _png_size(png.read_bytes()), r.stderr  # the run does make plots

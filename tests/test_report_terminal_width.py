@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 
 import pytest
-from cli_run import pdbench
-from test_bottleneck_report import _run, _sections
+from helpers.bottleneck_runs import bottleneck_run, bottleneck_sections
+from helpers.cli_run import pdbench
 
 from harness.report.bottleneck import BOTTLENECK_HEADERS
 
@@ -28,8 +28,8 @@ def _terminal(*args: str) -> str:
 
 
 def test_the_bottleneck_table_fits_80_columns_whole(tmp_path: Path) -> None:
-    low, high = _sections()  # the verdicts harness.validity.bottleneck writes into a result
-    run = _run(tmp_path, {1: low, 4: high})
+    low, high = bottleneck_sections()  # the verdicts harness.validity.bottleneck writes into a result
+    run = bottleneck_run(tmp_path, {1: low, 4: high})
     text = _terminal(str(run))
     lines = text.splitlines()
     assert max(len(ln) for ln in lines) <= 80, [ln for ln in lines if len(ln) > 80]
@@ -46,8 +46,8 @@ def test_the_bottleneck_table_fits_80_columns_whole(tmp_path: Path) -> None:
 
 
 def test_the_latency_tables_carry_the_tail_percentiles(tmp_path: Path) -> None:
-    low, high = _sections()
-    run = _run(tmp_path, {1: low, 4: high})
+    low, high = bottleneck_sections()
+    run = bottleneck_run(tmp_path, {1: low, 4: high})
     data = {p.name: json.loads(p.read_text()) for p in run.glob("concurrency_*.json")}
     (c4,) = [d for d in data.values() if d["max_concurrency"] == 4]
     # Precondition: the bench's result has the percentiles.

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_bottleneck_report import _sections as disagg_verdicts
+from helpers.bottleneck_runs import bottleneck_sections as disagg_verdicts
 
 from harness.bench.results import BenchResult, write_result
 from harness.interval import t_interval

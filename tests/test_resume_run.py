@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_bench_results import _result
+from helpers.bench_results import bench_result
 
 from harness.rundir import ResultName
 
@@ -23,7 +23,9 @@ def _submit(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 
 def _write(run: Path, concurrency: int, **kw) -> Path:
     n = 10 * concurrency  # the recipe's prompts_multiplier default
-    r = _result(**({"max_concurrency": concurrency, "num_prompts": n, "completed": n, "random_input_len": 1024} | kw))
+    r = bench_result(
+        **({"max_concurrency": concurrency, "num_prompts": n, "completed": n, "random_input_len": 1024} | kw)
+    )
     path = run / ResultName(concurrency, float("inf"), prefill_gpus=8, decode_gpus=16).filename
     path.write_text(r.model_dump_json())
     return path
@@ -53,7 +55,7 @@ def test_resume_copies_finished_points_and_turns_resume_on(tmp_path: Path) -> No
     # An aggregated baseline's point keeps its evidence from metrics/aggregated/ too.
     agg = old / ResultName(8, float("inf"), gpus=24).filename
     agg.write_text(
-        _result(max_concurrency=8, num_prompts=80, completed=80, random_input_len=1024, random_output_len=1024)
+        bench_result(max_concurrency=8, num_prompts=80, completed=80, random_input_len=1024, random_output_len=1024)
         .model_copy(update={"metadata": {"disagg": False}})
         .model_dump_json()
     )

@@ -12,9 +12,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from bench_fake_server import FakeServer
-from test_bench_results import _result
-from test_bench_sweep import _cfg
+from helpers.bench_configs import sweep_config
+from helpers.bench_fake_server import FakeServer
+from helpers.bench_results import bench_result
 
 from harness import tiny_model
 from harness.bench import run_sweep_detailed
@@ -39,7 +39,7 @@ def _finished(run: Path, concurrency: int, trace: Path, requests: int) -> None:
     span = round(float(offsets(load_trace(trace), 1.0)[-1]), 6)
     schedule = {"requests": requests, "sent": requests, "speed": 1.0, "span_s": span, "cap": concurrency}
     schedule |= {"in_flight_max": 1, "cap_delayed": 0, "lateness_ms": None, "client_lateness_ms": None}
-    result = _result(
+    result = bench_result(
         model_id="deepseek-r1-0528-fp8",
         max_concurrency=concurrency,
         num_prompts=requests,
@@ -102,14 +102,14 @@ def test_bench_resume_keeps_a_trace_point_of_the_same_trace_and_speed(model_dir,
     kw = dict(dataset="mooncake_trace", dataset_path=str(trace), num_prompts=None, num_warmups=1)
     kw |= dict(trace={"speed": 4.0, "max_requests": 8, "block_tokens": 16})
     with FakeServer() as srv:
-        first = run_sweep_detailed(_cfg(model_dir, out, srv.base_url, **kw))
+        first = run_sweep_detailed(sweep_config(model_dir, out, srv.base_url, **kw))
     assert [(o.ok, o.kept) for o in first] == [(True, False), (True, False)]
     # The precondition: a trace point's request count is the trace's (8), not the config's for C.
-    cfg = _cfg(model_dir, out, srv.base_url, **kw)
+    cfg = sweep_config(model_dir, out, srv.base_url, **kw)
     assert {json.loads(o.path.read_text())["num_prompts"] for o in first} == {8} != {cfg.num_prompts_for(2)}
 
     with FakeServer() as srv:
-        second = run_sweep_detailed(_cfg(model_dir, out, srv.base_url, resume=True, **kw))
+        second = run_sweep_detailed(sweep_config(model_dir, out, srv.base_url, resume=True, **kw))
         assert srv.bodies == []  # nothing was sent again
     assert [(o.ok, o.kept) for o in second] == [(True, True), (True, True)]
 
@@ -140,11 +140,13 @@ def test_bench_resume_runs_a_trace_point_of_another_speed_again(model_dir, tmp_p
     out = tmp_path / "out"
     kw = dict(dataset="mooncake_trace", dataset_path=str(trace), num_prompts=None, num_warmups=0, concurrency=[2])
     with FakeServer() as srv:
-        (first,) = run_sweep_detailed(_cfg(model_dir, out, srv.base_url, trace={"speed": 4.0, "max_requests": 4}, **kw))
+        (first,) = run_sweep_detailed(
+            sweep_config(model_dir, out, srv.base_url, trace={"speed": 4.0, "max_requests": 4}, **kw)
+        )
     assert first.ok and json.loads(first.path.read_text())["schedule"]["speed"] == 4.0
     with FakeServer() as srv:
         (again,) = run_sweep_detailed(
-            _cfg(model_dir, out, srv.base_url, trace={"speed": 8.0, "max_requests": 4}, resume=True, **kw)
+            sweep_config(model_dir, out, srv.base_url, trace={"speed": 8.0, "max_requests": 4}, resume=True, **kw)
         )
         assert len(srv.bodies) == 4  # the trace's requests, sent again
     assert again.ok and not again.kept

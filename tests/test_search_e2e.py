@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import require_vllm
-from slurm_cluster import daemon_problems, processes_in_node_namespaces, require_cluster
+from helpers.slurm_cluster import daemon_problems, processes_in_node_namespaces, require_cluster
 
 from harness.rundir import RunDir, read_status
 

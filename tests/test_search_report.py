@@ -8,16 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers.search_runs import AGG, LADDER, LAUNCHED, ONE_P_ONE_D, SLOS, TWO_P_ONE_D, ladder_run, result, write_run
 from matplotlib.image import imread
-from test_search_outcome import LAUNCHED, ONE_P_ONE_D, SLOS, ladder_run, result, write_run
 
 from harness.search.outcome import EXCLUDED, ReportEntry, read_outcome
 from harness.search.report import write_report
 from harness.search.space import Candidate
 
-LADDER = [1, 2, 4, 6, 8]
-AGG = Candidate("agg-2", "agg", (), 2, 0, 1, {"aggregated": 2.0})
-TWO_P_ONE_D = Candidate("2p1d", "disagg", (), 2, 1, 3, {"prefill": 2.0, "decode": 1.0})
 TWO_P_TWO_D = Candidate("2p2d", "disagg", (), 2, 2, 4, {"prefill": 2.0, "decode": 2.0})
 
 

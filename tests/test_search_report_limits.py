@@ -8,8 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from test_search_outcome import LAUNCHED, ONE_P_ONE_D, SLOS, result, write_run
-from test_search_report import AGG, LADDER, TWO_P_ONE_D
+from helpers.search_runs import AGG, LADDER, LAUNCHED, ONE_P_ONE_D, SLOS, TWO_P_ONE_D, result, write_run
 
 from harness.report.bottleneck import limit_lines
 from harness.report.load import load_runs

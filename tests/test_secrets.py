@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_run import pdbench
 from conftest import port_base
+from helpers.cli_run import pdbench
 
 LOCAL = "tiny-fp32-cpu-nixl-1p1d"
 TOKEN = "hf_pdbenchTestSecret0123456789"  # what a user's HF_TOKEN would hold

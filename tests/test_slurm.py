@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 from conftest import require_vllm
-from slurm_cluster import (
+from helpers.inferencex_contract import assert_inferencex_contract
+from helpers.slurm_cluster import (
     DOCKER_SOCKETS,
     daemon_problems,
     describe,
@@ -29,7 +30,6 @@ from slurm_cluster import (
     require_cluster,
     wait_job,
 )
-from test_inferencex_contract import assert_inferencex_contract
 
 import harness
 from harness.launch.find import job_of

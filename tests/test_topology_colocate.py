@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cli_run import pdbench
+from helpers.cli_run import pdbench
 
 from harness.config.load import ConfigError, load_recipe
 from harness.render.preflight_spec import preflight_spec

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from test_inferencex_contract import assert_inferencex_contract
+from helpers.harness_procs import start_harness, wait_ok
+from helpers.inferencex_contract import assert_inferencex_contract
 
 from benchmarks.common import free_ports
 from harness import tiny_model
@@ -31,25 +29,6 @@ SLACK_MS = 75.0
 # The mock engine sets its timers early by its loop's median lateness (harness.mock_engine.app,
 # _sleep_until), so a leg may end a fraction of a ms before its nominal latency (seen: 99.983 ms).
 EARLY_MS = 1.0
-
-
-def _start(args: list[str], log: Path) -> subprocess.Popen:
-    with open(log, "wb") as out:
-        return subprocess.Popen([sys.executable, "-m", "harness", *args], stdout=out, stderr=subprocess.STDOUT)
-
-
-def _wait_ok(url: str, procs: list[subprocess.Popen], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert all(p.poll() is None for p in procs), "a process of the stack exited"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"{url} never answered 200")
 
 
 @pytest.fixture(scope="module")
@@ -71,16 +50,16 @@ def test_parts_sit_where_the_latency_is_and_add_up(aggregated: bool, model_dir: 
         ]
         upstream = ["--prefill", f"http://127.0.0.1:{p_port}", "--decode", f"http://127.0.0.1:{d_port}"]
     procs = [
-        _start(["mock-engine", "--model", "tiny", "--itl-ms", str(DECODE_MS), *e], tmp_path / f"engine{i}.log")
+        start_harness(["mock-engine", "--model", "tiny", "--itl-ms", str(DECODE_MS), *e], tmp_path / f"engine{i}.log")
         for i, e in enumerate(engines)
     ]
     try:
         procs.append(
-            _start(
+            start_harness(
                 ["proxy", "--port", str(proxy_port), *upstream, "--timings-dir", str(timings)], tmp_path / "proxy.log"
             )
         )
-        _wait_ok(f"http://127.0.0.1:{proxy_port}/health", procs)
+        wait_ok(f"http://127.0.0.1:{proxy_port}/health", procs)
         cfg = ClientConfig(
             base_url=f"http://127.0.0.1:{proxy_port}",
             model="tiny",

@@ -12,8 +12,8 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from metrics_server import serve_metrics
-from test_ttft_breakdown import _start, _wait_ok
+from helpers.harness_procs import start_harness, wait_ok
+from helpers.metrics_server import serve_metrics
 
 from benchmarks.common import free_ports
 from harness import tiny_model
@@ -59,7 +59,7 @@ def test_server_means_and_growth_reach_the_result(metrics_ports: tuple[int, int]
     p_port, d_port, proxy_port = free_ports(3)
     upstream = ["--prefill", f"http://127.0.0.1:{p_port}", "--decode", f"http://127.0.0.1:{d_port}"]
     procs = [
-        _start(["mock-engine", "--model", "tiny", "--itl-ms", "20", *e], tmp_path / f"engine{i}.log")
+        start_harness(["mock-engine", "--model", "tiny", "--itl-ms", "20", *e], tmp_path / f"engine{i}.log")
         for i, e in enumerate(
             [
                 ["--port", str(p_port), "--role", "prefill", "--ttft-ms", "50"],
@@ -69,12 +69,12 @@ def test_server_means_and_growth_reach_the_result(metrics_ports: tuple[int, int]
     ]
     try:
         procs.append(
-            _start(
+            start_harness(
                 ["proxy", "--port", str(proxy_port), *upstream, "--timings-dir", str(tmp_path / "proxy-timings")],
                 tmp_path / "proxy.log",
             )
         )
-        _wait_ok(f"http://127.0.0.1:{proxy_port}/health", procs)
+        wait_ok(f"http://127.0.0.1:{proxy_port}/health", procs)
         mp, md = metrics_ports
         cfg = ClientConfig(
             base_url=f"http://127.0.0.1:{proxy_port}",

@@ -8,8 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_kv_handoff import GIB, NixlDecode
-from test_kv_transport import T, ceiling
+from helpers.kv_fakes import GIB, NixlDecode, T, ceiling
 
 from harness.bench.validity_probe import PointProbe
 from harness.validity import ucx_lanes

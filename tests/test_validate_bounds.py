@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_run import pdbench
+from helpers.cli_run import pdbench
 
 from harness.config.cpus import parse_cpus, parse_groups
 from harness.config.load import PROJECT_ROOT

@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_mock_engine import Engine
+from helpers.mock_engine import Engine
 
 from benchmarks.common import free_ports
 from harness import tiny_model

@@ -9,7 +9,6 @@ import importlib.metadata
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,9 +18,10 @@ from pathlib import Path
 from string import Template
 
 import pytest
-from cli_run import pdbench
-from test_mock_engine import Engine
+from helpers.cli_run import pdbench
+from helpers.mock_engine import Engine
 
+from benchmarks.common import free_ports
 from harness import tiny_model
 from harness.bench import ClientConfig, run_sweep_detailed
 from harness.config.load import load_recipe
@@ -36,12 +36,6 @@ RECIPES = {
     "mooncake": "dsr1-fp8-h200-mooncake-1p2d",
     "moriio": "dsr1-fp8-mi355x-moriio-1p2d",
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_validate_refuses_the_bundled_connector_naming_both() -> None:
@@ -89,7 +83,7 @@ def _wait(pred, timeout: float, what: str) -> None:
 def test_rendered_router_is_health_gated_serves_the_client_and_records_its_version(tmp_path: Path) -> None:
     model = str(tiny_model.build(tmp_path / "m"))
     prefill, decode = Engine(model="tiny", role="prefill"), Engine(model="tiny", role="decode")
-    port, metrics_port = _free_port(), _free_port()
+    port, metrics_port = free_ports(2)
     rr = load_recipe(
         "tiny-fp32-cpu-nixl-1p1d",
         [

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 from conftest import port_base, require_vllm
-from test_e2e_vllm import _assert_nothing_left, _assert_outputs_match, _assert_runtime_recorded, _finish, _launch
-from test_inferencex_contract import assert_inferencex_contract
+from helpers.e2e_jobs import assert_nothing_left, assert_outputs_match, assert_runtime_recorded, finish, launch
+from helpers.inferencex_contract import assert_inferencex_contract
 
 from harness.report.build import build_report
 
@@ -40,8 +40,8 @@ def test_local_1p1d_nixl_through_vllm_router(tmp_path: Path) -> None:
     # One point: the job's whole path through the router, at the least CI time.
     overrides += ["model=pdbench-copy", "proxy.kind=vllm-router", "benchmark.concurrency=[2]"]
     overrides += ["proxy.arms=[vllm-router, pdbench]"]
-    proc, watcher = _launch(tmp_path, *overrides, ports=listening)
-    rc, out = _finish(proc, watcher, timeout=900)
+    proc, watcher = launch(tmp_path, *overrides, ports=listening)
+    rc, out = finish(proc, watcher, timeout=900)
     (run_dir,) = (tmp_path / RECIPE).iterdir()
     assert rc == 0, out[-4000:]
     assert json.loads((run_dir / "status.json").read_text())["state"] == "succeeded"
@@ -58,8 +58,8 @@ def test_local_1p1d_nixl_through_vllm_router(tmp_path: Path) -> None:
     assert meta["proxy"] == "vllm-router" and meta["valid"] is True, meta["validity"]["reasons"]
     rules = {x["name"]: x for x in meta["validity"]["rules"]}
     assert rules["kv_transferred"]["status"] == "passed" and rules["kv_transferred"]["measured"] >= 0.98
-    _assert_outputs_match(r, run_dir)
-    _assert_runtime_recorded(meta)
+    assert_outputs_match(r, run_dir)
+    assert_runtime_recorded(meta)
     assert meta["router"]["kind"] == "vllm-router"
     assert meta["router"]["version"] == importlib.metadata.version("vllm-router")
     assert "ttft_breakdown" not in r
@@ -77,8 +77,8 @@ def test_local_1p1d_nixl_through_vllm_router(tmp_path: Path) -> None:
     assert am["arm"] == am["proxy"] == "pdbench" and am["valid"] is True, am["validity"]["reasons"]
     rules = {x["name"]: x for x in am["validity"]["rules"]}
     assert rules["kv_transferred"]["status"] == "passed" and rules["kv_transferred"]["measured"] >= 0.98
-    _assert_outputs_match(a, arm_dir)
-    _assert_runtime_recorded(am)
+    assert_outputs_match(a, arm_dir)
+    assert_runtime_recorded(am)
     assert am["router"]["kind"] == "pdbench" and am["router"]["version"]
     assert a["ttft_breakdown"]["requests"] >= 1  # pdbench's proxy times each request
     assert (arm_dir / "metrics").is_dir()  # its own /metrics evidence, beside the run's
@@ -87,4 +87,4 @@ def test_local_1p1d_nixl_through_vllm_router(tmp_path: Path) -> None:
     assert any("served through vllm-router" in n and "no TTFT breakdown" in n for n in report.notes), report.notes
     (arms,) = [s for s in report.sections if s.title.startswith("Router arms")]
     assert sorted(row[0] for row in arms.rows) == ["pdbench", "vllm-router"], arms.rows
-    _assert_nothing_left(watcher, listening)
+    assert_nothing_left(watcher, listening)

@@ -95,7 +95,7 @@ for l in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//'
 done
 if ip link show "$BR" >/dev/null 2>&1; then log "deleting bridge $BR"; ip link del "$BR"; fi
 # The stopped dockerd's pid files and sockets (a SIGKILLed one leaves them): the tests count
-# each node's daemons by them (tests/node_daemons.py), so none may outlive its daemon.
+# each node's daemons by them (tests/helpers/node_daemons.py), so none may outlive its daemon.
 rm -f /run/pdbench-docker/node*.pid /run/pdbench-docker/node*.sock /run/pdbench-docker/node*/containerd/containerd.pid
 
 # 5. munged, only if up.sh started it

@@ -1,6 +1,6 @@
 """Helpers for tests that run against the real local Slurm cluster of scripts/slurm/up.sh.
 
-    from slurm_cluster import require_cluster, sbatch, wait_job, processes_in_node_namespaces, daemon_problems
+    from helpers.slurm_cluster import require_cluster, sbatch, wait_job, processes_in_node_namespaces, daemon_problems
 
     def test_three_nodes(tmp_path):
         require_cluster(3)                       # skip (or fail with PDBENCH_REQUIRE_SLURM=1)
@@ -23,11 +23,10 @@ import sys
 import time
 from pathlib import Path
 
-from node_daemons import answers, check_daemons, expected_daemons, leftovers
-
 from harness.launch.slurm import TERMINAL
+from helpers.node_daemons import answers, check_daemons, expected_daemons, leftovers
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 UP = ROOT / "scripts" / "slurm" / "up.sh"
 DOWN = ROOT / "scripts" / "slurm" / "down.sh"
 CONTAINERS_UP = ROOT / "scripts" / "slurm" / "containers-up.sh"

@@ -14,10 +14,11 @@ import json
 from pathlib import Path
 
 from conftest import require_vllm
-from test_e2e_vllm import _assert_nothing_left, _finish, _launch
+
+from helpers.e2e_jobs import assert_nothing_left, finish, launch
 
 #: The copy model's lm-eval fixture task (docs/accuracy.md), its threshold and sample count.
-EVAL_TASKS = Path(__file__).resolve().parent / "fixtures" / "evals" / "pdbench_copy"
+EVAL_TASKS = Path(__file__).resolve().parents[1] / "fixtures" / "evals" / "pdbench_copy"
 EVAL_THRESHOLD = 0.95  # 16 of 16 right passes; the corrupted KV here gets 13 of 16 (0.8125)
 EVAL_SAMPLES = 16
 ACCURACY = (
@@ -41,10 +42,10 @@ def run_finished_job(results: Path, *overrides: str, recipe: str, timeout: float
     """Run `recipe` with `overrides` on the local launcher into `results`; its run directory,
     once the job has succeeded and nothing of it is left running."""
     require_vllm()
-    proc, watcher = _launch(results, *overrides, recipe=recipe)
-    rc, out = _finish(proc, watcher, timeout=timeout)
+    proc, watcher = launch(results, *overrides, recipe=recipe)
+    rc, out = finish(proc, watcher, timeout=timeout)
     assert rc == 0, out[-4000:]
     (run_dir,) = (results / recipe).iterdir()
     assert json.loads((run_dir / "status.json").read_text())["state"] == "succeeded", out[-4000:]
-    _assert_nothing_left(watcher)
+    assert_nothing_left(watcher)
     return run_dir
