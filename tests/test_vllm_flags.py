@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from conftest import require_vllm
@@ -200,14 +201,21 @@ def test_check_many_real_vllm_dedupes_problems_and_caches_passes(vllm, tmp_path,
 # --- the CLI: render/validate/submit refuse what vLLM would refuse at start-up -----------
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=Path(__file__).parents[1],
-    )
+class _Ran(NamedTuple):
+    returncode: int
+    stderr: str
+
+
+def _cli(*args: str) -> _Ran:
+    """The CLI in this process, whose vLLM parser (the `vllm` fixture's) is built once: a
+    subprocess per command would import vLLM again each time (~20 s of CPU). `pdbench` as a
+    program, with its exit codes, is what tests/test_cli_validate.py runs."""
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    r = CliRunner().invoke(app, list(args))
+    return _Ran(r.exit_code, r.stderr)
 
 
 def test_every_shipped_recipe_passes_vllms_parser(vllm, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from harness.cli.options import (
     RecipeOpt,
     ResultsOpt,
     SetOpt,
+    SkipFlagCheck,
     delegate,
     overrides,
     recipe,
@@ -38,6 +39,7 @@ def doctor(
         float, typer.Option(help="Give up (and cancel the check job) after this many seconds, queue time included")
     ] = 900,
     results_dir: ResultsOpt = RESULTS,
+    skip_flag_check: SkipFlagCheck = False,
 ) -> None:
     """Check everything a recipe's job needs on the nodes it would get: image, pdbench in the image,
     weights, GPUs, ports, RDMA, memory, disk, clocks; and its vLLM flags here. Exit 0 when all pass."""
@@ -54,6 +56,7 @@ def doctor(
             as_json=as_json,
             timeout_s=timeout_s,
             results_dir=results_dir,
+            skip_flag_check=skip_flag_check,
         )
     )
     raise typer.Exit(rc)
