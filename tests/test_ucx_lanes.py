@@ -11,13 +11,20 @@ import pytest
 from helpers.kv_fakes import GIB, NixlDecode, T, ceiling
 
 from harness.bench.validity_probe import PointProbe
+from harness.kv_connectors import get_kv
 from harness.validity import ucx_lanes
 from harness.validity.kv_handoff import from_nixl_scrapes, point_handoff
 from harness.validity.kv_transport import early_reason, judge
-from harness.validity.ucx_lanes import describe, is_emulated, kv_reads, lane_from_logs, selections
+from harness.validity.ucx_lanes import describe, is_emulated, kv_transfers, lane_from_logs, selections
 
 DATA = Path(__file__).parent / "data" / "ucx_proto_info"
 IPC, TCP = DATA / "decode-ipc.log", DATA / "decode-tcp.log"
+PULL = get_kv("nixl").evidence
+assert PULL is not None
+
+
+def kv_reads(found):
+    return kv_transfers(found, PULL.ucx_operation)
 
 
 def test_the_kv_read_of_a_real_log_is_found_among_its_tables() -> None:
@@ -59,21 +66,21 @@ def test_rows_stay_with_their_process_when_logs_interleave_and_the_largest_size_
 
 
 def test_the_lane_over_decode_servers_joins_distinct_lanes_and_says_why_there_is_none(tmp_path: Path) -> None:
-    lane, note = lane_from_logs([IPC, TCP, IPC])
+    lane, note = lane_from_logs([IPC, TCP, IPC], PULL)
     assert lane == "cuda_ipc/cuda (zero-copy)+tcp/lo (software emulation)"
     assert "UCX_PROTO_INFO" in note and "decode-ipc.log" in note
     quiet = tmp_path / "decode-0.log"
     quiet.write_text("\n".join(x for x in IPC.read_text().splitlines() if "ucp_get" not in x))
-    lane, note = lane_from_logs([quiet, tmp_path / "decode-1.log"])  # no read table; no file at all
+    lane, note = lane_from_logs([quiet, tmp_path / "decode-1.log"], PULL)  # no read table; no file at all
     assert lane is None and "decode-0.log, decode-1.log" in note and "UCX_PROTO_INFO=y" in note
 
 
 def test_a_table_past_the_bound_is_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     text = IPC.read_text()
     at = text.index("remote memory read by ucp_get")
-    assert lane_from_logs([IPC])[0] is not None  # precondition: found when the bound is past it
+    assert lane_from_logs([IPC], PULL)[0] is not None  # precondition: found when the bound is past it
     monkeypatch.setattr(ucx_lanes, "MAX_BYTES", at - 500)
-    assert lane_from_logs([IPC])[0] is None
+    assert lane_from_logs([IPC], PULL)[0] is None
 
 
 def test_point_handoff_reads_decodes_log_and_the_rule_names_the_emulation(tmp_path: Path) -> None:

@@ -43,7 +43,7 @@ def test_recorded_nixl_run_is_valid() -> None:
     assert v.valid and v.reasons == [] and v.verdict == "valid"
     assert [r.status for r in v.rules] == ["passed"] * 6
     assert _rule(v, "kv_transferred").measured == 1.0
-    assert "28 completed KV receive(s) for 28 request(s)" in _rule(v, "kv_transferred").detail
+    assert "decode completed 28 KV receive(s) for 28 request(s)" in _rule(v, "kv_transferred").detail
     assert v.roles["decode"].external_hits == 7168 and v.roles["decode"].recomputed_tokens == 0
     assert v.roles["decode"].transfer_bytes == pytest.approx(29360128)
     assert "vllm:nixl_num_kv_expired_reqs_total" in v.metrics_found["prefill"]
@@ -243,12 +243,14 @@ _SCHEDULER = {
     "vllm:external_prefix_cache_hits_total": 256,
     'vllm:prompt_tokens_by_source_total{source="local_compute"}': 0,
 }
-# What each connector itself exports, per request, as its table entry says (connector/stats.py,
-# vLLM's nixl/stats.py).
+# What each connector itself exports, per request, on the role that counts its transfers, as its
+# table entry says (connector/stats.py, vLLM's nixl/stats.py).
 _OWN = {name: dict(e.per_request) for name in CONNECTORS if (e := get_kv(name).evidence)}
 
 
-def _decode(per_request: dict[str, float], requests: int = 28, drop: str = "") -> dict[str, ServerScrapes]:
+def _decode(
+    per_request: dict[str, float], requests: int = 28, drop: str = "", role: str = "decode"
+) -> dict[str, ServerScrapes]:
     def text(n: int) -> str:
         lines = []
         for key, v in per_request.items():
@@ -259,14 +261,25 @@ def _decode(per_request: dict[str, float], requests: int = 28, drop: str = "") -
             lines.append(f"{name}{{{labels.rstrip(',')}}} {v * n}")
         return "\n".join(lines)
 
-    return {"decode-0": ServerScrapes(role="decode", before=text(0), after=text(requests))}
+    return {f"{role}-0": ServerScrapes(role=role, before=text(0), after=text(requests))}
+
+
+def _deployment(name: str, scheduler: dict[str, float] = _SCHEDULER, drop: str = "") -> dict[str, ServerScrapes]:
+    """A 1P1D point of connector `name`: decode's scheduler counters, and the connector's own
+    per-request contract on the role its entry counts transfers on (decode's series alike where
+    that is prefill: a pushed-to decode exports NIXL's counters, at zero)."""
+    ev = get_kv(name).evidence
+    assert ev is not None
+    if ev.counted_on == "decode":
+        return _decode(scheduler | _OWN[name], drop=drop)
+    return _decode(scheduler | dict.fromkeys(_OWN[name], 0), drop=drop) | _decode(_OWN[name], drop=drop, role="prefill")
 
 
 def test_every_connector_has_a_rule_and_its_evidence_makes_a_point_valid() -> None:
     # Every connector of the table, with the counters its servers export per request.
     assert sorted(_OWN) == sorted(CONNECTORS)
     for name in CONNECTORS:
-        v = evaluate(_decode(_SCHEDULER | _OWN[name]), CLIENT, connector=name)
+        v = evaluate(_deployment(name), CLIENT, connector=name)
         assert (v.verdict, v.valid) == ("valid", True), (name, v.reasons)
         rule = _rule(v, "kv_transferred")
         assert rule.status == "passed" and rule.measured == 1.0
@@ -276,24 +289,24 @@ def test_every_connector_has_a_rule_and_its_evidence_makes_a_point_valid() -> No
             clean = _rule(v, "no_failed_or_expired_transfers")
             assert clean.status == "not_checked" and "exports no" in clean.detail
         else:
-            assert "28 completed KV receive(s)" in rule.detail
+            side = get_kv(name).evidence.counted_on
+            assert f"{side} completed 28 KV {'write' if side == 'prefill' else 'receive'}(s)" in rule.detail
 
 
 def test_every_connector_without_its_kv_evidence_is_unverified() -> None:
     for name in CONNECTORS:
         # No external-hit counter (an older vLLM, or a scrape that lost it): the KV rule cannot run.
-        v = evaluate(
-            _decode(_SCHEDULER | _OWN[name], drop="vllm:external_prefix_cache_hits_total"), CLIENT, connector=name
-        )
+        v = evaluate(_deployment(name, drop="vllm:external_prefix_cache_hits_total"), CLIENT, connector=name)
         assert _rule(v, "token_counts_agree").status == "passed", name
         assert (v.verdict, v.valid) == ("unverified", None), name
         assert v.reasons[0].startswith("kv_transferred: not checked"), name
     # Connectors that count completed receives: hits without that counter prove no completed load.
     for name, counter in (
         ("nixl", "vllm:nixl_xfer_time_seconds_count"),
+        ("nixlpush", "vllm:nixl_xfer_time_seconds_count"),
         ("pdbench", "vllm:pdbench_kv_recv_seconds_count"),
     ):
-        v = evaluate(_decode(_SCHEDULER | _OWN[name], drop=counter), CLIENT, connector=name)
+        v = evaluate(_deployment(name, drop=counter), CLIENT, connector=name)
         assert (v.verdict, v.valid) == ("unverified", None), name
         assert counter in _rule(v, "kv_transferred").detail
 
@@ -307,8 +320,8 @@ def test_fewer_completed_receives_than_requests_is_invalid() -> None:
 
 def test_decode_computing_the_prompt_is_invalid_for_every_connector() -> None:
     for name in CONNECTORS:
-        recompute = _SCHEDULER | _OWN[name] | {'vllm:prompt_tokens_by_source_total{source="local_compute"}': 256}
-        v = evaluate(_decode(recompute), CLIENT, connector=name)
+        recompute = _SCHEDULER | {'vllm:prompt_tokens_by_source_total{source="local_compute"}': 256}
+        v = evaluate(_deployment(name, recompute), CLIENT, connector=name)
         rule = _rule(v, "decode_prompt_compute")
         assert rule.status == "failed" and rule.measured == 1.0, name
         assert v.verdict == "invalid" and "decode computed 7168 of 7168 prompt tokens itself" in rule.detail

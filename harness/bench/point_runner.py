@@ -360,7 +360,7 @@ class PointRunner:
             log(f"{label}: {verdict.verdict.upper()} point: {'; '.join(verdict.reasons)}")
         metrics = compute_metrics(outs, cfg.percentiles, {str(k): v for k, v in cfg.goodput.items()})
         extra["client"] = self.load.client_section(label)
-        kv = kv_transfer_ms(verdict if probe is not None else None)
+        kv = kv_transfer_ms(verdict if probe is not None else None, cfg.kv_connector)
         servers = read_role_timings(probe.targets, probe.out_dir) if probe is not None else {}
         if cfg.proxy_timings_dir:
             extra["ttft_breakdown"] = ttft_breakdown(outs, self.load.request_ids, records, kv, servers)

@@ -26,8 +26,9 @@ pull and first step exceed its decode leg (the pull began before the leg did: in
 flow prefill answers the pull before its HTTP answer reaches the proxy) has no split: a negative
 decode_other_ms is no time. It is left out of all three parts, so they still add up to each split
 request's decode_ms, and counted in `decode_split_left_out`. Otherwise (other
-connectors) the KV transfer comes from the decode servers' own histograms over the point (their
-mean, labelled a point mean), and `decode_first_token_ms` is the median decode leg less that
+connectors) the KV transfer comes from the connector's own histograms over the point on the role
+that counts its transfers (decode's reads; prefill's writes for NIXL's push; their mean, labelled a
+point mean), and `decode_first_token_ms` is the median decode leg less that
 mean, an estimate labelled as such (decode's first step as vLLM measured it is
 `server_means.decode.compute_ms`, a point mean).
 
@@ -51,6 +52,7 @@ from harness.bench.client import RequestOutput
 from harness.rundir.bottleneck_summary import Baseline, RoleTiming
 from harness.validity import PointValidity
 from harness.validity.bottleneck import judge
+from harness.validity.kv_evidence import evidence_for
 from harness.validity.series import Scrape, delta
 
 PARTS = ("router_ms", "prefill_ms", "decode_ms", "client_ms")
@@ -76,14 +78,15 @@ _HIST = {
 }
 
 
-def kv_transfer_ms(verdict: PointValidity | None) -> tuple[float, int] | None:
-    """(mean ms per transfer, transfers) of the decode servers over the point, from /metrics."""
+def kv_transfer_ms(verdict: PointValidity | None, connector: str | None = None) -> tuple[float, int] | None:
+    """(mean ms per transfer, transfers) over the point, from the /metrics of the servers that count
+    the connector's transfers (its entry's `counted_on`: decode's reads, or prefill's pushed writes)."""
     if verdict is None:
         return None
-    decode = verdict.roles.get("decode")
-    if decode is None or not decode.transfer_seconds or not decode.transfer_count:
+    counted = verdict.roles.get(evidence_for(connector).counted_on)
+    if counted is None or not counted.transfer_seconds or not counted.transfer_count:
         return None
-    return decode.transfer_seconds / decode.transfer_count * 1000.0, int(decode.transfer_count)
+    return counted.transfer_seconds / counted.transfer_count * 1000.0, int(counted.transfer_count)
 
 
 def role_timings(scrapes: list[tuple[str, str, str]]) -> dict[str, RoleTiming]:
@@ -200,7 +203,7 @@ def ttft_breakdown(
         out["kv_transfer_ms"] = {
             "mean": round(mean, 4),
             "transfers": count,
-            "source": "point mean: the decode servers' /metrics (no per-request records)",
+            "source": "point mean: the /metrics of the servers that count the transfers (no per-request records)",
         }
         out["decode_first_token_ms"] = {
             "median": round(max(0.0, out["decode_ms"]["median"] - mean), 4),
@@ -221,10 +224,11 @@ def _means(b: dict[str, Any] | None) -> dict[str, float] | None:
 
 def verdict_kv_ms(breakdown: dict[str, Any] | None, kv: tuple[float, int] | None) -> float | None:
     """The KV transfer's mean the verdict takes: where the bundled connector timed each request,
-    the mean of their whole pulls (`whole_pull_mean`), else the decode servers' mean over the point
-    (`kv`, from /metrics). Both are the whole pull, request -> ack, which the decode rule takes out
-    of decode's queue: vLLM queues a request until its KV has landed, and in the overlapped flow
-    that includes the pull's wait for prefill (which kv_transfer_ms's split leaves out)."""
+    the mean of their whole pulls (`whole_pull_mean`), else the mean over the point of the servers
+    that count the transfers (`kv`, from /metrics: decode's, prefill's for a push). Both are the
+    whole transfer, which the decode rule takes out of decode's queue: vLLM queues a request until
+    its KV has landed, and in the overlapped flow that includes the pull's wait for prefill (which
+    kv_transfer_ms's split leaves out)."""
     own = (breakdown or {}).get("kv_transfer_ms")
     if isinstance(own, dict) and isinstance(own.get("whole_pull_mean"), (int, float)):
         return float(own["whole_pull_mean"])
@@ -245,7 +249,7 @@ def judge_point(
 ) -> dict[str, Any]:
     """The point's `bottleneck` section; `bases` keeps, per shape, the lowest-concurrency point
     measured so far: growth is against it, and this point replaces it when lower. The KV transfer
-    is verdict_kv_ms's (`kv`: the decode servers' point mean, for connectors without per-request
+    is verdict_kv_ms's (`kv`: the counting servers' point mean, for connectors without per-request
     records). `e2el_ms`: the client's mean E2EL (None: not measured), by which the verdict weighs
     each role's time."""
     base = bases.get(shape)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness import kv_connectors
+from harness.kv_connectors.entry import KvEvidence
 from harness.rundir.kv_ceiling import KvCeiling
 from harness.rundir.paths import log_name
 from harness.rundir.prefix_cache_summary import PrefixCacheSummary
@@ -35,7 +36,7 @@ from harness.validity import prefix_cache as cache
 from harness.validity.ucx_lanes import lane_from_logs
 
 SAMPLE_INTERVAL_S = 2.0
-RECEIVES_SETTLE_S = 5.0  # the most a point's end waits for decode's last KV receives to be counted
+RECEIVES_SETTLE_S = 5.0  # the most a point's end waits for its last completed KV transfers to be counted
 
 
 def parse_target(text: str) -> tuple[str, str, str]:
@@ -112,15 +113,18 @@ class PointProbe:
             if now.get(name) and role in ("prefill", "decode")
         }
         reason = early_reason(servers, self.completed(), self.thresholds, self.connector)
-        if reason is None and self._early_transport:
-            decode = [(s.before, s.after) for s in servers.values() if s.role == "decode"]
-            reason = kv_transport.early_reason(decode, self.kv_ceiling, self.thresholds)
+        if reason is None and (ev := self._early_transport) is not None and self.connector is not None:
+            # The servers that count the transfers: decode where it pulls, prefill where it is pushed to.
+            counting = {name: s for name, s in servers.items() if s.role == ev.counted_on}
+            pairs = [(s.before, s.after) for s in counting.values()]
+            reason = kv_transport.early_reason(pairs, self.kv_ceiling, self.thresholds, connector=self.connector)
             if reason is not None and self.logs_dir is not None:
-                # The lane only names what failed: decode's log is read then, not every sample on the
+                # The lane only names what failed: the log is read then, not every sample on the
                 # client's event loop (up to ucx_lanes.MAX_BYTES of it).
-                logs = (self.logs_dir / log_name(name) for name, s in servers.items() if s.role == "decode")
-                lane = lane_from_logs(logs)[0]
-                reason = kv_transport.early_reason(decode, self.kv_ceiling, self.thresholds, lane) or reason
+                lane = lane_from_logs((self.logs_dir / log_name(name) for name in counting), ev)[0]
+                reason = (
+                    kv_transport.early_reason(pairs, self.kv_ceiling, self.thresholds, lane, self.connector) or reason
+                )
         if reason is not None:
             self.early = (reason, after_s)
             self.on_invalid(reason)
@@ -130,14 +134,14 @@ class PointProbe:
         return any(role == "decode" for _, role, _ in self.targets)
 
     @property
-    def _early_transport(self) -> bool:
-        """The KV rate can be judged from a sample: NIXL's histograms on decode count each transfer
-        as it ends. The bundled connector's lines reach the client with the proxy's records, at the
-        point's end."""
+    def _early_transport(self) -> KvEvidence | None:
+        """The connector's evidence when the KV rate can be judged from a sample: NIXL's histograms
+        count each transfer as it ends (on the entry's `counted_on`). The bundled connector's lines
+        reach the client with the proxy's records, at the point's end: None."""
         if self.connector is None or not self.disaggregated:
-            return False
+            return None
         ev = kv_connectors.get_kv(self.connector).evidence
-        return ev is not None and ev.handoff == "vllm_nixl_metrics"
+        return ev if ev is not None and ev.handoff == "vllm_nixl_metrics" else None
 
     async def cancel(self) -> None:
         """Stop sampling without a verdict: the point was not run after all."""
@@ -154,7 +158,7 @@ class PointProbe:
         # A connector's transfer stats reach /metrics with a later engine step, so a scrape right
         # after the last response can miss the last receives: wait (bounded) for them to land.
         deadline = time.monotonic() + RECEIVES_SETTLE_S
-        while receives_behind(verdict, client) and time.monotonic() < deadline:
+        while receives_behind(verdict, client, self.connector) and time.monotonic() < deadline:
             await asyncio.sleep(0.25)
             after = await self._scrape_all()
             verdict = self._evaluate(after, client)

@@ -8,11 +8,11 @@ reads the table: the lists below are computed from it, never kept beside it.
 
 from __future__ import annotations
 
-from harness.kv_connectors import mooncake, moriio, nixl, none, pdbench
+from harness.kv_connectors import mooncake, moriio, nixl, nixlpush, none, pdbench
 from harness.kv_connectors.entry import Connector
 
 # In the order help texts and the recipe reference list them.
-_MODULES = (nixl, moriio, mooncake, pdbench, none)
+_MODULES = (nixl, nixlpush, moriio, mooncake, pdbench, none)
 
 TABLE: dict[str, Connector] = {m.ENTRY.name: m.ENTRY for m in _MODULES}
 # The aggregated baseline's servers, behind `pdbench proxy --connector none`.

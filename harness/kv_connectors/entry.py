@@ -75,17 +75,25 @@ class KvEvidence:
     not exported. Counters are matched by their `_total` series, never `_created`."""
 
     connector: str
-    received: str | None  # on decode: one count per completed KV receive
+    received: str | None  # on `counted_on`: one count per completed KV transfer
     failures: str | None  # failed transfers, notifications or receives (either role)
     expired: str | None  # KV held by prefill that expired unread (either role)
     missing: str = ""  # what the connector does not export, for the rules' details
-    # What one decode server exports per completed request, series by series (`name{labels}`):
+    # The role whose servers count the completed transfers (`received`, the handoff's histograms)
+    # and whose log holds UCX's account of the KV's lane: the side that drives each transfer and
+    # sees it complete. Decode for a pull (it reads); prefill for a push (it writes, and decode's
+    # own transfer counters stay at zero).
+    counted_on: Role = "decode"
+    # What one `counted_on` server exports per completed request, series by series (`name{labels}`):
     # the contract the patterns above read, which the validity tests replay for every entry.
     per_request: Mapping[str, float] = field(default_factory=dict)
     # Where a point's KV handoff (bytes, time and rate per transfer, the lane) is read from
     # (harness.validity.kv_handoff): the connector's per-request lines in the timings directory,
-    # vLLM's NIXL histograms on decode, or nowhere (the connector exports no sizes or times).
+    # vLLM's NIXL histograms on `counted_on`, or nowhere (the connector exports no sizes or times).
     handoff: Literal["connector_records", "vllm_nixl_metrics"] | None = None
+    # The start of UCX's name for the operation that moves the KV, as UCX_PROTO_INFO prints it in
+    # `counted_on`'s log (harness.validity.ucx_lanes); "" where UCX does not carry the KV.
+    ucx_operation: str = ""
     # What usually makes this connector's KV move far below its path's ceiling: the reason a
     # degraded_transport verdict gives (harness.validity.kv_transport).
     slow_causes: str = "a wrong NIC or transport for the path"

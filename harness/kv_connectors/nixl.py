@@ -52,9 +52,13 @@ ENTRY = Connector(
             "vllm:nixl_num_failed_notifications_total": 0,
         },
         handoff="vllm_nixl_metrics",
+        # UCX's ucp_operation_descs[UCP_OP_ID_GET]: decode's reads of prefill's blocks. Only the KV
+        # is read between the servers (the real logs in tests/data/ucx_proto_info), so any
+        # attribute suffix counts.
+        ucx_operation="remote memory read by ucp_get*",
         slow_causes=(
             "UCX without a GPU transport (UCX_TLS without cuda_ipc; on one GPU without NVLink cuda_ipc's "
-            "get is off unless UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y), a pull where push is faster, one descriptor "
+            "get is off unless UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y), a pull where push (nixlpush) is faster, one descriptor "
             "per block (small block size, a wrapped block pool: see bytes per descriptor), or a wrong NIC"
         ),
     ),

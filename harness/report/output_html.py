@@ -142,7 +142,8 @@ def _breakdown(report: Report) -> list[str]:
         "</tbody>",
         "</table>",
         "<p>Medians in ms. Proxy: arrival to first leg sent; Prefill: its queue and compute; KV transfer: "
-        "the decode servers' mean over the point; Decode: the rest of the decode leg to its first byte; "
+        "the connector's mean over the point (decode's reads; prefill's writes for NIXL push); Decode: the rest of "
+        "the decode leg to its first byte; "
         "Client: the client's TTFT less the proxy's arrival-to-first-byte.</p>",
     ]
     return out

@@ -48,7 +48,7 @@ class Evidence(BaseModel):
     # Per role: this point's queue + compute (decode: TPOT where exported) over the baseline's; an
     # aggregated instance's queue + compute under "prefill", its TPOT under "decode".
     growth: dict[str, float] = {}
-    kv_transfer_ms: NonNegativeFloat | None = None  # the decode servers' mean per transfer
+    kv_transfer_ms: NonNegativeFloat | None = None  # the connector's mean per transfer (its counting servers')
     kv_growth: float | None = None
     tpot_ms: NonNegativeFloat | None = None  # the client's mean TPOT
     e2el_ms: NonNegativeFloat | None = None  # the client's mean E2EL: the request's whole time

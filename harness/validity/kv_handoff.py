@@ -5,13 +5,15 @@ Two sources, per connector (what each exports: harness/kv_connectors/<name>.py):
 - the bundled connector writes one line per request on decode (connector/timings.py): its bytes,
   its pull and the pull's wait for prefill's answer, and whether the bytes came by CUDA IPC or TCP.
   The transfer is the pull less that wait, per request: exact percentiles and the proven lane.
-- NIXL (vLLM's NixlPromMetrics, 0.20 and 0.32): decode's histograms `vllm:nixl_xfer_time_seconds`,
-  `_post_time_seconds`, `_bytes_transferred` and `_num_descriptors`, one observation per completed
-  read. The point's deltas give sums and bucket counts: the mean rate is exact (bytes over time,
-  summed); per-transfer quantiles are interpolated in the time buckets, and a transfer's rate is
-  the mean bytes over its time (exact when every transfer has the same size: one prompt length).
-  UCX does not tell vLLM which transport it used: the lane comes from UCX's own protocol
-  selection in decode's log (harness.validity.ucx_lanes), where the job's logs are given.
+- NIXL (vLLM's NixlPromMetrics, 0.20 and 0.32): the histograms `vllm:nixl_xfer_time_seconds`,
+  `_post_time_seconds`, `_bytes_transferred` and `_num_descriptors` of the role that drives the
+  transfers (the entry's `counted_on`: decode for the pull, one observation per completed read;
+  prefill for the push, one per completed write). The point's deltas give sums and bucket counts:
+  the mean rate is exact (bytes over time, summed); per-transfer quantiles are interpolated in the
+  time buckets, and a transfer's rate is the mean bytes over its time (exact when every transfer
+  has the same size: one prompt length). UCX does not tell vLLM which transport it used: the lane
+  comes from UCX's own protocol selection in that role's log (harness.validity.ucx_lanes), where
+  the job's logs are given.
 Other connectors (Mooncake, MoRI-IO in vLLM 0.32) export no transfer sizes or times: no section.
 """
 
@@ -48,11 +50,14 @@ def point_handoff(
     as <name>.{before,after}.prom; `records`: the proxy's per-request records of the point, with
     the connector's line of each (its `connector` entry) where it wrote one; `min_bytes`: the
     smallest transfer the section's judged rate counts; `logs_dir`: where the servers' logs lie
-    (NIXL's lane is read from decode's), None when the client was not given it."""
+    (NIXL's lane is read from those of the role that counts the transfers), None when the client
+    was not given it."""
     if connector is None:
         return None
     source = kv_connectors.get_kv(connector).evidence
-    how = source.handoff if source is not None else None
+    if source is None:
+        return None
+    how = source.handoff
     if how == "connector_records":
         return from_connector_records(
             connector, (r["connector"] for r in records if isinstance(r.get("connector"), dict)), min_bytes
@@ -63,11 +68,12 @@ def point_handoff(
             path = scrapes_dir / f"{name}.{phase}.prom"
             return path.read_text(errors="replace") if path.is_file() else ""
 
-        decode = [(text(name, "before"), text(name, "after")) for name, role, _ in targets if role == "decode"]
+        names = [name for name, role, _ in targets if role == source.counted_on]
+        pairs = [(text(name, "before"), text(name, "after")) for name in names]
         if logs_dir is None:
-            return from_nixl_scrapes(decode, min_bytes)
-        lane, note = lane_from_logs(logs_dir / log_name(name) for name, role, _ in targets if role == "decode")
-        return from_nixl_scrapes(decode, min_bytes, lane, note)
+            return from_nixl_scrapes(pairs, min_bytes, connector=connector)
+        lane, note = lane_from_logs((logs_dir / log_name(name) for name in names), source)
+        return from_nixl_scrapes(pairs, min_bytes, lane, note, connector)
     return None
 
 
@@ -119,14 +125,17 @@ def from_nixl_scrapes(
     min_bytes: int = MIN_BYTES,
     lane: str | None = None,
     lane_note: str = "vLLM's NIXL metrics do not say which UCX transport carried the bytes (no server logs given)",
+    connector: str = "nixl",
 ) -> KvHandoffSummary | None:
-    """Decode servers' (before, after) /metrics texts of the point, and the lane with its note
-    (harness.validity.ucx_lanes); None when no NIXL transfer was observed (or the servers export no
-    NIXL histograms)."""
+    """The (before, after) /metrics texts of the point of the servers that count the `connector`'s
+    transfers (its entry's `counted_on`), and the lane with its note (harness.validity.ucx_lanes);
+    None when no NIXL transfer was observed (or the servers export no NIXL histograms)."""
+    ev = kv_connectors.get_kv(connector).evidence
+    role = ev.counted_on if ev is not None else "decode"
     before = [Scrape.parse(b) for b, _ in pairs]
     after = [Scrape.parse(a) for _, a in pairs]
 
-    def total(family: str) -> float | None:  # the point's delta, summed over the decode servers
+    def total(family: str) -> float | None:  # the point's delta, summed over the servers
         found = [d[0] for b, a in zip(before, after, strict=True) if (d := delta(b, a, family)) is not None]
         return sum(found) if found else None
 
@@ -147,7 +156,7 @@ def from_nixl_scrapes(
     if mean_bytes is not None and transfer_ms is not None and transfer_ms.p50 > 0 and transfer_ms.p99 > 0:
         gbps = Spread(p50=mean_bytes / (transfer_ms.p50 * 1e6), p99=mean_bytes / (transfer_ms.p99 * 1e6))
     return KvHandoffSummary(
-        connector="nixl",
+        connector=connector,
         source="vllm_metrics",
         transfers=round(count),
         bytes_total=size,
@@ -161,7 +170,7 @@ def from_nixl_scrapes(
         lane=lane,
         lane_note=lane_note,
         note=(
-            "decode's NIXL histograms over the point: the mean rate is bytes over time summed; "
+            f"{role}'s NIXL histograms over the point: the mean rate is bytes over time summed; "
             "percentiles interpolated in the time buckets, rates as the mean bytes over those times"
         ),
         judged_min_bytes=min_bytes,

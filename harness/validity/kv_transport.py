@@ -124,12 +124,15 @@ SPLIT_BYTES = 64 << 10
 
 
 def lane_finding(h: KvHandoffSummary) -> str:
-    """What the lane says when UCX read the KV by software emulation (harness.validity.ucx_lanes)."""
+    """What the lane says when UCX moved the KV by software emulation (harness.validity.ucx_lanes):
+    a read where decode pulls, a write where prefill pushes (the entry's `counted_on`)."""
     if not is_emulated(h.lane):
         return ""
+    ev = kv_connectors.get_kv(h.connector).evidence if h.connector in kv_connectors.kv_names() else None
+    did, do = ("wrote", "write") if ev is not None and ev.counted_on == "prefill" else ("read", "read")
     return (
-        "; measured: UCX read the KV by software emulation (messages over the lane named): none of the "
-        "transports it was given can read that memory directly"
+        f"; measured: UCX {did} the KV by software emulation (messages over the lane named): none of the "
+        f"transports it was given can {do} that memory directly"
     )
 
 
@@ -162,12 +165,18 @@ def with_kv_transport(verdict: PointValidity, r: RuleResult) -> PointValidity:
 
 
 def early_reason(
-    decode: Sequence[tuple[str, str]], ceiling: KvCeiling | None, t: ValidityThresholds, lane: str | None = None
+    counting: Sequence[tuple[str, str]],
+    ceiling: KvCeiling | None,
+    t: ValidityThresholds,
+    lane: str | None = None,
+    connector: str = "nixl",
 ) -> str | None:
-    """Why a running NIXL point is already degraded, from its decode servers' /metrics at its start
-    and now (NIXL's histograms count each completed transfer as it ends) and the lane UCX selected
-    (harness.validity.ucx_lanes); None when not (yet) shown."""
+    """Why a running NIXL point is already degraded, from /metrics at its start and now of the
+    servers that count the transfers (`counting`: the entry's `counted_on`, decode for the pull,
+    prefill for the push; NIXL's histograms count each completed transfer as it ends) and the lane
+    UCX selected (harness.validity.ucx_lanes); None when not (yet) shown."""
     if ceiling is None or ceiling.gbps is None or not t.kv_min_ceiling_share:
         return None
-    r, _ = judge(from_nixl_scrapes(decode, t.kv_judged_min_bytes, lane), ceiling, t, "nixl")
+    h = from_nixl_scrapes(counting, t.kv_judged_min_bytes, lane, connector=connector)
+    r, _ = judge(h, ceiling, t, connector)
     return r.detail if r.status == "failed" else None

@@ -26,8 +26,9 @@ PROMPT_TOKENS = r"vllm:prompt_tokens(_total)?"
 GENERATION_TOKENS = r"vllm:generation_tokens(_total)?"
 _NAMES = "|".join(kv_connectors.kv_names())
 TRANSFER_BYTES = rf"(vllm:)?\w*({_NAMES}|kv)\w*bytes_transferred(_total|_sum)?"
-# Decode-side transfer durations (NIXL's reads, the bundled connector's pulls): sum and count;
-# each connector's own receive histogram, and names that look like one.
+# Transfer durations on the role that counts them (NIXL's reads on decode, its pushed writes on
+# prefill, the bundled connector's pulls on decode): sum and count; each connector's own
+# completed-transfer histogram, and names that look like one.
 _RECEIVE_HISTS = [
     e.evidence.received.removesuffix("_count")
     for e in kv_connectors.TABLE.values()
@@ -63,7 +64,9 @@ class RoleStats(BaseModel):
     # (an earlier turn or a shared prefix), so it loaded only the rest from prefill.
     prefix_hits: float | None = None
     recomputed_tokens: float | None = None
-    kv_received: float | None = None  # completed KV receives (the connector's own counter)
+    # Completed KV transfers (the connector's own counter): receives where decode pulls, writes
+    # on prefill where it pushes (the entry's `counted_on`).
+    kv_received: float | None = None
     transfer_bytes: float | None = None
     transfer_seconds: float | None = None
     transfer_count: float | None = None
@@ -179,10 +182,11 @@ def evaluate(
     # there is no KV transfer to check.
     aggregated = "aggregated" in roles and "decode" not in roles
     decode = roles.get("aggregated" if aggregated else "decode", RoleStats())
+    counted = roles.get(ev.counted_on, RoleStats())
     rules = [
         _not_applicable("kv_transferred", "aggregated serving: no KV is transferred")
         if aggregated
-        else _rule_kv_transferred(decode, client, thresholds, ev),
+        else _rule_kv_transferred(decode, counted, client, thresholds, ev),
         _not_applicable("decode_prompt_compute", "aggregated serving computes every prompt")
         if aggregated
         else _rule_decode_prompt_compute(decode, client, thresholds),
@@ -221,12 +225,21 @@ def _not_applicable(name: str, why: str) -> RuleResult:
     return RuleResult(name=name, status="not_checked", threshold=0, detail=why)
 
 
-def _rule_kv_transferred(decode: RoleStats, client: ClientCounts, t: ValidityThresholds, ev: KvEvidence) -> RuleResult:
+def _completed(ev: KvEvidence) -> str:
+    """What the connector's completed-transfer counter counts, as the rule says it."""
+    return "KV write(s)" if ev.counted_on == "prefill" else "KV receive(s)"
+
+
+def _rule_kv_transferred(
+    decode: RoleStats, counted: RoleStats, client: ClientCounts, t: ValidityThresholds, ev: KvEvidence
+) -> RuleResult:
     """Decode loaded the prompts from remote KV: vLLM's scheduler counted them as external hits
-    and, where the connector exports it, its own counter saw a completed receive per request.
-    Tokens decode found in its own prefix cache count too: the connector loads only the tokens
-    beyond them (NIXL: remote count minus local hits), so a later turn of a session or a
-    shared prefix that decode already holds is not computed there either."""
+    and, where the connector exports it, its own counter saw a completed transfer per request, on
+    the role that counts them (`counted`: the entry's `counted_on`, decode's receives for a pull,
+    prefill's writes for a push; the other role's zero is no failure). Tokens decode found in its
+    own prefix cache count too: the connector loads only the tokens beyond them (NIXL: remote
+    count minus local hits), so a later turn of a session or a shared prefix that decode already
+    holds is not computed there either."""
     name, need = "kv_transferred", 1 - t.hit_tolerance
     if decode.external_hits is None:
         return RuleResult(
@@ -253,18 +266,19 @@ def _rule_kv_transferred(decode: RoleStats, client: ClientCounts, t: ValidityThr
             f", as counted by vLLM's scheduler at admission; {ev.missing}, so a completed load is not shown "
             "(a failed one fails its request under vLLM's default kv_load_failure_policy)",
         )
-    if decode.kv_received is None:
+    side, what = ev.counted_on, _completed(ev)
+    if counted.kv_received is None:
         return result(
             "not_checked",
-            f", but decode exports no completed-receive counter ({ev.received}), "
-            f"which vLLM's {ev.connector} connector exports",
+            f", but {side} exports no counter of completed {what} ({ev.received}), "
+            f"which vLLM's {ev.connector} connector exports there",
         )
-    if decode.kv_received < client.completed:
+    if counted.kv_received < client.completed:
         return result(
             "failed",
-            f", but decode completed {decode.kv_received:.0f} KV receive(s) for {client.completed} completed request(s)",
+            f", but {side} completed {counted.kv_received:.0f} {what} for {client.completed} completed request(s)",
         )
-    return result("passed", f"; {decode.kv_received:.0f} completed KV receive(s) for {client.completed} request(s)")
+    return result("passed", f"; {side} completed {counted.kv_received:.0f} {what} for {client.completed} request(s)")
 
 
 def _rule_decode_prompt_compute(decode: RoleStats, client: ClientCounts, t: ValidityThresholds) -> RuleResult:
@@ -393,10 +407,11 @@ def early_reason(
     return None
 
 
-def receives_behind(v: PointValidity, client: ClientCounts) -> bool:
-    """Decode has counted fewer completed KV receives than requests completed (so far)."""
-    decode = v.roles.get("decode")
-    return decode is not None and decode.kv_received is not None and decode.kv_received < client.completed
+def receives_behind(v: PointValidity, client: ClientCounts, connector: str | None = None) -> bool:
+    """The role that counts the connector's transfers (its entry's `counted_on`) has counted fewer
+    completed ones than requests completed (so far)."""
+    counted = v.roles.get(evidence_for(connector).counted_on)
+    return counted is not None and counted.kv_received is not None and counted.kv_received < client.completed
 
 
 def stopped_early(v: PointValidity, reason: str, after_s: float) -> PointValidity:

@@ -12,11 +12,14 @@ and with `UCX_TLS=tcp,cuda_copy,sm,self` the same read is `software emulation | 
 found no transport that reads GPU memory and emulates the read with messages over TCP (0.22 GB/s
 against 65-125 GB/s by cuda_ipc on the same GPU, docs/gpu.md).
 
-NIXL's pull (vLLM 0.20's NixlConnector: decode reads prefill's blocks) is decode's
-`remote memory read by ucp_get*` selections; the lane is the row for the largest messages (a
-KV transfer's descriptors are 32 KiB to MiBs). A `self` configuration is a process's loopback
-to itself, not the KV path. The tables are parsed here rather than by a library: UCX ships no
-parser for its own report (tests/data/ucx_proto_info holds the real logs the tests read).
+Which operation moves the KV, and in whose log, is the connector's fact (its entry's
+`evidence.ucx_operation` and `counted_on`): NIXL's pull (NixlConnector: decode reads prefill's
+blocks) is decode's `remote memory read by ucp_get*` selections, NIXL's push (NixlPushConnector:
+prefill writes into decode's blocks) prefill's `remote memory write by ucp_put*(multi)` ones.
+The lane is the row for the largest messages (a KV transfer's descriptors are 32 KiB to MiBs). A
+`self` configuration is a process's loopback to itself, not the KV path. The tables are parsed
+here rather than by a library: UCX ships no parser for its own report (tests/data/ucx_proto_info
+holds the real logs the tests read, and one synthetic push log, named so).
 """
 
 from __future__ import annotations
@@ -26,11 +29,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.kv_connectors.entry import KvEvidence
+
 # "[1795940252.085340] [vm:1071 :0]   | ... |": UCX's log prefix (time, host:pid, thread).
 _LINE = re.compile(r"^\[\d+\.\d+\]\s+\[([^\]]*)\]\s+\|(.*)\|\s*$")
 _HEADER = re.compile(r"^ucp_context_\d+\s+(?P<context>.+)$")
 _RANGE = re.compile(r"^\d+(\.\.(\d+|inf))?$")
-READ = "remote memory read by ucp_get"
 # UCX's protocol name when no transport can do the operation on that memory.
 EMULATED = "software emulation"
 # A log is read line by line; past this much of it no table is looked for (a table is printed
@@ -80,9 +84,9 @@ def selections(lines: Iterable[str]) -> list[Selection]:
     return done
 
 
-def kv_reads(found: Iterable[Selection]) -> list[Selection]:
-    """The selections of reads to another process (NIXL's pull), with rows."""
-    return [s for s in found if s.operation.startswith(READ) and not s.context.startswith("self") and s.rows]
+def kv_transfers(found: Iterable[Selection], operation: str) -> list[Selection]:
+    """The selections of `operation` (the start of UCX's name for it) with another process, with rows."""
+    return [s for s in found if s.operation.startswith(operation) and not s.context.startswith("self") and s.rows]
 
 
 def describe(s: Selection) -> str:
@@ -97,23 +101,24 @@ def is_emulated(lane: str | None) -> bool:
     return lane is not None and f"({EMULATED})" in lane
 
 
-def lane_from_logs(paths: Iterable[Path]) -> tuple[str | None, str]:
-    """The KV lane over the decode servers' logs ("+"-joined where they differ), and a note saying
-    where it came from or why there is none."""
+def lane_from_logs(paths: Iterable[Path], ev: KvEvidence) -> tuple[str | None, str]:
+    """The KV lane over the logs of the servers that move it (`ev.counted_on`'s, "+"-joined where
+    they differ), and a note saying where it came from or why there is none."""
+    if not ev.ucx_operation:
+        return None, f"the {ev.connector} connector's KV does not move over UCX"
     lanes: list[str] = []
     looked: list[str] = []
     for path in paths:
         looked.append(path.name)
-        for s in kv_reads(selections(_lines(path))):
+        for s in kv_transfers(selections(_lines(path)), ev.ucx_operation):
             if (lane := describe(s)) not in lanes:
                 lanes.append(lane)
+    what = f"{ev.counted_on}'s KV transfers ({ev.ucx_operation})"
     if lanes:
-        return "+".join(
-            lanes
-        ), f"UCX's own protocol selection for decode's reads (UCX_PROTO_INFO) in {', '.join(looked)}"
-    where = ", ".join(looked) or "no decode server log"
+        return "+".join(lanes), f"UCX's own protocol selection for {what} (UCX_PROTO_INFO) in {', '.join(looked)}"
+    where = ", ".join(looked) or f"no {ev.counted_on} server log"
     return None, (
-        f"no UCX protocol selection for a KV read in {where} (NIXL's env default UCX_PROTO_INFO=y prints it; "
+        f"no UCX protocol selection for {what} in {where} (NIXL's env default UCX_PROTO_INFO=y prints it; "
         "a recipe env that turns it off, or no transfer yet, leaves the lane unproven)"
     )
 

@@ -9,6 +9,7 @@ from harness.render import RenderContext, render_job
 
 RECIPES = [
     "tiny-fp32-cpu-nixl-1p1d",
+    "tiny-fp32-cpu-nixlpush-1p1d",
     "dsr1-fp8-mi355x-moriio-1p2d",
     "dsr1-fp8-mi355x-nixl-1p2d",
     "dsr1-fp8-h200-mooncake-1p2d",
