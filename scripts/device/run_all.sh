@@ -6,7 +6,8 @@
 # x2-nixl (1P1D, prefill GPU 0 -> decode GPU 1; x2-nixl then runs its 2-replica baseline),
 # x2-nixl-b64 (1P1D, KV block size 64), x2-pdbench-grid (bundled 1P1D, then two replicas on the
 # same GPUs behind the proxy: ISL 1k-32k x c 1-64, issue 44's table), x2-nixl-tcp (UCX_TLS without a GPU transport: the
-# degraded_transport verdict's case). single: one instance on GPU 0, every recipe's reference.
+# degraded_transport verdict's case), x2-kv-arms (NIXL pull and push, blocks 16 and 64, 1P1D at
+# c=1; push needs vLLM >= 0.24: stage_build.py --vllm 0.26.0). single: one instance on GPU 0, every recipe's reference.
 # dsr1-shape-pdbench, dsr1-shape-nixl, dsr1-shape-agg: the same three on one H200 with the DeepSeek-V3-shaped
 # model (build it first: make_model.py --shape dsr1-shape, and carry .cache/models/dsr1-shape).
 # dsr1-shape-x4-{nixl,pdbench}-{1p2d,1p1d-wideep}: the four-H200 recipes (nvidia-h200-x4).
@@ -41,6 +42,18 @@ for step in $steps; do
         --set topology.aggregated=null --set 'env={UCX_TLS: "tcp,cuda_copy,sm,self"}' \
         --set 'benchmark.shapes=[{isl: 4096, osl: 64}]' --set 'benchmark.concurrency=[1]' \
         ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
+    x2-kv-arms)
+      # NIXL's arms on the same two GPUs (vLLM >= 0.24 for push): pull and push, KV blocks of 16
+      # and 64 tokens, ISL 1k-32k at c=1, 1P1D only: issue 43's table. Each job's status is printed.
+      for connector in nixl nixlpush; do
+        for block in 16 64; do
+          flags="{gpu-memory-utilization: 0.85, block-size: $block}"
+          timeout 1500 python3 -m harness submit --recipe "llama8b-shape-bf16-h200x2-$connector-1p1d" --launcher local \
+            --results-dir "$root" --set topology.aggregated=null --set 'benchmark.concurrency=[1]' \
+            --set "topology.prefill.flags=$flags" --set "topology.decode.flags=$flags" ${SUBMIT_SET:+--set "$SUBMIT_SET"}
+          echo "run_all: x2-kv-arms $connector block $block exited $? at $(date -u +%T)"
+        done
+      done ;;
     single)
       timeout 3300 python3 -m harness submit --recipe llama8b-shape-bf16-h200x1-none-agg --launcher local \
         --results-dir "$root" ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
