@@ -14,7 +14,6 @@ import json
 from pathlib import Path
 from typing import Annotated, Any
 
-import numpy as np
 import typer
 from pydantic import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
@@ -37,6 +36,8 @@ class TraceGenSettings(FrozenStrict):
 
 def generate(settings: TraceGenSettings) -> list[dict[str, Any]]:
     """The trace's records in time order (ties in session order), as Mooncake writes them."""
+    import numpy as np  # here: the CLI registers this command in every pdbench process
+
     s = settings
     rng = np.random.default_rng(s.seed)
     starts = np.cumsum(rng.exponential(1.0 / s.rate, size=s.sessions))

@@ -63,7 +63,20 @@ Behaviour:
 
 from __future__ import annotations
 
-from harness.mock_engine.server import build_app, serve
+from typing import TYPE_CHECKING, Any
+
 from harness.mock_engine.settings import Distribution, MockEngineConfig
 
+if TYPE_CHECKING:
+    from harness.mock_engine.server import build_app, serve
+
 __all__ = ["Distribution", "MockEngineConfig", "build_app", "serve"]
+
+
+def __getattr__(name: str) -> Any:
+    # The aiohttp server on first use, not when the CLI registers `pdbench mock-engine`.
+    if name in ("build_app", "serve"):
+        from harness.mock_engine import server
+
+        return getattr(server, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

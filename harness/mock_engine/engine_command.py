@@ -8,7 +8,6 @@ import typer
 from pydantic import ValidationError
 
 from harness import exit_codes
-from harness.mock_engine.server import serve
 from harness.mock_engine.settings import MockEngineConfig
 
 DIST_HELP = "50 | constant:50 | normal:MEAN,STD | exponential:MEAN | uniform:LO,HI | lognormal:MEAN,STD"
@@ -75,4 +74,6 @@ def mock_engine_command(
         config = MockEngineConfig(**{k: v for k, v in fields.items() if v is not None})
     except ValidationError as exc:
         _fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
+    from harness.mock_engine.server import serve  # aiohttp: only for this command
+
     serve(config)

@@ -18,7 +18,15 @@ from pydantic.fields import FieldInfo
 
 from harness import exit_codes, kv_connectors
 from harness.proxy.config import ProxyConfig
-from harness.proxy.server import serve
+
+
+def serve(config: ProxyConfig) -> None:
+    """harness.proxy.server.serve, imported on use: its aiohttp and metrics stack would cost
+    every other `pdbench` command a quarter of a second at start (the CLI registers this one in
+    every process, and each job starts several pdbench processes per node)."""
+    from harness.proxy.server import serve as run
+
+    run(config)
 
 
 def _fail(message: str) -> NoReturn:
