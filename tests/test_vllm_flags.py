@@ -77,7 +77,7 @@ def test_import_is_lazy_and_missing_vllm_raises_vllm_unavailable():
     assert done.stdout.startswith("unavailable: vLLM cannot be imported")
 
 
-def test_check_many_cache_skips_a_set_that_passed(tmp_path, monkeypatch):
+def test_check_many_cache_skips_commands_that_passed(tmp_path, monkeypatch):
     calls = []
 
     def fake_check(args, origins=None):
@@ -87,23 +87,29 @@ def test_check_many_cache_skips_a_set_that_passed(tmp_path, monkeypatch):
     monkeypatch.setattr(vllm_flags, "check_serve_args", fake_check)
     monkeypatch.setattr(vllm_flags, "vllm_version", lambda: "0.32.0+cpu")
     cache = tmp_path / "cache" / "flags"  # made on first use
-    commands = [VALID, ["/models/x", "--port", "8200"], VALID]
+    decode = ["/models/x", "--port", "8200"]
+    commands = [VALID, decode, VALID]
 
     assert check_many(commands, cache_dir=cache) == []
-    assert len(calls) == 2  # the duplicate is checked once
-    assert len(list(cache.iterdir())) == 1
+    assert calls == [VALID, decode]  # the duplicate is checked once
+    assert len(list(cache.iterdir())) == 2  # one entry per command
 
     assert check_many(commands, cache_dir=cache) == []
     assert len(calls) == 2  # cached: nothing checked again
 
+    # Another job sharing one serve line checks only its new one.
+    other = ["/models/x", "--port", "8300"]
+    assert check_many([decode, other], cache_dir=cache) == []
+    assert calls[2:] == [other]
+
     monkeypatch.setattr(vllm_flags, "vllm_version", lambda: "0.33.0")
     assert check_many(commands, cache_dir=cache) == []
-    assert len(calls) == 4  # another vLLM version checks again
+    assert calls[3:] == [VALID, decode]  # another vLLM version checks again
 
-    bad = [[*VALID, "--bad"]]
-    assert check_many(bad, cache_dir=cache) and check_many(bad, cache_dir=cache)
-    assert len(calls) == 6  # a failing set is never cached
-    assert len(list(cache.iterdir())) == 2
+    bad = [*VALID, "--bad"]
+    assert check_many([bad, VALID], cache_dir=cache) and check_many([bad], cache_dir=cache)
+    assert calls[5:] == [bad, bad]  # a failing command is never cached; its passing neighbour stays
+    assert len(list(cache.iterdir())) == 5
     assert not [p for p in cache.iterdir() if p.name.startswith(".")]  # no temp file left
 
 
@@ -192,7 +198,7 @@ def test_check_many_real_vllm_dedupes_problems_and_caches_passes(vllm, tmp_path,
     assert check_many([VALID, VALID], cache_dir=tmp_path) == []
 
     def must_not_parse(args):
-        raise AssertionError("re-parsed a cached command set")
+        raise AssertionError("re-parsed a cached command")
 
     monkeypatch.setattr(vllm_flags, "_namespace", must_not_parse)
     assert check_many([VALID], cache_dir=tmp_path) == []

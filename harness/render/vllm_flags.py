@@ -7,8 +7,8 @@ JSON-valued config flags), and the KV connector name is looked up in vLLM's regi
 `create_engine_config` is never called: it loads the model's config.
 
 vLLM is imported lazily (inside functions): pdbench imports this module where vLLM is
-absent, and importing vLLM costs seconds. `check_many` therefore remembers command sets
-that passed, per vLLM version, in a cache directory.
+absent, and importing vLLM costs seconds. `check_many` therefore remembers commands that
+passed, per vLLM version, in a cache directory.
 """
 
 from __future__ import annotations
@@ -230,8 +230,8 @@ def check_serve_args(args: list[str], origins: dict[str, str] | None = None) -> 
     return [problem("--kv-transfer-config", m) for m in _connector_problems(engine_args.kv_transfer_config)]
 
 
-def _cache_file(cache_dir: Path, version: str, commands: list[tuple[str, ...]]) -> Path:
-    key = hashlib.sha256(json.dumps([version, sorted(commands)]).encode()).hexdigest()
+def _cache_file(cache_dir: Path, version: str, command: tuple[str, ...]) -> Path:
+    key = hashlib.sha256(json.dumps([version, list(command)]).encode()).hexdigest()
     return cache_dir / key
 
 
@@ -241,28 +241,29 @@ def check_many(
     cache_dir: Path | None = None,
 ) -> list[FlagProblem]:
     """check_serve_args over several commands (duplicates checked once), with one parser.
-    With cache_dir, a command set that passed before under the same vLLM version is not
-    checked again (and vLLM not imported)."""
+    With cache_dir, a command that passed before under the same vLLM version is not checked
+    again, and vLLM is not imported when every command passed before. Per command, not per job:
+    jobs share most of their serve lines (a 1P1D job's prefill line is its 1P2D's), and each
+    check that imports vLLM costs ~20 s of a 2-core machine."""
     origins = origins or [{} for _ in commands]
     unique: dict[tuple[str, ...], dict[str, str]] = {}
     for words, words_origins in zip(commands, origins, strict=True):
         unique.setdefault(tuple(words), words_origins)
 
     version = vllm_version()
-    cache_file = _cache_file(Path(cache_dir), version, list(unique)) if cache_dir and version else None
-    if cache_file is not None and cache_file.exists():
-        return []
-
+    cached = {c: _cache_file(Path(cache_dir), version, c) for c in unique} if cache_dir and version else {}
     problems: list[FlagProblem] = []
     for command, command_origins in unique.items():
-        for found in check_serve_args(list(command), command_origins):
+        if command in cached and cached[command].exists():
+            continue
+        found_here = check_serve_args(list(command), command_origins)
+        for found in found_here:
             if found not in problems:  # prefill and decode lines often share a mistake
                 problems.append(found)
-
-    if cache_file is not None and not problems:
-        try:
-            cache_file.parent.mkdir(parents=True, exist_ok=True)
-            write_json(cache_file, {"vllm": version, "commands": [list(c) for c in unique]})
-        except OSError:  # a read-only checkout only loses the speed-up
-            pass
+        if command in cached and not found_here:
+            try:
+                cached[command].parent.mkdir(parents=True, exist_ok=True)
+                write_json(cached[command], {"vllm": version, "command": list(command)})
+            except OSError:  # a read-only checkout only loses the speed-up
+                pass
     return problems
