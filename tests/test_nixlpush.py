@@ -4,9 +4,11 @@ Under push prefill's worker records each completed WRITE (vLLM 0.32 nixl/push_wo
 `_pop_done_transfers(self._sending_transfers)`), so NIXL's histograms grow on prefill's /metrics
 while decode's stay at zero, and UCX's account of the write is in prefill's log. Every reader of
 the connector's evidence must read that role: the KV rule, the probe's settle wait, the TTFT
-breakdown's KV mean, the handoff and its lane, the transport's early check. The GPU push's UCX
-tables are synthetic (tests/data/ucx_proto_info/prefill-push-*.synthetic.log: no GPU push log was
-kept); prefill-push-cpu.log is a real prefill log of a CPU push job (vLLM 0.32.0, nixl 1.5.1).
+breakdown's KV mean, the handoff and its lane, the transport's early check. Prefill's logs in
+tests/data/ucx_proto_info are real: prefill-push-ipc.log of llama8b-shape-bf16-h200x2-nixlpush-1p1d
+(two H200s, vLLM 0.26.0, nixl-cu13 1.3.2, ISL 1k, block 16, 2026-11-30) and prefill-push-cpu.log
+of tiny-fp32-cpu-nixlpush-1p1d (vLLM 0.32.0 CPU, nixl 1.5.1), except prefill-push-tcp.synthetic.log
+(the GPU push's table as UCX prints it with no GPU transport; no such run was made).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from harness.validity.kv_handoff import point_handoff
 from harness.validity.kv_transport import early_reason, judge
 
 DATA = Path(__file__).parent / "data" / "ucx_proto_info"
-PUSH_IPC, PUSH_TCP = DATA / "prefill-push-ipc.synthetic.log", DATA / "prefill-push-tcp.synthetic.log"
+PUSH_IPC, PUSH_TCP = DATA / "prefill-push-ipc.log", DATA / "prefill-push-tcp.synthetic.log"
 PULL_IPC = DATA / "decode-ipc.log"  # real: decode's log under the pull
 PUSH_CPU = DATA / "prefill-push-cpu.log"  # real: prefill's log of tiny-fp32-cpu-nixlpush-1p1d
 CLIENT = ClientCounts(prompt_tokens=7168, output_tokens=896, completed=28, failed=0)
@@ -166,8 +168,11 @@ def test_the_handoff_and_its_lane_are_read_from_prefill(tmp_path: Path) -> None:
 
 def test_the_push_lane_is_nixls_multi_put_not_ucxs_own_puts() -> None:
     op = get_kv("nixlpush").evidence.ucx_operation
-    (kv,) = ucx_lanes.kv_transfers(ucx_lanes.selections(PUSH_IPC.read_text().splitlines()), op)
-    assert kv.operation.startswith(op) and ucx_lanes.describe(kv) == "cuda_ipc/cuda (zero-copy)"
+    lines = PUSH_IPC.read_text().splitlines()
+    assert any("APIServer" in x for x in lines)  # precondition: a real prefill log
+    (kv,) = ucx_lanes.kv_transfers(ucx_lanes.selections(lines), op)
+    assert kv.operation == f"{op} from cuda/GPU0 to cuda/dev[0]" and kv.context == "intra-node cfg#2"
+    assert ucx_lanes.describe(kv) == "cuda_ipc/cuda (zero-copy)"
     # A real NIXL log holds UCX's own puts between the servers, one of them emulated: any put
     # would take them for the KV and call a healthy lane emulated.
     real = ucx_lanes.selections(PULL_IPC.read_text().splitlines())

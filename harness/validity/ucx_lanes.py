@@ -30,7 +30,7 @@ prefill writes into decode's blocks) prefill's `remote memory write by ucp_put*(
 The lane is the row for the largest messages (a KV transfer's descriptors are 32 KiB to MiBs). A
 `self` configuration is a process's loopback to itself, not the KV path. The tables are parsed
 here rather than by a library: UCX ships no parser for its own report (tests/data/ucx_proto_info
-holds the real logs the tests read, and synthetic GPU push logs, named so).
+holds the real logs the tests read, and one synthetic push log over TCP, named so).
 """
 
 from __future__ import annotations
