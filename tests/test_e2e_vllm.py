@@ -68,7 +68,8 @@ def _assert_ttft_breakdown(r: dict) -> None:
 def test_local_1p1d_and_two_replicas_real_vllm(tmp_path: Path) -> None:
     require_vllm()
     overrides, ports = _own_ports()
-    proc, watcher = launch(tmp_path, "model=pdbench-copy", *overrides, recipe=VS_AGG, ports=ports)
+    # The one real-vLLM job whose submit checks its serve lines with vLLM's parser, as a user's does.
+    proc, watcher = launch(tmp_path, "model=pdbench-copy", *overrides, recipe=VS_AGG, ports=ports, flag_check=True)
     rc, out = finish(proc, watcher, timeout=900)
     run_dir = only_run_dir(tmp_path, VS_AGG)
     assert rc == 0, out[-4000:]

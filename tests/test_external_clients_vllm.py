@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import require_vllm
+from helpers.e2e_jobs import SKIP_FLAG_CHECK
 from helpers.external_clients import AGENTIC_READS, AGENTIC_RECORD_METRICS
 
 import harness
@@ -75,7 +76,7 @@ def test_aiperf_and_vllm_bench_serve_run_as_the_jobs_clients(tmp_path: Path) -> 
         "benchmark.aiperf.weka_trace": str(trace),
         "benchmark.aiperf.benchmark_duration_s": "6",
     }
-    argv = [sys.executable, "-m", "harness", "submit", "--recipe", RECIPE, "--launcher", "local"]
+    argv = [sys.executable, "-m", "harness", "submit", "--recipe", RECIPE, "--launcher", "local", *SKIP_FLAG_CHECK]
     argv += ["--results-dir", str(results)]
     for k, v in sets.items():
         argv += ["--set", f"{k}={v}"]

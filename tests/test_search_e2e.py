@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import require_vllm
+from helpers.e2e_jobs import SKIP_FLAG_CHECK
 from helpers.slurm_cluster import daemon_problems, processes_in_node_namespaces, require_cluster
 
 from harness.rundir import RunDir, read_status
@@ -70,6 +71,7 @@ def _narrowed(tmp_path: Path) -> Path:
 
 def _search(search: Path, search_dir: Path, results: Path) -> subprocess.Popen:
     args = [*PDBENCH, "search", str(search), "--search-dir", str(search_dir), "--results-dir", str(results)]
+    args += SKIP_FLAG_CHECK
     return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -165,6 +167,7 @@ def test_search_resumes_after_scancel_picks_the_grid_winner_and_costs_less(tmp_p
             continue
         sets = [s for s in c["overrides"] if not s.startswith("benchmark.slo_search")]
         args = [*PDBENCH, "submit", spec["recipe"], "--cluster", spec["cluster"], "--results-dir", str(grid)]
+        args += SKIP_FLAG_CHECK
         args += [x for s in sets for x in ("--set", s)] + ["--wait"]
         before = {p for p in grid.glob("*/*") if RunDir.is_run_dir(p)}
         r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=1200)

@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import require_vllm
+from helpers.e2e_jobs import SKIP_FLAG_CHECK
 
 from harness.validity.series import Scrape, delta
 
@@ -52,7 +53,7 @@ def test_later_turns_hit_prefills_prefix_cache(tmp_path: Path) -> None:
         "benchmark.sessions.num_warmup_sessions=1",
         "benchmark.sessions.think_time_s=0.2",
     ]
-    args = [sys.executable, "-m", "harness", "submit", "--recipe", RECIPE, "--launcher", "local"]
+    args = [sys.executable, "-m", "harness", "submit", "--recipe", RECIPE, "--launcher", "local", *SKIP_FLAG_CHECK]
     args += ["--results-dir", str(results)]
     for o in overrides:
         args += ["--set", o]

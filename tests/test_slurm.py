@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import require_vllm
+from helpers.e2e_jobs import SKIP_FLAG_CHECK
 from helpers.inferencex_contract import assert_inferencex_contract
 from helpers.slurm_cluster import (
     DOCKER_SOCKETS,
@@ -100,6 +101,7 @@ def _submit(results: Path, recipe: str, *overrides: str, extra: tuple[str, ...] 
         # The cluster's settings (partition, no GPU GRES, CPU cores, no RDMA) from its profile.
         "--cluster",
         "local",
+        *SKIP_FLAG_CHECK,
         *extra,
     ]
     for o in overrides:

@@ -29,6 +29,11 @@ def jsonl_by_id(directory: Path, pattern: str) -> dict[str, dict]:
 
 
 RECIPE = "tiny-fp32-cpu-nixl-1p1d"
+# vLLM's flag check imports vLLM in the submitting process (about 20 s of CPU here, before any
+# server starts) and caches per serve line, which the tests' ports make distinct: the real-vLLM
+# jobs skip it but one (test_e2e_vllm's 1P1D-and-replicas job); tests/test_vllm_flags.py and
+# test_doctor.py check real serve lines with it.
+SKIP_FLAG_CHECK = ("--skip-flag-check",)
 
 PORTS = {8100, 8200, 30000, 5600, 5601}
 
@@ -78,8 +83,15 @@ def listening_ports(ports: set[int]) -> set[int]:
 
 
 def launch(
-    results: Path, *overrides: str, recipe: str = RECIPE, extra: tuple[str, ...] = (), ports: set[int] = PORTS
+    results: Path,
+    *overrides: str,
+    recipe: str = RECIPE,
+    extra: tuple[str, ...] = (),
+    ports: set[int] = PORTS,
+    flag_check: bool = False,
 ) -> tuple[subprocess.Popen, ProcessWatcher]:
+    """Submit the recipe with the local launcher, its output piped. vLLM's flag check is skipped
+    unless asked for (SKIP_FLAG_CHECK)."""
     assert not listening_ports(ports), f"ports already in use: {listening_ports(ports)}"
     args = [
         sys.executable,
@@ -92,6 +104,7 @@ def launch(
         "local",
         "--results-dir",
         str(results),
+        *(() if flag_check else SKIP_FLAG_CHECK),
         *extra,
     ]
     for o in overrides:
