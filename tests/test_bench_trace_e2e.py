@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import require_vllm
+from helpers import tokenizer_cache
 from helpers.e2e_jobs import SKIP_FLAG_CHECK
 
 from harness.bench.trace_gen import TraceGenSettings, write_trace
@@ -51,6 +52,7 @@ def test_a_generated_trace_replays_with_its_lateness_and_prefix_hits(tmp_path: P
     ]
     args = [sys.executable, "-m", "harness", "submit", "--recipe", RECIPE, "--launcher", "local", *SKIP_FLAG_CHECK]
     args += ["--results-dir", str(results)]
+    tokenizer_cache.seed(results)
     for o in overrides:
         args += ["--set", o]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=600)

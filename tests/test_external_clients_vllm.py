@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import require_vllm
+from helpers import tokenizer_cache
 from helpers.e2e_jobs import SKIP_FLAG_CHECK
 from helpers.external_clients import AGENTIC_READS, AGENTIC_RECORD_METRICS
 
@@ -78,6 +79,7 @@ def test_aiperf_and_vllm_bench_serve_run_as_the_jobs_clients(tmp_path: Path) -> 
     }
     argv = [sys.executable, "-m", "harness", "submit", "--recipe", RECIPE, "--launcher", "local", *SKIP_FLAG_CHECK]
     argv += ["--results-dir", str(results)]
+    tokenizer_cache.seed(results)
     for k, v in sets.items():
         argv += ["--set", f"{k}={v}"]
     started = time.time()

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import require_vllm
+from helpers import tokenizer_cache
 from helpers.e2e_jobs import SKIP_FLAG_CHECK
 from helpers.slurm_cluster import daemon_problems, processes_in_node_namespaces, require_cluster
 
@@ -168,6 +169,7 @@ def test_search_resumes_after_scancel_picks_the_grid_winner_and_costs_less(tmp_p
         sets = [s for s in c["overrides"] if not s.startswith("benchmark.slo_search")]
         args = [*PDBENCH, "submit", spec["recipe"], "--cluster", spec["cluster"], "--results-dir", str(grid)]
         args += SKIP_FLAG_CHECK
+        tokenizer_cache.seed(grid)
         args += [x for s in sets for x in ("--set", s)] + ["--wait"]
         before = {p for p in grid.glob("*/*") if RunDir.is_run_dir(p)}
         r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=1200)

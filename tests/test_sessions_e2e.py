@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import require_vllm
+from helpers import tokenizer_cache
 from helpers.e2e_jobs import SKIP_FLAG_CHECK
 
 from harness.validity.series import Scrape, delta
@@ -55,6 +56,7 @@ def test_later_turns_hit_prefills_prefix_cache(tmp_path: Path) -> None:
     ]
     args = [sys.executable, "-m", "harness", "submit", "--recipe", RECIPE, "--launcher", "local", *SKIP_FLAG_CHECK]
     args += ["--results-dir", str(results)]
+    tokenizer_cache.seed(results)
     for o in overrides:
         args += ["--set", o]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=600)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import require_vllm
+from helpers import tokenizer_cache
 from helpers.e2e_jobs import SKIP_FLAG_CHECK
 from helpers.inferencex_contract import assert_inferencex_contract
 from helpers.slurm_cluster import (
@@ -88,6 +89,7 @@ def _leftovers(grace: float = 0) -> dict[str, list[int]]:
 
 
 def _submit(results: Path, recipe: str, *overrides: str, extra: tuple[str, ...] = ()) -> subprocess.Popen:
+    tokenizer_cache.seed(results)
     args = [
         sys.executable,
         "-m",

@@ -21,6 +21,7 @@ import pytest
 import harness
 from harness.render.vllm_flags import vllm_version
 from harness.validity.series import Scrape, delta
+from helpers import tokenizer_cache
 
 
 def jsonl_by_id(directory: Path, pattern: str) -> dict[str, dict]:
@@ -93,6 +94,7 @@ def launch(
     """Submit the recipe with the local launcher, its output piped. vLLM's flag check is skipped
     unless asked for (SKIP_FLAG_CHECK)."""
     assert not listening_ports(ports), f"ports already in use: {listening_ports(ports)}"
+    tokenizer_cache.seed(results)
     args = [
         sys.executable,
         "-m",
