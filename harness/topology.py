@@ -78,6 +78,7 @@ class JobPlan:
     proxy_node: int = 0
     aggregated_only: bool = False  # topology.aggregated_only: no disaggregated phase
     arms: tuple[str, ...] = ()  # proxy.arms after the first (proxy.kind): measured in turn in the disagg phase
+    workloads: tuple[str, ...] = ()  # benchmark.workloads: measured in turn after the disagg phase's sweep
 
     def role(self, role: Role) -> list[Worker]:
         return [w for w in self.workers if w.role == role]
@@ -116,6 +117,7 @@ class JobPlan:
             "proxy_port": self.proxy_port,
             **({"aggregated_only": True} if self.aggregated_only else {}),
             **({"arms": list(self.arms)} if self.arms else {}),
+            **({"workloads": list(self.workloads)} if self.workloads else {}),
             "workers": [dict(asdict(w), name=w.name, node=w.node) for w in self.workers],
             # A process's arm only where it has one: plans without arms read as before.
             "processes": [
@@ -139,6 +141,11 @@ def arm_proxy_name(arm: str) -> str:
 
 def arm_bench_name(arm: str) -> str:
     return f"bench-arm-{arm}"
+
+
+def workload_bench_name(name: str) -> str:
+    """The client of a workload (benchmark.workloads), started after the one before it ended."""
+    return f"bench-workload-{name}"
 
 
 class PreflightSpec(FrozenStrict):
@@ -170,6 +177,7 @@ class PlanFile(FrozenStrict):
     proxy_port: int
     aggregated_only: bool = False
     arms: tuple[str, ...] = ()
+    workloads: tuple[str, ...] = ()
     workers: tuple[Worker, ...]
     processes: tuple[Process, ...]
     recipe: str
@@ -193,6 +201,7 @@ class PlanFile(FrozenStrict):
             proxy_port=p.proxy_port,
             aggregated_only=p.aggregated_only,
             arms=p.arms,
+            workloads=p.workloads,
             workers=p.workers,
             processes=tuple(p.processes()),
             recipe=rr.name,
@@ -208,7 +217,15 @@ class PlanFile(FrozenStrict):
         )
 
     def job_plan(self) -> JobPlan:
-        return JobPlan(self.num_nodes, self.workers, self.proxy_port, self.proxy_node, self.aggregated_only, self.arms)
+        return JobPlan(
+            self.num_nodes,
+            self.workers,
+            self.proxy_port,
+            self.proxy_node,
+            self.aggregated_only,
+            self.arms,
+            self.workloads,
+        )
 
     def processes_on(self, node: int | None = None) -> list[Process]:
         return [p for p in self.processes if node is None or p.node == node]
@@ -354,6 +371,7 @@ def plan(rr: ResolvedRecipe, single_host: bool = False) -> JobPlan:
         proxy_port=rr.recipe.proxy.port,
         aggregated_only=topo.aggregated_only,
         arms=tuple(rr.recipe.proxy.arms[1:]),
+        workloads=tuple(rr.recipe.benchmark.workloads),
     )
     _check_ports(rr, plan_, single_host=single_host)
     return plan_

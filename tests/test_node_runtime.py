@@ -1076,6 +1076,44 @@ def test_supervisor_stop_of_one_process_leaves_the_others_descendants(tmp_path: 
     assert not kids["server"][0].is_running()
 
 
+WORKLOADS = ("benchmark.workloads={long-prompts: {isl: 64}, short: {osl: 8}}",)
+
+
+def test_workloads_measure_the_same_servers_one_client_after_the_other(make_job) -> None:
+    job = make_job(overrides=WORKLOADS)
+    rc, _took = job.run()
+    assert rc == 0, job.logs()
+    # The job's own point is the run's result; each workload's is under workloads/<name>/.
+    assert job.status()["results"] == [RESULT_NAME]
+    for name in ("long-prompts", "short"):
+        later = json.loads((job.run_dir / "workloads" / name / RESULT_NAME).read_text())
+        assert later["text"] == " fake from proxy"  # through the job's one router
+        for server in ("prefill-0", "decode-0"):  # the workload's own /metrics around its sweep
+            for when in ("before", "after"):
+                assert (job.run_dir / "workloads" / name / "metrics" / f"{server}.{when}.prom").is_file()
+    node0 = job.log("node0")
+    # The servers and the router stayed up: started once, the clients one after the other in order.
+    assert node0.count("started prefill-0") == 1 and node0.count("started proxy") == 1
+    assert "stopped proxy " not in node0.split("started bench-workload-short")[0]
+    order = ["started bench", "started bench-workload-long-prompts", "started bench-workload-short"]
+    at = [node0.find(x) for x in order]
+    assert -1 not in at and at == sorted(at), (at, node0)
+    recorded = [e["name"] for e in job.recorded_procs()]
+    assert {"proxy", "bench", "bench-workload-long-prompts", "bench-workload-short"} <= set(recorded)
+    job.assert_nothing_left()
+
+
+def test_a_failing_workload_client_fails_the_job_and_later_ones_do_not_run(make_job) -> None:
+    job = make_job(overrides=WORKLOADS, flags={"bench-workload-long-prompts": ["--exit-code", "1"]})
+    rc, _took = job.run()
+    assert rc != 0
+    status = job.status()
+    assert status["state"] == "failed"
+    assert status["failure"]["process"] == "bench-workload-long-prompts", status
+    assert "started bench-workload-short" not in job.log("node0")
+    job.assert_nothing_left()
+
+
 def test_router_arms_measure_the_same_servers_one_router_after_the_other(make_job) -> None:
     (metrics_port,) = free_ports(1)
     arms = ("proxy.arms=[pdbench, vllm-router]", f"proxy.metrics_port={metrics_port}")

@@ -25,10 +25,12 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     StrictFloat,
+    ValidationError,
     field_validator,
     model_validator,
 )
 
+from harness.config import workloads as wl
 from harness.config.external_clients import (
     AiperfSettings,
     ClientName,
@@ -537,6 +539,16 @@ class BenchmarkSettings(Strict):
         json_schema_extra=_cli(cli_format="json", cli_default="none; every concurrency is run"),
     )
 
+    # Left out of the lock (and the fingerprint) while empty: recipes without workloads keep theirs.
+    workloads: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        exclude_if=lambda v: not v,
+        description="More sweeps over the same servers after the job's own, in order (docs/workloads.md): "
+        "name -> the benchmark keys that differ (e.g. {isl: 8192}), deep-merged into this section and "
+        "validated as a whole; each writes into workloads/<name>/ and its results carry metadata.workload. "
+        "Names: lower-case letters, digits and '-', 1-32 characters.",
+    )
+
     @model_validator(mode="before")
     @classmethod
     def _csv_lists(cls, data: Any) -> Any:
@@ -696,6 +708,30 @@ class BenchmarkSettings(Strict):
                         f"(add {stat[1:]} to benchmark.percentiles)"
                     )
         return self
+
+    @model_validator(mode="after")
+    def _check_workloads(self) -> BenchmarkSettings:
+        if self.workloads and self.slo_search is not None:
+            raise ValueError(
+                "workloads: an SLO search measures one workload per job; drop benchmark.slo_search or "
+                "benchmark.workloads"
+            )
+        for name in self.workloads:
+            self.workload(name)  # each merged section valid, or the error naming its key
+        return self
+
+    def workload(self, name: str) -> BenchmarkSettings:
+        """Workload `name`'s whole benchmark section: this one with its mapping deep-merged in."""
+        wl.check_name(name)
+        over = self.workloads[name]
+        for key in wl.REFUSED:
+            if key in over:
+                raise ValueError(f"workloads.{name}.{key}: a workload cannot set {key} (it is one sweep of the job)")
+        base = self.model_dump(exclude_unset=True, exclude={"workloads"})
+        try:
+            return BenchmarkSettings.model_validate(wl.merged(base, over))
+        except ValidationError as e:
+            raise ValueError(wl.nested_error(name, e)) from None
 
     @model_validator(mode="after")
     def _check_profile(self) -> BenchmarkSettings:

@@ -649,6 +649,23 @@ class Recipe(Strict):
         return self
 
     @model_validator(mode="after")
+    def _workloads_alone(self) -> Recipe:
+        # Each later sweep measures the job's disaggregated servers through its one router.
+        if not self.benchmark.workloads:
+            return self
+        if self.proxy.arms:
+            raise ValueError(
+                "benchmark.workloads: not supported with proxy.arms yet (each arm would need every workload); "
+                "drop proxy.arms or benchmark.workloads"
+            )
+        if self.topology.aggregated is not None:
+            raise ValueError(
+                "benchmark.workloads: not supported with topology.aggregated yet (the aggregated baseline would "
+                "need every workload too); drop topology.aggregated or benchmark.workloads"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _profiled_roles_served(self) -> Recipe:
         # A profiled role without servers in this topology would profile nothing (bench log only).
         if (prof := self.benchmark.profile) is not None:

@@ -36,9 +36,18 @@ from harness.node.versions import record_servers
 from harness.power.account import account as account_power
 from harness.power.account import power_interval, power_required, wait_for_samplers
 from harness.rundir import TIME_LIMIT_WARNING, Failure, ResultName, RunDir, write_status
-from harness.rundir.paths import ARMS, REPEATS
+from harness.rundir.paths import ARMS, REPEATS, WORKLOADS
 from harness.supervisor import Supervisor
-from harness.topology import Phase, PlanFile, Process, arm_bench_name, arm_proxy_name, bench_name, proxy_name
+from harness.topology import (
+    Phase,
+    PlanFile,
+    Process,
+    arm_bench_name,
+    arm_proxy_name,
+    bench_name,
+    proxy_name,
+    workload_bench_name,
+)
 from harness.validity.scrape import scrape_all
 
 log = logging.getLogger(__name__)
@@ -346,7 +355,13 @@ def _run_phase(
     scrape_all(targets, metrics, "after")
     if rc == 0 and phase == "disagg" and ctx.plan.arms:
         rc, bench = _run_arms(ctx, sup, start, check, targets, bench)
+    if rc == 0 and phase == "disagg" and ctx.plan.workloads:
+        rc, bench = _run_workloads(ctx, sup, start, check, targets, bench)
     power = _account_power(ctx, phase, [f for f in ctx.run.results() if f.name not in earlier], phase_started)
+    if phase == "disagg":  # each workload's points, into its own power/points/ (result names may repeat)
+        for name in ctx.plan.workloads:
+            where = ctx.run.workload(name)
+            power += _account_power(ctx, phase, where.results(), phase_started, where)
     # Before the other nodes are told to stop: the eval needs this phase's servers.
     accuracy = accuracy_step.after_sweep(ctx.run_dir, phase) if rc == 0 else []
     if last:
@@ -421,15 +436,38 @@ def _run_arms(
     return 0, done[-1]
 
 
-def _account_power(ctx: NodeContext, phase: Phase, results: list[Path], started: float) -> list[str]:
-    """Each point's energy and cost, and the phase's power package, while the samplers still tick.
-    Power never fails the job unless the recipe requires it (benchmark.validity.require_power):
-    then the points without valid power are returned, each with why."""
+def _run_workloads(
+    ctx: NodeContext, sup: Supervisor, start: Callable[[str], None], check, targets: dict[str, str], bench: str
+) -> tuple[int, str]:
+    """Each workload in recipe order over the same servers and router (benchmark.workloads): its own
+    client measures its sweep into workloads/<name>/ with its own /metrics before and after.
+    Returns the first failing client's exit code and name (0 and the last client's when all passed)."""
+    done = [bench]
+    for name in ctx.plan.workloads:
+        client, where = workload_bench_name(name), ctx.run.workload(name)
+        log.info("workload %s: starting %s", name, client)
+        where.path.mkdir(parents=True, exist_ok=True)
+        scrape_all(targets, where.metrics(), "before")
+        rc = _sweep(ctx, sup, start, client, check, *done)  # the clients that ended before: not a failure
+        scrape_all(targets, where.metrics(), "after")
+        if rc != 0:
+            return rc, client
+        done.append(client)
+    return 0, done[-1]
+
+
+def _account_power(
+    ctx: NodeContext, phase: Phase, results: list[Path], started: float, into: RunDir | None = None
+) -> list[str]:
+    """Each point's energy and cost, and the phase's power package, while the samplers still tick
+    (`into`: where a workload's records go, its folder). Power never fails the job unless the recipe
+    requires it (benchmark.validity.require_power): then the points without valid power are
+    returned, each with why."""
     if not results:
         return []
     required = power_required(ctx.run_dir)
     try:
-        points = account_power(ctx.run_dir, ctx.plan, phase, results, started)
+        points = account_power(ctx.run_dir, ctx.plan, phase, results, started, into)
     except Exception as e:
         log.exception("power accounting of phase %s failed; its points have no energy record", phase)
         return [f"the power accounting of phase {phase} failed: {type(e).__name__}: {e}"] if required else []
@@ -451,11 +489,14 @@ def _account_power(ctx: NodeContext, phase: Phase, results: list[Path], started:
 
 def _point_results(run_dir: Path) -> list[tuple[str, Path]]:
     """(name, file) of every point's result: the sweep's at the top, then an SLO search's repeats
-    under repeats/<k>/ (named by their path in the run, as they measure the same points again)."""
+    under repeats/<k>/, the router arms' and the workloads' (named by their path in the run, as
+    their file names may repeat the sweep's)."""
     run = RunDir(run_dir)
     repeats = sorted((run_dir / REPEATS).glob(f"*/{ResultName.GLOB}"))
     arms = sorted((run_dir / ARMS).glob(f"*/{ResultName.GLOB}"))  # router arms' (proxy.arms)
-    return [(f.name, f) for f in run.results()] + [(str(f.relative_to(run_dir)), f) for f in repeats + arms]
+    workloads = sorted((run_dir / WORKLOADS).glob(f"*/{ResultName.GLOB}"))  # benchmark.workloads'
+    later = repeats + arms + workloads
+    return [(f.name, f) for f in run.results()] + [(str(f.relative_to(run_dir)), f) for f in later]
 
 
 def _invalid_points(run_dir: Path) -> list[str]:

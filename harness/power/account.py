@@ -145,9 +145,18 @@ def _wait_for_samples(run: RunDir, nodes: Sequence[int], after: float, timeout_s
         log.warning("power: no sample after the last window from node(s) %s within %.0f s", pending, timeout_s)
 
 
-def account(run_dir: Path, plan: PlanFile, phase: str, results: Sequence[Path], started_at: float) -> list[PointPower]:
-    """Write every point's energy and cost, and the phase's package; returns the points' records."""
+def account(
+    run_dir: Path,
+    plan: PlanFile,
+    phase: str,
+    results: Sequence[Path],
+    started_at: float,
+    into: RunDir | None = None,
+) -> list[PointPower]:
+    """Write every point's energy and cost, and the phase's package; returns the points' records.
+    The samples are the run's; `into` (a workload's folder, laid out as the run) gets the records."""
     run = RunDir(run_dir)
+    out_dir = into or run
     lock = _lock(run_dir)
     phase_nodes = sorted({n for w in plan.workers if w.phase == phase for n in w.nodes})
     records = {n: read_record(run.power_record(n)) for n in phase_nodes}
@@ -196,11 +205,11 @@ def account(run_dir: Path, plan: PlanFile, phase: str, results: Sequence[Path], 
         if missing is None and problems:
             p.reasons[:0] = problems
             p.power_valid, p.total, p.roles, p.servers = False, None, {}, {}
-        run.power_point(f.name).parent.mkdir(parents=True, exist_ok=True)
-        atomic.write_text(run.power_point(f.name), p.model_dump_json(indent=2) + "\n")
+        out_dir.power_point(f.name).parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_text(out_dir.power_point(f.name), p.model_dump_json(indent=2) + "\n")
         out.append(p)
     if sampling:
-        _write_package(run, lock, plan, phase, gpus, records, samples, loaded, started_at)
+        _write_package(out_dir, lock, plan, phase, gpus, records, samples, loaded, started_at)
     return out
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import kv_connectors
+from harness.config.benchmark import BenchmarkSettings
 from harness.config.cpus import parse_groups
 from harness.config.executor import as_run, catalogue_flags, replaces_catalogue_uni
 from harness.config.load import ResolvedRecipe
@@ -423,12 +424,17 @@ def bench_argv(plan: JobPlan, phase: Phase = "disagg") -> list[Word]:
 
 
 def bench_config(
-    rr: ResolvedRecipe, plan: JobPlan, run_meta: dict[str, Any], root: str | None = None
+    rr: ResolvedRecipe,
+    plan: JobPlan,
+    run_meta: dict[str, Any],
+    root: str | None = None,
+    benchmark: BenchmarkSettings | None = None,
 ) -> dict[str, Any]:
-    """The ClientConfig the job's client reads (its bench_config_name); the result dir is given at run time."""
+    """The ClientConfig the job's client reads (its bench_config_name); the result dir is given at run time.
+    `benchmark`: other settings than the recipe's own (a workload's, benchmark.workloads)."""
     # Every benchmark setting of the recipe, as the recipe holds it; then the job's bindings.
     # (Through model_dump_json: strict JSON, an infinite request_rate written as "Infinity".)
-    settings = json.loads(rr.recipe.benchmark.model_dump_json())
+    settings = json.loads((benchmark or rr.recipe.benchmark).model_dump_json(exclude={"workloads"}))
     return settings | {
         "base_url": f"http://127.0.0.1:{rr.recipe.proxy.port}",
         "model": rr.served_model_name,

@@ -23,9 +23,10 @@ from harness.render.arms import arm_bench_argv, arm_bench_config
 from harness.render.commands import Shell, Word, quote
 from harness.render.preflight_spec import preflight_spec
 from harness.render.vllm_router import router_argv
+from harness.render.workloads import workload_bench_argv, workload_bench_config
 from harness.rundir import TIME_LIMIT_WARNING, RunDir
 from harness.rundir.paths import IMAGE_RECORD_JOB, SLURM_OUTPUT, image_record_name, script_names
-from harness.topology import JobPlan, PlanFile, arm_bench_name, bench_name, plan
+from harness.topology import JobPlan, PlanFile, arm_bench_name, bench_name, plan, workload_bench_name
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "slurm_templates"
 # The job script reads the image file once for its sha256 (enroot, apptainer), before any
@@ -190,6 +191,18 @@ def _procs(rr: ResolvedRecipe, p: JobPlan, root: str) -> list[dict[str, Any]]:
                 "summary": f"benchmark client on node {p.proxy_node}, through router arm {arm}",
                 "env": _env({"PDBENCH_CACHE_DIR": Shell("${RUN_DIR}/../../.cache")}),
                 "argv": arm_bench_argv(p, arm),
+                "nic": False,
+            }
+        )
+    for workload in p.workloads:
+        name = workload_bench_name(workload)
+        procs.append(
+            {
+                "name": name,
+                "func": name.replace("-", "_"),
+                "summary": f"benchmark client on node {p.proxy_node}, workload {workload} (benchmark.workloads)",
+                "env": _env({"PDBENCH_CACHE_DIR": Shell("${RUN_DIR}/../../.cache")}),
+                "argv": workload_bench_argv(p, workload),
                 "nic": False,
             }
         )
@@ -395,6 +408,9 @@ def render_job(rr: ResolvedRecipe, out_dir: Path, ctx: RenderContext, job_plan: 
         files[run.arm_bench_config(arm)] = (
             json.dumps(cfg | {"resume": True} if ctx.resumed_from else cfg, indent=2) + "\n"
         )
+    for workload in p.workloads:  # a resume of a job with workloads is refused (harness.resume_run)
+        cfg = workload_bench_config(rr, p, run_metadata(rr, p, ctx), workload, ctx.root)
+        files[run.workload_bench_config(workload)] = json.dumps(cfg, indent=2) + "\n"
     if "aggregated" in p.phases:
         agg = cmd.aggregated_bench_config(rr, p, aggregated_run_metadata(rr, p, ctx), ctx.root)
         if ctx.resumed_from:

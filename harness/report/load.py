@@ -17,14 +17,26 @@ from harness.report.result_file import NotAResult, read_point
 from harness.report.result_names import looks_like_result_name
 from harness.rundir import RunDir, read_status
 from harness.rundir.accuracy_summary import AccuracySummary
-from harness.rundir.paths import ARMS, CLIENTS, CONTROL_FILES, EVALS, POWER, REPEATS, SENTINEL_REFERENCE, SENTINELS
+from harness.rundir.paths import (
+    ARMS,
+    CLIENTS,
+    CONTROL_FILES,
+    EVALS,
+    POWER,
+    REPEATS,
+    SENTINEL_REFERENCE,
+    SENTINELS,
+    WORKLOADS,
+    workload_subdir,
+)
 
 # A pdbench run's folders of records whose files may be named like results but are not its points:
 # other clients' (the cross-check reads them), an SLO search's repeats of a point it has already
 # (pdbench search reads them), the points' energy records and power windows (named after the
 # result they account; harness.report.energy reads them) and the later router arms' points (the
-# same points through another router: harness.report.arms sets them beside the run's own).
-RECORD_DIRS = frozenset({SENTINELS, EVALS, CLIENTS, REPEATS, POWER, ARMS})
+# same points through another router: harness.report.arms sets them beside the run's own). The
+# workloads' points (benchmark.workloads) are runs of their own, read by workload_runs.
+RECORD_DIRS = frozenset({SENTINELS, EVALS, CLIENTS, REPEATS, POWER, ARMS, WORKLOADS})
 
 
 class RunPathError(Exception):
@@ -113,6 +125,37 @@ def _label(run_path: Path, points: list[Point]) -> str:
     return run_path.name
 
 
+def _read_points(files: list[Path], run_root: Path, skipped: list[Skipped], notes: list[Note]) -> list[Point]:
+    points: list[Point] = []
+    for f in files:
+        reason = _not_a_result(f)
+        if reason:
+            skipped.append(Skipped(f, reason))
+            continue
+        try:
+            points.append(read_point(f, run_root, notes))
+        except NotAResult as e:
+            skipped.append(Skipped(f, str(e)))
+    return points
+
+
+def workload_runs(job: Run, skipped: list[Skipped], notes: list[Note]) -> list[Run]:
+    """Each workload of a pdbench job (benchmark.workloads) as a run of its own: its folder
+    workloads/<name>/ (laid out as a run directory), labelled `<job's label>/workloads/<name>`,
+    with the job's status; its points carry the job's metadata (and metadata.workload)."""
+    if not job.is_pdbench_run or not job.path.is_dir():
+        return []
+    out = []
+    for name in RunDir(job.path).workloads():
+        where = job.path / workload_subdir(name)
+        points = _read_points(sorted(RunDir(where).results()), where, skipped, notes)
+        if not points:  # not measured (an earlier client failed): nothing to report, said once
+            skipped.append(Skipped(where, f"workload {name}: no result files"))
+            continue
+        out.append(Run(where, f"{job.label}/{workload_subdir(name)}", job.status, True, points))
+    return out
+
+
 def load_runs(run_paths: list[Path], labels: dict[Path, str] | None = None) -> Loaded:
     """Read every run; `Loaded.skipped` has each file not used and why. `labels` names runs by
     the path given (`--label`); a folder of runs so named gives `<label>/<run>`."""
@@ -141,17 +184,8 @@ def load_runs(run_paths: list[Path], labels: dict[Path, str] | None = None) -> L
             continue
         run_root = arg if arg.is_dir() else arg.parent
         status = _status(RunDir(run_root), skipped)
-        points: list[Point] = []
         files = candidate_files(arg)
-        for f in files:
-            reason = _not_a_result(f)
-            if reason:
-                skipped.append(Skipped(f, reason))
-                continue
-            try:
-                points.append(read_point(f, run_root, notes))
-            except NotAResult as e:
-                skipped.append(Skipped(f, str(e)))
+        points = _read_points(files, run_root, skipped, notes)
         if not files:
             skipped.append(Skipped(arg, "no result files (*.json) in this run directory"))
         run = Run(
@@ -164,6 +198,7 @@ def load_runs(run_paths: list[Path], labels: dict[Path, str] | None = None) -> L
         )
         seen[resolved] = run
         runs.append(run)
+        runs += workload_runs(run, skipped, notes)
     counts: dict[str, int] = {}
     for run in runs:
         n = counts.get(run.label, 0) + 1

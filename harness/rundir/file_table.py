@@ -75,6 +75,19 @@ LAYOUT: tuple[Entry, ...] = (
         "pdbench search, humans (report counts the top-level points only)",
     ),
     Entry(
+        p.workload_bench_config_name("<name>"),
+        "a workload's client configuration (benchmark.workloads): the job's settings with the workload's merged in",
+        "render",
+        "the workload's pdbench bench, status",
+    ),
+    Entry(
+        p.workload_subdir("<name>") + "/",
+        "a workload's sweep after the job's own (benchmark.workloads), in recipe order over the same servers: its "
+        "results (metadata.workload), metrics/ before/after, sentinels/, power/points/, as at the top",
+        "pdbench bench, node 0",
+        "report and collect (a run of its own, labelled <run>/workloads/<name>), status, node 0's validity check",
+    ),
+    Entry(
         p.SUPERSEDED + "/", "earlier, incomplete results of points a resumed sweep ran again", "pdbench bench", "humans"
     ),
     Entry(

@@ -67,6 +67,9 @@ REPEATS = "repeats"
 # arms/<arm>/, laid out as the run directory (results, metrics/, sentinels/); the job's own router's
 # points stay the run's results.
 ARMS = "arms"
+# Workloads (benchmark.workloads): each later sweep over the job's servers writes into
+# workloads/<name>/, laid out as the run directory (results, metrics/, sentinels/, power/points/).
+WORKLOADS = "workloads"
 # GPU power (harness.power): each node's samples under power/raw/, one energy record per point
 # under power/points/, and per phase the dcgm-power v1 package InferenceX's
 # utils/aggregate_power_multinode.py reads (power/<phase>/: manifest.json, samples.csv, windows/).
@@ -99,6 +102,16 @@ def arm_subdir(arm: str) -> str:
 def arm_bench_config_name(arm: str) -> str:
     """A later router arm's client settings: bench-arm-<arm>.json."""
     return f"bench-arm-{arm}.json"
+
+
+def workload_subdir(name: str) -> str:
+    """Where a workload's points go: workloads/<name>."""
+    return f"{WORKLOADS}/{name}"
+
+
+def workload_bench_config_name(name: str) -> str:
+    """A workload's client settings: bench-workload-<name>.json."""
+    return f"bench-workload-{name}.json"
 
 
 def bench_config_name(phase: str) -> str:
@@ -319,6 +332,18 @@ class RunDir:
 
     def arm_bench_config(self, arm: str) -> Path:
         return self.path / arm_bench_config_name(arm)
+
+    def workload(self, name: str) -> RunDir:
+        """A workload's results, laid out as a run directory's (results(), metrics(), power_point())."""
+        return RunDir(self.path / workload_subdir(name))
+
+    def workloads(self) -> list[str]:
+        """The names of the workloads that have a folder here, sorted."""
+        root = self.path / WORKLOADS
+        return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+    def workload_bench_config(self, name: str) -> Path:
+        return self.path / workload_bench_config_name(name)
 
     def bench_config(self, phase: str = "disagg") -> Path:
         return self.path / bench_config_name(phase)

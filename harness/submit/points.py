@@ -18,7 +18,7 @@ from harness.bench.resume import TraceReplay, incomplete, replay_of
 from harness.bench.trace import TraceError, TraceRecord, load_trace
 from harness.config.load import _validation_error
 from harness.rundir import ResultName, RunDir
-from harness.rundir.paths import bench_config_name
+from harness.rundir.paths import bench_config_name, workload_bench_config_name, workload_subdir
 
 PHASES = ("disagg", "aggregated")
 
@@ -38,10 +38,12 @@ class Point:
     trace: TraceReplay | None = None  # what a trace replay point replays
     result: BenchResult | None = None
     problem: str | None = None  # why the result is not a complete, valid point (None: it is)
+    workload: str | None = None  # a workload's point (benchmark.workloads), under workloads/<name>/
 
     @property
     def label(self) -> str:
         text = f"C={self.concurrency}" + (f" {self.shape}" if self.shape else "")
+        text += f" [workload {self.workload}]" if self.workload else ""
         return text + (" (aggregated)" if self.phase == "aggregated" else "")
 
     @property
@@ -104,12 +106,26 @@ def _searched(run: RunDir, cfg: ClientConfig) -> set[int] | None:
         return None  # an unreadable record: every ladder point is shown, none hidden
 
 
+def _workloads(run: RunDir) -> list[str]:
+    """The run's workloads in recipe order, as plan.json lists them (none: an older run's plan)."""
+    try:
+        return [str(w) for w in json.loads(run.plan.read_text()).get("workloads", [])]
+    except (OSError, ValueError, AttributeError):
+        return []
+
+
 def planned(run: RunDir, with_results: bool = True) -> list[Point]:
     """Every point the run's client configs plan, in the order the client runs them. A ladder
     point that the run's SLO search skipped is not planned, unless it has a result file."""
     points = []
-    for phase in PHASES:
-        path = run.path / bench_config_name(phase)
+    # Each client config with where its results go: the phases' at the top, then each workload's.
+    clients: list[tuple[str, Path, Path, str | None]] = [
+        (phase, run.path / bench_config_name(phase), run.path, None) for phase in PHASES
+    ]
+    clients += [
+        ("disagg", run.path / workload_bench_config_name(w), run.path / workload_subdir(w), w) for w in _workloads(run)
+    ]
+    for phase, path, where, workload in clients:
         if not path.is_file():
             continue
         cfg = _config(path)
@@ -121,7 +137,7 @@ def planned(run: RunDir, with_results: bool = True) -> list[Point]:
             for c in cfg.concurrency:
                 name = ResultName(c, cfg.request_rate, tag, cfg.prefill_gpus, cfg.decode_gpus, cfg.gpus).filename
                 file = Path(cfg.result_dir) / name
-                file = file if file.is_absolute() else run.path / file
+                file = file if file.is_absolute() else where / file
                 if searched is not None and c not in searched and not file.is_file():
                     continue
                 result, problem = _read(file) if with_results else (None, None)
@@ -130,5 +146,7 @@ def planned(run: RunDir, with_results: bool = True) -> list[Point]:
                     n: int | None = cfg.num_prompts_for(c)
                 else:  # a trace replay point sends the trace's requests, whatever its concurrency
                     n = len(records) if records is not None else None
-                points.append(Point(phase, c, shown, file, shape.isl, shape.osl, n, cfg.model, trace, result, problem))
+                points.append(
+                    Point(phase, c, shown, file, shape.isl, shape.osl, n, cfg.model, trace, result, problem, workload)
+                )
     return points

@@ -252,6 +252,10 @@ def as_fake(kind: str, argv: list[str]) -> list[str]:
         if Path(config).name.startswith("bench-arm-"):
             arm = Path(config).name.removeprefix("bench-arm-").removesuffix(".json")
             return ["bench", "--proxy-port", str(ports["proxy"]), "--result-subdir", f"arms/{arm}"]
+        if Path(config).name.startswith("bench-workload-"):  # flags by its client's name: bench-workload-<w>
+            workload = Path(config).name.removeprefix("bench-workload-").removesuffix(".json")
+            subdir = ["--result-subdir", f"workloads/{workload}"]
+            return ["bench", "--proxy-port", str(ports["proxy"]), *subdir, *flags.get(f"bench-workload-{workload}", [])]
         return ["bench", "--proxy-port", str(ports["proxy"]), *flags.get("bench", [])]
     port = int(argv[argv.index("--port") + 1])
     name = next(n for n, p in ports.items() if p == port)
@@ -310,7 +314,11 @@ def main(argv: list[str] | None = None) -> None:
         help="as pdbench bench on Ctrl-C: write the result as interrupted, exit 130",
     )
     b.add_argument("--result-name", default=RESULT_NAME)
-    b.add_argument("--result-subdir", default=".", help="a router arm's folder in the run (arms/<arm>)")
+    b.add_argument(
+        "--result-subdir",
+        default=".",
+        help="a router arm's or workload's folder in the run (arms/<arm>, workloads/<w>)",
+    )
     args = ap.parse_args(argv)
     (run_server if args.cmd == "server" else run_bench)(args)
 

@@ -1,0 +1,173 @@
+"""benchmark.workloads: validate refuses what one job cannot measure and names the key of a bad
+workload; each workload is the job's benchmark section with its mapping deep-merged in; the
+rendered job has a client and config per workload writing into workloads/<name>/; the node's
+validity check, `pdbench status` and the report (each workload a run of its own) see its points;
+a resume of such a job is refused. The runs themselves: tests/test_node_runtime.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.config.load import ConfigError, load_recipe
+from harness.node.runtime import _invalid_points
+from harness.render.job import RenderContext, render_job
+from harness.report.build import build_report
+from harness.report.collect import collect
+from harness.report.load import load_runs
+from harness.resume_run import check_same_measurement
+from harness.rundir import RunDir
+from harness.submit.points import planned
+from harness.topology import plan, workload_bench_name
+
+RECIPE = "tiny-fp32-cpu-nixl-1p1d"
+TWO = "benchmark.workloads={long-prompts: {isl: 512, concurrency: [2]}, strict: {validity: {hit_tolerance: 0.01}}}"
+FIXTURE = Path(__file__).parent / "fixtures" / "results" / RECIPE / "20261122T032441Z-e8da34"
+
+
+@pytest.mark.parametrize(
+    ("recipe", "sets", "key", "said"),
+    [
+        (RECIPE, ["benchmark.workloads.Bad_Name.isl=5"], "", "benchmark.workloads: name 'Bad_Name' must be"),
+        (RECIPE, ["benchmark.workloads.-x.isl=5"], "", "not starting with '-'"),
+        (RECIPE, ["benchmark.workloads.trace.isl=-1"], "benchmark.workloads.trace.isl", "greater than 0 (got -1)"),
+        (RECIPE, ["benchmark.workloads.trace.islx=5"], "benchmark.workloads.trace.islx", "unknown key"),
+        (
+            RECIPE,
+            ["benchmark.workloads.trace.concurrency=[1, 1]"],
+            "benchmark.workloads.trace.concurrency",
+            "must be unique",
+        ),
+        (
+            RECIPE,
+            ["benchmark.workloads.a.slo_search={slos: {t: {ttft_p99: 100}}}"],
+            "",
+            "benchmark.workloads.a.slo_search: a workload cannot set slo_search",
+        ),
+        (RECIPE, ["benchmark.workloads.a.workloads={}"], "benchmark.workloads.a.workloads", "cannot set workloads"),
+        (
+            RECIPE,
+            ["benchmark.workloads.a.seed=3", "benchmark.slo_search={slos: {t: {ttft_p99: 100}}}"],
+            "",
+            "benchmark.workloads: an SLO search measures one workload per job; drop benchmark.slo_search or",
+        ),
+        (
+            RECIPE,
+            ["benchmark.workloads.a.seed=3", "proxy.arms=[pdbench, vllm-router]"],
+            "",
+            "benchmark.workloads: not supported with proxy.arms yet",
+        ),
+        (
+            "tiny-fp32-cpu-nixl-1p2d-vs-agg",
+            ["benchmark.workloads.a.seed=3"],
+            "",
+            "benchmark.workloads: not supported with topology.aggregated yet (the aggregated baseline would need "
+            "every workload too)",
+        ),
+        (
+            "tiny-fp32-cpu-nixl-1p2d-vs-agg",
+            ["benchmark.workloads.a.seed=3", "topology.aggregated_only=true"],
+            "",
+            "drop topology.aggregated or benchmark.workloads",
+        ),
+    ],
+)
+def test_validate_refuses_workloads_one_job_cannot_measure(recipe: str, sets: list[str], key: str, said: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_recipe(recipe, sets)
+    assert said in str(e.value)
+    if key:
+        assert e.value.key == key
+
+
+def test_a_workload_is_the_jobs_benchmark_section_with_its_mapping_deep_merged() -> None:
+    rr = load_recipe(RECIPE, [TWO, "benchmark.validity={max_failed_share: 0.1}", "benchmark.workloads.strict.isl=512"])
+    b = rr.recipe.benchmark
+    assert list(b.workloads) == ["long-prompts", "strict"]  # recipe order
+    long = b.workload("long-prompts")
+    assert (long.isl, long.osl, long.concurrency) == (512, b.osl, [2])  # a list replaced, the rest the job's
+    assert long.seed == b.seed and long.workloads == {}
+    strict = b.workload("strict")
+    assert (strict.validity.hit_tolerance, strict.validity.max_failed_share) == (0.01, 0.1)  # a mapping merged
+    assert strict.isl == 512 and strict.concurrency == b.concurrency  # --set into a workload's key
+    # Without workloads the lock (and the fingerprint) reads as before.
+    assert "workloads" not in load_recipe(RECIPE).locked()["recipe"]["benchmark"]
+
+
+def _render(run: Path, *sets: str) -> None:
+    rr = load_recipe(RECIPE, [TWO, *sets])
+    render_job(rr, run, RenderContext(str(run), "/opt/pdbench", "/py", None), plan(rr))
+
+
+def test_the_job_renders_a_client_and_config_per_workload(tmp_path: Path) -> None:
+    _render(tmp_path)
+    assert json.loads((tmp_path / "plan.json").read_text())["workloads"] == ["long-prompts", "strict"]
+    server = (tmp_path / "server.sh").read_text()
+    for name in ("long-prompts", "strict"):
+        fn = server.split(f"proc_{workload_bench_name(name).replace('-', '_')}()")[1].split("\n}")[0]
+        assert f'"${{RUN_DIR}}/bench-workload-{name}.json"' in fn and f'"${{RUN_DIR}}/workloads/{name}"' in fn
+    own = json.loads((tmp_path / "bench.json").read_text())
+    later = json.loads((tmp_path / "bench-workload-long-prompts.json").read_text())
+    assert "workloads" not in own and "workload" not in own["metadata"]  # the job's own sweep: none
+    assert later["metadata"] == own["metadata"] | {"workload": "long-prompts"}
+    assert (later["isl"], later["concurrency"]) == (512, [2])
+    differ = {k for k in own.keys() | later.keys() if own.get(k) != later.get(k)}
+    assert differ == {"metadata", "isl", "concurrency", "proxy_timings_dir", "server_logs_dir", "runtime_records_dir"}
+    assert later["proxy_timings_dir"] == "../../proxy-timings" and later["server_logs_dir"] == "../../logs"
+    # `pdbench status` counts every workload's points after the job's own.
+    labels = [p.label for p in planned(RunDir(tmp_path), with_results=False)]
+    assert own["concurrency"] == [1, 4] and labels == [
+        "C=1",
+        "C=4",
+        "C=2 [workload long-prompts]",
+        "C=1 [workload strict]",
+        "C=4 [workload strict]",
+    ]
+
+
+def test_a_resume_of_a_job_with_workloads_is_refused(tmp_path: Path) -> None:
+    _render(tmp_path)
+    with pytest.raises(ConfigError, match="--resume of a job with workloads is not supported yet"):
+        check_same_measurement(tmp_path, load_recipe(RECIPE, [TWO]))
+    with pytest.raises(ConfigError, match="not supported yet"):  # nor a run with them resumed without
+        check_same_measurement(tmp_path, load_recipe(RECIPE))
+
+
+def _workload_run(root: Path, valid: bool = True) -> Path:
+    """A copy of the fixture run with one workload, long-prompts, of the same points at ISL 512."""
+    run = root / RECIPE / FIXTURE.name
+    shutil.copytree(FIXTURE, run)
+    where = run / "workloads" / "long-prompts"
+    where.mkdir(parents=True)
+    for f in sorted(run.glob("concurrency_*.json")):
+        data = json.loads(f.read_text())
+        data["metadata"] |= {"workload": "long-prompts"} | ({} if valid else {"valid": False})
+        data["input_lens"] = [512 for _ in data.get("input_lens") or []]
+        data["isl"] = 512
+        data["output_throughput"] /= 2
+        (where / f.name).write_text(json.dumps(data))
+    return run
+
+
+def test_report_and_collect_read_each_workload_as_a_run_of_its_own(tmp_path: Path) -> None:
+    run = _workload_run(tmp_path)
+    loaded = load_runs([run])
+    assert [r.label for r in loaded.runs] == [f"{RECIPE}/{run.name}", f"{RECIPE}/{run.name}/workloads/long-prompts"]
+    own, later = loaded.runs
+    assert len(own.points) == len(later.points) == 2  # the job's own points stay its own
+    assert all(p.metadata["workload"] == "long-prompts" for p in later.points)
+    assert all(p.metadata["recipe"] == RECIPE for p in later.points)  # the job's metadata
+    assert later.status == own.status
+    report = build_report([run])
+    assert len(report.table) == 4  # every table row of both
+    collected = collect([run], hw="h200", include_unverified=True)  # the fixture's points: no verdict
+    assert len(collected.entries) == 4, collected.skipped  # every workload point is a result file
+
+
+def test_the_nodes_validity_check_covers_workload_points(tmp_path: Path) -> None:
+    run = _workload_run(tmp_path, valid=False)
+    invalid = _invalid_points(run)
+    assert invalid and all(x.startswith("workloads/long-prompts/concurrency_") for x in invalid), invalid
