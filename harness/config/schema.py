@@ -542,7 +542,7 @@ class TimeoutSpec(Strict):
     rendezvous_s: float = Field(600, gt=0, description="all nodes of the job have started")
     health_s: float = Field(1800, gt=0, description="every server and the proxy are ready")
     smoke_s: float = Field(300, gt=0, description="one request through the proxy")
-    bench_s: float = Field(4 * 3600, gt=0, description="the whole sweep")
+    bench_s: float = Field(4 * 3600, gt=0, description="the whole sweep (of each client: the job's, each workload's)")
     teardown_s: float = Field(30, gt=0, description="SIGTERM to SIGKILL grace")
     settle_s: float = Field(
         10, gt=0, description="a node stopped by another's failure waits this long for that node's own record"

@@ -315,7 +315,15 @@ def _run_phase(
     done = coord.is_done if last else (lambda: coord.is_phase_done(phase))
     if not ctx.is_head:
         log.info("node %d ready; waiting for the benchmark to finish", ctx.node_id)
-        bound = t.health_s + t.smoke_s + kv_ceiling.TIMEOUT_S + t.bench_s + accuracy_step.bound_s(ctx.run_dir, phase)
+        # Node 0 runs the job's client, then each workload's, each bounded by bench_s.
+        clients = 1 + (len(ctx.plan.workloads) if phase == "disagg" else 0)
+        bound = (
+            t.health_s
+            + t.smoke_s
+            + kv_ceiling.TIMEOUT_S
+            + clients * t.bench_s
+            + accuracy_step.bound_s(ctx.run_dir, phase)
+        )
         # decode-0's node on another host than prefill-0's listens for node 0's measured transfer.
         with kv_ceiling.sink(ctx.run_dir, ctx.plan, ctx.node_id, addrs) if phase == "disagg" else nullcontext():
             _wait(ctx, done, bound, "the job's end" if last else f"the end of {phase}", check)
