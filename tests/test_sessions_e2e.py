@@ -1,34 +1,24 @@
 """Multi-turn sessions run by a job on real vLLM (local launcher, 1P1D tiny model, prefix caching on
 as vLLM V1's default): every turn after the first re-sends its session's earlier prompt, and
-prefill's prefix cache finds it, in the point's saved /metrics and in the result's prefix_cache."""
+prefill's prefix cache finds it, in the point's saved /metrics and in the result's prefix_cache.
+The sessions are the `sessions` workload of the session's shared job (helpers/shared_jobs.py)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-import psutil
 import pytest
-from conftest import require_vllm
-from helpers import tokenizer_cache
-from helpers.e2e_jobs import SKIP_FLAG_CHECK
+from helpers.shared_jobs import SESSIONS, SESSIONS_CONCURRENCY, TURNS
 
 from harness.validity.series import Scrape, delta
 
 pytestmark = pytest.mark.vllm
 
-RECIPE = "tiny-fp32-cpu-nixl-1p1d"
-PORTS = {8100, 8200, 30000, 5600, 5601}
-SESSIONS, TURNS, CONCURRENCY = 4, 3, 2
+CONCURRENCY = SESSIONS_CONCURRENCY
 # vLLM's CPU backend caches prompts in blocks of this many tokens; a prefill instance keeps every
 # full block of a prompt it computed, so turn k finds turn k-1's full blocks there.
 BLOCK = 128
-
-
-def _listening() -> set[int]:
-    return {c.laddr.port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN} & PORTS
 
 
 def _delta(metrics: Path, server: str, family: str) -> float:
@@ -38,32 +28,11 @@ def _delta(metrics: Path, server: str, family: str) -> float:
     return found[0]
 
 
-def test_later_turns_hit_prefills_prefix_cache(tmp_path: Path) -> None:
-    require_vllm()
-    assert not _listening(), f"ports already in use: {_listening()}"
-    results = tmp_path / "results"
-    overrides = [
-        "benchmark.dataset=sessions",
-        f"benchmark.concurrency=[{CONCURRENCY}]",
-        "benchmark.isl=256",
-        "benchmark.osl=4",
-        "benchmark.num_warmups=null",
-        f"benchmark.sessions.turns={TURNS}",
-        "benchmark.sessions.user_tokens=128",
-        f"benchmark.sessions.num_sessions={SESSIONS}",
-        "benchmark.sessions.num_warmup_sessions=1",
-        "benchmark.sessions.think_time_s=0.2",
-    ]
-    args = [sys.executable, "-m", "harness", "submit", "--recipe", RECIPE, "--launcher", "local", *SKIP_FLAG_CHECK]
-    args += ["--results-dir", str(results)]
-    tokenizer_cache.seed(results)
-    for o in overrides:
-        args += ["--set", o]
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    (run_dir,) = (results / RECIPE).iterdir()
-    (f,) = run_dir.glob(f"concurrency_{CONCURRENCY}_*.json")
+def test_later_turns_hit_prefills_prefix_cache(workloads_job: Path) -> None:
+    where = workloads_job / "workloads" / "sessions"
+    (f,) = where.glob(f"concurrency_{CONCURRENCY}_*.json")
     r = json.loads(f.read_text())
+    assert r["metadata"]["workload"] == "sessions" and r["metadata"]["valid"] is True
     n = SESSIONS * TURNS
     assert (r["dataset_name"], r["num_prompts"], r["completed"], r["failed"]) == ("sessions", n, n, 0)
 
@@ -81,7 +50,7 @@ def test_later_turns_hit_prefills_prefix_cache(tmp_path: Path) -> None:
     lens = r["input_lens"]
     expected = sum(lens[i * TURNS + k - 1] // BLOCK * BLOCK for i in range(SESSIONS) for k in range(1, TURNS))
     assert expected >= SESSIONS * (256 + 384)
-    metrics = run_dir / "metrics" / f"concurrency_{CONCURRENCY}"
+    metrics = where / "metrics" / f"concurrency_{CONCURRENCY}"
     hits = _delta(metrics, "prefill-0", "vllm:prefix_cache_hits_total")
     queries = _delta(metrics, "prefill-0", "vllm:prefix_cache_queries_total")
     # At least the sessions' re-sent blocks (a sentinel whose reference prefill answered before
@@ -90,4 +59,3 @@ def test_later_turns_hit_prefills_prefix_cache(tmp_path: Path) -> None:
     prefill = r["prefix_cache"]["roles"]["prefill"]
     assert (prefill["hits"], prefill["queries"]) == (hits, queries)
     assert r["prefix_cache"]["enabled"] is True
-    assert not _listening()

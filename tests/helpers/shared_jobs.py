@@ -15,6 +15,7 @@ from pathlib import Path
 
 from conftest import require_vllm
 
+from harness.bench.trace_gen import TraceGenSettings
 from helpers.e2e_jobs import assert_nothing_left, finish, launch
 
 #: The copy model's lm-eval fixture task (docs/accuracy.md), its threshold and sample count.
@@ -49,3 +50,69 @@ def run_finished_job(results: Path, *overrides: str, recipe: str, timeout: float
     assert json.loads((run_dir / "status.json").read_text())["state"] == "succeeded", out[-4000:]
     assert_nothing_left(watcher)
     return run_dir
+
+
+#: The 1P1D NIXL job (the tiny Llama, prefill's vLLM on core 0 and decode's on core 1) of the
+#: tests that differ only in what the client sends: one set of servers, four sweeps
+#: (benchmark.workloads). Its own sweep and `prefill-bound` are test_bottleneck_e2e's (sentinels
+#: off: they would only add requests); `trace` is test_bench_trace_e2e's replay of TRACE_FILE,
+#: `sessions` test_sessions_e2e's multi-turn sessions, each with the settings its test had in a
+#: job of its own.
+WORKLOADS_RECIPE = "tiny-fp32-cpu-nixl-1p1d"
+TRACE_FILE = "trace.jsonl"  # in the job's results root, written before the job
+SESSIONS, TURNS, SESSIONS_CONCURRENCY = 4, 3, 2
+# vLLM's CPU backend caches prefixes in blocks of 128 tokens: the trace's blocks are that size, so
+# each block a later request re-sends is one whole cache block. 4 sessions of 3 turns (256, 384
+# and 512 tokens), every session starting with one shared block.
+TRACE = TraceGenSettings(
+    sessions=4, turns=3, rate=4.0, think_s=0.5, shared_blocks=1, first_blocks=1, new_blocks=1, output_length=4,
+    block_tokens=128, seed=0,
+)  # fmt: skip
+# What the trace and sessions jobs ran with before they shared this one: the recipe's own.
+AS_ALONE = {"cooldown_s": 1.0, "sentinels": {"enabled": True}, "prompts_multiplier": 4, "min_prompts": 8}
+
+
+def workloads_overrides(trace: Path) -> tuple[str, ...]:
+    workloads = {
+        "prefill-bound": {"isl": 2048, "osl": 2, "concurrency": [1, 8]},
+        "trace": {
+            "dataset": "mooncake_trace",
+            "dataset_path": str(trace),
+            "trace": {"block_tokens": 128, "speed": 2.0},
+            "concurrency": [4],
+            "isl": 512,
+            "osl": 4,
+            "num_warmups": 1,
+            **AS_ALONE,
+            "sentinels": {"enabled": True},
+        },
+        "sessions": {
+            "dataset": "sessions",
+            "concurrency": [SESSIONS_CONCURRENCY],
+            "isl": 256,
+            "osl": 4,
+            "num_warmups": None,
+            **AS_ALONE,
+            "sentinels": {"enabled": True},
+            "sessions": {
+                "turns": TURNS,
+                "user_tokens": 128,
+                "num_sessions": SESSIONS,
+                "num_warmup_sessions": 1,
+                "think_time_s": 0.2,
+            },
+        },
+    }
+    return (
+        # The job's own sweep: ISL 16, OSL 256 at C=1 and 64, two waves of 64 (the second waits
+        # for decode's full steps).
+        "benchmark.isl=16",
+        "benchmark.osl=256",
+        "benchmark.concurrency=[1,64]",
+        "benchmark.prompts_multiplier=2",
+        "benchmark.min_prompts=4",
+        "benchmark.num_warmups=2",
+        "benchmark.cooldown_s=0",
+        "benchmark.sentinels.enabled=false",
+        f"benchmark.workloads={json.dumps(workloads)}",
+    )
