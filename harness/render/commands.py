@@ -423,6 +423,27 @@ def bench_argv(plan: JobPlan, phase: Phase = "disagg") -> list[Word]:
     return argv
 
 
+def bench_argv_into(plan: JobPlan, config_name: str, subdir: str) -> list[Word]:
+    """The disaggregated client's line reading `config_name` and writing into RUN_DIR/`subdir`
+    (a router arm's or a workload's folder): the same servers scraped, the same flags."""
+    swap = {
+        f"${{RUN_DIR}}/{bench_config_name('disagg')}": Shell(f"${{RUN_DIR}}/{config_name}"),
+        "${RUN_DIR}": Shell(f"${{RUN_DIR}}/{subdir}"),
+    }
+    return [swap.get(w.text, w) if isinstance(w, Shell) else w for w in bench_argv(plan, "disagg")]
+
+
+def bench_config_into_subdir(cfg: dict[str, Any], proxy_timings: bool) -> dict[str, Any]:
+    """`cfg` for a client that writes one folder down (bench_argv_into's): the job's logs, state
+    and, where it keeps them (`proxy_timings`), the proxy's timings are back at the run directory."""
+    up = "../../"
+    return cfg | {
+        "proxy_timings_dir": up + PROXY_TIMINGS if proxy_timings else None,
+        "server_logs_dir": up + LOGS,
+        "runtime_records_dir": up + STATE,
+    }
+
+
 def bench_config(
     rr: ResolvedRecipe,
     plan: JobPlan,

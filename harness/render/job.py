@@ -166,9 +166,20 @@ def _procs(rr: ResolvedRecipe, p: JobPlan, root: str) -> list[dict[str, Any]]:
                 "argv": cmd.server_argv(rr, w, root, rank),
             }
         )
-    for phase in p.phases:
-        name = bench_name(phase)
-        target = "the proxy" if phase == "disagg" else "the aggregated baseline's proxy"
+    clients = [
+        (
+            bench_name(phase),
+            "the proxy" if phase == "disagg" else "the aggregated baseline's proxy",
+            cmd.bench_argv(p, phase),
+        )
+        for phase in p.phases
+    ]
+    clients += [(arm_bench_name(arm), f"router arm {arm}", arm_bench_argv(p, arm)) for arm in p.arms]
+    clients += [
+        (workload_bench_name(w), f"the proxy, workload {w} (benchmark.workloads)", workload_bench_argv(p, w))
+        for w in p.workloads
+    ]
+    for name, target, argv in clients:
         procs.append(
             {
                 "name": name,
@@ -178,31 +189,7 @@ def _procs(rr: ResolvedRecipe, p: JobPlan, root: str) -> list[dict[str, Any]]:
                 # the results' storage: a later job on any node skips building it
                 # (harness.bench.tokenizer); a hidden directory, so no tool takes it for a run.
                 "env": _env({"PDBENCH_CACHE_DIR": Shell("${RUN_DIR}/../../.cache")}),
-                "argv": cmd.bench_argv(p, phase),
-                "nic": False,
-            }
-        )
-    for arm in p.arms:
-        name = arm_bench_name(arm)
-        procs.append(
-            {
-                "name": name,
-                "func": name.replace("-", "_"),
-                "summary": f"benchmark client on node {p.proxy_node}, through router arm {arm}",
-                "env": _env({"PDBENCH_CACHE_DIR": Shell("${RUN_DIR}/../../.cache")}),
-                "argv": arm_bench_argv(p, arm),
-                "nic": False,
-            }
-        )
-    for workload in p.workloads:
-        name = workload_bench_name(workload)
-        procs.append(
-            {
-                "name": name,
-                "func": name.replace("-", "_"),
-                "summary": f"benchmark client on node {p.proxy_node}, workload {workload} (benchmark.workloads)",
-                "env": _env({"PDBENCH_CACHE_DIR": Shell("${RUN_DIR}/../../.cache")}),
-                "argv": workload_bench_argv(p, workload),
+                "argv": argv,
                 "nic": False,
             }
         )

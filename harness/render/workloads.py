@@ -11,27 +11,17 @@ from __future__ import annotations
 from typing import Any
 
 from harness.config.load import ResolvedRecipe
-from harness.render.commands import Shell, Word, bench_argv, bench_config
+from harness.render.commands import Word, bench_argv_into, bench_config, bench_config_into_subdir
 from harness.rundir.paths import (
-    LOGS,
-    PROXY_TIMINGS,
-    STATE,
-    bench_config_name,
     workload_bench_config_name,
     workload_subdir,
 )
 from harness.topology import JobPlan
 
-UP = "../../"  # from workloads/<name>/ back to the run directory
-
 
 def workload_bench_argv(plan: JobPlan, name: str) -> list[Word]:
     """The job's client line, reading the workload's config and writing into the workload's folder."""
-    swap = {
-        f"${{RUN_DIR}}/{bench_config_name('disagg')}": Shell(f"${{RUN_DIR}}/{workload_bench_config_name(name)}"),
-        "${RUN_DIR}": Shell(f"${{RUN_DIR}}/{workload_subdir(name)}"),
-    }
-    return [swap.get(w.text, w) if isinstance(w, Shell) else w for w in bench_argv(plan, "disagg")]
+    return bench_argv_into(plan, workload_bench_config_name(name), workload_subdir(name))
 
 
 def workload_bench_config(
@@ -39,8 +29,4 @@ def workload_bench_config(
 ) -> dict[str, Any]:
     settings = rr.recipe.benchmark.workload(name)
     cfg = bench_config(rr, plan, run_meta | {"workload": name}, root, settings)
-    return cfg | {
-        "proxy_timings_dir": UP + PROXY_TIMINGS if cfg["proxy_timings_dir"] else None,
-        "server_logs_dir": UP + LOGS,
-        "runtime_records_dir": UP + STATE,
-    }
+    return bench_config_into_subdir(cfg, proxy_timings=bool(cfg["proxy_timings_dir"]))
