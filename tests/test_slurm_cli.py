@@ -188,6 +188,47 @@ def test_wait_deadline_counts_from_the_start_not_the_queue(fake_bin: Path, tmp_p
         slurm.SlurmJob(RunDir(tmp_path), "8").wait(timeout_s=0.1, poll_s=0.01)
 
 
+def test_a_silent_sacct_is_answered_by_scontrol(fake_bin: Path, tmp_path: Path, monkeypatch) -> None:
+    """sacct asks slurmdbd, scontrol slurmctld: when the first does not answer in time (a busy
+    slurmdbd), the job's state comes from the second, not an error."""
+    monkeypatch.setattr(slurm, "QUERY_S", 0.5)
+    _fake(fake_bin, "sacct", "sleep 5\n")
+    _fake(fake_bin, "scontrol", 'echo "JobId=7 JobState=RUNNING ExitCode=0:0"\n')
+    t0 = time.monotonic()
+    info = slurm.job_info("7")
+    assert (info.state, info.source) == ("RUNNING", "scontrol")
+    assert time.monotonic() - t0 < 4.0  # sacct's query was cut at QUERY_S, not waited out
+
+
+def test_wait_asks_a_silent_slurm_again_and_gives_up_after_silent_s(
+    fake_bin: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """A follower (`submit --wait`) does not end on one query that timed out: it asks again at
+    the next poll and follows the job to its end; only a launcher silent for silent_s fails it."""
+    monkeypatch.setattr(slurm, "QUERY_S", 0.3)
+    counter = tmp_path / "n"
+    _fake(fake_bin, "sacct", "exit 1\n")  # accounting has no record: scontrol answers
+    _fake(
+        fake_bin,
+        "scontrol",
+        f"n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}\n"
+        'if [ "$n" -eq 1 ] || [ "$n" -eq 2 ]; then sleep 3; fi\n'  # two polls unanswered
+        'if [ "$n" -lt 4 ]; then s=RUNNING; else s=COMPLETED; fi\n'
+        'echo "JobId=7 JobState=$s ExitCode=0:0"\n',
+    )
+    _fake(fake_bin, "squeue", "sleep 3\n")
+    seen: list[str] = []
+    info = slurm.SlurmJob(RunDir(tmp_path), "7").wait(
+        timeout_s=60, on_poll=lambda i: seen.append(i.detail), poll_s=0.01
+    )
+    assert info.state is JobState.COMPLETED and seen == ["RUNNING", "RUNNING", "COMPLETED"], seen
+    _fake(fake_bin, "scontrol", "sleep 3\n")
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError, match="did not answer within 0 s, and no answer for 1 s since"):
+        slurm.SlurmJob(RunDir(tmp_path), "8").wait(timeout_s=60, poll_s=0.01, silent_s=1.0)
+    assert 1.0 <= time.monotonic() - t0 < 10.0
+
+
 def _run_dir(tmp_path: Path) -> Path:
     run = tmp_path / "results" / "r1" / "20260101T000000Z-abc123"
     (run / "logs").mkdir(parents=True)

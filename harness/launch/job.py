@@ -47,6 +47,15 @@ class LaunchError(RuntimeError):
     pass
 
 
+class LauncherSilent(LaunchError):
+    """The launcher did not answer in time (a busy slurmctld or slurmdbd): the job's state is
+    not known now, which says nothing about the job."""
+
+
+# How long a follower keeps asking a launcher that does not answer before it gives up on it.
+SILENT_S = 300.0
+
+
 class JobState(str, Enum):
     PENDING = "pending"
     RUNNING = "running"
@@ -96,7 +105,13 @@ class Job(ABC):
     def state(self) -> JobState:
         return self.info().state
 
-    def wait(self, timeout_s: float, on_poll: Callable[[JobInfo], None] | None = None, poll_s: float = 2.0) -> JobInfo:
+    def wait(
+        self,
+        timeout_s: float,
+        on_poll: Callable[[JobInfo], None] | None = None,
+        poll_s: float = 2.0,
+        silent_s: float = SILENT_S,
+    ) -> JobInfo:
         """Poll until the job ends (or its launcher forgets it); Ctrl-C cancels the job, then re-raises.
 
         timeout_s counts from when the job leaves the queue: on a busy cluster a job may wait
@@ -104,9 +119,12 @@ class Job(ABC):
         cancelled). Polls grow sparser the longer it waits (up to 15 s), so that many
         followers do not load the launcher (slurmctld); once the run records its end they come
         every END_POLL_S (nap), so the caller does not wait out a long interval for nothing.
+        A launcher that does not answer (LauncherSilent) is asked again at the next poll, for up
+        to `silent_s` in a row; then LaunchError.
         """
         deadline = None
         start = time.monotonic()
+        silent_since: float | None = None
         seen_end: list[float] = []  # when the run was first seen to record its end
 
         def ending() -> bool:
@@ -116,7 +134,15 @@ class Job(ABC):
 
         try:
             while True:
-                info = self.info()
+                try:
+                    info = self.info()
+                except LauncherSilent as e:
+                    silent_since = silent_since or time.monotonic()
+                    if time.monotonic() - silent_since > silent_s:
+                        raise LaunchError(f"{e}, and no answer for {silent_s:.0f} s since") from None
+                    nap(min(15.0, poll_s + (time.monotonic() - start) / 60), ending)
+                    continue
+                silent_since = None
                 if on_poll is not None:
                     on_poll(info)
                 if info.state.finished or info.state is JobState.UNKNOWN:

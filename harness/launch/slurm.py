@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.launch.job import Job, JobInfo, JobState, LaunchError
+from harness.launch.job import Job, JobInfo, JobState, LaunchError, LauncherSilent
 from harness.launch.launcher import Launcher
 from harness.launch.record import LaunchRecord
 from harness.rundir import RunDir
@@ -50,11 +50,16 @@ class SlurmInfo:
         return self.state in TERMINAL
 
 
-def _run(cmd: list[str], timeout: float = 30) -> subprocess.CompletedProcess:
+# How long one query of Slurm (sacct, scontrol, squeue, scancel) may take.
+QUERY_S = 30.0
+
+
+def _run(cmd: list[str], timeout: float | None = None) -> subprocess.CompletedProcess:
+    timeout = QUERY_S if timeout is None else timeout
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise LaunchError(f"{shlex.join(cmd)} did not answer within {timeout:.0f} s") from None
+        raise LauncherSilent(f"{shlex.join(cmd)} did not answer within {timeout:.0f} s") from None
     except FileNotFoundError:
         raise LaunchError(f"{cmd[0]} is not on PATH") from None
 
@@ -89,7 +94,10 @@ def _parse_scontrol(text: str) -> dict[str, str]:
 
 def job_info(job_id: str) -> SlurmInfo:
     if shutil.which("sacct"):
-        out = _run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode,Reason,NodeList"])
+        try:
+            out = _run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode,Reason,NodeList"])
+        except LauncherSilent:  # slurmdbd busy: slurmctld (scontrol, squeue) may still answer
+            out = subprocess.CompletedProcess([], 1, "", "")
         line = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else ""
         if line:
             state, exit_code, reason, nodes = (line.split("|") + [""] * 4)[:4]
