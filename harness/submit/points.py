@@ -19,6 +19,7 @@ from harness.bench.trace import TraceError, TraceRecord, load_trace
 from harness.config.load import _validation_error
 from harness.rundir import ResultName, RunDir
 from harness.rundir.paths import bench_config_name, workload_bench_config_name, workload_subdir
+from harness.topology import PlanFile
 
 PHASES = ("disagg", "aggregated")
 
@@ -107,10 +108,11 @@ def _searched(run: RunDir, cfg: ClientConfig) -> set[int] | None:
 
 
 def _workloads(run: RunDir) -> list[str]:
-    """The run's workloads in recipe order, as plan.json lists them (none: an older run's plan)."""
+    """The run's workloads in recipe order, as its plan (PlanFile) lists them; none when the plan
+    is missing or unreadable (its points are then the phases' alone)."""
     try:
-        return [str(w) for w in json.loads(run.plan.read_text()).get("workloads", [])]
-    except (OSError, ValueError, AttributeError):
+        return list(PlanFile.model_validate_json(run.plan.read_text()).workloads)
+    except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
         return []
 
 
