@@ -11,9 +11,11 @@ import pytest
 from pydantic import ValidationError
 
 from harness.config import load_recipe
-from harness.config.accuracy import AccuracySpec, AccuracyTask, problems
+from harness.config.accuracy import LMEVAL_VENV, AccuracySpec, AccuracyTask, problems
+from harness.config.checkout import CHECKOUT
 from harness.config.schema import Recipe
 from harness.evals.command import Endpoint, lm_eval_argv
+from harness.evals.interpreter import lm_eval_python
 from harness.evals.meta_env import EvalJob, Role, meta_env
 from harness.evals.summary import failures, score_task, stderr_key, verdict, write
 from harness.node.node_checks import checks_for
@@ -60,6 +62,7 @@ def test_off_is_left_out_of_the_lock_on_is_kept() -> None:
         ({"model_type": "openai"}, "accuracy.model_type"),
         ({"phases": ["prefill"]}, "accuracy.phases.0"),
         ({"concurrency": 0}, "accuracy.concurrency"),
+        ({"python": " "}, "accuracy.python"),
     ],
 )
 def test_bad_settings_name_their_key(accuracy: dict, key: str) -> None:
@@ -194,8 +197,8 @@ def test_meta_env_aggregated_is_single_node() -> None:
 def test_lm_eval_command() -> None:
     task = AccuracyTask(name="pdbench_copy", num_fewshot=0, limit=16)
     ep = Endpoint("http://127.0.0.1:30000", "copy", "local-completions", "/m/tok", 2048)
-    argv = lm_eval_argv(task, ep, 4, Path("/out"), FIXTURE, request_timeout_s=600)
-    assert argv[:4] == [sys.executable, "-m", "lm_eval", "run"]
+    argv = lm_eval_argv("/opt/lm/bin/python", task, ep, 4, Path("/out"), FIXTURE, request_timeout_s=600)
+    assert argv[:4] == ["/opt/lm/bin/python", "-m", "lm_eval", "run"]  # accuracy.python's, not pdbench's
     args = {flag: argv[i + 1] for i, flag in enumerate(argv) if flag.startswith("--") and flag != "--log_samples"}
     assert args["--model"] == "local-completions" and args["--tasks"] == "pdbench_copy"
     assert args["--limit"] == "16" and args["--num_fewshot"] == "0" and args["--include_path"] == str(FIXTURE)
@@ -204,11 +207,23 @@ def test_lm_eval_command() -> None:
     assert model_args["num_concurrent"] == "4" and model_args["tokenizer"] == "/m/tok"
     assert model_args["tokenized_requests"] == "False"
     chat = lm_eval_argv(
-        AccuracyTask(), Endpoint("http://h:1", "m", "local-chat-completions", "t", 8), 1, Path("/o"), None, 5
+        "py", AccuracyTask(), Endpoint("http://h:1", "m", "local-chat-completions", "t", 8), 1, Path("/o"), None, 5
     )
     assert "--apply_chat_template" in chat and "tokenizer=t" not in " ".join(chat)
     with pytest.raises(ValueError, match="model=a,b"):
-        lm_eval_argv(AccuracyTask(), Endpoint("http://h:1", "a,b", "local-completions", "t", 8), 1, Path("/o"), None, 5)
+        ep = Endpoint("http://h:1", "a,b", "local-completions", "t", 8)
+        lm_eval_argv("py", AccuracyTask(), ep, 1, Path("/o"), None, 5)
+
+
+def test_the_interpreter_is_accuracy_python_under_the_checkout() -> None:
+    """lm-eval runs in its own venv by default (.venv-lmeval, beside pdbench's, as aiperf's);
+    null: pdbench's own Python (lm-eval installed as pdbench[accuracy])."""
+    assert LMEVAL_VENV == ".venv-lmeval"
+    assert lm_eval_python(AccuracySpec()) == str(CHECKOUT / ".venv-lmeval" / "bin" / "python")
+    assert lm_eval_python(AccuracySpec(python="/opt/lm/bin/python")) == "/opt/lm/bin/python"
+    assert lm_eval_python(AccuracySpec(python=None)) == sys.executable
+    dumped = Recipe.model_validate(_recipe(enabled=True)).model_dump(mode="json")
+    assert dumped["accuracy"]["python"] == ".venv-lmeval/bin/python"  # in the lock as given
 
 
 def test_node_zero_preflight_checks_the_eval_inputs(tmp_path: Path) -> None:

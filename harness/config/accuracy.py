@@ -10,9 +10,15 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, PositiveInt, model_validator
+from pydantic import AfterValidator, Field, PositiveInt, field_validator, model_validator
 
+from harness.config.checkout import in_checkout
 from harness.strict import Strict
+
+# Where scripts/setup.sh puts lm-eval: a venv of its own. In pdbench's venv, the one vLLM runs
+# from, it would bring scikit-learn and pandas into every vLLM process's imports (transformers
+# imports sklearn.metrics when it is installed) and its pins would fight vLLM's.
+LMEVAL_VENV = ".venv-lmeval"
 
 # lm-eval task and metric names end up as argv words and JSON keys, never in a shell script.
 _TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -87,6 +93,21 @@ class AccuracySpec(Strict):
             "phases evaluated: disagg, aggregated (the job's aggregated baseline); default: every phase the job runs"
         ),
     )
+    python: str | None = Field(
+        f"{LMEVAL_VENV}/bin/python",
+        description=(
+            "the Python that runs lm-eval (`python -m lm_eval`): an absolute path, or a path relative to pdbench's "
+            f"own checkout, where scripts/setup.sh creates {LMEVAL_VENV}; null: pdbench's own Python, with "
+            "lm-eval installed beside pdbench (pdbench[accuracy])"
+        ),
+    )
+
+    @field_validator("python")
+    @classmethod
+    def _nonempty(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("an empty path: give the Python that runs lm-eval, or null for pdbench's own")
+        return v
 
     @model_validator(mode="after")
     def _unique(self) -> AccuracySpec:
@@ -114,8 +135,8 @@ class AccuracySpec(Strict):
 def problems(spec: AccuracySpec, job_phases: list[str] | tuple[str, ...], root: Path) -> list[str]:
     """What would make the eval fail for want of its inputs, each naming its key; [] when none.
 
-    Datasets of tasks without include_path come from the Hugging Face cache; harness.evals checks
-    that data at run time, where lm-eval is installed.
+    lm-eval itself and the datasets of tasks without include_path (from the Hugging Face cache)
+    are checked by harness.evals on the node, asking accuracy.python.
     """
     if not spec.enabled:
         return []
@@ -127,12 +148,6 @@ def problems(spec: AccuracySpec, job_phases: list[str] | tuple[str, ...], root: 
                 f"accuracy.phases: {', '.join(absent)} is not a phase of this job (it runs {', '.join(job_phases)})"
             )
     for i, t in enumerate(spec.tasks):
-        if t.include_path is not None and not resolve(t.include_path, root).is_dir():
-            out.append(f"accuracy.tasks[{i}].include_path: {resolve(t.include_path, root)} is not a directory")
+        if t.include_path is not None and not in_checkout(t.include_path, root).is_dir():
+            out.append(f"accuracy.tasks[{i}].include_path: {in_checkout(t.include_path, root)} is not a directory")
     return out
-
-
-def resolve(path: str, root: Path) -> Path:
-    """A task directory as the nodes see it: relative paths are under pdbench's checkout."""
-    p = Path(path)
-    return p if p.is_absolute() else root / p

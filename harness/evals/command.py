@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +46,7 @@ def _model_args(ep: Endpoint, concurrency: int, request_timeout_s: float) -> str
 
 
 def lm_eval_argv(
+    python: str,
     task: AccuracyTask,
     ep: Endpoint,
     concurrency: int,
@@ -54,8 +54,8 @@ def lm_eval_argv(
     include_path: Path | None,
     request_timeout_s: float,
 ) -> list[str]:
-    """`python -m lm_eval run ...` of this interpreter: greedy, samples logged, results under `output`."""
-    argv = [sys.executable, "-m", "lm_eval", "run", "--model", ep.model_type, "--tasks", task.name]
+    """`<python> -m lm_eval run ...` (accuracy.python): greedy, samples logged, results under `output`."""
+    argv = [python, "-m", "lm_eval", "run", "--model", ep.model_type, "--tasks", task.name]
     argv += ["--model_args", _model_args(ep, concurrency, request_timeout_s)]
     argv += ["--gen_kwargs", "temperature=0", "--output_path", str(output), "--log_samples", "--seed", "0"]
     if ep.model_type == "local-chat-completions":

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
 
 from harness.config.accuracy import AccuracySpec
+from harness.evals.interpreter import LmEvalUnavailable, task_datasets, version
 
 
 def offline(env: dict[str, str]) -> bool:
@@ -24,27 +23,29 @@ def _cached(dataset: str, env: dict[str, str]) -> bool:
 
 
 def missing_data(spec: AccuracySpec, env: dict[str, str] | None = None) -> list[str]:
-    """lm-eval itself missing; tasks from its registry whose Hugging Face dataset is not cached, when offline.
+    """lm-eval itself missing from accuracy.python; tasks from its registry whose Hugging Face
+    dataset is not cached, when offline. Both are asked of accuracy.python, never imported here.
 
     Online, lm-eval downloads what it needs; tasks with include_path are checked by
     harness.config.accuracy.problems.
     """
     env = dict(os.environ) if env is None else env
-    if spec.enabled and importlib.util.find_spec("lm_eval") is None:
-        return [f"accuracy: lm-eval is not installed for {sys.executable} (pip install 'pdbench[accuracy]')"]
-    todo = [t for t in spec.tasks if t.include_path is None]
-    if not spec.enabled or not todo or not offline(env):
+    if not spec.enabled:
         return []
-    from lm_eval.tasks import TaskManager  # the optional extra; imported only where it runs
-
-    index = TaskManager().task_index
+    todo = [t for t in spec.tasks if t.include_path is None]
+    try:
+        version(spec, env)
+        if not todo or not offline(env):
+            return []
+        datasets = task_datasets(spec, [t.name for t in todo], env)
+    except LmEvalUnavailable as e:
+        return [str(e)]
     out = []
     for t in todo:
-        entry = index.get(t.name)
-        if entry is None:
+        if t.name not in datasets:
             out.append(f"accuracy task {t.name!r}: lm-eval has no such task")
             continue
-        dataset = (getattr(entry, "cfg", None) or {}).get("dataset_path")
+        dataset = datasets[t.name]
         if dataset and dataset != "json" and not _cached(dataset, env):
             out.append(
                 f"accuracy task {t.name!r}: its dataset {dataset!r} is not in the Hugging Face cache "

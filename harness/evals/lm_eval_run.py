@@ -11,7 +11,6 @@ InferenceX's utils/collect_eval_results.py, given the eval's directory, finds ea
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import signal
@@ -21,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.atomic import write_json
-from harness.config.accuracy import AccuracySpec, AccuracyTask, resolve
+from harness.config.accuracy import AccuracySpec, AccuracyTask
+from harness.config.checkout import in_checkout
+from harness.evals import interpreter
 from harness.evals.command import Endpoint, lm_eval_argv
 from harness.evals.meta_env import EvalJob, meta_env
 from harness.evals.summary import score_task, write
@@ -33,11 +34,14 @@ LM_EVAL_LOG = "lm-eval.log"
 RAW = "lm-eval-output"  # lm-eval's --output_path; its files are moved up into the task's directory
 
 
-def lm_eval_version() -> str:
+def lm_eval_version(spec: AccuracySpec, env: dict[str, str] | None = None) -> str:
+    """As accuracy.python says (in a subprocess); the eval's own run says why when it cannot."""
     try:
-        return importlib.metadata.version("lm-eval")
-    except importlib.metadata.PackageNotFoundError:
+        return interpreter.version(spec, env)
+    except interpreter.LmEvalMissing:
         return "not installed"
+    except interpreter.LmEvalUnavailable:
+        return "unknown"
 
 
 def run_eval(
@@ -51,7 +55,7 @@ def run_eval(
     """Every task of `spec` in turn, bounded together by spec.timeout_s; writes the summary."""
     start = time.monotonic()
     deadline = start + spec.timeout_s
-    version = lm_eval_version()
+    version = lm_eval_version(spec, env)
     scores: list[TaskScore] = []
     errors: list[str] = []
     for task in spec.tasks:
@@ -87,8 +91,9 @@ def _run_task(
     if budget_s <= 0:
         return None, f"not run: the eval's {spec.timeout_s:.0f} s (accuracy.timeout_s) were spent"
     task_dir.mkdir(parents=True, exist_ok=False)  # never over an earlier eval's files
-    include = resolve(task.include_path, root) if task.include_path is not None else None
-    argv = lm_eval_argv(task, ep, job.concurrency, task_dir / RAW, include, request_timeout_s=budget_s)
+    include = in_checkout(task.include_path, root) if task.include_path is not None else None
+    python = interpreter.lm_eval_python(spec)
+    argv = lm_eval_argv(python, task, ep, job.concurrency, task_dir / RAW, include, request_timeout_s=budget_s)
     error = _bounded(argv, task_dir, task_dir / LM_EVAL_LOG, env, budget_s, spec.timeout_s)
     _move_up(task_dir / RAW, task_dir)
     write_json(task_dir / META_ENV, meta_env(job), indent=2, replace=False)
@@ -103,7 +108,12 @@ def _bounded(
 ) -> str | None:
     """Run lm-eval in its own session, killed whole past the budget; None when it exited 0."""
     with log.open("wb") as out:
-        proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            proc = subprocess.Popen(
+                argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        except OSError as e:  # accuracy.python gone since the preflight found it
+            return f"lm-eval did not start: accuracy.python {argv[0]}: {e.strerror or e}"
         try:
             rc = proc.wait(timeout=budget_s)
         except subprocess.TimeoutExpired:

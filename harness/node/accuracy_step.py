@@ -56,8 +56,8 @@ def enabled(run_dir: Path) -> bool:
 
 
 def input_problems(run_dir: Path) -> list[str]:
-    """What would fail the job's evals for want of their inputs (lm-eval, task directories, cached
-    datasets offline); node 0's preflight, and so `pdbench doctor`, runs it."""
+    """What would fail the job's evals for want of their inputs (lm-eval in accuracy.python, task
+    directories, cached datasets offline); node 0's preflight, and so `pdbench doctor`, runs it."""
     lock = _lock(RunDir(run_dir))
     spec = _spec(lock)
     return problems(spec, _job_phases(lock), ROOT) + missing_data(spec)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import harness
 from harness.bench.client_config import ClientConfig
 from harness.bench.dataset import Convention, length_bounds
 from harness.bench.validity_probe import parse_target
+from harness.config.checkout import in_checkout
 from harness.rundir.paths import AIPERF_ARTIFACTS
 
 # InferenceX's scenario refuses a shorter duration unless it runs with --unsafe-override (which
@@ -23,18 +23,12 @@ SCENARIO_MIN_DURATION_S = 900.0
 # InferenceX's warmup start window and trace idle cap (build_replay_cmd).
 TRAJECTORY_START = ("0.25", "0.75")
 FAILED_REQUEST_THRESHOLD = "0.10"
-CHECKOUT = Path(harness.__file__).resolve().parents[1]
-
-
-def aiperf_executable(path: str) -> str:
-    """A relative path is pdbench's checkout's (scripts/setup.sh's .venv-aiperf), wherever the job runs."""
-    return path if Path(path).is_absolute() else str(CHECKOUT / path)
 
 
 def aiperf_argv(cfg: ClientConfig, concurrency: int, point_dir: Path) -> list[str]:
     a = cfg.aiperf
     argv = [
-        aiperf_executable(a.executable),
+        str(in_checkout(a.executable)),  # relative: scripts/setup.sh's .venv-aiperf, wherever the job runs
         "profile",
         "--url",
         cfg.base_url,
