@@ -18,7 +18,9 @@ def _run(tmp_path: Path, client: str) -> RunDir:
     path = tmp_path / "results" / "tiny-fp32-cpu-nixl-1p1d" / "20261126T020000Z-abc123"
     path.mkdir(parents=True)
     run = RunDir(path)
-    run.bench_config().write_text(json.dumps({"client": client, "concurrency": [2, 4]}))
+    cfg = {"client": client, "concurrency": [2, 4], "isl": 256, "osl": 32}
+    cfg |= {"base_url": "http://127.0.0.1:30000", "model": "tiny", "result_dir": "."}
+    run.bench_config().write_text(json.dumps(cfg))
     return run
 
 

@@ -142,14 +142,17 @@ def _read_points(files: list[Path], run_root: Path, skipped: list[Skipped], note
 def workload_runs(job: Run, skipped: list[Skipped], notes: list[Note]) -> list[Run]:
     """Each workload of a pdbench job (benchmark.workloads) as a run of its own: its folder
     workloads/<name>/ (laid out as a run directory), labelled `<job's label>/workloads/<name>`,
-    with the job's status; its points carry the job's metadata (and metadata.workload)."""
+    with the job's status; its points carry the job's metadata (and metadata.workload). A workload
+    that another client measured (aiperf, `vllm bench serve`) is a run without pdbench's points,
+    whose clients' points the tables that read them find in its folder (the cross-check)."""
     if not job.is_pdbench_run or not job.path.is_dir():
         return []
     out = []
     for name in RunDir(job.path).workloads():
         where = job.path / workload_subdir(name)
         points = _read_points(sorted(RunDir(where).results()), where, skipped, notes)
-        if not points:  # not measured (an earlier client failed): nothing to report, said once
+        if not points and not RunDir(where).clients.is_dir():
+            # Not measured (an earlier client failed): nothing to report, said once.
             skipped.append(Skipped(where, f"workload {name}: no result files"))
             continue
         out.append(Run(where, f"{job.label}/{workload_subdir(name)}", job.status, True, points))

@@ -83,7 +83,8 @@ LAYOUT: tuple[Entry, ...] = (
     Entry(
         p.workload_subdir("<name>") + "/",
         "a workload's sweep after the job's own (benchmark.workloads), in recipe order over the same servers: its "
-        "results (metadata.workload), metrics/ before/after, sentinels/, power/points/, as at the top",
+        "results (metadata.workload), metrics/ before/after, sentinels/, power/points/, as at the top; another "
+        "client's clients/<client>/conc_<C>/ and logs/<client>-conc_<C>.log (its client or cross_check)",
         "pdbench bench, node 0",
         "report and collect (a run of its own, labelled <run>/workloads/<name>), status, node 0's validity check",
     ),

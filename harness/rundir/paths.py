@@ -498,6 +498,11 @@ class RunDir:
         """Every eval's summary of the run, sorted by name."""
         return sorted(self.path.glob(f"{EVALS}/*/{ACCURACY_SUMMARY}"))
 
+    @property
+    def clients(self) -> Path:
+        """Where other clients than pdbench's (aiperf, `vllm bench serve`) keep their points."""
+        return self.path / CLIENTS
+
     def client_point(self, client: str, concurrency: int, phase: str = "disagg") -> Path:
         return self.path / client_point_subdir(client, concurrency, phase)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 import time
@@ -14,8 +13,7 @@ from harness.launch.health_wait import HealthWait
 from harness.launch.job import Job, JobInfo, JobState, LaunchError
 from harness.launch.log_tail import LogTail
 from harness.rundir import RunDir, read_status
-from harness.rundir.paths import CLIENTS, client_point_subdir
-from harness.submit.points import Point, PointsUnknown, planned
+from harness.submit.points import Point, PointsUnknown, other_client_sweeps, planned
 
 # The job's own time limit plus this much: teardown and the launcher's polling.
 FOLLOW_SLACK_S = 600
@@ -52,16 +50,6 @@ def point_table(points: list[Point]) -> list[str]:
     return lines
 
 
-def external_client(run: RunDir) -> tuple[str, list[int]] | None:
-    """(client, concurrencies) when another client than pdbench's measured the run's sweep."""
-    try:
-        cfg = json.loads(run.bench_config().read_text())
-    except (OSError, ValueError):
-        return None
-    client = cfg.get("client", "pdbench")
-    return None if client == "pdbench" else (str(client), [int(c) for c in cfg.get("concurrency", [])])
-
-
 def resume_command(run: RunDir) -> str | None:
     """This `submit` command line again, resuming RUN (its finished points kept, the others
     measured); None when this process is not a `submit`."""
@@ -82,30 +70,23 @@ def resume_command(run: RunDir) -> str | None:
 
 
 def summary(run: RunDir, rc: int) -> None:
-    """The run's outcome, a line per point, and the commands to read it further (or to resume it)."""
-    if (other := external_client(run)) is not None:
-        # pdbench wrote no result files: the sweep's points are the other client's directories.
-        client, concurrency = other
-        outcome = "succeeded" if rc == 0 else f"FAILED (exit {rc})"
-        written = sum((run.path / client_point_subdir(client, c)).is_dir() for c in concurrency)
-        say(
-            f"\n{outcome}: {client} measured the sweep, {written} of {len(concurrency)} point(s) written, "
-            f"under {run.path / CLIENTS / client}/conc_<C>/"
-        )
-        _next_steps(run, rc, points_written=written > 0)
-        return
-    try:
-        points = planned(run)
-    except PointsUnknown as e:
-        points = []
-        say(f"note: {e}")
-    valid = sum(p.valid for p in points)
+    """The run's outcome, a line per point, and the commands to read it further (or to resume it).
+    A sweep another client measured has no pdbench points: its line says where that client's are."""
     outcome = "succeeded" if rc == 0 else f"FAILED (exit {rc})"
-    say(f"\n{outcome}: {valid} of {len(points)} point(s) valid, in {run.path}")
-    if points:
-        for line in point_table(points):
-            say(line)
-    _next_steps(run, rc, points_written=any(p.result is not None for p in points))
+    try:
+        points, others = planned(run), other_client_sweeps(run)
+    except PointsUnknown as e:
+        points, others = [], []
+        say(f"note: {e}")
+    written = any(p.result is not None for p in points) or any(o.written for o in others)
+    if others and not points:
+        say(f"\n{outcome}: {others[0].line}")
+        others = others[1:]
+    else:
+        say(f"\n{outcome}: {sum(p.valid for p in points)} of {len(points)} point(s) valid, in {run.path}")
+    for line in [*(point_table(points) if points else []), *(f"  {o.line}" for o in others)]:
+        say(line)
+    _next_steps(run, rc, points_written=written)
     if rc != 0 and not all(p.valid for p in points) and (command := resume_command(run)) is not None:
         say(f"resume: {command}")
 

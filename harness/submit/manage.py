@@ -9,7 +9,7 @@ from harness.launch.find import NoJob, job_of
 from harness.launch.job import LaunchError
 from harness.rundir import RunDir, read_status
 from harness.submit.follow import point_table, run_ref
-from harness.submit.points import PointsUnknown, planned
+from harness.submit.points import PointsUnknown, other_client_sweeps, planned
 from harness.submit.refused import Refused
 from harness.submit.runs import run_state
 
@@ -41,12 +41,13 @@ def status_lines(run: RunDir) -> list[str]:
     if st and st.get("reason"):
         lines.append(f"reason: {st['reason']}")
     try:
-        points = planned(run)
+        points, others = planned(run), other_client_sweeps(run)
     except PointsUnknown as e:
         return [*lines, f"points: unknown ({e})", *(f"  {r.name}" for r in run.results())]
     lines.append(f"points: {sum(p.valid for p in points)} of {len(points)} valid")
     lines += point_table(points)
-    if any(p.result is not None for p in points):
+    lines += [f"  {o.line}" for o in others]  # a sweep another client measured: its points, not pdbench's
+    if any(p.result is not None for p in points) or any(o.written for o in others):
         lines.append(f"next: {prog()} report {run_ref(run)}")
     return lines
 

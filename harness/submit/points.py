@@ -1,7 +1,9 @@
 """A run's points: the ones its client configs plan, and what each one's result file says.
 
 One place for the point-by-point view that `submit` prints at its end, `--resume` prints
-before it starts and `pdbench status` counts (valid/total).
+before it starts and `pdbench status` counts (valid/total). A sweep that another client than
+pdbench's measures (benchmark.client aiperf or vllm, the job's or a workload's) plans no result
+file: its points are that client's directories (other_client_sweeps).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from harness.bench.resume import TraceReplay, incomplete, replay_of
 from harness.bench.trace import TraceError, TraceRecord, load_trace
 from harness.config.load import _validation_error
 from harness.rundir import ResultName, RunDir
-from harness.rundir.paths import bench_config_name, workload_bench_config_name, workload_subdir
+from harness.rundir.paths import bench_config_name, client_point_subdir, workload_bench_config_name, workload_subdir
 from harness.topology import PlanFile
 
 PHASES = ("disagg", "aggregated")
@@ -116,21 +118,58 @@ def _workloads(run: RunDir) -> list[str]:
         return []
 
 
-def planned(run: RunDir, with_results: bool = True) -> list[Point]:
-    """Every point the run's client configs plan, in the order the client runs them. A ladder
-    point that the run's SLO search skipped is not planned, unless it has a result file."""
-    points = []
-    # Each client config with where its results go: the phases' at the top, then each workload's.
+def _client_configs(run: RunDir) -> list[tuple[str, ClientConfig, Path, str | None]]:
+    """Each client config of the run in the order the job runs them, with its phase and where its
+    results go: the phases' at the top, then each workload's (phase, config, folder, workload)."""
     clients: list[tuple[str, Path, Path, str | None]] = [
         (phase, run.path / bench_config_name(phase), run.path, None) for phase in PHASES
     ]
     clients += [
         ("disagg", run.path / workload_bench_config_name(w), run.path / workload_subdir(w), w) for w in _workloads(run)
     ]
-    for phase, path, where, workload in clients:
-        if not path.is_file():
+    return [(phase, _config(path), where, workload) for phase, path, where, workload in clients if path.is_file()]
+
+
+@dataclass(frozen=True)
+class OtherClientSweep:
+    """A sweep whose numbers another client than pdbench's measured (benchmark.client)."""
+
+    client: str
+    concurrency: list[int]
+    where: RunDir  # the folder its `pdbench bench` wrote into: the run's, or a workload's
+    phase: str
+    workload: str | None  # a workload's sweep (benchmark.workloads); None: the phase's own
+
+    @property
+    def written(self) -> int:
+        """How many of its points have a directory (begun or finished)."""
+        found = self.where.client_points(self.client, self.phase)
+        return sum(c in found for c in self.concurrency)
+
+    @property
+    def line(self) -> str:
+        what = f"workload {self.workload}" if self.workload else "the sweep"
+        what += " (aggregated)" if self.phase == "aggregated" else ""
+        points = self.where.path / client_point_subdir(self.client, "<C>", self.phase)
+        return f"{self.client} measured {what}, {self.written} of {len(self.concurrency)} point(s) written, under {points}/"
+
+
+def other_client_sweeps(run: RunDir) -> list[OtherClientSweep]:
+    """The run's sweeps that another client measured, in the order the job runs them."""
+    return [
+        OtherClientSweep(cfg.client, cfg.concurrency, RunDir(where / cfg.result_dir), phase, workload)
+        for phase, cfg, where, workload in _client_configs(run)
+        if cfg.client != "pdbench"
+    ]
+
+
+def planned(run: RunDir, with_results: bool = True) -> list[Point]:
+    """Every point of pdbench's own that the run's client configs plan, in the order the client runs
+    them. A ladder point that the run's SLO search skipped is not planned, unless it has a result file."""
+    points = []
+    for phase, cfg, where, workload in _client_configs(run):
+        if cfg.client != "pdbench":  # its points are the other client's directories, not result files
             continue
-        cfg = _config(path)
         searched = _searched(run, cfg)
         records = _trace(cfg) if cfg.trace is not None else None
         trace = replay_of(cfg, records)
