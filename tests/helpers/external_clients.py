@@ -1,14 +1,61 @@
-"""What InferenceX's agentic aggregation reads of an aiperf run (process_agentic_result.py, read at 843c6254),
-and stand-ins for the external clients."""
+"""aiperf as the end-to-end tests use it: where it is installed, a small agentic trace for it, and
+what InferenceX's agentic aggregation reads of its run (process_agentic_result.py, read at 843c6254)."""
 
 from __future__ import annotations
 
+import json
+import math
+import os
 from pathlib import Path
+
+import pytest
+
+import harness
 
 # What process_agentic_result.py reads, relative to the RESULT_DIR it is given (see above).
 AGENTIC_READS = ("aiperf_artifacts/profile_export.jsonl", "aiperf_artifacts/profile_export_aiperf.json")
 
 AGENTIC_RECORD_METRICS = ("time_to_first_token", "request_latency", "inter_token_latency", "output_sequence_length")
+
+# Where scripts/setup.sh installs aiperf (its own venv), which a recipe's default executable names.
+AIPERF = Path(harness.__file__).resolve().parents[1] / ".venv-aiperf" / "bin" / "aiperf"
+
+
+def aiperf_missing() -> str | None:
+    """Why aiperf cannot run here, or None when it is installed."""
+    if AIPERF.is_file():
+        return None
+    return f"aiperf is not installed at {AIPERF} (scripts/setup.sh installs it unless PDBENCH_NO_AIPERF)"
+
+
+def require_aiperf() -> None:
+    """Skip without aiperf; CI (PDBENCH_REQUIRE_VLLM) fails instead, as for vLLM itself."""
+    if (msg := aiperf_missing()) is not None:
+        if os.environ.get("PDBENCH_REQUIRE_VLLM"):
+            pytest.fail(msg, pytrace=False)
+        pytest.skip(msg)
+
+
+def write_weka_trace(folder: Path, traces: int = 3, turns: int = 5, block: int = 64) -> Path:
+    """Agentic coding sessions in the Weka KV-cache-tester format (aiperf's weka_trace loader):
+    each request's hash ids extend the previous request's, so every turn re-sends its session's
+    context (the prefix sharing of a real trace), from 256 tokens up, 16 tokens out."""
+    folder.mkdir(parents=True)
+    for k in range(traces):
+        requests: list[dict] = []
+        ids: list[int] = []
+        length = 256
+        for i in range(turns):
+            while len(ids) < math.ceil(length / block):
+                ids.append(1000 * k + len(ids))
+            requests.append(
+                {"t": float(i), "type": "s", "model": "tiny", "in": length, "out": 16, "hash_ids": list(ids)}
+                | {"stop": "tool_use", "api_time": 0.5, "think_time": 0.2}
+            )
+            length += 144
+        trace = {"id": f"trace-{k}", "models": ["tiny"], "block_size": block, "hash_id_scope": "local"}
+        (folder / f"trace-{k}.json").write_text(json.dumps(trace | {"requests": requests}))
+    return folder
 
 
 # Stand-ins for aiperf and `vllm bench serve` that send nothing: each writes, from its own command

@@ -53,13 +53,16 @@ def run_finished_job(results: Path, *overrides: str, recipe: str, timeout: float
 
 
 #: The 1P1D NIXL job (the tiny Llama, prefill's vLLM on core 0 and decode's on core 1) of the
-#: tests that differ only in what the client sends: one set of servers, four sweeps
+#: tests that differ only in what the client sends: one set of servers, five sweeps
 #: (benchmark.workloads). Its own sweep and `prefill-bound` are test_bottleneck_e2e's (sentinels
 #: off: they would only add requests); `trace` is test_bench_trace_e2e's replay of TRACE_FILE,
-#: `sessions` test_sessions_e2e's multi-turn sessions, each with the settings its test had in a
-#: job of its own.
+#: `sessions` test_sessions_e2e's multi-turn sessions, `agentic` test_external_clients_vllm's aiperf
+#: on WEKA_TRACE with `vllm bench serve` after it, each with the settings its test had in a job of
+#: its own. `agentic` runs last, so that the others' verdicts are as they were.
 WORKLOADS_RECIPE = "tiny-fp32-cpu-nixl-1p1d"
 TRACE_FILE = "trace.jsonl"  # in the job's results root, written before the job
+WEKA_TRACE = "weka"  # the same: a folder of agentic traces (helpers.external_clients.write_weka_trace)
+AGENTIC, AGENTIC_CONCURRENCY, AGENTIC_PROMPTS = "agentic", 2, 8
 SESSIONS, TURNS, SESSIONS_CONCURRENCY = 4, 3, 2
 # vLLM's CPU backend caches prefixes in blocks of 128 tokens: the trace's blocks are that size, so
 # each block a later request re-sends is one whole cache block. 4 sessions of 3 turns (256, 384
@@ -72,8 +75,10 @@ TRACE = TraceGenSettings(
 AS_ALONE = {"cooldown_s": 1.0, "sentinels": {"enabled": True}, "prompts_multiplier": 4, "min_prompts": 8}
 
 
-def workloads_overrides(trace: Path) -> tuple[str, ...]:
-    workloads = {
+def workloads_overrides(trace: Path, weka: Path | None) -> tuple[str, ...]:
+    """The job's settings; `agentic` with a Weka trace only (None: aiperf is not installed here,
+    and its test skips, or fails where aiperf is required, rather than every reader with the job)."""
+    workloads: dict[str, dict] = {
         "prefill-bound": {"isl": 2048, "osl": 2, "concurrency": [1, 8]},
         "trace": {
             "dataset": "mooncake_trace",
@@ -103,6 +108,20 @@ def workloads_overrides(trace: Path) -> tuple[str, ...]:
             },
         },
     }
+    if weka is not None:
+        workloads[AGENTIC] = {
+            # aiperf runs InferenceX's agentic scenario as the sweep's client, then `vllm bench serve`
+            # measures the same servers at the recipe's shape (of the job's other settings only
+            # num_warmups reaches it, 2 as the recipe's).
+            "client": "aiperf",
+            "cross_check": ["vllm"],
+            "concurrency": [AGENTIC_CONCURRENCY],
+            "endpoint": "chat",
+            "num_prompts": AGENTIC_PROMPTS,
+            "isl": 256,
+            "osl": 32,
+            "aiperf": {"scenario": "inferencex-agentx-mvp", "weka_trace": str(weka), "benchmark_duration_s": 6},
+        }
     return (
         # The job's own sweep: ISL 16, OSL 256 at C=1 and 64, two waves of 64 (the second waits
         # for decode's full steps).
