@@ -69,3 +69,22 @@ def plan(rank: int, tp: int, remote_tp: int, total: int) -> tuple[list[Source], 
         pulls.append(Source(p, (a - p_lo, b - p_lo), (a - lo, b - lo), len(readers[p]), readers[p].index(rank), whole))
     idle = [p for p in range(remote_tp) if p not in readers and p % tp == rank]
     return pulls, idle
+
+
+def plan_for_cache(
+    rank: int, tp: int, remote_tp: int, total: int, cache_heads: int | None
+) -> tuple[list[Source], list[int]]:
+    """`plan` for a decode rank whose cache holds `cache_heads` heads on its dim 1 (None: a cache
+    without a head dimension); raises ValueError where that cache cannot take the prefill's layout."""
+    if remote_tp == tp:
+        return [Source(rank, (0, 0), (0, 0), 1, 0, True)], []
+    if cache_heads is None:
+        if total != 1:
+            raise ValueError("this KV cache has no head dimension to split between TP sizes")
+        # MLA: one latent "head", the same on every rank of either side: a decode rank reads one
+        # prefill rank's whole blocks, and the prefill ranks no decode rank reads are released.
+        return plan(rank, tp, remote_tp, 1)
+    mine = head_span(rank, tp, total)
+    if mine[1] - mine[0] != cache_heads:
+        raise ValueError(f"this rank holds {cache_heads} KV heads, not the {mine[1] - mine[0]} expected")
+    return plan(rank, tp, remote_tp, total)

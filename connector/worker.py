@@ -125,16 +125,8 @@ class PdbenchWorker:
 
     def _plan(self, remote_tp: int) -> tuple[list[heads.Source], list[int]]:
         """This rank's pulls from a prefill of TP `remote_tp`, and the prefill ranks it releases."""
-        if remote_tp == self.tp_size:
-            return [heads.Source(self.tp_rank, (0, 0), (0, 0), 1, 0, True)], []
         assert self.kv is not None
-        if self.kv.heads is None:
-            raise ValueError("this KV cache has no head dimension to split between TP sizes")
-        pulls, idle = heads.plan(self.tp_rank, self.tp_size, remote_tp, self.total_heads)
-        mine = heads.head_span(self.tp_rank, self.tp_size, self.total_heads)
-        if mine[1] - mine[0] != self.kv.heads:
-            raise ValueError(f"this rank holds {self.kv.heads} KV heads, not the {mine[1] - mine[0]} expected")
-        return pulls, idle
+        return heads.plan_for_cache(self.tp_rank, self.tp_size, remote_tp, self.total_heads, self.kv.heads)
 
     def _ranks_of(self, remote_tp: int) -> list[int]:
         """The prefill ranks this rank tells about a request: those it pulls from or releases."""

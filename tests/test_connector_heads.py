@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from connector.heads import head_span, plan
+from connector.heads import head_span, plan, plan_for_cache
 
 
 def test_head_span_splits_and_replicates_like_vllm() -> None:
@@ -50,3 +50,24 @@ def test_every_head_is_read_once_and_every_prefill_rank_hears_from_decode(total:
         assert told == set(range(p_tp)), (p_tp, d_tp, total)  # no rank waits for a lease
         for readers in reads.values():
             assert sorted(readers) == list(range(len(readers)))  # reader indices 0..n-1
+
+
+@pytest.mark.parametrize(("p_tp", "d_tp"), [(2, 1), (1, 2), (4, 2), (2, 4), (8, 1)])
+def test_an_mla_cache_reads_one_prefill_rank_whole_across_tp_sizes(p_tp: int, d_tp: int) -> None:
+    # MLA's cache has no head dimension (blocks, block size, latent): the latent is the same on
+    # every rank, so a decode rank pulls one prefill rank's blocks whole, whatever the TP sizes
+    # (x4's TP2+EP2 prefill into a TP1 decode failed every request before: "no head dimension").
+    told: set[int] = set()
+    for d in range(d_tp):
+        pulls, idle = plan_for_cache(d, d_tp, p_tp, 1, None)
+        assert len(pulls) == 1 and pulls[0].whole, pulls
+        told |= {pulls[0].rank, *idle}
+    assert told == set(range(p_tp))  # every prefill rank frees its blocks: pulled or released
+
+
+def test_a_cache_without_heads_cannot_split_real_heads() -> None:
+    with pytest.raises(ValueError, match="no head dimension"):
+        plan_for_cache(0, 1, 2, 8, None)
+    with pytest.raises(ValueError, match="holds 2 KV heads, not the 4"):
+        plan_for_cache(0, 2, 1, 8, 2)
+    assert plan_for_cache(0, 2, 1, 8, 4)[0][0].rank == 0  # the heads it holds: pulled from rank 0
