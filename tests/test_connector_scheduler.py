@@ -25,15 +25,11 @@ from helpers.connector_engines import (  # noqa: E402
     model_dir,  # noqa: F401  (fixture)
     request_ids,
 )
-from vllm.utils.hashing import sha256  # noqa: E402
-from vllm.v1.core.kv_cache_utils import init_none_hash  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 
 from connector.metadata import PdbenchMetadata  # noqa: E402
-
-init_none_hash(sha256)
 
 
 def remote_params(n_tokens: int, **over: Any) -> dict[str, Any]:

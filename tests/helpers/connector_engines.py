@@ -26,7 +26,7 @@ from vllm.config import (
 from vllm.distributed.kv_transfer.kv_connector.utils import KVOutputAggregator
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 from vllm.utils.hashing import sha256
-from vllm.v1.core.kv_cache_utils import get_request_block_hasher
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
@@ -48,6 +48,11 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     from harness.tiny_model import build
 
     return str(build(tmp_path_factory.mktemp("model") / "tiny"))
+
+
+# vLLM's engine sets the block hashes' seed at start; the schedulers here have no engine, and a
+# test module that makes them must not depend on another having set it first (each alone failed).
+init_none_hash(sha256)
 
 
 def make_scheduler(model_dir: str, role: str, policy: str = "fail", **extra: Any) -> Scheduler:
