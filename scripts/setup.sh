@@ -91,8 +91,8 @@ fi
 # Compiled at install, as pip would: every test's processes import from here. The tools' venvs are
 # not (aiperf's alone takes a minute to compile); their first run compiles what it imports.
 install_into "$VENV/bin/python" --compile-bytecode "${vllm[@]}" -e ".[test,router]"
-# A venv that an earlier setup.sh gave lm-eval: it lives in its own venv now (above).
-if version_is "$VENV/bin/python" lm-eval "$LMEVAL_VERSION"; then
+# A venv that an earlier setup.sh gave lm-eval (any version): it lives in its own venv now (above).
+if "$VENV/bin/python" -c "import importlib.metadata as m; m.version('lm-eval')" 2>/dev/null; then
   uninstall_from "$VENV/bin/python" lm-eval scikit-learn
 fi
 if [ -z "${PDBENCH_NO_VLLM:-}" ]; then
