@@ -18,13 +18,43 @@ from harness.node.signal_cause import describe_signal
 def test_heartbeat(tmp_path: Path) -> None:
     beat = tmp_path / "heartbeat-node0"
     assert HostHeartbeat(None).lost() is None  # not in a container: nothing to watch
-    watch = HostHeartbeat(beat, stale_after_s=20)
+    clock = [100.0]
+    watch = HostHeartbeat(beat, stale_after_s=20, confirm_s=10, monotonic=lambda: clock[0])
     assert "was removed" in (watch.lost() or "")
     beat.touch()
     assert watch.lost() is None
     old = time.time() - 45
     os.utime(beat, (old, old))
+    # First seen stale: believed only once it stays unchanged for confirm_s of the watcher's clock.
+    assert watch.lost() is None
+    clock[0] += 9.9
+    assert watch.lost() is None
+    clock[0] += 0.2
     assert "stopped beating 45 s ago" in (watch.lost() or "")
+
+
+def test_a_host_wide_stall_is_not_a_lost_host(tmp_path: Path) -> None:
+    # The whole machine stalled past stale_after_s: the watcher wakes to a stale beat, and the
+    # wrapper, woken too, touches it again within its beat; that is no reason to tear down.
+    beat = tmp_path / "heartbeat-node0"
+    clock = [0.0]
+    watch = HostHeartbeat(beat, stale_after_s=20, confirm_s=10, monotonic=lambda: clock[0])
+    old = time.time() - 30
+    beat.touch()
+    os.utime(beat, (old, old))
+    assert watch.lost() is None
+    clock[0] += 2
+    beat.touch()  # the wrapper's next beat
+    assert watch.lost() is None
+    # It stalls again later: the confirmation starts afresh from the new stale beat.
+    older = time.time() - 25
+    os.utime(beat, (older, older))
+    clock[0] += 8.5
+    assert watch.lost() is None
+    clock[0] += 9.9
+    assert watch.lost() is None
+    clock[0] += 0.2
+    assert "stopped beating 25 s ago" in (watch.lost() or "")
 
 
 @pytest.fixture
