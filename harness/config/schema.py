@@ -310,6 +310,14 @@ class ConnectorSpec(Strict):
     )
     read_mode: bool = Field(False, description="MoRI-IO READ mode (decode pulls KV)")
     proxy_ping_port: int = Field(36367, ge=1024, le=65535, description="MoRI-IO registration port")
+    progress_thread: bool = Field(
+        True,
+        description=(
+            "NIXL: its UCX progress thread (vLLM's default), which polls without pause and keeps a core busy per "
+            "engine; false: vLLM's NIXL connector built without it (connector/nixl_polled.py), transfers progressing "
+            "when vLLM polls, for CPU nodes where that core is the engine's"
+        ),
+    )
     extra_config: dict[str, Any] = Field({}, description="kv_transfer_config.kv_connector_extra_config")
     transfer_config: dict[TransferConfigKey, Any] = Field(
         {},
@@ -329,6 +337,11 @@ class ConnectorSpec(Strict):
             raise ValueError(
                 f"extra_config: unknown key(s) for the {self.name} connector: {', '.join(unknown)}; "
                 f"accepted: {', '.join(accepted or ())}"
+            )
+        if not self.progress_thread and kv_connectors.get(self.name).without_progress_thread is None:
+            with_it = [c for c in kv_connectors.kv_names() if kv_connectors.get(c).without_progress_thread]
+            raise ValueError(
+                f"progress_thread: false applies to {', '.join(with_it)} only, not the {self.name} connector"
             )
         return self
 

@@ -141,6 +141,9 @@ class Connector:
     # vLLM's kv_connector class; None: no KV connector (aggregated servers).
     vllm_class: str | None = None
     module_path: str | None = None  # kv_connector_module_path, for a connector outside vLLM
+    # kv_connector_module_path of the same class built without NIXL's progress thread (recipe
+    # connector.progress_thread: false); None: the connector has no such thread to turn off.
+    without_progress_thread: str | None = None
     # kv_connector_extra_config defaults, the recipe's extra_config winning.
     extra_config: Mapping[str, Setting] = field(default_factory=dict)
     # The extra_config keys the connector accepts (None: any; it checks them itself).

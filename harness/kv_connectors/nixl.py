@@ -24,6 +24,7 @@ ENTRY = Connector(
     title="NIXL",
     summary="",
     vllm_class="NixlConnector",
+    without_progress_thread="connector.nixl_polled",
     env=(
         EnvVar("VLLM_NIXL_SIDE_CHANNEL_HOST", Setting(Value.NODE_ADDR), set_by_nic_detection=True),
         EnvVar("VLLM_NIXL_SIDE_CHANNEL_PORT", Setting(Value.SIDE_CHANNEL_PORT, text=True)),

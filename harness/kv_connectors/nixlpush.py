@@ -37,6 +37,7 @@ ENTRY = replace(
     title="NIXL push",
     summary="NIXL push, vLLM >= 0.24.0",
     vllm_class="NixlPushConnector",
+    without_progress_thread="connector.nixl_polled",
     evidence=replace(
         _PULL,
         connector="nixlpush",

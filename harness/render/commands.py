@@ -107,6 +107,8 @@ def kv_transfer_config(rr: ResolvedRecipe, worker: Worker) -> dict[str, Any]:
     cfg.update({str(k): v for k, v in c.transfer_config.items()})
     if entry.module_path:
         cfg["kv_connector_module_path"] = entry.module_path
+    if not c.progress_thread:  # config checked that the entry has the module
+        cfg["kv_connector_module_path"] = entry.without_progress_thread
     # The entry's defaults, after the recipe's own keys.
     extra = dict(c.extra_config)
     for key, setting in entry.extra_config.items():

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-h200-mooncake-1p2d · fingerprint f0aa76164f5b5d0d
+# pdbench node script · recipe dsr1-fp8-h200-mooncake-1p2d · fingerprint cc2a88047c1eb6b5
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

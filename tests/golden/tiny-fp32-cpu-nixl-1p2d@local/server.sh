@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe tiny-fp32-cpu-nixl-1p2d · fingerprint 345178a24304b748
+# pdbench node script · recipe tiny-fp32-cpu-nixl-1p2d · fingerprint 8adcc00ccc08ebe4
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
@@ -33,7 +33,7 @@ proc_prefill_0() {
     --enforce-eager \
     --max-num-seqs 64 \
     --distributed-executor-backend uni \
-    --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_buffer_device":"cpu","kv_connector_extra_config":{"kv_lease_duration":300}}'
+    --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_buffer_device":"cpu","kv_connector_module_path":"connector.nixl_polled","kv_connector_extra_config":{"kv_lease_duration":300}}'
 }
 
 # decode-0: decode worker 0 on node 1, port 8200, 1 device(s)
@@ -56,7 +56,7 @@ proc_decode_0() {
     --enforce-eager \
     --max-num-seqs 64 \
     --distributed-executor-backend uni \
-    --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_buffer_device":"cpu","kv_connector_extra_config":{"kv_lease_duration":300}}'
+    --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_buffer_device":"cpu","kv_connector_module_path":"connector.nixl_polled","kv_connector_extra_config":{"kv_lease_duration":300}}'
 }
 
 # decode-1: decode worker 1 on node 2, port 8200, 1 device(s)
@@ -79,7 +79,7 @@ proc_decode_1() {
     --enforce-eager \
     --max-num-seqs 64 \
     --distributed-executor-backend uni \
-    --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_buffer_device":"cpu","kv_connector_extra_config":{"kv_lease_duration":300}}'
+    --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_buffer_device":"cpu","kv_connector_module_path":"connector.nixl_polled","kv_connector_extra_config":{"kv_lease_duration":300}}'
 }
 
 # proxy: PD proxy on node 0, port 30000
