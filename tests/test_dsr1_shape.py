@@ -130,6 +130,7 @@ def test_one_gpu_recipes_share_the_model_split_and_prompts(connector: str) -> No
 
 X4 = [f"dsr1-shape-fp8-h200x4-{c}-{t}" for c in ("nixl", "pdbench") for t in ("1p2d", "1p1d-wideep")]
 ONE_GPU = ["dsr1-shape-fp8-h200x1-pdbench-1p1d", "dsr1-shape-fp8-h200x1-nixl-1p1d", "dsr1-shape-fp8-h200x1-none-agg"]
+X2 = ["dsr1-shape-fp8-h200x2-pdbench-1p1d"]
 
 
 def _recipe(name: str) -> dict:
@@ -137,7 +138,7 @@ def _recipe(name: str) -> dict:
 
 
 def test_x4_recipes_scale_the_full_ones_to_four_gpus_of_one_node() -> None:
-    assert sorted(p.stem for p in (ROOT / "recipes").glob("dsr1-shape-*.yaml")) == sorted(ONE_GPU + X4)
+    assert sorted(p.stem for p in (ROOT / "recipes").glob("dsr1-shape-*.yaml")) == sorted(ONE_GPU + X2 + X4)
     for name in X4:
         topo = _recipe(name)["topology"]
         assert (topo["gpus_per_node"], topo["colocate"]) == (4, True), name
@@ -149,6 +150,10 @@ def test_x4_recipes_scale_the_full_ones_to_four_gpus_of_one_node() -> None:
     # EPLB's redundant experts scaled with the experts: 32 of R1's 256, 8 of 64.
     full = _recipe("dsr1-fp8-h200-nixl-1p1d-wideep")["topology"]["decode"]["flags"]["eplb-config"]
     assert wide["flags"]["eplb-config"] == {**full, "num_redundant_experts": full["num_redundant_experts"] * 64 // 256}
+    # Two GPUs: the MLA cache from prefill TP2+EP2 into a TP1 decode, both sharing GPU 0.
+    x2 = _recipe("dsr1-shape-fp8-h200x2-pdbench-1p1d")["topology"]
+    assert (x2["gpus_per_node"], x2.get("colocate", False)) == (2, False)
+    assert (x2["prefill"]["tp"], x2["prefill"]["ep"], x2["decode"]["tp"]) == (2, 2, 1)
     for topo_name in ("1p2d", "1p1d-wideep"):
         nixl, bundled = (
             _recipe(f"dsr1-shape-fp8-h200x4-nixl-{topo_name}"),
