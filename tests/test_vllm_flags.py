@@ -281,9 +281,11 @@ def test_render_names_the_recipe_key_of_a_misspelt_flag_or_bad_json(vllm, tmp_pa
         'topology.decode.flags={compilation-config: {"cudagraph_mode": "FULL", "bogus": 1}}',
     )
     assert r.returncode == 2 and "--compilation-config" in r.stderr and "bogus" in r.stderr, r.stderr
-    r = _cli(
-        "validate", "tiny-fp32-cpu-nixl-1p1d", "--set", "connector.extra_config={}", "--set", "connector.name=mooncake"
-    )
+    # The recipe's NIXL-only settings go with NIXL: its extra_config and its progress thread off.
+    mooncake = ("--set", "connector.name=mooncake", "--set", "connector.extra_config={}")
+    r = _cli("validate", "tiny-fp32-cpu-nixl-1p1d", *mooncake)
+    assert r.returncode == 2 and "connector.progress_thread: false applies to nixl, nixlpush only" in r.stderr
+    r = _cli("validate", "tiny-fp32-cpu-nixl-1p1d", *mooncake, "--set", "connector.progress_thread=true")
     assert r.returncode == 0, r.stderr  # MooncakeConnector is one vLLM knows
     r = _cli(
         "render",
