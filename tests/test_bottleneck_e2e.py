@@ -98,7 +98,12 @@ def test_long_prompts_on_one_prefill_core_are_prefill_bound(workloads_job: Path)
     b = r[8]["bottleneck"]
     e = b["evidence"]
     _assert_client_idle(e)
-    assert b["verdict"] == "prefill-bound" and b["saturated"] == ["prefill"], b
+    # The transfer may be saturated beside prefill, never instead of it: without NIXL's progress
+    # thread (the recipe's connector.progress_thread: false) decode's read is served when prefill's
+    # engine next polls, so on a busy prefill it waits about a step (at C=8: 105x C=1's mean, 12 %
+    # of TTFT, measured 2026-11-30).
+    assert b["verdict"] == "prefill-bound" and b["saturated"][0] == "prefill", b
+    assert set(b["saturated"]) <= {"prefill", "transfer"}, b
     p = e["roles"]["prefill"]
     assert p["queue_ms"] >= 1.0 * p["compute_ms"], p  # 2.6-4.4x measured, 0.5x is the threshold
     assert any(x.startswith("prefill: queue") for x in b["reasons"]), b["reasons"]

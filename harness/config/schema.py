@@ -315,7 +315,8 @@ class ConnectorSpec(Strict):
         description=(
             "NIXL: its UCX progress thread (vLLM's default), which polls without pause and keeps a core busy per "
             "engine; false: vLLM's NIXL connector built without it (connector/nixl_polled.py), transfers progressing "
-            "when vLLM polls, for CPU nodes where that core is the engine's"
+            "when vLLM polls (a read from a busy prefill waits for its next step), for CPU nodes where that core "
+            "is the engine's"
         ),
     )
     extra_config: dict[str, Any] = Field({}, description="kv_transfer_config.kv_connector_extra_config")
