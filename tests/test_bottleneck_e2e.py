@@ -98,18 +98,21 @@ def test_long_prompts_on_one_prefill_core_are_prefill_bound(workloads_job: Path)
     b = r[8]["bottleneck"]
     e = b["evidence"]
     _assert_client_idle(e)
-    # The transfer may be saturated beside prefill, never instead of it: without NIXL's progress
-    # thread (the recipe's connector.progress_thread: false) decode's read is served when prefill's
-    # engine next polls, so on a busy prefill it waits about a step (at C=8: 105x C=1's mean, 12 %
-    # of TTFT, measured 2026-11-30).
+    # Prefill saturates first; the transfer and decode's wait may fire beside it, never instead:
+    # without NIXL's progress thread (the recipe's connector.progress_thread: false) decode's read
+    # is served when prefill's engine next polls, so on a busy prefill it waits about a step (at
+    # C=8: 105-142x C=1's transfer mean, 12 % of TTFT; decode's wait past it 1.7-2.2x, around the
+    # 2x threshold; two CIs of 2026-11-30). Decode's own steps stay unloaded (its TPOT, below).
     assert b["verdict"] == "prefill-bound" and b["saturated"][0] == "prefill", b
-    assert set(b["saturated"]) <= {"prefill", "transfer"}, b
+    assert set(b["saturated"]) <= {"prefill", "transfer", "decode"}, b
     p = e["roles"]["prefill"]
     assert p["queue_ms"] >= 1.0 * p["compute_ms"], p  # 2.6-4.4x measured, 0.5x is the threshold
     assert any(x.startswith("prefill: queue") for x in b["reasons"]), b["reasons"]
     assert e["growth"]["prefill"] >= 3.0, e["growth"]  # 5.6-9.8x measured
-    assert e["growth"]["decode"] < 2.0, e["growth"]  # decode's TPOT barely moved: 0.87-1.18x measured
-    assert b["dominant"] == "prefill" and e["shares"]["prefill"] >= 0.8, e["shares"]
+    # Decode's TPOT grew less than 2x: 0.87-1.18x measured with NIXL's progress thread, 1.59-1.70x without.
+    assert e["growth"]["decode"] < 2.0, e["growth"]
+    # Prefill's share of TTFT: 0.85-0.86 measured without the progress thread (the transfer 0.12).
+    assert b["dominant"] == "prefill" and e["shares"]["prefill"] >= 0.7, e["shares"]
     label = f"{RECIPE}/{run_dir.name}/workloads/prefill-bound"
     line = _limit_line(run_dir, label)
     assert line == f"{label} (disagg, ISL 2048, OSL 2): not saturated at C=1; prefill-bound from C=8"
