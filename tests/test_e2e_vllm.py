@@ -120,6 +120,11 @@ def test_local_1p1d_and_two_replicas_real_vllm(tmp_path: Path) -> None:
 
     logs = {p.name for p in (run_dir / "logs").iterdir()}
     assert {"prefill-0.log", "decode-0.log", "proxy.log", "bench.log", "node0.log", "node1.log"} <= logs
+    # models.yaml's CPU env had vLLM load connector/cpu_engine_fork.py: each one-rank server's
+    # engine core was forked, not spawned (17 s of CPU a server start on 2 cores).
+    for server in ("prefill-0", "decode-0"):
+        log = (run_dir / "logs" / f"{server}.log").read_text(errors="replace")
+        assert "one rank, so the engine core is forked" in log, server
     assert_nothing_left(watcher, ports)
 
 

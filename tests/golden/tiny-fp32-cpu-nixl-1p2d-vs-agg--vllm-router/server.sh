@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe tiny-fp32-cpu-nixl-1p2d-vs-agg · fingerprint 56012753d837f274
+# pdbench node script · recipe tiny-fp32-cpu-nixl-1p2d-vs-agg · fingerprint e012db04f28a342e
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
@@ -25,6 +25,7 @@ proc_prefill_0() {
   export UCX_PROTO_INFO=y
   export VLLM_CPU_KVCACHE_SPACE=1
   export VLLM_ENABLE_V1_MULTIPROCESSING=0
+  export PDBENCH_CPU_ENGINE_FORK=1
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
   exec vllm serve /opt/pdbench/.cache/models/tiny-llama \
     --port 8100 \
@@ -51,6 +52,7 @@ proc_decode_0() {
   export UCX_PROTO_INFO=y
   export VLLM_CPU_KVCACHE_SPACE=1
   export VLLM_ENABLE_V1_MULTIPROCESSING=0
+  export PDBENCH_CPU_ENGINE_FORK=1
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5601
   exec vllm serve /opt/pdbench/.cache/models/tiny-llama \
     --port 8200 \
@@ -77,6 +79,7 @@ proc_decode_1() {
   export UCX_PROTO_INFO=y
   export VLLM_CPU_KVCACHE_SPACE=1
   export VLLM_ENABLE_V1_MULTIPROCESSING=0
+  export PDBENCH_CPU_ENGINE_FORK=1
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5602
   exec vllm serve /opt/pdbench/.cache/models/tiny-llama \
     --port 8200 \
@@ -121,6 +124,7 @@ proc_aggregated_0() {
   eval "$nic_env"
   export VLLM_CPU_KVCACHE_SPACE=1
   export VLLM_ENABLE_V1_MULTIPROCESSING=0
+  export PDBENCH_CPU_ENGINE_FORK=1
   exec vllm serve /opt/pdbench/.cache/models/tiny-llama \
     --port 8300 \
     --served-model-name tiny \
@@ -143,6 +147,7 @@ proc_aggregated_1() {
   eval "$nic_env"
   export VLLM_CPU_KVCACHE_SPACE=1
   export VLLM_ENABLE_V1_MULTIPROCESSING=0
+  export PDBENCH_CPU_ENGINE_FORK=1
   exec vllm serve /opt/pdbench/.cache/models/tiny-llama \
     --port 8300 \
     --served-model-name tiny \
@@ -165,6 +170,7 @@ proc_aggregated_2() {
   eval "$nic_env"
   export VLLM_CPU_KVCACHE_SPACE=1
   export VLLM_ENABLE_V1_MULTIPROCESSING=0
+  export PDBENCH_CPU_ENGINE_FORK=1
   exec vllm serve /opt/pdbench/.cache/models/tiny-llama \
     --port 8300 \
     --served-model-name tiny \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe tiny-fp32-cpu-nixl-1p2d-vs-agg · fingerprint 599946247ea58ead
+# pdbench node script · recipe tiny-fp32-cpu-nixl-1p2d-vs-agg · fingerprint fc6e3b5c2e59f694
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
@@ -19,6 +19,7 @@ proc_prefill_0() {
   export UCX_PROTO_INFO=y
   export VLLM_CPU_KVCACHE_SPACE=1
   export VLLM_ENABLE_V1_MULTIPROCESSING=0
+  export PDBENCH_CPU_ENGINE_FORK=1
   export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
   export VLLM_CPU_OMP_THREADS_BIND=0
@@ -42,6 +43,7 @@ proc_decode_0() {
   export UCX_PROTO_INFO=y
   export VLLM_CPU_KVCACHE_SPACE=1
   export VLLM_ENABLE_V1_MULTIPROCESSING=0
+  export PDBENCH_CPU_ENGINE_FORK=1
   export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5601
   export VLLM_CPU_OMP_THREADS_BIND=1
@@ -65,6 +67,7 @@ proc_decode_1() {
   export UCX_PROTO_INFO=y
   export VLLM_CPU_KVCACHE_SPACE=1
   export VLLM_ENABLE_V1_MULTIPROCESSING=0
+  export PDBENCH_CPU_ENGINE_FORK=1
   export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5602
   export VLLM_CPU_OMP_THREADS_BIND=1
@@ -101,6 +104,7 @@ proc_proxy() {
 proc_aggregated_0() {
   export VLLM_CPU_KVCACHE_SPACE=1
   export VLLM_ENABLE_V1_MULTIPROCESSING=0
+  export PDBENCH_CPU_ENGINE_FORK=1
   export VLLM_CPU_OMP_THREADS_BIND=0
   export OMP_NUM_THREADS=1
   exec vllm serve /opt/pdbench/.cache/models/tiny-llama \
@@ -119,6 +123,7 @@ proc_aggregated_0() {
 proc_aggregated_1() {
   export VLLM_CPU_KVCACHE_SPACE=1
   export VLLM_ENABLE_V1_MULTIPROCESSING=0
+  export PDBENCH_CPU_ENGINE_FORK=1
   export VLLM_CPU_OMP_THREADS_BIND=1
   export OMP_NUM_THREADS=1
   exec vllm serve /opt/pdbench/.cache/models/tiny-llama \
@@ -137,6 +142,7 @@ proc_aggregated_1() {
 proc_aggregated_2() {
   export VLLM_CPU_KVCACHE_SPACE=1
   export VLLM_ENABLE_V1_MULTIPROCESSING=0
+  export PDBENCH_CPU_ENGINE_FORK=1
   export VLLM_CPU_OMP_THREADS_BIND=1
   export OMP_NUM_THREADS=1
   exec vllm serve /opt/pdbench/.cache/models/tiny-llama \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe tiny-fp32-cpu-nixlpush-1p1d · fingerprint d42e0ccb28833a4f
+# pdbench node script · recipe tiny-fp32-cpu-nixlpush-1p1d · fingerprint 22a041e1bf577dd7
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
@@ -19,6 +19,7 @@ proc_prefill_0() {
   export UCX_PROTO_INFO=y
   export VLLM_CPU_KVCACHE_SPACE=1
   export VLLM_ENABLE_V1_MULTIPROCESSING=0
+  export PDBENCH_CPU_ENGINE_FORK=1
   export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
   export VLLM_CPU_OMP_THREADS_BIND=0
@@ -42,6 +43,7 @@ proc_decode_0() {
   export UCX_PROTO_INFO=y
   export VLLM_CPU_KVCACHE_SPACE=1
   export VLLM_ENABLE_V1_MULTIPROCESSING=0
+  export PDBENCH_CPU_ENGINE_FORK=1
   export VLLM_NIXL_SIDE_CHANNEL_HOST="${PDBENCH_NODE_ADDR}"
   export VLLM_NIXL_SIDE_CHANNEL_PORT=5601
   export VLLM_CPU_OMP_THREADS_BIND=1
