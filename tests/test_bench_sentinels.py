@@ -133,3 +133,37 @@ def test_references_overlap_the_warmups_and_precede_the_measured_requests(model_
     assert len(ref.arrived) == 4 and len(plain) == 4 + SENTINEL_PROMPTS  # precondition: 4 references, 4 warmups
     assert ref_start < warmups_end < ref_end  # the warmups ran while the reference answered
     assert first_measured >= ref_end
+
+
+def test_a_decode_reference_answers_with_its_own_cache_salt(model_dir: str, tmp_path: Path) -> None:
+    """sentinels.reference=decode: decode-0 answers them whole, salted, so that its prefix cache
+    cannot serve the same prompts sent later through the deployment; prefill is not asked."""
+    with FakeServer() as prefill, FakeServer() as decode, FakeServer() as target:
+        scrape = [f"prefill-0=prefill@{prefill.base_url}", f"decode-0=decode@{decode.base_url}"]
+        cfg = sentinel_config(
+            model_dir, tmp_path, target.base_url, None, scrape=scrape, sentinels=SentinelSettings(reference="decode")
+        )
+        (path,) = run_sweep(cfg)
+        asked, unasked, sent = _sentinel_bodies(decode), _sentinel_bodies(prefill), _sentinel_bodies(target)
+    assert len(asked) == 4 and not unasked  # precondition: the reference was decode's
+    assert {b.get("cache_salt") for b in asked} == {"pdbench-sentinel-reference-0"}
+    assert len(sent) == 4 and all("cache_salt" not in b for b in sent)
+    assert sorted(b["prompt"] for b in sent) == sorted(b["prompt"] for b in asked)
+    s = json.loads(path.read_text())["sentinels"]
+    assert s["matched"] == 4 and s["reference"] == (
+        f"decode-0: whole requests to {decode.base_url}/v1/completions (cache_salt pdbench-sentinel-reference-0) "
+        "before the measured requests"
+    )
+
+
+@pytest.mark.parametrize("reference", ["prefill", "auto"])
+def test_a_prefill_reference_is_asked_unsalted(model_dir: str, tmp_path: Path, reference: str) -> None:
+    with FakeServer() as prefill, FakeServer() as decode, FakeServer() as target:
+        scrape = [f"decode-0=decode@{decode.base_url}", f"prefill-0=prefill@{prefill.base_url}"]
+        cfg = sentinel_config(
+            model_dir, tmp_path, target.base_url, None, scrape=scrape, sentinels=SentinelSettings(reference=reference)
+        )
+        run_sweep(cfg)
+        asked, unasked = _sentinel_bodies(prefill), _sentinel_bodies(decode)
+    assert len(asked) == 4 and not unasked
+    assert all("cache_salt" not in b for b in asked)

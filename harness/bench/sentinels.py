@@ -114,17 +114,19 @@ class SentinelClient:
         self.cfg, self.session = cfg, session
         self.chat = cfg.endpoint == "chat"
 
-    def payload(self, req: SampleRequest) -> dict[str, Any]:
+    def payload(self, req: SampleRequest, cache_salt: str | None = None) -> dict[str, Any]:
         cfg = self.cfg
         body = build_payload(cfg.endpoint, cfg.model, req.prompt, req.output_len, cfg.ignore_eos)
-        return body | {"seed": cfg.seed, "return_token_ids": True}
+        salt = {} if cache_salt is None else {"cache_salt": cache_salt}
+        return body | {"seed": cfg.seed, "return_token_ids": True} | salt
 
-    async def ask(self, url: str, req: SampleRequest) -> Answer:
+    async def ask(self, url: str, req: SampleRequest, cache_salt: str | None = None) -> Answer:
         answer = Answer()
         timeout = aiohttp.ClientTimeout(total=self.cfg.request_timeout_s)
         try:
             headers = self.cfg.request_headers()  # the API key and --header; the body stays greedy
-            async with self.session.post(url, json=self.payload(req), timeout=timeout, headers=headers) as resp:
+            body = self.payload(req, cache_salt)
+            async with self.session.post(url, json=body, timeout=timeout, headers=headers) as resp:
                 if resp.status != 200:
                     answer.error = f"HTTP {resp.status}: {(await resp.text())[:300]}"
                     return answer
@@ -161,25 +163,37 @@ class SentinelClient:
             answer.chunks.append((list(ids), text or ""))
 
 
+# vLLM's prefix cache keys a request's blocks by its cache_salt too: a decode server that answered
+# the sentinels whole under this salt cannot serve the same prompts, sent later without it through
+# the deployment, from its own cache instead of the KV transfer being checked.
+DECODE_REFERENCE_SALT = "pdbench-sentinel-reference"
+
+
 @dataclass
 class Reference:
     """Where the sweep's reference answers come from: one instance, asked whole."""
 
     name: str
     url: str
+    cache_salt: str | None = None
 
     @property
     def description(self) -> str:
-        return f"{self.name}: whole requests to {self.url} before the measured requests"
+        salt = "" if self.cache_salt is None else f" (cache_salt {self.cache_salt})"
+        return f"{self.name}: whole requests to {self.url}{salt} before the measured requests"
 
     @classmethod
     def of(cls, cfg: ClientConfig) -> Reference | None:
-        """The phase's first prefill server, else its first aggregated one; None without either."""
+        """The phase's first server of the role `sentinels.reference` names (prefill for auto,
+        which the job's renderer resolves from the layouts), else its first aggregated one; None
+        without either."""
+        role = "decode" if cfg.sentinels.reference == "decode" else "prefill"
         targets = [parse_target(t) for t in cfg.scrape]
-        for role in ("prefill", "aggregated"):
+        for wanted in (role, "aggregated"):
             for name, r, base in targets:
-                if r == role:
-                    return cls(name, base + ENDPOINT_PATHS[cfg.endpoint])
+                if r == wanted:
+                    salt = f"{DECODE_REFERENCE_SALT}-{cfg.seed}" if r == "decode" else None
+                    return cls(name, base + ENDPOINT_PATHS[cfg.endpoint], salt)
         return None
 
 
@@ -191,7 +205,7 @@ async def answer_references(
 
     async def one(s: Sentinel) -> None:
         async with gate:
-            s.reference = await client.ask(reference.url, s.request)
+            s.reference = await client.ask(reference.url, s.request, reference.cache_salt)
 
     await asyncio.gather(*(one(s) for sentinels in points.values() for s in sentinels))
 

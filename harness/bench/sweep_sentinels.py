@@ -47,7 +47,8 @@ class SweepSentinels:
             return False
         self.reference = Reference.of(base)
         if self.reference is None:
-            log("sentinels: no reference instance (no prefill or aggregated --scrape target): outputs not checked")
+            role = "decode" if base.sentinels.reference == "decode" else "prefill"
+            log(f"sentinels: no reference instance (no {role} or aggregated --scrape target): outputs not checked")
             return False
         for pt in points:
             if pt.kept:
@@ -115,7 +116,8 @@ class SweepSentinels:
         if not m:
             return None
         if sentinels is None:
-            why = "no reference instance: give the client a prefill or aggregated --scrape target"
+            role = "decode" if tol.reference == "decode" else "prefill"
+            why = f"no reference instance: give the client a {role} or aggregated --scrape target"
             return OutputsCheck(
                 sent=0,
                 answered=0,
@@ -135,11 +137,12 @@ class SweepSentinels:
         record = Path(scope.cfg.sentinels_dir) / sentinel_record_name(tag)
         sentinels.write_record(Path(scope.cfg.result_dir) / record, tag, self.reference.description, check)
         summary = sentinels.summary(check, self.reference.description, str(record))
-        verdict = "matched" if check.matched == check.compared else "DIVERGED from"
-        log(
-            f"{scope.label(concurrency)}: sentinels: {check.matched} of {check.compared} compared "
-            f"{verdict} the reference ({check.sent} sent)"
-        )
+        # Counted as it reads: how many matched when all did, else how many diverged.
+        if check.matched == check.compared:
+            said = f"{check.matched} of {check.compared} compared matched"
+        else:
+            said = f"{check.compared - check.matched} of {check.compared} compared DIVERGED from"
+        log(f"{scope.label(concurrency)}: sentinels: {said} the reference ({check.sent} sent)")
         return summary.model_dump(mode="json")
 
     async def for_repeat(self, scope: Scope, concurrency: int) -> None:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-h200-nixl-1p2d · fingerprint 63c722c5efaddd70
+# pdbench node script · recipe dsr1-fp8-h200-nixl-1p2d · fingerprint f434493731d2b6a0
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe tiny-fp32-cpu-nixl-1p1d · fingerprint 2724e0555bcc4c23
+# pdbench node script · recipe tiny-fp32-cpu-nixl-1p1d · fingerprint f8171e3ccf2a6c9b
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

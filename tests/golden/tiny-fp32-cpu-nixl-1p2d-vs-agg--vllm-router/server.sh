@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe tiny-fp32-cpu-nixl-1p2d-vs-agg · fingerprint e012db04f28a342e
+# pdbench node script · recipe tiny-fp32-cpu-nixl-1p2d-vs-agg · fingerprint bf0c18a4c728a33a
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe tiny-fp32-cpu-nixl-1p2d · fingerprint 80b6c8f577f6eb9c
+# pdbench node script · recipe tiny-fp32-cpu-nixl-1p2d · fingerprint 57f5dfd5b3ae39d5
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
