@@ -156,13 +156,10 @@ def test_a_decode_reference_answers_with_its_own_cache_salt(model_dir: str, tmp_
     )
 
 
-@pytest.mark.parametrize("reference", ["prefill", "auto"])
-def test_a_prefill_reference_is_asked_unsalted(model_dir: str, tmp_path: Path, reference: str) -> None:
+def test_the_default_reference_is_prefill_asked_unsalted(model_dir: str, tmp_path: Path) -> None:
     with FakeServer() as prefill, FakeServer() as decode, FakeServer() as target:
         scrape = [f"decode-0=decode@{decode.base_url}", f"prefill-0=prefill@{prefill.base_url}"]
-        cfg = sentinel_config(
-            model_dir, tmp_path, target.base_url, None, scrape=scrape, sentinels=SentinelSettings(reference=reference)
-        )
+        cfg = sentinel_config(model_dir, tmp_path, target.base_url, None, scrape=scrape)
         run_sweep(cfg)
         asked, unasked = _sentinel_bodies(prefill), _sentinel_bodies(decode)
     assert len(asked) == 4 and not unasked

@@ -184,10 +184,9 @@ class Reference:
 
     @classmethod
     def of(cls, cfg: ClientConfig) -> Reference | None:
-        """The phase's first server of the role `sentinels.reference` names (prefill for auto,
-        which the job's renderer resolves from the layouts), else its first aggregated one; None
-        without either."""
-        role = "decode" if cfg.sentinels.reference == "decode" else "prefill"
+        """The phase's first server of the role `sentinels.reference` names, else its first
+        aggregated one; None without either."""
+        role = cfg.sentinels.reference
         targets = [parse_target(t) for t in cfg.scrape]
         for wanted in (role, "aggregated"):
             for name, r, base in targets:

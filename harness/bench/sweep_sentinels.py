@@ -47,7 +47,7 @@ class SweepSentinels:
             return False
         self.reference = Reference.of(base)
         if self.reference is None:
-            role = "decode" if base.sentinels.reference == "decode" else "prefill"
+            role = base.sentinels.reference
             log(f"sentinels: no reference instance (no {role} or aggregated --scrape target): outputs not checked")
             return False
         for pt in points:
@@ -116,8 +116,7 @@ class SweepSentinels:
         if not m:
             return None
         if sentinels is None:
-            role = "decode" if tol.reference == "decode" else "prefill"
-            why = f"no reference instance: give the client a {role} or aggregated --scrape target"
+            why = f"no reference instance: give the client a {tol.reference} or aggregated --scrape target"
             return OutputsCheck(
                 sent=0,
                 answered=0,

@@ -122,12 +122,13 @@ class SentinelSettings(Strict):
     max_diverged: NonNegativeInt = Field(
         0, description="Sentinels of one point that may diverge beyond match_tokens before the point is invalid."
     )
-    reference: Literal["auto", "prefill", "decode"] = Field(
-        "auto",
-        description="Which server answers the sentinels whole, before the sweep: the phase's first prefill or its "
+    reference: Literal["prefill", "decode"] = Field(
+        "prefill",
+        description="Which server answers the sentinels whole, before the sweep: the phase's first prefill, or its "
         "first decode (asked with a cache_salt of its own, so that decode's prefix cache cannot serve the "
-        "disaggregated sentinels). auto: decode where the decode servers' parallel layout (tp, dp, ep, "
-        "dp_attention) differs from prefill's, since decode computes every returned token; else prefill.",
+        "disaggregated sentinels). Decode computes every token a disaggregated request returns, so it is the "
+        "reference of its own layout where prefill's differs; it must then prefill whole prompts, which vLLM "
+        "0.20's FP8-MLA decode on an H200 could not (docs/output-checks.md).",
     )
 
     def per_point(self, measured: int) -> int:

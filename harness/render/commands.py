@@ -446,19 +446,6 @@ def bench_config_into_subdir(cfg: dict[str, Any], proxy_timings: bool) -> dict[s
     }
 
 
-def sentinel_reference(rr: ResolvedRecipe, asked: str) -> str:
-    """The role whose first server answers the sentinels whole (benchmark.sentinels.reference):
-    `auto` is decode where decode's parallel layout differs from prefill's. Decode computes every
-    token a disaggregated request returns (prefill's one token is not passed on), so a reference of
-    prefill's layout can part from a correct deployment at the first near-tie of the logits, as
-    dummy weights' do at token 0 (docs/gpu.md, TP2+EP2 prefill into TP1 decodes)."""
-    if asked != "auto":
-        return asked
-    p, d = rr.recipe.topology.prefill, rr.recipe.topology.decode
-    layout = ("tp", "dp", "ep", "dp_attention")
-    return "decode" if any(getattr(p, k) != getattr(d, k) for k in layout) else "prefill"
-
-
 def bench_config(
     rr: ResolvedRecipe,
     plan: JobPlan,
@@ -471,7 +458,6 @@ def bench_config(
     # Every benchmark setting of the recipe, as the recipe holds it; then the job's bindings.
     # (Through model_dump_json: strict JSON, an infinite request_rate written as "Infinity".)
     settings = json.loads((benchmark or rr.recipe.benchmark).model_dump_json(exclude={"workloads"}))
-    settings["sentinels"]["reference"] = sentinel_reference(rr, settings["sentinels"]["reference"])
     return settings | {
         "base_url": f"http://127.0.0.1:{rr.recipe.proxy.port}",
         "model": rr.served_model_name,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-h200-mooncake-1p2d · fingerprint b07b9f76a3ed9177
+# pdbench node script · recipe dsr1-fp8-h200-mooncake-1p2d · fingerprint d059e758b96eab32
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-h200-nixl-1p2d · fingerprint 9310642477edf73a
+# pdbench node script · recipe dsr1-fp8-h200-nixl-1p2d · fingerprint 64083e2f372a53c0
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench container wrapper · recipe dsr1-fp8-h200-nixl-1p2d · fingerprint f434493731d2b6a0
+# pdbench container wrapper · recipe dsr1-fp8-h200-nixl-1p2d · fingerprint c337bbf56ba32204
 # Runs on the host of every node (one Slurm task per node, started by job.slurm): checks
 # this node's docker and image, removes stale pdbench containers, and runs server.sh
 # in one container with the node's network, IPC and devices, the run directory and the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-h200-nixl-1p2d · fingerprint f434493731d2b6a0
+# pdbench node script · recipe dsr1-fp8-h200-nixl-1p2d · fingerprint c337bbf56ba32204
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench container wrapper · recipe dsr1-fp8-mi355x-moriio-1p2d · fingerprint 04bed64b24a5524e
+# pdbench container wrapper · recipe dsr1-fp8-mi355x-moriio-1p2d · fingerprint 2546e0e6abcd4ecc
 # Runs on the host of every node (one Slurm task per node, started by job.slurm): checks
 # this node's docker and image, removes stale pdbench containers, and runs server.sh
 # in one container with the node's network, IPC and devices, the run directory and the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-mi355x-moriio-1p2d · fingerprint 04bed64b24a5524e
+# pdbench node script · recipe dsr1-fp8-mi355x-moriio-1p2d · fingerprint 2546e0e6abcd4ecc
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-mi355x-moriio-1p2d · fingerprint 9ad623b206a1ce54
+# pdbench node script · recipe dsr1-fp8-mi355x-moriio-1p2d · fingerprint f44bced37f442113
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench container wrapper · recipe dsr1-fp8-mi355x-moriio-1p2d · fingerprint ba5542353393d5ec
+# pdbench container wrapper · recipe dsr1-fp8-mi355x-moriio-1p2d · fingerprint a5d0627e8c80f3d8
 # Runs on the host of every node (one Slurm task per node, started by job.slurm): checks
 # this node's docker and image, removes stale pdbench containers, and runs server.sh
 # in one container with the node's network, IPC and devices, the run directory and the

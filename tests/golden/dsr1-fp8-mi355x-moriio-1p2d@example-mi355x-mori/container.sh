@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench container wrapper · recipe dsr1-fp8-mi355x-moriio-1p2d · fingerprint 5e1959672da2f6c1
+# pdbench container wrapper · recipe dsr1-fp8-mi355x-moriio-1p2d · fingerprint c1fe65441155950a
 # Runs on the host of every node (one Slurm task per node, started by job.slurm): checks
 # this node's docker and image, removes stale pdbench containers, and runs server.sh
 # in one container with the node's network, IPC and devices, the run directory and the

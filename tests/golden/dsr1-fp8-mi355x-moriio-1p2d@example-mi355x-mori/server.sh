@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-mi355x-moriio-1p2d · fingerprint 5e1959672da2f6c1
+# pdbench node script · recipe dsr1-fp8-mi355x-moriio-1p2d · fingerprint c1fe65441155950a
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-mi355x-nixl-1p2d · fingerprint 46af7f4f991a58b9
+# pdbench node script · recipe dsr1-fp8-mi355x-nixl-1p2d · fingerprint 238dc2f16e41e32e
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench container wrapper · recipe dsr1-fp8-mi355x-nixl-1p2d · fingerprint 26791720f5013796
+# pdbench container wrapper · recipe dsr1-fp8-mi355x-nixl-1p2d · fingerprint 1df4fc7d9ce97c43
 # Runs on the host of every node (one Slurm task per node, started by job.slurm): checks
 # this node's docker and image, removes stale pdbench containers, and runs server.sh
 # in one container with the node's network, IPC and devices, the run directory and the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-fp8-mi355x-nixl-1p2d · fingerprint 26791720f5013796
+# pdbench node script · recipe dsr1-fp8-mi355x-nixl-1p2d · fingerprint 1df4fc7d9ce97c43
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-shape-fp8-h200x1-nixl-1p1d · fingerprint f8f9ca51653aedfd
+# pdbench node script · recipe dsr1-shape-fp8-h200x1-nixl-1p1d · fingerprint c9fc23d96417cbc0
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

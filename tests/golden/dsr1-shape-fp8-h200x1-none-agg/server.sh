@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-shape-fp8-h200x1-none-agg · fingerprint c3ee4af3d52d7f0d
+# pdbench node script · recipe dsr1-shape-fp8-h200x1-none-agg · fingerprint 59b53c5d60f0a189
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-shape-fp8-h200x1-pdbench-1p1d · fingerprint 2e228fcdbd6b6fbd
+# pdbench node script · recipe dsr1-shape-fp8-h200x1-pdbench-1p1d · fingerprint a961e222180dc609
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

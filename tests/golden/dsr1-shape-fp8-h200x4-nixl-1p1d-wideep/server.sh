@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-shape-fp8-h200x4-nixl-1p1d-wideep · fingerprint 6cf1cf86e41d6a47
+# pdbench node script · recipe dsr1-shape-fp8-h200x4-nixl-1p1d-wideep · fingerprint dcd5331ea68aa447
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

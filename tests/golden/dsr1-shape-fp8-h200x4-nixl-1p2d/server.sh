@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-shape-fp8-h200x4-nixl-1p2d · fingerprint 5da674e2882b3413
+# pdbench node script · recipe dsr1-shape-fp8-h200x4-nixl-1p2d · fingerprint 9f3d2d883dcf7ac9
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

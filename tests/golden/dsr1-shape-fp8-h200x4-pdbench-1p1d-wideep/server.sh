@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-shape-fp8-h200x4-pdbench-1p1d-wideep · fingerprint 58820ce8d4c8cdbc
+# pdbench node script · recipe dsr1-shape-fp8-h200x4-pdbench-1p1d-wideep · fingerprint 2f2b139624aafef4
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe dsr1-shape-fp8-h200x4-pdbench-1p2d · fingerprint 8700ba9fe96b70e4
+# pdbench node script · recipe dsr1-shape-fp8-h200x4-pdbench-1p2d · fingerprint 5e571f6464a25deb
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

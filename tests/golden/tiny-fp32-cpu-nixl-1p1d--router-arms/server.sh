@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe tiny-fp32-cpu-nixl-1p1d · fingerprint 0eca63fb333abb29
+# pdbench node script · recipe tiny-fp32-cpu-nixl-1p1d · fingerprint ed7f1a7fa3841623
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe tiny-fp32-cpu-nixl-1p1d · fingerprint f8171e3ccf2a6c9b
+# pdbench node script · recipe tiny-fp32-cpu-nixl-1p1d · fingerprint c54b692513547231
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe tiny-fp32-cpu-nixl-1p2d · fingerprint 57f5dfd5b3ae39d5
+# pdbench node script · recipe tiny-fp32-cpu-nixl-1p2d · fingerprint 6b133a72a0e1c9ec
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node

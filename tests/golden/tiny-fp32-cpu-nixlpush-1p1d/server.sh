@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pdbench node script · recipe tiny-fp32-cpu-nixlpush-1p1d · fingerprint 88048dd3b10ac830
+# pdbench node script · recipe tiny-fp32-cpu-nixlpush-1p1d · fingerprint e593fc5ec2ffbbcc
 # Runs on every node of the job (one Slurm task per node).
 #   bash server.sh             run this node: `pdbench node` starts, health-gates and
 #                              tears down the processes below that belong to this node
