@@ -46,7 +46,10 @@ ROOT = Path(__file__).resolve().parents[1]
 FAKES = Path(__file__).parent / "helpers" / "node_fakes.py"
 pytestmark = pytest.mark.timeout(60)
 
-FAST = {"rendezvous_s": 10, "health_s": 10, "smoke_s": 5, "bench_s": 10, "teardown_s": 3, "job_s": 25}
+# job_s: the fakes' jobs end in 5-10 s on a quiet machine; a loaded one (a CI building its image
+# beside the fast tests) took 28 s, past the 25 s this was, and the happy path ended as a timeout.
+# Tests that pin a bound on how long a job takes set their own.
+FAST = {"rendezvous_s": 10, "health_s": 10, "smoke_s": 5, "bench_s": 10, "teardown_s": 3, "job_s": 50}
 
 
 class Job:
