@@ -77,7 +77,14 @@ PARITY = [
         "--network host --ipc host --privileged",
         1,
     ),
-    ("pycache-outside-the-tree", "dsr1-fp8-mi355x-moriio-1p2d", "container.sh", "PYTHONPYCACHEPREFIX=/tmp/pycache", 1),
+    (
+        "no-bytecode-written-in-the-tree",
+        "dsr1-fp8-mi355x-moriio-1p2d",
+        "container.sh",
+        '-e PYTHONDONTWRITEBYTECODE=1 -e "PDBENCH_CONTAINER',
+        1,
+    ),
+    ("no-pycache-prefix", "dsr1-fp8-mi355x-moriio-1p2d", "container.sh", "-e PYTHONPYCACHEPREFIX", 0),
     ("mori-package-in-the-image", "dsr1-fp8-mi355x-moriio-1p2d", "container.sh", "harness.bench.client, mori'", 1),
     # NIXL (dsr1-fp8-mi355x-nixl-1p2d)
     ("nixl-load-failure-policy", "dsr1-fp8-mi355x-nixl-1p2d", "server.sh", '"kv_load_failure_policy":"fail"', 3),
