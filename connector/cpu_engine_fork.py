@@ -6,10 +6,12 @@ models.yaml's CPU models).
 VLLM_WORKER_MULTIPROC_METHOD=spawn whatever the environment says
 (`CpuPlatform.check_and_update_config`), so that process imports torch and vLLM again: on a
 2-core machine 17 s of CPU and 13-17 s of a tiny model's 43-47 s to healthy (forked: 30 s, its
-engine core 7 s of CPU; vLLM 0.32, the same answers). Spawn is vLLM's safe default because a
-child forked after OpenMP's thread pool started in the parent can hang; the API server runs no
-torch op before it starts the engine core, and a server with one rank (`uni`, no data
-parallelism) starts no further process from there, which is the only case this plugin touches.
+engine core 7 s of CPU; vLLM 0.32, the same answers). Spawn is the CPU platform's safe default
+because a child forked after OpenMP's thread pool started in the parent can hang; on other
+platforms vLLM itself forks the engine core from the same API server (unless CUDA is already
+initialised), and every CPU job of the CI served through a forked core (not a proof that no
+parent ever starts OpenMP first). A server with one rank (`uni`, no data parallelism) starts no
+further process from its engine core, which is the only case this plugin touches.
 Servers with more ranks keep spawn (their workers start from the engine core after it ran torch).
 
 vLLM loads it through the `vllm.general_plugins` entry point (pyproject.toml) in every process
