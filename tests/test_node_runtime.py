@@ -36,7 +36,7 @@ from harness.node.coordination import Aborted, Coordination
 from harness.node.runtime import FROZEN_S
 from harness.reaper import DIED
 from harness.render import RenderContext, render_job
-from harness.rundir import Failure
+from harness.rundir import Failure, RunDir
 from harness.rundir.kv_ceiling import read as read_kv_ceiling
 from harness.rundir.paths import server_record_name
 from harness.rundir.power_samples import read_record
@@ -589,6 +589,19 @@ def test_local_time_limit_is_the_reason(make_job) -> None:
     assert status["reason"] == "the local launcher: the job reached its time limit of 3 s"
     assert status["failure"]["node"] == "launcher"
     job.assert_nothing_left()
+
+
+def test_the_launchers_stop_stands_over_a_status_a_node_wrote(tmp_path: Path) -> None:
+    # A node that wrote status.json ("exit 1": its servers died of the launcher's own SIGTERM)
+    # before it handled its own signal: the job's outcome is still the launcher's time limit.
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    echo_failed = json.dumps({"state": "failed", "exit_code": 1, "reason": "its server died", "failure": None})
+    run.server_script.write_text(f"echo '{echo_failed}' > {run.status}\nexec sleep 60\n")
+    rc = run_local(run.path, 1, 3, 1, echo=None)
+    assert rc == 124
+    status = json.loads(run.status.read_text())
+    assert (status["exit_code"], status["reason"]) == (124, "the local launcher: the job reached its time limit of 3 s")
 
 
 def _start_nodes(job: Job) -> list[subprocess.Popen]:

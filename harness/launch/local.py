@@ -150,10 +150,14 @@ def run_local(run_dir: Path, num_nodes: int, timeout_s: float, grace_s: float, e
             tail.pump()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    # A time limit or a signal is the launcher's own outcome: it stands over any status a node
+    # wrote meanwhile (node 0 can finish writing "exit 1, its server died" from the same SIGTERM
+    # before it handles its own), with the cause recorded first (`pdbench cancel` records its own).
+    stopped_here = rc != 0
     if rc == 0:
         rc = next((c for c in (p.returncode for p in nodes) if c), 0)
-    if not run.status.is_file():
-        # The head node was killed before it could write the job's status.
+    if stopped_here or not run.status.is_file():
+        # Else the head node was killed before it could write the job's status.
         failure = failures.first()
         if rc and failure is None:
             failure = Failure(
