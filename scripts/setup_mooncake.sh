@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Mooncake's transfer engine in ./.venv, for the real Mooncake PD job on CPU
-# (tests/test_mooncake_e2e.py); from PyPI and apt only; idempotent. scripts/setup.sh runs it.
+# (tests/e2e/test_mooncake_e2e.py); from PyPI and apt only; idempotent. scripts/setup.sh runs it.
 # - mooncake-transfer-engine-non-cuda: the default mooncake-transfer-engine wheel links
 #   libcudart.so.12 and libcuda.so.1, so it does not import on a machine without CUDA.
 # - libibverbs1 (with libnl-3, libnl-route-3): engine.so links them even for TCP.

@@ -17,7 +17,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the test modules import their helpers as `helpers.*`
 
 from scripts import render_diff  # noqa: E402
-from tests import test_render, test_report  # noqa: E402
+from tests.render import test_render  # noqa: E402
+from tests.report import test_report  # noqa: E402
 
 
 def main() -> int:

@@ -30,9 +30,9 @@ def port_base(base: int) -> int:
 #: scripts/test.sh runs two lanes as two pytest processes at once (`--lane slurm,connector`
 #: beside `--lane local`), then the lane `alone` by itself: a lane's tests run serially because
 #: they share what the lane owns, while the other lane runs beside them (most of a job's time
-#: its servers start up or wait). A new module of vllm tests must name its lane here: a wrong
-#: guess would let two jobs clash on a port or on the cluster, or load the cores that a
-#: latency bound or a saturation verdict needs to itself.
+#: its servers start up or wait). A new module of vllm tests (in tests/e2e/) must name its lane
+#: here: a wrong guess would let two jobs clash on a port or on the cluster, or load the cores
+#: that a latency bound or a saturation verdict needs to itself.
 VLLM_LANES = {
     # A p90 TTFT bound that the search's low points must meet, and verdicts on which of the
     # two cores (prefill on 0, decode on 1) saturates: each failed beside the Slurm lane on a
@@ -76,6 +76,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         lane = None
         if item.get_closest_marker("vllm") is not None:
+            if item.path.parent.name != "e2e":
+                raise pytest.UsageError(
+                    f"{item.path}: a module of real-vLLM tests (marker vllm) belongs in tests/e2e/, "
+                    f"beside the others that start real servers"
+                )
             lane = VLLM_LANES.get(item.path.name)
             if lane is None:
                 raise pytest.UsageError(

@@ -197,7 +197,7 @@ def repo_model() -> Path:
 
 @pytest.mark.parametrize("recipe", ONE_GPU + X4)
 def test_validate_accepts_each_recipe(recipe: str, repo_model: Path) -> None:
-    # The vLLM parser's part is tests/test_vllm_flags.py's every-shipped-recipe test, in one
+    # The vLLM parser's part is tests/render/test_vllm_flags.py's every-shipped-recipe test, in one
     # process: here each validate would import vLLM again (7 x 10-40 s of CPU in the fast stage).
     # (Not --launcher local: that also wants the job's ports free here, which parallel tests hold.)
     assert (repo_model / "config.json").is_file()

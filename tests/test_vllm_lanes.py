@@ -12,7 +12,12 @@ from pathlib import Path
 from conftest import VLLM_LANES
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = ["tests/test_slurm.py", "tests/test_e2e_vllm.py", "tests/test_connector_e2e.py", "tests/test_search_e2e.py"]
+MODULES = [
+    "tests/e2e/test_slurm.py",
+    "tests/e2e/test_e2e_vllm.py",
+    "tests/e2e/test_connector_e2e.py",
+    "tests/e2e/test_search_e2e.py",
+]
 
 
 def _collect(*args: str) -> subprocess.CompletedProcess:
@@ -39,3 +44,23 @@ def test_an_unknown_lane_is_a_usage_error() -> None:
     r = _collect("-m", "vllm", "--lane", "slurm,nowhere", MODULES[0])
     assert r.returncode == 4, r.stdout + r.stderr
     assert "--lane nowhere: no such lane in tests/conftest.py VLLM_LANES" in r.stderr
+
+
+def test_a_module_of_real_vllm_tests_outside_e2e_is_a_usage_error(tmp_path: Path) -> None:
+    # The suite's own conftest over a small tree: one vllm-marked module in bench/, one in e2e/.
+    tests = tmp_path / "tests"
+    for folder in ("bench", "e2e"):
+        (tests / folder).mkdir(parents=True)
+        (tests / folder / f"test_{folder}_marked.py").write_text(
+            "import pytest\n\n@pytest.mark.vllm\ndef test_x():\n    pass\n"
+        )
+    lanes = {"test_e2e_marked.py": "local", "test_bench_marked.py": "local"}
+    (tests / "conftest.py").write_text(
+        (ROOT / "tests" / "conftest.py").read_text() + f"\nVLLM_LANES.update({lanes!r})\n"
+    )
+    cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
+    ok = subprocess.run([*cmd, "tests/e2e"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and "test_e2e_marked.py::test_x" in ok.stdout, ok.stdout + ok.stderr  # precondition
+    r = subprocess.run([*cmd, "tests"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "test_bench_marked.py: a module of real-vLLM tests (marker vllm) belongs in tests/e2e/" in r.stderr

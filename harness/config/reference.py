@@ -2,7 +2,7 @@
 
     python -m harness.config.reference > docs/recipe-reference.md
 
-tests/test_config_reference.py fails when the committed file differs from this output.
+tests/config/test_config_reference.py fails when the committed file differs from this output.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ samples.csv, windows/<result stem>.json, the layout srt-slurm produces and Infer
 utils/aggregate_power_multinode.py (843c6254) re-validates before it patches role energy into
 its aggregate.
 
-What is pdbench's own and says so, so InferenceX refuses it as it is (tests/test_power_contract.py
+What is pdbench's own and says so, so InferenceX refuses it as it is (tests/power/test_power_contract.py
 runs its validator and names each refusal): `producer` is pdbench.power, not srt-slurm.dcgm-power,
 and `producer_git_commit` pdbench's commit (InferenceX requires its srt-slurm pin);
 `source_metric`/`power_scope` name NVML's or the SMI's reading, not DCGM's (the same board power,

@@ -12,7 +12,7 @@ points with a "valid" verdict are kept by default: invalid ones (`metadata.valid
 unverified ones (no evidence either way: `metadata.valid: null`, `metadata.validity.verdict:
 "unverified"`, or no verdict at all) only when asked for; they then carry `"validity": "invalid"`
 (and `"valid": false`) or `"validity": "unverified"`, keys InferenceX's schema does not have.
-tests/test_inferencex_contract.py checks every entry against what process_result.py computes from
+tests/report/test_inferencex_contract.py checks every entry against what process_result.py computes from
 the same file.
 """
 

@@ -32,7 +32,7 @@ def jsonl_by_id(directory: Path, pattern: str) -> dict[str, dict]:
 RECIPE = "tiny-fp32-cpu-nixl-1p1d"
 # vLLM's flag check imports vLLM in the submitting process (about 20 s of CPU here, before any
 # server starts) and caches per serve line, which the tests' ports make distinct: the real-vLLM
-# jobs skip it but one (test_e2e_vllm's 1P1D-and-replicas job); tests/test_vllm_flags.py and
+# jobs skip it but one (test_e2e_vllm's 1P1D-and-replicas job); tests/render/test_vllm_flags.py and
 # test_doctor.py check real serve lines with it.
 SKIP_FLAG_CHECK = ("--skip-flag-check",)
 

@@ -1,5 +1,5 @@
 """The daemons the local Slurm cluster started on its nodes, counted by their pid files, for
-the "nothing left behind" check of tests/test_slurm.py (via slurm_cluster.py).
+the "nothing left behind" check of tests/e2e/test_slurm.py (via slurm_cluster.py).
 
 Each node of scripts/slurm/up.sh runs exactly one slurmd (pid file SLURM_DIR/run/slurmd-NODE.pid);
 once scripts/slurm/containers-up.sh ran, also one dockerd (DOCKER_DIR/NODE.pid, answering on
