@@ -15,6 +15,7 @@ from harness.predict.observe import ObservationError, observations
 from harness.rundir import RunDir
 from harness.rundir import perf_profile as store
 from harness.rundir.perf_profile import PerfProfile
+from harness.topology import Role, plan
 
 
 class PredictError(Exception):
@@ -29,6 +30,17 @@ class Target:
     key: str  # the recipe key the deployment comes from
 
 
+def device_groups(rr: ResolvedRecipe, role: Role) -> tuple[int, ...]:
+    """Each of the role's workers' device group: on CPU sites the workers bound to the same cores
+    share them (on whichever node: the local cluster's nodes are one machine, as the search's
+    capacity bound counts them, docs/search.md); () where each has its own devices (GPUs)."""
+    if rr.recipe.topology.gpus_per_node:
+        return ()
+    workers = plan(rr).role(role)
+    keys = [w.cpu_bind if w.cpu_bind else f"worker {w.index}" for w in workers]
+    return tuple(keys.index(k) for k in keys)
+
+
 def targets(rr: ResolvedRecipe) -> list[Target]:
     """The recipe's deployment (xP+yD, or its aggregated servers) and its aggregated baseline."""
     t = rr.recipe.topology
@@ -37,11 +49,19 @@ def targets(rr: ResolvedRecipe) -> list[Target]:
     try:
         if not t.aggregated_only:
             d = Deployment(
-                "disagg", t.prefill.workers, t.decode.workers, t.prefill.gpus_per_worker, t.decode.gpus_per_worker
+                "disagg",
+                t.prefill.workers,
+                t.decode.workers,
+                t.prefill.gpus_per_worker,
+                t.decode.gpus_per_worker,
+                device_groups(rr, "prefill"),
+                device_groups(rr, "decode"),
             )
             out.append(Target(d, *limits(model, topology, "disagg"), "topology.prefill/decode"))
         if t.aggregated is not None:
-            d = Deployment("agg", t.aggregated.workers, 0, t.aggregated.gpus_per_worker, 0)
+            d = Deployment(
+                "agg", t.aggregated.workers, 0, t.aggregated.gpus_per_worker, 0, device_groups(rr, "aggregated")
+            )
             out.append(Target(d, *limits(model, topology, "agg"), "topology.aggregated"))
     except LimitsError as e:
         raise PredictError(str(e)) from None

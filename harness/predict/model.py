@@ -25,6 +25,10 @@ class Deployment:
     decode_workers: int  # 0 for agg
     gpus_per_prefill_worker: int
     gpus_per_decode_worker: int
+    # Each worker's device group, where workers share devices (CPU servers bound to the same
+    # cores); () : every worker has its own. Aggregated workers are the prefill ones.
+    prefill_groups: tuple[int, ...] = ()
+    decode_groups: tuple[int, ...] = ()
 
     @property
     def gpus(self) -> int:
@@ -112,6 +116,8 @@ def predict(
             prefill_jitter_ms=profile.prefill.rms_ms,
             step_jitter_ms=profile.decode_step.rms_ms,
             requests=requests,
+            prefill_groups=deployment.prefill_groups,
+            decode_groups=deployment.decode_groups,
             seed=seed,
         )
         runs.append(simulate(cfg))

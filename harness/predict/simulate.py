@@ -11,6 +11,11 @@ one token per sequence per step; a sequence that arrives during a step joins at 
 aggregated instance does both in one step, as vLLM's scheduler does: the step's admitted prompts
 are computed with the running batch's decode and delay it, so prefill stalls decode there.
 
+Instances that share their devices (CPU servers pinned to one core) share them as processors do:
+`prefill_groups` / `decode_groups` name each instance's group, and k instances of a group busy at
+once each progress at 1/k of their speed (processor sharing), so an idle neighbour costs nothing and
+a busy one halves a batch's speed while both run.
+
 Service times are the profile's fits; with `jitter` each one is drawn around its fit with the fit's
 residual spread (seeded), which spreads the percentiles as the measured noise does. As the client
 does, the clients start at once and send `requests` requests in all (the point's num_prompts), all
@@ -47,6 +52,9 @@ class SimConfig:
     prefill_jitter_ms: float = 0.0  # sd of a prefill batch's time around its fit
     step_jitter_ms: float = 0.0  # sd of a decode step's time around its fit
     requests: int = 0  # requests sent, as the point's num_prompts; 0: max(64, 8 * concurrency)
+    # Each instance's device group (instances of a group share its devices); () : one group each.
+    prefill_groups: tuple[int, ...] = ()
+    decode_groups: tuple[int, ...] = ()
     warmup_per_client: int = 0  # each client's first requests, left out of the figures
     seed: int = 0
     max_events: int = 2_000_000
@@ -89,6 +97,13 @@ class _Instance:
     batch_time: float = 0.0  # integral of the running sequences over the time it stepped
     busy_time: float = 0.0
     last_t: float = 0.0
+    group: int = 0
+    work_ms: float = 0.0  # what is left of the current service at full speed
+    rate: float = 1.0  # its share of the group's devices
+    since: float = 0.0  # when work_ms and rate were last set
+    version: int = 0  # its scheduled end's stamp: a re-planned end makes the old event stale
+    kind: str = ""  # the event that ends its work
+    payload: object = None
 
 
 class _Sim:
@@ -99,8 +114,8 @@ class _Sim:
         self.seq = itertools.count()
         self.rids = itertools.count()
         agg = cfg.phase == "agg"
-        self.prefill = [_Instance() for _ in range(cfg.prefill_workers)]
-        self.decode = self.prefill if agg else [_Instance() for _ in range(cfg.decode_workers)]
+        self.prefill = _pool(cfg.prefill_workers, cfg.prefill_groups)
+        self.decode = self.prefill if agg else _pool(cfg.decode_workers, cfg.decode_groups)
         self.rr_p = itertools.cycle(range(len(self.prefill)))
         self.rr_d = itertools.cycle(range(len(self.decode)))
         self.sent = [0] * cfg.concurrency
@@ -148,9 +163,7 @@ class _Sim:
         cfg = self.cfg
         batch = self._admit(inst, limit_tokens=True)
         tokens = len(batch) * cfg.isl
-        inst.busy = True
-        dt = self.draw(cfg.prefill_ms(tokens), cfg.prefill_jitter_ms) / 1000.0
-        self.at(t + dt, "prefill_done", i, batch)
+        self.serve(self.prefill, i, t, self.draw(cfg.prefill_ms(tokens), cfg.prefill_jitter_ms), "prefill_done", batch)
 
     def start_step(self, t: float, i: int) -> None:
         """A decode (or aggregated) instance's next step over its running batch."""
@@ -170,13 +183,38 @@ class _Sim:
         if decoding:
             dt += self.draw(cfg.decode_step_ms(decoding), cfg.step_jitter_ms)
         inst.running.extend(new)
-        inst.busy = True
-        self.at(t + dt / 1000.0, "step_done", i)
+        self.serve(self.decode, i, t, dt, "step_done", None)
+
+    def serve(self, pool: list[_Instance], i: int, t: float, ms: float, kind: str, payload: object) -> None:
+        """Instance i starts `ms` of work at full speed; its group's shares are re-planned."""
+        inst = pool[i]
+        self._progress(pool, inst.group, t)
+        inst.busy, inst.work_ms, inst.payload, inst.kind = True, ms, payload, kind
+        self._replan(pool, inst.group, t)
+
+    def release(self, pool: list[_Instance], i: int, t: float) -> None:
+        """Instance i's work is done: the others of its group get its share."""
+        inst = pool[i]
+        self._progress(pool, inst.group, t)
+        inst.busy, inst.work_ms = False, 0.0
+        self._replan(pool, inst.group, t)
+
+    def _progress(self, pool: list[_Instance], group: int, t: float) -> None:
+        for inst in pool:
+            if inst.group == group and inst.busy:
+                inst.work_ms = max(0.0, inst.work_ms - (t - inst.since) * 1000.0 * inst.rate)
+                inst.since = t
+
+    def _replan(self, pool: list[_Instance], group: int, t: float) -> None:
+        busy = [(i, inst) for i, inst in enumerate(pool) if inst.group == group and inst.busy]
+        for i, inst in busy:
+            inst.rate, inst.since, inst.version = 1.0 / len(busy), t, inst.version + 1
+            self.at(t + inst.work_ms / 1000.0 / inst.rate, inst.kind, i, (inst.version, inst.payload))
 
     def step_done(self, t: float, i: int) -> None:
         inst = self.decode[i]
         self._account(inst, t)
-        inst.busy = False
+        self.release(self.decode, i, t)
         still: list[_Req] = []
         for r in inst.running:
             if r.first < 0:
@@ -206,6 +244,12 @@ class _Sim:
         while self.events and n < cfg.max_events:
             t, _, kind, i, obj = heapq.heappop(self.events)
             n += 1
+            if kind in ("prefill_done", "step_done"):
+                stamp: int
+                stamp, obj = obj  # type: ignore[misc]
+                pool = self.prefill if kind == "prefill_done" else self.decode
+                if stamp != pool[i].version:
+                    continue  # re-planned since: a later event ends this work
             if kind == "prefill_arrive":
                 if cfg.phase == "agg":
                     self.decode[i].waiting.append(obj)  # type: ignore[arg-type]
@@ -214,7 +258,7 @@ class _Sim:
                     self.prefill[i].waiting.append(obj)  # type: ignore[arg-type]
                     self.start_prefill(t, i)
             elif kind == "prefill_done":
-                self.prefill[i].busy = False
+                self.release(self.prefill, i, t)
                 for r in obj:  # type: ignore[attr-defined]
                     self.at(t + cfg.kv_ms / 1000.0, "decode_arrive", next(self.rr_d), r)
                 self.start_prefill(t, i)
@@ -237,6 +281,12 @@ class _Sim:
             truncated=n >= cfg.max_events,
             mean_decode_batch=batch,
         )
+
+
+def _pool(n: int, groups: tuple[int, ...]) -> list[_Instance]:
+    if groups and len(groups) != n:
+        raise ValueError(f"{len(groups)} device groups for {n} instances")
+    return [_Instance(group=groups[i] if groups else i) for i in range(n)]
 
 
 def simulate(cfg: SimConfig) -> SimResult:

@@ -29,6 +29,9 @@ TIGHT = {"ttft_p90": 800.0}
 SEARCH: dict[str, Any] = {
     "recipe": "tiny-fp32-cpu-nixl-1p2d",
     "cluster": "local",
+    # Every worker its own device, as on GPUs: the world (helpers.search_world) gives each its own
+    # server, and the predictor reads the same from the plan (no two workers bound to one core).
+    "set": ["topology.prefill.cpu_bind=[]", "topology.decode.cpu_bind=[]"],
     "factors": {
         "prefill": [
             {"topology.prefill.workers": 1, "topology.prefill.nodes": 1},

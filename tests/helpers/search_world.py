@@ -97,7 +97,7 @@ def world_point(c: Candidate, prefill: int, decode: int, conc: int, isl: int, os
 def begin(tmp_path: Path, fake: FakeLauncher, **changes: Any) -> Search:
     spec = {
         **SEARCH,
-        "set": [f"benchmark.min_prompts={PROMPTS}"],
+        "set": [*SEARCH["set"], f"benchmark.min_prompts={PROMPTS}"],
         "slos": SLOS,
         "concurrency": LADDER,
         "prune": {"enabled": True, "slack": 1.1},

@@ -11,6 +11,8 @@ from helpers.mock_engine import Engine
 
 from harness import tiny_model
 from harness.bench import ClientConfig, run_sweep_detailed
+from harness.config import load_recipe
+from harness.predict.answer import device_groups, targets
 from harness.predict.fit import fit_profile
 from harness.predict.holdout import leave_one_out, median_abs_error
 from harness.predict.model import Deployment, predict
@@ -18,6 +20,7 @@ from harness.predict.observe import observations
 from harness.predict.simulate import SimConfig, simulate
 from harness.rundir import perf_profile
 from harness.rundir.paths import PERF_PROFILE
+from harness.topology import plan
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -45,6 +48,38 @@ def test_decode_batches_share_a_step_and_prefill_batches_pay_per_token() -> None
     assert r.mean_decode_batch == pytest.approx(4, abs=0.3)
     assert r.percentile("tpot", 50) == pytest.approx(4.0, rel=0.1)
     assert not r.truncated
+
+
+@pytest.mark.parametrize(
+    ("groups", "ttfts"),
+    [
+        ((0, 0), [100.0]),  # one request: the idle worker on the same core costs nothing
+        ((0, 1), [100.0, 100.0]),  # two cores: each prompt has its own
+        ((0, 0), [200.0, 200.0]),  # one core: both prompts at once, each at half speed
+        ((0, 0, 1), [100.0, 200.0, 200.0]),  # two share core 0, the third has core 1
+    ],
+)
+def test_prefill_workers_sharing_a_core_share_its_time(groups: tuple[int, ...], ttfts: list[float]) -> None:
+    # 100 ms a prompt, decode free, one request per client, round-robin: one on each worker.
+    c = len(ttfts)
+    cfg = SimConfig(
+        "disagg", c, 16, 2, len(groups), 1, lambda t: 100.0, lambda b: 0.0, requests=c, prefill_groups=groups
+    )
+    assert sorted(simulate(cfg).ttft_ms) == pytest.approx(ttfts)
+
+
+def test_two_prefill_workers_on_one_core_have_one_cores_capacity() -> None:
+    # Prefill-bound (50 ms per 16-token prompt, batched or not; decode 1 ms a step): 2P1D on one
+    # core serves what 1P1D does, 2P1D on two cores twice that.
+    def tok_s(workers: int, groups: tuple[int, ...]) -> float:
+        cfg = SimConfig(
+            "disagg", 8, 16, 4, workers, 1, lambda t: 50.0 * t / 16, lambda b: 1.0, requests=400, prefill_groups=groups
+        )
+        return simulate(cfg).output_throughput
+
+    one = tok_s(1, ())
+    assert tok_s(2, (0, 0)) == pytest.approx(one, rel=0.05)
+    assert tok_s(2, (0, 1)) == pytest.approx(2 * one, rel=0.1)
 
 
 def test_the_event_bound_holds() -> None:
@@ -167,3 +202,14 @@ def test_the_report_shows_predicted_against_measured(mock_run: Path) -> None:
     rows = [line for line in section.splitlines() if line.startswith("| run")]
     assert len(rows) == 1 + len(CONCURRENCY)  # the header and one row per point
     assert "median absolute error over 4 held-out point(s)" in section
+
+
+def test_cpu_workers_bound_to_one_core_are_one_device_group() -> None:
+    two_prefill = ["topology.prefill.workers=2", "topology.prefill.nodes=2"]
+    rr = load_recipe("tiny-fp32-cpu-nixl-1p2d", two_prefill, cluster="local")  # prefill on core 0, decode on 1
+    assert [w.cpu_bind for w in plan(rr).role("prefill")] == ["0", "0"]  # the precondition
+    assert (device_groups(rr, "prefill"), device_groups(rr, "decode")) == ((0, 0), (0, 0))
+    unbound = load_recipe("tiny-fp32-cpu-nixl-1p2d", [*two_prefill, "topology.prefill.cpu_bind=[]"], cluster="local")
+    assert device_groups(unbound, "prefill") == (0, 1)  # no binding: each worker its own
+    (target, *_) = targets(rr)
+    assert (target.deployment.prefill_groups, target.deployment.decode_groups) == ((0, 0), (0, 0))
