@@ -12,6 +12,13 @@ from harness.rundir import RunDir
 
 VLLM_MAX_NUM_SEQS = 256  # vLLM's online-serving defaults where the recipe sets neither
 VLLM_MAX_BATCHED_TOKENS = 8192
+# vLLM's CPU platform serves with smaller ones, per rank of the server's world (its TP):
+# `vllm serve` on CPU defaults to 2048 tokens and 128 sequences (EngineArgs
+# _set_default_max_num_seqs_and_batched_tokens, vLLM 0.32). A 1P1D job of 256-token prompts on the
+# local cluster shows it: its prefill computes 8 prompts a batch (median TTFT 227 ms at C=8, 8 x
+# 29 ms), not 32.
+VLLM_CPU_MAX_NUM_SEQS = 128
+VLLM_CPU_MAX_BATCHED_TOKENS = 2048
 Limits = tuple[int, int]  # (max_num_seqs, max_batched_tokens)
 DEFAULT: Limits = (VLLM_MAX_NUM_SEQS, VLLM_MAX_BATCHED_TOKENS)
 
@@ -34,17 +41,27 @@ def _int(flags: dict[str, Any], name: str, default: int, where: str) -> int:
     return v
 
 
+def _defaults(topology: dict[str, Any], role: str) -> Limits:
+    """vLLM's defaults for the role's servers: its CPU platform's on CPU-only nodes."""
+    if topology.get("gpus_per_node") == 0:
+        world = int((topology.get(role) or {}).get("tp") or 1)
+        return VLLM_CPU_MAX_NUM_SEQS * world, VLLM_CPU_MAX_BATCHED_TOKENS * world
+    return DEFAULT
+
+
 def limits(model: dict[str, Any], topology: dict[str, Any], phase: str, where: str = "topology") -> Limits:
     """Decode's sequences and prefill's batch tokens (disagg), or the aggregated servers' both."""
     if phase == "agg":
         f = _flags(model, topology, "aggregated")
         at = f"{where}.aggregated"
-        return _int(f, "max-num-seqs", VLLM_MAX_NUM_SEQS, at), _int(
-            f, "max-num-batched-tokens", VLLM_MAX_BATCHED_TOKENS, at
-        )
-    seqs = _int(_flags(model, topology, "decode"), "max-num-seqs", VLLM_MAX_NUM_SEQS, f"{where}.decode")
+        seqs, tokens = _defaults(topology, "aggregated")
+        return _int(f, "max-num-seqs", seqs, at), _int(f, "max-num-batched-tokens", tokens, at)
+    seqs = _int(_flags(model, topology, "decode"), "max-num-seqs", _defaults(topology, "decode")[0], f"{where}.decode")
     tokens = _int(
-        _flags(model, topology, "prefill"), "max-num-batched-tokens", VLLM_MAX_BATCHED_TOKENS, f"{where}.prefill"
+        _flags(model, topology, "prefill"),
+        "max-num-batched-tokens",
+        _defaults(topology, "prefill")[1],
+        f"{where}.prefill",
     )
     return seqs, tokens
 

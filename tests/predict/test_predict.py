@@ -15,6 +15,7 @@ from harness.config import load_recipe
 from harness.predict.answer import device_groups, targets
 from harness.predict.fit import fit_profile
 from harness.predict.holdout import leave_one_out, median_abs_error
+from harness.predict.limits import limits
 from harness.predict.model import Deployment, predict
 from harness.predict.observe import observations
 from harness.predict.simulate import SimConfig, simulate
@@ -213,3 +214,16 @@ def test_cpu_workers_bound_to_one_core_are_one_device_group() -> None:
     assert device_groups(unbound, "prefill") == (0, 1)  # no binding: each worker its own
     (target, *_) = targets(rr)
     assert (target.deployment.prefill_groups, target.deployment.decode_groups) == ((0, 0), (0, 0))
+
+
+def test_cpu_servers_get_vllms_cpu_defaults_where_the_recipe_sets_none() -> None:
+    # The local recipes set max-num-seqs 64 and no batch-token limit: vLLM's CPU platform then
+    # batches 2048 tokens (x its TP), not the GPU servers' 8192.
+    cpu = load_recipe("tiny-fp32-cpu-nixl-1p2d", [], cluster="local")
+    assert cpu.recipe.topology.gpus_per_node == 0  # the precondition: CPU-only nodes
+    (target, *_) = targets(cpu)
+    assert (target.max_num_seqs, target.max_batched_tokens) == (64, 2048)
+    topology = {"gpus_per_node": 0, "prefill": {"tp": 2}, "decode": {"tp": 1}}
+    assert limits({}, topology, "disagg") == (128, 4096)
+    assert limits({}, {**topology, "gpus_per_node": 8}, "disagg") == (256, 8192)
+    assert limits({}, {"gpus_per_node": 0, "aggregated": {"tp": 1}}, "agg") == (128, 2048)
