@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -131,6 +132,7 @@ def test_one_gpu_recipes_share_the_model_split_and_prompts(connector: str) -> No
 X4 = [f"dsr1-shape-fp8-h200x4-{c}-{t}" for c in ("nixl", "pdbench") for t in ("1p2d", "1p1d-wideep")]
 ONE_GPU = ["dsr1-shape-fp8-h200x1-pdbench-1p1d", "dsr1-shape-fp8-h200x1-nixl-1p1d", "dsr1-shape-fp8-h200x1-none-agg"]
 X2 = ["dsr1-shape-fp8-h200x2-pdbench-1p1d"]
+WEIGHTS = ["dsr1-shape-weights-fp8-h200x2-pdbench-1p1d"]
 
 
 def _recipe(name: str) -> dict:
@@ -138,7 +140,7 @@ def _recipe(name: str) -> dict:
 
 
 def test_x4_recipes_scale_the_full_ones_to_four_gpus_of_one_node() -> None:
-    assert sorted(p.stem for p in (ROOT / "recipes").glob("dsr1-shape-*.yaml")) == sorted(ONE_GPU + X2 + X4)
+    assert sorted(p.stem for p in (ROOT / "recipes").glob("dsr1-shape-*.yaml")) == sorted(ONE_GPU + X2 + X4 + WEIGHTS)
     for name in X4:
         topo = _recipe(name)["topology"]
         assert (topo["gpus_per_node"], topo["colocate"]) == (4, True), name
@@ -211,3 +213,197 @@ def test_validate_accepts_each_recipe(recipe: str, repo_model: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith(f"ok: {recipe} ")
+
+
+def test_weights_recipe_is_the_two_gpu_one_on_init_scale_weights() -> None:
+    models = yaml.safe_load((ROOT / "models.yaml").read_text())["models"]
+    dummy, weights = models["dsr1-shape"], models["dsr1-shape-weights"]
+    assert weights["path"] == ".cache/models/dsr1-shape-weights"
+    for key in ("prefill_flags", "decode_flags", "aggregated_flags"):
+        assert {**weights[key], "load-format": "dummy"} == dummy[key], key
+    assert {k: weights[k] for k in ("precision", "max_model_len", "env")} == {
+        k: dummy[k] for k in ("precision", "max_model_len", "env")
+    }
+    recipe, base = _recipe(WEIGHTS[0]), _recipe(X2[0])
+    assert recipe["model"] == "dsr1-shape-weights"
+    assert {k: v for k, v in recipe.items() if k not in ("model", "description")} == {
+        k: v for k, v in base.items() if k not in ("model", "description")
+    }
+
+
+# A DeepSeek-V3 layout small enough for the CPU: partial edge blocks (kv_a's 160 rows, q_b's 192,
+# kv_b's 96 inputs), one dense layer and one MoE layer of 4 experts, a shared expert, the tiny
+# tokenizer's vocabulary. q_lora_rank stays a multiple of 128, as R1's 1536: vLLM fuses q_a and
+# kv_a into one projection, whose scale blocks must then line up.
+TINY = {
+    **make_model.DSR1_SHAPE,
+    "hidden_size": 256,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "q_lora_rank": 128,
+    "kv_lora_rank": 96,
+    "qk_rope_head_dim": 64,
+    "qk_nope_head_dim": 32,
+    "v_head_dim": 32,
+    "num_hidden_layers": 2,
+    "intermediate_size": 384,
+    "moe_intermediate_size": 128,
+    "n_routed_experts": 4,
+    "n_group": 2,
+    "topk_group": 1,
+    "num_experts_per_tok": 2,
+}
+
+
+def _tiny_expected() -> dict[str, tuple[tuple[int, ...], str]]:
+    """R1-0528's checkpoint names for TINY, written out: shape and dtype of each."""
+    fp8, bf16 = "float8_e4m3fn", "bfloat16"
+    want = {
+        "model.embed_tokens.weight": ((2048, 256), bf16),
+        "model.norm.weight": ((256,), bf16),
+        "lm_head.weight": ((2048, 256), bf16),
+    }
+
+    def linear(name: str, out: int, inp: int) -> None:
+        want[f"{name}.weight"] = ((out, inp), fp8)
+        want[f"{name}.weight_scale_inv"] = ((-(-out // 128), -(-inp // 128)), "float32")
+
+    for i in range(2):
+        p = f"model.layers.{i}"
+        want[f"{p}.input_layernorm.weight"] = ((256,), bf16)
+        want[f"{p}.post_attention_layernorm.weight"] = ((256,), bf16)
+        linear(f"{p}.self_attn.q_a_proj", 128, 256)
+        want[f"{p}.self_attn.q_a_layernorm.weight"] = ((128,), bf16)
+        linear(f"{p}.self_attn.q_b_proj", 2 * (32 + 64), 128)
+        linear(f"{p}.self_attn.kv_a_proj_with_mqa", 96 + 64, 256)
+        want[f"{p}.self_attn.kv_a_layernorm.weight"] = ((96,), bf16)
+        linear(f"{p}.self_attn.kv_b_proj", 2 * (32 + 32), 96)
+        linear(f"{p}.self_attn.o_proj", 256, 2 * 32)
+    for proj, out, inp in (("gate_proj", 384, 256), ("up_proj", 384, 256), ("down_proj", 256, 384)):
+        linear(f"model.layers.0.mlp.{proj}", out, inp)
+    want["model.layers.1.mlp.gate.weight"] = ((4, 256), bf16)
+    want["model.layers.1.mlp.gate.e_score_correction_bias"] = ((4,), "float32")
+    for expert in [*(f"experts.{e}" for e in range(4)), "shared_experts"]:
+        for proj, out, inp in (("gate_proj", 128, 256), ("up_proj", 128, 256), ("down_proj", 256, 128)):
+            linear(f"model.layers.1.mlp.{expert}.{proj}", out, inp)
+    return want
+
+
+@pytest.fixture(scope="module")
+def tiny_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = make_model.build(tmp_path_factory.mktemp("w") / "tiny", TINY)
+    # Small shards: the index must name more than one file.
+    return make_model.build_weights(out, TINY, seed=7, device="cpu", shard_bytes=200_000)
+
+
+def _load(model_dir: Path) -> dict[str, Any]:
+    from safetensors.torch import load_file
+
+    index = json.loads((model_dir / make_model.INDEX).read_text())
+    tensors: dict[str, Any] = {}
+    for shard in sorted(set(index["weight_map"].values())):
+        for name, t in load_file(str(model_dir / shard)).items():
+            assert index["weight_map"][name] == shard, name
+            tensors[name] = t
+    assert set(tensors) == set(index["weight_map"])
+    assert index["metadata"]["total_size"] == sum(t.numel() * t.element_size() for t in tensors.values())
+    return tensors
+
+
+def test_random_init_weights_have_r1_names_dtypes_and_shapes(tiny_weights: Path) -> None:
+    tensors = _load(tiny_weights)
+    assert len({*json.loads((tiny_weights / make_model.INDEX).read_text())["weight_map"].values()}) > 1
+    got = {name: (tuple(t.shape), str(t.dtype).removeprefix("torch.")) for name, t in tensors.items()}
+    assert got == _tiny_expected()
+
+
+def test_random_init_weights_are_at_initialisation_scale(tiny_weights: Path) -> None:
+    import torch
+
+    tensors = _load(tiny_weights)
+    for name, t in tensors.items():
+        if name.endswith("norm.weight"):
+            assert torch.equal(t, torch.ones_like(t)), name
+        elif name.endswith("e_score_correction_bias"):
+            assert not t.any(), name
+        elif t.dtype == torch.float8_e4m3fn:
+            w = make_model.dequantize_fp8_blocks(t, tensors[name + "_scale_inv"])
+            # Block scales put each block's largest magnitude at FP8's largest value.
+            blocks = make_model.quantize_fp8_blocks(w)[1]
+            assert torch.allclose(blocks, tensors[name + "_scale_inv"], rtol=1e-2), name
+            assert abs(w.mean().item()) < 0.004 and 0.018 < w.std().item() < 0.022, name
+        elif name.endswith(".weight") and t.dtype == torch.bfloat16:
+            assert abs(t.float().std().item() - 0.02) < 0.002, name
+
+
+def test_random_init_is_seeded_and_idempotent(tiny_weights: Path, tmp_path: Path) -> None:
+    import torch
+
+    index = tiny_weights / make_model.INDEX
+    stamp = index.stat().st_mtime_ns
+    assert make_model.build_weights(tiny_weights, TINY, seed=7, device="cpu", shard_bytes=200_000) == tiny_weights
+    assert index.stat().st_mtime_ns == stamp
+    again = make_model.build_weights(make_model.build(tmp_path / "again", TINY), TINY, seed=7, device="cpu")
+    other = make_model.build_weights(make_model.build(tmp_path / "other", TINY), TINY, seed=8, device="cpu")
+    a, b, c = _load(tiny_weights), _load(again), _load(other)
+    name = "model.layers.1.mlp.experts.3.down_proj.weight"
+    assert torch.equal(a[name].view(torch.uint8), b[name].view(torch.uint8))
+    assert not torch.equal(a[name].view(torch.uint8), c[name].view(torch.uint8))
+
+
+def test_full_shape_layout_is_the_documented_size() -> None:
+    # docs/gpu.md: 9.1 GiB of weights with 64 experts; R1-0528's per-layer names and shapes.
+    plan = make_model.dsr1_tensors(make_model.DSR1_SHAPE)
+    total = sum(make_model._nbytes(shape, kind) for _, shape, kind in plan)
+    assert 9.0 < total / 2**30 < 9.2
+    shapes = {name: shape for name, shape, _ in plan}
+    assert shapes["model.layers.0.self_attn.kv_a_proj_with_mqa.weight"] == (576, 7168)
+    assert shapes["model.layers.1.self_attn.q_b_proj.weight"] == (128 * 192, 1536)
+    assert shapes["model.layers.3.mlp.experts.63.down_proj.weight"] == (7168, 2048)
+    assert "model.layers.4.self_attn.o_proj.weight" not in shapes  # R1's MTP layer: skipped by vLLM
+
+
+# vLLM builds the model (on the meta device: shapes and names only) and loads the shards with its
+# own load_weights; its model loader then refuses a model with any parameter left unloaded.
+VLLM_LOAD = """
+import json, sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+import vllm.model_executor.layers.quantization.fp8 as fp8
+from vllm.config import LoadConfig, ModelConfig, VllmConfig, set_current_vllm_config
+from vllm.distributed import init_distributed_environment, initialize_model_parallel
+from vllm.model_executor.models.deepseek_v2 import DeepseekV3ForCausalLM
+
+# vLLM's CPU build has no FP8 GEMM without AMX tiles; the GEMM kernel is not what is checked here.
+fp8.init_fp8_linear_kernel = lambda *args, **kwargs: None
+model_dir, scratch = Path(sys.argv[1]), Path(sys.argv[2])
+vc = VllmConfig(model_config=ModelConfig(model=str(model_dir), max_model_len=1024), load_config=LoadConfig())
+with set_current_vllm_config(vc):
+    init_distributed_environment(1, 0, f"file://{scratch / 'dist'}", 0, "gloo")
+    initialize_model_parallel(1, 1)
+    with torch.device("meta"):
+        model = DeepseekV3ForCausalLM(vllm_config=vc, prefix="")
+    shards = sorted(set(json.loads((model_dir / "model.safetensors.index.json").read_text())["weight_map"].values()))
+    loaded = model.load_weights(kv for s in shards for kv in load_file(str(model_dir / s)).items())
+    params = {name for name, _ in model.named_parameters()}
+print(json.dumps({"params": len(params), "unloaded": sorted(params - loaded), "unknown": sorted(loaded - params)}))
+"""
+
+
+def test_vllm_loads_every_parameter_of_the_model(tiny_weights: Path, tmp_path: Path) -> None:
+    require_vllm()
+    proc = subprocess.run(
+        [sys.executable, "-c", VLLM_LOAD, str(tiny_weights), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    # 41: embeddings, lm_head, the final norm; 2 layers of MLA (fused q_a + kv_a) and norms; the
+    # dense MLP, the MoE layer's router, bias, fused experts and shared expert, with their scales.
+    assert got == {"params": 41, "unloaded": [], "unknown": []}

@@ -9,18 +9,33 @@ tokenizer is harness.tiny_model's, locally trained (vocab 2048), for every shape
 - `dsr1-shape`: DeepSeek-V3/R1's per-layer shapes (MLA, routed experts, FP8 block weights as
   DeepSeek-R1-0528 ships them) in 4 layers, the first dense, 3 MoE.
 
+`--weights random-init` (dsr1-shape) also writes weights: as transformers initialises a model
+(normal(0, initializer_range) for linear and embedding weights, ones for RMSNorm, zeros for the
+router's score correction bias), seeded, in DeepSeek-R1-0528's checkpoint names and dtypes (FP8
+e4m3 in 128x128 blocks with float32 `weight_scale_inv` where R1 has them, bf16 elsewhere),
+sharded, with `model.safetensors.index.json`. Dummy weights (vLLM's uniform +-1e-3) leave the
+logits nearly tied, so greedy answers part between TP layouts at the first near tie; weights at
+a trained model's scale give them margins (docs/gpu.md, "A DeepSeek-V3-shaped model").
+
     python scripts/device/make_model.py [--shape NAME] [OUT]   # default .cache/models/NAME
+    python scripts/device/make_model.py --shape dsr1-shape --weights random-init [--seed N] [--device cuda] OUT
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import sys
 import tempfile
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -134,12 +149,210 @@ def build(out: Path, config: dict[str, Any] = LLAMA_8B) -> Path:
     return out
 
 
+# --- weights at a trained model's scale (--weights random-init) ---------------------------------
+
+FP8_BLOCK = 128  # R1-0528's quantization_config weight_block_size
+FP8_MAX = 448.0  # the largest float8_e4m3fn
+INDEX = "model.safetensors.index.json"
+SHARD_BYTES = 4 << 30
+# What a tensor holds: an FP8 block-quantised linear weight, a bf16 one (normal), an RMSNorm
+# weight (ones, bf16), the router's score correction bias (zeros, float32, as R1 ships it).
+FP8, BF16, NORM, BIAS = "fp8", "bf16", "norm", "bias"
+
+
+def dsr1_tensors(config: dict[str, Any]) -> list[tuple[str, tuple[int, ...], str]]:
+    """(name, shape, kind) of every weight of `config` in DeepSeek-V3/R1-0528's checkpoint layout.
+
+    FP8 as in R1-0528: every linear layer of attention and of the MLPs (dense, routed and shared
+    experts); bf16: the embeddings, lm_head, the norms and the router (`mlp.gate`, which vLLM builds
+    unquantised); R1's multi-token-prediction layer (layer `num_hidden_layers`) is left out: vLLM
+    skips it for the main model."""
+    h, heads = config["hidden_size"], config["num_attention_heads"]
+    qk_head = config["qk_nope_head_dim"] + config["qk_rope_head_dim"]
+    out: list[tuple[str, tuple[int, ...], str]] = [("model.embed_tokens.weight", (config["vocab_size"], h), BF16)]
+    for i in range(config["num_hidden_layers"]):
+        p = f"model.layers.{i}"
+        out += [(f"{p}.input_layernorm.weight", (h,), NORM), (f"{p}.post_attention_layernorm.weight", (h,), NORM)]
+        a = f"{p}.self_attn"
+        if config.get("q_lora_rank"):
+            q = config["q_lora_rank"]
+            out += [
+                (f"{a}.q_a_proj.weight", (q, h), FP8),
+                (f"{a}.q_a_layernorm.weight", (q,), NORM),
+                (f"{a}.q_b_proj.weight", (heads * qk_head, q), FP8),
+            ]
+        else:
+            out.append((f"{a}.q_proj.weight", (heads * qk_head, h), FP8))
+        kv = config["kv_lora_rank"]
+        out += [
+            (f"{a}.kv_a_proj_with_mqa.weight", (kv + config["qk_rope_head_dim"], h), FP8),
+            (f"{a}.kv_a_layernorm.weight", (kv,), NORM),
+            (f"{a}.kv_b_proj.weight", (heads * (config["qk_nope_head_dim"] + config["v_head_dim"]), kv), FP8),
+            (f"{a}.o_proj.weight", (h, heads * config["v_head_dim"]), FP8),
+        ]
+        moe = (
+            config.get("n_routed_experts")
+            and i >= config.get("first_k_dense_replace", 0)
+            and i % config.get("moe_layer_freq", 1) == 0
+        )
+        if not moe:
+            out += _mlp(f"{p}.mlp", h, config["intermediate_size"])
+            continue
+        experts, inter = config["n_routed_experts"], config["moe_intermediate_size"]
+        out.append((f"{p}.mlp.gate.weight", (experts, h), BF16))
+        if config.get("topk_method") == "noaux_tc":
+            out.append((f"{p}.mlp.gate.e_score_correction_bias", (experts,), BIAS))
+        for e in range(experts):
+            out += _mlp(f"{p}.mlp.experts.{e}", h, inter)
+        if config.get("n_shared_experts"):
+            out += _mlp(f"{p}.mlp.shared_experts", h, inter * config["n_shared_experts"])
+    return [*out, ("model.norm.weight", (h,), NORM), ("lm_head.weight", (config["vocab_size"], h), BF16)]
+
+
+def _mlp(prefix: str, hidden: int, inter: int) -> list[tuple[str, tuple[int, ...], str]]:
+    return [
+        (f"{prefix}.gate_proj.weight", (inter, hidden), FP8),
+        (f"{prefix}.up_proj.weight", (inter, hidden), FP8),
+        (f"{prefix}.down_proj.weight", (hidden, inter), FP8),
+    ]
+
+
+def quantize_fp8_blocks(w: torch.Tensor, block: int = FP8_BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
+    """`w` (out, in) as float8_e4m3fn and its float32 `weight_scale_inv` (ceil(out/block),
+    ceil(in/block)), DeepSeek's convention: the weight is fp8 x scale_inv, each block's largest
+    magnitude at FP8_MAX. Partial edge blocks are scaled by what they hold."""
+    import torch
+
+    rows, cols = w.shape
+    br, bc = math.ceil(rows / block), math.ceil(cols / block)
+    padded = torch.zeros(br * block, bc * block, dtype=torch.float32, device=w.device)
+    padded[:rows, :cols] = w
+    blocks = padded.view(br, block, bc, block)
+    scale = blocks.abs().amax(dim=(1, 3)).clamp(min=1e-12) / FP8_MAX
+    q = (blocks / scale[:, None, :, None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    return q.view(br * block, bc * block)[:rows, :cols].contiguous(), scale
+
+
+def dequantize_fp8_blocks(q: torch.Tensor, scale_inv: torch.Tensor, block: int = FP8_BLOCK) -> torch.Tensor:
+    rows, cols = q.shape
+    s = scale_inv.repeat_interleave(block, 0).repeat_interleave(block, 1)[:rows, :cols]
+    return q.float() * s
+
+
+def _tensors(
+    name: str, shape: tuple[int, ...], kind: str, std: float, seed: int, device: str
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """One weight (and its scale), on the CPU. Each tensor has its own generator, seeded from
+    `seed` and its name: the same weights whatever the order or sharding (on one device kind)."""
+    import torch
+
+    if kind == NORM:
+        yield name, torch.ones(shape, dtype=torch.bfloat16)
+        return
+    if kind == BIAS:
+        yield name, torch.zeros(shape, dtype=torch.float32)
+        return
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+    w = torch.empty(shape, dtype=torch.float32, device=device).normal_(0.0, std, generator=gen)
+    if kind == BF16:
+        yield name, w.to(torch.bfloat16).cpu()
+        return
+    q, scale = quantize_fp8_blocks(w)
+    yield name, q.cpu()
+    yield name.removesuffix("weight") + "weight_scale_inv", scale.cpu()
+
+
+def _nbytes(shape: tuple[int, ...], kind: str) -> int:
+    n = math.prod(shape)
+    if kind == FP8:
+        return n + 4 * math.ceil(shape[0] / FP8_BLOCK) * math.ceil(shape[1] / FP8_BLOCK)
+    return n * (4 if kind == BIAS else 2)
+
+
+def build_weights(
+    out: Path,
+    config: dict[str, Any],
+    *,
+    seed: int = 0,
+    device: str | None = None,
+    shard_bytes: int = SHARD_BYTES,
+) -> Path:
+    """Write `config`'s weights at initialisation scale into the model directory `out` (built
+    first by build()): shards `model-0000K-of-0000N.safetensors`, then the index, last. A
+    directory whose index records the same generator and config is left as is."""
+    import torch
+    from safetensors.torch import save_file
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    std = float(config["initializer_range"])
+    # The generator's numbers depend on the device kind (CPU or CUDA) as well as on the seed.
+    kind = torch.device(device).type
+    made_by = {"weights": "random-init", "seed": seed, "device": kind, "std": std, "config_crc32": _config_crc(config)}
+    index = out / INDEX
+    if index.is_file():
+        old = json.loads(index.read_text())
+        if old.get("metadata", {}).get("pdbench") == made_by and all(
+            (out / f).is_file() for f in set(old["weight_map"].values())
+        ):
+            return out
+    plan = dsr1_tensors(config)
+    shards: list[list[tuple[str, tuple[int, ...], str]]] = [[]]
+    size = 0
+    for entry in plan:
+        n = _nbytes(entry[1], entry[2])
+        if shards[-1] and size + n > shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(entry)
+        size += n
+    for old_shard in out.glob("model-*-of-*.safetensors"):
+        old_shard.unlink()
+    index.unlink(missing_ok=True)
+    weight_map: dict[str, str] = {}
+    total = 0
+    for k, shard in enumerate(shards, 1):
+        fname = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
+        tensors = dict(kv for name, shape, kind in shard for kv in _tensors(name, shape, kind, std, seed, device))
+        tmp = out / (fname + ".tmp")
+        save_file(tensors, str(tmp), metadata={"format": "pt"})
+        tmp.rename(out / fname)
+        for name, t in tensors.items():
+            weight_map[name] = fname
+            total += t.numel() * t.element_size()
+    meta = {"total_size": total, "pdbench": made_by}
+    tmp_index = out / (INDEX + ".tmp")
+    tmp_index.write_text(
+        json.dumps({"metadata": meta, "weight_map": dict(sorted(weight_map.items()))}, indent=2) + "\n"
+    )
+    tmp_index.rename(index)
+    return out
+
+
+def _config_crc(config: dict[str, Any]) -> int:
+    return zlib.crc32(json.dumps(config, sort_keys=True).encode())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="llama-8b-shape")
+    parser.add_argument(
+        "--weights",
+        choices=["none", "random-init"],
+        default="none",
+        help="none: config and tokenizer (served with --load-format dummy); random-init: also "
+        "weights at initialisation scale in R1-0528's checkpoint layout (dsr1-shape only)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="random-init's seed (default 0)")
+    parser.add_argument("--device", help="where random-init draws the weights (default: cuda if present)")
     parser.add_argument("out", nargs="?", type=Path, help="default: .cache/models/SHAPE")
     args = parser.parse_args(argv)
-    print(build(args.out or REPO / ".cache/models" / args.shape, SHAPES[args.shape]))
+    if args.weights != "none" and args.shape != "dsr1-shape":
+        parser.error("--weights random-init writes DeepSeek-V3/R1's layout: --shape dsr1-shape")
+    out = build(args.out or REPO / ".cache/models" / args.shape, SHAPES[args.shape])
+    if args.weights == "random-init":
+        build_weights(out, SHAPES[args.shape], seed=args.seed, device=args.device)
+    print(out)
     return 0
 
 
