@@ -11,6 +11,8 @@
 # dsr1-shape-pdbench, dsr1-shape-nixl, dsr1-shape-agg: the same three on one H200 with the DeepSeek-V3-shaped
 # model (build it first: make_model.py --shape dsr1-shape, and carry .cache/models/dsr1-shape).
 # dsr1-shape-x4-{nixl,pdbench}-{1p2d,1p1d-wideep}: the four-H200 recipes (nvidia-h200-x4).
+# dsr1-shape-x2, dsr1-shape-weights-x2: the two-H200 recipe (prefill TP2+EP2 -> decode TP1) on
+# dummy weights and on init-scale ones (dsr1-shape-weights draws those first, on the GPU).
 # SUBMIT_SET adds one --set to every submit. Each job's exit status is printed; a failed one
 # does not stop the next.
 set -uo pipefail
@@ -62,6 +64,11 @@ for step in $steps; do
         --results-dir "$root" ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
     dsr1-shape-agg)
       timeout 2700 python3 -m harness submit --recipe dsr1-shape-fp8-h200x1-none-agg --launcher local \
+        --results-dir "$root" ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
+    dsr1-shape-weights)
+      python3 scripts/device/make_model.py --shape dsr1-shape --weights random-init .cache/models/dsr1-shape-weights ;;
+    dsr1-shape-x2 | dsr1-shape-weights-x2)
+      timeout 2700 python3 -m harness submit --recipe "${step%-x2}-fp8-h200x2-pdbench-1p1d" --launcher local \
         --results-dir "$root" ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
     dsr1-shape-x4-*)
       timeout 6300 python3 -m harness submit --recipe "dsr1-shape-fp8-h200x4-${step#dsr1-shape-x4-}" --launcher local \
