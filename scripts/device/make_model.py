@@ -13,9 +13,11 @@ tokenizer is harness.tiny_model's, locally trained (vocab 2048), for every shape
 (normal(0, initializer_range) for linear and embedding weights, ones for RMSNorm, zeros for the
 router's score correction bias), seeded, in DeepSeek-R1-0528's checkpoint names and dtypes (FP8
 e4m3 in 128x128 blocks with float32 `weight_scale_inv` where R1 has them, bf16 elsewhere),
-sharded, with `model.safetensors.index.json`. Dummy weights (vLLM's uniform +-1e-3) leave the
-logits nearly tied, so greedy answers part between TP layouts at the first near tie; weights at
-a trained model's scale give them margins (docs/gpu.md, "A DeepSeek-V3-shaped model").
+sharded, with `model.safetensors.index.json`. Made because dummy weights (vLLM's uniform
++-1e-3) leave the logits nearly tied; measured on H200s, weights at a trained model's scale do
+not give greedy answers margins either (random logits are no more peaked at any scale): the
+sentinels still part, even on one instance against itself (docs/gpu.md, "Init-scale weights do
+not give the sentinels margins").
 
     python scripts/device/make_model.py [--shape NAME] [OUT]   # default .cache/models/NAME
     python scripts/device/make_model.py --shape dsr1-shape --weights random-init [--seed N] [--device cuda] OUT
