@@ -32,7 +32,7 @@ import shutil
 import sys
 import tempfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+
+import known_answer  # noqa: E402
 
 from harness import tiny_model  # noqa: E402
 
@@ -160,6 +162,9 @@ SHARD_BYTES = 4 << 30
 # What a tensor holds: an FP8 block-quantised linear weight, a bf16 one (normal), an RMSNorm
 # weight (ones, bf16), the router's score correction bias (zeros, float32, as R1 ships it).
 FP8, BF16, NORM, BIAS = "fp8", "bf16", "norm", "bias"
+# How a kind of weights fills one linear or embedding tensor: name, shape -> float32 values.
+Fill = Callable[[str, tuple[int, ...]], "torch.Tensor"]
+WEIGHTS = ("random-init", "known-answer")
 
 
 def dsr1_tensors(config: dict[str, Any]) -> list[tuple[str, tuple[int, ...], str]]:
@@ -241,11 +246,9 @@ def dequantize_fp8_blocks(q: torch.Tensor, scale_inv: torch.Tensor, block: int =
     return q.float() * s
 
 
-def _tensors(
-    name: str, shape: tuple[int, ...], kind: str, std: float, seed: int, device: str
-) -> Iterator[tuple[str, torch.Tensor]]:
-    """One weight (and its scale), on the CPU. Each tensor has its own generator, seeded from
-    `seed` and its name: the same weights whatever the order or sharding (on one device kind)."""
+def _tensors(name: str, shape: tuple[int, ...], kind: str, fill: Fill) -> Iterator[tuple[str, torch.Tensor]]:
+    """One weight (and its scale), on the CPU: norms ones, the router's bias zeros, the rest
+    `fill`'s float32 values, FP8-quantised in blocks where R1 has FP8."""
     import torch
 
     if kind == NORM:
@@ -254,15 +257,27 @@ def _tensors(
     if kind == BIAS:
         yield name, torch.zeros(shape, dtype=torch.float32)
         return
-    gen = torch.Generator(device=device)
-    gen.manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
-    w = torch.empty(shape, dtype=torch.float32, device=device).normal_(0.0, std, generator=gen)
+    w = fill(name, shape)
     if kind == BF16:
         yield name, w.to(torch.bfloat16).cpu()
         return
     q, scale = quantize_fp8_blocks(w)
     yield name, q.cpu()
     yield name.removesuffix("weight") + "weight_scale_inv", scale.cpu()
+
+
+def random_init(std: float, seed: int, device: str) -> Fill:
+    """normal(0, std) as transformers initialises; each tensor has its own generator, seeded from
+    `seed` and its name: the same weights whatever the order or sharding (on one device kind)."""
+
+    def fill(name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        import torch
+
+        gen = torch.Generator(device=device)
+        gen.manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+        return torch.empty(shape, dtype=torch.float32, device=device).normal_(0.0, std, generator=gen)
+
+    return fill
 
 
 def _nbytes(shape: tuple[int, ...], kind: str) -> int:
@@ -276,21 +291,35 @@ def build_weights(
     out: Path,
     config: dict[str, Any],
     *,
+    weights: str = "random-init",
     seed: int = 0,
     device: str | None = None,
     shard_bytes: int = SHARD_BYTES,
 ) -> Path:
-    """Write `config`'s weights at initialisation scale into the model directory `out` (built
-    first by build()): shards `model-0000K-of-0000N.safetensors`, then the index, last. A
-    directory whose index records the same generator and config is left as is."""
+    """Write `config`'s weights into the model directory `out` (built first by build()): shards
+    `model-0000K-of-0000N.safetensors`, then the index, last. `weights`: random-init (at
+    initialisation scale, seeded) or known-answer (known_answer.py: greedy answers repeat the
+    prompt's last tokens). A directory whose index records the same making is left as is."""
     import torch
     from safetensors.torch import save_file
 
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    std = float(config["initializer_range"])
-    # The generator's numbers depend on the device kind (CPU or CUDA) as well as on the seed.
-    kind = torch.device(device).type
-    made_by = {"weights": "random-init", "seed": seed, "device": kind, "std": std, "config_crc32": _config_crc(config)}
+    made_by: dict[str, Any]
+    if weights == "random-init":
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        std = float(config["initializer_range"])
+        # The generator's numbers depend on the device kind (CPU or CUDA) as well as on the seed.
+        made_by = {"weights": weights, "seed": seed, "device": torch.device(device).type, "std": std}
+        fill = random_init(std, seed, device)
+    elif weights == "known-answer":
+        known_answer.check(config)
+        made_by = {"weights": weights, "period": known_answer.PERIOD}
+        where = device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+        def fill(name: str, shape: tuple[int, ...]) -> torch.Tensor:
+            return known_answer.weight(name, shape, config, where)
+    else:
+        raise ValueError(f"weights: {weights!r} is not one of {', '.join(WEIGHTS)}")
+    made_by["config_crc32"] = _config_crc(config)
     index = out / INDEX
     if index.is_file():
         old = json.loads(index.read_text())
@@ -315,7 +344,7 @@ def build_weights(
     total = 0
     for k, shard in enumerate(shards, 1):
         fname = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
-        tensors = dict(kv for name, shape, kind in shard for kv in _tensors(name, shape, kind, std, seed, device))
+        tensors = dict(kv for name, shape, kind in shard for kv in _tensors(name, shape, kind, fill))
         tmp = out / (fname + ".tmp")
         save_file(tensors, str(tmp), metadata={"format": "pt"})
         tmp.rename(out / fname)
@@ -340,20 +369,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shape", choices=sorted(SHAPES), default="llama-8b-shape")
     parser.add_argument(
         "--weights",
-        choices=["none", "random-init"],
+        choices=["none", *WEIGHTS],
         default="none",
         help="none: config and tokenizer (served with --load-format dummy); random-init: also "
-        "weights at initialisation scale in R1-0528's checkpoint layout (dsr1-shape only)",
+        "weights at initialisation scale in R1-0528's checkpoint layout (dsr1-shape only); "
+        "known-answer: weights set by hand whose greedy answers repeat the prompt's last "
+        f"{known_answer.PERIOD} tokens (dsr1-shape only)",
     )
     parser.add_argument("--seed", type=int, default=0, help="random-init's seed (default 0)")
-    parser.add_argument("--device", help="where random-init draws the weights (default: cuda if present)")
+    parser.add_argument("--device", help="where the weights are made (default: cuda if present)")
     parser.add_argument("out", nargs="?", type=Path, help="default: .cache/models/SHAPE")
     args = parser.parse_args(argv)
     if args.weights != "none" and args.shape != "dsr1-shape":
-        parser.error("--weights random-init writes DeepSeek-V3/R1's layout: --shape dsr1-shape")
+        parser.error(f"--weights {args.weights} writes DeepSeek-V3/R1's layout: --shape dsr1-shape")
     out = build(args.out or REPO / ".cache/models" / args.shape, SHAPES[args.shape])
-    if args.weights == "random-init":
-        build_weights(out, SHAPES[args.shape], seed=args.seed, device=args.device)
+    if args.weights != "none":
+        build_weights(out, SHAPES[args.shape], weights=args.weights, seed=args.seed, device=args.device)
     print(out)
     return 0
 

@@ -13,6 +13,8 @@
 # dsr1-shape-x4-{nixl,pdbench}-{1p2d,1p1d-wideep}: the four-H200 recipes (nvidia-h200-x4).
 # dsr1-shape-x2, dsr1-shape-weights-x2: the two-H200 recipe (prefill TP2+EP2 -> decode TP1) on
 # dummy weights and on init-scale ones (dsr1-shape-weights draws those first, on the GPU).
+# dsr1-shape-known writes the known-answer weights (on the GPU); known-{pdbench,nixl,agg} (one
+# H200), known-x2[-nixl] (two) and known-x4-{nixl,pdbench}-{1p2d,1p1d-wideep} (four) serve them.
 # SUBMIT_SET adds one --set to every submit. Each job's exit status is printed; a failed one
 # does not stop the next.
 set -uo pipefail
@@ -67,6 +69,22 @@ for step in $steps; do
         --results-dir "$root" ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
     dsr1-shape-weights)
       python3 scripts/device/make_model.py --shape dsr1-shape --weights random-init .cache/models/dsr1-shape-weights ;;
+    dsr1-shape-known)
+      python3 scripts/device/make_model.py --shape dsr1-shape --weights known-answer .cache/models/dsr1-shape-known ;;
+    known-pdbench | known-nixl)
+      timeout 2700 python3 -m harness submit --recipe "dsr1-shape-fp8-h200x1-${step#known-}-1p1d" --launcher local \
+        --results-dir "$root" --set model=dsr1-shape-known ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
+    known-agg)
+      timeout 2700 python3 -m harness submit --recipe dsr1-shape-fp8-h200x1-none-agg --launcher local \
+        --results-dir "$root" --set model=dsr1-shape-known ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
+    known-x2 | known-x2-nixl)
+      connector=pdbench; [[ $step == known-x2-nixl ]] && connector=nixl
+      timeout 2700 python3 -m harness submit --recipe dsr1-shape-fp8-h200x2-pdbench-1p1d --launcher local \
+        --results-dir "$root" --set model=dsr1-shape-known --set "connector.name=$connector" \
+        ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
+    known-x4-*)
+      timeout 6300 python3 -m harness submit --recipe "dsr1-shape-fp8-h200x4-${step#known-x4-}" --launcher local \
+        --results-dir "$root" --set model=dsr1-shape-known ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
     dsr1-shape-x2 | dsr1-shape-weights-x2)
       timeout 2700 python3 -m harness submit --recipe "${step%-x2}-fp8-h200x2-pdbench-1p1d" --launcher local \
         --results-dir "$root" ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
