@@ -102,6 +102,8 @@ def job_findings(run_dir: Path, num_nodes: int) -> list[Finding]:
         cause = failure.get("cause") or status.get("reason") or "failed"
         if failure.get("process"):
             cause = f"{failure['process']} ({failure.get('role')}) {cause}"
+        if failure.get("log_error"):
+            cause += f"; its log's first error: {failure['log_error']}"
         if failure.get("log"):
             cause += f"; last lines of {failure['log']}:\n{failure.get('log_tail') or '  (empty)'}"
         found.append(Finding(where, "job", cause))

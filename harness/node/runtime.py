@@ -27,6 +27,7 @@ from harness.node import accuracy_step, kv_ceiling
 from harness.node.affinity import pin_instance
 from harness.node.coordination import Aborted, Coordination, discover_address
 from harness.node.heartbeat import HostHeartbeat
+from harness.node.log_error import first_error
 from harness.node.node_checks import describe as describe_problems
 from harness.node.node_checks import is_doctor_run, run_preflight
 from harness.node.probes import is_healthy, smoke_request
@@ -551,6 +552,7 @@ def _process_failure(ctx: NodeContext, name: str, how: str, primary: bool = True
         role=role,
         log=ctx.run.relative(ctx.run.log(name)),
         log_tail=_log_tail(ctx.run.log(name)),
+        log_error=first_error(ctx.run.log(name)),
         primary=primary,
     )
 
@@ -590,6 +592,7 @@ def _wait_healthy(ctx: NodeContext, urls: dict[str, str], timeout: float, check,
                         role=role,
                         log=ctx.run.relative(ctx.run.log(name)),
                         log_tail=_log_tail(ctx.run.log(name)),
+                        log_error=first_error(ctx.run.log(name)),
                         primary=primary,
                     )
                 )

@@ -43,6 +43,7 @@ class Failure:
     role: str | None = None
     log: str | None = None  # the process's log, relative to the run directory
     log_tail: str | None = None
+    log_error: str | None = None  # the first error the log names (harness.node.log_error)
     primary: bool = True
     time: float = field(default_factory=time.time)
 
@@ -52,6 +53,8 @@ class Failure:
         if self.process is None:
             return f"{where}: {self.cause}"
         text = f"{self.process} ({self.role}) on {where} {self.cause}"
+        if self.log_error:
+            text += f"; its log's first error: {self.log_error}"
         if self.log:
             text += f"; last lines of {self.log}:\n{self.log_tail or '  (empty)'}"
         return text

@@ -173,6 +173,8 @@ def run_server(args: argparse.Namespace) -> None:
         fork_escapee(args.name)
     if args.exit_after is not None:
         time.sleep(args.exit_after)
+        if args.crash_log:
+            print(args.crash_log.replace("\\n", "\n"), flush=True)
         print(f"{args.name}: fake start-up failure, exiting with {args.exit_code}", flush=True)
         sys.exit(args.exit_code)
     state = {"ready_at": time.monotonic() + args.health_delay, "completions": 0}
@@ -300,6 +302,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--never-healthy", action="store_true")
     s.add_argument("--exit-after", type=float)
     s.add_argument("--exit-code", type=int, default=3)
+    s.add_argument("--crash-log", help="lines (\\n-separated) printed before the --exit-after exit")
     s.add_argument("--ignore-term", action="store_true")
     s.add_argument("--escapee", action="store_true")
     s.add_argument("--completion-status", type=int, default=200)

@@ -319,6 +319,35 @@ def test_server_exits_during_startup(make_job) -> None:
     job.assert_nothing_left()  # decode-0's orphaned worker included
 
 
+def test_a_server_that_exits_0_after_its_engine_died_names_the_engines_error(make_job) -> None:
+    # vLLM's API server answers 500s after its engine core died and then exits 0: the cause is
+    # lines above the tail (as a prefill on an H200 left it, 2026-12-01).
+    crash = (
+        "(EngineCore pid=5273) INFO 12-01 04:28:48 [gpu_worker.py:361] Initial free memory 139.29 GiB\\n"
+        "terminate called after throwing an instance of 'c10::AcceleratorError'\\n"
+        "  what():  CUDA error: unspecified launch failure\\n"
+        "(APIServer pid=5131) ERROR 12-01 04:31:41 [async_llm.py:699] vllm.v1.engine.exceptions.EngineDeadError: "
+        "EngineCore encountered an issue. See stack trace (above) for the root cause.\\n"
+        + '(APIServer pid=5131) INFO:     127.0.0.1:51032 - "POST /v1/completions HTTP/1.1" 500 Internal Server Error\\n'
+        * 20
+    )
+    job = make_job(
+        timeouts={"health_s": 40, "job_s": 55},
+        flags={"prefill-0": ["--exit-after", "1", "--exit-code", "0", "--crash-log", crash]},
+    )
+    rc, _ = job.run()
+    assert rc != 0, job.logs()
+    status = job.status()
+    # precondition: the error is out of the quoted tail
+    assert "CUDA error" not in status["failure"]["log_tail"], status["failure"]["log_tail"]
+    assert status["failure"]["log_error"] == "CUDA error: unspecified launch failure"
+    assert status["reason"].startswith(
+        "prefill-0 (prefill) on node 0 exited with code 0; its log's first error: CUDA error: unspecified "
+        "launch failure; last lines of logs/prefill-0.log:\n"
+    ), status["reason"]
+    job.assert_nothing_left()
+
+
 @pytest.mark.parametrize("stuck", ["decode-0", "proxy"])
 def test_server_never_healthy(make_job, stuck: str) -> None:
     job = make_job(timeouts={"health_s": 2, "job_s": 40}, flags={stuck: ["--never-healthy"]})
