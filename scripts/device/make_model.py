@@ -19,8 +19,14 @@ not give greedy answers margins either (random logits are no more peaked at any 
 sentinels still part, even on one instance against itself (docs/gpu.md, "Init-scale weights do
 not give the sentinels margins").
 
+`--weights known-answer` (dsr1-shape) writes weights set by hand instead (known_answer.py): every
+greedy answer repeats the prompt's last 16 tokens, read out of the KV cache by MLA and carried by
+the routed experts, with margins; on an H200 every sentinel matched (docs/gpu.md, "Known-answer
+weights").
+
     python scripts/device/make_model.py [--shape NAME] [OUT]   # default .cache/models/NAME
     python scripts/device/make_model.py --shape dsr1-shape --weights random-init [--seed N] [--device cuda] OUT
+    python scripts/device/make_model.py --shape dsr1-shape --weights known-answer [--device cuda] OUT
 """
 
 from __future__ import annotations
