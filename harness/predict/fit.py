@@ -75,7 +75,13 @@ def _decode_instances(o: Observation) -> int:
 
 
 def decode_batch(o: Observation) -> float:
-    """Running sequences per decode instance (Little's law): requests/s x seconds decoding."""
+    """Running sequences per decode instance: the batch a request decoded alongside, from the
+    per-request times (harness.predict.simulate.seen_batch): itself and, of the others decoding
+    with it on any instance, its instance's even share (round-robin). Where the result does not
+    keep those times, the time average by Little's law (requests/s x seconds decoding), which is
+    under the batch the steps ran at wherever decode sat idle at times."""
+    if o.decode_batch_seen is not None:
+        return max(1.0, 1.0 + (o.decode_batch_seen - 1.0) / _decode_instances(o))
     per_instance = o.output_throughput / o.osl / _decode_instances(o)
     steps = o.osl if o.phase == "disagg" else o.osl - 1
     return max(1.0, per_instance * steps * o.tpot_ms / 1000.0)

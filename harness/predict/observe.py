@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.predict.simulate import seen_batch
 from harness.report.load import RunPathError, load_runs
 from harness.report.points import Point, serving
 
@@ -37,6 +38,10 @@ class Observation:
     overhead_ms: float | None  # proxy + client time per request (ttft_breakdown), median
     kv_ms: float | None  # KV hand-off per request, median (ttft_breakdown or kv_handoff)
     kv_source: str
+    # Sequences decoding alongside a request over its decode, all decode instances together,
+    # from the client's per-request start, TTFT and latency (harness.predict.simulate.seen_batch);
+    # None where the result file does not keep them.
+    decode_batch_seen: float | None = None
 
     @property
     def gpus(self) -> int:
@@ -90,9 +95,10 @@ def observe(p: Point) -> Observation:
     except ObservationError as e:
         raise ObservationError(f"{p.path}: {e}") from None
     try:
-        raw = json.loads(p.path.read_text()).get("ttfts")
+        doc = json.loads(p.path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise ObservationError(f"{p.path}: unreadable: {e}") from None
+    raw = doc.get("ttfts") if isinstance(doc, dict) else None
     ttfts = [float(t) * 1000.0 for t in raw or [] if isinstance(t, (int, float)) and t > 0]
     ttft = {k: _need(p, f"{k}_ttft_ms") for k in ("mean", "p90", "p99")} | {"p50": _need(p, "median_ttft_ms")}
     b = p.ttft_breakdown
@@ -118,7 +124,25 @@ def observe(p: Point) -> Observation:
         overhead_ms=overhead,
         kv_ms=kv,
         kv_source=kv_source,
+        decode_batch_seen=_seen(doc),
     )
+
+
+def _seen(doc: Any) -> float | None:
+    """The batch a request decoded alongside (seen_batch) from the result's per-request lists:
+    decode runs from a request's first token (start + TTFT) to its last (start + latency)."""
+    if not isinstance(doc, dict):
+        return None
+    starts, ttfts, lats = (doc.get(k) for k in ("start_times", "ttfts", "latencies"))
+    if not (isinstance(starts, list) and isinstance(ttfts, list) and isinstance(lats, list)):
+        return None
+    if not len(starts) == len(ttfts) == len(lats):
+        return None
+    spans = []
+    for s, t, lat in zip(starts, ttfts, lats, strict=True):
+        if all(isinstance(v, (int, float)) and math.isfinite(v) for v in (s, t, lat)) and 0 < t < lat:
+            spans.append((s + t, s + lat))
+    return seen_batch(spans)
 
 
 def observations(run_path: Path) -> list[Observation]:

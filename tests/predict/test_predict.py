@@ -17,8 +17,8 @@ from harness.predict.fit import fit_profile
 from harness.predict.holdout import leave_one_out, median_abs_error
 from harness.predict.limits import limits
 from harness.predict.model import Deployment, predict
-from harness.predict.observe import observations
-from harness.predict.simulate import SimConfig, simulate
+from harness.predict.observe import Observation, observations
+from harness.predict.simulate import SimConfig, seen_batch, simulate
 from harness.rundir import perf_profile
 from harness.rundir.paths import PERF_PROFILE
 from harness.topology import plan
@@ -83,6 +83,56 @@ def test_two_prefill_workers_on_one_core_have_one_cores_capacity() -> None:
     assert tok_s(2, (0, 1)) == pytest.approx(2 * one, rel=0.1)
 
 
+def test_the_batch_a_request_decodes_alongside_leaves_out_the_idle_time() -> None:
+    # Two requests decoding together for 1 s, then decode idle for 1 s, then two more: every step
+    # ran at 2, though the time average over the 3 s (Little's law) is 4/3.
+    assert seen_batch([(0, 1), (0, 1), (2, 3), (2, 3)]) == pytest.approx(2.0)
+    # One of 2 s beside one of 1 s: the short one saw 2 all along, the long one 2 for half its time.
+    assert seen_batch([(0, 2), (0, 1)]) == pytest.approx((1.5 + 2.0) / 2)
+    assert seen_batch([(1, 1)]) is None
+
+
+def test_the_decode_line_fitted_from_a_simulated_world_is_its_step() -> None:
+    # 1P1D whose decode steps take 2 + 0.5 B ms and whose prefill (20 ms a prompt) leaves decode
+    # idle between bursts: the fit, given the simulated points, finds the step it was simulated
+    # with. The time-average batch (Little's law) counts decode's idle time and finds a steeper
+    # line (intercept 1.5, slope 0.82 here).
+    obs = []
+    for c in (1, 2, 4, 8):
+        cfg = SimConfig("disagg", c, 256, 32, 1, 1, lambda t: 20.0 * t / 256, lambda b: 2.0 + 0.5 * b, requests=64)
+        r = simulate(cfg)
+        ttft = {"mean": sum(r.ttft_ms) / len(r.ttft_ms)} | {k: r.percentile("ttft", q) for k, q in _QS}
+        obs.append(
+            Observation(
+                path=Path(f"c{c}.json"),
+                phase="disagg",
+                concurrency=c,
+                isl=256,
+                osl=32,
+                ttft_ms=ttft,
+                ttft_min_ms=min(r.ttft_ms),
+                tpot_ms=sum(r.tpot_ms) / len(r.tpot_ms),
+                e2el_ms=0.0,
+                output_throughput=r.output_throughput,
+                requests=64,
+                prefill_workers=1,
+                decode_workers=1,
+                prefill_gpus=1,
+                decode_gpus=1,
+                overhead_ms=0.0,
+                kv_ms=0.0,
+                kv_source="none",
+                decode_batch_seen=r.mean_decode_batch,
+            )
+        )
+    step = fit_profile(obs, Path("."), (256, 8192)).decode_step
+    assert step.intercept_ms == pytest.approx(2.0, abs=0.3)
+    assert step.slope_ms == pytest.approx(0.5, abs=0.05)
+
+
+_QS = (("p50", 50), ("p90", 90), ("p99", 99))
+
+
 def test_the_event_bound_holds() -> None:
     cfg = SimConfig("agg", 4, 16, 1000, 1, 0, lambda t: 1.0, lambda b: 1.0, requests=1000, max_events=500)
     assert simulate(cfg).truncated
@@ -116,6 +166,8 @@ def mock_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_profile_of_the_mock_finds_its_configured_times(mock_run: Path) -> None:
     obs = observations(mock_run)
     assert [o.concurrency for o in obs] == CONCURRENCY and {o.phase for o in obs} == {"agg"}
+    # One request at a time: each decodes alone, whatever the concurrency.
+    assert [o.decode_batch_seen for o in obs] == pytest.approx([1.0] * len(obs), abs=0.02)
     profile = fit_profile(obs, mock_run, ENGINE)
     # Two-sided: the prompt's time is the mock's TTFT, a step its ITL (the client's own time on top).
     assert TTFT_MS * 0.95 <= profile.prefill.at(16) <= TTFT_MS * 1.25
