@@ -1,18 +1,21 @@
 """Observations of one phase -> a PerfProfile: each role's service times fitted by least squares.
 
-- prefill: the service time of a prompt vs its tokens. A point's fastest request found no queue,
-  so its TTFT less the proxy's and client's time (and, disaggregated, the KV hand-off and decode's
-  first step) is one prompt's compute; per prompt length the lowest concurrency's is taken and a line
-  fitted through them (numpy.linalg.lstsq). With one prompt length only, the time is taken as
+- prefill: the service time of a prompt vs its tokens, per prompt length at its lowest
+  concurrency, and a line fitted through them (numpy.linalg.lstsq). Disaggregated, where the
+  results keep the proxy's per-request legs: the median prefill leg (proxy to prefill's answer).
+  Else the fastest request, which found no queue: its TTFT less the proxy's and client's time
+  (and, disaggregated, the KV hand-off and decode's first step). With one prompt length only, the time is taken as
   proportional to the tokens (prefill is compute-bound, so a batch of k prompts costs about k
   times one), flagged by r2 None.
-- decode step vs running batch: a point's batch per decode instance follows from Little's law
-  (requests/s per instance x time a request spends decoding) and its step time is the mean TPOT;
-  a line through the points (lstsq). An aggregated instance's TPOT also carries the prompts its
+- decode step vs running batch: a point's step time is its mean TPOT, at the batch its requests
+  decoded alongside (harness.predict.simulate.seen_batch; by Little's law where the results keep
+  no per-request times); a line through the points (lstsq). An aggregated instance's TPOT also carries the prompts its
   steps computed, so there the line is refined (scipy.optimize.least_squares) until the simulator
   (harness.predict.simulate), which adds those stalls itself, gives the measured TPOTs.
-- KV hand-off and proxy/client time: the medians of the points' per-request legs, as
-  harness.predict.observe reads them.
+- KV hand-off: disaggregated, where the proxy's legs are kept, the median decode leg (prefill's
+  answer to the first token) less decode's first step at each prompt length's lowest
+  concurrency; else the median of the points' KV transfer, as harness.predict.observe reads it.
+- proxy/client time: the median of the points' router and client legs.
 """
 
 from __future__ import annotations
@@ -157,12 +160,33 @@ def fit_profile(
     kv = statistics.median(kvs) if kvs else 0.0
     kv_source = next((o.kv_source for o in obs if o.kv_ms is not None), "none")
 
-    # Per prompt length, the lowest concurrency's fastest request: there decode's first step is
-    # taken at the batch its TPOT was measured at; at a high concurrency the fastest request's first
-    # step can run at a smaller batch than the point's mean TPOT says, and the difference would
-    # take the prompt's whole time away.
-    fastest: dict[int, tuple[int, float]] = {}
+    # Per prompt length, its lowest concurrency's point: there nothing queued (at C=1) or least.
+    lowest: dict[int, Observation] = {}
     for o in obs:
+        if o.isl not in lowest or o.concurrency < lowest[o.isl].concurrency:
+            lowest[o.isl] = o
+    legs = [
+        (o.isl, o.concurrency, o.prefill_leg_ms, o.decode_leg_ms - o.tpot_ms)
+        for o in lowest.values()
+        if o.prefill_leg_ms is not None and o.decode_leg_ms is not None and o.concurrency == 1
+    ]
+    split = phase == "disagg" and len(legs) == len(lowest)
+    fastest: dict[int, tuple[int, float]] = {}
+    if split:
+        # At C=1 no request queues, so the proxy's legs, which split the TTFT where prefill
+        # answered, are services: the median prefill leg is the prompt's; the decode leg less
+        # decode's first step is the hand-off: the KV transfer and decode's taking in the
+        # request. The KV bytes over their rate leave the latter out (1P1D on the local cluster
+        # at C=1: 6.0 ms by the bytes, 15.9 ms by the legs), and the fastest request's TTFT less
+        # them gave prefill the rest, from the fastest, not the typical, request.
+        kv = statistics.median(max(handoff, 0.0) for *_, handoff in legs)
+        kv_source = "ttft_breakdown legs"
+        fastest = {isl: (c, max(leg, 0.01)) for isl, c, leg, _ in legs}
+    # Else the lowest concurrency's fastest request: there decode's first step is taken at the
+    # batch its TPOT was measured at; at a high concurrency the fastest request's first step can
+    # run at a smaller batch than the point's mean TPOT says, and the difference would take the
+    # prompt's whole time away.
+    for o in obs if not split else ():
         before = overhead + (kv + o.tpot_ms if phase == "disagg" else 0.0)
         service = max(o.ttft_min_ms - before, 0.01)
         fastest[o.isl] = min(fastest.get(o.isl, (o.concurrency, service)), (o.concurrency, service))

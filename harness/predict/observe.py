@@ -42,6 +42,10 @@ class Observation:
     # from the client's per-request start, TTFT and latency (harness.predict.simulate.seen_batch);
     # None where the result file does not keep them.
     decode_batch_seen: float | None = None
+    # Disaggregated: the proxy's per-request legs (ttft_breakdown medians): from sending the
+    # prompt to prefill to prefill's answer, and from that answer to decode's first token.
+    prefill_leg_ms: float | None = None
+    decode_leg_ms: float | None = None
 
     @property
     def gpus(self) -> int:
@@ -125,6 +129,8 @@ def observe(p: Point) -> Observation:
         kv_ms=kv,
         kv_source=kv_source,
         decode_batch_seen=_seen(doc),
+        prefill_leg_ms=_median(b, "prefill_ms") if phase == "disagg" else None,
+        decode_leg_ms=_median(b, "decode_ms") if phase == "disagg" else None,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers.mock_engine import Engine
@@ -103,25 +104,12 @@ def test_the_decode_line_fitted_from_a_simulated_world_is_its_step() -> None:
         r = simulate(cfg)
         ttft = {"mean": sum(r.ttft_ms) / len(r.ttft_ms)} | {k: r.percentile("ttft", q) for k, q in _QS}
         obs.append(
-            Observation(
-                path=Path(f"c{c}.json"),
-                phase="disagg",
-                concurrency=c,
-                isl=256,
-                osl=32,
+            _obs(
+                c,
                 ttft_ms=ttft,
                 ttft_min_ms=min(r.ttft_ms),
                 tpot_ms=sum(r.tpot_ms) / len(r.tpot_ms),
-                e2el_ms=0.0,
                 output_throughput=r.output_throughput,
-                requests=64,
-                prefill_workers=1,
-                decode_workers=1,
-                prefill_gpus=1,
-                decode_gpus=1,
-                overhead_ms=0.0,
-                kv_ms=0.0,
-                kv_source="none",
                 decode_batch_seen=r.mean_decode_batch,
             )
         )
@@ -131,6 +119,50 @@ def test_the_decode_line_fitted_from_a_simulated_world_is_its_step() -> None:
 
 
 _QS = (("p50", 50), ("p90", 90), ("p99", 99))
+
+
+def _obs(c: int, **measured: Any) -> Observation:
+    """A 1P1D point of 256-token prompts and 32-token outputs, 64 requests."""
+    base: dict[str, Any] = {
+        "path": Path(f"c{c}.json"),
+        "phase": "disagg",
+        "concurrency": c,
+        "isl": 256,
+        "osl": 32,
+        "e2el_ms": 0.0,
+        "requests": 64,
+        "prefill_workers": 1,
+        "decode_workers": 1,
+        "prefill_gpus": 1,
+        "decode_gpus": 1,
+        "overhead_ms": 0.0,
+        "kv_ms": 0.0,
+        "kv_source": "none",
+    }
+    return Observation(**(base | measured))
+
+
+def test_the_proxys_legs_split_the_ttft_into_prefill_and_hand_off() -> None:
+    # At C=1 the proxy saw prefill answer after 20 ms and the first token 15 ms later, of which
+    # decode's first step is 3 ms; the KV bytes over their rate say 2 ms. The prompt's service is
+    # the prefill leg and the hand-off the other 12 ms: the KV bytes' time alone would leave the
+    # decode's taking in of the request to prefill (30 - 2 - 3 = 25 ms from the fastest request).
+    legs = {"prefill_leg_ms": 20.0, "decode_leg_ms": 15.0, "kv_ms": 2.0, "kv_source": "kv_handoff"}
+    common = {"ttft_ms": {"mean": 36.0, "p50": 35.0, "p90": 40.0, "p99": 44.0}, "ttft_min_ms": 30.0}
+    obs = [
+        _obs(1, tpot_ms=3.0, output_throughput=200.0, decode_batch_seen=1.0, **common, **legs),
+        _obs(4, tpot_ms=4.0, output_throughput=600.0, decode_batch_seen=3.5, **common, **legs),
+    ]
+    p = fit_profile(obs, Path("."), (256, 8192))
+    assert p.prefill.at(256) == pytest.approx(20.0)
+    assert p.kv_transfer_ms == pytest.approx(12.0) and p.kv_source == "ttft_breakdown legs"
+    # Without the legs, as before: the fastest request less the bytes' time and the first step.
+    bare = [o.__class__(**(o.__dict__ | {"prefill_leg_ms": None, "decode_leg_ms": None})) for o in obs]
+    q = fit_profile(bare, Path("."), (256, 8192))
+    assert (q.prefill.at(256), q.kv_transfer_ms) == pytest.approx((25.0, 2.0))
+    # Above C=1 the legs carry queueing: the fastest request again (30 - 2 - 4).
+    r = fit_profile(obs[1:], Path("."), (256, 8192))
+    assert (r.prefill.at(256), r.kv_transfer_ms) == pytest.approx((24.0, 2.0))
 
 
 def test_the_event_bound_holds() -> None:
