@@ -56,6 +56,7 @@ def targets(rr: ResolvedRecipe) -> list[Target]:
                 t.decode.gpus_per_worker,
                 device_groups(rr, "prefill"),
                 device_groups(rr, "decode"),
+                kv_polled=not rr.recipe.connector.progress_thread,
             )
             out.append(Target(d, *limits(model, topology, "disagg"), "topology.prefill/decode"))
         if t.aggregated is not None:

@@ -40,9 +40,12 @@ class Checked:
         return None if p is None or m == 0 else (p - m) / m
 
 
-def leave_one_out(obs: Sequence[Observation], run: Path, engines: Mapping[str, Limits] | None = None) -> list[Checked]:
+def leave_one_out(
+    obs: Sequence[Observation], run: Path, engines: Mapping[str, Limits] | None = None, kv_polled: bool = False
+) -> list[Checked]:
     """Every observation predicted from the others of its phase; a phase needs 2 points. `engines`:
-    per phase the engine limits the run had (harness.predict.limits), else vLLM's defaults."""
+    per phase the engine limits the run had (harness.predict.limits), else vLLM's defaults;
+    `kv_polled`: its KV hand-off progressed only between prefill's steps (limits.kv_polled)."""
     out: list[Checked] = []
     for phase in sorted({o.phase for o in obs}):
         group = [o for o in obs if o.phase == phase]
@@ -62,6 +65,7 @@ def leave_one_out(obs: Sequence[Observation], run: Path, engines: Mapping[str, L
                 held.decode_workers,
                 held.prefill_gpus // held.prefill_workers,
                 held.decode_gpus // held.decode_workers if held.decode_workers else 0,
+                kv_polled=kv_polled and phase == "disagg",
             )
             out.append(Checked(held, predict(profile, d, held.concurrency, held.isl, held.osl, held.requests)))
     return out

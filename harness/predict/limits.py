@@ -66,15 +66,37 @@ def limits(model: dict[str, Any], topology: dict[str, Any], phase: str, where: s
     return seqs, tokens
 
 
-def of_run(run: Path) -> dict[str, Limits]:
-    """Per phase, the limits a run's servers had (its recipe.lock.yaml); {} where it has no lock."""
+def _lock(run: Path) -> dict[str, Any] | None:
+    """A run's recipe.lock.yaml as loaded; None where it has none."""
     lock_path = RunDir(run).lock
     if not lock_path.is_file():
-        return {}
+        return None
     try:
         lock = yaml.safe_load(lock_path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise LimitsError(f"{lock_path}: unreadable as a recipe lock ({e})") from None
+    if not isinstance(lock, dict):
+        raise LimitsError(f"{lock_path}: unreadable as a recipe lock (not a mapping)")
+    return lock
+
+
+def kv_polled(run: Path) -> bool:
+    """Whether a run's KV hand-off progressed only when vLLM polled, between its engine steps: its
+    lock's connector ran without NIXL's progress thread (connector.progress_thread false)."""
+    recipe = (_lock(run) or {}).get("recipe")
+    connector = recipe.get("connector") if isinstance(recipe, dict) else None
+    return isinstance(connector, dict) and connector.get("progress_thread") is False
+
+
+def of_run(run: Path) -> dict[str, Limits]:
+    """Per phase, the limits a run's servers had (its recipe.lock.yaml); {} where it has no lock."""
+    lock = _lock(run)
+    if lock is None:
+        return {}
+    lock_path = RunDir(run).lock
+    try:
         model, topology = lock["model"], lock["recipe"]["topology"]
-    except (OSError, yaml.YAMLError, KeyError, TypeError) as e:
+    except (KeyError, TypeError) as e:
         raise LimitsError(f"{lock_path}: unreadable as a recipe lock ({e})") from None
     where = f"{lock_path}: recipe.topology"
     out = {"disagg": limits(model, topology, "disagg", where)}

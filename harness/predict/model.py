@@ -29,6 +29,9 @@ class Deployment:
     # cores); () : every worker has its own. Aggregated workers are the prefill ones.
     prefill_groups: tuple[int, ...] = ()
     decode_groups: tuple[int, ...] = ()
+    # The KV hand-off progresses only when the prefill engine polls between its steps (NIXL
+    # without its progress thread: connector.progress_thread false).
+    kv_polled: bool = False
 
     @property
     def gpus(self) -> int:
@@ -118,6 +121,7 @@ def predict(
             requests=requests,
             prefill_groups=deployment.prefill_groups,
             decode_groups=deployment.decode_groups,
+            kv_polled=deployment.kv_polled,
             seed=seed,
         )
         runs.append(simulate(cfg))

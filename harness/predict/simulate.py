@@ -2,8 +2,9 @@
 its next request when the last one finished, as `pdbench bench` drives a point.
 
 The model, per request: proxy and client time (overhead), then the prefill queue of its instance
-(round-robin over the prefill workers), the prompt's compute, the KV hand-off, then the decode
-instance's queue and its continuous batch until the last token. A prefill instance is a batch server:
+(round-robin over the prefill workers), the prompt's compute, the KV hand-off (with `kv_polled`
+not begun while its prefill instance computes the next batch), then the decode instance's queue
+and its continuous batch until the last token. A prefill instance is a batch server:
 it takes the waiting prompts in arrival order up to `max_num_seqs` prompts and `max_batched_tokens`
 tokens and computes them in `prefill(tokens)` (the intercept paid once per batch). A decode instance
 runs steps of `decode_step(B)` for its B running sequences (at most `max_num_seqs`; the rest wait),
@@ -46,6 +47,10 @@ class SimConfig:
     prefill_ms: Callable[[int], float]  # batch's prompt tokens -> ms
     decode_step_ms: Callable[[int], float]  # running batch -> ms per step
     kv_ms: float = 0.0
+    # The hand-off progresses only when the prefill instance polls between its batches (NIXL
+    # without its progress thread, connector.progress_thread: false): a batch whose instance
+    # starts the next one at once hands off when that one ends.
+    kv_polled: bool = False
     overhead_ms: float = 0.0
     max_num_seqs: int = 256
     max_batched_tokens: int = 8192
@@ -105,6 +110,7 @@ class _Instance:
     version: int = 0  # its scheduled end's stamp: a re-planned end makes the old event stale
     kind: str = ""  # the event that ends its work
     payload: object = None
+    held: list[_Req] = field(default_factory=list)  # its last batch, waiting to hand off (kv_polled)
 
 
 class _Sim:
@@ -207,6 +213,22 @@ class _Sim:
             inst.rate, inst.since, inst.version = 1.0 / len(busy), t, inst.version + 1
             self.at(t + inst.work_ms / 1000.0 / inst.rate, inst.kind, i, (inst.version, inst.payload))
 
+    def hand_off(self, t: float, i: int, batch: list[_Req]) -> None:
+        """Prefill instance i ended `batch`: the KV hand-off of it (and of the batch it held, if
+        any) begins. Polled, the instance's next batch starting at once holds it until its end:
+        the transfer progresses only when the engine polls, between its steps (a 1P1D on the
+        local cluster at C=2 shows it: requests 12 ms apart both took 67-69 ms to the first
+        token where one alone takes 38-47, the first one's hand-off waiting out the second's
+        prefill)."""
+        inst, cfg = self.prefill[i], self.cfg
+        ready, inst.held = inst.held, []
+        if cfg.kv_polled and inst.waiting:
+            inst.held = batch
+        else:
+            ready = ready + batch
+        for r in ready:
+            self.at(t + cfg.kv_ms / 1000.0, "decode_arrive", next(self.rr_d), r)
+
     def step_done(self, t: float, i: int) -> None:
         inst = self.decode[i]
         self.release(self.decode, i, t)
@@ -254,8 +276,7 @@ class _Sim:
                     self.start_prefill(t, i)
             elif kind == "prefill_done":
                 self.release(self.prefill, i, t)
-                for r in obj:  # type: ignore[attr-defined]
-                    self.at(t + cfg.kv_ms / 1000.0, "decode_arrive", next(self.rr_d), r)
+                self.hand_off(t, i, obj)  # type: ignore[arg-type]
                 self.start_prefill(t, i)
             elif kind == "decode_arrive":
                 self.decode[i].waiting.append(obj)  # type: ignore[arg-type]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.predict.holdout import METRICS, Checked, leave_one_out, median_abs_error
-from harness.predict.limits import LimitsError, of_run
+from harness.predict.limits import LimitsError, kv_polled, of_run
 from harness.predict.observe import ObservationError, observe
 from harness.report.model import SectionTable
 from harness.report.points import Note, Run
@@ -33,12 +33,13 @@ def predicted_table(runs: list[Run], notes: list[Note]) -> SectionTable | None:
         try:
             obs = [observe(p) for p in run.points]
             engines = of_run(Path(run.path))
+            polled = kv_polled(Path(run.path))
         except (ObservationError, LimitsError) as e:
             notes.append(Note(run.path, f"no prediction: {e}"))
             continue
         if not engines:
             notes.append(Note(run.path, "no recipe.lock.yaml: predictions assume vLLM's default engine limits"))
-        checked = leave_one_out(obs, Path(run.path), engines)
+        checked = leave_one_out(obs, Path(run.path), engines, polled)
         for c in checked:
             o = c.observed
             cells = [x for m in METRICS for x in _cells(c, m)]

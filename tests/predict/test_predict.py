@@ -16,7 +16,7 @@ from harness.config import load_recipe
 from harness.predict.answer import device_groups, targets
 from harness.predict.fit import fit_profile
 from harness.predict.holdout import leave_one_out, median_abs_error
-from harness.predict.limits import limits
+from harness.predict.limits import kv_polled, limits
 from harness.predict.model import Deployment, predict
 from harness.predict.observe import Observation, observations
 from harness.predict.simulate import SimConfig, seen_batch, simulate
@@ -165,6 +165,19 @@ def test_the_proxys_legs_split_the_ttft_into_prefill_and_hand_off() -> None:
     assert (r.prefill.at(256), r.kv_transfer_ms) == pytest.approx((24.0, 2.0))
 
 
+@pytest.mark.parametrize(("polled", "ttfts"), [(False, [26.0, 46.0]), (True, [46.0, 47.0])])
+def test_a_polled_hand_off_waits_for_the_prefill_batch_after_it(polled: bool, ttfts: list[float]) -> None:
+    # Two prompts at once, one a batch (20 ms each), KV 5 ms, decode 1 ms a step. The first ends
+    # at 20 ms; polled, its hand-off waits out the second's batch (to 40 ms), as a NIXL read from
+    # a busy prefill without the progress thread does: both reach decode at 45 ms, one joining
+    # the step the other started.
+    cfg = SimConfig(
+        "disagg", 2, 16, 2, 1, 1, lambda t: 20.0 * t / 16, lambda b: 1.0,
+        kv_ms=5.0, max_batched_tokens=16, requests=2, kv_polled=polled,
+    )  # fmt: skip
+    assert sorted(simulate(cfg).ttft_ms) == pytest.approx(ttfts)
+
+
 def test_the_event_bound_holds() -> None:
     cfg = SimConfig("agg", 4, 16, 1000, 1, 0, lambda t: 1.0, lambda b: 1.0, requests=1000, max_events=500)
     assert simulate(cfg).truncated
@@ -298,6 +311,18 @@ def test_cpu_workers_bound_to_one_core_are_one_device_group() -> None:
     assert device_groups(unbound, "prefill") == (0, 1)  # no binding: each worker its own
     (target, *_) = targets(rr)
     assert (target.deployment.prefill_groups, target.deployment.decode_groups) == ((0, 0), (0, 0))
+
+
+def test_a_connector_without_its_progress_thread_hands_off_when_prefill_polls(tmp_path: Path) -> None:
+    rr = load_recipe("tiny-fp32-cpu-nixl-1p2d", [], cluster="local")
+    assert rr.recipe.connector.progress_thread is False  # the CPU recipes' setting
+    assert targets(rr)[0].deployment.kv_polled
+    threaded = load_recipe("tiny-fp32-cpu-nixl-1p2d", ["connector.progress_thread=true"], cluster="local")
+    assert not targets(threaded)[0].deployment.kv_polled
+    # A run says it in its lock; a run without one is taken as threaded.
+    assert not kv_polled(tmp_path)
+    (tmp_path / "recipe.lock.yaml").write_text(json.dumps({"recipe": {"connector": {"progress_thread": False}}}))
+    assert kv_polled(tmp_path)
 
 
 def test_cpu_servers_get_vllms_cpu_defaults_where_the_recipe_sets_none() -> None:
