@@ -55,6 +55,7 @@ VLLM_LANES = {
     "test_mooncake_e2e.py": "local",
     "test_profile_e2e.py": "local",
     "test_vllm_router_e2e.py": "local",
+    "test_mla_e2e.py": "local",
     # Its own fixed ports (18150, 18250, 15650) and a pair of servers shared by a class.
     "test_connector_e2e.py": "connector",
 }

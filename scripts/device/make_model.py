@@ -132,7 +132,27 @@ DSR1_SHAPE = {
     "pad_token_id": tiny_model.CONFIG["pad_token_id"],
 }
 
-SHAPES: dict[str, dict[str, Any]] = {"llama-8b-shape": LLAMA_8B, "dsr1-shape": DSR1_SHAPE}
+# DSR1_SHAPE small enough for vLLM's CPU build: R1's per-head MLA shapes and rope, the same 4
+# layers (1 dense, 3 MoE), hidden 1024, 2 heads, 8 experts in 2 groups (2 a token), fp32 and no
+# FP8 (the CPU build has no FP8 GEMM). What CI serves the MLA cache and the experts with
+# (recipes/dsr1-tiny-known-fp32-cpu-pdbench-1p1d.yaml), on --weights known-answer.
+DSR1_TINY = {
+    **{k: v for k, v in DSR1_SHAPE.items() if k != "quantization_config"},
+    "hidden_size": 1024,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "q_lora_rank": 256,
+    "intermediate_size": 256,
+    "moe_intermediate_size": 128,
+    "n_routed_experts": 8,
+    "n_group": 2,
+    "topk_group": 1,
+    "num_experts_per_tok": 2,
+    "max_position_embeddings": 4096,
+    "torch_dtype": "float32",
+}
+
+SHAPES: dict[str, dict[str, Any]] = {"llama-8b-shape": LLAMA_8B, "dsr1-shape": DSR1_SHAPE, "dsr1-tiny": DSR1_TINY}
 # The name llama-8b-shape's callers import.
 CONFIG = LLAMA_8B
 
@@ -252,9 +272,11 @@ def dequantize_fp8_blocks(q: torch.Tensor, scale_inv: torch.Tensor, block: int =
     return q.float() * s
 
 
-def _tensors(name: str, shape: tuple[int, ...], kind: str, fill: Fill) -> Iterator[tuple[str, torch.Tensor]]:
+def _tensors(
+    name: str, shape: tuple[int, ...], kind: str, fill: Fill, fp8: bool = True
+) -> Iterator[tuple[str, torch.Tensor]]:
     """One weight (and its scale), on the CPU: norms ones, the router's bias zeros, the rest
-    `fill`'s float32 values, FP8-quantised in blocks where R1 has FP8."""
+    `fill`'s float32 values, FP8-quantised in blocks where R1 has FP8 (float32 when not `fp8`)."""
     import torch
 
     if kind == NORM:
@@ -264,6 +286,9 @@ def _tensors(name: str, shape: tuple[int, ...], kind: str, fill: Fill) -> Iterat
         yield name, torch.zeros(shape, dtype=torch.float32)
         return
     w = fill(name, shape)
+    if not fp8:
+        yield name, w.float().cpu()
+        return
     if kind == BF16:
         yield name, w.to(torch.bfloat16).cpu()
         return
@@ -334,6 +359,8 @@ def build_weights(
         ):
             return out
     plan = dsr1_tensors(config)
+    # A config without quantization_config (dsr1-tiny) is written unquantised, in float32.
+    fp8 = "quantization_config" in config
     shards: list[list[tuple[str, tuple[int, ...], str]]] = [[]]
     size = 0
     for entry in plan:
@@ -350,7 +377,7 @@ def build_weights(
     total = 0
     for k, shard in enumerate(shards, 1):
         fname = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
-        tensors = dict(kv for name, shape, kind in shard for kv in _tensors(name, shape, kind, fill))
+        tensors = dict(kv for name, shape, kind in shard for kv in _tensors(name, shape, kind, fill, fp8))
         tmp = out / (fname + ".tmp")
         save_file(tensors, str(tmp), metadata={"format": "pt"})
         tmp.rename(out / fname)
@@ -386,8 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", help="where the weights are made (default: cuda if present)")
     parser.add_argument("out", nargs="?", type=Path, help="default: .cache/models/SHAPE")
     args = parser.parse_args(argv)
-    if args.weights != "none" and args.shape != "dsr1-shape":
-        parser.error(f"--weights {args.weights} writes DeepSeek-V3/R1's layout: --shape dsr1-shape")
+    if args.weights != "none" and not args.shape.startswith("dsr1-"):
+        parser.error(f"--weights {args.weights} writes DeepSeek-V3/R1's layout: --shape dsr1-shape or dsr1-tiny")
     out = build(args.out or REPO / ".cache/models" / args.shape, SHAPES[args.shape])
     if args.weights != "none":
         build_weights(out, SHAPES[args.shape], weights=args.weights, seed=args.seed, device=args.device)
