@@ -21,21 +21,12 @@ import known_answer  # noqa: E402
 import make_model  # noqa: E402
 
 PERIOD = known_answer.PERIOD
-# R1's per-head MLA shapes and rope (yarn, factor 40), fewer heads and a narrower hidden size;
-# 8 experts in 2 groups, 2 a token; 3 MoE layers as the served shape has.
+# make_model's CPU shape (R1's per-head MLA shapes and yarn rope, hidden 1024, 2 heads, 8 experts,
+# 3 MoE layers) written with R1's FP8 blocks, as the GPU shape is.
 SMALL = {
-    **make_model.DSR1_SHAPE,
-    "hidden_size": 1024,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 2,
-    "q_lora_rank": 256,
-    "intermediate_size": 256,
-    "moe_intermediate_size": 128,
-    "n_routed_experts": 8,
-    "n_group": 2,
-    "topk_group": 1,
-    "num_experts_per_tok": 2,
-    "max_position_embeddings": 4096,
+    **make_model.DSR1_TINY,
+    "quantization_config": make_model.DSR1_SHAPE["quantization_config"],
+    "torch_dtype": "bfloat16",
 }
 
 
