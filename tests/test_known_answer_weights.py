@@ -163,5 +163,7 @@ def test_full_shape_is_encodable_and_a_config_that_is_not_is_refused() -> None:
     known_answer.check(make_model.DSR1_SHAPE)
     with pytest.raises(ValueError, match="hidden_size"):
         known_answer.check({**make_model.DSR1_SHAPE, "hidden_size": 512})
+    with pytest.raises(ValueError, match="q_lora_rank"):
+        known_answer.check({**make_model.DSR1_SHAPE, "q_lora_rank": None})
     with pytest.raises(ValueError, match="vocab_size"):
         known_answer.check({**make_model.DSR1_SHAPE, "vocab_size": 8192})

@@ -48,6 +48,7 @@ def digits(config: dict[str, Any]) -> int:
 def check(config: dict[str, Any]) -> None:
     """Refuse a config these weights cannot encode, naming the key."""
     need = {
+        "q_lora_rank": bool(config.get("q_lora_rank")),  # the query's rope comes through q_a/q_b
         "vocab_size": digits(config) <= BLOCK,
         "hidden_size": config["hidden_size"] >= BLOCK * (3 + _moe_layers(config)),
         "kv_lora_rank": config["kv_lora_rank"] >= digits(config),
@@ -129,7 +130,7 @@ def weight(name: str, shape: tuple[int, ...], config: dict[str, Any], device: st
         return w
     moe = _moe_layers(config)
     if name == "lm_head.weight":
-        # The final norm scales the residual (2 values in each of 3 + moe blocks but one) to rms 1.
+        # The final norm's input: the embedding's 3 values, layer 0's 2, 2 from each MoE layer.
         unit = math.sqrt(h / (3 + 2 * (1 + moe)))
         last = ATTN + BLOCK * moe
         w[ids, last + hi] = ANSWER_MARGIN_LOGITS / unit
