@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config.load import ResolvedRecipe
-from harness.rundir import RunDir, read_status
+from harness.rundir import RunDir, log_detail, read_status
 from harness.topology import JobPlan
 
 SUBMIT_HOST = "submit host"
@@ -102,10 +102,7 @@ def job_findings(run_dir: Path, num_nodes: int) -> list[Finding]:
         cause = failure.get("cause") or status.get("reason") or "failed"
         if failure.get("process"):
             cause = f"{failure['process']} ({failure.get('role')}) {cause}"
-        if failure.get("log_error"):
-            cause += f"; its log's first error: {failure['log_error']}"
-        if failure.get("log"):
-            cause += f"; last lines of {failure['log']}:\n{failure.get('log_tail') or '  (empty)'}"
+        cause += log_detail(failure.get("log"), failure.get("log_tail"), failure.get("log_error"))
         found.append(Finding(where, "job", cause))
     elif status is None and not found:
         found.append(Finding("job", "job", f"the check job left no outcome (nodes without a record: {silent})"))

@@ -7,7 +7,7 @@ timings, written by the proxy and read by the benchmark client. Imports nothing 
 
 from harness.rundir.paths import RunDir, RunNotFound
 from harness.rundir.result_name import ResultName
-from harness.rundir.status import TIME_LIMIT_WARNING, Failure, FailureRecords, read_status, write_status
+from harness.rundir.status import TIME_LIMIT_WARNING, Failure, FailureRecords, log_detail, read_status, write_status
 
 __all__ = [
     "TIME_LIMIT_WARNING",
@@ -16,6 +16,7 @@ __all__ = [
     "ResultName",
     "RunDir",
     "RunNotFound",
+    "log_detail",
     "read_status",
     "write_status",
 ]

@@ -52,12 +52,9 @@ class Failure:
         where = "the local launcher" if self.node == "launcher" else f"node {self.node}"
         if self.process is None:
             return f"{where}: {self.cause}"
-        text = f"{self.process} ({self.role}) on {where} {self.cause}"
-        if self.log_error:
-            text += f"; its log's first error: {self.log_error}"
-        if self.log:
-            text += f"; last lines of {self.log}:\n{self.log_tail or '  (empty)'}"
-        return text
+        return f"{self.process} ({self.role}) on {where} {self.cause}" + log_detail(
+            self.log, self.log_tail, self.log_error
+        )
 
     def to_json(self) -> dict:
         return dict(asdict(self), reason=self.reason)
@@ -66,6 +63,15 @@ class Failure:
     def from_json(cls, data: dict) -> Failure:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def log_detail(log: str | None, log_tail: str | None, log_error: str | None) -> str:
+    """What a failure's reason tells after its cause: the first error its log states, then the
+    log's last lines (a status.json's failure record read whole or field by field)."""
+    text = f"; its log's first error: {log_error}" if log_error else ""
+    if log:
+        text += f"; last lines of {log}:\n{log_tail or '  (empty)'}"
+    return text
 
 
 def _read_json(path: Path) -> dict | None:
