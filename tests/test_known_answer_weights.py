@@ -135,7 +135,9 @@ def test_the_routed_experts_carry_the_answer(model_dir: Path, model: Any) -> Non
     import torch
 
     state = _state(model_dir)
-    # Every MoE layer's router spreads the prompt's tokens over its experts.
+    # Every MoE layer's router weights give the prompt's tokens different experts (their top 2 by
+    # the gate's logits on the embeddings: a proxy for the routing, whose sigmoid and groups keep
+    # the order within a group).
     prompt = _prompt(200, seed=3)
     with torch.no_grad():
         hidden = model.model.embed_tokens(prompt)[0]

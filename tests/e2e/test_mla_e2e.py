@@ -32,9 +32,9 @@ def model() -> Path:
     return make_model.build_weights(out, make_model.DSR1_TINY, weights="known-answer", device="cpu")
 
 
-def _answers(run_dir: Path, model: Path) -> list[tuple[list[int], list[int]]]:
-    """(the prompt's token ids, an answer's) for every sentinel answer the job recorded, the
-    reference's and decode's."""
+def _answers(run_dir: Path, model: Path, who: str) -> list[tuple[list[int], list[int]]]:
+    """(the prompt's token ids, the answer) of every sentinel the job recorded, `who`: the
+    reference's (prefill's whole answer) or decode's ("answer")."""
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(model / "tokenizer.json"))
@@ -43,8 +43,14 @@ def _answers(run_dir: Path, model: Path) -> list[tuple[list[int], list[int]]]:
         for s in json.loads(f.read_text())["sentinels"]:
             ids = tok.encode(s["prompt"], add_special_tokens=False).ids
             assert len(ids) == s["prompt_len"], f  # precondition: the server's tokens, as sent
-            out += [(ids, s[who]["token_ids"]) for who in ("reference", "answer") if s.get(who)]
+            assert s.get(who), (f, s.get("index"))
+            out.append((ids, s[who]["token_ids"]))
     return out
+
+
+def _known(ids: list[int], n: int) -> list[int]:
+    """The known answer: the prompt's last 16 tokens repeated."""
+    return [ids[len(ids) - 16 + i % 16] for i in range(n)]
 
 
 def test_mla_cache_moves_through_the_bundled_connector_and_every_answer_is_the_known_one(
@@ -68,10 +74,10 @@ def test_mla_cache_moves_through_the_bundled_connector_and_every_answer_is_the_k
         kv = p["kv_handoff"]
         assert kv["lane"] == "tcp" and kv["transfers"] == p["num_prompts"], kv
         assert kv["bytes_total"] == p["total_input_tokens"] * per_token, (kv, per_token)
-    answers = _answers(run_dir, model)
+    answers = _answers(run_dir, model, "reference") + _answers(run_dir, model, "answer")
     assert len(answers) == 16  # 4 sentinels at each of 2 points, the reference's and decode's
     for ids, answer in answers:
-        assert len(answer) == 32 and answer == [ids[len(ids) - 16 + i % 16] for i in range(len(answer))]
+        assert len(answer) == 32 and answer == _known(ids, 32)
     assert_nothing_left(watcher)
 
 
@@ -92,7 +98,6 @@ def test_a_corrupted_mla_transfer_gives_wrong_answers_that_the_sentinels_catch(t
     reasons = point["metadata"]["validity"]["reasons"]
     assert [r.split(":")[0] for r in reasons] == ["outputs_match"], reasons
     # The reference (prefill's own whole answers) is still the known one; decode's are not.
-    for ids, answer in _answers(run_dir, model)[::2]:
-        assert answer == [ids[len(ids) - 16 + i % 16] for i in range(len(answer))]
-    assert all(a != [i[len(i) - 16 + k % 16] for k in range(len(a))] for i, a in _answers(run_dir, model)[1::2])
+    assert all(answer == _known(ids, len(answer)) for ids, answer in _answers(run_dir, model, "reference"))
+    assert all(answer != _known(ids, len(answer)) for ids, answer in _answers(run_dir, model, "answer"))
     assert_nothing_left(watcher)
