@@ -23,6 +23,7 @@ from harness.bench.client_config import ClientConfig
 from harness.bench.load_runner import LoadRunner
 from harness.bench.loadgen import Progress
 from harness.bench.points import Point
+from harness.bench.prediction_check import with_prediction
 from harness.bench.profile import PointProfiler, perturbation, window_figures
 from harness.bench.progress import log
 from harness.bench.results import BenchResult, ResultExistsError, write_result, write_spare
@@ -169,6 +170,7 @@ class PointRunner:
                 return PointOutcome(c, None, error=result, shape=tag, interrupted=stops.interrupted is not None)
             if annotate is not None:
                 annotate(result)
+            with_prediction(result, Path(cfg.result_dir))
             path = write_result(result, path)
         except ResultExistsError as e:
             log(f"{label}: point could not be written: {e}")

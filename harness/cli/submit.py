@@ -86,6 +86,23 @@ def submit(
             "keeps its complete, valid points and measures only the others [default: none]",
         ),
     ] = None,
+    predict_from: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="RUN",
+            help="A run measured before whose profile predicts every point before the job runs (repeatable: "
+            "the first with each phase) [default: the newest run of the same model, cluster, connector and GPUs per "
+            "node under --results-dir]",
+        ),
+    ] = None,
+    predict: Annotated[
+        bool,
+        typer.Option(
+            "--predict/--no-predict",
+            help="Predict every point before the job runs (prediction.json; each result then keeps its prediction "
+            "and error, docs/predict.md)",
+        ),
+    ] = True,
 ) -> None:
     """Render a recipe into a new run directory and run it (sbatch, or the local launcher)."""
     from harness.submit.pipeline import submit as submit_recipe
@@ -120,6 +137,8 @@ def submit(
             wait=wait,
             results_dir=results_dir,
             resume=resume,
+            predict_from=predict_from or (),
+            predict=predict,
         )
     )
     raise typer.Exit(rc)

@@ -1,11 +1,12 @@
 """Predicted before it ran: a run directory's `prediction.json` (harness.rundir.prior_prediction,
-written by `pdbench search` for a candidate it predicted) set beside what the run then measured,
-point by point, with the error and whether the measurement fell inside the prediction's band."""
+written by `pdbench submit` and by `pdbench search` for a candidate it predicted) set beside what
+the run then measured, point by point, with the error and whether the measurement fell inside the
+prediction's band (the check harness.rundir.prior_prediction defines)."""
 
 from __future__ import annotations
 
 from harness.report.model import SectionTable
-from harness.report.points import Note, Point, Run
+from harness.report.points import Note, Point, Run, serving
 from harness.rundir import RunDir
 from harness.rundir.prior_prediction import PredictedPoint, PredictionError, read
 
@@ -18,18 +19,17 @@ def _measured(p: Point) -> tuple[float | None, float | None, float | None]:
     return p.ms.get("p90_ttft_ms"), p.ms.get("mean_tpot_ms"), per_device
 
 
-def _cells(pred: float, meas: float | None) -> list[str]:
-    if meas is None or meas == 0:
-        return [f"{pred:.1f}", "-", "-"]
-    return [f"{pred:.1f}", f"{meas:.1f}", f"{(pred - meas) / meas:+.0%}"]
-
-
 def _row(run: Run, pp: PredictedPoint, p: Point) -> tuple[str, ...]:
-    ttft, tpot, per_device = _measured(p)
-    cells = _cells(pp.ttft_p90_ms, ttft) + _cells(pp.tpot_mean_ms, tpot) + _cells(pp.goodput_per_device, per_device)
-    inside = "-"
-    if per_device:
-        inside = "yes" if abs(pp.goodput_per_device - per_device) <= pp.band * pp.goodput_per_device else "no"
+    check = pp.check(*_measured(p))
+    cells = []
+    for key, err in check.error.items():
+        meas = check.measured.get(key)
+        cells += [
+            f"{check.predicted[key]:.1f}",
+            "-" if meas is None else f"{meas:.1f}",
+            "-" if err is None else f"{err:+.0%}",
+        ]
+    inside = {None: "-", True: "yes", False: "no"}[check.inside]
     return (run.label, f"{pp.isl}/{pp.osl}", str(pp.concurrency), *cells, f"±{pp.band:.0%}", inside)
 
 
@@ -45,7 +45,7 @@ def prior_table(runs: list[Run], notes: list[Note]) -> SectionTable | None:
             notes.append(Note(path, f"not used: {e}"))
             continue
         for pp in prior.points:
-            found = [p for p in run.points if (p.concurrency, p.isl, p.osl) == (pp.concurrency, pp.isl, pp.osl)]
+            found = [p for p in run.points if pp.matches(p.concurrency, p.isl, p.osl, serving(p))]
             if found:  # the first measurement of the point (a repeat is not what was predicted)
                 rows.append(_row(run, pp, min(found, key=lambda p: p.started or 0.0)))
     if not rows:
@@ -57,8 +57,8 @@ def prior_table(runs: list[Run], notes: list[Note]) -> SectionTable | None:
         title=TITLE,
         headers=(*headers, "band", "inside"),
         rows=tuple(rows),
-        note="Each point as predicted before the run was launched (pdbench search, from the profile of a run it "
-        "measured first; docs/search.md), beside what the run measured; err = (pred - meas) / meas; inside: the "
+        note="Each point as predicted before the run was launched (pdbench submit or search, from the profile of "
+        "a run measured before; docs/predict.md), beside what the run measured; err = (pred - meas) / meas; inside: the "
         "measured goodput per device within the prediction's band. Points the run did not reach are left out.",
         words=("inside",),
     )

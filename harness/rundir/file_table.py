@@ -219,10 +219,10 @@ LAYOUT: tuple[Entry, ...] = (
     ),
     Entry(
         p.PRIOR_PREDICTION,
-        "what was predicted for each ladder point before the run ran (TTFT p90, TPOT, goodput per device, "
+        "what was predicted for each point before the run ran (TTFT p90, TPOT, goodput per device, "
         "its band and extrapolation), from another run's profile",
-        "pdbench search (a candidate it predicted)",
-        "pdbench report (predicted before it ran)",
+        "pdbench submit (--predict-from, or a comparable earlier run), pdbench search (a candidate it predicted)",
+        "pdbench bench (each result's metadata.prediction), pdbench report (predicted before it ran)",
     ),
     Entry(p.SECRET, "the job's KV secret (mode 0600)", "pdbench node", "the bundled connector in vLLM"),
     Entry(

@@ -2,14 +2,9 @@
 
 Once a disaggregated candidate has been measured, its run's profile (harness.predict: fitted
 from its points, stored in its run directory) predicts every remaining candidate's xP+yD at each
-ladder concurrency. Per point the prediction carries a relative band, the half-width
-
-    band = max(FLOOR, Z × sqrt(prefill_rel² + decode_rel² + seeds_rel²)) × (WIDEN if extrapolating)
-
-where prefill_rel and decode_rel are the profile's residual rms over its fitted time at the
-point (the fit's own spread), and seeds_rel the spread of the simulation's seeds' throughputs.
-FLOOR stands for the model's error the residuals do not show (docs/predict.md: 1 % on the mock,
-5-11 % median on the H200 aggregated run).
+ladder concurrency. Per point the prediction carries a relative band, its half-width
+(harness.predict.band: the profile's residuals, the simulation's seeds and a floor for the model's
+own error, widened where the prediction extrapolates).
 
 Per SLO (judged as harness.search.outcome judges a measured run: the highest concurrency at and
 below which every point meets it), the predicted objective is the goodput per device at that
@@ -33,8 +28,6 @@ The throughput bound (harness.search.prune) runs first and is unchanged: it is s
 
 from __future__ import annotations
 
-import math
-import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -43,6 +36,7 @@ from typing import Any, Literal
 from harness.config.load import ResolvedRecipe
 from harness.config.slo import violated_metrics
 from harness.predict.answer import PredictError, targets
+from harness.predict.band import band_of
 from harness.predict.model import Prediction, predict
 from harness.rundir.perf_profile import PerfProfile
 from harness.rundir.prior_prediction import PredictedPoint, PriorPrediction
@@ -51,9 +45,6 @@ from harness.search.space import Candidate
 
 Mode = Literal["off", "order", "prune", "prune-all"]
 MODES: tuple[str, ...] = ("off", "order", "prune", "prune-all")
-Z = 2.0  # half-widths in standard deviations
-FLOOR = 0.05  # the least relative half-width: the model's error its residuals do not show
-WIDEN = 2.0  # the band of a prediction outside what the profile saw
 RULE = "prediction"  # the prediction prune's name in the state and the report
 # What a predicted point can say, by the result keys harness.config.slo judges (ITL as TPOT).
 _PREDICTED_KEYS = ("ttft", "tpot", "itl")
@@ -162,20 +153,6 @@ class Forecast:
             tuple(d.get("unjudged") or ()),
             tuple(d.get("extrapolating") or ()),
         )
-
-
-def _rel(rms: float, at: float) -> float:
-    return rms / at if at > 0 else 0.0
-
-
-def band_of(profile: PerfProfile, p: Prediction) -> float:
-    """The prediction's relative half-width (see the module's docstring)."""
-    pre = _rel(profile.prefill.rms_ms, profile.prefill.at(p.isl))
-    dec = _rel(profile.decode_step.rms_ms, profile.decode_step.at(max(p.decode_batch, 1.0)))
-    seeds = p.seed_throughputs
-    spread = statistics.stdev(seeds) / statistics.fmean(seeds) if len(seeds) > 1 and statistics.fmean(seeds) else 0.0
-    band = max(FLOOR, Z * math.sqrt(pre**2 + dec**2 + spread**2))
-    return band * (WIDEN if p.extrapolating else 1.0)
 
 
 def _ms(p: Prediction) -> dict[str, float]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from harness.render import current_context, render_job
 from harness.rundir import RunDir, RunNotFound
 from harness.submit.check import Planned, check_flags, check_secrets, check_storage, launcher_for, load, planned
 from harness.submit.follow import follow, say, summary
+from harness.submit.prediction import keep, predict_first
 from harness.submit.refused import Refused
 
 
@@ -68,6 +70,8 @@ def submit(
     wait: bool = False,
     results_dir: Path,
     resume: str | None = None,
+    predict_from: Sequence[str] = (),
+    predict: bool = True,
 ) -> int:
     """Render the recipe into a new run directory and launch it; the exit code of `pdbench submit`."""
     rr = load(recipe, overrides, cluster)
@@ -84,6 +88,7 @@ def submit(
             check_same_measurement(resumed.path, rr)
         except ConfigError as e:
             raise Refused(str(e)) from None
+    foreseen = predict_first(rr, results_dir, predict_from, predict)
     run = create_run(results_dir, rr.name)
     render_run(p, run, resumed)
     say(f"run directory: {run.path}")
@@ -97,6 +102,7 @@ def submit(
             mark_not_submitted(run, f"nothing to measure: every point is kept from {resumed.path}")
             say("nothing to measure: every point of the sweep is kept; nothing submitted")
             return 0
+    keep(run, foreseen)
     if dry_run:
         mark_not_submitted(run, "a dry run (--dry-run)")
         say(launcher.dry_run(run, p.plan.num_nodes))

@@ -8,6 +8,7 @@
 # same GPUs behind the proxy: ISL 1k-32k x c 1-64, issue 44's table), x2-nixl-tcp (UCX_TLS without a GPU transport: the
 # degraded_transport verdict's case), x2-kv-arms (NIXL pull and push, blocks 16 and 64, 1P1D at
 # c=1; push needs vLLM >= 0.24: stage_build.py --vllm 0.26.0). single: one instance on GPU 0, every recipe's reference.
+# predict-single: that instance profiled, then measured where it was not, predicted before it ran.
 # dsr1-shape-pdbench, dsr1-shape-nixl, dsr1-shape-agg: the same three on one H200 with the DeepSeek-V3-shaped
 # model (build it first: make_model.py --shape dsr1-shape, and carry .cache/models/dsr1-shape).
 # dsr1-shape-x4-{nixl,pdbench}-{1p2d,1p1d-wideep}: the four-H200 recipes (nvidia-h200-x4).
@@ -61,6 +62,20 @@ for step in $steps; do
     single)
       timeout 3300 python3 -m harness submit --recipe llama8b-shape-bf16-h200x1-none-agg --launcher local \
         --results-dir "$root" ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
+    predict-single)
+      # Predicted before it runs: the single instance measured at ISL 1k/4k, c 1-64 (the profile),
+      # then at concurrencies and a prompt length that run never measured, each point predicted by
+      # submit from the first run (prediction.json; every result keeps metadata.prediction).
+      many='benchmark.prompts_multiplier=4'
+      timeout 1500 python3 -m harness submit --recipe llama8b-shape-bf16-h200x1-none-agg --launcher local \
+        --results-dir "$root/predict" --no-predict --set "$many" --set 'benchmark.min_prompts=16' \
+        --set 'benchmark.shapes=[{isl: 1024, osl: 128}, {isl: 4096, osl: 128}]' \
+        --set 'benchmark.concurrency=[1, 2, 4, 8, 16, 32, 64]' ${SUBMIT_SET:+--set "$SUBMIT_SET"}
+      echo "run_all: predict-single's profile run exited $? at $(date -u +%T)"
+      timeout 1500 python3 -m harness submit --recipe llama8b-shape-bf16-h200x1-none-agg --launcher local \
+        --results-dir "$root/predict" --set "$many" --set 'benchmark.min_prompts=16' \
+        --set 'benchmark.shapes=[{isl: 1024, osl: 128}, {isl: 2048, osl: 128}]' \
+        --set 'benchmark.concurrency=[3, 6, 12, 24, 48]' ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
     dsr1-shape-pdbench | dsr1-shape-nixl)
       timeout 2700 python3 -m harness submit --recipe "dsr1-shape-fp8-h200x1-${step#dsr1-shape-}-1p1d" --launcher local \
         --results-dir "$root" ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;

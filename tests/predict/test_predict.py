@@ -8,10 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.mock_engine import Engine
+from helpers.mock_sweep import ENGINE, ITL_MS, OSL, SERVICE_MS, TTFT_MS, mock_sweep
 
-from harness import tiny_model
-from harness.bench import ClientConfig, run_sweep_detailed
 from harness.config import load_recipe
 from harness.predict.answer import device_groups, targets
 from harness.predict.fit import fit_profile
@@ -26,11 +24,7 @@ from harness.topology import plan
 
 pytestmark = pytest.mark.timeout(180)
 
-# The mock: one request at a time (max_num_seqs 1), TTFT then ITL per further token.
-TTFT_MS, ITL_MS, OSL = 40.0, 5.0, 8
-SERVICE_MS = TTFT_MS + (OSL - 1) * ITL_MS
 CONCURRENCY = [1, 2, 4, 8]
-ENGINE = (1, 8192)  # the mock's max_num_seqs, and a batch-token limit it never reaches
 
 
 @pytest.mark.parametrize("c", [1, 3, 8])
@@ -187,25 +181,7 @@ def test_the_event_bound_holds() -> None:
 def mock_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A sweep of the aggregated mock at several concurrencies: the run directory's result files."""
     tmp = tmp_path_factory.mktemp("predict")
-    model = str(tiny_model.build(tmp / "m"))
-    run = tmp / "run"
-    with Engine(model="tiny", ttft_ms=TTFT_MS, itl_ms=ITL_MS, max_num_seqs=1) as engine:
-        cfg = ClientConfig(
-            base_url=engine.url,
-            model="tiny",
-            tokenizer=model,
-            isl=16,
-            osl=OSL,
-            concurrency=CONCURRENCY,
-            num_prompts=24,
-            num_warmups=0,
-            result_dir=str(run),
-            gpus=1,
-            health_check_interval_s=0,
-        )
-        outcomes = run_sweep_detailed(cfg)
-    assert all(o.ok for o in outcomes), [o.error for o in outcomes]
-    return run
+    return mock_sweep(tmp, tmp / "run", CONCURRENCY)
 
 
 def test_a_profile_of_the_mock_finds_its_configured_times(mock_run: Path) -> None:

@@ -21,6 +21,7 @@ from helpers.search_world import LADDER, SLOS, begin, world_point
 
 from harness import atomic
 from harness.launch.job import Job, JobState
+from harness.predict import band
 from harness.rundir import RunDir
 from harness.rundir.result_name import ResultName
 from harness.search import foresee
@@ -183,12 +184,12 @@ def test_the_band_is_the_fits_spread_and_the_seeds_and_widens_where_it_extrapola
         return Prediction(d, 4, 200, 32, {}, {}, 100.0, 4.0, extrapolating, seeds)
 
     # prefill: 2 ms of residual over 20 ms at 200 tokens (10 %); the seeds agree: 2 sd = 20 %.
-    assert foresee.band_of(profile, p((100.0, 100.0, 100.0), [])) == pytest.approx(0.2)
+    assert band.band_of(profile, p((100.0, 100.0, 100.0), [])) == pytest.approx(0.2)
     # The seeds' own spread adds in quadrature.
-    assert foresee.band_of(profile, p((90.0, 100.0, 110.0), [])) == pytest.approx(2 * math.hypot(0.1, 0.1))
-    assert foresee.band_of(profile, p((100.0, 100.0, 100.0), ["isl"])) == pytest.approx(0.2 * foresee.WIDEN)
+    assert band.band_of(profile, p((90.0, 100.0, 110.0), [])) == pytest.approx(2 * math.hypot(0.1, 0.1))
+    assert band.band_of(profile, p((100.0, 100.0, 100.0), ["isl"])) == pytest.approx(0.2 * band.WIDEN)
     quiet = profile.model_copy(update={"prefill": fit.model_copy(update={"rms_ms": 0.0})})
-    assert foresee.band_of(quiet, p((100.0, 100.0, 100.0), [])) == foresee.FLOOR
+    assert band.band_of(quiet, p((100.0, 100.0, 100.0), [])) == band.FLOOR
 
 
 def test_each_measured_point_carries_its_prediction_and_the_report_shows_the_error(tmp_path: Path) -> None:
