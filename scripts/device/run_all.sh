@@ -8,14 +8,16 @@
 # same GPUs behind the proxy: ISL 1k-32k x c 1-64, issue 44's table), x2-nixl-tcp (UCX_TLS without a GPU transport: the
 # degraded_transport verdict's case), x2-kv-arms (NIXL pull and push, blocks 16 and 64, 1P1D at
 # c=1; push needs vLLM >= 0.24: stage_build.py --vllm 0.26.0). single: one instance on GPU 0, every recipe's reference.
-# predict-single: that instance profiled, then measured where it was not, predicted before it ran.
+# predict-single: that instance profiled, then measured where it was not, predicted before it ran;
+# predict-known-single the same with the DeepSeek-shaped known-answer model.
 # dsr1-shape-pdbench, dsr1-shape-nixl, dsr1-shape-agg: the same three on one H200 with the DeepSeek-V3-shaped
 # model (build it first: make_model.py --shape dsr1-shape, and carry .cache/models/dsr1-shape).
 # dsr1-shape-x4-{nixl,pdbench}-{1p2d,1p1d-wideep}: the four-H200 recipes (nvidia-h200-x4).
 # dsr1-shape-x2, dsr1-shape-weights-x2: the two-H200 recipe (prefill TP2+EP2 -> decode TP1) on
 # dummy weights and on init-scale ones (dsr1-shape-weights draws those first, on the GPU).
 # dsr1-shape-known writes the known-answer weights (on the GPU); known-{pdbench,nixl,agg} (one
-# H200), known-x2[-nixl] (two) and known-x4-{nixl,pdbench}-{1p2d,1p1d-wideep} (four) serve them.
+# H200), known-x2[-nixl] (two) and known-x4-{nixl,pdbench}-{1p2d,1p1d-wideep} (four) serve them;
+# known-nixl-8k repeats the one point NIXL's prefill died at on one H200.
 # SUBMIT_SET adds one --set to every submit. Each job's exit status is printed; a failed one
 # does not stop the next.
 set -uo pipefail
@@ -62,20 +64,26 @@ for step in $steps; do
     single)
       timeout 3300 python3 -m harness submit --recipe llama8b-shape-bf16-h200x1-none-agg --launcher local \
         --results-dir "$root" ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
-    predict-single)
-      # Predicted before it runs: the single instance measured at ISL 1k/4k, c 1-64 (the profile),
-      # then at concurrencies and a prompt length that run never measured, each point predicted by
-      # submit from the first run (prediction.json; every result keeps metadata.prediction).
-      many='benchmark.prompts_multiplier=4'
-      timeout 1500 python3 -m harness submit --recipe llama8b-shape-bf16-h200x1-none-agg --launcher local \
-        --results-dir "$root/predict" --no-predict --set "$many" --set 'benchmark.min_prompts=16' \
-        --set 'benchmark.shapes=[{isl: 1024, osl: 128}, {isl: 4096, osl: 128}]' \
-        --set 'benchmark.concurrency=[1, 2, 4, 8, 16, 32, 64]' ${SUBMIT_SET:+--set "$SUBMIT_SET"}
-      echo "run_all: predict-single's profile run exited $? at $(date -u +%T)"
-      timeout 1500 python3 -m harness submit --recipe llama8b-shape-bf16-h200x1-none-agg --launcher local \
-        --results-dir "$root/predict" --set "$many" --set 'benchmark.min_prompts=16' \
-        --set 'benchmark.shapes=[{isl: 1024, osl: 128}, {isl: 2048, osl: 128}]' \
-        --set 'benchmark.concurrency=[3, 6, 12, 24, 48]' ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
+    predict-single | predict-known-single)
+      # Predicted before it runs: the single instance measured at ISL 1k/4k (the profile), then at
+      # concurrencies and a prompt length that run never measured, each point predicted by submit
+      # from the first run (prediction.json; every result keeps metadata.prediction).
+      # predict-known-single: the same with the DeepSeek-shaped known-answer model (MLA, MoE, FP8;
+      # build it first: step dsr1-shape-known), OSL 256 as issue 47's table.
+      recipe=llama8b-shape-bf16-h200x1-none-agg model=() osl=128 ladder='1, 2, 4, 8, 16, 32, 64' held='3, 6, 12, 24, 48'
+      if [[ $step == predict-known-single ]]; then
+        recipe=dsr1-shape-fp8-h200x1-none-agg model=(--set model=dsr1-shape-known) osl=256
+        ladder='1, 2, 4, 8, 16, 32' held='3, 6, 12, 24'
+      fi
+      many=(--set benchmark.prompts_multiplier=4 --set benchmark.min_prompts=16)
+      timeout 1500 python3 -m harness submit --recipe "$recipe" --launcher local --results-dir "$root/$step" \
+        --no-predict "${model[@]}" "${many[@]}" --set "benchmark.shapes=[{isl: 1024, osl: $osl}, {isl: 4096, osl: $osl}]" \
+        --set "benchmark.concurrency=[$ladder]" \
+        ${SUBMIT_SET:+--set "$SUBMIT_SET"}
+      echo "run_all: $step's profile run exited $? at $(date -u +%T)"
+      timeout 1500 python3 -m harness submit --recipe "$recipe" --launcher local --results-dir "$root/$step" \
+        "${model[@]}" "${many[@]}" --set "benchmark.shapes=[{isl: 1024, osl: $osl}, {isl: 2048, osl: $osl}]" \
+        --set "benchmark.concurrency=[$held]" ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
     dsr1-shape-pdbench | dsr1-shape-nixl)
       timeout 2700 python3 -m harness submit --recipe "dsr1-shape-fp8-h200x1-${step#dsr1-shape-}-1p1d" --launcher local \
         --results-dir "$root" ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
@@ -92,6 +100,13 @@ for step in $steps; do
     known-agg)
       timeout 2700 python3 -m harness submit --recipe dsr1-shape-fp8-h200x1-none-agg --launcher local \
         --results-dir "$root" --set model=dsr1-shape-known ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
+    known-nixl-8k)
+      # Issue 47's one failed point again (its prefill died of a CUDA launch failure once in two
+      # runs): NIXL 1P1D with both servers on the one GPU, ISL 8k (0.8-1.0 of it), OSL 256, c 16, 32.
+      timeout 1500 python3 -m harness submit --recipe dsr1-shape-fp8-h200x1-nixl-1p1d --launcher local \
+        --results-dir "$root" --set model=dsr1-shape-known --set 'benchmark.shapes=[{isl: 8192, osl: 256, range_ratio: 0.8}]' \
+        --set 'benchmark.concurrency=[16, 32]' --set benchmark.prompts_multiplier=4 --set benchmark.min_prompts=16 \
+        --set benchmark.sentinels.match_tokens=64 ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
     known-x2 | known-x2-nixl)
       connector=pdbench; [[ $step == known-x2-nixl ]] && connector=nixl
       timeout 2700 python3 -m harness submit --recipe dsr1-shape-fp8-h200x2-pdbench-1p1d --launcher local \
