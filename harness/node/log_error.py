@@ -22,9 +22,14 @@ _PREFIX = re.compile(
 )
 # A line logged below ERROR states no cause, whatever words it quotes.
 _QUIET = {"DEBUG", "INFO", "WARNING"}
-# Messages that are causes, in the words torch, CUDA, NCCL and Python use.
+# Messages that are causes, in the words torch, CUDA, NCCL and Python use. A kernel library's
+# host-side check (FlashMLA's "Assertion failed (file.cu:64): cond") and CUDA's device-side
+# assert ("...: block: [0,0,0], thread: [0,0,0] Assertion `cond` failed.") come before the CUDA
+# error they cause, so they are what a failure names.
 _CAUSE = re.compile(
-    r"(CUDA error: .+"
+    r"(Assertion failed \(.+"
+    r"|^.*: block: \[[\d,]+\], thread: \[[\d,]+\] Assertion .+"
+    r"|CUDA error: .+"
     r"|(torch\.)?(cuda\.)?OutOfMemoryError: .+"
     r"|CUDA out of memory.+"
     r"|NCCL error.+"

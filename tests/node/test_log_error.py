@@ -25,10 +25,35 @@ EngineCore encountered an issue. See stack trace (above) for the root cause.
 """
 
 
+# NIXL 1P1D's prefill on one H200 (vLLM 0.20.0, FP8 KV cache, 8k prompts at c=32): FlashMLA's
+# metadata kernel's check failed, then the CUDA error it caused.
+FLASHMLA_ASSERT = """\
+(APIServer pid=2106) INFO:     127.0.0.1:51162 - "GET /metrics HTTP/1.1" 200 OK
+Assertion failed (/workspace/.deps/flashmla-src/csrc/extension/sm90/dense_fp8/flash_fwd_mla_metadata.cu:64): \
+now_idx == batch_size && now_block == 0 && now_n_split_idx == 0
+(APIServer pid=2106) INFO:     127.0.0.1:39608 - "GET /health HTTP/1.1" 200 OK
+terminate called after throwing an instance of 'c10::AcceleratorError'
+  what():  CUDA error: unspecified launch failure
+Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
+"""
+
+
 @pytest.mark.parametrize(
     ("log", "want"),
     [
         (ENGINE_DIED, "CUDA error: unspecified launch failure"),
+        (
+            FLASHMLA_ASSERT,
+            "Assertion failed (/workspace/.deps/flashmla-src/csrc/extension/sm90/dense_fp8/flash_fwd_mla_metadata.cu:64): "
+            "now_idx == batch_size && now_block == 0 && now_n_split_idx == 0",
+        ),
+        (
+            "/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:92: operator(): block: [5,0,0], thread: [63,0,0] "
+            'Assertion `-sizes[i] <= index && index < sizes[i] && "index out of bounds"` failed.\n'
+            "RuntimeError: CUDA error: device-side assert triggered\n",
+            "/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:92: operator(): block: [5,0,0], thread: [63,0,0] "
+            'Assertion `-sizes[i] <= index && index < sizes[i] && "index out of bounds"` failed.',
+        ),
         (
             "(EngineCore_DP0 pid=7) ERROR 12-01 01:00:00 [core.py:9] torch.OutOfMemoryError: CUDA out of memory. "
             "Tried to allocate 2.00 GiB\n(EngineCore_DP0 pid=7) ERROR 12-01 01:00:00 [core.py:9] RuntimeError: later\n",
