@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, PositiveInt, ValidationError, model_validator
+from pydantic import Field, PositiveInt, ValidationError, field_validator, model_validator
 
 from harness.config.load import PROJECT_ROOT, ConfigError, _read_yaml, _validation_error
 from harness.config.overrides import parse_override
@@ -76,6 +76,16 @@ class SearchSpec(FrozenStrict):
         description="use the prediction from the first measured candidate: off, order the rest by it, prune by it "
         "(never where it extrapolates), or prune-all (extrapolating too); harness/search/foresee.py",
     )
+
+    @field_validator("predict", mode="before")
+    @classmethod
+    def _yaml_off(cls, v: Any) -> Any:
+        """YAML reads an unquoted `off` (and `no`) as false: that is the mode off. True names no mode."""
+        if v is False:
+            return "off"
+        if v is True:
+            raise ValueError("true names no mode: say off, order, prune or prune-all")
+        return v
 
     @model_validator(mode="after")
     def _check(self) -> SearchSpec:

@@ -102,3 +102,13 @@ def test_a_bad_override_names_its_index(tmp_path: Path) -> None:
     assert e.key == "set[1]" and "KEY.PATH=VALUE" in e.expected
     e = error(tmp_path, baseline={"set": ["x"]})
     assert e.key == "baseline.set[0]"
+
+
+def test_predict_off_unquoted_is_the_mode_off(tmp_path: Path) -> None:
+    # YAML 1.1 reads `predict: off` as false; the file means the mode.
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(GOOD) + "predict: off\n")
+    assert yaml.safe_load(path.read_text())["predict"] is False  # the precondition
+    assert load_search(str(path)).spec.predict == "off"
+    e = error(tmp_path, predict=True)
+    assert e.key == "predict" and "true names no mode" in str(e)
