@@ -42,6 +42,14 @@ def test_the_bundled_local_search_loads_by_name() -> None:
     assert s.cluster(None) == "local" and s.cluster("other") == "other"
 
 
+def test_the_bundled_limits_search_differs_from_the_local_one_by_decodes_batch_limit() -> None:
+    base, limits = load_search("local-tiny-pd").spec, load_search("local-tiny-pd-limits").spec
+    assert limits.factors == base.factors | {
+        "decode_seqs": [{"topology.decode.flags": {"max-num-seqs": 64}}, {"topology.decode.flags": {"max-num-seqs": 4}}]
+    }
+    assert limits.predict == "prune" and limits.slos == base.slos and limits.concurrency == base.concurrency
+
+
 def test_a_good_file_loads_with_defaults_and_normalised_bounds(tmp_path: Path) -> None:
     s = load_search(str(write(tmp_path, {**GOOD, "slos": {"tight": {"TTFT_p90": 800}}})))
     assert s.spec.slos == {"tight": {"ttft_p90": 800.0}}
