@@ -14,7 +14,11 @@ from harness.rundir.prior_prediction import PredictionError, read
 
 
 def devices(metadata: dict[str, object]) -> int | None:
-    """The devices behind the point, as its metadata names them (prefill + decode, or one server's)."""
+    """The devices behind the point, as its metadata names them (prefill + decode, or one server's).
+
+    Goodput per device is issue 33's definition (harness.search.outcome, from the report's
+    points); the bench sits below both, so it reads back the keys it writes itself
+    (point_runner.metadata) rather than importing them."""
     parts = [metadata.get(k) for k in (("prefill_gpus", "decode_gpus") if metadata.get("disagg") else ("gpus",))]
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in parts):
         return None
