@@ -9,7 +9,8 @@
 # degraded_transport verdict's case), x2-kv-arms (NIXL pull and push, blocks 16 and 64, 1P1D at
 # c=1; push needs vLLM >= 0.24: stage_build.py --vllm 0.26.0). single: one instance on GPU 0, every recipe's reference.
 # predict-single: that instance profiled, then measured where it was not, predicted before it ran;
-# predict-known-single the same with the DeepSeek-shaped known-answer model.
+# predict-known-single the same with the DeepSeek-shaped known-answer model; predict-x2: NIXL 1P1D's
+# profile on two H200s, one job of three prompt lengths (held out afterwards).
 # dsr1-shape-pdbench, dsr1-shape-nixl, dsr1-shape-agg: the same three on one H200 with the DeepSeek-V3-shaped
 # model (build it first: make_model.py --shape dsr1-shape, and carry .cache/models/dsr1-shape).
 # dsr1-shape-x4-{nixl,pdbench}-{1p2d,1p1d-wideep}: the four-H200 recipes (nvidia-h200-x4).
@@ -84,6 +85,15 @@ for step in $steps; do
       timeout 1500 python3 -m harness submit --recipe "$recipe" --launcher local --results-dir "$root/$step" \
         "${model[@]}" "${many[@]}" --set "benchmark.shapes=[{isl: 1024, osl: $osl}, {isl: 2048, osl: $osl}]" \
         --set "benchmark.concurrency=[$held]" ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
+    predict-x2)
+      # The disaggregated profile on two H200s: NIXL 1P1D (prefill GPU 0 -> decode GPU 1), ISL
+      # 1k/2k/4k x c 1-32 in one job (one start-up: the device time is short). Held out afterwards
+      # by shape (fit on 1k/4k, predict 2k) and point by point (docs/predict.md).
+      timeout 1500 python3 -m harness submit --recipe llama8b-shape-bf16-h200x2-nixl-1p1d --launcher local \
+        --results-dir "$root/$step" --no-predict --set topology.aggregated=null \
+        --set benchmark.prompts_multiplier=4 --set benchmark.min_prompts=16 \
+        --set 'benchmark.shapes=[{isl: 1024, osl: 128}, {isl: 4096, osl: 128}, {isl: 2048, osl: 128}]' \
+        --set 'benchmark.concurrency=[1, 2, 4, 8, 16, 32]' ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
     dsr1-shape-pdbench | dsr1-shape-nixl)
       timeout 2700 python3 -m harness submit --recipe "dsr1-shape-fp8-h200x1-${step#dsr1-shape-}-1p1d" --launcher local \
         --results-dir "$root" ${SUBMIT_SET:+--set "$SUBMIT_SET"} ;;
