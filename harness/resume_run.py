@@ -17,14 +17,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from harness import atomic
 from harness.bench.results import BenchResult
 from harness.bench.resume import incomplete, why_not_kept
 from harness.config.load import ConfigError, ResolvedRecipe
-from harness.rundir import ResultName, RunDir
+from harness.rundir import LockUnreadable, ResultName, RunDir
 from harness.submit.points import planned
 
 # Keys of the resolved recipe (recipe.lock.yaml) a resumed run may change.
@@ -74,13 +73,12 @@ def _compared(locked: dict[str, Any]) -> dict[str, Any]:
 
 def check_same_measurement(old_run: Path, rr: ResolvedRecipe) -> None:
     """Raise ConfigError naming the keys when RUN measured something else than RR would."""
-    lock_file = RunDir(old_run).lock
+    run = RunDir(old_run)
+    lock_file = run.lock
     try:
-        old = yaml.safe_load(lock_file.read_text())
-    except (OSError, yaml.YAMLError) as e:
+        old = run.read_lock()
+    except LockUnreadable as e:
         raise ConfigError(lock_file, "", f"cannot read the run to resume: {e}") from None
-    if not isinstance(old, dict):
-        raise ConfigError(lock_file, "", "not a recipe lock (a YAML mapping)")
     # Only the job's own points are carried over: a resumed job with workloads would measure each
     # workload's whole sweep again, or (were they copied) keep points of another job's order. Refused
     # until a resume carries workloads/ over point by point.

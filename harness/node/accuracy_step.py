@@ -12,8 +12,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 import harness
 from harness.config.accuracy import AccuracySpec, problems
 from harness.evals.command import Endpoint
@@ -30,7 +28,7 @@ ROOT = Path(harness.__file__).resolve().parent.parent
 
 
 def _lock(run: RunDir) -> dict[str, Any]:
-    return yaml.safe_load(run.lock.read_text())
+    return run.read_lock()
 
 
 def _spec(lock: dict[str, Any]) -> AccuracySpec:

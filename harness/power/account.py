@@ -17,8 +17,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from harness import atomic
 from harness.power import package
 from harness.power.energy import Gpu, PointPower, Prices, Tokens, point_power
@@ -54,8 +52,8 @@ def interval_s(lock: dict[str, Any]) -> float:
 
 
 def _lock(run_dir: Path) -> dict[str, Any]:
-    lock = RunDir(run_dir).lock
-    return yaml.safe_load(lock.read_text()) if lock.is_file() else {}
+    run = RunDir(run_dir)
+    return run.read_lock() if run.lock.is_file() else {}
 
 
 def power_required(run_dir: Path) -> bool:

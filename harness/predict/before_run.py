@@ -18,13 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from harness.config.load import ResolvedRecipe
-from harness.predict.answer import PredictError, Target, profiles_of, targets
-from harness.predict.band import band_of
-from harness.predict.model import predict
-from harness.rundir import RunDir
+from harness.predict.answer import PredictError, Target, predict_point, profiles_of, targets, with_limits
+from harness.rundir import LockUnreadable, RunDir
 from harness.rundir.perf_profile import PerfProfile
 from harness.rundir.prior_prediction import PredictedPoint, PriorPrediction
 from harness.rundir.result_name import ResultName
@@ -72,10 +68,10 @@ def find_source(results_dir: Path, rr: ResolvedRecipe, exclude: Path | None = No
             continue
         run = RunDir(path)
         try:
-            lock = yaml.safe_load(run.lock.read_text())
-        except (OSError, yaml.YAMLError):
+            lock = run.read_lock()
+        except LockUnreadable:
             continue  # not a run a profile can be trusted from
-        if not isinstance(lock, dict) or _key(lock, lock.get("cluster_profile")) != want:
+        if _key(lock, lock.get("cluster_profile")) != want:
             continue
         if main_phase(rr) not in _phases_measured(run):
             continue
@@ -86,26 +82,23 @@ def find_source(results_dir: Path, rr: ResolvedRecipe, exclude: Path | None = No
 
 
 def _points(rr: ResolvedRecipe, target: Target, profile: PerfProfile) -> list[PredictedPoint]:
-    prof = profile.model_copy(
-        update={"max_num_seqs": target.max_num_seqs, "max_batched_tokens": target.max_batched_tokens}
-    )
+    prof = with_limits(profile, target)
     bench, d = rr.recipe.benchmark, target.deployment
     devices = d.gpus or d.prefill_workers + d.decode_workers
     out = []
     for s in bench.shape_list():
         for c in bench.concurrency:
-            p = predict(prof, d, c, s.isl, s.osl, bench.num_prompts_for(c))
-            total = p.output_throughput * (s.isl + s.osl) / s.osl
+            pp = predict_point(prof, target, c, s.isl, s.osl, bench.num_prompts_for(c), devices)
             out.append(
                 PredictedPoint(
                     concurrency=c,
                     isl=s.isl,
                     osl=s.osl,
-                    ttft_p90_ms=p.ttft_ms["p90"],
-                    tpot_mean_ms=p.tpot_ms["mean"],
-                    goodput_per_device=total / devices,
-                    band=band_of(prof, p),
-                    extrapolating=list(p.extrapolating),
+                    ttft_p90_ms=pp.prediction.ttft_ms["p90"],
+                    tpot_mean_ms=pp.prediction.tpot_ms["mean"],
+                    goodput_per_device=pp.goodput_per_device,
+                    band=pp.band,
+                    extrapolating=list(pp.prediction.extrapolating),
                     phase=d.phase,
                 )
             )

@@ -6,9 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from harness.rundir import RunDir
+from harness.rundir import LockUnreadable, RunDir
 
 VLLM_MAX_NUM_SEQS = 256  # vLLM's online-serving defaults where the recipe sets neither
 VLLM_MAX_BATCHED_TOKENS = 8192
@@ -68,16 +66,13 @@ def limits(model: dict[str, Any], topology: dict[str, Any], phase: str, where: s
 
 def _lock(run: Path) -> dict[str, Any] | None:
     """A run's recipe.lock.yaml as loaded; None where it has none."""
-    lock_path = RunDir(run).lock
-    if not lock_path.is_file():
+    rd = RunDir(run)
+    if not rd.lock.is_file():
         return None
     try:
-        lock = yaml.safe_load(lock_path.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise LimitsError(f"{lock_path}: unreadable as a recipe lock ({e})") from None
-    if not isinstance(lock, dict):
-        raise LimitsError(f"{lock_path}: unreadable as a recipe lock (not a mapping)")
-    return lock
+        return rd.read_lock()
+    except LockUnreadable as e:
+        raise LimitsError(str(e)) from None
 
 
 def kv_polled(run: Path) -> bool:

@@ -5,7 +5,7 @@ status.py holds the failure records and status.json; proxy_timings.py the proxy'
 timings, written by the proxy and read by the benchmark client. Imports nothing above floor 1.
 """
 
-from harness.rundir.paths import RunDir, RunNotFound
+from harness.rundir.paths import LockUnreadable, RunDir, RunNotFound
 from harness.rundir.result_name import ResultName
 from harness.rundir.status import TIME_LIMIT_WARNING, Failure, FailureRecords, log_detail, read_status, write_status
 
@@ -13,6 +13,7 @@ __all__ = [
     "TIME_LIMIT_WARNING",
     "Failure",
     "FailureRecords",
+    "LockUnreadable",
     "ResultName",
     "RunDir",
     "RunNotFound",

@@ -14,12 +14,19 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from harness.rundir.result_name import ResultName
 
 
 class RunNotFound(Exception):
     pass
+
+
+class LockUnreadable(Exception):
+    """A run's recipe.lock.yaml is missing, not YAML, or not a mapping; the message names the file."""
 
 
 # Names relative to the run directory. Rendered scripts and the bench client get them from here.
@@ -313,6 +320,16 @@ class RunDir:
     @property
     def lock(self) -> Path:
         return self.path / LOCK
+
+    def read_lock(self) -> dict[str, Any]:
+        """The resolved recipe the run was rendered from (render writes it; harness.render.job)."""
+        try:
+            lock = yaml.safe_load(self.lock.read_text())
+        except (OSError, yaml.YAMLError) as e:
+            raise LockUnreadable(f"{self.lock}: unreadable as a recipe lock ({e})") from None
+        if not isinstance(lock, dict):
+            raise LockUnreadable(f"{self.lock}: unreadable as a recipe lock (not a mapping)")
+        return lock
 
     @property
     def job_script(self) -> Path:

@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from harness.rundir import Failure, FailureRecords, ResultName, RunDir, RunNotFound, read_status, write_status
+from harness.rundir import (
+    Failure,
+    FailureRecords,
+    LockUnreadable,
+    ResultName,
+    RunDir,
+    RunNotFound,
+    read_status,
+    write_status,
+)
 from harness.rundir.paths import CONTROL_FILES
 from harness.rundir.status import TIME_LIMIT_WARNING
 
@@ -119,3 +128,27 @@ def test_runs_made_in_one_second_are_listed_newest_first(tmp_path: Path) -> None
         os.utime(run.lock, ns=(10**18 + k, 10**18 + k))
     assert sorted(ids, reverse=True) == ids  # the precondition: the ids alone would list the older first
     assert [r.run_id for r in RunDir.all_runs(tmp_path)] == list(reversed(ids))
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        (None, "No such file"),  # never rendered
+        ("recipe: [unclosed\n", "while parsing"),
+        ("- a list\n", "not a mapping"),
+    ],
+)
+def test_an_unreadable_lock_is_refused_naming_the_file(tmp_path: Path, text: str | None, why: str) -> None:
+    run = RunDir.create(tmp_path, "r")
+    if text is not None:
+        run.lock.write_text(text)
+    assert run.lock.is_file() is (text is not None)
+    with pytest.raises(LockUnreadable, match=why) as e:
+        run.read_lock()
+    assert str(e.value).startswith(f"{run.lock}: unreadable as a recipe lock")
+
+
+def test_a_lock_reads_back_as_written(tmp_path: Path) -> None:
+    run = RunDir.create(tmp_path, "r")
+    run.lock.write_text("recipe: {topology: {gpus_per_node: 0}}\nmodel: {name: tiny}\n")
+    assert run.read_lock() == {"recipe": {"topology": {"gpus_per_node": 0}}, "model": {"name": "tiny"}}
