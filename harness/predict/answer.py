@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config.load import ResolvedRecipe
+from harness.predict.band import band_of
 from harness.predict.fit import FitError, fit_profile
 from harness.predict.limits import DEFAULT, LimitsError, limits, of_run
 from harness.predict.model import Deployment, Prediction, predict
@@ -69,6 +70,30 @@ def targets(rr: ResolvedRecipe) -> list[Target]:
     return out
 
 
+def with_limits(profile: PerfProfile, target: Target) -> PerfProfile:
+    """The profile as the target's servers would run: its engine limits, not the profiled run's."""
+    return profile.model_copy(
+        update={"max_num_seqs": target.max_num_seqs, "max_batched_tokens": target.max_batched_tokens}
+    )
+
+
+@dataclass(frozen=True)
+class PointPrediction:
+    prediction: Prediction
+    goodput_per_device: float  # input and output tokens a second, per device
+    band: float  # relative half-width (harness.predict.band)
+
+
+def predict_point(
+    profile: PerfProfile, target: Target, concurrency: int, isl: int, osl: int, prompts: int, devices: int
+) -> PointPrediction:
+    """One point of a sweep predicted, the way every prediction before a run is made (`pdbench
+    submit`'s and the search's): `profile` already `with_limits` of the target."""
+    p = predict(profile, target.deployment, concurrency, isl, osl, prompts)
+    total = p.output_throughput * (isl + osl) / osl
+    return PointPrediction(p, total / devices, band_of(profile, p))
+
+
 def profiles_of(run: Path, store_it: bool = True) -> list[PerfProfile]:
     """A run's profiles, one per phase, fitted from its points; stored in a pdbench run directory."""
     try:
@@ -108,10 +133,7 @@ def answer(rr: ResolvedRecipe, runs: Sequence[Path], concurrencies: Sequence[int
                 f"{target.key}: no run of {', '.join(str(r) for r in runs)} measured {target.deployment.phase} "
                 f"serving (they have: {have})"
             )
-        run, profile = match
-        profile = profile.model_copy(
-            update={"max_num_seqs": target.max_num_seqs, "max_batched_tokens": target.max_batched_tokens}
-        )
+        run, profile = match[0], with_limits(match[1], target)
         bench = rr.recipe.benchmark
         rows = [
             predict(profile, target.deployment, c, s.isl, s.osl, bench.num_prompts_for(c)) for s in shapes for c in conc

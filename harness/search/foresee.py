@@ -35,9 +35,8 @@ from typing import Any, Literal
 
 from harness.config.load import ResolvedRecipe
 from harness.config.slo import violated_metrics
-from harness.predict.answer import PredictError, targets
-from harness.predict.band import band_of
-from harness.predict.model import Prediction, predict
+from harness.predict.answer import PredictError, predict_point, targets, with_limits
+from harness.predict.model import Prediction
 from harness.rundir.perf_profile import PerfProfile
 from harness.rundir.prior_prediction import PredictedPoint, PriorPrediction
 from harness.search.outcome import CandidateOutcome
@@ -204,23 +203,15 @@ def forecast(
     if len(shapes) != 1:
         raise PredictError(f"{candidate.name}: {len(shapes)} request shapes; the search predicts one")
     shape, bench = shapes[0], rr.recipe.benchmark
-    prof = profile.model_copy(
-        update={"max_num_seqs": target.max_num_seqs, "max_batched_tokens": target.max_batched_tokens}
-    )
+    prof = with_limits(profile, target)
     devices = candidate.devices or target.deployment.gpus or 1
     points = []
     for c in ladder:
-        p = predict(prof, target.deployment, c, shape.isl, shape.osl, bench.num_prompts_for(c))
-        total = p.output_throughput * (shape.isl + shape.osl) / shape.osl
+        pp = predict_point(prof, target, c, shape.isl, shape.osl, bench.num_prompts_for(c), devices)
+        p = pp.prediction
         points.append(
             PointForecast(
-                c,
-                p.ttft_ms["p90"],
-                p.tpot_ms["mean"],
-                total / devices,
-                band_of(prof, p),
-                _ms(p),
-                tuple(p.extrapolating),
+                c, p.ttft_ms["p90"], p.tpot_ms["mean"], pp.goodput_per_device, pp.band, _ms(p), tuple(p.extrapolating)
             )
         )
     out: dict[str, SLOForecast] = {}
