@@ -11,6 +11,7 @@ import base64
 import hashlib
 import importlib.util
 import json
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -186,3 +187,19 @@ def test_pack_records_the_release_and_repacks_for_another(staged: tuple[Path, di
     m2 = build.pack(out / "wheels", out, part_bytes=8192, release=push)
     assert m2["requirements"] == push.requirements and m2["uploaded_prior_to"] == push.uploaded_prior_to
     assert json.loads((out / "manifest.json").read_text()) == m2
+
+
+@pytest.mark.parametrize(("root", "refused"), [("out/r", True), ("out", True), ("outer/r", False)])
+def test_run_all_refuses_results_under_the_calls_out_folder(tmp_path: Path, root: str, refused: bool) -> None:
+    """Results written under $OUT are lost (too deep to come back, emptied before the next call)."""
+    env = {"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "out")}
+    # An unknown step fails after the guard: the guard is what stops the script, or nothing does.
+    r = subprocess.run(
+        ["bash", str(DEVICE / "run_all.sh"), str(tmp_path / root), "no-such-step"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert ("is under $OUT" in r.stderr) is refused, r.stderr
+    assert (r.returncode == 2) is refused and ("unknown step no-such-step" in r.stderr) is not refused, r.stderr

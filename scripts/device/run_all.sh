@@ -23,6 +23,12 @@
 # does not stop the next.
 set -uo pipefail
 root=${1:?usage: run_all.sh RESULTS_ROOT [STEP...]}; shift
+# A run directory is deeper than the 16 levels a device call brings back from $OUT, and $OUT is
+# emptied before the next call: results written there are lost (2026-12-01, docs/gpu.md).
+if [[ -n ${OUT:-} && $(realpath -m "$root")/ == "$(realpath -m "$OUT")"/* ]]; then
+  echo "run_all: RESULTS_ROOT $root is under \$OUT; write under /tmp and tar it into \$OUT in the same call" >&2
+  exit 2
+fi
 steps=${*:-pdbench nixl single}
 export PYTHONPATH="/tmp/pdbench-site:$PWD" PATH="/tmp/pdbench-site/bin:$PATH" PYTHONUNBUFFERED=1
 mkdir -p "$root"
