@@ -87,11 +87,12 @@ class PointPrediction:
 def predict_point(
     profile: PerfProfile, target: Target, concurrency: int, isl: int, osl: int, prompts: int, devices: int
 ) -> PointPrediction:
-    """One point of a sweep predicted, the way every prediction before a run is made (`pdbench
-    submit`'s and the search's): `profile` already `with_limits` of the target."""
-    p = predict(profile, target.deployment, concurrency, isl, osl, prompts)
+    """One point of a sweep predicted for the target's servers, the way every prediction before a
+    run is made (`pdbench submit`'s and the search's)."""
+    prof = with_limits(profile, target)
+    p = predict(prof, target.deployment, concurrency, isl, osl, prompts)
     total = p.output_throughput * (isl + osl) / osl
-    return PointPrediction(p, total / devices, band_of(profile, p))
+    return PointPrediction(p, total / devices, band_of(prof, p))
 
 
 def profiles_of(run: Path, store_it: bool = True) -> list[PerfProfile]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.load import ResolvedRecipe
-from harness.predict.answer import PredictError, Target, predict_point, profiles_of, targets, with_limits
+from harness.predict.answer import PredictError, Target, predict_point, profiles_of, targets
 from harness.rundir import LockUnreadable, RunDir
 from harness.rundir.perf_profile import PerfProfile
 from harness.rundir.prior_prediction import PredictedPoint, PriorPrediction
@@ -82,13 +82,12 @@ def find_source(results_dir: Path, rr: ResolvedRecipe, exclude: Path | None = No
 
 
 def _points(rr: ResolvedRecipe, target: Target, profile: PerfProfile) -> list[PredictedPoint]:
-    prof = with_limits(profile, target)
     bench, d = rr.recipe.benchmark, target.deployment
     devices = d.gpus or d.prefill_workers + d.decode_workers
     out = []
     for s in bench.shape_list():
         for c in bench.concurrency:
-            pp = predict_point(prof, target, c, s.isl, s.osl, bench.num_prompts_for(c), devices)
+            pp = predict_point(profile, target, c, s.isl, s.osl, bench.num_prompts_for(c), devices)
             out.append(
                 PredictedPoint(
                     concurrency=c,

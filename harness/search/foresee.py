@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 from harness.config.load import ResolvedRecipe
 from harness.config.slo import violated_metrics
-from harness.predict.answer import PredictError, predict_point, targets, with_limits
+from harness.predict.answer import PredictError, predict_point, targets
 from harness.predict.model import Prediction
 from harness.rundir.perf_profile import PerfProfile
 from harness.rundir.prior_prediction import PredictedPoint, PriorPrediction
@@ -203,11 +203,10 @@ def forecast(
     if len(shapes) != 1:
         raise PredictError(f"{candidate.name}: {len(shapes)} request shapes; the search predicts one")
     shape, bench = shapes[0], rr.recipe.benchmark
-    prof = with_limits(profile, target)
     devices = candidate.devices or target.deployment.gpus or 1
     points = []
     for c in ladder:
-        pp = predict_point(prof, target, c, shape.isl, shape.osl, bench.num_prompts_for(c), devices)
+        pp = predict_point(profile, target, c, shape.isl, shape.osl, bench.num_prompts_for(c), devices)
         p = pp.prediction
         points.append(
             PointForecast(
