@@ -141,6 +141,7 @@ def build_report(
     client_notes: list[Note] = []
     arm_notes: list[Note] = []
     prior_notes: list[Note] = []
+    energy_notes: list[Note] = []
     tables = (
         arms_table(loaded.runs, arm_notes),
         slo_table(df, slo) if slo else None,
@@ -151,9 +152,9 @@ def build_report(
         kv_handoff_table(loaded.runs),
         profile_table(loaded.runs),
         prior_table(loaded.runs, prior_notes),
-        energy_table(loaded.runs, slo),
+        energy_table(loaded.runs, slo, energy_notes),
     )
     report.sections = truth_sections(truth_tables(loaded.runs, slo), slo)  # the answer first
     report.sections += [t for t in (*tables, crosscheck(loaded.runs, client_notes)) if t is not None]
-    report.notes += [f"{report.rel(n.path)}: {n.text}" for n in client_notes + arm_notes + prior_notes]
+    report.notes += [f"{report.rel(n.path)}: {n.text}" for n in client_notes + arm_notes + prior_notes + energy_notes]
     return report

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from harness.power.energy import GroupPower, PointPower
 from harness.report.model import SectionTable
 from harness.report.point_slo import failures
-from harness.report.points import Point, Run, serving
+from harness.report.points import Note, Point, Run, serving
 from harness.rundir import RunDir
 
 HEADERS = (
@@ -120,8 +120,25 @@ def break_even(found: list[tuple[Run, Point, PointPower]], slo: Mapping[str, flo
     return out
 
 
-def energy_table(runs: list[Run], slo: Mapping[str, float] | None = None) -> SectionTable | None:
-    found = [(run, p, pp) for run in runs for p in run.points if (pp := point_power(run, p)) is not None]
+def _blank(pp: PointPower) -> bool:
+    """Nothing to show: no telemetry and no price (a site without GPUs or prices, a CPU cluster)."""
+    return pp.power_valid is None and pp.cost is None
+
+
+def energy_table(
+    runs: list[Run], slo: Mapping[str, float] | None = None, notes: list[Note] | None = None
+) -> SectionTable | None:
+    """The table of every run's points; a run none of whose points has power or a price gets one
+    line in `notes` instead of a row of dashes a point."""
+    found = []
+    for run in runs:
+        mine = [(run, p, pp) for p in run.points if (pp := point_power(run, p)) is not None]
+        if mine and all(_blank(pp) for _, _, pp in mine):
+            why = next((pp.missing for _, _, pp in mine if pp.missing), None)
+            if notes is not None:
+                notes.append(Note(run.path, "no GPU power and no price on any point" + (f" ({why})" if why else "")))
+            continue
+        found += mine
     if not found:
         return None
     found.sort(key=lambda f: (f[0].label, f[1].isl or -1, f[1].concurrency, serving(f[1]) == "agg"))

@@ -335,6 +335,33 @@ def test_report_shows_energy_cost_and_where_disaggregation_gets_cheaper(tmp_path
     )
 
 
+def test_a_run_without_telemetry_or_prices_is_one_note_not_a_row_a_point(tmp_path: Path) -> None:
+    """A CPU cluster's run: every point's record says the telemetry is missing and none has a
+    price. The report says so once for the run rather than a row of dashes a point."""
+    run = RunDir(tmp_path / "tiny" / FIXTURE_RUN.name)
+    shutil.copytree(FIXTURE_RUN, run.path)
+    names = run.result_names()
+    assert len(names) >= 2
+    for name in names:
+        run.power_point(name).parent.mkdir(parents=True, exist_ok=True)
+        run.power_point(name).write_text(_priced(name, "disagg", None, valid=None).model_dump_json())
+    report = build_report([run.path])
+    assert len(list(run.path.glob("power/points/concurrency_*.json"))) == len(names)
+    assert not [s for s in report.sections if s.title == "Energy and cost per point"]
+    said = [n for n in report.notes if "no GPU power and no price" in n]
+    assert len(said) == 1 and said[0].endswith("no GPU power and no price on any point (nvidia-smi is not on PATH)"), (
+        said
+    )
+
+    # one point priced: the run's every point is a row again, the missing ones saying so
+    name = names[0]
+    run.power_point(name).write_text(_priced(name, "disagg", 1.0).model_dump_json())
+    report = build_report([run.path])
+    [section] = [s for s in report.sections if s.title == "Energy and cost per point"]
+    assert len(section.rows) == len(names) and not [n for n in report.notes if "no GPU power and no price" in n]
+    assert sorted(r[4] for r in section.rows)[0] == "missing: nvidia-smi is not on PATH"
+
+
 # --- prices in the recipe (set by the cluster profile) ---------------------------------------------
 
 
