@@ -96,15 +96,12 @@ class LoadRunner:
         if (halted := stops.halted()) is not None:
             for o in outs:
                 o.error = halted
-            if progress is not None:
-                progress.lent.served = False
             return outs, halted
         limit, reason = stops.limit(point_limit)
         progress = stops.progress = progress or Progress()
         if self.startup_cpu_s is None:
             self.startup_cpu_s = time.process_time()
         if self.pool is not None:
-            progress.lent.served = False  # the slots are in the load processes: lent jobs run beside
             return outs, await self._pool_batch(label, wire, outs, offsets, concurrency, progress, limit, reason)
         chat = self.cfg.endpoint == "chat"
         while len(self.slots) < concurrency:
@@ -143,7 +140,6 @@ class LoadRunner:
         self.request_ids = [f"{batch}-{i}" for i in range(len(specs) * turns)] if cfg.proxy_timings_dir else []
         ids = self.request_ids
         progress = stops.progress = progress or Progress()
-        progress.lent.served = False  # a session holds its slot for all its turns: lent jobs run beside
         run = SessionRun(
             target,
             cfg.endpoint,

@@ -10,13 +10,6 @@ never sent fail with it too (with no start time), and the finished ones are kept
 `drain(reason, grace_s)` sends no more but lets the requests in flight finish, for at most
 `grace_s`; then it stops the batch as `stop` does (a first Ctrl-C).
 
-Work that must run inside the batch's concurrency (a point's sentinels, harness.bench.sentinels)
-is lent to its slots (`Lent`, on the batch's `Progress`): the next worker to finish a request
-runs the job before taking another, so while it runs the batch has one request fewer in flight
-and the servers never see more than `concurrency`. Only a batch run in this process serves it;
-one sent to load processes or a batch of sessions says so (`Lent.served` False) and its jobs
-run beside it.
-
 A worker waits for an arrival time on the batch's `SendClock`, not on a timer of its own: the
 event loop's timers are coarse (uvloop rounds them to the millisecond and fires up to ~1.4 ms
 early; asyncio's selector rounds up, ~0.7 ms late at the median), and a trace replay keeps to
@@ -31,9 +24,8 @@ import itertools
 import math
 import threading
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -135,30 +127,15 @@ async def run_workers(
         stopper.cancel()
 
 
-class Lent:
-    """Jobs lent to a batch's slots (see the module's docstring). `served`: None until the batch
-    starts; True while a batch whose workers run them is running, False otherwise. A job handles
-    its own errors and its own cancellation: what it raises ends the slot's worker."""
-
-    def __init__(self) -> None:
-        self.jobs: deque[Callable[[], Awaitable[None]]] = deque()
-        self.served: bool | None = None
-
-    def lend(self, job: Callable[[], Awaitable[None]]) -> None:
-        self.jobs.append(job)
-
-
 @dataclass
 class Progress:
-    """A batch's counters, which a display polls (the load generator only increments them), and
-    the jobs lent to its slots."""
+    """Counters a display can poll; the load generator only increments them."""
 
     total: int = 0
     done: int = 0
     failed: int = 0
     sent: int = 0
     note: str = ""  # what the display says besides the counts (e.g. that the batch is stopping)
-    lent: Lent = field(default_factory=Lent)
 
     @property
     def in_flight(self) -> int:
@@ -217,11 +194,8 @@ class LoadRun:
         take, on_sent, on_done = self.take or self._take, self.on_sent, self.on_done
         me = asyncio.current_task()
         assert me is not None and self._clock is not None
-        clock, lent = self._clock, progress.lent.jobs
+        clock = self._clock
         while self.stop_reason is None and self.drain_reason is None:
-            if lent:  # this slot's turn goes to a lent job (a sentinel): one request fewer in flight
-                await lent.popleft()()
-                continue
             i = take()
             if i >= n:
                 return
@@ -268,7 +242,6 @@ class LoadRun:
         tasks = [asyncio.create_task(self._worker(s)) for s in self._slots]
         if not tasks:
             return None
-        self.progress.lent.served = True
         try:
             await run_workers(
                 tasks,
@@ -277,7 +250,6 @@ class LoadRun:
                 lambda: self.stop(limit_reason or f"point timeout: unfinished after {limit_s:g}s"),
             )
         finally:
-            self.progress.lent.served = False  # what is lent from now on runs beside: no slot is left
             self._clock.close()
             if self._grace is not None:
                 self._grace.cancel()

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -96,7 +95,6 @@ class Sentinel:
     reference: Answer | None = None
     answer: Answer | None = None
     sent_after: int | None = None  # the point's measured requests finished when it left
-    in_slot: bool = False  # sent in a slot's turn, inside the point's concurrency
 
     def compare(self) -> tuple[int | None, str] | None:
         """(first divergence, unit) of a sentinel answered on both paths; None otherwise."""
@@ -247,8 +245,6 @@ class PointSentinels:
         self.measured, self.concurrency, self.progress = measured, concurrency, progress
         self._driver: asyncio.Task[None] | None = None
         self._sent: list[asyncio.Task[None]] = []
-        self._lent: list[Sentinel] = []  # lent to the batch's slots (harness.bench.loadgen.Lent)
-        self._cancelled = False
         # Each sentinel's comparison, taken once by finish(): the answers do not change after it.
         self._compared: dict[int, tuple[int | None, str] | None] = {}
 
@@ -260,46 +256,18 @@ class PointSentinels:
         # Spread over the point's first measured - concurrency requests: the last sentinel leaves
         # while a whole wave is still in flight, so it is answered within the batch, not after it.
         m, span = len(self.sentinels), max(0, self.measured - self.concurrency)
-        lent = self.progress.lent
-        while lent.served is None:  # the batch has not started: whether it takes lent jobs is not known
-            await asyncio.sleep(POLL_S)
         for k, s in enumerate(self.sentinels):
             due = k * span / m
             while self.progress.done < due:
                 await asyncio.sleep(POLL_S)
-            if lent.served:
-                # In a slot's turn: the servers see the point's concurrency, never one more.
-                self._lent.append(s)
-                lent.lend(functools.partial(self._in_slot, s))
-            else:
-                self._go(s)
-
-    def _go(self, s: Sentinel) -> asyncio.Task[None]:
-        s.sent_after = self.progress.done
-        task = asyncio.create_task(self._send(s))
-        self._sent.append(task)
-        return task
-
-    async def _in_slot(self, s: Sentinel) -> None:
-        if s.sent_after is not None or self._cancelled:
-            return
-        s.in_slot = True
-        task = self._go(s)
-        try:
-            # Not `await task`: a sentinel cancelled on its own (a Ctrl-C, cancel()) must not end
-            # the slot's worker, whose batch goes on draining; a stopped batch cancels the worker,
-            # and the sentinel with it.
-            await asyncio.wait({task})
-        except asyncio.CancelledError:
-            task.cancel()
-            raise
+            s.sent_after = self.progress.done
+            self._sent.append(asyncio.create_task(self._send(s)))
 
     async def _send(self, s: Sentinel) -> None:
         s.answer = await self.client.ask(self.url, s.request)
 
     def cancel(self) -> None:
         """Send no more and cancel those in flight (a Ctrl-C); finish() then records them."""
-        self._cancelled = True  # those lent and not yet taken by a slot stay unsent
         if self._driver is not None:
             self._driver.cancel()
         for t in self._sent:
@@ -316,11 +284,6 @@ class PointSentinels:
             # is at most one poll from sending its last sentinel.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.gather(self._driver, return_exceptions=True), DRIVER_WAIT_S)
-        # Lent but never run: every slot's worker ended first (the batch's last requests were
-        # in flight); now nothing measured is, and they go as they are.
-        for s in self._lent:
-            if s.sent_after is None and not stopped:
-                self._go(s)
         if stopped:
             for t in self._sent:
                 t.cancel()
@@ -388,7 +351,6 @@ class PointSentinels:
             matched=check.matched,
             match_rate=round(check.matched / check.compared, 4) if check.compared else None,
             first_divergence=tuple(positions),
-            in_slots=sum(s.in_slot for s in self.sent()),
             # Positions count tokens where both answers carried token ids, else characters.
             unit="token" if units == {"token"} else ("character" if units else None),
             tolerance=Tolerance(match_tokens=check.match_tokens, max_diverged=check.max_diverged),
@@ -407,7 +369,6 @@ class PointSentinels:
                     "prompt_len": s.request.prompt_len,
                     "max_tokens": s.request.output_len,
                     "sent_after_measured": s.sent_after,
-                    "in_slot": s.in_slot,
                     "reference": _answer(s.reference),
                     "answer": _answer(s.answer) if s.sent_after is not None else None,
                     "first_divergence": result[0] if result else None,

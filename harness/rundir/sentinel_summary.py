@@ -28,10 +28,6 @@ class SentinelSummary(BaseModel):
     unit: Literal["token", "character"] | None  # of the positions: characters where no token ids came back
     tolerance: Tolerance
     record: str | None  # every prompt and both answers, relative to the run directory
-    # Of those sent, how many took one of the point's concurrency slots in turn (the servers saw
-    # the point's concurrency, never one more); the others ran beside it (load processes,
-    # sessions). None: not recorded (results from before 2026-12-01).
-    in_slots: NonNegativeInt | None = None
 
     @model_validator(mode="after")
     def _counts_add_up(self) -> SentinelSummary:
@@ -40,8 +36,6 @@ class SentinelSummary(BaseModel):
                 f"counts do not add up: need exact <= matched <= compared <= answered <= sent, got {self.exact}, "
                 f"{self.matched}, {self.compared}, {self.answered}, {self.sent}"
             )
-        if self.in_slots is not None and self.in_slots > self.sent:
-            raise ValueError(f"in_slots {self.in_slots} is more than the {self.sent} sent")
         if self.match_rate is not None and not 0 <= self.match_rate <= 1:
             raise ValueError(f"match_rate {self.match_rate} is not within [0, 1]")
         return self
