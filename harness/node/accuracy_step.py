@@ -27,10 +27,6 @@ log = logging.getLogger(__name__)
 ROOT = Path(harness.__file__).resolve().parent.parent
 
 
-def _lock(run: RunDir) -> dict[str, Any]:
-    return run.read_lock()
-
-
 def _spec(lock: dict[str, Any]) -> AccuracySpec:
     return AccuracySpec.model_validate(lock["recipe"].get("accuracy") or {})
 
@@ -44,26 +40,26 @@ def _job_phases(lock: dict[str, Any]) -> list[str]:
 
 def bound_s(run_dir: Path, phase: str) -> float:
     """How much longer the other nodes wait for the end of `phase`: the bound of each of its evals."""
-    lock = _lock(RunDir(run_dir))
+    lock = RunDir(run_dir).read_lock()
     spec = _spec(lock)
     return spec.timeout_s * len(spec.whens) if phase in spec.evaluated(_job_phases(lock)) else 0.0
 
 
 def enabled(run_dir: Path) -> bool:
-    return _spec(_lock(RunDir(run_dir))).enabled
+    return _spec(RunDir(run_dir).read_lock()).enabled
 
 
 def input_problems(run_dir: Path) -> list[str]:
     """What would fail the job's evals for want of their inputs (lm-eval in accuracy.python, task
     directories, cached datasets offline); node 0's preflight, and so `pdbench doctor`, runs it."""
-    lock = _lock(RunDir(run_dir))
+    lock = RunDir(run_dir).read_lock()
     spec = _spec(lock)
     return problems(spec, _job_phases(lock), ROOT) + missing_data(spec)
 
 
 def before_sweep(run_dir: Path, phase: str) -> list[str]:
     """Missing eval inputs fail the job now, not after the sweep; then the `before` eval, if asked."""
-    lock = _lock(RunDir(run_dir))
+    lock = RunDir(run_dir).read_lock()
     spec = _spec(lock)
     if phase not in spec.evaluated(_job_phases(lock)):
         return []
@@ -74,7 +70,7 @@ def before_sweep(run_dir: Path, phase: str) -> list[str]:
 
 
 def after_sweep(run_dir: Path, phase: str) -> list[str]:
-    lock = _lock(RunDir(run_dir))
+    lock = RunDir(run_dir).read_lock()
     spec = _spec(lock)
     return _eval(run_dir, lock, spec, phase, "after") if phase in spec.evaluated(_job_phases(lock)) else []
 

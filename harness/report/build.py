@@ -152,7 +152,7 @@ def build_report(
         kv_handoff_table(loaded.runs),
         profile_table(loaded.runs),
         prior_table(loaded.runs, prior_notes),
-        energy_table(loaded.runs, slo, energy_notes),
+        energy_table(loaded.runs, energy_notes, slo),
     )
     report.sections = truth_sections(truth_tables(loaded.runs, slo), slo)  # the answer first
     report.sections += [t for t in (*tables, crosscheck(loaded.runs, client_notes)) if t is not None]

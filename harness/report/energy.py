@@ -125,9 +125,7 @@ def _blank(pp: PointPower) -> bool:
     return pp.power_valid is None and pp.cost is None
 
 
-def energy_table(
-    runs: list[Run], slo: Mapping[str, float] | None = None, notes: list[Note] | None = None
-) -> SectionTable | None:
+def energy_table(runs: list[Run], notes: list[Note], slo: Mapping[str, float] | None = None) -> SectionTable | None:
     """The table of every run's points; a run none of whose points has power or a price gets one
     line in `notes` instead of a row of dashes a point."""
     found = []
@@ -135,8 +133,7 @@ def energy_table(
         mine = [(run, p, pp) for p in run.points if (pp := point_power(run, p)) is not None]
         if mine and all(_blank(pp) for _, _, pp in mine):
             why = next((pp.missing for _, _, pp in mine if pp.missing), None)
-            if notes is not None:
-                notes.append(Note(run.path, "no GPU power and no price on any point" + (f" ({why})" if why else "")))
+            notes.append(Note(run.path, "no GPU power and no price on any point" + (f" ({why})" if why else "")))
             continue
         found += mine
     if not found:
