@@ -24,11 +24,16 @@ submit() {  # submit PREFILL DECODE [OPTION...]: one xP+yD of the recipe, one no
     --set "topology.decode.workers=$d" --set "topology.decode.nodes=$d" --results-dir "$results" "$@" 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
   echo "== ${p}P${d}D exited $rc at $(date -u +%T)"
-  runs+=("$(sed -n 's/^run directory: //p' "$log" | head -1)")
+  run=$(sed -n 's/^run directory: //p' "$log" | head -1)
+  # A job that failed keeps its partial results: still reported; one that made no run is not.
+  if [[ -d $run ]]; then runs+=("$run"); else echo "held_out_topologies: ${p}P${d}D made no run directory" >&2; fi
+  [[ $rc == 0 ]] || failed=1
 }
+failed=0
 submit 1 1 --no-predict
+[[ ${#runs[@]} == 1 ]] || exit 1
 source_run=${runs[0]}
-[[ -d $source_run ]] || { echo "held_out_topologies: the 1P1D made no run directory" >&2; exit 1; }
 submit 2 1 --predict-from "$source_run"
 submit 1 2 --predict-from "$source_run"
-"$py" -m harness report "${runs[@]}" --format md
+"$py" -m harness report "${runs[@]}" --format md || exit
+exit "$failed"
